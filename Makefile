@@ -1,0 +1,32 @@
+# One entry point for set-up: every target creates .venv and installs what it needs first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+NPM_STAMP := tests/interop/node_modules/.installed
+
+.PHONY: test lint bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+# The reference implementations (nydus-protocol, ...) used as real peers in tests.
+$(NPM_STAMP): tests/interop/package.json tests/interop/package-lock.json
+	cd tests/interop && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NPM_STAMP)
+
+test: $(STAMP) $(NPM_STAMP)
+	$(BIN)/ruff check wireproto tests bench
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check wireproto tests bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/codecs.py
+
+clean:
+	rm -rf $(VENV) tests/interop/node_modules

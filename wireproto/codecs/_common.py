@@ -1,0 +1,76 @@
+"""Serializer helpers shared by the codecs: JSON and msgpack that fail only with ProtocolError.
+
+`what` names the thing being read ("UBRE JSON message", "SubbleSocket event payload"), so the
+error says where the problem is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgpack
+
+from wireproto.errors import BadEncoding, BadJSON, InvalidField
+
+__all__ = ["json_dumps", "json_loads", "msgpack_dumps", "msgpack_loads", "utf8"]
+
+_json_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_json_decoder = json.JSONDecoder()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_strict_json_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def json_dumps(value: Any) -> str:
+    """Compact JSON text with no NaN or Infinity; non-ASCII stays as UTF-8 text."""
+    try:
+        return _json_encoder.encode(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidField(f"value cannot be written as JSON: {e}") from None
+
+
+def json_loads(text: str | bytes, what: str) -> Any:
+    """Parse JSON, refusing NaN and Infinity, raising BadJSON with `what` in the message."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = utf8(text, what)
+    try:
+        return _strict_json_decoder.decode(text)
+    except json.JSONDecodeError as e:
+        raise BadJSON(f"{what}: invalid JSON at character {e.pos}: {e.msg}", offset=e.pos) from None
+    except ValueError as e:
+        raise BadJSON(f"{what}: {e}") from None
+    except RecursionError:
+        raise BadJSON(f"{what}: JSON nested too deeply") from None
+
+
+def msgpack_dumps(value: Any) -> bytes:
+    """msgpack with str and bytes kept distinct (use_bin_type)."""
+    try:
+        return msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidField(f"value cannot be written as msgpack: {e}") from None
+
+
+def msgpack_loads(data: bytes, what: str) -> Any:
+    """Read exactly one msgpack value; str stays str and bin stays bytes."""
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except msgpack.ExtraData:
+        raise BadEncoding(f"{what}: bytes left over after the msgpack value") from None
+    except RecursionError:
+        raise BadEncoding(f"{what}: msgpack nested too deeply") from None
+    except Exception as e:  # msgpack raises a wide family (FormatError, StackError, ValueError...)
+        raise BadEncoding(f"{what}: invalid msgpack: {e}") from None
+
+
+def utf8(data: bytes | bytearray | memoryview, what: str) -> str:
+    """Decode UTF-8, raising BadEncoding that names `what` and the offending byte."""
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadEncoding(f"{what} is not valid UTF-8 at byte {e.start}", offset=e.start) from None

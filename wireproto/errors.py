@@ -1,0 +1,75 @@
+"""Errors raised for bytes or text that do not follow a spec.
+
+Every codec raises only `ProtocolError` subclasses on bad input. A message names the spec, the
+thing being read and what was wrong with it, so that a user can act on it, for example
+"WEBSMQ frame of 1 byte: the header needs 2".
+
+`ProtocolError` subclasses `ValueError`, so code that already guards against bad values catches it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ProtocolError",
+    "TruncatedFrame",
+    "BadLength",
+    "FrameTooLarge",
+    "UnknownType",
+    "InvalidTopic",
+    "InvalidField",
+    "BadEncoding",
+    "BadJSON",
+    "BadChecksum",
+]
+
+
+class ProtocolError(ValueError):
+    """Input that breaks a spec.
+
+    `offset`, when known, is the byte (or character) position in the input where the problem was
+    found. Protocols use the message as the reason when they close the offending connection.
+    """
+
+    def __init__(self, message: str, *, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class TruncatedFrame(ProtocolError):
+    """The input ends before a header or a field it announced is complete."""
+
+
+class BadLength(ProtocolError):
+    """A length field disagrees with the data, or is out of the range the spec allows."""
+
+
+class FrameTooLarge(BadLength):
+    """A message or chunk is longer than the configured or specified maximum."""
+
+
+class UnknownType(ProtocolError):
+    """A type or code that the spec does not define (or does not allow in this direction)."""
+
+
+class InvalidTopic(ProtocolError):
+    """A topic, path or event name that breaks the spec's naming rules."""
+
+
+class InvalidField(ProtocolError):
+    """A field whose value the spec does not allow: an id, a version, a separator, a format."""
+
+
+class BadEncoding(ProtocolError):
+    """Text that is not valid in its declared encoding (UTF-8 or ASCII)."""
+
+
+class BadJSON(ProtocolError):
+    """Text that should be JSON and is not, or JSON of the wrong shape."""
+
+
+class BadChecksum(ProtocolError):
+    """A CRC that does not match the data it covers."""
