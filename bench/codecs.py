@@ -1,0 +1,170 @@
+"""Codec benchmark: encode+decode per message, each codec beside bare serializers, in one run.
+
+For every case the same fields (the "envelope") are also round-tripped through bare msgpack,
+orjson and json as a dict, so a codec's cost reads against what a hand-rolled protocol on a plain
+serializer would pay. The goal (docs/performance.md) is at most 2x the bare serializer that the
+codec itself stands on: msgpack for binary formats, json for JSON text formats.
+
+    .venv/bin/python bench/codecs.py [--quick]
+
+Figures are the best of several repeats, in microseconds per encode+decode. This is a benchmark,
+not a test: run it on a quiet machine and compare columns within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import timeit
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import orjson
+
+from wireproto.codecs import nydus, phyllo, subble, ubre, websmq
+
+PAYLOAD = bytes(range(32, 96))  # 64 bytes of printable ASCII, so JSON can carry it as text
+TOPIC = "sensors/temps/living_room"
+
+
+@dataclass
+class Case:
+    name: str
+    roundtrip: Callable[[], Any]
+    envelope: dict[str, Any]
+    baseline: str  # the bare serializer the codec stands on: "msgpack" or "json"
+
+
+def _text_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.decode("ascii") if isinstance(v, bytes) else v for k, v in envelope.items()}
+
+
+def bare_roundtrips(envelope: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    text = _text_envelope(envelope)
+    packb, unpackb = msgpack.packb, msgpack.unpackb
+    dumps, loads = json.dumps, json.loads
+    return {
+        "msgpack": lambda: unpackb(packb(envelope, use_bin_type=True), raw=False),
+        "orjson": lambda: orjson.loads(orjson.dumps(text)),
+        "json": lambda: loads(dumps(text, separators=(",", ":"))),
+    }
+
+
+def cases() -> list[Case]:
+    result = []
+
+    def add(name, encode, decode, message, envelope, baseline):
+        result.append(Case(name, lambda: decode(encode(message)), envelope, baseline))
+
+    add(
+        "websmq publish", websmq.encode, websmq.decode,
+        websmq.Publish(TOPIC, PAYLOAD),
+        {"type": 0, "topic": TOPIC, "payload": PAYLOAD}, "msgpack",
+    )
+
+    body = {"c": 21.5, "unit": "C", "room": "living"}
+    add(
+        "ubre publish (JSON)", ubre.encode, ubre.decode,
+        ubre.Publish(TOPIC, body),
+        {"publish": TOPIC, "body": body}, "json",
+    )
+    add(
+        "ubre request (JSON)", ubre.encode, ubre.decode,
+        ubre.Request(17, [1, 2], name="add"),
+        {"request": "add", "id": 17, "body": [1, 2]}, "json",
+    )
+    add(
+        "ubre publish (binary)", lambda m: ubre.encode(m, binary=True), ubre.decode,
+        ubre.Publish(TOPIC, PAYLOAD),
+        {"type": 0x50, "topic": TOPIC, "body": PAYLOAD}, "msgpack",
+    )
+
+    add(
+        "nydus invoke", nydus.encode, nydus.decode,
+        nydus.Invoke("V1StGXR8_Z5jdHi6B-myT", "/rooms/living/temp", body),
+        {"type": 1, "id": "V1StGXR8_Z5jdHi6B-myT", "path": "/rooms/living/temp", "data": body},
+        "json",
+    )
+    add(
+        "nydus publish", nydus.encode, nydus.decode,
+        nydus.Publish("/rooms/living/temp", body),
+        {"type": 4, "path": "/rooms/living/temp", "data": body}, "json",
+    )
+
+    event = subble.Event(
+        code=subble.MessageCode.SERVER_EVENT,
+        format=subble.SerializationFormat.MSGPACK,
+        datetime_ms=1_790_000_000_000,
+        event_type="temperature",
+        guid="0f8fad5b-d9cb-469f-a165-70867728950e",
+        source="sensor-7",
+        payload=PAYLOAD,
+    )
+    add(
+        "subble event", subble.encode, lambda d: subble.decode(d, sender="server"), event,
+        {"code": 26, "format": 0, "datetime": 1_790_000_000_000, "type": "temperature",
+         "guid": "0f8fad5b-d9cb-469f-a165-70867728950e", "source": "sensor-7",
+         "payload": PAYLOAD},
+        "msgpack",
+    )
+    produce = subble.ProduceEvent("client-1", subble.SerializationFormat.MSGPACK,
+                                  "temperature", PAYLOAD, b"req-1")
+    add(
+        "subble produce", subble.encode, lambda d: subble.decode(d, sender="client"), produce,
+        {"code": 27, "client": "client-1", "format": 0, "type": "temperature",
+         "payload": PAYLOAD, "request_data": b"req-1"},
+        "msgpack",
+    )
+
+    small = PAYLOAD[:48]  # a sensor reading: fits a firmware peer's 80-byte chunk
+    message = phyllo.PubSubMessage(0x10, b"temp", small)
+    phyllo_envelope = {"type": 0x10, "topic": b"temp", "payload": small}
+    add("phyllo message, minimal", phyllo.MINIMAL.encode, phyllo.MINIMAL.decode, message,
+        phyllo_envelope, "msgpack")
+    add("phyllo message, reduced", phyllo.REDUCED.encode, phyllo.REDUCED.decode, message,
+        phyllo_envelope, "msgpack")
+    document = phyllo.message_from_document(b"temp", phyllo.serialize(body))
+    add("phyllo document, minimal",
+        lambda m: phyllo.MINIMAL.encode(m),
+        lambda d: phyllo.deserialize(phyllo.document_from_message(phyllo.MINIMAL.decode(d))),
+        document, {"type": 0x40, "topic": b"temp", "body": body}, "msgpack")
+    return result
+
+
+def best_microseconds(func: Callable[[], Any], repeat: int, budget: float) -> float:
+    timer = timeit.Timer(func)
+    number, elapsed = timer.autorange()
+    number = max(1, int(number * budget / max(elapsed, 1e-9)))
+    return min(timer.repeat(repeat=repeat, number=number)) / number * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
+    args = parser.parse_args(argv)
+    repeat, budget = (3, 0.05) if args.quick else (7, 0.2)
+
+    header = f"{'case':<26} {'codec':>8} {'msgpack':>8} {'orjson':>8} {'json':>8}  vs base  goal"
+    print(header)
+    print("-" * len(header))
+    misses = 0
+    for case in cases():
+        codec = best_microseconds(case.roundtrip, repeat, budget)
+        bare = {name: best_microseconds(f, repeat, budget)
+                for name, f in bare_roundtrips(case.envelope).items()}
+        ratio = codec / bare[case.baseline]
+        ok = ratio <= 2.0
+        misses += not ok
+        print(f"{case.name:<26} {codec:8.2f} {bare['msgpack']:8.2f} {bare['orjson']:8.2f}"
+              f" {bare['json']:8.2f}  {ratio:5.2f}x {case.baseline:<7}"
+              f" {'ok' if ok else 'MISSED'}")
+    print(f"\nmicroseconds per encode+decode, best of {repeat}; python {sys.version.split()[0]}")
+    print("vs base: the codec over the bare serializer it stands on; goal at most 2.00x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
