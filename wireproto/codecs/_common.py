@@ -7,13 +7,24 @@ error says where the problem is.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any, TypeVar
 
 import msgpack
 
 from wireproto.errors import BadEncoding, BadJSON, InvalidField
 
-__all__ = ["json_dumps", "json_loads", "msgpack_dumps", "msgpack_loads", "utf8"]
+__all__ = [
+    "json_dumps",
+    "json_loads",
+    "msgpack_dumps",
+    "msgpack_loads",
+    "unchecked_constructor",
+    "utf8",
+]
+
+T = TypeVar("T")
 
 _json_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _json_decoder = json.JSONDecoder()
@@ -74,3 +85,25 @@ def utf8(data: bytes | bytearray | memoryview, what: str) -> str:
         return bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadEncoding(f"{what} is not valid UTF-8 at byte {e.start}", offset=e.start) from None
+
+
+def unchecked_constructor(cls: type[T]) -> Callable[..., T]:
+    """A constructor for a frozen, slotted dataclass that skips `__init__` and `__post_init__`.
+
+    It takes every field positionally, in declaration order (keyword-only fields included). A
+    frozen dataclass's `__init__` goes through `object.__setattr__` once per field, which is
+    most of a small message's decode time; decoders have already checked what they build, so
+    they use this instead. Like dataclasses itself, it compiles the function once with exec.
+    """
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    # Helper names start with "__" so that no field name can shadow them.
+    namespace: dict[str, Any] = {"__new": object.__new__, "__cls": cls}
+    lines = [f"def build({', '.join(names)}):", "    __built = __new(__cls)"]
+    for name in names:
+        namespace[f"__set_{name}"] = getattr(cls, name).__set__  # the slot's descriptor
+        lines.append(f"    __set_{name}(__built, {name})")
+    lines.append("    return __built")
+    exec("\n".join(lines), namespace)
+    build = namespace["build"]
+    build.__qualname__ = f"unchecked_constructor({cls.__name__})"
+    return build

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-from wireproto.codecs._common import json_dumps, json_loads, utf8
+from wireproto.codecs._common import json_dumps, json_loads, unchecked_constructor, utf8
 from wireproto.errors import (
     BadEncoding,
     BadJSON,
@@ -135,6 +135,12 @@ class Publish:
 
 
 Message = Welcome | Invoke | Result | Error | Publish
+
+# Decoders build messages from checked values; see unchecked_constructor.
+_build_invoke = unchecked_constructor(Invoke)
+_build_result = unchecked_constructor(Result)
+_build_error = unchecked_constructor(Error)
+_build_publish = unchecked_constructor(Publish)
 
 _NAMES: Final = ("WELCOME", "INVOKE", "RESULT", "ERROR", "PUBLISH")
 _KINDS: Final = {str(code): code for code in range(len(_NAMES))}
@@ -307,13 +313,13 @@ def decode(data: str | bytes | bytearray | memoryview) -> Message:
             ) from None
 
     if kind == 1:
-        return Invoke(id_, path, body)
+        return _build_invoke(id_, path, body)
     if kind == 2:
-        return Result(id_, body)
+        return _build_result(id_, body)
     if kind == 4:
-        return Publish(path, body)
+        return _build_publish(path, body)
     if kind == 3:
-        return Error(id_, body)
+        return _build_error(id_, body)
     if body != PROTOCOL_VERSION:
         raise InvalidField(
             f"nydus WELCOME {_excerpt(text)} is for protocol version {body!r}; this codec "

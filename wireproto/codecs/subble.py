@@ -51,7 +51,13 @@ from datetime import UTC, datetime, timedelta
 from enum import IntEnum, StrEnum
 from typing import Any, NamedTuple
 
-from wireproto.codecs._common import json_dumps, json_loads, msgpack_dumps, msgpack_loads
+from wireproto.codecs._common import (
+    json_dumps,
+    json_loads,
+    msgpack_dumps,
+    msgpack_loads,
+    unchecked_constructor,
+)
 from wireproto.errors import (
     BadEncoding,
     BadLength,
@@ -254,6 +260,13 @@ class EventError:
 
 Message = HandshakeRequest | HandshakeResponse | ProduceEvent | Event | EventError
 
+# Decoders build messages from checked values; see unchecked_constructor.
+_build_handshake_request = unchecked_constructor(HandshakeRequest)
+_build_handshake_response = unchecked_constructor(HandshakeResponse)
+_build_produce_event = unchecked_constructor(ProduceEvent)
+_build_event = unchecked_constructor(Event)
+_build_event_error = unchecked_constructor(EventError)
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 
@@ -377,7 +390,7 @@ def _decode_handshake_request(data: bytes) -> HandshakeRequest:
         subscribe, produce = raws[0].decode(), raws[1].decode()
     except UnicodeDecodeError:
         raise _utf8_error(raws, end, _LISTS, _REQUEST) from None
-    return HandshakeRequest(
+    return _build_handshake_request(
         Version(major, minor, patch),
         client_id,
         separator,
@@ -408,7 +421,7 @@ def _decode_produce_event(data: bytes) -> ProduceEvent:
         event_type = raws[0].decode()
     except UnicodeDecodeError:
         raise _utf8_error(raws, start, _PRODUCE_FIELDS, _PRODUCE) from None
-    return ProduceEvent(client_id, format, event_type, raws[1], data[at:])
+    return _build_produce_event(client_id, format, event_type, raws[1], data[at:])
 
 
 def _decode_handshake_response(data: bytes) -> HandshakeResponse:
@@ -417,7 +430,7 @@ def _decode_handshake_response(data: bytes) -> HandshakeResponse:
         message = raws[0].decode()
     except UnicodeDecodeError:
         raise _utf8_error(raws, 1, _RESPONSE_MESSAGE, _RESPONSE) from None
-    return HandshakeResponse(_CODES[data[0]], message, data[at:])
+    return _build_handshake_response(_CODES[data[0]], message, data[at:])
 
 
 def _decode_event(data: bytes) -> Event:
@@ -437,7 +450,9 @@ def _decode_event(data: bytes) -> Event:
         event_type, guid, source = event_type.decode(), guid.decode(), source.decode()
     except UnicodeDecodeError:
         raise _utf8_error(raws, 10, _EVENT_FIELDS, _EVENT) from None
-    return Event(_CODES[code], format, datetime_ms, event_type, guid, source, payload, data[at:])
+    return _build_event(
+        _CODES[code], format, datetime_ms, event_type, guid, source, payload, data[at:]
+    )
 
 
 def _decode_event_error(data: bytes) -> EventError:
@@ -446,7 +461,7 @@ def _decode_event_error(data: bytes) -> EventError:
         message = raws[0].decode()
     except UnicodeDecodeError:
         raise _utf8_error(raws, 1, _ERROR_MESSAGE, _ERROR) from None
-    return EventError(_CODES[data[0]], message, data[at:])
+    return _build_event_error(_CODES[data[0]], message, data[at:])
 
 
 _FROM_CLIENT: dict[int, Callable[[bytes], Message]] = {

@@ -56,7 +56,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from wireproto.codecs._common import json_dumps, json_loads
+from wireproto.codecs._common import json_dumps, json_loads, unchecked_constructor
 from wireproto.errors import (
     BadEncoding,
     BadJSON,
@@ -172,6 +172,9 @@ _ID_TYPES: dict[type, tuple[str, int]] = {
 }
 _TYPES = _TOPIC_TYPES | _ID_TYPES
 _JSON_TYPES: dict[str, type] = {key: cls for cls, (key, _) in _TYPES.items()}
+# Decoders build messages from checked values; see unchecked_constructor. Request alone has `name`.
+_BUILD = {cls: unchecked_constructor(cls) for cls in _TYPES if cls is not Request}
+_build_request = unchecked_constructor(Request)
 _BINARY_TYPES: dict[int, type] = {code: cls for cls, (_, code) in _TYPES.items()}
 _BINARY_TYPES[0x63] = Fail  # the spec table's typo for 'f'
 _JSON_FIRST_BYTES = frozenset(b"{ \t\n\r")
@@ -302,15 +305,17 @@ def _decode_json(data: bytes | str) -> Message:
     if cls in _TOPIC_TYPES:
         if type(value) is not str:
             raise BadJSON(f"UBRE JSON {key}: the topic must be a string, got {_describe(value)}")
-        return cls(value, body)
+        return _BUILD[cls](value, body, False)
     if cls is Request and "id" in obj:
         if type(value) is not str:
             raise BadJSON(
                 f'UBRE JSON request with an "id": the handler name in "request" must be a '
                 f"string, got {_describe(value)}"
             )
-        return Request(_json_id(obj["id"], "request"), body, name=value)
-    return cls(_json_id(value, key), body)
+        return _build_request(_json_id(obj["id"], "request"), body, value, False)
+    if cls is Request:
+        return _build_request(_json_id(value, key), body, None, False)
+    return _BUILD[cls](_json_id(value, key), body, False)
 
 
 def _json_id(value: Any, key: str) -> Id:
@@ -330,7 +335,11 @@ def _decode_binary(data: bytes, cls: type) -> Message:
     name_end = HEADER_SIZE + name_length
     if name_end + body_length != len(data) or body_length == STREAMING_BODY_LENGTH:
         return _decode_irregular_binary(data, cls, name_end, body_length)
-    return cls(_binary_name(data, name_end), data[name_end:] if body_length else NO_BODY)
+    name = _binary_name(data, name_end)
+    body = data[name_end:] if body_length else NO_BODY
+    if cls is Request:
+        return _build_request(name, body, None, False)
+    return _BUILD[cls](name, body, False)
 
 
 def _decode_irregular_binary(data: bytes, cls: type, name_end: int, body_length: int) -> Message:

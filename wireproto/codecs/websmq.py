@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar
 from urllib.parse import quote, unquote_to_bytes
 
+from wireproto.codecs._common import unchecked_constructor
 from wireproto.errors import (
     BadEncoding,
     BadLength,
@@ -145,22 +145,7 @@ _TYPE_OF_CLASS = {cls: int(cls.message_type) for cls in _CLASS_OF_TYPE}
 _MESSAGE_TYPES = tuple(MessageType)
 
 
-def _builder(cls: type[Message]) -> Callable[[str, bytes], Message]:
-    """A constructor for decode that skips the frozen __setattr__ detour (about 40% faster)."""
-    new = object.__new__
-    set_topic = cls.topic.__set__  # type: ignore[attr-defined]
-    set_payload = cls.payload.__set__  # type: ignore[attr-defined]
-
-    def build(topic: str, payload: bytes) -> Message:
-        message = new(cls)
-        set_topic(message, topic)
-        set_payload(message, payload)
-        return message
-
-    return build
-
-
-_BUILD_OF_TYPE = tuple(_builder(cls) for cls in _CLASS_OF_TYPE)
+_BUILD_OF_TYPE = tuple(unchecked_constructor(cls) for cls in _CLASS_OF_TYPE)
 
 
 # --- Topics --------------------------------------------------------------------------------------

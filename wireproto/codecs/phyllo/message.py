@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from wireproto.codecs._common import unchecked_constructor
 from wireproto.errors import InvalidField, InvalidTopic, TruncatedFrame
 
 __all__ = ["MAX_TOPIC_LENGTH", "PubSubMessage", "decode_message", "encode_message"]
@@ -49,6 +50,8 @@ def _topic_bytes(topic: str | bytes | bytearray | memoryview) -> bytes:
 
 
 _HEADER = struct.Struct(">BB")
+# decode_message masks the topic length to 4 bits, so its topic needs no __post_init__ check.
+_build_message = unchecked_constructor(PubSubMessage)
 
 
 def encode_message(message: PubSubMessage) -> bytes:
@@ -81,4 +84,4 @@ def decode_message(data: bytes) -> PubSubMessage:
             "bytes follow the header",
             offset=1,
         )
-    return PubSubMessage(data[0], data[2:topic_end], data[topic_end:])
+    return _build_message(data[0], data[2:topic_end], data[topic_end:])
