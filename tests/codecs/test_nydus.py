@@ -378,8 +378,8 @@ def test_decode_refuses_bytes_that_are_not_utf8():
 
 
 @pytest.mark.parametrize("data", [None, 3, ["0|3"]])
-def test_decode_refuses_what_is_neither_text_nor_bytes(data):
-    with pytest.raises(BadEncoding, match="must be str or UTF-8 bytes"):
+def test_what_is_neither_text_nor_bytes_is_a_type_error(data):
+    with pytest.raises(TypeError, match="must be str or UTF-8 bytes"):
         decode(data)
 
 

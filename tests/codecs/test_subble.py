@@ -311,9 +311,11 @@ def test_a_server_sends_only_response_event_and_error_codes(code):
         decode(bytes([code]) + bytes(20), sender="server")
 
 
-def test_decode_refuses_str():
-    with pytest.raises(TypeError, match="SubbleSocket is binary"):
+def test_decode_refuses_str_as_bad_input_and_other_types_as_a_bug():
+    with pytest.raises(BadEncoding, match="SubbleSocket is binary: got text"):
         decode("\x01", sender="client")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="SubbleSocket is binary"):
+        decode(None, sender="client")  # type: ignore[arg-type]
 
 
 # -- Lists and the value separator -------------------------------------------------------------

@@ -277,8 +277,8 @@ def test_text_is_refused():
 
 
 @pytest.mark.parametrize("thing", [None, 5, ["a"]])
-def test_not_bytes_is_refused(thing):
-    with pytest.raises(BadEncoding, match="must be a contiguous bytes-like object"):
+def test_not_bytes_is_a_type_error(thing):
+    with pytest.raises(TypeError, match="must be a contiguous bytes-like object"):
         decode(thing)
 
 

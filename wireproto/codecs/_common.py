@@ -20,6 +20,7 @@ __all__ = [
     "json_loads",
     "msgpack_dumps",
     "msgpack_loads",
+    "binary",
     "unchecked_constructor",
     "utf8",
 ]
@@ -77,6 +78,19 @@ def msgpack_loads(data: bytes, what: str) -> Any:
         raise BadEncoding(f"{what}: msgpack nested too deeply") from None
     except Exception as e:  # msgpack raises a wide family (FormatError, StackError, ValueError...)
         raise BadEncoding(f"{what}: invalid msgpack: {e}") from None
+
+
+def binary(data: bytes | bytearray | memoryview, what: str) -> bytes:
+    """`data` as bytes, for a codec of a binary protocol.
+
+    Text is bad input (a peer sent a text frame), so it raises BadEncoding; any other type is a
+    programming error and raises TypeError. Callers skip the call when `type(data) is bytes`.
+    """
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, str):
+        raise BadEncoding(f"{what} is binary: got text (str), not bytes")
+    raise TypeError(f"{what} is binary: decode takes bytes, not {type(data).__name__}")
 
 
 def utf8(data: bytes | bytearray | memoryview, what: str) -> str:

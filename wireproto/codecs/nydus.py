@@ -1,6 +1,6 @@
 """nydus-protocol 3.0.0: the nydus RPC and pub-sub message format, sans-IO.
 
-Implements /work/shared/specs/nydus.md as corrected by the "nydus" section of NOTES.md, and mirrors
+Implements shared/specs/nydus.md as corrected by the "nydus" section of NOTES.md, and mirrors
 what the reference `nydus-protocol` 3.0.0 (npm) really does wherever both are silent.
 
 A nydus message is one string, carried as one Engine.IO text packet::
@@ -332,9 +332,7 @@ def decode(data: str | bytes | bytearray | memoryview) -> Message:
 def _as_text(data: Any) -> str:
     if isinstance(data, (bytes, bytearray, memoryview)):
         return utf8(data, "nydus message")
-    raise BadEncoding(
-        f"nydus message must be str or UTF-8 bytes, not {type(data).__name__}"
-    )
+    raise TypeError(f"nydus message must be str or UTF-8 bytes, not {type(data).__name__}")
 
 
 def _find_bar(text: str, kind: int) -> int:

@@ -52,6 +52,7 @@ from enum import IntEnum, StrEnum
 from typing import Any, NamedTuple
 
 from wireproto.codecs._common import (
+    binary,
     json_dumps,
     json_loads,
     msgpack_dumps,
@@ -489,11 +490,7 @@ def decode(data: bytes | bytearray | memoryview, *, sender: Sender | str) -> Mes
     if decoders is None:
         raise ValueError(f"sender must be 'client' or 'server', not {sender!r}")
     if type(data) is not bytes:
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(
-                f"SubbleSocket is binary: decode takes bytes, not {type(data).__name__}"
-            )
-        data = bytes(data)
+        data = binary(data, "SubbleSocket")
     if not data:
         raise TruncatedFrame("empty SubbleSocket message: the code needs 1 byte", offset=0)
     decoder = decoders.get(data[0])

@@ -1,6 +1,6 @@
 """UBRE, pub/sub and request/response messages as JSON or binary and back, sans-IO.
 
-Implements /work/shared/specs/ubre.md as settled by NOTES.md, section "UBRE". Decisions the two
+Implements shared/specs/ubre.md as settled by NOTES.md, section "UBRE". Decisions the two
 leave open, and what ubre.js 0.0.23 (the reference) really sends, are in docs/ubre.md.
 
 UBRE has six messages. Three are pub/sub and name a topic; three are request/response and carry
@@ -265,6 +265,8 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
     if type(data) is not bytes:
         if isinstance(data, str):
             return _decode_json(data)
+        if not isinstance(data, (bytearray, memoryview)):
+            raise TypeError(f"UBRE message must be bytes or str, not {type(data).__name__}")
         data = bytes(data)
     try:
         cls = _BINARY_TYPES[data[0]]

@@ -1,6 +1,6 @@
 """WEBSMQ, the WebSocket Message Queue: frames as bytes and back, sans-IO.
 
-Implements /work/shared/specs/websmq.md as settled by NOTES.md, section "WEBSMQ". Decisions the
+Implements shared/specs/websmq.md as settled by NOTES.md, section "WEBSMQ". Decisions the
 two leave open are in docs/websmq.md.
 
 Every WEBSMQ message is one binary WebSocket frame:
@@ -278,7 +278,7 @@ def _as_view(data: bytearray | memoryview) -> memoryview:
     try:
         return memoryview(data).cast("B")
     except TypeError:
-        raise BadEncoding(
+        raise TypeError(
             f"WEBSMQ frame must be a contiguous bytes-like object, not {type(data).__name__}"
         ) from None
 

@@ -10,6 +10,7 @@ A receiver's buffer is small: phyllo-cpp keeps at most 255 bytes of a chunk (127
 
 from __future__ import annotations
 
+from wireproto.codecs._common import binary
 from wireproto.errors import BadLength, FrameTooLarge, InvalidField, ProtocolError
 
 __all__ = ["DELIMITER", "MAX_CHUNK_LENGTH", "ChunkSplitter", "encode_chunk"]
@@ -65,7 +66,9 @@ class ChunkSplitter:
 
     def feed(self, data: bytes) -> list[bytes]:
         self.errors = []
-        parts = bytes(data).split(DELIMITER)
+        if type(data) is not bytes:
+            data = binary(data, "Phyllo chunked stream")
+        parts = data.split(DELIMITER)
         tail = parts.pop()  # after the last delimiter: a chunk still incomplete
         chunks: list[bytes] = []
         at = self._fed  # stream position of the part being looked at

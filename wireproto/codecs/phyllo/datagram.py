@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import anycrc
 
+from wireproto.codecs._common import binary
 from wireproto.errors import BadChecksum, BadLength, FrameTooLarge, InvalidField, TruncatedFrame
 
 __all__ = [
@@ -90,7 +91,7 @@ def _pack_datagram(payload_type: int, payload: bytes) -> bytes:
 
 def _unpack_datagram(data: bytes) -> tuple[int, bytes]:
     if type(data) is not bytes:
-        data = bytes(data)
+        data = binary(data, "Phyllo datagram")
     size = len(data)
     if size < 2:
         raise TruncatedFrame(
@@ -116,7 +117,7 @@ def _pack_validated_datagram(payload_type: int, payload: bytes) -> bytes:
 
 def _unpack_validated_datagram(data: bytes) -> tuple[int, bytes]:
     if type(data) is not bytes:
-        data = bytes(data)
+        data = binary(data, "Phyllo validated datagram")
     size = len(data)
     if size < 5:
         raise TruncatedFrame(

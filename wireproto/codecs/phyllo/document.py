@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from wireproto.codecs._common import json_dumps, json_loads, msgpack_dumps, msgpack_loads
+from wireproto.codecs._common import binary, json_dumps, json_loads, msgpack_dumps, msgpack_loads
 from wireproto.errors import InvalidField, TruncatedFrame, UnknownType
 
 from .codes import TypeCode, type_name
@@ -94,7 +94,7 @@ def encode_document(document: Document) -> bytes:
 
 def decode_document(data: bytes) -> Document:
     if type(data) is not bytes:
-        data = bytes(data)
+        data = binary(data, "Phyllo document")
     if len(data) < 2:
         raise TruncatedFrame(
             f"Phyllo document of {len(data)} byte{'' if len(data) == 1 else 's'}: "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from cobs import cobs
 
+from wireproto.codecs._common import binary
 from wireproto.errors import BadLength, FrameTooLarge, InvalidField, TruncatedFrame
 
 __all__ = ["MAX_FRAME_PAYLOAD", "decode_frame", "encode_frame"]
@@ -29,7 +30,7 @@ def encode_frame(payload: bytes, max_length: int = MAX_FRAME_PAYLOAD) -> bytes:
 def decode_frame(chunk: bytes, max_length: int = MAX_FRAME_PAYLOAD) -> bytes:
     """The payload of one COBS-encoded chunk (without its delimiters)."""
     if type(chunk) is not bytes:
-        chunk = bytes(chunk)  # the cobs extension refuses some memoryviews
+        chunk = binary(chunk, "Phyllo frame")  # the cobs extension refuses some memoryviews
     try:
         payload = cobs.decode(chunk)
     except cobs.DecodeError as e:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from wireproto.codecs._common import unchecked_constructor
+from wireproto.codecs._common import binary, unchecked_constructor
 from wireproto.errors import InvalidField, InvalidTopic, TruncatedFrame
 
 __all__ = ["MAX_TOPIC_LENGTH", "PubSubMessage", "decode_message", "encode_message"]
@@ -70,7 +70,7 @@ def _pack_message(payload_type: int, topic: bytes, payload: bytes) -> bytes:
 
 def decode_message(data: bytes) -> PubSubMessage:
     if type(data) is not bytes:
-        data = bytes(data)
+        data = binary(data, "Phyllo pub-sub message")
     size = len(data)
     if size < 2:
         raise TruncatedFrame(

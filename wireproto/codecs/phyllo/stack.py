@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from wireproto.codecs._common import binary
 from wireproto.errors import FrameTooLarge, InvalidField, ProtocolError, TruncatedFrame, UnknownType
 
 from .chunks import DELIMITER, MAX_CHUNK_LENGTH, ChunkSplitter, _delimit
@@ -101,7 +102,9 @@ class Stack:
         Returns a `PubSubMessage`, or the `Datagram`/`ValidatedDatagram` of a transport layer's
         own message. For a stream, use `StackDecoder`.
         """
-        chunk = bytes(data).strip(DELIMITER)
+        if type(data) is not bytes:
+            data = binary(data, f"Phyllo {self.name} stack")
+        chunk = data.strip(DELIMITER)
         if not chunk:
             raise TruncatedFrame(f"Phyllo {self.name} stack: the input holds no chunk")
         inner = chunk.find(0)
@@ -115,6 +118,8 @@ class Stack:
 
     def decode_chunk(self, chunk: bytes) -> Received:
         """Like `decode`, for a chunk as `ChunkSplitter` gives it (no delimiters)."""
+        if type(chunk) is not bytes:
+            chunk = binary(chunk, f"Phyllo {self.name} stack")
         if len(chunk) > self.max_chunk_length:
             raise FrameTooLarge(
                 f"Phyllo chunk of {len(chunk)} bytes is over the {self.max_chunk_length}-byte "
