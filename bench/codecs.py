@@ -33,7 +33,8 @@ TOPIC = "sensors/temps/living_room"
 @dataclass
 class Case:
     name: str
-    roundtrip: Callable[[], Any]
+    roundtrip: Callable[[], Any]  # returns what it decoded, which must equal `expected`
+    expected: Any
     envelope: dict[str, Any]
     baseline: str  # the bare serializer the codec stands on: "msgpack" or "json"
 
@@ -56,8 +57,9 @@ def bare_roundtrips(envelope: dict[str, Any]) -> dict[str, Callable[[], Any]]:
 def cases() -> list[Case]:
     result = []
 
-    def add(name, encode, decode, message, envelope, baseline):
-        result.append(Case(name, lambda: decode(encode(message)), envelope, baseline))
+    def add(name, encode, decode, message, envelope, baseline, expected=None):
+        result.append(Case(name, lambda: decode(encode(message)),
+                           message if expected is None else expected, envelope, baseline))
 
     add(
         "websmq publish", websmq.encode, websmq.decode,
@@ -130,7 +132,7 @@ def cases() -> list[Case]:
     add("phyllo document, minimal",
         lambda m: phyllo.MINIMAL.encode(m),
         lambda d: phyllo.deserialize(phyllo.document_from_message(phyllo.MINIMAL.decode(d))),
-        document, {"type": 0x40, "topic": b"temp", "body": body}, "msgpack")
+        document, {"type": 0x40, "topic": b"temp", "body": body}, "msgpack", expected=body)
     return result
 
 
