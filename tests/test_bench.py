@@ -29,3 +29,8 @@ def test_every_codec_is_benchmarked():
     codecs = {m.name for m in pkgutil.iter_modules(wireproto.codecs.__path__)} - {"_common"}
     covered = {case.name.split()[0] for case in CASES}
     assert codecs <= covered, f"not in bench/codecs.py: {sorted(codecs - covered)}"
+
+
+def test_stream_feeds_decode_every_message():
+    for name, run in bench.stream_feeds():
+        assert run() == 200, name

@@ -53,3 +53,25 @@ def test_values_that_are_not_data_are_a_type_error(name, value):
     decoder = {**BINARY_DECODERS, **TEXT_DECODERS}[name]
     with pytest.raises(TypeError):
         decoder(value)
+
+
+class Text(str):
+    pass
+
+
+class Data(bytes):
+    pass
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_DECODERS))
+def test_text_formats_read_a_str_subclass_as_text(name):
+    assert TEXT_DECODERS[name](Text('{"success":1}' if name == "ubre" else "2$a|1"))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_DECODERS) + sorted(TEXT_DECODERS))
+def test_every_decoder_reads_a_bytes_subclass_as_bytes(name):
+    decoder = {**BINARY_DECODERS, **TEXT_DECODERS}[name]
+    try:
+        decoder(Data(b"\x00\x01a"))
+    except ProtocolError:
+        pass

@@ -42,6 +42,11 @@ def test_msgpack_loads_raises_protocol_error(data):
         msgpack_loads(data, "payload")
 
 
+def test_msgpack_loads_says_when_nesting_is_too_deep():
+    with pytest.raises(errors.BadEncoding, match="payload: msgpack nested too deeply"):
+        msgpack_loads(b"\x91" * 100_000 + b"\x00", "payload")
+
+
 def test_utf8_names_offending_byte():
     with pytest.raises(errors.BadEncoding, match="byte 2") as info:
         utf8(b"ab\xff", "topic")

@@ -83,6 +83,14 @@ def test_splitter_resyncs_after_an_over_long_chunk_that_spans_feeds():
     assert splitter.errors == []
 
 
+def test_splitter_fed_byte_by_byte_gives_the_long_chunk_whole():
+    size = 50_000
+    splitter = ChunkSplitter(size)
+    stream = b"\x00" + b"a" * size + b"\x00"
+    chunks = [chunk for i in range(len(stream)) for chunk in splitter.feed(stream[i : i + 1])]
+    assert chunks == [b"a" * size] and splitter.errors == []
+
+
 def test_splitter_limit_must_be_positive():
     with pytest.raises(ValueError, match="at least 1"):
         ChunkSplitter(max_length=0)
@@ -278,6 +286,12 @@ def test_json_document():
     document = phyllo.serialize({"a": [1, "é"]}, format=Format.JSON, schema=0x70)
     assert phyllo.encode_document(document) == b'\x50\x70{"a":[1,"\xc3\xa9"]}'
     assert phyllo.deserialize(document) == {"a": [1, "é"]}
+
+
+def test_json_document_escapes_a_lone_surrogate_as_json_does():
+    document = phyllo.serialize(["\ud800x"], format=Format.JSON)
+    assert document.body == b'["\\ud800x"]'
+    assert phyllo.deserialize(document) == ["\ud800x"]
 
 
 def test_msgpack_keeps_str_and_bytes_apart():

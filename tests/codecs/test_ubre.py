@@ -1,6 +1,7 @@
 """UBRE codec: the spec's and NOTES.md's examples, what ubre.js 0.0.23 sends, round trips, fuzzing
 and every error path."""
 
+import enum
 import json
 import mmap
 
@@ -84,6 +85,14 @@ def test_binary_body_may_be_bytearray_or_memoryview_and_decodes_to_bytes():
     assert encode(Publish("t", memoryview(b"ab")), binary=True) == wire
     assert type(decode(bytearray(wire)).body) is bytes
     assert decode(memoryview(wire)) == Publish("t", b"ab")
+
+
+def test_binary_body_may_be_a_strided_memoryview():
+    wire = h("50 0001 00000002 74 6162")
+    assert encode(Publish("t", memoryview(b"axbx")[::2]), binary=True) == wire
+    assert decode(memoryview(bytes(b for byte in wire for b in (byte, 0)))[::2]) == Publish(
+        "t", b"ab"
+    )
 
 
 # --- Vectors: the spec's JSON examples, as printed there (indented) -----------------------------
@@ -468,6 +477,19 @@ def test_json_decode_bytes_in_text_frame_is_never_binary():
 def test_encode_refuses(message, binary, error, match):
     with pytest.raises(error, match=match):
         encode(message, binary=binary)
+
+
+def test_encode_takes_subclasses_of_str_and_int():
+    class Topic(str):
+        pass
+
+    class Code(enum.IntEnum):
+        SEVEN = 7
+
+    assert encode(Subscribe(Topic("news"))) == b'{"subscribe":"news"}'
+    assert encode(Subscribe(Topic("news")), binary=True) == h("53 0004 00000000 6e657773")
+    assert encode(Success(Code.SEVEN)) == b'{"success":7}'
+    assert encode(Success(Code.SEVEN), binary=True) == h("73 0001 00000000 37")
 
 
 def test_encode_longest_name_is_accepted():

@@ -145,6 +145,13 @@ def test_payload_is_bytes_whatever_the_input():
     assert decoded.payload == b"\xffdata"  # a copy, not a view into the caller's buffer
 
 
+def test_a_strided_memoryview_is_read_like_its_bytes():
+    frame = b"\x00\x01t\xffdata"
+    strided = memoryview(bytes(b for byte in frame for b in (byte, 0)))[::2]
+    assert decode(strided) == Publish("t", b"\xffdata")
+    assert decode_header(strided) == (MessageType.PUBLISH, 1)
+
+
 def test_decoded_messages_behave_like_constructed_ones():
     decoded = decode(b"\xc0\x01t" + b"p")
     built = LastWill("t", b"p")
@@ -317,6 +324,7 @@ def test_encode_refuses_a_payload_that_is_not_bytes(payload):
 def test_encode_takes_any_bytes_like_payload():
     assert encode(LastWill("t", bytearray(b"ab"))) == b"\xc0\x01tab"
     assert encode_publish("t", memoryview(b"xab")[1:]) == b"\x00\x01tab"
+    assert encode_publish("t", memoryview(b"axbx")[::2]) == b"\x00\x01tab"
 
 
 def test_encode_refuses_what_is_not_a_message():

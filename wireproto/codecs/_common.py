@@ -74,9 +74,9 @@ def msgpack_loads(data: bytes, what: str) -> Any:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except msgpack.ExtraData:
         raise BadEncoding(f"{what}: bytes left over after the msgpack value") from None
-    except RecursionError:
+    except (msgpack.StackError, RecursionError):
         raise BadEncoding(f"{what}: msgpack nested too deeply") from None
-    except Exception as e:  # msgpack raises a wide family (FormatError, StackError, ValueError...)
+    except Exception as e:  # msgpack raises a wide family (FormatError, ValueError...)
         raise BadEncoding(f"{what}: invalid msgpack: {e}") from None
 
 

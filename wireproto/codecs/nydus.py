@@ -330,6 +330,8 @@ def decode(data: str | bytes | bytearray | memoryview) -> Message:
 
 
 def _as_text(data: Any) -> str:
+    if isinstance(data, str):  # a subclass of str
+        return data
     if isinstance(data, (bytes, bytearray, memoryview)):
         return utf8(data, "nydus message")
     raise TypeError(f"nydus message must be str or UTF-8 bytes, not {type(data).__name__}")

@@ -191,12 +191,12 @@ def encode(message: Message, *, binary: bool = False) -> bytes:
     if cls in _TOPIC_TYPES:
         key, code = _TOPIC_TYPES[cls]
         name, what, invalid = message.topic, "topic", InvalidTopic
-        if type(name) is not str:
+        if not isinstance(name, str):
             raise InvalidTopic(f"UBRE {key} topic must be a str, got {_describe(name)}")
     elif cls in _ID_TYPES:
         key, code = _ID_TYPES[cls]
         name, what, invalid = message.id, "id", InvalidField
-        if type(name) is not int and type(name) is not str:
+        if not isinstance(name, (int, str)) or isinstance(name, bool):
             raise InvalidField(f"UBRE {key} id must be an int or a str, got {_describe(name)}")
     else:
         raise TypeError(f"not a UBRE message: {message!r}")
@@ -223,7 +223,7 @@ def encode(message: Message, *, binary: bool = False) -> bytes:
             f"{reprlib.repr(handler)} cannot be sent; send this request as JSON"
         )
     try:
-        name_bytes = (name if type(name) is str else str(name)).encode()
+        name_bytes = (name if isinstance(name, str) else str(int(name))).encode()
     except UnicodeEncodeError as e:
         raise invalid(f"UBRE binary {key} {what} cannot be written as UTF-8: {e.reason}") from None
     if len(name_bytes) > MAX_NAME_LENGTH:
@@ -239,6 +239,8 @@ def encode(message: Message, *, binary: bool = False) -> bytes:
             f"UBRE binary {key} body must be bytes, got {type(body).__name__}"
             + ("; a streaming message needs a body, even an empty one" if body is NO_BODY else "")
         )
+    if isinstance(body, memoryview) and not body.c_contiguous:
+        body = body.tobytes()  # a strided view, which join refuses
     size = body.nbytes if isinstance(body, memoryview) else len(body)
     if message.streaming:
         body_length = STREAMING_BODY_LENGTH
@@ -265,7 +267,7 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
     if type(data) is not bytes:
         if isinstance(data, str):
             return _decode_json(data)
-        if not isinstance(data, (bytearray, memoryview)):
+        if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"UBRE message must be bytes or str, not {type(data).__name__}")
         data = bytes(data)
     try:

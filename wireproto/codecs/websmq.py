@@ -276,11 +276,14 @@ def _as_view(data: bytearray | memoryview) -> memoryview:
             " a peer sending a text frame breaks the spec"
         )
     try:
-        return memoryview(data).cast("B")
+        view = memoryview(data)
     except TypeError:
         raise TypeError(
             f"WEBSMQ frame must be a contiguous bytes-like object, not {type(data).__name__}"
         ) from None
+    if not view.c_contiguous:
+        view = memoryview(view.tobytes())  # a strided view cannot be cast
+    return view.cast("B")
 
 
 def _short_frame(size: int) -> TruncatedFrame:
@@ -351,6 +354,8 @@ def _encode_frame(message_type: int, topic: str, payload: bytes) -> bytes:
     try:
         return _HEADER.pack(message_type << _TYPE_SHIFT | len(raw)) + raw + payload
     except TypeError:
+        if isinstance(payload, memoryview):  # a strided view, which `+` refuses
+            return _HEADER.pack(message_type << _TYPE_SHIFT | len(raw)) + raw + payload.tobytes()
         raise InvalidField(
             f"WEBSMQ payload must be bytes, bytearray or memoryview, not {type(payload).__name__}"
         ) from None

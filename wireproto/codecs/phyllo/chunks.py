@@ -59,7 +59,9 @@ class ChunkSplitter:
             raise ValueError(f"max_length must be at least 1, not {max_length}")
         self.max_length = max_length
         self.errors: list[ProtocolError] = []
-        self._partial = b""  # bytes of a chunk whose end delimiter has not come yet
+        # Bytes of a chunk whose end delimiter has not come yet; a bytearray, so that a chunk
+        # fed one byte at a time grows in linear time.
+        self._partial = bytearray()
         self._partial_start = 0
         self._dropping = False  # inside an over-long chunk, waiting for its end delimiter
         self._fed = 0
@@ -79,9 +81,10 @@ class ChunkSplitter:
                 at += len(head) + 1
                 del parts[0]
             elif self._partial:
-                parts[0] = self._partial + head
+                self._partial += head
+                parts[0] = bytes(self._partial)
                 at = self._partial_start
-            self._partial = b""
+            self._partial.clear()
             max_length = self.max_length
             for part in parts:
                 if len(part) > max_length:
@@ -92,12 +95,11 @@ class ChunkSplitter:
         if not self._dropping and tail:
             if not self._partial:
                 self._partial_start = at
-            partial = self._partial + tail
-            if len(partial) > self.max_length:
+            self._partial += tail
+            if len(self._partial) > self.max_length:
                 self._report(self._partial_start)
                 self._dropping = True
-                partial = b""
-            self._partial = partial
+                self._partial.clear()
         self._fed += len(data)
         return chunks
 

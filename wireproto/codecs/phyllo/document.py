@@ -110,7 +110,9 @@ def serialize(
     if format == Format.MSGPACK:
         body = msgpack_dumps(value)
     elif format == Format.JSON:
-        body = json_dumps(value).encode("utf-8")
+        # A lone surrogate can occur only inside a JSON string, where Python's \uXXXX
+        # backslash escape is exactly JSON's.
+        body = json_dumps(value).encode("utf-8", "backslashreplace")
     else:
         raise _unreadable(format)
     return Document(int(format), int(schema), body)
