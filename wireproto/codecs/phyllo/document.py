@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from wireproto.codecs._common import binary, json_dumps, json_loads, msgpack_dumps, msgpack_loads
+from wireproto.codecs._common import (
+    binary,
+    json_dumps,
+    json_loads,
+    msgpack_dumps,
+    msgpack_loads,
+    unchecked_constructor,
+)
 from wireproto.errors import InvalidField, TruncatedFrame, UnknownType
 
 from .codes import TypeCode, type_name
@@ -81,6 +88,9 @@ class Document:
     body: bytes
 
 
+_build_document = unchecked_constructor(Document)  # Document validates nothing, so no check is lost
+
+
 def encode_document(document: Document) -> bytes:
     try:
         header = bytes((document.format, document.schema))
@@ -100,7 +110,7 @@ def decode_document(data: bytes) -> Document:
             f"Phyllo document of {len(data)} byte{'' if len(data) == 1 else 's'}: "
             "the header (format and schema) needs 2"
         )
-    return Document(data[0], data[1], data[2:])
+    return _build_document(data[0], data[1], data[2:])
 
 
 def serialize(
@@ -115,7 +125,7 @@ def serialize(
         body = json_dumps(value).encode("utf-8", "backslashreplace")
     else:
         raise _unreadable(format)
-    return Document(int(format), int(schema), body)
+    return _build_document(int(format), int(schema), body)  # encode_document checks the bytes
 
 
 def deserialize(document: Document) -> Any:
