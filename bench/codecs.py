@@ -153,40 +153,50 @@ def stream_feeds() -> list[tuple[str, Callable[[], Any]]]:
     return [(f"{piece}-byte feeds", feed_in(piece)) for piece in (len(stream), 64, 1)]
 
 
-def best_microseconds(func: Callable[[], Any], repeat: int, budget: float) -> float:
-    timer = timeit.Timer(func)
-    number, elapsed = timer.autorange()
-    number = max(1, int(number * budget / max(elapsed, 1e-9)))
-    return min(timer.repeat(repeat=repeat, number=number)) / number * 1e6
+def interleaved_best(funcs: dict[str, Callable[[], Any]], rounds: int, budget: float) -> dict:
+    """Best microseconds per call of each function, timed in turns so that a noisy spell on a
+    shared machine hits every column alike rather than one."""
+    timers = {name: timeit.Timer(func) for name, func in funcs.items()}
+    numbers = {}
+    for name, timer in timers.items():
+        number, elapsed = timer.autorange()
+        numbers[name] = max(1, int(number * budget / max(elapsed, 1e-9)))
+    best = dict.fromkeys(funcs, float("inf"))
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            best[name] = min(best[name], timer.timeit(numbers[name]) / numbers[name] * 1e6)
+    return best
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
     args = parser.parse_args(argv)
-    repeat, budget = (3, 0.05) if args.quick else (7, 0.2)
+    repeat, budget = (3, 0.02) if args.quick else (9, 0.1)
 
     header = f"{'case':<26} {'codec':>8} {'msgpack':>8} {'orjson':>8} {'json':>8}  vs base  goal"
     print(header)
     print("-" * len(header))
     misses = 0
     for case in cases():
-        codec = best_microseconds(case.roundtrip, repeat, budget)
-        bare = {name: best_microseconds(f, repeat, budget)
-                for name, f in bare_roundtrips(case.envelope).items()}
+        bare = interleaved_best(
+            {"codec": case.roundtrip, **bare_roundtrips(case.envelope)}, repeat, budget
+        )
+        codec = bare["codec"]
         ratio = codec / bare[case.baseline]
         ok = ratio <= 2.0
         misses += not ok
         print(f"{case.name:<26} {codec:8.2f} {bare['msgpack']:8.2f} {bare['orjson']:8.2f}"
               f" {bare['json']:8.2f}  {ratio:5.2f}x {case.baseline:<7}"
               f" {'ok' if ok else 'MISSED'}")
-    print(f"\nmicroseconds per encode+decode, best of {repeat}; python {sys.version.split()[0]}")
+    python = sys.version.split()[0]
+    print(f"\nmicroseconds per encode+decode, best of {repeat} interleaved rounds; python {python}")
     print("vs base: the codec over the bare serializer it stands on; goal at most 2.00x")
 
     print("\nphyllo StackDecoder, 200 minimal messages of 48-byte payloads per stream")
-    for name, run in stream_feeds():
-        per_message = best_microseconds(run, repeat, budget) / 200
-        print(f"  {name:<20} {per_message:8.2f} us per message")
+    feeds = interleaved_best(dict(stream_feeds()), repeat, budget)
+    for name, microseconds in feeds.items():
+        print(f"  {name:<20} {microseconds / 200:8.2f} us per message")
     return 0
 
 
