@@ -5,7 +5,14 @@ import json
 import pytest
 
 from wireproto import errors
-from wireproto.codecs._common import json_dumps, json_loads, msgpack_dumps, msgpack_loads, utf8
+from wireproto.codecs._common import (
+    json_dumps,
+    json_loads,
+    json_utf8,
+    msgpack_dumps,
+    msgpack_loads,
+    utf8,
+)
 
 
 @pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a":-Infinity}'])
@@ -77,3 +84,10 @@ def test_unchecked_constructor_builds_equal_frozen_messages():
         made.topic = "other"
     with pytest.raises(AssertionError):
         Sample("t")
+
+
+def test_json_utf8_is_utf8_with_lone_surrogates_escaped():
+    assert json_utf8({"t": "é"}) == '{"t":"é"}'.encode()
+    written = json_utf8(["a\udc00b", "😀"])
+    assert written == b'["a\\udc00b","\xf0\x9f\x98\x80"]'
+    assert json.loads(written) == ["a\udc00b", "😀"]

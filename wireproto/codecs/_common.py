@@ -18,6 +18,7 @@ from wireproto.errors import BadEncoding, BadJSON, InvalidField
 __all__ = [
     "json_dumps",
     "json_loads",
+    "json_utf8",
     "msgpack_dumps",
     "msgpack_loads",
     "binary",
@@ -44,6 +45,13 @@ def json_dumps(value: Any) -> str:
         return _json_encoder.encode(value)
     except (TypeError, ValueError) as e:
         raise InvalidField(f"value cannot be written as JSON: {e}") from None
+
+
+def json_utf8(value: Any) -> bytes:
+    """`json_dumps` as UTF-8 bytes. A lone surrogate (JSON can carry one as an escape, and
+    JavaScript peers send them) can stand only inside a JSON string, where Python's \\uXXXX
+    backslash escape is exactly JSON's, so it is written as that escape."""
+    return json_dumps(value).encode("utf-8", "backslashreplace")
 
 
 def json_loads(text: str | bytes, what: str) -> Any:

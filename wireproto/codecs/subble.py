@@ -53,8 +53,8 @@ from typing import Any, NamedTuple
 
 from wireproto.codecs._common import (
     binary,
-    json_dumps,
     json_loads,
+    json_utf8,
     msgpack_dumps,
     msgpack_loads,
     unchecked_constructor,
@@ -677,11 +677,7 @@ def pack_payload(value: Any, format: SerializationFormat | int) -> bytes:
     if format == SerializationFormat.MSGPACK:
         return msgpack_dumps(value)
     if format == SerializationFormat.JSON:
-        text = json_dumps(value)
-        try:
-            return text.encode()
-        except UnicodeEncodeError as e:
-            raise InvalidField(f"value cannot be written as JSON in UTF-8: {e.reason}") from None
+        return json_utf8(value)
     raise InvalidField(
         f"SubbleSocket payload: serialization format {format} is not one wireproto can write "
         "(0 msgpack, 1 JSON)"

@@ -56,7 +56,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from wireproto.codecs._common import json_dumps, json_loads, unchecked_constructor
+from wireproto.codecs._common import json_loads, json_utf8, unchecked_constructor
 from wireproto.errors import (
     BadEncoding,
     BadJSON,
@@ -210,12 +210,9 @@ def encode(message: Message, *, binary: bool = False) -> bytes:
         if message.body is not NO_BODY:
             obj["body"] = message.body
         try:
-            text = json_dumps(obj)
+            return json_utf8(obj)
         except InvalidField as e:
             raise InvalidField(f"UBRE {key}: {e.message}") from None
-        # A lone surrogate (JSON can carry one as an escape, and JS peers send them) can occur
-        # only inside a JSON string, where Python's \uXXXX backslash escape is exactly JSON's.
-        return text.encode("utf-8", "backslashreplace")
 
     if handler is not None:
         raise InvalidField(

@@ -17,8 +17,8 @@ from typing import Any
 
 from wireproto.codecs._common import (
     binary,
-    json_dumps,
     json_loads,
+    json_utf8,
     msgpack_dumps,
     msgpack_loads,
     unchecked_constructor,
@@ -120,9 +120,7 @@ def serialize(
     if format == Format.MSGPACK:
         body = msgpack_dumps(value)
     elif format == Format.JSON:
-        # A lone surrogate can occur only inside a JSON string, where Python's \uXXXX
-        # backslash escape is exactly JSON's.
-        body = json_dumps(value).encode("utf-8", "backslashreplace")
+        body = json_utf8(value)
     else:
         raise _unreadable(format)
     return _build_document(int(format), int(schema), body)  # encode_document checks the bytes
