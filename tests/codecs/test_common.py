@@ -91,3 +91,9 @@ def test_json_utf8_is_utf8_with_lone_surrogates_escaped():
     written = json_utf8(["a\udc00b", "😀"])
     assert written == b'["a\\udc00b","\xf0\x9f\x98\x80"]'
     assert json.loads(written) == ["a\udc00b", "😀"]
+
+
+def test_json_loads_names_an_integer_too_long_to_read():
+    with pytest.raises(errors.BadJSON, match="more than 4300 digits") as info:
+        json_loads("[" + "9" * 5000 + "]", "body")
+    assert "set_int_max_str_digits" not in info.value.message

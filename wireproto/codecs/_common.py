@@ -63,6 +63,8 @@ def json_loads(text: str | bytes, what: str) -> Any:
     except json.JSONDecodeError as e:
         raise BadJSON(f"{what}: invalid JSON at character {e.pos}: {e.msg}", offset=e.pos) from None
     except ValueError as e:
+        if "integer string conversion" in str(e):  # Python's guard against huge int parsing
+            raise BadJSON(f"{what}: a JSON integer has more than 4300 digits") from None
         raise BadJSON(f"{what}: {e}") from None
     except RecursionError:
         raise BadJSON(f"{what}: JSON nested too deeply") from None
