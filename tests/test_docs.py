@@ -1,4 +1,4 @@
-"""Every example in docs/*.md runs and prints what the page says it prints.
+"""Every example in docs/*.md and README.md runs and prints what the page says it prints.
 
 The examples are doctests (``>>>`` lines and their output) inside ```python fences. A ```python
 fence holds only such examples: code that is not meant to run (an API signature, a layout) goes
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PAGES = sorted(DOCS.glob("*.md"))
+PAGES = sorted(DOCS.glob("*.md")) + [DOCS.parent / "README.md"]
 # The overview and the benchmark figures need no examples; every codec's page must have some.
 MAY_HAVE_NO_EXAMPLES = {"index.md", "performance.md"}
 OPTIONFLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
