@@ -48,7 +48,7 @@ from enum import IntEnum
 from typing import ClassVar
 from urllib.parse import quote, unquote_to_bytes
 
-from wireproto.codecs._common import unchecked_constructor
+from wireproto.codecs._common import binary, unchecked_constructor
 from wireproto.errors import (
     BadEncoding,
     BadLength,
@@ -268,24 +268,6 @@ def encode_header(message_type: int, topic_length: int) -> bytes:
     return _HEADER.pack(message_type << _TYPE_SHIFT | topic_length)
 
 
-def _as_view(data: bytearray | memoryview) -> memoryview:
-    """A byte view of a frame that is not `bytes`, so that decode copies out only its parts."""
-    if isinstance(data, str):
-        raise BadEncoding(
-            "WEBSMQ is a binary protocol: got text (str), not bytes;"
-            " a peer sending a text frame breaks the spec"
-        )
-    try:
-        view = memoryview(data)
-    except TypeError:
-        raise TypeError(
-            f"WEBSMQ frame must be a contiguous bytes-like object, not {type(data).__name__}"
-        ) from None
-    if not view.c_contiguous:
-        view = memoryview(view.tobytes())  # a strided view cannot be cast
-    return view.cast("B")
-
-
 def _short_frame(size: int) -> TruncatedFrame:
     unit = "byte" if size == 1 else "bytes"
     return TruncatedFrame(
@@ -295,7 +277,7 @@ def _short_frame(size: int) -> TruncatedFrame:
 
 def decode_header(data: bytes | bytearray | memoryview) -> tuple[MessageType, int]:
     """The message type and topic length from the first two bytes of `data`."""
-    frame = data if type(data) is bytes else _as_view(data)
+    frame = data if type(data) is bytes else binary(data, "WEBSMQ frame")
     if len(frame) < HEADER_SIZE:
         raise _short_frame(len(frame))
     (header,) = _HEADER.unpack_from(frame)
@@ -329,7 +311,7 @@ def _bad_topic(message_type: int, raw_topic: bytes) -> InvalidTopic:
 
 def decode(data: bytes | bytearray | memoryview) -> Message:
     """Read one WEBSMQ frame. Raises only ProtocolError subclasses on bad input."""
-    frame = data if type(data) is bytes else _as_view(data)
+    frame = data if type(data) is bytes else binary(data, "WEBSMQ frame")
     size = len(frame)
     if size < HEADER_SIZE:
         raise _short_frame(size)
@@ -340,9 +322,6 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         raise _bad_topic_length(message_type, end, size)
     raw_topic = frame[HEADER_SIZE:end]
     payload = frame[end:]
-    if frame is not data:
-        raw_topic = bytes(raw_topic)
-        payload = bytes(payload)
     rest = raw_topic.translate(None, _TOPIC_CHARS)
     if rest and not _escapes_valid(raw_topic, rest):
         raise _bad_topic(message_type, raw_topic)
