@@ -20,6 +20,8 @@ __all__ = [
     "BadEncoding",
     "BadJSON",
     "BadChecksum",
+    "LimitExceeded",
+    "UnexpectedMessage",
 ]
 
 
@@ -73,3 +75,11 @@ class BadJSON(ProtocolError):
 
 class BadChecksum(ProtocolError):
     """A CRC that does not match the data it covers."""
+
+
+class LimitExceeded(ProtocolError):
+    """The peer went past a configured limit (subscriptions, connections, queue bytes)."""
+
+
+class UnexpectedMessage(ProtocolError):
+    """A well-formed message that this role must never receive (a broker-only frame at a broker)."""

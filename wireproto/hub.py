@@ -1,0 +1,530 @@
+"""The hub: the one place where topics live, shared by every protocol and every connection.
+
+A server protocol attaches each connection to the hub as a `Session`, giving it a way to encode
+a `HubMessage` into its own wire format. Publishing fans a message out to every subscriber of
+its topic except the sender, encoding once per wire format and framing once per kind of
+transport (a WebSocket prepared message, a length-prefixed frame), however many subscribers
+share them.
+
+Topics are plain strings. A subscription matches a topic exactly, or, when a protocol opts in, by
+an MQTT-style pattern over `/`-separated levels: `+` matches one level, and `#` as the last level
+matches that level's parent and everything below it (`a/#` matches `a`, `a/b`, `a/b/c`).
+
+Each session has a send queue bounded in bytes. While the socket underneath keeps up, messages go
+straight to it. When it fills, Twisted pauses the session (it is registered as the transport's
+producer) and messages wait in the queue. If the queue would pass its limit, the overflow policy
+decides: `drop-oldest` discards the oldest queued messages, `disconnect` aborts the connection.
+Both are counted.
+
+A session may leave a will: a message published, marked as a will, when the session closes for any
+reason.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from wireproto.errors import InvalidTopic, LimitExceeded
+from wireproto.transports.base import IMessageTransport
+
+__all__ = [
+    "DEFAULT_QUEUE_BYTES",
+    "DEFAULT_MAX_SUBSCRIPTIONS",
+    "Overflow",
+    "HubMessage",
+    "HubStats",
+    "SessionStats",
+    "Hub",
+    "Session",
+    "LocalSubscriber",
+    "validate_pattern",
+    "pattern_matches",
+]
+
+log = Logger()
+
+DEFAULT_QUEUE_BYTES = 1 << 20
+DEFAULT_MAX_SUBSCRIPTIONS = 1000
+
+
+class Overflow(StrEnum):
+    """What a session does when its send queue would pass its byte limit."""
+
+    DROP_OLDEST = "drop-oldest"
+    DISCONNECT = "disconnect"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HubMessage:
+    """A message on its way through the hub.
+
+    `sender` is the subscriber that published it (it never gets its own message back), and
+    `protocol` names the spec it came in on. `will` marks a last will.
+    """
+
+    topic: str
+    payload: bytes
+    will: bool = False
+    sender: Any = None
+    protocol: str = ""
+
+
+@dataclass
+class HubStats:
+    published: int = 0
+    delivered: int = 0
+    wills_published: int = 0
+    dropped_messages: int = 0
+    dropped_bytes: int = 0
+    overflow_disconnects: int = 0
+
+
+@dataclass
+class SessionStats:
+    received: int = 0
+    sent: int = 0
+    sent_bytes: int = 0
+    dropped_messages: int = 0
+    dropped_bytes: int = 0
+    overflow_disconnects: int = 0
+
+
+# encode(message) -> (data, binary), or None when the message cannot be said in this format.
+Encoder = Callable[[HubMessage], "tuple[bytes, bool] | None"]
+
+
+def validate_pattern(pattern: str) -> None:
+    """Refuse a pattern whose `#` is not a whole last level, or whose `+` is not a whole level."""
+    levels = pattern.split("/")
+    for index, level in enumerate(levels):
+        if "#" in level and (level != "#" or index != len(levels) - 1):
+            raise InvalidTopic(f"pattern {pattern!r}: '#' must be a whole level, and the last")
+        if "+" in level and level != "+":
+            raise InvalidTopic(f"pattern {pattern!r}: '+' must be a whole level")
+
+
+def is_pattern(topic: str) -> bool:
+    return "+" in topic.split("/") or topic == "#" or topic.endswith("/#")
+
+
+def pattern_matches(pattern: str, topic: str) -> bool:
+    """Whether an MQTT-style `pattern` matches `topic`."""
+    pattern_levels = pattern.split("/")
+    topic_levels = topic.split("/")
+    for index, level in enumerate(pattern_levels):
+        if level == "#":
+            return True
+        if index >= len(topic_levels):
+            return False
+        if level != "+" and level != topic_levels[index]:
+            return False
+    return len(pattern_levels) == len(topic_levels)
+
+
+class _PatternNode:
+    __slots__ = ("children", "subscribers", "rest")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _PatternNode] = {}
+        self.subscribers: dict[Any, None] = {}  # the pattern ends here
+        self.rest: dict[Any, None] = {}  # the pattern's next level is '#'
+
+
+class _PatternTree:
+    """Patterns by level, so matching a topic walks only the branches that can match."""
+
+    def __init__(self) -> None:
+        self.root = _PatternNode()
+        self.count = 0
+
+    def add(self, pattern: str, subscriber: Any) -> None:
+        node = self.root
+        levels = pattern.split("/")
+        for level in levels[:-1]:
+            node = node.children.setdefault(level, _PatternNode())
+        if levels[-1] == "#":
+            node.rest[subscriber] = None
+        else:
+            node = node.children.setdefault(levels[-1], _PatternNode())
+            node.subscribers[subscriber] = None
+        self.count += 1
+
+    def remove(self, pattern: str, subscriber: Any) -> None:
+        path = [self.root]
+        levels = pattern.split("/")
+        for level in levels[:-1]:
+            path.append(path[-1].children[level])
+        if levels[-1] == "#":
+            del path[-1].rest[subscriber]
+        else:
+            leaf = path[-1].children[levels[-1]]
+            del leaf.subscribers[subscriber]
+            path.append(leaf)
+            levels.append("")
+        self.count -= 1
+        for depth in range(len(path) - 1, 0, -1):
+            node = path[depth]
+            if node.children or node.subscribers or node.rest:
+                break
+            del path[depth - 1].children[levels[depth - 1]]
+
+    def match(self, topic: str, into: dict[Any, None]) -> None:
+        levels = topic.split("/")
+        frontier = [self.root]
+        for level in levels:
+            following = []
+            for node in frontier:
+                into.update(node.rest)
+                for key in (level, "+"):
+                    child = node.children.get(key)
+                    if child is not None:
+                        following.append(child)
+            if not following:
+                return
+            frontier = following
+        for node in frontier:
+            into.update(node.subscribers)
+            into.update(node.rest)
+
+
+class Hub:
+    """Subscriptions, fan-out, wills and send-queue policy for every protocol."""
+
+    def __init__(
+        self,
+        *,
+        queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        overflow: Overflow | str = Overflow.DROP_OLDEST,
+        max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
+    ) -> None:
+        if queue_bytes <= 0:
+            raise ValueError("queue_bytes must be positive")
+        self.queue_bytes = queue_bytes
+        self.overflow = Overflow(overflow)
+        self.max_subscriptions = max_subscriptions
+        self.stats = HubStats()
+        self.sessions: dict[Session, None] = {}
+        self._exact: dict[str, dict[Any, None]] = {}
+        self._patterns = _PatternTree()
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def attach(
+        self,
+        transport: IMessageTransport,
+        *,
+        protocol: str,
+        wire_format: Hashable,
+        encode: Encoder,
+    ) -> Session:
+        """Give a new connection its session. `wire_format` names what `encode` produces, so
+        sessions that share it share one encoding per published message."""
+        session = Session(
+            self, transport, protocol=protocol, wire_format=wire_format, encode=encode
+        )
+        self.sessions[session] = None
+        return session
+
+    # -- subscriptions --------------------------------------------------------------------------
+
+    def subscribe(self, subscriber: Any, topic: str) -> bool:
+        """Subscribe to one exact topic. False if it was already subscribed."""
+        subscribers = self._exact.get(topic)
+        if subscribers is None:
+            subscribers = self._exact[topic] = {}
+        elif subscriber in subscribers:
+            return False
+        subscribers[subscriber] = None
+        return True
+
+    def unsubscribe(self, subscriber: Any, topic: str) -> bool:
+        subscribers = self._exact.get(topic)
+        if subscribers is None or subscriber not in subscribers:
+            return False
+        del subscribers[subscriber]
+        if not subscribers:
+            del self._exact[topic]
+        return True
+
+    def subscribe_pattern(self, subscriber: Any, pattern: str) -> None:
+        validate_pattern(pattern)
+        self._patterns.add(pattern, subscriber)
+
+    def unsubscribe_pattern(self, subscriber: Any, pattern: str) -> None:
+        self._patterns.remove(pattern, subscriber)
+
+    def subscribe_callback(
+        self, topic: str, callback: Callable[[HubMessage], object]
+    ) -> LocalSubscriber:
+        """Host code's own subscription: `callback(message)` for each message on `topic`, or on
+        every topic a pattern matches when `topic` contains `+` or a last `#`."""
+        subscriber = LocalSubscriber(self, topic, callback)
+        if is_pattern(topic):
+            self.subscribe_pattern(subscriber, topic)
+        else:
+            self.subscribe(subscriber, topic)
+        return subscriber
+
+    def subscribers(self, topic: str) -> Iterable[Any]:
+        """Everyone a message on `topic` would reach, each once."""
+        exact = self._exact.get(topic)
+        if not self._patterns.count:
+            return tuple(exact) if exact else ()
+        found: dict[Any, None] = dict(exact) if exact else {}
+        self._patterns.match(topic, found)
+        return tuple(found)
+
+    def topics(self) -> list[str]:
+        return list(self._exact)
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    def publish(self, message: HubMessage, cache: dict | None = None) -> int:
+        """Deliver `message` to every matching subscriber but its sender; return how many.
+
+        `cache` may hold encodings the publisher already has, keyed by wire format, as
+        `{wire_format: (data, binary)}`, so a frame can be forwarded as it came.
+        """
+        self.stats.published += 1
+        if message.will:
+            self.stats.wills_published += 1
+        exact = self._exact.get(message.topic)
+        if self._patterns.count:
+            targets: Iterable[Any] = self.subscribers(message.topic)
+        elif exact:
+            targets = tuple(exact)
+        else:
+            return 0
+        if cache is None:
+            cache = {}
+        sender = message.sender
+        delivered = 0
+        for subscriber in targets:
+            if subscriber is not sender:
+                subscriber.deliver(message, cache)
+                delivered += 1
+        self.stats.delivered += delivered
+        return delivered
+
+    def _forget(self, session: Session) -> None:
+        self.sessions.pop(session, None)
+
+
+class LocalSubscriber:
+    """A subscription held by host code rather than by a connection."""
+
+    def __init__(self, hub: Hub, topic: str, callback: Callable[[HubMessage], object]) -> None:
+        self.hub = hub
+        self.topic = topic
+        self.callback = callback
+
+    def deliver(self, message: HubMessage, cache: dict) -> None:
+        try:
+            self.callback(message)
+        except Exception:
+            log.failure("hub subscriber for {topic!r} raised", topic=self.topic)
+
+    def cancel(self) -> None:
+        if is_pattern(self.topic):
+            self.hub.unsubscribe_pattern(self, self.topic)
+        else:
+            self.hub.unsubscribe(self, self.topic)
+
+
+@implementer(IPushProducer)
+class Session:
+    """One connection's place in the hub: its subscriptions, its will and its send queue.
+
+    The session registers itself as its transport's streaming producer, so Twisted pauses it when
+    the socket's buffer is full and resumes it when the buffer drains.
+    """
+
+    def __init__(
+        self,
+        hub: Hub,
+        transport: IMessageTransport,
+        *,
+        protocol: str,
+        wire_format: Hashable,
+        encode: Encoder,
+    ) -> None:
+        self.hub = hub
+        self.transport = transport
+        self.protocol = protocol
+        self.wire_format = wire_format
+        self._encode = encode
+        self._prepared_key = ("prepared", wire_format, transport.prepareKey)
+        self.topics: set[str] = set()
+        self.patterns: set[str] = set()
+        self.will: HubMessage | None = None
+        self.stats = SessionStats()
+        self.queue_limit = hub.queue_bytes
+        self.overflow = hub.overflow
+        self._queue: deque[tuple[Any, int]] = deque()
+        self.queued_bytes = 0
+        self._paused = False
+        self.closed = False
+        transport.registerProducer(self, True)
+
+    def __repr__(self) -> str:
+        return f"<Session {self.protocol} {self.transport.kind} {self.transport.getPeer()}>"
+
+    # -- what the protocol asks of the hub ------------------------------------------------------
+
+    def subscribe(self, topic: str) -> bool:
+        """Subscribe to one exact topic. False if this session already was."""
+        if topic in self.topics:
+            return False
+        self._check_subscription_limit()
+        self.topics.add(topic)
+        return self.hub.subscribe(self, topic)
+
+    def unsubscribe(self, topic: str) -> bool:
+        if topic not in self.topics:
+            return False
+        self.topics.discard(topic)
+        return self.hub.unsubscribe(self, topic)
+
+    def subscribe_pattern(self, pattern: str) -> bool:
+        if pattern in self.patterns:
+            return False
+        self._check_subscription_limit()
+        self.hub.subscribe_pattern(self, pattern)
+        self.patterns.add(pattern)
+        return True
+
+    def unsubscribe_pattern(self, pattern: str) -> bool:
+        if pattern not in self.patterns:
+            return False
+        self.patterns.discard(pattern)
+        self.hub.unsubscribe_pattern(self, pattern)
+        return True
+
+    def _check_subscription_limit(self) -> None:
+        if len(self.topics) + len(self.patterns) >= self.hub.max_subscriptions:
+            raise LimitExceeded(
+                f"more than {self.hub.max_subscriptions} subscriptions on one connection"
+            )
+
+    def publish(
+        self, topic: str, payload: bytes, *, encoded: tuple[bytes, bool] | None = None
+    ) -> int:
+        """Publish from this connection: everyone subscribed but this session gets it.
+        `encoded` is the message already in this session's wire format, forwarded as it is."""
+        self.stats.received += 1
+        message = HubMessage(topic, payload, sender=self, protocol=self.protocol)
+        cache = {self.wire_format: encoded} if encoded is not None else None
+        return self.hub.publish(message, cache)
+
+    def set_will(self, topic: str, payload: bytes) -> None:
+        self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
+
+    def clear_will(self) -> None:
+        self.will = None
+
+    def close(self) -> None:
+        """Leave the hub: drop every subscription and the queue, then publish the will."""
+        if self.closed:
+            return
+        self.closed = True
+        for topic in self.topics:
+            self.hub.unsubscribe(self, topic)
+        for pattern in self.patterns:
+            self.hub.unsubscribe_pattern(self, pattern)
+        self.topics.clear()
+        self.patterns.clear()
+        self._queue.clear()
+        self.queued_bytes = 0
+        self.hub._forget(self)
+        will, self.will = self.will, None
+        if will is not None:
+            self.hub.publish(will)
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def deliver(self, message: HubMessage, cache: dict) -> None:
+        """Send a published message, encoding and framing it only if no one did yet."""
+        prepared = cache.get(self._prepared_key)
+        if prepared is None:
+            encoded = cache.get(self.wire_format)
+            if encoded is None:
+                if self.wire_format in cache:  # known not to be sayable in this format
+                    return
+                encoded = cache[self.wire_format] = self._encode(message)
+                if encoded is None:
+                    return
+            data, binary = encoded
+            prepared = cache[self._prepared_key] = (
+                self.transport.prepareMessage(data, binary), len(data))
+        self._send_prepared(prepared)
+
+    def send(self, data: bytes, binary: bool = True) -> None:
+        """Send one message to this connection alone, through its queue."""
+        self._send_prepared((self.transport.prepareMessage(data, binary), len(data)))
+
+    def _send_prepared(self, prepared: tuple[Any, int]) -> None:
+        if self.closed:
+            return
+        if self._paused or self._queue:
+            self._queue.append(prepared)
+            self.queued_bytes += prepared[1]
+            if self.queued_bytes > self.queue_limit:
+                self._overflowed()
+            return
+        self.stats.sent += 1
+        self.stats.sent_bytes += prepared[1]
+        self.transport.sendPrepared(prepared[0])
+
+    def _overflowed(self) -> None:
+        stats, hub_stats = self.stats, self.hub.stats
+        if self.overflow is Overflow.DISCONNECT:
+            stats.overflow_disconnects += 1
+            hub_stats.overflow_disconnects += 1
+            log.warn(
+                "{session}: send queue passed {limit} bytes; disconnecting (policy 'disconnect')",
+                session=self, limit=self.queue_limit,
+            )
+            self._queue.clear()
+            self.queued_bytes = 0
+            self.transport.abortConnection()
+            self.close()
+            return
+        while self.queued_bytes > self.queue_limit and self._queue:
+            _, size = self._queue.popleft()
+            self.queued_bytes -= size
+            stats.dropped_messages += 1
+            stats.dropped_bytes += size
+            hub_stats.dropped_messages += 1
+            hub_stats.dropped_bytes += size
+
+    @property
+    def queued_messages(self) -> int:
+        return len(self._queue)
+
+    # -- IPushProducer: called by the transport underneath ---------------------------------------
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        self._paused = False
+        queue = self._queue
+        while queue and not self._paused and not self.closed:
+            prepared, size = queue.popleft()
+            self.queued_bytes -= size
+            self.stats.sent += 1
+            self.stats.sent_bytes += size
+            self.transport.sendPrepared(prepared)
+
+    def stopProducing(self) -> None:
+        self._queue.clear()
+        self.queued_bytes = 0
+

@@ -1,0 +1,105 @@
+"""The message interface between transport adapters and spec protocols.
+
+A transport adapter turns some byte carrier (a WebSocket, a framed TCP/TLS/unix stream, a serial
+port) into whole messages. A spec protocol (WEBSMQ, UBRE, ...) sees only `IMessageTransport` and
+never knows which adapter it sits on. Names follow Twisted's own `IProtocol`/`ITransport`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.interfaces import IConsumer, IPushProducer
+from twisted.python.failure import Failure
+from zope.interface import Attribute, Interface, implementer
+
+from wireproto.errors import ProtocolError
+
+__all__ = ["IMessageTransport", "IMessageProtocol", "MessageProtocol", "close_reason"]
+
+
+class IMessageTransport(IConsumer, IPushProducer):
+    """Carries whole messages to one peer.
+
+    As an `IConsumer`, `registerProducer` goes to the byte transport underneath, so a full socket
+    buffer pauses whoever feeds this transport. As an `IPushProducer`, pausing stops reading
+    from the peer.
+    """
+
+    kind = Attribute("Short name of the carrier: 'ws', 'tcp', 'ssl', 'unix' or 'serial'.")
+    prepareKey = Attribute(
+        "Hashable. Transports with equal keys accept each other's prepareMessage results."
+    )
+
+    def sendMessage(data: bytes, binary: bool = True) -> None:
+        """Send one message. `binary` matters only where the carrier marks it (WebSocket)."""
+
+    def prepareMessage(data: bytes, binary: bool = True) -> Any:
+        """Frame a message once so it can be sent to many peers with `sendPrepared`."""
+
+    def sendPrepared(prepared: Any) -> None:
+        """Send a result of `prepareMessage` from a transport with the same `prepareKey`."""
+
+    def loseConnection(error: ProtocolError | None = None) -> None:
+        """Close cleanly. With `error`, tell the peer why where the carrier can."""
+
+    def abortConnection() -> None:
+        """Close at once, dropping whatever is still buffered."""
+
+    def getPeer() -> Any:
+        """The peer's address, as the byte transport reports it."""
+
+    def getHost() -> Any:
+        """This side's address."""
+
+
+class IMessageProtocol(Interface):
+    """A spec protocol over whole messages."""
+
+    def makeConnection(transport: IMessageTransport) -> None:
+        """Attach the transport and call `connectionMade`."""
+
+    def connectionMade() -> None:
+        """The transport is ready; messages may be sent."""
+
+    def messageReceived(data: bytes, binary: bool) -> None:
+        """One whole message arrived. `binary` is False only for WebSocket text frames and for
+        text framings (lines)."""
+
+    def connectionLost(reason: Failure) -> None:
+        """The connection is gone, cleanly or not."""
+
+
+@implementer(IMessageProtocol)
+class MessageProtocol:
+    """Base class for spec protocols, in the manner of `twisted.internet.protocol.Protocol`."""
+
+    transport: IMessageTransport | None = None
+    connected = False
+
+    def makeConnection(self, transport: IMessageTransport) -> None:
+        self.transport = transport
+        self.connected = True
+        self.connectionMade()
+
+    def connectionMade(self) -> None:
+        pass
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        pass
+
+    def connectionLost(self, reason: Failure) -> None:
+        self.connected = False
+
+
+# RFC 6455 allows 123 bytes of UTF-8 in a close reason.
+MAX_CLOSE_REASON = 123
+
+
+def close_reason(error: ProtocolError, limit: int = MAX_CLOSE_REASON) -> str:
+    """`error`'s message cut to `limit` UTF-8 bytes, on a character boundary."""
+    text = str(error)
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return text
+    return raw[: limit - 3].decode("utf-8", "ignore") + "..."
