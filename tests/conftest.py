@@ -1,5 +1,6 @@
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # CI runs a fixed, derandomized set of examples so a red build is reproducible;
@@ -10,3 +11,14 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    # pytest-twisted wraps a hypothesis test's inner_test in place; parametrized items share that
+    # function, so without this each parameter would wrap the previous wrapper again.
+    hypothesis_handle = getattr(pyfuncitem.obj, "hypothesis", None)
+    original = hypothesis_handle.inner_test if hypothesis_handle is not None else None
+    yield
+    if hypothesis_handle is not None:
+        hypothesis_handle.inner_test = original
