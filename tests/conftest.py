@@ -22,3 +22,7 @@ def pytest_pyfunc_call(pyfuncitem):
     yield
     if hypothesis_handle is not None:
         hypothesis_handle.inner_test = original
+
+
+# A serial cable for any test: two cross-connected pty pairs (see tests/transports/conftest.py).
+from tests.transports.conftest import null_modem, pty_pair  # noqa: E402, F401

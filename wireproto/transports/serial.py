@@ -1,0 +1,231 @@
+"""Serial ports as Twisted client endpoints, so a serial link is just another stream.
+
+`SerialEndpoint` opens a port with `twisted.internet.serialport.SerialPort` (over pyserial) and
+connects any protocol factory to it; `stream_client_factory` with the ``cobs`` framing turns it
+into a message transport. The ``serial:`` endpoint string (registered by
+``twisted/plugins/wireproto_endpoints.py``) builds one::
+
+    clientFromString(reactor, "serial:/dev/ttyACM0:baudrate=115200")
+    clientFromString(reactor, "serial:device=/dev/ttyACM0:baudrate=115200:rtscts=yes")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import serial
+from twisted.internet import defer
+from twisted.internet.error import ConnectError, ConnectionAborted
+from twisted.internet.interfaces import (
+    IAddress,
+    IProtocolFactory,
+    IStreamClientEndpoint,
+    IStreamClientEndpointStringParserWithReactor,
+)
+from twisted.internet.serialport import SerialPort
+from twisted.plugin import IPlugin
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+__all__ = [
+    "SerialAddress",
+    "SerialEndpoint",
+    "SerialOpenFailed",
+    "SerialEndpointParser",
+    "serial_endpoint_from_string",
+]
+
+BYTESIZES = (5, 6, 7, 8)
+PARITIES = ("N", "E", "O", "M", "S")
+STOPBITS = (1, 1.5, 2)
+
+
+@implementer(IAddress)
+@dataclass(frozen=True)
+class SerialAddress:
+    """The address of a serial port: its device name. `type` follows Twisted's IPv4Address."""
+
+    device: str
+    type: str = "SERIAL"
+
+
+class SerialOpenFailed(ConnectError):
+    """Cannot open serial port"""
+
+
+class _SerialTransport(SerialPort):
+    """Twisted's SerialPort with the addresses and abortConnection a message transport needs."""
+
+    def __init__(self, protocol: Any, device: str, reactor: Any, **settings: Any) -> None:
+        # Set first: SerialPort.__init__ connects the protocol, which may ask for the address.
+        self._address = SerialAddress(device)
+        super().__init__(protocol, device, reactor, **settings)
+
+    def getHost(self) -> SerialAddress:
+        return self._address
+
+    def getPeer(self) -> SerialAddress:
+        return self._address
+
+    def abortConnection(self) -> None:
+        """Close at once, dropping what is still buffered (as TCP's abortConnection does)."""
+        if not self.connected or getattr(self, "_aborting", False):
+            return
+        self._aborting = True
+        self.stopReading()
+        self.stopWriting()
+        self.dataBuffer = b""
+        self._tempDataBuffer = []
+        self._tempDataLen = 0
+        self.reactor.callLater(0, self.connectionLost, Failure(ConnectionAborted()))
+
+
+@implementer(IStreamClientEndpoint)
+class SerialEndpoint:
+    """A serial port as a client endpoint (8N1 at 115200 baud unless told otherwise)."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        device: str,
+        baudrate: int = 115200,
+        bytesize: int = 8,
+        parity: str = "N",
+        stopbits: float = 1,
+        xonxoff: bool = False,
+        rtscts: bool = False,
+    ) -> None:
+        if not device:
+            raise ValueError("a serial endpoint needs a device, e.g. serial:/dev/ttyACM0")
+        if not isinstance(baudrate, int) or baudrate <= 0:
+            raise ValueError(f"serial baudrate must be a positive integer, not {baudrate!r}")
+        if bytesize not in BYTESIZES:
+            raise ValueError(f"serial bytesize must be one of {BYTESIZES}, not {bytesize!r}")
+        if parity not in PARITIES:
+            raise ValueError(f"serial parity must be one of {PARITIES}, not {parity!r}")
+        if stopbits not in STOPBITS:
+            raise ValueError(f"serial stopbits must be one of {STOPBITS}, not {stopbits!r}")
+        self.reactor = reactor
+        self.device = device
+        self.settings = {
+            "baudrate": baudrate,
+            "bytesize": bytesize,
+            "parity": parity,
+            "stopbits": stopbits,
+            "xonxoff": bool(xonxoff),
+            "rtscts": bool(rtscts),
+        }
+
+    def __repr__(self) -> str:
+        return f"SerialEndpoint({self.device!r}, baudrate={self.settings['baudrate']})"
+
+    def connect(self, protocolFactory: IProtocolFactory) -> defer.Deferred:
+        """Open the port now; the Deferred fires with the connected protocol."""
+        protocol = protocolFactory.buildProtocol(SerialAddress(self.device))
+        if protocol is None:
+            return defer.fail(
+                SerialOpenFailed(string=f"{self.device}: the protocol factory refused to connect")
+            )
+        try:
+            _SerialTransport(protocol, self.device, self.reactor, **self.settings)
+        except (serial.SerialException, OSError, ValueError) as exc:
+            return defer.fail(SerialOpenFailed(string=f"{self.device}: {exc}"))
+        return defer.succeed(protocol)
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _flag(name: str, value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError(f"serial {name} must be yes or no (1/0, true/false), not {value!r}")
+
+
+def _number(name: str, value: str, convert: Any) -> Any:
+    try:
+        return convert(value)
+    except ValueError:
+        raise ValueError(f"serial {name} must be a number, not {value!r}") from None
+
+
+def _endpoint_from_args(
+    reactor: Any, args: tuple[str, ...], kwargs: dict[str, str]
+) -> SerialEndpoint:
+    kwargs = dict(kwargs)
+    device = kwargs.pop("device", None)
+    if args:
+        if device is not None or len(args) > 1:
+            raise ValueError(f"serial: give the device once, got {(*args, device)}")
+        device = args[0]
+    settings: dict[str, Any] = {}
+    if "baudrate" in kwargs:
+        settings["baudrate"] = _number("baudrate", kwargs.pop("baudrate"), int)
+    if "bytesize" in kwargs:
+        settings["bytesize"] = _number("bytesize", kwargs.pop("bytesize"), int)
+    if "parity" in kwargs:
+        settings["parity"] = kwargs.pop("parity").upper()
+    if "stopbits" in kwargs:
+        stopbits = _number("stopbits", kwargs.pop("stopbits"), float)
+        settings["stopbits"] = int(stopbits) if stopbits.is_integer() else stopbits
+    for name in ("xonxoff", "rtscts"):
+        if name in kwargs:
+            settings[name] = _flag(name, kwargs.pop(name))
+    if kwargs:
+        raise ValueError(
+            f"unknown serial endpoint option(s) {', '.join(sorted(kwargs))}: use baudrate, "
+            "bytesize, parity, stopbits, xonxoff, rtscts"
+        )
+    return SerialEndpoint(reactor, device or "", **settings)
+
+
+def _split_description(description: str) -> list[str]:
+    """Split an endpoint string on ':' the way Twisted does, honouring backslash escapes."""
+    fields: list[str] = []
+    current: list[str] = []
+    escaped = False
+    for char in description:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ":":
+            fields.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    fields.append("".join(current))
+    return fields
+
+
+def serial_endpoint_from_string(reactor: Any, description: str) -> SerialEndpoint:
+    """Parse ``serial:DEVICE[:key=value...]`` without needing Twisted's plugin discovery."""
+    prefix, *fields = _split_description(description)
+    if prefix != "serial":
+        raise ValueError(f"not a serial endpoint string: {description!r}")
+    args: list[str] = []
+    kwargs: dict[str, str] = {}
+    for field in fields:
+        key, equals, value = field.partition("=")
+        if equals:
+            kwargs[key] = value
+        else:
+            args.append(field)
+    return _endpoint_from_args(reactor, tuple(args), kwargs)
+
+
+@implementer(IPlugin, IStreamClientEndpointStringParserWithReactor)
+class SerialEndpointParser:
+    """The ``serial:`` prefix for `twisted.internet.endpoints.clientFromString`."""
+
+    prefix = "serial"
+
+    def parseStreamClient(self, reactor: Any, *args: str, **kwargs: str) -> SerialEndpoint:
+        return _endpoint_from_args(reactor, args, kwargs)

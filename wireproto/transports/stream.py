@@ -1,0 +1,386 @@
+"""Message transport over a byte stream: any Twisted endpoint (tcp:, ssl:, unix:) or a serial port.
+
+A stream has no message boundaries of its own, so each connection uses one named framing:
+
+- ``length32``: a 4-byte big-endian length, then the message (Twisted's Int32StringReceiver).
+- ``lines``: one message per line, ended by ``b"\\n"`` (a ``b"\\r"`` before it is dropped);
+  messages arrive with ``binary=False`` and may not contain ``b"\\n"``.
+- ``cobs``: each message COBS-encoded and ended by a zero byte, as serial links use.
+
+A frame over the size limit, or a COBS frame that does not decode, is a `ProtocolError`: it is
+logged, the messages before it are delivered, nothing after it is, and only that connection closes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cobs import cobs
+from twisted.internet.address import UNIXAddress
+from twisted.internet.error import ConnectionLost
+from twisted.internet.interfaces import IAddress, ISSLTransport
+from twisted.internet.protocol import ClientFactory, Factory, Protocol, ServerFactory
+from twisted.logger import Logger
+from twisted.protocols.basic import Int32StringReceiver, LineOnlyReceiver
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from wireproto.errors import BadEncoding, FrameTooLarge, ProtocolError
+from wireproto.transports.base import IMessageProtocol, IMessageTransport
+
+__all__ = [
+    "FRAMINGS",
+    "StreamOptions",
+    "StreamMessageTransport",
+    "stream_server_factory",
+    "stream_client_factory",
+]
+
+FRAMINGS = ("length32", "lines", "cobs")
+
+log = Logger()
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """Settings for a framed stream. Limits are on by default."""
+
+    framing: str = "length32"
+    max_message_size: int = 1_048_576
+    max_connections: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.framing not in FRAMINGS:
+            raise ValueError(
+                f"unknown stream framing {self.framing!r}: use one of {', '.join(FRAMINGS)}"
+            )
+        if not 0 < self.max_message_size < 2**32:
+            raise ValueError(
+                f"max_message_size must be between 1 and {2**32 - 1} bytes, "
+                f"not {self.max_message_size}"
+            )
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, not {self.max_connections}")
+
+
+def _carrier_kind(transport: Any) -> str:
+    """'ssl', 'unix', 'serial' or 'tcp', from what the byte transport provides."""
+    if ISSLTransport.providedBy(transport):
+        return "ssl"
+    host = transport.getHost()
+    if isinstance(host, UNIXAddress):
+        return "unix"
+    # Twisted's IPv4Address/IPv6Address say type "TCP"; serial.SerialAddress says "SERIAL".
+    return "serial" if getattr(host, "type", None) == "SERIAL" else "tcp"
+
+
+@implementer(IMessageTransport)
+class StreamMessageTransport(Protocol):
+    """The part of every framed stream adapter that does not depend on the framing.
+
+    Subclasses add the framing: they call ``self.wrapped.messageReceived`` for each whole message
+    (a straight call, since this is the broker's hot path) and `_frameError` for a bad frame.
+    """
+
+    framing = ""
+    kind = "tcp"
+    prepareKey: tuple[str, str] = ("stream", "")
+    factory: _StreamFactory
+    wrapped: IMessageProtocol | None = None
+    paused = False
+    # Set when this connection is closed because of a ProtocolError (ours or the wrapped one's).
+    _error: ProtocolError | None = None
+    _counted = False
+    _refused = False
+
+    def __init__(self, max_message_size: int) -> None:
+        self.max_message_size = max_message_size
+
+    # -- byte side (called by Twisted) -------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        factory = self.factory
+        if factory.max_connections is not None:
+            factory.connection_count += 1
+            self._counted = True
+            if factory.connection_count > factory.max_connections:
+                self._refused = True
+                log.warn(
+                    "refused a {framing} connection from {peer}: already "
+                    "{limit} connections (StreamOptions.max_connections)",
+                    framing=self.framing,
+                    peer=self.transport.getPeer(),
+                    limit=factory.max_connections,
+                )
+                self.abortConnection()
+                return
+        self.kind = _carrier_kind(self.transport)
+        self.wrapped = factory.protocol_factory()
+        self.wrapped.makeConnection(self)
+
+    def connectionLost(self, reason: Failure) -> None:
+        if self._counted:
+            self._counted = False
+            self.factory.connection_count -= 1
+        wrapped, self.wrapped = self.wrapped, None
+        if wrapped is None or self._refused:
+            return
+        if self._error is not None:
+            reason = Failure(ConnectionLost(f"closed after a protocol error: {self._error}"))
+        wrapped.connectionLost(reason)
+
+    def _stopDelivery(self) -> None:
+        """Deliver nothing more from this connection, not even what is already buffered.
+
+        `paused` is the flag Int32StringReceiver's parsing loop checks; the other framings check
+        it too. Pausing the peer (pauseProducing) does not set it: that only stops reading.
+        """
+        self.paused = True
+
+    def _frameError(self, error: ProtocolError) -> None:
+        """A bad frame: nothing more is delivered and this connection alone closes."""
+        self.loseConnection(error)
+
+    # -- IMessageTransport -------------------------------------------------------------------
+
+    def sendMessage(self, data: bytes, binary: bool = True) -> None:
+        self.transport.write(self.prepareMessage(data, binary))
+
+    def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
+        raise NotImplementedError
+
+    def sendPrepared(self, prepared: bytes) -> None:
+        self.transport.write(prepared)
+
+    def loseConnection(self, error: ProtocolError | None = None) -> None:
+        if error is not None and self._error is None:
+            self._error = error
+            log.warn(
+                "closing {kind} connection with {peer}: {error}",
+                kind=self.kind,
+                peer=self.transport.getPeer(),
+                error=error,
+            )
+        self._stopDelivery()
+        self.transport.loseConnection()
+
+    def abortConnection(self) -> None:
+        self._stopDelivery()
+        abort = getattr(self.transport, "abortConnection", None)
+        if abort is None:
+            self.transport.loseConnection()
+        else:
+            abort()
+
+    def getPeer(self) -> IAddress:
+        return self.transport.getPeer()
+
+    def getHost(self) -> IAddress:
+        return self.transport.getHost()
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.transport.registerProducer(producer, streaming)
+
+    def unregisterProducer(self) -> None:
+        self.transport.unregisterProducer()
+
+    def write(self, data: bytes) -> None:
+        """IConsumer.write: one message (a producer registered here writes whole messages)."""
+        self.sendMessage(data)
+
+    def pauseProducing(self) -> None:
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self.transport.stopProducing()
+
+
+_pack_length32 = struct.Struct(">I").pack
+
+
+class Length32MessageTransport(StreamMessageTransport, Int32StringReceiver):
+    """Frames: a 4-byte big-endian length, then the message."""
+
+    framing = "length32"
+    prepareKey = ("stream", "length32")
+
+    def __init__(self, max_message_size: int) -> None:
+        super().__init__(max_message_size)
+        self.MAX_LENGTH = max_message_size
+
+    def stringReceived(self, data: bytes) -> None:
+        self.wrapped.messageReceived(data, True)
+
+    def lengthLimitExceeded(self, length: int) -> None:
+        self._frameError(
+            FrameTooLarge(
+                f"length32 frame of {length} bytes is over the limit of "
+                f"{self.max_message_size} bytes (StreamOptions.max_message_size)"
+            )
+        )
+
+    def sendMessage(self, data: bytes, binary: bool = True) -> None:
+        self.transport.write(_pack_length32(len(data)) + data)
+
+    def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
+        return _pack_length32(len(data)) + data
+
+
+class LinesMessageTransport(StreamMessageTransport, LineOnlyReceiver):
+    """Frames: one message per line, ended by b"\\n"; a b"\\r" before it is dropped."""
+
+    framing = "lines"
+    prepareKey = ("stream", "lines")
+    delimiter = b"\n"
+
+    def __init__(self, max_message_size: int) -> None:
+        super().__init__(max_message_size)
+        # Room for the b"\r" of a CRLF line; the message itself is checked in lineReceived.
+        self.MAX_LENGTH = max_message_size + 1
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self.paused:
+            LineOnlyReceiver.dataReceived(self, data)
+
+    def lineReceived(self, line: bytes) -> None:
+        if self.paused:
+            return
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if len(line) > self.max_message_size:
+            self.lineLengthExceeded(line)
+            return
+        self.wrapped.messageReceived(line, False)
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        self._frameError(
+            FrameTooLarge(
+                f"line of {len(line)} bytes or more is over the limit of "
+                f"{self.max_message_size} bytes (StreamOptions.max_message_size)"
+            )
+        )
+
+    def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
+        if b"\n" in data:
+            raise ValueError(
+                "a message sent with the 'lines' framing cannot contain b'\\n'; "
+                "use the 'length32' or 'cobs' framing for binary data"
+            )
+        return data + b"\n"
+
+
+class CobsMessageTransport(StreamMessageTransport):
+    """Frames: COBS-encoded message, then a zero byte. Empty frames are skipped."""
+
+    framing = "cobs"
+    prepareKey = ("stream", "cobs")
+    _buffer = b""
+
+    def __init__(self, max_message_size: int) -> None:
+        super().__init__(max_message_size)
+        # COBS adds one byte per 254 and one more; a longer frame cannot decode to a legal message.
+        self._max_frame = max_message_size + max_message_size // 254 + 1
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.paused:
+            return
+        frames = (self._buffer + data).split(b"\x00")
+        rest = frames.pop()
+        max_frame = self._max_frame
+        deliver = self.wrapped.messageReceived
+        for frame in frames:
+            if not frame:
+                continue
+            if len(frame) > max_frame:
+                self._frameError(self._tooLarge(len(frame)))
+                return
+            try:
+                message = cobs.decode(frame)
+            except cobs.DecodeError as exc:
+                self._frameError(
+                    BadEncoding(f"COBS frame of {len(frame)} bytes does not decode: {exc}")
+                )
+                return
+            if len(message) > self.max_message_size:
+                self._frameError(self._tooLarge(len(message)))
+                return
+            deliver(message, True)
+            if self.paused:
+                return
+        if len(rest) > max_frame:
+            self._frameError(self._tooLarge(len(rest)))
+            return
+        self._buffer = rest
+
+    def _tooLarge(self, size: int) -> FrameTooLarge:
+        return FrameTooLarge(
+            f"COBS frame of {size} bytes or more is over the limit of "
+            f"{self.max_message_size} bytes (StreamOptions.max_message_size)"
+        )
+
+    def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
+        return cobs.encode(data) + b"\x00"
+
+
+_TRANSPORTS: dict[str, type[StreamMessageTransport]] = {
+    "length32": Length32MessageTransport,
+    "lines": LinesMessageTransport,
+    "cobs": CobsMessageTransport,
+}
+
+
+class _StreamFactory(Factory):
+    """Builds one framed adapter per connection around a new wrapped message protocol."""
+
+    # None: no limit and no counting (clients).
+    max_connections: int | None = None
+    connection_count = 0
+
+    def __init__(
+        self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions
+    ) -> None:
+        self.protocol_factory = protocol_factory
+        self.options = options
+        self._transport_class = _TRANSPORTS[options.framing]
+
+    def buildProtocol(self, addr: IAddress) -> StreamMessageTransport:
+        transport = self._transport_class(self.options.max_message_size)
+        transport.factory = self
+        return transport
+
+
+class StreamServerFactory(_StreamFactory, ServerFactory):
+    """Server side: counts connections and refuses those beyond `max_connections`."""
+
+    def __init__(
+        self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions
+    ) -> None:
+        super().__init__(protocol_factory, options)
+        self.max_connections = options.max_connections
+
+
+class StreamClientFactory(_StreamFactory, ClientFactory):
+    """Client side, usable with endpoints and with reactor.connectTCP alike."""
+
+
+def stream_server_factory(
+    protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions()
+) -> StreamServerFactory:
+    """A factory to listen with on any stream endpoint (``tcp:``, ``ssl:``, ``unix:``).
+
+    Each connection gets a new ``protocol_factory()`` message protocol.
+    """
+    return StreamServerFactory(protocol_factory, options)
+
+
+def stream_client_factory(
+    protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions()
+) -> StreamClientFactory:
+    """A factory to connect with to a stream endpoint (or a serial port)."""
+    return StreamClientFactory(protocol_factory, options)

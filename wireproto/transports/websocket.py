@@ -1,0 +1,439 @@
+"""Message transport over WebSocket (RFC 6455), server and client, on Autobahn's Twisted flavour.
+
+A WebSocket text or binary message is already a whole message, so the adapters only translate
+Autobahn's callbacks into `IMessageProtocol` calls and back. Autobahn does the rest (origin
+check, size limits, pings, handshake timeouts); `WebSocketOptions` is applied to it through
+``setProtocolOptions``.
+
+Serving: `websocket_resource` gives a twisted.web resource, and `websocket_site` mounts several of
+them on one port, one per path. Connecting: see `wireproto.transports.connect`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autobahn.twisted.resource import WebSocketResource
+from autobahn.twisted.websocket import (
+    WebSocketClientFactory,
+    WebSocketClientProtocol,
+    WebSocketServerFactory,
+    WebSocketServerProtocol,
+)
+from autobahn.websocket.compress import (
+    PerMessageDeflateOffer,
+    PerMessageDeflateOfferAccept,
+    PerMessageDeflateResponse,
+    PerMessageDeflateResponseAccept,
+)
+from autobahn.websocket.protocol import WebSocketProtocol
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectError, ConnectionDone, ConnectionLost
+from twisted.internet.interfaces import IAddress
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.pages import notFound
+from twisted.web.resource import IResource, Resource
+from twisted.web.server import Site
+from zope.interface import implementer
+
+from wireproto.errors import FrameTooLarge, ProtocolError
+from wireproto.transports.base import IMessageProtocol, IMessageTransport, close_reason
+
+__all__ = [
+    "WebSocketOptions",
+    "WebSocketServerAdapter",
+    "WebSocketClientAdapter",
+    "HandshakeFailed",
+    "websocket_server_factory",
+    "websocket_client_factory",
+    "websocket_resource",
+    "websocket_site",
+]
+
+log = Logger()
+
+CLOSE_NORMAL = WebSocketProtocol.CLOSE_STATUS_CODE_NORMAL
+CLOSE_PROTOCOL_ERROR = WebSocketProtocol.CLOSE_STATUS_CODE_PROTOCOL_ERROR
+# Close codes that mean something went wrong, even when the closing handshake itself was clean.
+_ERROR_CLOSE_CODES = frozenset({1002, 1003, 1006, 1007, 1008, 1009, 1010, 1011, 1015})
+
+
+@dataclass(frozen=True)
+class WebSocketOptions:
+    """Settings for WebSocket servers and clients. Limits are on by default."""
+
+    # Caps both a whole message and a single frame, in bytes.
+    max_message_size: int = 1_048_576
+    open_handshake_timeout: float = 10.0
+    close_handshake_timeout: float = 5.0
+    auto_ping_interval: float | None = None
+    auto_ping_timeout: float | None = None
+    # None accepts any Origin; otherwise Autobahn's allowedOrigins patterns, which are matched
+    # against "scheme://host:port", port included: ("https://example.com:443", "http://*:8080").
+    allowed_origins: tuple[str, ...] | None = None
+    # Off by default: compression costs CPU per connection and opens the door to zip bombs.
+    per_message_deflate: bool = False
+    max_connections: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.max_message_size <= 0:
+            raise ValueError(f"max_message_size must be positive, not {self.max_message_size}")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, not {self.max_connections}")
+        if isinstance(self.allowed_origins, str):
+            raise ValueError(
+                "allowed_origins is a tuple of patterns, e.g. ('https://example.com:443',), "
+                "not a single string"
+            )
+        for pattern in self.allowed_origins or ():
+            if not (pattern.endswith("*") or re.search(r":\d+$", pattern)):
+                raise ValueError(
+                    f"allowed origin {pattern!r} would never match: origins are matched as "
+                    f"'scheme://host:port', so write {pattern + ':443'!r} or {pattern + ':*'!r}"
+                )
+
+
+class HandshakeFailed(ConnectError):
+    """WebSocket opening handshake failed"""
+
+
+def _common_options(options: WebSocketOptions) -> dict[str, Any]:
+    return {
+        "maxFramePayloadSize": options.max_message_size,
+        "maxMessagePayloadSize": options.max_message_size,
+        "openHandshakeTimeout": options.open_handshake_timeout,
+        "closeHandshakeTimeout": options.close_handshake_timeout,
+        "autoPingInterval": options.auto_ping_interval or 0,
+        "autoPingTimeout": options.auto_ping_timeout or 0,
+        # Fail with a close frame (1009 too big, 1002 bad framing...) so the peer learns why,
+        # instead of Autobahn's default of dropping the TCP connection.
+        "failByDrop": False,
+    }
+
+
+def _accept_deflate_offer(offers: list[Any]) -> PerMessageDeflateOfferAccept | None:
+    for offer in offers:
+        if isinstance(offer, PerMessageDeflateOffer):
+            return PerMessageDeflateOfferAccept(offer)
+    return None
+
+
+def _accept_deflate_response(response: Any) -> PerMessageDeflateResponseAccept | None:
+    if isinstance(response, PerMessageDeflateResponse):
+        return PerMessageDeflateResponseAccept(response)
+    return None
+
+
+def _accept_nothing(_offers: Any) -> None:
+    return None
+
+
+def _close_failure(was_clean: bool, code: int | None, reason: str | None) -> Failure:
+    message = f"WebSocket closed with code {code}" if code else "WebSocket closed without a code"
+    if reason:
+        message += f": {reason}"
+    if was_clean and code not in _ERROR_CLOSE_CODES:
+        return Failure(ConnectionDone(message))
+    return Failure(ConnectionLost(message))
+
+
+@implementer(IMessageTransport)
+class _MessageTransportMixin:
+    """IMessageTransport over an Autobahn WebSocket protocol (mixed into server and client)."""
+
+    kind = "ws"
+    prepareKey: tuple[str, str]
+    factory: Any
+    transport: Any
+    state: int
+    wrapped: IMessageProtocol | None = None
+    # The close code and reason of this connection's end, once it ended (for logs and tests).
+    closeCode: int | None = None
+    closeReason: str | None = None
+    _attached = False
+    _closing = False
+
+    # -- Autobahn callbacks ------------------------------------------------------------------
+
+    def onOpen(self) -> None:
+        self.wrapped = self.factory.protocol_factory()
+        self._attached = True
+        self.wrapped.makeConnection(self)
+
+    def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        # After we started closing, the peer's last messages no longer have anyone to answer.
+        if not self._closing:
+            self.wrapped.messageReceived(payload, isBinary)
+
+    def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
+        if self.closedByMe and self.localCloseCode is not None:
+            code = self.localCloseCode
+            raw = self.localCloseReason
+            reason = raw.decode("utf-8", "replace") if raw else None
+        self.closeCode, self.closeReason = code, reason
+        if not self._attached:
+            return
+        self._attached = False
+        self.wrapped.connectionLost(_close_failure(wasClean, code, reason))
+
+    # -- IMessageTransport -------------------------------------------------------------------
+
+    def _canSend(self) -> bool:
+        # Fan-out may race a disconnect or an unfinished handshake: such sends are dropped.
+        return self.state == WebSocketProtocol.STATE_OPEN and not self._closing
+
+    def sendMessage(self, data: bytes, binary: bool = True, **autobahn_options: Any) -> None:
+        if not self._canSend():
+            return
+        limit = self.maxMessagePayloadSize
+        if limit and len(data) > limit:
+            # Autobahn would raise its own PayloadExceededError; say which setting to change.
+            raise FrameTooLarge(
+                f"WebSocket message of {len(data)} bytes is over this connection's limit of "
+                f"{limit} bytes (WebSocketOptions.max_message_size)"
+            )
+        super().sendMessage(data, binary, **autobahn_options)
+
+    def prepareMessage(self, data: bytes, binary: bool = True) -> Any:
+        return self.factory.prepareMessage(data, binary)
+
+    def sendPrepared(self, prepared: Any) -> None:
+        if self._canSend():
+            self.sendPreparedMessage(prepared)
+
+    def loseConnection(self, error: ProtocolError | None = None) -> None:
+        if error is not None:
+            log.warn(
+                "closing WebSocket connection with {peer}: {error}",
+                peer=self.transport.getPeer(),
+                error=error,
+            )
+        if self.state == WebSocketProtocol.STATE_OPEN:
+            self._closing = True
+            if error is None:
+                self.sendClose(CLOSE_NORMAL)
+            else:
+                # sendClose only takes 1000 and 3000-4999; 1002 needs the lower-level call.
+                reason = close_reason(error).encode("utf-8")
+                self.sendCloseFrame(code=CLOSE_PROTOCOL_ERROR, reasonUtf8=reason)
+        elif self.state != WebSocketProtocol.STATE_CLOSING:
+            self.abortConnection()
+
+    def abortConnection(self) -> None:
+        self._closing = True
+        self.wasClean = False
+        self.wasNotCleanReason = "connection aborted by this side"
+        self.dropConnection(abort=True)
+
+    def getPeer(self) -> IAddress:
+        return self.transport.getPeer()
+
+    def getHost(self) -> IAddress:
+        return self.transport.getHost()
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.transport.registerProducer(producer, streaming)
+
+    def unregisterProducer(self) -> None:
+        self.transport.unregisterProducer()
+
+    def write(self, data: bytes) -> None:
+        """IConsumer.write: one binary message."""
+        self.sendMessage(data, True)
+
+    def pauseProducing(self) -> None:
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self.transport.stopProducing()
+
+
+class WebSocketServerAdapter(_MessageTransportMixin, WebSocketServerProtocol):
+    """Server side: one wrapped message protocol per accepted WebSocket."""
+
+    prepareKey = ("ws", "server")
+
+    def failHandshake(self, reason: str, code: int = 400, responseHeaders: Any = None) -> None:
+        # Autobahn refuses a disallowed Origin with 400; RFC 6455 section 10.2 asks for 403.
+        if reason.startswith("WebSocket connection denied: origin"):
+            code = 403
+        super().failHandshake(reason, code, responseHeaders)
+
+
+class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
+    """Client side. `opened` fires with the wrapped protocol once the handshake is done."""
+
+    # Client frames are masked, so they cannot share prepared messages with servers.
+    prepareKey = ("ws", "client")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: Deferred[IMessageProtocol] = Deferred(self._cancelOpening)
+
+    def _cancelOpening(self, _opened: Deferred) -> None:
+        self.abortConnection()
+
+    def onOpen(self) -> None:
+        super().onOpen()
+        if not self.opened.called:
+            self.opened.callback(self.wrapped)
+
+    def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
+        super().onClose(wasClean, code, reason)
+        if not self.opened.called:
+            self.opened.errback(HandshakeFailed(string=f"{self.factory.url}: {reason}"))
+
+
+class _MessageWebSocketServerFactory(WebSocketServerFactory):
+    protocol = WebSocketServerAdapter
+
+    def __init__(
+        self,
+        protocol_factory: Callable[[], IMessageProtocol],
+        options: WebSocketOptions,
+        url: str | None,
+    ) -> None:
+        super().__init__(url=url)
+        self.protocol_factory = protocol_factory
+        self.options = options
+        any_origin = options.allowed_origins is None
+        self.setProtocolOptions(
+            **_common_options(options),
+            allowedOrigins=["*"] if any_origin else list(options.allowed_origins),
+            # Browsers send "Origin: null" from sandboxed pages; only "any origin" admits them.
+            allowNullOrigin=any_origin,
+            maxConnections=options.max_connections,
+            perMessageCompressionAccept=(
+                _accept_deflate_offer if options.per_message_deflate else _accept_nothing
+            ),
+            # A plain GET gets "426 Upgrade Required", not Autobahn's status page.
+            webStatus=False,
+        )
+
+
+class _MessageWebSocketClientFactory(WebSocketClientFactory):
+    protocol = WebSocketClientAdapter
+
+    def __init__(
+        self,
+        url: str,
+        protocol_factory: Callable[[], IMessageProtocol],
+        options: WebSocketOptions,
+        reactor: Any = None,
+    ) -> None:
+        super().__init__(url=url, reactor=reactor)
+        self.protocol_factory = protocol_factory
+        self.options = options
+        deflate = options.per_message_deflate
+        self.setProtocolOptions(
+            **_common_options(options),
+            perMessageCompressionOffers=[PerMessageDeflateOffer()] if deflate else [],
+            perMessageCompressionAccept=_accept_deflate_response if deflate else _accept_nothing,
+        )
+
+
+def websocket_server_factory(
+    protocol_factory: Callable[[], IMessageProtocol],
+    options: WebSocketOptions = WebSocketOptions(),
+    *,
+    url: str | None = None,
+) -> WebSocketServerFactory:
+    """An Autobahn server factory to listen with directly on a stream endpoint."""
+    return _MessageWebSocketServerFactory(protocol_factory, options, url)
+
+
+def websocket_client_factory(
+    url: str,
+    protocol_factory: Callable[[], IMessageProtocol],
+    options: WebSocketOptions = WebSocketOptions(),
+    *,
+    reactor: Any = None,
+) -> WebSocketClientFactory:
+    """An Autobahn client factory for ``ws://`` or ``wss://`` `url` (connect.py uses it)."""
+    return _MessageWebSocketClientFactory(url, protocol_factory, options, reactor)
+
+
+class _MessageWebSocketResource(WebSocketResource):
+    """WebSocketResource that hands the connection's producer slot over to the adapter.
+
+    twisted.web's HTTPChannel registers itself as its connection's producer and never lets go,
+    since the request Autobahn takes over never finishes. Left there, it would make the
+    adapter's registerProducer raise and would take the transport's pause/resume calls.
+    """
+
+    def render(self, request: Any) -> Any:
+        transport = request.channel.transport
+        if transport is not None:
+            transport.unregisterProducer()
+        result = super().render(request)
+        if transport is not None and request.channel.transport is not None:
+            # Not taken over (Autobahn answered with an HTTP error): give it back to HTTP.
+            transport.registerProducer(request.channel, True)
+        return result
+
+
+def websocket_resource(
+    protocol_factory: Callable[[], IMessageProtocol],
+    options: WebSocketOptions = WebSocketOptions(),
+    *,
+    url: str | None = None,
+) -> IResource:
+    """A twisted.web resource that serves `protocol_factory()` protocols over WebSocket.
+
+    Beyond `options.max_connections` open WebSockets, the opening handshake gets HTTP 503.
+    """
+    return _MessageWebSocketResource(_MessageWebSocketServerFactory(protocol_factory, options, url))
+
+
+class _Directory(Resource):
+    """A path above the routes: 404 for itself and for any child that is not a route."""
+
+    def getChild(self, path: bytes, request: Any) -> IResource:
+        return notFound()
+
+    def render(self, request: Any) -> bytes:
+        return notFound().render(request)
+
+
+def websocket_site(routes: dict[str, IResource]) -> Site:
+    """One twisted.web Site serving each resource at its path ("/", "/websmq", "/a/b/c").
+
+    Any other path gets 404, so several protocols can share one port.
+    """
+    root = _Directory()
+    leaves: dict[tuple[bytes, ...], IResource] = {}
+    for path, resource in routes.items():
+        if not path.startswith("/"):
+            raise ValueError(f"route {path!r} must start with '/'")
+        segments = tuple(s.encode("utf-8") for s in path.strip("/").split("/") if s)
+        if segments in leaves:
+            raise ValueError(f"two routes for the same path {path!r}")
+        for other in leaves:
+            shorter, longer = sorted((segments, other), key=len)
+            # "/" is the root's child b"", so it sits beside the other routes, not above them.
+            if shorter and longer[: len(shorter)] == shorter:
+                raise ValueError(
+                    f"route {path!r} and route '/{b'/'.join(other).decode()}' overlap: "
+                    "a WebSocket path cannot have routes below it"
+                )
+        leaves[segments] = resource
+        if not segments:
+            # twisted.web asks the root for the child b"" when the request is for "/".
+            root.putChild(b"", resource)
+            continue
+        parent = root
+        for segment in segments[:-1]:
+            child = parent.children.get(segment)
+            if child is None:
+                child = _Directory()
+                parent.putChild(segment, child)
+            parent = child
+        parent.putChild(segments[-1], resource)
+    return Site(root)
