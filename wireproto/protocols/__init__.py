@@ -1,0 +1,48 @@
+"""Spec protocols over message transports, and the registry the service builds listeners from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from wireproto.transports.base import IMessageProtocol
+
+__all__ = ["ServerProtocolSpec", "SERVER_PROTOCOLS", "server_protocol"]
+
+
+@dataclass(frozen=True)
+class ServerProtocolSpec:
+    """How to serve one spec: its protocol factory, where it may run and its defaults."""
+
+    name: str
+    # make_factory(hub, **options) -> a zero-argument factory of server-role protocols
+    make_factory: Callable[..., Callable[[], IMessageProtocol]]
+    transports: frozenset[str]
+    default_framing: str
+    default_path: str
+
+
+def _websmq(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
+    from wireproto.protocols.websmq import server_factory
+
+    return server_factory(hub, **options)
+
+
+SERVER_PROTOCOLS: dict[str, ServerProtocolSpec] = {
+    "websmq": ServerProtocolSpec(
+        name="websmq",
+        make_factory=_websmq,
+        transports=frozenset({"ws", "length32", "cobs"}),
+        default_framing="length32",
+        default_path="/websmq",
+    ),
+}
+
+
+def server_protocol(name: str) -> ServerProtocolSpec:
+    try:
+        return SERVER_PROTOCOLS[name]
+    except KeyError:
+        known = ", ".join(sorted(SERVER_PROTOCOLS))
+        raise ValueError(f"unknown protocol {name!r}: known protocols are {known}") from None
