@@ -20,13 +20,13 @@ $(NPM_STAMP): tests/interop/package.json tests/interop/package-lock.json
 	touch $(NPM_STAMP)
 
 test: $(STAMP) $(NPM_STAMP)
-	$(BIN)/ruff check wireproto tests bench
+	$(BIN)/ruff check wireproto tests bench twisted
 	@# pytest exits 5 when it collects nothing: a suite that tests nothing must fail loudly.
 	@$(BIN)/python -m pytest; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 lint: $(STAMP)
-	$(BIN)/ruff check wireproto tests bench
+	$(BIN)/ruff check wireproto tests bench twisted
 
 bench: $(STAMP)
 	$(BIN)/python bench/codecs.py

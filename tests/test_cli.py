@@ -1,0 +1,273 @@
+"""`wireproto serve` and `twistd wireproto` as real processes: the listener lines, a publish from
+one client to another through them, clean stops on SIGINT/SIGTERM, and one-line errors."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+
+from tests.support import eventually, wait_for
+from wireproto.cli import announce, main
+from wireproto.codecs import websmq
+from wireproto.protocols.websmq import WebsmqClientProtocol, connect
+
+BIN = Path(sys.executable).parent
+LISTENER_LINE = re.compile(r"^wireproto: (\S+) over (\S+) on (\S+)$")
+
+
+class Child:
+    """A subprocess whose stdout and stderr lines are read by threads, so waiting for a line
+    never blocks the reactor and always has a timeout."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self.readers = [
+            threading.Thread(target=self._read, args=(stream, lines), daemon=True)
+            for stream, lines in ((self.process.stdout, self.stdout),
+                                  (self.process.stderr, self.stderr))
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream: Any, lines: list[str]) -> None:
+        for line in stream:
+            lines.append(line.rstrip("\n"))
+
+    async def line(self, pattern: re.Pattern[str], timeout: float = 15) -> re.Match[str]:
+        def found() -> re.Match[str] | None:
+            if self.ended() and not any(map(pattern.match, self.stdout)):
+                raise AssertionError(
+                    f"exited with {self.process.returncode} before printing {pattern.pattern!r}:"
+                    f"\n{self.output()}"
+                )
+            return next(filter(None, map(pattern.match, self.stdout)), None)
+
+        try:
+            return await eventually(found, timeout=timeout)
+        except TimeoutError:
+            raise AssertionError(f"no {pattern.pattern!r} line:\n{self.output()}") from None
+
+    def ended(self) -> bool:
+        """Exited, and every line it printed has been read."""
+        return self.process.poll() is not None and not any(
+            reader.is_alive() for reader in self.readers
+        )
+
+    async def exit_code(self, timeout: float = 15) -> int:
+        await eventually(self.ended, timeout=timeout)
+        return self.process.returncode
+
+    def output(self) -> str:
+        return "stdout:\n" + "\n".join(self.stdout) + "\nstderr:\n" + "\n".join(self.stderr)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+
+@pytest_twisted.async_yield_fixture
+async def children() -> AsyncIterator[list[Child]]:
+    started: list[Child] = []
+    try:
+        yield started
+    finally:
+        for child in started:
+            child.kill()
+
+
+async def exchange(address: str) -> None:
+    """A publish from one client reaches another subscribed client, through the broker."""
+    subscriber: WebsmqClientProtocol = await wait_for(connect(reactor, address))
+    publisher: WebsmqClientProtocol = await wait_for(connect(reactor, address))
+    try:
+        received: list[websmq.Publish] = []
+        subscriber.subscribe("cli/test", received.append)
+
+        # WEBSMQ has no acknowledgement: publish until the subscription has surely arrived.
+        def delivered() -> bool:
+            if not received:
+                publisher.publish("cli/test", b"hello")
+            return bool(received)
+
+        await eventually(delivered, interval=0.05)
+        assert received[0] == websmq.Publish("cli/test", b"hello")
+    finally:
+        for client in (subscriber, publisher):
+            await wait_for(client.disconnect())
+
+
+@pytest_twisted.ensureDeferred
+async def test_serve_prints_its_address_relays_and_stops_on_sigint(children: list[Child]) -> None:
+    child = Child(sys.executable, "-m", "wireproto", "serve",
+                  "--listen", "websmq+length32@tcp:0:interface=127.0.0.1")
+    children.append(child)
+    listening = await child.line(LISTENER_LINE)
+    assert listening.group(1, 2) == ("websmq", "length32")
+    assert re.fullmatch(r"tcp:127\.0\.0\.1:\d+", listening.group(3))
+    await child.line(re.compile(r"^wireproto: ready; Ctrl-C stops$"))
+    assert child.stdout == [listening.group(0), "wireproto: ready; Ctrl-C stops"]
+
+    await exchange(listening.group(3))
+
+    child.process.send_signal(signal.SIGINT)
+    assert await child.exit_code() == 0, child.output()
+    assert child.stderr == []  # warnings and errors only, and there were none
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_bad_listen_is_one_line_and_status_2(children: list[Child]) -> None:
+    child = Child(sys.executable, "-m", "wireproto", "serve", "--listen", "websmq+wss@tcp:1")
+    children.append(child)
+    assert await child.exit_code() == 2
+    assert child.stderr == [
+        "wireproto serve: --listen 'websmq+wss@tcp:1': unknown transport 'wss'; "
+        "use ws, length32, lines or cobs"
+    ]
+    assert child.stdout == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_port_in_use_is_one_line_and_status_1(children: list[Child]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        child = Child(sys.executable, "-m", "wireproto", "serve",
+                      "--listen", f"websmq+length32@tcp:{port}:interface=127.0.0.1")
+        children.append(child)
+        assert await child.exit_code() == 1, child.output()
+    assert len(child.stderr) == 1, child.output()
+    assert child.stderr[0].startswith(
+        f"wireproto: cannot listen for websmq over length32 on tcp:{port}:interface=127.0.0.1: "
+    )
+    assert child.stdout == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # argparse's own wording (and its quoting of choices) varies with the Python version.
+        (["serve", "--overflow", "never"],
+         "wireproto serve: argument --overflow: invalid choice: 'never' (choose from ..."),
+        (["serve", "--queue-bytes", "lots"],
+         "wireproto serve: argument --queue-bytes: invalid int value: 'lots' (see --help)"),
+        (["serve", "--queue-bytes", "0"],
+         "wireproto serve: --queue-bytes: must be a positive number of bytes, not 0"),
+        (["serve", "--attach", "websmq+ws@tcp:h:1"],
+         "wireproto serve: --attach 'websmq+ws@tcp:h:1': an attached link needs a framing, "
+         "not ws; use length32 or cobs"),
+        (["serve", "--config", "/nonexistent.toml"],
+         "wireproto serve: /nonexistent.toml: cannot read the config file: "
+         "No such file or directory"),
+        (["launch"], "wireproto: argument COMMAND: invalid choice: 'launch' (choose from ..."),
+        ([], "wireproto: the following arguments are required: COMMAND (see --help)"),
+    ],
+)
+def test_option_errors_are_one_line_and_status_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        status = main(argv)
+    except SystemExit as exit:
+        status = exit.code
+    assert status == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    if message.endswith("..."):
+        assert err.startswith(message[:-3]) and err.endswith(" (see --help)\n"), err
+        assert err.count("\n") == 1
+    else:
+        assert err == message + "\n"
+
+
+def test_a_bad_config_file_names_the_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "wireproto.toml"
+    config.write_text('[hub]\noverflow = "drop-newest"\n')
+    assert main(["serve", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == (
+        f'wireproto serve: {config}: hub.overflow: unknown policy "drop-newest"; '
+        "use drop-oldest or disconnect\n"
+    )
+
+
+def test_the_default_listeners_lines() -> None:
+    """What `wireproto serve` prints with no options, once bound to 8765 and 8766."""
+    from io import StringIO
+
+    from twisted.internet.address import IPv4Address
+
+    from wireproto.config import DEFAULT_LISTENERS
+    from wireproto.service import BoundListener, format_address
+
+    lines = [
+        BoundListener(listener, format_address(listener, IPv4Address("TCP", "127.0.0.1", port)))
+        .describe()
+        for listener, port in zip(DEFAULT_LISTENERS, (8765, 8766), strict=True)
+    ]
+    out = StringIO()
+    announce([*lines, "ready; Ctrl-C stops"], out)
+    assert out.getvalue() == (
+        "wireproto: websmq over ws on ws://127.0.0.1:8765/websmq\n"
+        "wireproto: websmq over length32 on tcp:127.0.0.1:8766\n"
+        "wireproto: ready; Ctrl-C stops\n"
+    )
+
+
+def test_help_shows_the_listen_syntax(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["serve", "--help"])
+    assert exit.value.code == 0
+    out = capsys.readouterr().out
+    assert "--listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT" in out
+    assert "--attach PROTOCOL[+FRAMING]@CLIENT_ENDPOINT" in out
+    assert "websmq+ws@ssl:8443:privateKey=key.pem:certKey=cert.pem" in out
+    assert "websmq+cobs@unix:/tmp/websmq.sock" in out
+
+
+@pytest_twisted.ensureDeferred
+async def test_twistd_runs_the_plugin_and_stops_on_sigterm(children: list[Child]) -> None:
+    child = Child(str(BIN / "twistd"), "-n", "--pidfile=", "wireproto",
+                  "--listen", "websmq+ws@tcp:0:interface=127.0.0.1")
+    children.append(child)
+    listening = await child.line(LISTENER_LINE)
+    assert listening.group(1, 2) == ("websmq", "ws")
+    assert re.fullmatch(r"ws://127\.0\.0\.1:\d+/websmq", listening.group(3))
+
+    await exchange(listening.group(3))
+
+    child.process.send_signal(signal.SIGTERM)
+    # twistd ends by re-raising the signal it stopped on.
+    assert await child.exit_code() in (0, -signal.SIGTERM), child.output()
+    await child.line(re.compile(r".*Server Shut Down\.$"))
+
+
+@pytest_twisted.ensureDeferred
+async def test_twistd_lists_the_plugin_and_refuses_bad_options(children: list[Child]) -> None:
+    listing = Child(str(BIN / "twistd"), "--help")
+    bad = Child(str(BIN / "twistd"), "-n", "--pidfile=", "wireproto", "--listen", "websmq+x@tcp:0")
+    children.extend([listing, bad])
+    await listing.line(re.compile(r"^\s+wireproto\s+wireproto broker"))
+    assert await listing.exit_code() == 0
+    assert await bad.exit_code() == 1
+    # twistd prints its usage, then the error, on stdout.
+    await bad.line(re.compile(r".*: --listen 'websmq\+x@tcp:0': unknown transport 'x'; "))

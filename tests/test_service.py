@@ -1,0 +1,402 @@
+"""The broker service on real sockets: listeners from a config, WEBSMQ clients over each transport,
+shared WebSocket sites, TLS through endpoint strings, bind errors and attached links (a TCP peer
+and a serial line on a pty)."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import socket
+import struct
+import tty
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from cobs import cobs
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from twisted.internet import error, protocol, reactor
+from twisted.internet.ssl import Certificate, optionsForClientTLS
+
+from tests.support import eventually, sleep, wait_for
+from wireproto.codecs import websmq
+from wireproto.config import Attach, Config, StreamLimits, WebsmqSettings, parse_listen
+from wireproto.protocols.websmq import WebsmqClientProtocol, connect
+from wireproto.service import BoundListener, ListenFailed, WireprotoService, make_service
+from wireproto.transports import HandshakeFailed
+from wireproto.transports.serial import serial_endpoint_from_string
+
+
+def make_tls_files(directory: Path) -> tuple[Path, Path]:
+    """A fresh self-signed certificate for localhost and 127.0.0.1: (key.pem, ca/cert.pem)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    (directory / "ca").mkdir()
+    key_path, cert_path = directory / "key.pem", directory / "ca" / "cert.pem"
+    key_path.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path
+
+
+LOCAL = "interface=127.0.0.1"
+
+
+class Broker:
+    """Starts services and clients for one test, and stops every one of them at its end."""
+
+    def __init__(self) -> None:
+        self.services: list[WireprotoService] = []
+        self.clients: list[WebsmqClientProtocol] = []
+
+    async def start(
+        self, *listeners: str, **config: Any
+    ) -> tuple[WireprotoService, list[BoundListener]]:
+        retry_policy = config.pop("retry_policy", None)
+        settings = Config(listeners=tuple(parse_listen(spec) for spec in listeners), **config)
+        options = {"retry_policy": retry_policy} if retry_policy else {}
+        service = make_service(settings, reactor, **options)
+        self.services.append(service)
+        service.startService()
+        return service, await wait_for(service.when_listening())
+
+    async def client(self, address: str, **options: Any) -> WebsmqClientProtocol:
+        client = await wait_for(connect(reactor, address, **options))
+        self.clients.append(client)
+        return client
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await wait_for(client.disconnect(), timeout=10)
+        for service in self.services:
+            if service.running:
+                await wait_for(service.stopService(), timeout=10)
+
+
+async def closed(client: WebsmqClientProtocol) -> BaseException:
+    """Wait until `client`'s connection is gone; why it closed."""
+    return await wait_for(client.when_closed(), timeout=10)
+
+
+@pytest_twisted.async_yield_fixture
+async def broker() -> AsyncIterator[Broker]:
+    running = Broker()
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+async def subscribe(service: WireprotoService, client: WebsmqClientProtocol, topic: str) -> list:
+    """Subscribe `client` to `topic` and wait until the hub has it (WEBSMQ has no ack)."""
+    received: list = []
+    client.subscribe(topic, received.append)
+    await eventually(lambda: service.hub.subscribers(topic))
+    return received
+
+
+@pytest_twisted.ensureDeferred
+async def test_ws_and_length32_clients_share_one_hub(broker: Broker) -> None:
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}"
+    )
+    ws_address, tcp_address = (entry.address for entry in bound)
+    assert ws_address.startswith("ws://127.0.0.1:") and ws_address.endswith("/websmq")
+    assert tcp_address.startswith("tcp:127.0.0.1:")
+    assert [entry.describe().split(" on ")[0] for entry in bound] == [
+        "websmq over ws", "websmq over length32"]
+
+    browser = await broker.client(ws_address)
+    device = await broker.client(tcp_address)
+    at_browser = await subscribe(service, browser, "sensors/temp")
+    at_device = await subscribe(service, device, "lights/set")
+
+    device.publish("sensors/temp", b"21.5")
+    browser.publish("lights/set", b"on")
+    await eventually(lambda: at_browser and at_device)
+    assert at_browser == [websmq.Publish("sensors/temp", b"21.5")]
+    assert at_device == [websmq.Publish("lights/set", b"on")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_ws_listeners_on_one_endpoint_share_one_port(broker: Broker) -> None:
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}", f"websmq+ws/mq/v1@tcp:0:{LOCAL}"
+    )
+    default, versioned = (entry.address for entry in bound)
+    port = default.split(":")[2].split("/")[0]
+    assert default == f"ws://127.0.0.1:{port}/websmq"
+    assert versioned == f"ws://127.0.0.1:{port}/mq/v1"
+
+    first = await broker.client(default)
+    second = await broker.client(versioned)
+    received = await subscribe(service, first, "news")
+    second.publish("news", b"one site, two paths")
+    await eventually(lambda: received)
+    assert received == [websmq.Publish("news", b"one site, two paths")]
+
+    with pytest.raises(HandshakeFailed):
+        await wait_for(connect(reactor, f"ws://127.0.0.1:{port}/elsewhere"))
+
+
+# Twisted's ssl: endpoint parser still hands pyOpenSSL objects to pyOpenSSL; not ours to fix.
+@pytest.mark.filterwarnings("ignore:Passing pyOpenSSL:DeprecationWarning")
+@pytest_twisted.ensureDeferred
+async def test_tls_through_the_endpoint_string(broker: Broker, tmp_path: Path) -> None:
+    key, cert = make_tls_files(tmp_path)
+    tls = f"ssl:0:{LOCAL}:privateKey={key}:certKey={cert}"
+    service, bound = await broker.start(f"websmq+ws@{tls}", f"websmq+length32@{tls}")
+    wss_address, ssl_address = (entry.address for entry in bound)
+    assert wss_address.startswith("wss://127.0.0.1:")
+    assert ssl_address.startswith("ssl:127.0.0.1:")
+    trusted = optionsForClientTLS("localhost", trustRoot=Certificate.loadPEM(cert.read_bytes()))
+
+    browser = await broker.client(wss_address, context_factory=trusted)
+    host, port = ssl_address.split(":")[1:]
+    device = await broker.client(
+        f"ssl:host={host}:port={port}:hostname=localhost:caCertsDir={cert.parent}"
+    )
+    received = await subscribe(service, browser, "secure")
+    device.publish("secure", b"over TLS")
+    await eventually(lambda: received)
+    assert received == [websmq.Publish("secure", b"over TLS")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_unix_socket_with_cobs(broker: Broker, tmp_path: Path) -> None:
+    path = tmp_path / "websmq.sock"
+    service, bound = await broker.start(
+        f"websmq+cobs@unix:{path}", f"websmq+ws@tcp:0:{LOCAL}", f"websmq+ws@unix:{path}.ws"
+    )
+    assert bound[0].address == f"unix:{path}"
+    assert bound[2].address == f"ws+unix://{path}.ws:/websmq"
+
+    local = await broker.client(bound[0].address, framing="cobs")
+    browser = await broker.client(bound[1].address)
+    received = await subscribe(service, local, "from/browser")
+    browser.publish("from/browser", b"\x00 survives COBS")
+    await eventually(lambda: received)
+    assert received == [websmq.Publish("from/browser", b"\x00 survives COBS")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_port_in_use_is_reported_and_the_rest_is_closed(broker: Broker) -> None:
+    taken = socket.socket()
+    try:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        service = make_service(Config(listeners=(
+            parse_listen(f"websmq+ws@tcp:0:{LOCAL}"),
+            parse_listen(f"websmq+length32@tcp:{port}:{LOCAL}"),
+        )), reactor)
+        broker.services.append(service)
+        service.log_listen_errors = False
+        service.startService()
+        with pytest.raises(ListenFailed) as failed:
+            await wait_for(service.when_listening())
+        assert str(failed.value).startswith(
+            f"cannot listen for websmq over length32 on tcp:{port}:{LOCAL}: "
+        )
+        assert "in use" in str(failed.value)
+        (ws_bound,) = service.bound
+        await wait_for(service.stopService())
+        with pytest.raises(error.ConnectionRefusedError):
+            await wait_for(connect(reactor, ws_bound.address))
+    finally:
+        taken.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_stopping_closes_open_connections(broker: Broker) -> None:
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}"
+    )
+    clients = [await broker.client(entry.address) for entry in bound]
+    await eventually(lambda: len(service.hub.sessions) == 2)
+    await wait_for(service.stopService(), timeout=10)
+    for client in clients:
+        await closed(client)
+    assert not service.hub.sessions
+
+
+@pytest_twisted.ensureDeferred
+async def test_config_settings_reach_the_hub_and_protocols(broker: Broker) -> None:
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}",
+        hub=replace(Config().hub, queue_bytes=4096, overflow="disconnect", max_subscriptions=2),
+        websmq=WebsmqSettings(wildcards=True),
+    )
+    assert (service.hub.queue_bytes, service.hub.overflow) == (4096, "disconnect")
+    subscriber = await broker.client(bound[0].address, wildcards=True)
+    publisher = await broker.client(bound[0].address)
+    received = await subscribe(service, subscriber, "sensors/#")
+    publisher.publish("sensors/kitchen/temp", b"19")
+    await eventually(lambda: received)
+    assert received == [websmq.Publish("sensors/kitchen/temp", b"19")]
+
+    # max_subscriptions=2: the third closes that connection, telling it why (close code 1002).
+    subscriber.subscribe("a")
+    subscriber.subscribe("b")
+    reason = await closed(subscriber)
+    assert "1002" in str(reason)
+    assert "more than 2 subscriptions" in str(reason)
+    assert publisher.connected
+
+
+@pytest_twisted.ensureDeferred
+async def test_stream_limits_come_from_the_config(broker: Broker) -> None:
+    service, bound = await broker.start(
+        f"websmq+length32@tcp:0:{LOCAL}",
+        stream=StreamLimits(max_message_size=64, max_connections=2),
+    )
+    first = await broker.client(bound[0].address)
+    second = await broker.client(bound[0].address)
+    await eventually(lambda: len(service.hub.sessions) == 2)
+    third = await broker.client(bound[0].address)
+    await closed(third)  # refused: over max_connections
+
+    received = await subscribe(service, first, "small")
+    second.publish("small", b"x" * 100)  # over max_message_size: only `second` is closed
+    await closed(second)
+    assert received == [] and first.connected
+
+
+@pytest_twisted.ensureDeferred
+async def test_websocket_limits_come_from_the_config(broker: Broker) -> None:
+    from wireproto.transports import WebSocketOptions
+
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}", websocket=WebSocketOptions(max_message_size=64)
+    )
+    client = await broker.client(bound[0].address)
+    client.publish("big", b"x" * 100)
+    reason = await closed(client)
+    assert "1009" in str(reason)
+
+
+class Device(protocol.Protocol):
+    """A peer at the far end of an attached TCP link, speaking length32-framed WEBSMQ by hand."""
+
+    def connectionMade(self) -> None:
+        self.factory.devices.append(self)
+        self.buffer = b""
+
+    def dataReceived(self, data: bytes) -> None:
+        self.buffer += data
+
+    def frames(self) -> list[websmq.Message]:
+        frames, data = [], self.buffer
+        while len(data) >= 4:
+            (size,) = struct.unpack(">I", data[:4])
+            frames.append(websmq.decode(data[4 : 4 + size]))
+            data = data[4 + size :]
+        return frames
+
+    def send(self, message: websmq.Message) -> None:
+        frame = websmq.encode(message)
+        self.transport.write(struct.pack(">I", len(frame)) + frame)
+
+
+@pytest_twisted.ensureDeferred
+async def test_attach_serves_a_tcp_peer_and_reopens_the_link(broker: Broker) -> None:
+    factory = protocol.ServerFactory.forProtocol(Device)
+    factory.devices = []
+    device_port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    try:
+        link = Attach("websmq", f"tcp:127.0.0.1:{device_port.getHost().port}", "length32")
+        service, bound = await broker.start(
+            f"websmq+ws@tcp:0:{LOCAL}", attach=(link,), retry_policy=lambda attempt: 0.05
+        )
+        (device,) = await eventually(lambda: factory.devices)
+        browser = await broker.client(bound[0].address)
+        at_browser = await subscribe(service, browser, "device/out")
+
+        device.send(websmq.Subscribe("device/in"))
+        await eventually(lambda: service.hub.subscribers("device/in"))
+        browser.publish("device/in", b"blink")
+        device.send(websmq.Publish("device/out", b"button"))
+        await eventually(lambda: device.frames() and at_browser)
+        assert device.frames() == [websmq.Publish("device/in", b"blink")]
+        assert at_browser == [websmq.Publish("device/out", b"button")]
+
+        # The device goes away; the broker opens the link again by itself.
+        device.transport.loseConnection()
+        await eventually(lambda: len(factory.devices) == 2)
+        again = factory.devices[1]
+        again.send(websmq.Publish("device/out", b"back"))
+        await eventually(lambda: len(at_browser) == 2)
+        assert at_browser[1] == websmq.Publish("device/out", b"back")
+    finally:
+        await wait_for(device_port.stopListening())
+
+
+def read_available(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except BlockingIOError:
+        return b""
+
+
+@pytest_twisted.ensureDeferred
+async def test_attach_serves_a_device_on_a_serial_line(broker: Broker) -> None:
+    # A pty stands in for the serial port: the broker opens the slave, the test is the device.
+    master, slave = os.openpty()
+    try:
+        tty.setraw(slave)
+        os.set_blocking(master, False)
+        device_path = os.ttyname(slave)
+        from wireproto.config import parse_attach
+
+        link = parse_attach(f"websmq@serial:{device_path}:baudrate=115200")
+        assert link.framing == "cobs"
+        serial_endpoint_from_string(reactor, link.endpoint)  # the form the service opens
+        service, bound = await broker.start(f"websmq+length32@tcp:0:{LOCAL}", attach=(link,))
+        await eventually(lambda: len(service.hub.sessions) == 1)
+        client = await broker.client(bound[0].address)
+        at_client = await subscribe(service, client, "mcu/out")
+
+        subscribe_frame = websmq.encode(websmq.Subscribe("mcu/in"))
+        os.write(master, cobs.encode(subscribe_frame) + b"\x00")
+        await eventually(lambda: service.hub.subscribers("mcu/in"))
+        client.publish("mcu/in", b"\x00\x01led")
+        received = bytearray()
+        await eventually(lambda: received.extend(read_available(master)) or b"\x00" in received)
+        frame = bytes(received).split(b"\x00")[0]
+        assert websmq.decode(cobs.decode(frame)) == websmq.Publish("mcu/in", b"\x00\x01led")
+
+        publish_frame = websmq.encode(websmq.Publish("mcu/out", b"pressed"))
+        os.write(master, cobs.encode(publish_frame) + b"\x00")
+        await eventually(lambda: at_client)
+        assert at_client == [websmq.Publish("mcu/out", b"pressed")]
+        await broker.close()
+        await sleep(0)
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -1,0 +1,88 @@
+"""twistd plugin: ``twistd -n wireproto --listen ...`` runs the same broker as ``wireproto serve``.
+
+Kept small, and wireproto is imported only when the plugin is used, so ``twistd --help`` stays
+fast. No ``__init__.py`` here or in ``twisted/``: Twisted finds this file through its plugin path.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from twisted.application.service import IServiceMaker
+from twisted.plugin import IPlugin
+from twisted.python import usage
+from zope.interface import implementer
+
+
+class Options(usage.Options):
+    synopsis = "[--listen SPEC]... [--attach SPEC]... [--config FILE] [options]"
+    longdesc = (
+        "Serve wireproto protocols. --listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, e.g. "
+        "websmq+ws@tcp:8765 or websmq+length32@unix:/tmp/websmq.sock; --attach "
+        "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0. Defaults: "
+        "websmq+ws@tcp:8765 and websmq+length32@tcp:8766 on 127.0.0.1. See docs/running.md."
+    )
+    optParameters = [
+        ["config", "c", None, "TOML config file; options given here override it."],
+        ["queue-bytes", None, None, "Per-connection send queue limit in bytes.", int],
+        ["overflow", None, None, "When a send queue is full: drop-oldest or disconnect."],
+    ]
+    optFlags = [
+        ["wildcards", None, "Let WEBSMQ clients subscribe to MQTT-style patterns (+ and #)."],
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["listen"] = []
+        self["attach"] = []
+
+    def opt_listen(self, spec: str) -> None:
+        """Serve PROTOCOL+TRANSPORT[/PATH]@ENDPOINT (repeatable; replaces the defaults)."""
+        self["listen"].append(spec)
+
+    def opt_attach(self, spec: str) -> None:
+        """Serve PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. a serial port (repeatable)."""
+        self["attach"].append(spec)
+
+    def postOptions(self) -> None:
+        from wireproto.config import ConfigError, build_config
+
+        try:
+            self["wireproto"] = build_config(
+                listen=self["listen"],
+                attach=self["attach"],
+                config_file=self["config"],
+                queue_bytes=self["queue-bytes"],
+                overflow=self["overflow"],
+                wildcards=bool(self["wildcards"]) or None,
+            )
+        except ConfigError as error:
+            raise usage.UsageError(str(error)) from None
+
+
+@implementer(IServiceMaker, IPlugin)
+class WireprotoServiceMaker:
+    tapname = "wireproto"
+    description = "wireproto broker: WEBSMQ and friends over WebSocket, TCP, unix and serial."
+    options = Options
+
+    def makeService(self, options: Options) -> Any:
+        from wireproto.cli import announce, banner
+        from wireproto.service import ListenFailed, make_service
+
+        service = make_service(options["wireproto"])
+
+        def listening(bound: list[Any]) -> None:
+            # twistd sends sys.stdout to its log; these lines go to the real stdout, as
+            # `wireproto serve` prints them, for scripts that wait for the ports.
+            announce([*banner(service, bound), "ready"], sys.__stdout__)
+
+        def cannot_listen(reason: Any) -> None:
+            reason.trap(ListenFailed)  # already logged; twistd stops on it
+
+        service.when_listening().addCallbacks(listening, cannot_listen)
+        return service
+
+
+serviceMaker = WireprotoServiceMaker()

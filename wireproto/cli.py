@@ -1,0 +1,169 @@
+"""The ``wireproto`` command. ``wireproto serve`` runs a broker; see docs/running.md.
+
+With no options it serves WEBSMQ over WebSocket on 127.0.0.1:8765 (path /websmq) and over
+length32-framed TCP on 127.0.0.1:8766, and prints one line per listener, then a ready line::
+
+    wireproto: websmq over ws on ws://127.0.0.1:8765/websmq
+    wireproto: websmq over length32 on tcp:127.0.0.1:8766
+    wireproto: ready; Ctrl-C stops
+
+Exit status: 0 after Ctrl-C or SIGTERM, 1 when a listener cannot bind, 2 for a bad option or
+config file. Every error is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
+from typing import IO, Any, NoReturn
+
+__all__ = ["main", "build_parser", "announce"]
+
+PROG = "wireproto"
+
+LISTEN_HELP = """\
+--listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT (repeatable; replaces the default listeners)
+  TRANSPORT is ws (WebSocket, at PATH, default /websmq) or a stream framing: length32, lines, cobs.
+  ENDPOINT is a Twisted server endpoint string. tcp: and ssl: listen on 127.0.0.1 unless they
+  name an interface (interface=0.0.0.0 for every interface). WebSocket listeners may share an
+  endpoint, each at its own path.
+    websmq+ws@tcp:8765                    ws://127.0.0.1:8765/websmq
+    websmq+ws/mq/v1@tcp:8765              ws://127.0.0.1:8765/mq/v1
+    websmq+length32@tcp:8766:interface=0.0.0.0
+    websmq+ws@ssl:8443:privateKey=key.pem:certKey=cert.pem
+    websmq+cobs@unix:/tmp/websmq.sock
+
+--attach PROTOCOL[+FRAMING]@CLIENT_ENDPOINT (repeatable)
+  Open a client endpoint and serve PROTOCOL on it, as if the device at the other end had
+  connected; reopened with a backoff whenever it fails or closes. FRAMING defaults to cobs for
+  serial: and to length32 otherwise.
+    websmq@serial:/dev/ttyACM0:baudrate=115200
+
+Defaults: websmq+ws@tcp:8765 and websmq+length32@tcp:8766, on 127.0.0.1.
+See docs/running.md for the TOML config file.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line, without the usage block: a script or a log shows the whole story."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Small message protocols on Twisted.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="run a broker",
+        description="Run a wireproto broker until Ctrl-C or SIGTERM.",
+        epilog=LISTEN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--listen", action="append", default=[], metavar="SPEC",
+                       help="serve a protocol on an endpoint (see below)")
+    serve.add_argument("--attach", action="append", default=[], metavar="SPEC",
+                       help="serve a protocol on a client endpoint, e.g. a serial port")
+    serve.add_argument("--config", metavar="FILE",
+                       help="TOML config file; options given here override it")
+    serve.add_argument("--queue-bytes", type=int, metavar="N",
+                       help="per-connection send queue limit in bytes (default 1048576)")
+    serve.add_argument("--overflow", choices=["drop-oldest", "disconnect"],
+                       help="when a send queue is full: drop its oldest messages (default) or "
+                            "disconnect that client")
+    serve.add_argument("--wildcards", action="store_true", default=None,
+                       help="let WEBSMQ clients subscribe to MQTT-style patterns (+ and #)")
+    serve.add_argument("-v", "--verbose", action="store_true",
+                       help="log connections and other events (default: warnings and errors)")
+    return parser
+
+
+def announce(lines: Iterable[str], stream: IO[str]) -> None:
+    """Write `lines` each as ``wireproto: LINE``, flushed at once (scripts wait for them)."""
+    for line in lines:
+        stream.write(f"{PROG}: {line}\n")
+    stream.flush()
+
+
+def banner(service: Any, bound: Sequence[Any]) -> list[str]:
+    """One line per listener (``websmq over ws on ws://...``), then one per attached link."""
+    lines = [entry.describe() for entry in bound]
+    lines += [f"{link.describe()} attached to {link.endpoint}" for link in service.config.attach]
+    return lines
+
+
+def _start_logging(verbose: bool) -> None:
+    from twisted.logger import (
+        FilteringLogObserver,
+        LogLevel,
+        LogLevelFilterPredicate,
+        globalLogBeginner,
+        textFileLogObserver,
+    )
+
+    level = LogLevel.info if verbose else LogLevel.warn
+    observer = FilteringLogObserver(
+        textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(defaultLogLevel=level)]
+    )
+    # stdout stays ours: it carries the listener lines that scripts parse.
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from twisted.internet import reactor
+
+    from wireproto.config import ConfigError, build_config
+
+    try:
+        config = build_config(
+            listen=args.listen,
+            attach=args.attach,
+            config_file=args.config,
+            queue_bytes=args.queue_bytes,
+            overflow=args.overflow,
+            wildcards=args.wildcards,
+            reactor=reactor,
+        )
+    except ConfigError as error:
+        print(f"{PROG} serve: {error}", file=sys.stderr, flush=True)
+        return 2
+
+    from wireproto.service import ListenFailed, make_service
+
+    _start_logging(args.verbose)
+    service = make_service(config, reactor)
+    service.log_listen_errors = False  # reported below, in one line
+    exit_code = 0
+
+    def listening(bound: list[Any]) -> None:
+        announce([*banner(service, bound), "ready; Ctrl-C stops"], sys.stdout)
+
+    def cannot_listen(reason: Any) -> None:
+        nonlocal exit_code
+        reason.trap(ListenFailed)
+        print(f"{PROG}: {reason.value}", file=sys.stderr, flush=True)
+        exit_code = 1
+        reactor.stop()
+
+    def start() -> None:
+        service.startService()
+        service.when_listening().addCallbacks(listening, cannot_listen)
+
+    def stop() -> Any:
+        return service.stopService() if service.running else None
+
+    reactor.callWhenRunning(start)
+    reactor.addSystemEventTrigger("before", "shutdown", stop)
+    # Twisted's own SIGINT/SIGTERM handlers stop the reactor, which stops the service first.
+    reactor.run()
+    return exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``wireproto`` command; returns its exit status."""
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    raise AssertionError(f"unhandled command {args.command!r}")

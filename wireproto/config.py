@@ -1,0 +1,694 @@
+"""The run configuration of a wireproto broker: listeners, attached links, hub and transport limits.
+
+One `Config` comes from command-line options, from a TOML file, or both (the command line wins),
+and `wireproto.service.make_service` builds the running service from it. The syntax is described
+in docs/running.md:
+
+- ``--listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT``, e.g. ``websmq+ws@tcp:8765`` or
+  ``websmq+length32@unix:/tmp/websmq.sock``: serve PROTOCOL on a Twisted server endpoint string;
+- ``--attach PROTOCOL[+FRAMING]@CLIENT_ENDPOINT``, e.g. ``websmq@serial:/dev/ttyACM0``: open a
+  client endpoint (a device on a serial line) and serve PROTOCOL on it in the server role;
+- TOML: ``[[listen]]`` and ``[[attach]]`` tables with the same fields, and ``[hub]``,
+  ``[websocket]``, ``[stream]`` and one table per protocol (``[websmq]``).
+
+Every problem is a `ConfigError` naming where it is (the option, or the file and key) and what is
+wrong. ``tcp:`` and ``ssl:`` endpoints listen on 127.0.0.1 unless they name an interface, so a
+broker is reachable from other machines only when someone asks for it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from wireproto.hub import DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_QUEUE_BYTES, Overflow
+from wireproto.protocols import SERVER_PROTOCOLS, ServerProtocolSpec
+from wireproto.transports.stream import FRAMINGS
+from wireproto.transports.websocket import WebSocketOptions
+
+__all__ = [
+    "ConfigError",
+    "TRANSPORTS",
+    "Listener",
+    "Attach",
+    "HubSettings",
+    "StreamLimits",
+    "WebsmqSettings",
+    "Config",
+    "DEFAULT_LISTENERS",
+    "parse_listen",
+    "parse_attach",
+    "load_config",
+    "config_from_toml",
+    "config_to_toml",
+    "build_config",
+    "endpoint_type",
+    "is_ephemeral",
+    "with_default_interface",
+]
+
+TRANSPORTS = ("ws", *FRAMINGS)
+LISTEN_SYNTAX = "PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, e.g. websmq+ws@tcp:8765"
+ATTACH_SYNTAX = "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0"
+
+
+class ConfigError(ValueError):
+    """A bad option or configuration file; the message says where and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """Serve `protocol` on a server endpoint string, over a WebSocket ("ws", at `path`) or a
+    framed stream ("length32", "lines" or "cobs")."""
+
+    protocol: str
+    transport: str
+    endpoint: str
+    path: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.protocol} over {self.transport}"
+
+
+@dataclass(frozen=True)
+class Attach:
+    """Open a client endpoint (a serial device, or a TCP peer) and serve `protocol` on it in the
+    server role, reopening it whenever it fails or closes."""
+
+    protocol: str
+    endpoint: str
+    framing: str
+
+    def describe(self) -> str:
+        return f"{self.protocol} over {self.framing}"
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    queue_bytes: int = DEFAULT_QUEUE_BYTES
+    overflow: str = Overflow.DROP_OLDEST.value
+    max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """Limits for every framed-stream listener and attached link (the framing is per listener)."""
+
+    max_message_size: int = 1 << 20
+    max_connections: int = 10_000
+
+
+@dataclass(frozen=True)
+class WebsmqSettings:
+    # MQTT-style `+` and `#` subscriptions: an extension to the spec, so off unless asked for.
+    wildcards: bool = False
+
+
+DEFAULT_LISTENERS = (
+    Listener("websmq", "ws", "tcp:8765:interface=127.0.0.1", "/websmq"),
+    Listener("websmq", "length32", "tcp:8766:interface=127.0.0.1"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    listeners: tuple[Listener, ...] = DEFAULT_LISTENERS
+    attach: tuple[Attach, ...] = ()
+    hub: HubSettings = field(default_factory=HubSettings)
+    websocket: WebSocketOptions = field(default_factory=WebSocketOptions)
+    stream: StreamLimits = field(default_factory=StreamLimits)
+    websmq: WebsmqSettings = field(default_factory=WebsmqSettings)
+
+    def protocol_options(self, protocol: str) -> dict[str, Any]:
+        """The keyword options for `protocol`'s make_factory (its own TOML table)."""
+        settings = getattr(self, protocol, None)
+        return asdict(settings) if settings is not None else {}
+
+
+# -- endpoint strings -----------------------------------------------------------------------------
+
+
+def _split_endpoint(endpoint: str) -> tuple[list[str], dict[str, str]]:
+    """Positional and keyword parts of an endpoint string, as Twisted reads it (`\\` escapes)."""
+    parts: list[list[str]] = [[""]]
+    escaped = False
+    for char in endpoint:
+        if escaped:
+            parts[-1][-1] += char
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ":":
+            parts.append([""])
+        elif char == "=" and len(parts[-1]) == 1:
+            parts[-1].append("")
+        else:
+            parts[-1][-1] += char
+    args = [part[0] for part in parts if len(part) == 1]
+    kwargs = {part[0]: part[1] for part in parts if len(part) == 2}
+    return args, kwargs
+
+
+def endpoint_type(endpoint: str) -> str:
+    """The endpoint string's type, lower case: 'tcp', 'ssl', 'unix', 'serial', ..."""
+    args, _ = _split_endpoint(endpoint)
+    return args[0].lower() if args else ""
+
+
+# Loopback unless an interface is named: a broker must not be reachable from elsewhere by accident.
+_LOOPBACK = {"tcp": "127.0.0.1", "ssl": "127.0.0.1", "tcp6": "\\:\\:1"}
+
+
+def with_default_interface(endpoint: str) -> str:
+    """`endpoint`, plus ``interface=`` loopback if it is a tcp:, ssl: or tcp6: naming none."""
+    args, kwargs = _split_endpoint(endpoint)
+    kind = args[0].lower() if args else ""
+    loopback = _LOOPBACK.get(kind)
+    # tcp:PORT:INTERFACE names it positionally; ssl: and tcp6: take only the keyword.
+    if loopback is None or "interface" in kwargs or (kind == "tcp" and len(args) > 2):
+        return endpoint
+    return f"{endpoint}:interface={loopback}"
+
+
+def _endpoint_problem(error: Exception) -> str:
+    text = str(error) or type(error).__name__
+    # "_parseTCP() got an unexpected keyword argument 'x'" reads better without the function name.
+    head, _, rest = text.partition("() ")
+    if rest and head.replace("_", "").replace(".", "").isalnum():
+        text = rest
+    return text
+
+
+def _check_server_endpoint(endpoint: str, reactor: Any) -> None:
+    from twisted.internet.endpoints import serverFromString
+
+    try:
+        serverFromString(reactor, endpoint)
+    except Exception as error:
+        raise _Invalid(
+            "endpoint", f"bad server endpoint {endpoint!r}: {_endpoint_problem(error)}"
+        ) from None
+
+
+def _check_client_endpoint(endpoint: str, reactor: Any) -> None:
+    from twisted.internet.endpoints import clientFromString
+
+    from wireproto.transports.serial import serial_endpoint_from_string
+
+    try:
+        # serial: is parsed directly too, so it works even where Twisted's plugin scan does not.
+        if endpoint_type(endpoint) == "serial":
+            serial_endpoint_from_string(reactor, endpoint)
+        else:
+            clientFromString(reactor, endpoint)
+    except Exception as error:
+        raise _Invalid(
+            "endpoint", f"bad client endpoint {endpoint!r}: {_endpoint_problem(error)}"
+        ) from None
+
+
+def _default_reactor(reactor: Any) -> Any:
+    if reactor is None:
+        from twisted.internet import reactor as global_reactor
+
+        return global_reactor
+    return reactor
+
+
+# -- checking one listener or link ----------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """One problem with one key; the caller says where the key came from."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+def _one_of(values: Iterable[str]) -> str:
+    values = list(values)
+    if len(values) == 1:
+        return values[0]
+    return ", ".join(values[:-1]) + " or " + values[-1]
+
+
+def _protocol_spec(name: str) -> ServerProtocolSpec:
+    spec = SERVER_PROTOCOLS.get(name)
+    if spec is None:
+        raise _Invalid("protocol", f"unknown protocol {name!r}; use {_one_of(SERVER_PROTOCOLS)}")
+    return spec
+
+
+def _check_listener(
+    protocol: str, transport: str, endpoint: str, path: str | None, reactor: Any
+) -> Listener:
+    spec = _protocol_spec(protocol)
+    if transport not in TRANSPORTS:
+        raise _Invalid(
+            "transport", f"unknown transport {transport!r}; use {_one_of(TRANSPORTS)}"
+        )
+    if transport not in spec.transports:
+        allowed = [name for name in TRANSPORTS if name in spec.transports]
+        raise _Invalid(
+            "transport", f"{protocol} does not run over {transport}; use {_one_of(allowed)}"
+        )
+    if not endpoint:
+        raise _Invalid("endpoint", "no endpoint given, e.g. tcp:8765")
+    endpoint = with_default_interface(endpoint)
+    _check_server_endpoint(endpoint, reactor)
+    if transport == "ws":
+        path = spec.default_path if path is None else path
+        if not path.startswith("/"):
+            raise _Invalid("path", f"path {path!r} must start with '/'")
+    elif path is not None:
+        raise _Invalid("path", f"a path is only for ws listeners, not {transport}")
+    return Listener(protocol, transport, endpoint, path)
+
+
+def _check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any) -> Attach:
+    spec = _protocol_spec(protocol)
+    if not endpoint:
+        raise _Invalid("endpoint", "no endpoint given, e.g. serial:/dev/ttyACM0")
+    if framing is None:
+        # Serial links carry COBS (a zero byte ends every frame, so a receiver can resynchronise).
+        framing = "cobs" if endpoint_type(endpoint) == "serial" else spec.default_framing
+    allowed = [name for name in FRAMINGS if name in spec.transports]
+    if framing == "ws":
+        raise _Invalid(
+            "framing", f"an attached link needs a framing, not ws; use {_one_of(allowed)}"
+        )
+    if framing not in FRAMINGS:
+        raise _Invalid("framing", f"unknown framing {framing!r}; use {_one_of(FRAMINGS)}")
+    if framing not in spec.transports:
+        raise _Invalid("framing", f"{protocol} does not run over {framing}; use {_one_of(allowed)}")
+    _check_client_endpoint(endpoint, reactor)
+    return Attach(protocol, endpoint, framing)
+
+
+def is_ephemeral(endpoint: str) -> bool:
+    """True for a tcp:/ssl:/tcp6: endpoint on port 0, which gets a fresh port each time."""
+    args, kwargs = _split_endpoint(endpoint)
+    if not args or args[0].lower() not in _LOOPBACK:
+        return False
+    port = kwargs.get("port", args[1] if len(args) > 1 else None)
+    return port is not None and port.strip() == "0"
+
+
+def _check_shared_endpoints(listeners: Sequence[Listener], labels: Sequence[str]) -> None:
+    """Only WebSocket listeners may share an endpoint (one site, one path each). A stream
+    listener on port 0 is never shared: it gets a port of its own."""
+    owners: dict[str, int] = {}
+    paths: dict[tuple[str, str | None], int] = {}
+    for index, listener in enumerate(listeners):
+        websocket = listener.transport == "ws"
+        if not websocket and is_ephemeral(listener.endpoint):
+            continue
+        first = owners.setdefault(listener.endpoint, index)
+        other = listeners[first]
+        if first != index and not (websocket and other.transport == "ws"):
+            raise _Located(
+                index, "endpoint",
+                f"{listener.endpoint} is already used by {labels[first]} "
+                f"({other.describe()}); only ws listeners may share an endpoint",
+            )
+        if websocket:
+            same_path = paths.setdefault((listener.endpoint, listener.path), index)
+            if same_path != index:
+                raise _Located(
+                    index, "path",
+                    f"{listener.path} on {listener.endpoint} is already served by "
+                    f"{labels[same_path]}",
+                )
+
+
+class _Located(Exception):
+    def __init__(self, index: int, key: str, message: str) -> None:
+        super().__init__(message)
+        self.index, self.key, self.message = index, key, message
+
+
+# -- the command-line forms -----------------------------------------------------------------------
+
+
+def _split_spec(spec: str, option: str, syntax: str) -> tuple[str, str | None, str]:
+    """'A+B@C' -> ('A', 'B', 'C'); 'A@C' -> ('A', None, 'C')."""
+    head, at, endpoint = spec.partition("@")
+    if not at:
+        raise ConfigError(f"{option} {spec!r}: no '@' before the endpoint; use {syntax}")
+    protocol, plus, rest = head.partition("+")
+    if not protocol:
+        raise ConfigError(f"{option} {spec!r}: no protocol before '+'/'@'; use {syntax}")
+    return protocol, rest if plus else None, endpoint
+
+
+def parse_listen(spec: str, *, reactor: Any = None) -> Listener:
+    """A `Listener` from ``PROTOCOL+TRANSPORT[/PATH]@ENDPOINT``.
+
+    ``websmq+ws@tcp:8765`` serves WEBSMQ over WebSocket at its default path (/websmq) on
+    127.0.0.1:8765; ``websmq+ws/mq/v1@tcp:8765`` at /mq/v1; ``websmq+cobs@unix:/tmp/mq.sock``
+    over COBS-framed unix sockets.
+    """
+    protocol, transport_path, endpoint = _split_spec(spec, "--listen", LISTEN_SYNTAX)
+    if transport_path is None:
+        raise ConfigError(
+            f"--listen {spec!r}: no transport; use {LISTEN_SYNTAX} "
+            f"(transports: {_one_of(TRANSPORTS)})"
+        )
+    transport, slash, path = transport_path.partition("/")
+    try:
+        return _check_listener(
+            protocol, transport, endpoint, slash + path if slash else None,
+            _default_reactor(reactor),
+        )
+    except _Invalid as problem:
+        raise ConfigError(f"--listen {spec!r}: {problem.message}") from None
+
+
+def parse_attach(spec: str, *, reactor: Any = None) -> Attach:
+    """An `Attach` from ``PROTOCOL[+FRAMING]@CLIENT_ENDPOINT``; the framing defaults to cobs
+    for ``serial:`` and to the protocol's default framing (length32) otherwise."""
+    protocol, framing, endpoint = _split_spec(spec, "--attach", ATTACH_SYNTAX)
+    try:
+        return _check_attach(protocol, endpoint, framing, _default_reactor(reactor))
+    except _Invalid as problem:
+        raise ConfigError(f"--attach {spec!r}: {problem.message}") from None
+
+
+# -- TOML -----------------------------------------------------------------------------------------
+
+
+def _unknown_key(key: str, known: Iterable[str]) -> str:
+    known = list(known)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.7) or [
+        name for name in known if name.startswith(key)
+    ]
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown key; use {_one_of(known)}{hint}"
+
+
+def _shown(value: Any) -> str:
+    """A value as the TOML file spells it (true, "text"), for error messages."""
+    try:
+        return _toml_value(value)
+    except TypeError:
+        return repr(value)
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {_shown(value)}")
+    return value
+
+
+def _positive_integer(value: Any) -> int:
+    if _integer(value) <= 0:
+        raise ValueError(f"must be a positive integer, not {value}")
+    return value
+
+
+def _positive_number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number of seconds, got {_shown(value)}")
+    if value <= 0:
+        raise ValueError(f"must be positive, not {value}")
+    return float(value)
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {_shown(value)}")
+    return value
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {_shown(value)}")
+    return value
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"expected a list of strings, got {_shown(value)}")
+    return tuple(value)
+
+
+def _overflow(value: Any) -> str:
+    value = _string(value)
+    policies = [policy.value for policy in Overflow]
+    if value not in policies:
+        raise ValueError(f"unknown policy {_shown(value)}; use {_one_of(policies)}")
+    return value
+
+
+# Each table's keys and how to read each value. TOML has no null: leave an optional key out.
+_HUB_KEYS: dict[str, Callable[[Any], Any]] = {
+    "queue_bytes": _positive_integer,
+    "overflow": _overflow,
+    "max_subscriptions": _positive_integer,
+}
+_WEBSOCKET_KEYS: dict[str, Callable[[Any], Any]] = {
+    "max_message_size": _positive_integer,
+    "open_handshake_timeout": _positive_number,
+    "close_handshake_timeout": _positive_number,
+    "auto_ping_interval": _positive_number,
+    "auto_ping_timeout": _positive_number,
+    "allowed_origins": _strings,
+    "per_message_deflate": _boolean,
+    "max_connections": _positive_integer,
+}
+_STREAM_KEYS: dict[str, Callable[[Any], Any]] = {
+    "max_message_size": _positive_integer,
+    "max_connections": _positive_integer,
+}
+_WEBSMQ_KEYS: dict[str, Callable[[Any], Any]] = {"wildcards": _boolean}
+_LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
+_ATTACH_KEYS = ("protocol", "endpoint", "framing")
+_TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
+    "hub": (HubSettings, _HUB_KEYS),
+    "websocket": (WebSocketOptions, _WEBSOCKET_KEYS),
+    "stream": (StreamLimits, _STREAM_KEYS),
+    "websmq": (WebsmqSettings, _WEBSMQ_KEYS),
+}
+_TOP_KEYS = ("listen", "attach", *_TABLES)
+
+
+def _read_table(
+    where: str, name: str, table: Any, kind: type, readers: dict[str, Callable[[Any], Any]]
+) -> Any:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {_shown(table)}")
+    values = {}
+    for key, value in table.items():
+        reader = readers.get(key)
+        if reader is None:
+            raise ConfigError(f"{where}: {name}.{key}: {_unknown_key(key, readers)}")
+        try:
+            values[key] = reader(value)
+        except ValueError as error:
+            raise ConfigError(f"{where}: {name}.{key}: {error}") from None
+    try:
+        return kind(**values)
+    except ValueError as error:  # checks across keys, made by the options class itself
+        raise ConfigError(f"{where}: {name}: {error}") from None
+
+
+def _read_entries(where: str, name: str, value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(
+            f"{where}: {name}: expected [[{name}]] tables or a list of strings, got {_shown(value)}"
+        )
+    return value
+
+
+def _read_listener(where: str, label: str, entry: Any, reactor: Any) -> Listener:
+    if isinstance(entry, str):
+        try:
+            return parse_listen(entry, reactor=reactor)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--listen ')}") from None
+    values = _string_fields(where, label, entry, _LISTEN_KEYS, required=("protocol", "transport",
+                                                                          "endpoint"))
+    try:
+        return _check_listener(
+            values["protocol"], values["transport"], values["endpoint"], values.get("path"),
+            reactor,
+        )
+    except _Invalid as problem:
+        raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
+
+
+def _read_attach(where: str, label: str, entry: Any, reactor: Any) -> Attach:
+    if isinstance(entry, str):
+        try:
+            return parse_attach(entry, reactor=reactor)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--attach ')}") from None
+    values = _string_fields(where, label, entry, _ATTACH_KEYS, required=("protocol", "endpoint"))
+    try:
+        return _check_attach(
+            values["protocol"], values["endpoint"], values.get("framing"), reactor
+        )
+    except _Invalid as problem:
+        raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
+
+
+def _string_fields(
+    where: str, label: str, entry: Any, keys: Sequence[str], required: Sequence[str]
+) -> dict[str, str]:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: {label}: expected a table or a string, got {_shown(entry)}")
+    for key, value in entry.items():
+        if key not in keys:
+            raise ConfigError(f"{where}: {label}.{key}: {_unknown_key(key, keys)}")
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {label}.{key}: expected a string, got {_shown(value)}")
+    for key in required:
+        if key not in entry:
+            raise ConfigError(f"{where}: {label}: missing key {key!r}")
+    return entry
+
+
+def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) -> Config:
+    """A `Config` from TOML text; `source` names it in error messages."""
+    reactor = _default_reactor(reactor)
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: not valid TOML: {error}") from None
+    for key in document:
+        if key not in _TOP_KEYS:
+            raise ConfigError(f"{source}: {key}: {_unknown_key(key, _TOP_KEYS)}")
+
+    config = Config()
+    if "listen" in document:
+        entries = _read_entries(source, "listen", document["listen"])
+        # Counted from 1, as a reader counts the [[listen]] tables in the file.
+        labels = [f"listen[{number}]" for number in range(1, len(entries) + 1)]
+        listeners = tuple(
+            _read_listener(source, label, entry, reactor)
+            for label, entry in zip(labels, entries, strict=True)
+        )
+        try:
+            _check_shared_endpoints(listeners, labels)
+        except _Located as problem:
+            raise ConfigError(
+                f"{source}: {labels[problem.index]}.{problem.key}: {problem.message}"
+            ) from None
+        config = replace(config, listeners=listeners)
+    if "attach" in document:
+        entries = _read_entries(source, "attach", document["attach"])
+        config = replace(config, attach=tuple(
+            _read_attach(source, f"attach[{number}]", entry, reactor)
+            for number, entry in enumerate(entries, 1)
+        ))
+    for name, (kind, readers) in _TABLES.items():
+        if name in document:
+            config = replace(config, **{name: _read_table(
+                source, name, document[name], kind, readers)})
+    _check_something_to_do(config, source)
+    return config
+
+
+def load_config(path: str | Path, *, reactor: Any = None) -> Config:
+    """Read a TOML config file; every error names the file, the key and what is wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the config file: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text: {error.reason}") from None
+    return config_from_toml(text, source=str(path), reactor=reactor)
+
+
+def _check_something_to_do(config: Config, where: str) -> None:
+    if not config.listeners and not config.attach:
+        raise ConfigError(f"{where}: no listeners and nothing attached: nothing to serve")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        # A TOML basic string is a JSON string for everything this config holds.
+        return json.dumps(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def config_to_toml(config: Config) -> str:
+    """`config` as TOML that `config_from_toml` reads back to an equal `Config`."""
+    lines: list[str] = []
+
+    def table(header: str, values: dict[str, Any]) -> None:
+        lines.append(header)
+        lines.extend(
+            f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None
+        )
+        lines.append("")
+
+    for listener in config.listeners:
+        table("[[listen]]", asdict(listener))
+    if not config.listeners:
+        lines.extend(["listen = []", ""])
+    for link in config.attach:
+        table("[[attach]]", asdict(link))
+    for name in _TABLES:
+        settings = getattr(config, name)
+        table(f"[{name}]", {item.name: getattr(settings, item.name) for item in fields(settings)})
+    return "\n".join(lines)
+
+
+# -- command line and file together ---------------------------------------------------------------
+
+
+def build_config(
+    *,
+    listen: Sequence[str] = (),
+    attach: Sequence[str] = (),
+    config_file: str | Path | None = None,
+    queue_bytes: int | None = None,
+    overflow: str | None = None,
+    wildcards: bool | None = None,
+    reactor: Any = None,
+) -> Config:
+    """The config for `wireproto serve` and `twistd wireproto`: the file (or the defaults), then
+    the options. Listeners or links given as options replace the file's."""
+    reactor = _default_reactor(reactor)
+    config = load_config(config_file, reactor=reactor) if config_file is not None else Config()
+    if listen:
+        listeners = tuple(parse_listen(spec, reactor=reactor) for spec in listen)
+        labels = [f"--listen {spec!r}" for spec in listen]
+        try:
+            _check_shared_endpoints(listeners, labels)
+        except _Located as problem:
+            raise ConfigError(f"{labels[problem.index]}: {problem.message}") from None
+        config = replace(config, listeners=listeners)
+    if attach:
+        links = tuple(parse_attach(spec, reactor=reactor) for spec in attach)
+        config = replace(config, attach=links)
+    hub = config.hub
+    if queue_bytes is not None:
+        if isinstance(queue_bytes, bool) or queue_bytes <= 0:
+            raise ConfigError(
+                f"--queue-bytes: must be a positive number of bytes, not {queue_bytes}"
+            )
+        hub = replace(hub, queue_bytes=queue_bytes)
+    if overflow is not None:
+        try:
+            hub = replace(hub, overflow=_overflow(overflow))
+        except ValueError as error:
+            raise ConfigError(f"--overflow: {error}") from None
+    config = replace(config, hub=hub)
+    if wildcards:
+        config = replace(config, websmq=replace(config.websmq, wildcards=True))
+    return config

@@ -1,0 +1,337 @@
+"""The running broker as a Twisted service, built from a `wireproto.config.Config`.
+
+`make_service` gives a `WireprotoService` (a `MultiService`) holding one `Hub` and:
+
+- one `StreamServerEndpointService` per distinct listening endpoint. WebSocket listeners on the
+  same endpoint share one twisted.web `Site`, each protocol at its own path; a framed-stream
+  listener has its endpoint to itself;
+- one `ClientService` per attached link, which reopens the link with a backoff whenever it fails
+  to open or closes.
+
+The same service runs under `wireproto serve`, under `twistd wireproto`, or inside another Twisted
+application (``make_service(config).setServiceParent(application)``). `when_listening` reports the
+real address of each listener once it is bound, so port 0 is usable.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.application.internet import ClientService, StreamServerEndpointService, backoffPolicy
+from twisted.application.service import MultiService
+from twisted.internet import defer, task
+from twisted.internet.address import UNIXAddress
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IListeningPort, IStreamClientEndpoint, IStreamServerEndpoint
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from wireproto.config import Attach, Config, Listener, endpoint_type
+from wireproto.hub import Hub
+from wireproto.protocols import SERVER_PROTOCOLS
+from wireproto.transports.base import IMessageProtocol
+from wireproto.transports.connect import client_endpoint
+from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
+from wireproto.transports.websocket import websocket_resource, websocket_site
+
+__all__ = ["BoundListener", "ListenFailed", "WireprotoService", "make_service", "ATTACH_RETRY"]
+
+log = Logger()
+
+# An attached device that is unplugged is retried quickly at first, then every 30 s at most.
+ATTACH_RETRY = backoffPolicy(initialDelay=0.5, maxDelay=30.0)
+
+
+@dataclass(frozen=True)
+class BoundListener:
+    """A listener and the real address it is bound to, in a form a client can connect to:
+    ``ws://127.0.0.1:8765/websmq``, ``wss://...``, ``tcp:127.0.0.1:8766``, ``ssl:HOST:PORT``,
+    ``unix:/path``."""
+
+    listener: Listener
+    address: str
+
+    def describe(self) -> str:
+        return f"{self.listener.describe()} on {self.address}"
+
+
+class ListenFailed(Exception):
+    """A listener could not bind its endpoint (a port in use, a missing permission...)."""
+
+    def __init__(self, listeners: tuple[Listener, ...], reason: Failure) -> None:
+        self.listeners = listeners
+        self.reason = reason
+        what = " and ".join(listener.describe() for listener in listeners)
+        super().__init__(
+            f"cannot listen for {what} on {listeners[0].endpoint}: "
+            f"{reason.getErrorMessage()}"
+        )
+
+
+def format_address(listener: Listener, host: Any) -> str:
+    """`host` (a listening port's getHost()) as a connectable address for `listener`."""
+    websocket = listener.transport == "ws"
+    if isinstance(host, UNIXAddress):
+        name = host.name.decode() if isinstance(host.name, bytes) else host.name
+        return f"ws+unix://{name}:{listener.path}" if websocket else f"unix:{name}"
+    hostname = f"[{host.host}]" if ":" in host.host else host.host
+    secure = endpoint_type(listener.endpoint) == "ssl"
+    if websocket:
+        return f"{'wss' if secure else 'ws'}://{hostname}:{host.port}{listener.path}"
+    return f"{'ssl' if secure else 'tcp'}:{hostname}:{host.port}"
+
+
+@implementer(IStreamServerEndpoint)
+class _ReportingEndpoint:
+    """Tells the service when its endpoint is bound, or why it is not."""
+
+    def __init__(
+        self,
+        endpoint: IStreamServerEndpoint,
+        bound: Callable[[IListeningPort], None],
+        failed: Callable[[Failure], None],
+    ) -> None:
+        self.endpoint = endpoint
+        self._bound = bound
+        self._failed = failed
+
+    def listen(self, factory: Any) -> defer.Deferred:
+        def bound(port: IListeningPort) -> IListeningPort:
+            self._bound(port)
+            return port
+
+        def failed(reason: Failure) -> None:
+            # Reported (and logged) by the service, in one line rather than a traceback.
+            self._failed(reason)
+
+        return self.endpoint.listen(factory).addCallbacks(bound, failed)
+
+
+@implementer(IStreamClientEndpoint)
+class _LoggingClientEndpoint:
+    """Logs why an attached link does not open: loudly the first time, quietly while it stays
+    down, so an unplugged device does not flood the log."""
+
+    def __init__(self, endpoint: IStreamClientEndpoint, link: Attach) -> None:
+        self.endpoint = endpoint
+        self.link = link
+        self._down = False
+
+    def __repr__(self) -> str:
+        return self.link.endpoint  # as ClientService's own log lines name it
+
+    def connect(self, factory: Any) -> defer.Deferred:
+        def opened(protocol: Any) -> Any:
+            self._down = False
+            log.info("attached {what} on {endpoint}", what=self.link.describe(),
+                     endpoint=self.link.endpoint)
+            return protocol
+
+        def failed(reason: Failure) -> Failure:
+            emit = log.info if self._down else log.warn
+            emit("cannot open {endpoint} for {what}: {error}; retrying",
+                 endpoint=self.link.endpoint, what=self.link.describe(),
+                 error=reason.getErrorMessage().rstrip("."))
+            self._down = True
+            return reason
+
+        return self.endpoint.connect(factory).addCallbacks(opened, failed)
+
+
+class WireprotoService(MultiService):
+    """Every listener and attached link of one broker, around one hub."""
+
+    def __init__(self, config: Config, hub: Hub, reactor: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.hub = hub
+        self.reactor = reactor
+        # The service logs a listener that cannot bind; a caller that reports it itself (the CLI)
+        # turns this off.
+        self.log_listen_errors = True
+        self.bound: list[BoundListener] = []
+        self.listen_errors: list[ListenFailed] = []
+        # Each endpoint's listeners, as (index in config.listeners, listener).
+        self._groups: list[tuple[tuple[int, Listener], ...]] = []
+        self._reported = 0
+        self._waiters: list[defer.Deferred] = []
+        self._bound_order: dict[int, int] = {}
+        self._connections: weakref.WeakSet[IMessageProtocol] = weakref.WeakSet()
+
+    # -- building -------------------------------------------------------------------------------
+
+    def _protocol_factory(self, protocol: str) -> Callable[[], IMessageProtocol]:
+        spec = SERVER_PROTOCOLS[protocol]
+        make = spec.make_factory(self.hub, **self.config.protocol_options(protocol))
+        connections = self._connections
+
+        def build() -> IMessageProtocol:
+            # Remembered (weakly) so stopService can close what is still open.
+            protocol = make()
+            connections.add(protocol)
+            return protocol
+
+        return build
+
+    def add_listeners(self, listeners: tuple[Listener, ...]) -> None:
+        """One endpoint service per distinct endpoint; WebSocket listeners on it share a Site."""
+        groups: dict[Any, list[tuple[int, Listener]]] = {}
+        for index, listener in enumerate(listeners):
+            # A stream listener has its endpoint to itself (tcp:0 twice is two ports).
+            key = listener.endpoint if listener.transport == "ws" else (listener.endpoint, index)
+            groups.setdefault(key, []).append((index, listener))
+        for group in groups.values():
+            first = group[0][1]
+            if first.transport == "ws":
+                factory = websocket_site({
+                    listener.path or SERVER_PROTOCOLS[listener.protocol].default_path:
+                        websocket_resource(self._protocol_factory(listener.protocol),
+                                           self.config.websocket)
+                    for _, listener in group
+                })
+            else:
+                factory = stream_server_factory(
+                    self._protocol_factory(first.protocol), self._stream_options(first.transport)
+                )
+            self._add_endpoint(
+                tuple(group), serverFromString(self.reactor, first.endpoint), factory
+            )
+
+    def _stream_options(self, framing: str) -> StreamOptions:
+        limits = self.config.stream
+        return StreamOptions(
+            framing=framing,
+            max_message_size=limits.max_message_size,
+            max_connections=limits.max_connections,
+        )
+
+    def _add_endpoint(
+        self, group: tuple[tuple[int, Listener], ...], endpoint: IStreamServerEndpoint,
+        factory: Any,
+    ) -> None:
+        self._groups.append(group)
+        reporting = _ReportingEndpoint(
+            endpoint,
+            lambda port: self._listening(group, port),
+            lambda reason: self._listen_failed(group, reason),
+        )
+        StreamServerEndpointService(reporting, factory).setServiceParent(self)
+
+    def add_attach(self, link: Attach, retry_policy: Callable[[int], float]) -> None:
+        endpoint = _LoggingClientEndpoint(client_endpoint(self.reactor, link.endpoint), link)
+        factory = stream_client_factory(
+            self._protocol_factory(link.protocol), self._stream_options(link.framing)
+        )
+        link_service = ClientService(
+            endpoint, factory, retryPolicy=retry_policy, clock=self.reactor
+        )
+        link_service.setServiceParent(self)
+
+    # -- reporting bound listeners --------------------------------------------------------------
+
+    def _listening(self, group: tuple[tuple[int, Listener], ...], port: IListeningPort) -> None:
+        host = port.getHost()
+        for index, listener in group:
+            bound = BoundListener(listener, format_address(listener, host))
+            self._bound_order[id(bound)] = index
+            self.bound.append(bound)
+            log.info("listening: {what}", what=bound.describe())
+        self._reported += 1
+        self._fire_waiters()
+
+    def _listen_failed(self, group: tuple[tuple[int, Listener], ...], reason: Failure) -> None:
+        error = ListenFailed(tuple(listener for _, listener in group), reason)
+        self.listen_errors.append(error)
+        if self.log_listen_errors and not reason.check(defer.CancelledError):
+            log.error("{error}", error=error)
+        self._reported += 1
+        self._fire_waiters()
+
+    def _fire_waiters(self) -> None:
+        if self._reported < len(self._groups):
+            return
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            self._fire(waiter)
+
+    def _fire(self, waiter: defer.Deferred) -> None:
+        if self.listen_errors:
+            waiter.errback(self.listen_errors[0])
+        else:
+            order = self._bound_order
+            waiter.callback(sorted(self.bound, key=lambda bound: order[id(bound)]))
+
+    def when_listening(self) -> defer.Deferred[list[BoundListener]]:
+        """Fires, once every listener has tried to bind, with the `BoundListener`s in config
+        order; or fails with the first `ListenFailed`."""
+        waiter: defer.Deferred[list[BoundListener]] = defer.Deferred()
+        if self._reported >= len(self._groups):
+            self._fire(waiter)
+        else:
+            self._waiters.append(waiter)
+        return waiter
+
+    # -- starting and stopping ------------------------------------------------------------------
+
+    def privilegedStartService(self) -> None:
+        # Under twistd, listening happens here, before privileges are dropped; a port that cannot
+        # be bound stops twistd at once, as twistd's own strports listeners do.
+        super().privilegedStartService()
+        if self.listen_errors:
+            raise self.listen_errors[0]
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        """Stop listening and the attached links, then close every connection still open."""
+        yield super().stopService()
+        self._reported = 0
+        self.bound.clear()
+        self._bound_order.clear()
+        self.listen_errors.clear()
+        yield self.close_connections()
+
+    @defer.inlineCallbacks
+    def close_connections(self, timeout: float | None = None) -> Any:
+        """Close every open connection cleanly; abort those still open after `timeout` s."""
+        if timeout is None:
+            timeout = self.config.websocket.close_handshake_timeout + 1.0
+        for protocol in list(self._connections):
+            if protocol.connected and protocol.transport is not None:
+                protocol.transport.loseConnection()
+        deadline = self.reactor.seconds() + timeout
+        while self.reactor.seconds() < deadline:
+            if not any(protocol.connected for protocol in self._connections):
+                return
+            yield task.deferLater(self.reactor, 0.02, lambda: None)
+        for protocol in list(self._connections):
+            if protocol.connected and protocol.transport is not None:
+                protocol.transport.abortConnection()
+
+
+def make_service(
+    config: Config,
+    reactor: Any = None,
+    *,
+    retry_policy: Callable[[int], float] = ATTACH_RETRY,
+) -> WireprotoService:
+    """The broker `config` describes, ready to start (or to add to an application).
+
+    `service.hub` is its hub; `service.when_listening()` gives the bound addresses.
+    `retry_policy(attempt) -> seconds` paces the reopening of attached links.
+    """
+    if reactor is None:
+        from twisted.internet import reactor
+    hub = Hub(
+        queue_bytes=config.hub.queue_bytes,
+        overflow=config.hub.overflow,
+        max_subscriptions=config.hub.max_subscriptions,
+    )
+    service = WireprotoService(config, hub, reactor)
+    service.add_listeners(config.listeners)
+    for link in config.attach:
+        service.add_attach(link, retry_policy)
+    return service
