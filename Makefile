@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NPM_STAMP := tests/interop/node_modules/.installed
 
-.PHONY: test lint bench clean
+.PHONY: serve test lint bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ $(STAMP): setup.cfg pyproject.toml
 $(NPM_STAMP): tests/interop/package.json tests/interop/package-lock.json
 	cd tests/interop && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NPM_STAMP)
+
+# The broker on built-in defaults: WEBSMQ on ws://127.0.0.1:8765/websmq and tcp:127.0.0.1:8766.
+serve: $(STAMP)
+	$(BIN)/wireproto serve
 
 test: $(STAMP) $(NPM_STAMP)
 	$(BIN)/ruff check wireproto tests bench twisted
