@@ -34,6 +34,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/codecs.py
+	$(BIN)/python bench/pubsub.py
 
 clean:
 	rm -rf $(VENV) tests/interop/node_modules
