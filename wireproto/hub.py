@@ -32,6 +32,7 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from wireproto.codecs._common import unchecked_constructor
 from wireproto.errors import InvalidTopic, LimitExceeded
 from wireproto.transports.base import IMessageTransport
 
@@ -75,6 +76,11 @@ class HubMessage:
     will: bool = False
     sender: Any = None
     protocol: str = ""
+
+
+# Every field, in order, without the frozen dataclass __init__: the publish path builds one per
+# message.
+_new_message = unchecked_constructor(HubMessage)
 
 
 @dataclass
@@ -214,6 +220,11 @@ class Hub:
         self.sessions: dict[Session, None] = {}
         self._exact: dict[str, dict[Any, None]] = {}
         self._patterns = _PatternTree()
+        # (wire format, prepare key) -> a plain object, a cheaper fan-out cache key than the tuple
+        self._prepared_keys: dict[tuple, object] = {}
+
+    def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
+        return self._prepared_keys.setdefault((wire_format, prepare_key), object())
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -308,9 +319,19 @@ class Hub:
         sender = message.sender
         delivered = 0
         for subscriber in targets:
-            if subscriber is not sender:
-                subscriber.deliver(message, cache)
-                delivered += 1
+            if subscriber is sender:
+                continue
+            delivered += 1
+            # Session.deliver inlined for its common case, the broker's hottest loop: the frame
+            # is already prepared and the session's transport takes writes now.
+            if subscriber._direct:
+                prepared = cache.get(subscriber._prepared_key)
+                if prepared is not None:
+                    subscriber.sent += 1
+                    subscriber.sent_bytes += prepared[1]
+                    subscriber._write(prepared[0])
+                    continue
+            subscriber.deliver(message, cache)
         self.stats.delivered += delivered
         return delivered
 
@@ -320,6 +341,8 @@ class Hub:
 
 class LocalSubscriber:
     """A subscription held by host code rather than by a connection."""
+
+    _direct = False  # always through deliver (see Hub.publish)
 
     def __init__(self, hub: Hub, topic: str, callback: Callable[[HubMessage], object]) -> None:
         self.hub = hub
@@ -347,6 +370,13 @@ class Session:
     the socket's buffer is full and resumes it when the buffer drains.
     """
 
+    __slots__ = (
+        "hub", "transport", "protocol", "wire_format", "_encode", "_prepared_key", "_write",
+        "topics", "patterns", "will", "queue_limit", "overflow", "_queue", "queued_bytes",
+        "_paused", "_direct", "closed", "received", "sent", "sent_bytes", "dropped_messages",
+        "dropped_bytes", "overflow_disconnects", "__weakref__",
+    )
+
     def __init__(
         self,
         hub: Hub,
@@ -361,21 +391,33 @@ class Session:
         self.protocol = protocol
         self.wire_format = wire_format
         self._encode = encode
-        self._prepared_key = ("prepared", wire_format, transport.prepareKey)
+        self._prepared_key = hub.prepared_key(wire_format, transport.prepareKey)
+        self._write = transport.sendPrepared
         self.topics: set[str] = set()
         self.patterns: set[str] = set()
         self.will: HubMessage | None = None
-        self.stats = SessionStats()
         self.queue_limit = hub.queue_bytes
         self.overflow = hub.overflow
         self._queue: deque[tuple[Any, int]] = deque()
         self.queued_bytes = 0
         self._paused = False
+        # True while nothing waits and the transport takes writes: deliver writes at once.
+        self._direct = True
         self.closed = False
+        self.received = self.sent = self.sent_bytes = 0
+        self.dropped_messages = self.dropped_bytes = self.overflow_disconnects = 0
         transport.registerProducer(self, True)
 
     def __repr__(self) -> str:
         return f"<Session {self.protocol} {self.transport.kind} {self.transport.getPeer()}>"
+
+    @property
+    def stats(self) -> SessionStats:
+        """This session's counters, as of now."""
+        return SessionStats(
+            self.received, self.sent, self.sent_bytes, self.dropped_messages,
+            self.dropped_bytes, self.overflow_disconnects,
+        )
 
     # -- what the protocol asks of the hub ------------------------------------------------------
 
@@ -419,10 +461,11 @@ class Session:
     ) -> int:
         """Publish from this connection: everyone subscribed but this session gets it.
         `encoded` is the message already in this session's wire format, forwarded as it is."""
-        self.stats.received += 1
-        message = HubMessage(topic, payload, sender=self, protocol=self.protocol)
-        cache = {self.wire_format: encoded} if encoded is not None else None
-        return self.hub.publish(message, cache)
+        self.received += 1
+        message = _new_message(topic, payload, False, self, self.protocol)
+        if encoded is None:
+            return self.hub.publish(message)
+        return self.hub.publish(message, {self.wire_format: encoded})
 
     def set_will(self, topic: str, payload: bytes) -> None:
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
@@ -435,6 +478,7 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        self._direct = False
         for topic in self.topics:
             self.hub.unsubscribe(self, topic)
         for pattern in self.patterns:
@@ -454,39 +498,52 @@ class Session:
         """Send a published message, encoding and framing it only if no one did yet."""
         prepared = cache.get(self._prepared_key)
         if prepared is None:
-            encoded = cache.get(self.wire_format)
+            prepared = self._prepare(message, cache)
+            if prepared is None:
+                return
+        if self._direct:
+            self.sent += 1
+            self.sent_bytes += prepared[1]
+            self._write(prepared[0])
+        else:
+            self._enqueue(prepared)
+
+    def _prepare(self, message: HubMessage, cache: dict) -> tuple[Any, int] | None:
+        encoded = cache.get(self.wire_format)
+        if encoded is None:
+            if self.wire_format in cache:  # known not to be sayable in this format
+                return None
+            encoded = cache[self.wire_format] = self._encode(message)
             if encoded is None:
-                if self.wire_format in cache:  # known not to be sayable in this format
-                    return
-                encoded = cache[self.wire_format] = self._encode(message)
-                if encoded is None:
-                    return
-            data, binary = encoded
-            prepared = cache[self._prepared_key] = (
-                self.transport.prepareMessage(data, binary), len(data))
-        self._send_prepared(prepared)
+                return None
+        data, binary = encoded
+        prepared = cache[self._prepared_key] = (self.transport.prepareMessage(data, binary),
+                                                len(data))
+        return prepared
 
     def send(self, data: bytes, binary: bool = True) -> None:
         """Send one message to this connection alone, through its queue."""
-        self._send_prepared((self.transport.prepareMessage(data, binary), len(data)))
+        prepared = (self.transport.prepareMessage(data, binary), len(data))
+        if self._direct:
+            self.sent += 1
+            self.sent_bytes += prepared[1]
+            self._write(prepared[0])
+        else:
+            self._enqueue(prepared)
 
-    def _send_prepared(self, prepared: tuple[Any, int]) -> None:
+    def _enqueue(self, prepared: tuple[Any, int]) -> None:
         if self.closed:
             return
-        if self._paused or self._queue:
-            self._queue.append(prepared)
-            self.queued_bytes += prepared[1]
-            if self.queued_bytes > self.queue_limit:
-                self._overflowed()
-            return
-        self.stats.sent += 1
-        self.stats.sent_bytes += prepared[1]
-        self.transport.sendPrepared(prepared[0])
+        self._queue.append(prepared)
+        self._direct = False
+        self.queued_bytes += prepared[1]
+        if self.queued_bytes > self.queue_limit:
+            self._overflowed()
 
     def _overflowed(self) -> None:
-        stats, hub_stats = self.stats, self.hub.stats
+        hub_stats = self.hub.stats
         if self.overflow is Overflow.DISCONNECT:
-            stats.overflow_disconnects += 1
+            self.overflow_disconnects += 1
             hub_stats.overflow_disconnects += 1
             log.warn(
                 "{session}: send queue passed {limit} bytes; disconnecting (policy 'disconnect')",
@@ -500,8 +557,8 @@ class Session:
         while self.queued_bytes > self.queue_limit and self._queue:
             _, size = self._queue.popleft()
             self.queued_bytes -= size
-            stats.dropped_messages += 1
-            stats.dropped_bytes += size
+            self.dropped_messages += 1
+            self.dropped_bytes += size
             hub_stats.dropped_messages += 1
             hub_stats.dropped_bytes += size
 
@@ -513,6 +570,7 @@ class Session:
 
     def pauseProducing(self) -> None:
         self._paused = True
+        self._direct = False
 
     def resumeProducing(self) -> None:
         self._paused = False
@@ -520,11 +578,11 @@ class Session:
         while queue and not self._paused and not self.closed:
             prepared, size = queue.popleft()
             self.queued_bytes -= size
-            self.stats.sent += 1
-            self.stats.sent_bytes += size
-            self.transport.sendPrepared(prepared)
+            self.sent += 1
+            self.sent_bytes += size
+            self._write(prepared)
+        self._direct = not (self._paused or self._queue or self.closed)
 
     def stopProducing(self) -> None:
         self._queue.clear()
         self.queued_bytes = 0
-

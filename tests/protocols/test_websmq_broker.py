@@ -480,3 +480,25 @@ async def test_ws_tcp_and_serial_clients_of_one_broker(broker, null_modem):
         for client in clients.values():
             if client.connected:
                 await closed(client)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_known_topic_does_not_let_a_truncated_publish_through(broker):
+    """Publishes on topics the broker has seen skip full decoding; a frame whose topic runs past
+    its end must still be refused, even when its bytes start like a known topic."""
+    sub = await wait_for(connect(reactor, broker.tcp))
+    pub = await wait_for(connect(reactor, broker.tcp))
+    bad = raw_tcp(broker)
+    try:
+        inbox = Inbox()
+        await subscribed(broker.hub, sub, "ab", inbox)
+        await pub.publish("ab", b"1")
+        await inbox.wait(1)
+        bad.sendall(length32(b"\x00\x05ab"))  # announces a 5-byte topic; only "ab" follows
+        await peer_closed(bad)
+        await pub.publish("ab", b"2")
+        assert [m.payload for m in await inbox.wait(2)] == [b"1", b"2"]
+    finally:
+        bad.close()
+        await closed(sub)
+        await closed(pub)

@@ -72,6 +72,18 @@ def _wildcard_topic(data: bytes) -> tuple[type, str] | None:
     return kind, pattern
 
 
+# Topics decode has accepted, by their raw bytes, so a Publish on a known topic skips decoding.
+# Bounded: a peer sending endless new topics only empties it now and then.
+_known_topics: dict[bytes, str] = {}
+_KNOWN_TOPICS_LIMIT = 4096
+
+
+def _remember_topic(frame: bytes, topic: str) -> None:
+    if len(_known_topics) >= _KNOWN_TOPICS_LIMIT:
+        _known_topics.clear()
+    _known_topics[frame[websmq.HEADER_SIZE : websmq.HEADER_SIZE + len(topic)]] = topic
+
+
 class WebsmqServerProtocol(MessageProtocol):
     """The broker's side of one WEBSMQ connection."""
 
@@ -90,6 +102,13 @@ class WebsmqServerProtocol(MessageProtocol):
                  kind=self.transport.kind)
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
+        # The common case first: a Publish on a topic this broker has already validated.
+        if binary and len(data) >= 2 and data[0] < 0x40 and not self._failed:
+            end = 2 + (data[0] << 8 | data[1])
+            topic = _known_topics.get(data[2:end])
+            if topic is not None and end <= len(data):
+                self.session.publish(topic, data[end:], encoded=(data, True))
+                return
         if self._failed:
             return
         if not binary:
@@ -111,6 +130,7 @@ class WebsmqServerProtocol(MessageProtocol):
         kind = type(message)
         try:
             if kind is Publish:
+                _remember_topic(data, message.topic)
                 session.publish(message.topic, message.payload, encoded=(data, True))
             elif self.wildcards and kind is not LastWill and is_pattern(message.topic):
                 self._wildcard(kind, message.topic)

@@ -118,6 +118,9 @@ class StreamMessageTransport(Protocol):
                 self.abortConnection()
                 return
         self.kind = _carrier_kind(self.transport)
+        # A prepared message is the framed bytes: the fan-out path writes them with no frame of
+        # Python in between.
+        self.sendPrepared = self.transport.write
         self.wrapped = factory.protocol_factory()
         self.wrapped.makeConnection(self)
 
