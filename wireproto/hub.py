@@ -304,19 +304,28 @@ class Hub:
         `cache` may hold encodings the publisher already has, keyed by wire format, as
         `{wire_format: (data, binary)}`, so a frame can be forwarded as it came.
         """
-        self.stats.published += 1
-        if message.will:
-            self.stats.wills_published += 1
-        exact = self._exact.get(message.topic)
+        return self._fan_out(
+            message.topic, message.payload, message.will, message.sender, message.protocol,
+            {} if cache is None else cache, message,
+        )
+
+    def _fan_out(
+        self, topic: str, payload: bytes, will: bool, sender: Any, protocol: str, cache: dict,
+        message: HubMessage | None,
+    ) -> int:
+        """The publish loop. `message` is built only if some subscriber needs it (to encode it
+        in another format, or a host callback), so forwarding a frame as it came builds none."""
+        stats = self.stats
+        stats.published += 1
+        if will:
+            stats.wills_published += 1
         if self._patterns.count:
-            targets: Iterable[Any] = self.subscribers(message.topic)
-        elif exact:
-            targets = tuple(exact)
+            targets: Iterable[Any] = self.subscribers(topic)
         else:
-            return 0
-        if cache is None:
-            cache = {}
-        sender = message.sender
+            exact = self._exact.get(topic)
+            if not exact:
+                return 0
+            targets = tuple(exact)
         delivered = 0
         for subscriber in targets:
             if subscriber is sender:
@@ -325,14 +334,16 @@ class Hub:
             # Session.deliver inlined for its common case, the broker's hottest loop: the frame
             # is already prepared and the session's transport takes writes now.
             if subscriber._direct:
-                prepared = cache.get(subscriber._prepared_key)
+                prepared = cache.get(subscriber._prepared_key) or subscriber._frame_cached(cache)
                 if prepared is not None:
                     subscriber.sent += 1
                     subscriber.sent_bytes += prepared[1]
                     subscriber._write(prepared[0])
                     continue
+            if message is None:
+                message = _new_message(topic, payload, will, sender, protocol)
             subscriber.deliver(message, cache)
-        self.stats.delivered += delivered
+        stats.delivered += delivered
         return delivered
 
     def _forget(self, session: Session) -> None:
@@ -457,15 +468,13 @@ class Session:
             )
 
     def publish(
-        self, topic: str, payload: bytes, *, encoded: tuple[bytes, bool] | None = None
+        self, topic: str, payload: bytes, encoded: tuple[bytes, bool] | None = None
     ) -> int:
         """Publish from this connection: everyone subscribed but this session gets it.
         `encoded` is the message already in this session's wire format, forwarded as it is."""
         self.received += 1
-        message = _new_message(topic, payload, False, self, self.protocol)
-        if encoded is None:
-            return self.hub.publish(message)
-        return self.hub.publish(message, {self.wire_format: encoded})
+        cache = {} if encoded is None else {self.wire_format: encoded}
+        return self.hub._fan_out(topic, payload, False, self, self.protocol, cache, None)
 
     def set_will(self, topic: str, payload: bytes) -> None:
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
@@ -516,6 +525,16 @@ class Session:
             encoded = cache[self.wire_format] = self._encode(message)
             if encoded is None:
                 return None
+        data, binary = encoded
+        prepared = cache[self._prepared_key] = (self.transport.prepareMessage(data, binary),
+                                                len(data))
+        return prepared
+
+    def _frame_cached(self, cache: dict) -> tuple[Any, int] | None:
+        """Frame the encoding already in `cache` for this transport, if there is one."""
+        encoded = cache.get(self.wire_format)
+        if encoded is None:
+            return None
         data, binary = encoded
         prepared = cache[self._prepared_key] = (self.transport.prepareMessage(data, binary),
                                                 len(data))

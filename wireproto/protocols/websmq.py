@@ -107,7 +107,7 @@ class WebsmqServerProtocol(MessageProtocol):
             end = 2 + (data[0] << 8 | data[1])
             topic = _known_topics.get(data[2:end])
             if topic is not None and end <= len(data):
-                self.session.publish(topic, data[end:], encoded=(data, True))
+                self.session.publish(topic, data[end:], (data, True))
                 return
         if self._failed:
             return
