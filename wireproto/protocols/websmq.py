@@ -29,6 +29,7 @@ from wireproto.codecs.websmq import LastWill, Publish, Subscribe, Unsubscribe
 from wireproto.errors import BadEncoding, InvalidTopic, ProtocolError, UnexpectedMessage
 from wireproto.hub import Hub, HubMessage, Session, is_pattern, pattern_matches, validate_pattern
 from wireproto.transports.base import MessageProtocol
+from wireproto.transports.connect import connect as connect_messages
 
 __all__ = [
     "WIRE_FORMAT",
@@ -289,18 +290,17 @@ class WebsmqClientProtocol(MessageProtocol):
             d.callback(reason.value)
 
 
-async def connect(
+def connect(
     reactor: IReactorTime,
     address: str,
     *,
     wildcards: bool = False,
     **options: Any,
-) -> WebsmqClientProtocol:
+) -> defer.Deferred[WebsmqClientProtocol]:
     """Connect a WEBSMQ client to `address`: a `ws://`/`wss://` URL or a client endpoint string
-    (`tcp:host=...:port=...`, `unix:path=...`, `serial:/dev/ttyACM0`). `options` go to
-    `wireproto.transports.connect` (framing, WebSocket options, TLS)."""
-    from wireproto.transports.connect import connect as connect_messages
-
-    return await connect_messages(
+    (`tcp:host=...:port=...`, `unix:path=...`, `serial:/dev/ttyACM0`). The Deferred fires with
+    the connected client. `options` go to `wireproto.transports.connect` (framing, WebSocket
+    options, TLS)."""
+    return connect_messages(
         reactor, address, lambda: WebsmqClientProtocol(wildcards=wildcards), **options
     )
