@@ -24,5 +24,6 @@ def pytest_pyfunc_call(pyfuncitem):
         hypothesis_handle.inner_test = original
 
 
-# A serial cable for any test: two cross-connected pty pairs (see tests/transports/conftest.py).
-from tests.transports.conftest import null_modem, pty_pair  # noqa: E402, F401
+# Shared by every test directory: a serial cable made of two cross-connected pty pairs, and a
+# self-signed certificate for localhost (see tests/transports/conftest.py).
+from tests.transports.conftest import null_modem, pty_pair, tls_files  # noqa: E402, F401

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 from twisted.internet import reactor
 
-from tests.test_service import make_tls_files
 from wireproto.config import (
     DEFAULT_LISTENERS,
     TRANSPORTS,
@@ -74,8 +74,8 @@ def test_listen_forms(spec: str, expected: Listener) -> None:
     assert parse_listen(spec, reactor=reactor) == expected
 
 
-def test_listen_over_tls_through_the_endpoint_string(tmp_path: Path) -> None:
-    key, cert = make_tls_files(tmp_path)
+def test_listen_over_tls_through_the_endpoint_string(tls_files: Any) -> None:
+    key, cert = tls_files.key, tls_files.cert
     listener = parse_listen(f"websmq+ws@ssl:8443:privateKey={key}:certKey={cert}")
     assert listener == Listener(
         "websmq", "ws", f"ssl:8443:privateKey={key}:certKey={cert}:interface=127.0.0.1", "/websmq"

@@ -4,8 +4,6 @@ and a serial line on a pty)."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import socket
 import struct
@@ -18,10 +16,6 @@ from typing import Any
 import pytest
 import pytest_twisted
 from cobs import cobs
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from twisted.internet import error, protocol, reactor
 from twisted.internet.ssl import Certificate, optionsForClientTLS
 
@@ -32,38 +26,6 @@ from wireproto.protocols.websmq import WebsmqClientProtocol, connect
 from wireproto.service import BoundListener, ListenFailed, WireprotoService, make_service
 from wireproto.transports import HandshakeFailed
 from wireproto.transports.serial import serial_endpoint_from_string
-
-
-def make_tls_files(directory: Path) -> tuple[Path, Path]:
-    """A fresh self-signed certificate for localhost and 127.0.0.1: (key.pem, ca/cert.pem)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    (directory / "ca").mkdir()
-    key_path, cert_path = directory / "key.pem", directory / "ca" / "cert.pem"
-    key_path.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return key_path, cert_path
-
 
 LOCAL = "interface=127.0.0.1"
 
@@ -168,8 +130,8 @@ async def test_ws_listeners_on_one_endpoint_share_one_port(broker: Broker) -> No
 # Twisted's ssl: endpoint parser still hands pyOpenSSL objects to pyOpenSSL; not ours to fix.
 @pytest.mark.filterwarnings("ignore:Passing pyOpenSSL:DeprecationWarning")
 @pytest_twisted.ensureDeferred
-async def test_tls_through_the_endpoint_string(broker: Broker, tmp_path: Path) -> None:
-    key, cert = make_tls_files(tmp_path)
+async def test_tls_through_the_endpoint_string(broker: Broker, tls_files: Any) -> None:
+    key, cert = tls_files.key, tls_files.cert
     tls = f"ssl:0:{LOCAL}:privateKey={key}:certKey={cert}"
     service, bound = await broker.start(f"websmq+ws@{tls}", f"websmq+length32@{tls}")
     wss_address, ssl_address = (entry.address for entry in bound)

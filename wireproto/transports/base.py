@@ -15,7 +15,13 @@ from zope.interface import Attribute, Interface, implementer
 
 from wireproto.errors import ProtocolError
 
-__all__ = ["IMessageTransport", "IMessageProtocol", "MessageProtocol", "close_reason"]
+__all__ = [
+    "IMessageTransport",
+    "IMessageProtocol",
+    "MessageProtocol",
+    "ByteTransportDelegate",
+    "close_reason",
+]
 
 
 class IMessageTransport(IConsumer, IPushProducer):
@@ -90,6 +96,34 @@ class MessageProtocol:
 
     def connectionLost(self, reason: Failure) -> None:
         self.connected = False
+
+
+class ByteTransportDelegate:
+    """The part of IMessageTransport every adapter passes straight to its byte transport
+    (`self.transport`): addresses, producers, and pausing the peer's reads."""
+
+    transport: Any
+
+    def getPeer(self) -> Any:
+        return self.transport.getPeer()
+
+    def getHost(self) -> Any:
+        return self.transport.getHost()
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.transport.registerProducer(producer, streaming)
+
+    def unregisterProducer(self) -> None:
+        self.transport.unregisterProducer()
+
+    def pauseProducing(self) -> None:
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self.transport.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self.transport.stopProducing()
 
 
 # RFC 6455 allows 123 bytes of UTF-8 in a close reason.

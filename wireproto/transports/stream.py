@@ -29,7 +29,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from wireproto.errors import BadEncoding, FrameTooLarge, ProtocolError
-from wireproto.transports.base import IMessageProtocol, IMessageTransport
+from wireproto.transports.base import ByteTransportDelegate, IMessageProtocol, IMessageTransport
 
 __all__ = [
     "FRAMINGS",
@@ -78,7 +78,7 @@ def _carrier_kind(transport: Any) -> str:
 
 
 @implementer(IMessageTransport)
-class StreamMessageTransport(Protocol):
+class StreamMessageTransport(ByteTransportDelegate, Protocol):
     """The part of every framed stream adapter that does not depend on the framing.
 
     Subclasses add the framing: they call ``self.wrapped.messageReceived`` for each whole message
@@ -178,30 +178,12 @@ class StreamMessageTransport(Protocol):
         else:
             abort()
 
-    def getPeer(self) -> IAddress:
-        return self.transport.getPeer()
-
-    def getHost(self) -> IAddress:
-        return self.transport.getHost()
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
-        self.transport.registerProducer(producer, streaming)
-
-    def unregisterProducer(self) -> None:
-        self.transport.unregisterProducer()
-
     def write(self, data: bytes) -> None:
         """IConsumer.write: one message (a producer registered here writes whole messages)."""
         self.sendMessage(data)
 
-    def pauseProducing(self) -> None:
-        self.transport.pauseProducing()
 
-    def resumeProducing(self) -> None:
-        self.transport.resumeProducing()
 
-    def stopProducing(self) -> None:
-        self.transport.stopProducing()
 
 
 _pack_length32 = struct.Struct(">I").pack

@@ -32,7 +32,6 @@ from autobahn.websocket.compress import (
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError, ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import IAddress
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.pages import notFound
@@ -41,7 +40,12 @@ from twisted.web.server import Site
 from zope.interface import implementer
 
 from wireproto.errors import FrameTooLarge, ProtocolError
-from wireproto.transports.base import IMessageProtocol, IMessageTransport, close_reason
+from wireproto.transports.base import (
+    ByteTransportDelegate,
+    IMessageProtocol,
+    IMessageTransport,
+    close_reason,
+)
 
 __all__ = [
     "WebSocketOptions",
@@ -142,7 +146,7 @@ def _close_failure(was_clean: bool, code: int | None, reason: str | None) -> Fai
 
 
 @implementer(IMessageTransport)
-class _MessageTransportMixin:
+class _MessageTransportMixin(ByteTransportDelegate):
     """IMessageTransport over an Autobahn WebSocket protocol (mixed into server and client)."""
 
     kind = "ws"
@@ -229,30 +233,12 @@ class _MessageTransportMixin:
         self.wasNotCleanReason = "connection aborted by this side"
         self.dropConnection(abort=True)
 
-    def getPeer(self) -> IAddress:
-        return self.transport.getPeer()
-
-    def getHost(self) -> IAddress:
-        return self.transport.getHost()
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
-        self.transport.registerProducer(producer, streaming)
-
-    def unregisterProducer(self) -> None:
-        self.transport.unregisterProducer()
-
     def write(self, data: bytes) -> None:
         """IConsumer.write: one binary message."""
         self.sendMessage(data, True)
 
-    def pauseProducing(self) -> None:
-        self.transport.pauseProducing()
 
-    def resumeProducing(self) -> None:
-        self.transport.resumeProducing()
 
-    def stopProducing(self) -> None:
-        self.transport.stopProducing()
 
 
 class WebSocketServerAdapter(_MessageTransportMixin, WebSocketServerProtocol):
