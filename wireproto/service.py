@@ -192,7 +192,7 @@ class WireprotoService(MultiService):
                         websocket_resource(self._protocol_factory(listener.protocol),
                                            self.config.websocket)
                     for _, listener in group
-                })
+                }, request_timeout=self.config.websocket.open_handshake_timeout)
             else:
                 factory = stream_server_factory(
                     self._protocol_factory(first.protocol), self._stream_options(first.transport)

@@ -280,3 +280,41 @@ def test_options_refuse_nonsense():
         WebSocketOptions(allowed_origins="https://example.com:443")
     with pytest.raises(ValueError, match="would never match.*'https://example.com:443'"):
         WebSocketOptions(allowed_origins=("https://example.com",))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_connection_that_never_sends_its_request_is_dropped(net):
+    """twisted.web would wait 12 hours; the Site waits as long as an opening handshake may take,
+    and an open WebSocket is left alone."""
+    site = websocket_site({"/ws": websocket_resource(net.factory(Echo))}, request_timeout=1)
+    port = await net.listen_tcp(site)
+    open_socket = await client(net, port)
+    silent = await net.raw_connect(port)
+    await wait_for(silent.closed, timeout=5)
+    open_socket.transport.sendMessage(b"still here")
+    assert await open_socket.received(1) == [(b"still here", True)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_auto_ping_drops_a_peer_that_never_answers(net):
+    from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
+    from twisted.internet import defer
+    from twisted.internet.endpoints import TCP4ClientEndpoint
+
+    port = await serve(net, Recorder, auto_ping_interval=1, auto_ping_timeout=1)
+    closed = defer.Deferred()
+
+    class Deaf(WebSocketClientProtocol):
+        def onPing(self, payload):
+            pass  # never answers with a pong
+
+        def onClose(self, wasClean, code, reason):
+            closed.callback(code)
+
+    factory = WebSocketClientFactory(f"ws://127.0.0.1:{port}/ws")
+    factory.protocol = Deaf
+    await TCP4ClientEndpoint(reactor, "127.0.0.1", port).connect(factory)
+    await wait_for(closed, timeout=8)
+    (server_side,) = net.protocols
+    await wait_for(server_side.lost)
+    assert isinstance(server_side.reason.value, ConnectionLost)

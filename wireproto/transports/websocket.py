@@ -388,10 +388,12 @@ class _Directory(Resource):
         return notFound().render(request)
 
 
-def websocket_site(routes: dict[str, IResource]) -> Site:
+def websocket_site(routes: dict[str, IResource], *, request_timeout: float = 10.0) -> Site:
     """One twisted.web Site serving each resource at its path ("/", "/websmq", "/a/b/c").
 
-    Any other path gets 404, so several protocols can share one port.
+    Any other path gets 404, so several protocols can share one port. A connection that has not
+    sent a whole HTTP request within `request_timeout` seconds is dropped (twisted.web's own
+    default is 12 hours); an open WebSocket is not affected.
     """
     root = _Directory()
     leaves: dict[tuple[bytes, ...], IResource] = {}
@@ -422,4 +424,4 @@ def websocket_site(routes: dict[str, IResource]) -> Site:
                 parent.putChild(segment, child)
             parent = child
         parent.putChild(segments[-1], resource)
-    return Site(root)
+    return Site(root, timeout=request_timeout)
