@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
+import pytest
 from twisted.internet import defer, reactor, task
 
-__all__ = ["wait_for", "sleep", "eventually"]
+__all__ = ["wait_for", "sleep", "eventually", "need_interop_peer"]
 
 
 async def wait_for(awaitable: Any, timeout: float = 5.0) -> Any:
@@ -32,3 +36,21 @@ async def eventually(check: Any, timeout: float = 5.0, interval: float = 0.01) -
             return result
         await sleep(interval)
     raise TimeoutError(f"condition not met within {timeout} s: {check}")
+
+
+def need_interop_peer(path: Path, what: str) -> str:
+    """The `node` executable, if it and `path` (a package in tests/interop) are there. Without
+    them a test is skipped on a developer's machine but fails under CI, where `make test` has
+    installed both, so a real-peer test can never pass by not running."""
+    node = shutil.which("node")
+    missing = (
+        "node is not installed" if node is None
+        else None if path.exists()
+        else f"{path} is missing; run `npm ci` in tests/interop"
+    )
+    if missing is None:
+        return node
+    message = f"{what} needs a real peer: {missing}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)

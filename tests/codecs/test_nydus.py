@@ -8,7 +8,6 @@ import json
 import math
 import pickle
 import re
-import shutil
 import string
 import subprocess
 import threading
@@ -18,6 +17,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
+from tests.support import need_interop_peer
 from wireproto.codecs.nydus import (
     MAX_ID_LENGTH,
     MAX_PATH_LENGTH,
@@ -558,11 +558,7 @@ class Reference:
 
 @pytest.fixture(scope="session")
 def reference():
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed; the differential tests run nydus-protocol in Node.js")
-    if not NYDUS_PROTOCOL.is_dir():
-        pytest.skip(f"{NYDUS_PROTOCOL} is missing; install it with `npm ci` in tests/interop")
+    node = need_interop_peer(NYDUS_PROTOCOL, "the nydus-protocol differential tests")
     process = subprocess.Popen(
         [node, str(REFERENCE_SCRIPT)],
         stdin=subprocess.PIPE,
