@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wireproto.errors import InvalidTopic
-from wireproto.hub import Hub, HubMessage, Overflow, pattern_matches, validate_pattern
+from wireproto.hub import Hub, HubMessage, Overflow
+from wireproto.topics import pattern_matches, validate_pattern
 
 
 def collect(hub, topic):

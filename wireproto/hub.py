@@ -7,8 +7,8 @@ transport (a WebSocket prepared message, a length-prefixed frame), however many 
 share them.
 
 Topics are plain strings. A subscription matches a topic exactly, or, when a protocol opts in, by
-an MQTT-style pattern over `/`-separated levels: `+` matches one level, and `#` as the last level
-matches that level's parent and everything below it (`a/#` matches `a`, `a/b`, `a/b/c`).
+an MQTT-style pattern over `/`-separated levels (see `wireproto.topics`): `+` matches one level,
+and `#` as the last level matches its parent and everything below it.
 
 Each session has a send queue bounded in bytes. While the socket underneath keeps up, messages go
 straight to it. When it fills, Twisted pauses the session (it is registered as the transport's
@@ -33,7 +33,8 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from wireproto.codecs._common import unchecked_constructor
-from wireproto.errors import InvalidTopic, LimitExceeded
+from wireproto.errors import LimitExceeded
+from wireproto.topics import PatternTree, is_pattern, validate_pattern
 from wireproto.transports.base import IMessageTransport
 
 __all__ = [
@@ -46,8 +47,6 @@ __all__ = [
     "Hub",
     "Session",
     "LocalSubscriber",
-    "validate_pattern",
-    "pattern_matches",
 ]
 
 log = Logger()
@@ -107,100 +106,6 @@ class SessionStats:
 Encoder = Callable[[HubMessage], "tuple[bytes, bool] | None"]
 
 
-def validate_pattern(pattern: str) -> None:
-    """Refuse a pattern whose `#` is not a whole last level, or whose `+` is not a whole level."""
-    levels = pattern.split("/")
-    for index, level in enumerate(levels):
-        if "#" in level and (level != "#" or index != len(levels) - 1):
-            raise InvalidTopic(f"pattern {pattern!r}: '#' must be a whole level, and the last")
-        if "+" in level and level != "+":
-            raise InvalidTopic(f"pattern {pattern!r}: '+' must be a whole level")
-
-
-def is_pattern(topic: str) -> bool:
-    return "+" in topic.split("/") or topic == "#" or topic.endswith("/#")
-
-
-def pattern_matches(pattern: str, topic: str) -> bool:
-    """Whether an MQTT-style `pattern` matches `topic`."""
-    pattern_levels = pattern.split("/")
-    topic_levels = topic.split("/")
-    for index, level in enumerate(pattern_levels):
-        if level == "#":
-            return True
-        if index >= len(topic_levels):
-            return False
-        if level != "+" and level != topic_levels[index]:
-            return False
-    return len(pattern_levels) == len(topic_levels)
-
-
-class _PatternNode:
-    __slots__ = ("children", "subscribers", "rest")
-
-    def __init__(self) -> None:
-        self.children: dict[str, _PatternNode] = {}
-        self.subscribers: dict[Any, None] = {}  # the pattern ends here
-        self.rest: dict[Any, None] = {}  # the pattern's next level is '#'
-
-
-class _PatternTree:
-    """Patterns by level, so matching a topic walks only the branches that can match."""
-
-    def __init__(self) -> None:
-        self.root = _PatternNode()
-        self.count = 0
-
-    def add(self, pattern: str, subscriber: Any) -> None:
-        node = self.root
-        levels = pattern.split("/")
-        for level in levels[:-1]:
-            node = node.children.setdefault(level, _PatternNode())
-        if levels[-1] == "#":
-            node.rest[subscriber] = None
-        else:
-            node = node.children.setdefault(levels[-1], _PatternNode())
-            node.subscribers[subscriber] = None
-        self.count += 1
-
-    def remove(self, pattern: str, subscriber: Any) -> None:
-        path = [self.root]
-        levels = pattern.split("/")
-        for level in levels[:-1]:
-            path.append(path[-1].children[level])
-        if levels[-1] == "#":
-            del path[-1].rest[subscriber]
-        else:
-            leaf = path[-1].children[levels[-1]]
-            del leaf.subscribers[subscriber]
-            path.append(leaf)
-            levels.append("")
-        self.count -= 1
-        for depth in range(len(path) - 1, 0, -1):
-            node = path[depth]
-            if node.children or node.subscribers or node.rest:
-                break
-            del path[depth - 1].children[levels[depth - 1]]
-
-    def match(self, topic: str, into: dict[Any, None]) -> None:
-        levels = topic.split("/")
-        frontier = [self.root]
-        for level in levels:
-            following = []
-            for node in frontier:
-                into.update(node.rest)
-                for key in (level, "+"):
-                    child = node.children.get(key)
-                    if child is not None:
-                        following.append(child)
-            if not following:
-                return
-            frontier = following
-        for node in frontier:
-            into.update(node.subscribers)
-            into.update(node.rest)
-
-
 class Hub:
     """Subscriptions, fan-out, wills and send-queue policy for every protocol."""
 
@@ -219,7 +124,7 @@ class Hub:
         self.stats = HubStats()
         self.sessions: dict[Session, None] = {}
         self._exact: dict[str, dict[Any, None]] = {}
-        self._patterns = _PatternTree()
+        self._patterns = PatternTree()
         # (wire format, prepare key) -> a plain object, a cheaper fan-out cache key than the tuple
         self._prepared_keys: dict[tuple, object] = {}
 

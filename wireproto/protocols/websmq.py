@@ -27,7 +27,8 @@ from twisted.python.failure import Failure
 from wireproto.codecs import websmq
 from wireproto.codecs.websmq import LastWill, Publish, Subscribe, Unsubscribe
 from wireproto.errors import BadEncoding, InvalidTopic, ProtocolError, UnexpectedMessage
-from wireproto.hub import Hub, HubMessage, Session, is_pattern, pattern_matches, validate_pattern
+from wireproto.hub import Hub, HubMessage, Session
+from wireproto.topics import is_pattern, pattern_matches, validate_pattern
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
 
