@@ -415,25 +415,13 @@ class Session:
             prepared = self._prepare(message, cache)
             if prepared is None:
                 return
-        if self._direct:
-            self.sent += 1
-            self.sent_bytes += prepared[1]
-            self._write(prepared[0])
-        else:
-            self._enqueue(prepared)
+        self._send_prepared(prepared)
 
     def _prepare(self, message: HubMessage, cache: dict) -> tuple[Any, int] | None:
-        encoded = cache.get(self.wire_format)
-        if encoded is None:
-            if self.wire_format in cache:  # known not to be sayable in this format
-                return None
-            encoded = cache[self.wire_format] = self._encode(message)
-            if encoded is None:
-                return None
-        data, binary = encoded
-        prepared = cache[self._prepared_key] = (self.transport.prepareMessage(data, binary),
-                                                len(data))
-        return prepared
+        if self.wire_format not in cache:
+            # None, cached too, means the message cannot be said in this format.
+            cache[self.wire_format] = self._encode(message)
+        return self._frame_cached(cache)
 
     def _frame_cached(self, cache: dict) -> tuple[Any, int] | None:
         """Frame the encoding already in `cache` for this transport, if there is one."""
@@ -445,17 +433,13 @@ class Session:
                                                 len(data))
         return prepared
 
-    def send(self, data: bytes, binary: bool = True) -> None:
-        """Send one message to this connection alone, through its queue."""
-        prepared = (self.transport.prepareMessage(data, binary), len(data))
+    def _send_prepared(self, prepared: tuple[Any, int]) -> None:
+        """Write now if nothing waits and the transport takes writes, else queue."""
         if self._direct:
             self.sent += 1
             self.sent_bytes += prepared[1]
             self._write(prepared[0])
-        else:
-            self._enqueue(prepared)
-
-    def _enqueue(self, prepared: tuple[Any, int]) -> None:
+            return
         if self.closed:
             return
         self._queue.append(prepared)
