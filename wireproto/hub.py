@@ -384,9 +384,6 @@ class Session:
     def set_will(self, topic: str, payload: bytes) -> None:
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
 
-    def clear_will(self) -> None:
-        self.will = None
-
     def close(self) -> None:
         """Leave the hub: drop every subscription and the queue, then publish the will."""
         if self.closed:
@@ -469,10 +466,6 @@ class Session:
             self.dropped_bytes += size
             hub_stats.dropped_messages += 1
             hub_stats.dropped_bytes += size
-
-    @property
-    def queued_messages(self) -> int:
-        return len(self._queue)
 
     # -- IPushProducer: called by the transport underneath ---------------------------------------
 

@@ -57,6 +57,13 @@ def encode_for_websmq(message: HubMessage) -> tuple[bytes, bool] | None:
         return None
 
 
+def validate_websmq_pattern(pattern: str) -> None:
+    """A wildcard pattern whose wildcards are whole levels and whose other levels are valid
+    WEBSMQ topic text."""
+    validate_pattern(pattern)
+    websmq.validate_topic(pattern.replace("#", "x").replace("+", "x"))
+
+
 def _wildcard_topic(data: bytes) -> tuple[type, str] | None:
     """A Subscribe or Unsubscribe frame whose topic is a valid pattern, else None."""
     try:
@@ -66,8 +73,7 @@ def _wildcard_topic(data: bytes) -> tuple[type, str] | None:
         pattern = data[websmq.HEADER_SIZE : websmq.HEADER_SIZE + length].decode("ascii")
         if len(pattern) != length or not is_pattern(pattern):
             return None
-        validate_pattern(pattern)
-        websmq.validate_topic(pattern.replace("#", "x").replace("+", "x"))
+        validate_websmq_pattern(pattern)
     except (ProtocolError, UnicodeDecodeError):
         return None
     kind = Subscribe if message_type == websmq.MessageType.SUBSCRIBE else Unsubscribe
@@ -195,7 +201,7 @@ class WebsmqClientProtocol(MessageProtocol):
         callbacks = self._callbacks.get(topic)
         if callbacks is None:
             callbacks = self._callbacks[topic] = []
-            self._send(Subscribe(topic, b""))
+            self._send_subscription(websmq.MessageType.SUBSCRIBE, topic)
         if callback is not None:
             callbacks.append(callback)
         return defer.succeed(None)
@@ -203,7 +209,7 @@ class WebsmqClientProtocol(MessageProtocol):
     def unsubscribe(self, topic: str) -> defer.Deferred:
         self._check_topic(topic)
         if self._callbacks.pop(topic, None) is not None:
-            self._send(Unsubscribe(topic, b""))
+            self._send_subscription(websmq.MessageType.UNSUBSCRIBE, topic)
         return defer.succeed(None)
 
     def publish(self, topic: str, payload: bytes) -> defer.Deferred:
@@ -234,21 +240,18 @@ class WebsmqClientProtocol(MessageProtocol):
 
     def _check_topic(self, topic: str) -> None:
         if self.wildcards and isinstance(topic, str) and is_pattern(topic):
-            validate_pattern(topic)
-            websmq.validate_topic(topic.replace("#", "x").replace("+", "x"))
+            validate_websmq_pattern(topic)
         else:
             websmq.validate_topic(topic)
 
-    def _send(self, message: Any) -> None:
-        if self.wildcards and isinstance(message, Subscribe | Unsubscribe) and is_pattern(
-            message.topic
-        ):
-            frame = websmq.encode_header(
-                websmq.MessageType.SUBSCRIBE if isinstance(message, Subscribe)
-                else websmq.MessageType.UNSUBSCRIBE, len(message.topic),
-            ) + message.topic.encode("ascii")
-        else:
-            frame = websmq.encode(message)
+    def _send_subscription(self, message_type: websmq.MessageType, topic: str) -> None:
+        """A Subscribe or Unsubscribe frame for a checked topic (encode would refuse a '#')."""
+        self._send_frame(websmq.encode_header(message_type, len(topic)) + topic.encode("ascii"))
+
+    def _send(self, message: Publish | LastWill) -> None:
+        self._send_frame(websmq.encode(message))
+
+    def _send_frame(self, frame: bytes) -> None:
         if not self.connected:
             raise ConnectionError("WEBSMQ client is not connected")
         self.transport.sendMessage(frame, True)
