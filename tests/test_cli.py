@@ -211,7 +211,7 @@ def test_a_bad_config_file_names_the_file_and_key(
 
 
 def test_the_default_listeners_lines() -> None:
-    """What `wireproto serve` prints with no options, once bound to 8765 and 8766."""
+    """What `wireproto serve` prints with no options, once bound to 8765, 8766 and 8767."""
     from io import StringIO
 
     from twisted.internet.address import IPv4Address
@@ -222,13 +222,15 @@ def test_the_default_listeners_lines() -> None:
     lines = [
         BoundListener(listener, format_address(listener, IPv4Address("TCP", "127.0.0.1", port)))
         .describe()
-        for listener, port in zip(DEFAULT_LISTENERS, (8765, 8766), strict=True)
+        for listener, port in zip(DEFAULT_LISTENERS, (8765, 8766, 8765, 8767), strict=True)
     ]
     out = StringIO()
     announce([*lines, "ready; Ctrl-C stops"], out)
     assert out.getvalue() == (
         "wireproto: websmq over ws on ws://127.0.0.1:8765/websmq\n"
         "wireproto: websmq over length32 on tcp:127.0.0.1:8766\n"
+        "wireproto: ubre over ws on ws://127.0.0.1:8765/ubre\n"
+        "wireproto: ubre over lines on tcp:127.0.0.1:8767\n"
         "wireproto: ready; Ctrl-C stops\n"
     )
 

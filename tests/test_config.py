@@ -39,6 +39,8 @@ def test_defaults_listen_on_loopback_only() -> None:
     assert Config().listeners == DEFAULT_LISTENERS == (
         Listener("websmq", "ws", "tcp:8765:interface=127.0.0.1", "/websmq"),
         Listener("websmq", "length32", "tcp:8766:interface=127.0.0.1"),
+        Listener("ubre", "ws", "tcp:8765:interface=127.0.0.1", "/ubre"),
+        Listener("ubre", "lines", "tcp:8767:interface=127.0.0.1"),
     )
     assert build_config() == Config()
     config = Config()
@@ -89,7 +91,7 @@ def test_listen_over_tls_through_the_endpoint_string(tls_files: Any) -> None:
          "--listen 'websmq+wss@tcp:1': unknown transport 'wss'; use ws, length32, lines or cobs"),
         ("websmq+lines@tcp:1",
          "--listen 'websmq+lines@tcp:1': websmq does not run over lines; use ws, length32 or cobs"),
-        ("mqtt+ws@tcp:1", "--listen 'mqtt+ws@tcp:1': unknown protocol 'mqtt'; use websmq"),
+        ("mqtt+ws@tcp:1", "--listen 'mqtt+ws@tcp:1': unknown protocol 'mqtt'; use websmq or ubre"),
         ("websmq@tcp:1",
          "--listen 'websmq@tcp:1': no transport; use PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, "
          "e.g. websmq+ws@tcp:8765 (transports: ws, length32, lines or cobs)"),
@@ -155,7 +157,7 @@ def test_attach_forms(spec: str, expected: Attach) -> None:
          "--attach 'websmq+x@tcp:h:1': unknown framing 'x'; use length32, lines or cobs"),
         ("websmq+lines@tcp:h:1",
          "--attach 'websmq+lines@tcp:h:1': websmq does not run over lines; use length32 or cobs"),
-        ("mqtt@tcp:h:1", "--attach 'mqtt@tcp:h:1': unknown protocol 'mqtt'; use websmq"),
+        ("mqtt@tcp:h:1", "--attach 'mqtt@tcp:h:1': unknown protocol 'mqtt'; use websmq or ubre"),
         ("serial:/dev/ttyACM0",
          "--attach 'serial:/dev/ttyACM0': no '@' before the endpoint; use "
          "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0"),
@@ -247,7 +249,8 @@ def test_toml_round_trip(config: Config) -> None:
 
 def test_toml_listeners_as_strings() -> None:
     config = config_from_toml(
-        'listen = ["websmq+ws@tcp:8765", "websmq+length32@tcp:8766"]', reactor=reactor
+        'listen = ["websmq+ws@tcp:8765", "websmq+length32@tcp:8766", "ubre+ws@tcp:8765", '
+        '"ubre+lines@tcp:8767"]', reactor=reactor
     )
     assert config.listeners == DEFAULT_LISTENERS
 
@@ -261,7 +264,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("lsten = []", "lsten: unknown key; use listen, attach, hub, websocket, stream or websmq "
+        ("lsten = []", "lsten: unknown key; use listen, attach, hub, websocket, stream, websmq or "
+                       "ubre "
                        "(did you mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',

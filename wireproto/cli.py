@@ -1,10 +1,13 @@
 """The ``wireproto`` command. ``wireproto serve`` runs a broker; see docs/running.md.
 
-With no options it serves WEBSMQ over WebSocket on 127.0.0.1:8765 (path /websmq) and over
-length32-framed TCP on 127.0.0.1:8766, and prints one line per listener, then a ready line::
+With no options it serves WEBSMQ and UBRE over WebSocket on 127.0.0.1:8765 (paths /websmq and
+/ubre), WEBSMQ over length32-framed TCP on 127.0.0.1:8766 and UBRE as newline-delimited JSON on
+127.0.0.1:8767, and prints one line per listener, then a ready line::
 
     wireproto: websmq over ws on ws://127.0.0.1:8765/websmq
     wireproto: websmq over length32 on tcp:127.0.0.1:8766
+    wireproto: ubre over ws on ws://127.0.0.1:8765/ubre
+    wireproto: ubre over lines on tcp:127.0.0.1:8767
     wireproto: ready; Ctrl-C stops
 
 Exit status: 0 after Ctrl-C or SIGTERM, 1 when a listener cannot bind, 2 for a bad option or
@@ -40,7 +43,8 @@ LISTEN_HELP = """\
   serial: and to length32 otherwise.
     websmq@serial:/dev/ttyACM0:baudrate=115200
 
-Defaults: websmq+ws@tcp:8765 and websmq+length32@tcp:8766, on 127.0.0.1.
+Defaults: websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765 and
+ubre+lines@tcp:8767, on 127.0.0.1.
 See docs/running.md for the TOML config file.
 """
 

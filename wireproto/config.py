@@ -39,6 +39,7 @@ __all__ = [
     "HubSettings",
     "StreamLimits",
     "WebsmqSettings",
+    "UbreSettings",
     "Config",
     "DEFAULT_LISTENERS",
     "parse_listen",
@@ -109,9 +110,24 @@ class WebsmqSettings:
     wildcards: bool = False
 
 
+@dataclass(frozen=True)
+class UbreSettings:
+    # Tell each client which topics have subscribers: ubre.js publishes only on those.
+    announce_topics: bool = True
+    max_topic_length: int = 1024
+    # Requests from one connection that its handlers may work on at once.
+    max_pending_requests: int = 1000
+    # For requests the server sends to a client.
+    request_timeout: float = 30.0
+    # Failed handlers' stacks go to the client: for development only.
+    debug: bool = False
+
+
 DEFAULT_LISTENERS = (
     Listener("websmq", "ws", "tcp:8765:interface=127.0.0.1", "/websmq"),
     Listener("websmq", "length32", "tcp:8766:interface=127.0.0.1"),
+    Listener("ubre", "ws", "tcp:8765:interface=127.0.0.1", "/ubre"),
+    Listener("ubre", "lines", "tcp:8767:interface=127.0.0.1"),
 )
 
 
@@ -123,6 +139,7 @@ class Config:
     websocket: WebSocketOptions = field(default_factory=WebSocketOptions)
     stream: StreamLimits = field(default_factory=StreamLimits)
     websmq: WebsmqSettings = field(default_factory=WebsmqSettings)
+    ubre: UbreSettings = field(default_factory=UbreSettings)
 
     def protocol_options(self, protocol: str) -> dict[str, Any]:
         """The keyword options for `protocol`'s make_factory (its own TOML table)."""
@@ -468,6 +485,13 @@ _STREAM_KEYS: dict[str, Callable[[Any], Any]] = {
     "max_connections": _positive_integer,
 }
 _WEBSMQ_KEYS: dict[str, Callable[[Any], Any]] = {"wildcards": _boolean}
+_UBRE_KEYS: dict[str, Callable[[Any], Any]] = {
+    "announce_topics": _boolean,
+    "max_topic_length": _positive_integer,
+    "max_pending_requests": _positive_integer,
+    "request_timeout": _positive_number,
+    "debug": _boolean,
+}
 _LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
 _ATTACH_KEYS = ("protocol", "endpoint", "framing")
 _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
@@ -475,6 +499,7 @@ _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "websocket": (WebSocketOptions, _WEBSOCKET_KEYS),
     "stream": (StreamLimits, _STREAM_KEYS),
     "websmq": (WebsmqSettings, _WEBSMQ_KEYS),
+    "ubre": (UbreSettings, _UBRE_KEYS),
 }
 _TOP_KEYS = ("listen", "attach", *_TABLES)
 

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -47,6 +47,7 @@ __all__ = [
     "Hub",
     "Session",
     "LocalSubscriber",
+    "TopicObserver",
 ]
 
 log = Logger()
@@ -106,6 +107,14 @@ class SessionStats:
 Encoder = Callable[[HubMessage], "tuple[bytes, bool] | None"]
 
 
+class TopicObserver(Protocol):
+    """Told when an exact topic gains its first subscriber and loses its last one."""
+
+    def topic_started(self, topic: str) -> None: ...
+
+    def topic_ended(self, topic: str) -> None: ...
+
+
 class Hub:
     """Subscriptions, fan-out, wills and send-queue policy for every protocol."""
 
@@ -127,6 +136,7 @@ class Hub:
         self._patterns = PatternTree()
         # (wire format, prepare key) -> a plain object, a cheaper fan-out cache key than the tuple
         self._prepared_keys: dict[tuple, object] = {}
+        self._topic_observers: list[TopicObserver] = []
 
     def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
         return self._prepared_keys.setdefault((wire_format, prepare_key), object())
@@ -155,8 +165,11 @@ class Hub:
         """Subscribe to one exact topic. False if it was already subscribed."""
         subscribers = self._exact.get(topic)
         if subscribers is None:
-            subscribers = self._exact[topic] = {}
-        elif subscriber in subscribers:
+            self._exact[topic] = {subscriber: None}
+            if self._topic_observers:
+                self._tell_observers("topic_started", topic)
+            return True
+        if subscriber in subscribers:
             return False
         subscribers[subscriber] = None
         return True
@@ -168,7 +181,24 @@ class Hub:
         del subscribers[subscriber]
         if not subscribers:
             del self._exact[topic]
+            if self._topic_observers:
+                self._tell_observers("topic_ended", topic)
         return True
+
+    def add_topic_observer(self, observer: TopicObserver) -> None:
+        """Have `observer.topic_started(topic)` called when an exact topic gains its first
+        subscriber, and `observer.topic_ended(topic)` when it loses its last one."""
+        self._topic_observers.append(observer)
+
+    def remove_topic_observer(self, observer: TopicObserver) -> None:
+        self._topic_observers.remove(observer)
+
+    def _tell_observers(self, event: str, topic: str) -> None:
+        for observer in tuple(self._topic_observers):
+            try:
+                getattr(observer, event)(topic)
+            except Exception:
+                log.failure("hub topic observer {observer!r} raised", observer=observer)
 
     def subscribe_pattern(self, subscriber: Any, pattern: str) -> None:
         validate_pattern(pattern)
@@ -373,13 +403,35 @@ class Session:
             )
 
     def publish(
-        self, topic: str, payload: bytes, encoded: tuple[bytes, bool] | None = None
+        self,
+        topic: str,
+        payload: bytes,
+        encoded: tuple[bytes, bool] | None = None,
+        *,
+        encodings: dict[Hashable, tuple[bytes, bool]] | None = None,
     ) -> int:
         """Publish from this connection: everyone subscribed but this session gets it.
-        `encoded` is the message already in this session's wire format, forwarded as it is."""
+        `encoded` is the message already in this session's wire format, forwarded as it is;
+        `encodings` holds it in several formats, as `{wire_format: (data, binary)}`."""
         self.received += 1
-        cache = {} if encoded is None else {self.wire_format: encoded}
+        if encodings is not None:
+            cache = dict(encodings)
+        else:
+            cache = {} if encoded is None else {self.wire_format: encoded}
         return self.hub._fan_out(topic, payload, False, self, self.protocol, cache, None)
+
+    def set_wire_format(self, wire_format: Hashable, encode: Encoder) -> None:
+        """Receive publishes in another format from now on (a UBRE connection follows the format
+        of its latest subscribe)."""
+        self.wire_format = wire_format
+        self._encode = encode
+        self._prepared_key = self.hub.prepared_key(wire_format, self.transport.prepareKey)
+
+    def send(self, data: bytes, binary: bool) -> None:
+        """Send one message of this connection's own (an announcement, not a publish) through
+        the send queue, behind whatever already waits there."""
+        if not self.closed:
+            self._send_prepared((self.transport.prepareMessage(data, binary), len(data)))
 
     def set_will(self, topic: str, payload: bytes) -> None:
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)

@@ -161,12 +161,23 @@ class WireprotoService(MultiService):
         self._waiters: list[defer.Deferred] = []
         self._bound_order: dict[int, int] = {}
         self._connections: weakref.WeakSet[IMessageProtocol] = weakref.WeakSet()
+        self._servers: dict[str, Callable[[], IMessageProtocol]] = {}
 
     # -- building -------------------------------------------------------------------------------
 
+    def server(self, protocol: str) -> Callable[[], IMessageProtocol]:
+        """The server role of `protocol` on this service's hub, made once and shared by all its
+        listeners: for UBRE, the `UbreServer` to register handlers and hooks on."""
+        made = self._servers.get(protocol)
+        if made is None:
+            spec = SERVER_PROTOCOLS[protocol]
+            made = self._servers[protocol] = spec.make_factory(
+                self.hub, **self.config.protocol_options(protocol)
+            )
+        return made
+
     def _protocol_factory(self, protocol: str) -> Callable[[], IMessageProtocol]:
-        spec = SERVER_PROTOCOLS[protocol]
-        make = spec.make_factory(self.hub, **self.config.protocol_options(protocol))
+        make = self.server(protocol)
         connections = self._connections
 
         def build() -> IMessageProtocol:

@@ -85,6 +85,8 @@ __all__ = [
     "Id",
     "encode",
     "decode",
+    "decode_json",
+    "is_json",
 ]
 
 
@@ -280,6 +282,25 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
             offset=0,
         ) from None
     return _decode_binary(data, cls)
+
+
+def decode_json(data: bytes | bytearray | memoryview | str) -> Message:
+    """One message from a JSON text only (a WebSocket text frame, a line): a binary-format message
+    is refused here."""
+    if isinstance(data, (bytearray, memoryview)):
+        data = bytes(data)
+    if isinstance(data, bytes) and data[:1] and data[0] in _BINARY_TYPES:
+        raise BadJSON(
+            f"UBRE message starts with byte 0x{data[0]:02x}, a binary-format type, where only "
+            f"JSON can come (a text frame or a line); send the binary format in binary frames "
+            f"or with a framing that marks message ends (length32, cobs)"
+        )
+    return _decode_json(data)
+
+
+def is_json(data: bytes) -> bool:
+    """True if a message that `decode` accepted is in the JSON format."""
+    return data[0] in _JSON_FIRST_BYTES
 
 
 def _decode_json(data: bytes | str) -> Message:

@@ -29,6 +29,12 @@ def _websmq(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
     return server_factory(hub, **options)
 
 
+def _ubre(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
+    from wireproto.protocols.ubre import server_factory
+
+    return server_factory(hub, **options)
+
+
 SERVER_PROTOCOLS: dict[str, ServerProtocolSpec] = {
     "websmq": ServerProtocolSpec(
         name="websmq",
@@ -36,6 +42,14 @@ SERVER_PROTOCOLS: dict[str, ServerProtocolSpec] = {
         transports=frozenset({"ws", "length32", "cobs"}),
         default_framing="length32",
         default_path="/websmq",
+    ),
+    "ubre": ServerProtocolSpec(
+        name="ubre",
+        make_factory=_ubre,
+        transports=frozenset({"ws", "lines", "length32", "cobs"}),
+        # Newline-delimited JSON, so `nc` users can type messages; length32 for binary.
+        default_framing="lines",
+        default_path="/ubre",
     ),
 }
 
