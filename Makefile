@@ -24,13 +24,13 @@ serve: $(STAMP)
 	$(BIN)/wireproto serve
 
 test: $(STAMP) $(NPM_STAMP)
-	$(BIN)/ruff check wireproto tests bench twisted
+	$(BIN)/ruff check wireproto tests bench twisted examples
 	@# pytest exits 5 when it collects nothing: a suite that tests nothing must fail loudly.
 	@$(BIN)/python -m pytest; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 lint: $(STAMP)
-	$(BIN)/ruff check wireproto tests bench twisted
+	$(BIN)/ruff check wireproto tests bench twisted examples
 
 bench: $(STAMP)
 	$(BIN)/python bench/codecs.py
