@@ -299,6 +299,11 @@ class WireprotoService(MultiService):
     def stopService(self) -> Any:
         """Stop listening and the attached links, then close every connection still open."""
         yield super().stopService()
+        for server in self._servers.values():
+            close = getattr(server, "close", None)
+            if close is not None:
+                close()  # e.g. a UbreServer stops following the hub's topics
+        self._servers.clear()
         self._reported = 0
         self.bound.clear()
         self._bound_order.clear()

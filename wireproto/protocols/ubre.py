@@ -21,6 +21,7 @@ payloads and back.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from inspect import iscoroutine
 from typing import Any
 
 from twisted.internet import defer
@@ -30,14 +31,13 @@ from twisted.python.failure import Failure
 from wireproto.codecs import ubre
 from wireproto.codecs._common import json_loads, json_utf8
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
-from wireproto.errors import InvalidTopic, ProtocolError
+from wireproto.errors import FrameTooLarge, InvalidField, InvalidTopic, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session
 from wireproto.rpc import (
     DEFAULT_REQUEST_TIMEOUT,
     ConnectionClosed,
     PendingRequests,
     RequestFailed,
-    call_handler,
     error_body,
 )
 from wireproto.transports.base import MessageProtocol
@@ -104,6 +104,16 @@ def body_from_payload(payload: bytes) -> bytes | None:
         return None
 
 
+def _json_value_of_payload(payload: bytes) -> Any:
+    """Bytes for a JSON body, read as a hub payload is (see body_from_payload)."""
+    body_text = body_from_payload(payload)
+    if body_text is None:
+        raise InvalidField(
+            "bytes that are not UTF-8 cannot be a UBRE JSON body; send the binary format"
+        )
+    return json_loads(body_text, "body") if body_text else NO_BODY
+
+
 def _json_publish(topic: str, body_text: bytes) -> bytes:
     head = b'{"publish":' + json_utf8(topic)
     return head + b',"body":' + body_text + b"}" if body_text else head + b"}"
@@ -148,6 +158,8 @@ def _outgoing_body(value: Any, binary_format: bool) -> Any:
     if value is None or value is NO_BODY:
         return NO_BODY
     if not binary_format:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return _json_value_of_payload(bytes(value))
         return value
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value) or NO_BODY
@@ -188,6 +200,15 @@ class UbrePeer(MessageProtocol):
     def _write(self, data: bytes, binary: bool) -> None:
         self.transport.sendMessage(data, binary)
 
+    def _check_size(self, data: bytes) -> None:
+        """Refuse what the peer would refuse: a message over this connection's size limit."""
+        limit = getattr(self.transport, "max_message_size", None)
+        if limit and len(data) > limit:
+            raise FrameTooLarge(
+                f"UBRE message of {len(data)} bytes is over this connection's limit of {limit} "
+                f"bytes (max_message_size)"
+            )
+
     def request(
         self,
         name: str | None,
@@ -218,6 +239,7 @@ class UbrePeer(MessageProtocol):
                 Request(request_id, _outgoing_body(body, binary_format), name=name),
                 binary=binary_format,
             )
+            self._check_size(data)
         except ProtocolError as error:
             return defer.fail(error)
         d = self.pending.add(request_id, timeout=timeout, what=name if name else request_id)
@@ -229,6 +251,8 @@ class UbrePeer(MessageProtocol):
     def messageReceived(self, data: bytes, binary: bool) -> None:
         if self._failed:
             return
+        if not binary and not data.strip():
+            return  # an empty line (someone pressing Enter in nc), or an empty text frame
         try:
             message = ubre.decode(data) if binary else ubre.decode_json(data)
             binary_format = not ubre.is_json(data)
@@ -271,17 +295,28 @@ class UbrePeer(MessageProtocol):
         if handler is None:
             self._reply(Fail, message.id, NOT_FOUND, binary_format)
             return
-        self._answering += 1
         body = _incoming_body(message.body, binary_format)
-        d = call_handler(handler, body, self.handlerArgument())
+        try:
+            result = handler(body, self.handlerArgument())
+        except Exception:
+            self._handler_failed(message, Failure(), binary_format)
+            return
+        if not isinstance(result, defer.Deferred) and not iscoroutine(result):
+            # A plain value: reply now, without a Deferred (the common case, and the fast one).
+            self._reply(Success, message.id, result, binary_format)
+            return
+        self._answering += 1
+        d = defer.ensureDeferred(result)
         d.addCallbacks(
-            lambda result: self._reply(Success, message.id, result, binary_format),
+            lambda value: self._reply(Success, message.id, value, binary_format),
             lambda failure: self._handler_failed(message, failure, binary_format),
         )
         d.addBoth(self._answered)
 
-    def _answered(self, _: Any) -> None:
+    def _answered(self, result: Any) -> None:
         self._answering -= 1
+        if isinstance(result, Failure):
+            log.failure("ubre: sending a reply failed", result)
 
     def _handler_failed(self, message: Request, failure: Failure, binary_format: bool) -> None:
         error = failure.value
@@ -302,6 +337,7 @@ class UbrePeer(MessageProtocol):
             data = ubre.encode(
                 kind(request_id, _outgoing_body(result, binary_format)), binary=binary_format
             )
+            self._check_size(data)
         except (ProtocolError, TypeError, ValueError) as error:
             log.warn("ubre: cannot send the reply to {id!r}: {error}", id=request_id, error=error)
             body = _outgoing_body(error_body(error, debug=self.debug), binary_format)

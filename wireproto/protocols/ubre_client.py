@@ -108,8 +108,10 @@ class UbreClientProtocol(UbrePeer):
                           _incoming_body(message.body, binary_format))
 
     def connectionLost(self, reason: Failure) -> None:
-        super().connectionLost(reason)
+        # The client first, so code that a failing request resumes sees it disconnected (and,
+        # with reconnect, a retry goes to the offline queue, not to this dead connection).
         self.client._disconnected(self, reason)
+        super().connectionLost(reason)
 
 
 class UbreClient:
@@ -149,8 +151,8 @@ class UbreClient:
         self.connect_options = connect_options
         self.handlers: dict[str, Handler] = {}
         self.default_handler: Handler | None = None
-        # topic -> its subscriptions, and the body its subscribe carries
-        self._subscriptions: dict[str, tuple[list[Subscription], Any]] = {}
+        # topic -> its subscriptions, and the subscribe message sent on each connection
+        self._subscriptions: dict[str, tuple[list[Subscription], Subscribe]] = {}
         self.server_topics: set[str] = set()
         self.protocol: UbreClientProtocol | None = None
         self._queue: deque[tuple[Any, ...]] = deque()
@@ -217,13 +219,16 @@ class UbreClient:
 
     def _connected(self, protocol: UbreClientProtocol) -> None:
         self.protocol = protocol
-        for topic, (_, body) in self._subscriptions.items():
-            protocol.send(Subscribe(topic, _outgoing_body(body, self.binary)))
+        if self._reconnector is not None:
+            # Connected: close() from here on must not cancel the attempt that made it.
+            self._reconnector.connected()
+        for _, message in self._subscriptions.values():
+            protocol.send(message)
         self._flush()
+        self._hook("on_connect")
         waiters, self._connect_waiters = self._connect_waiters, []
         for d in waiters:
             d.callback(self)
-        self._hook("on_connect")
 
     def _disconnected(self, protocol: UbreClientProtocol, reason: Failure) -> None:
         if self.protocol is protocol:
@@ -268,9 +273,11 @@ class UbreClient:
         subscription = Subscription(self, topic, callback)
         entry = self._subscriptions.get(topic)
         if entry is None:
-            self._subscriptions[topic] = ([subscription], body)
+            message = Subscribe(topic, _outgoing_body(body, self.binary))
+            ubre.encode(message, binary=self.binary)  # refused now, not on a reconnection
+            self._subscriptions[topic] = ([subscription], message)
             if self.protocol is not None:
-                self.protocol.send(Subscribe(topic, _outgoing_body(body, self.binary)))
+                self.protocol.send(message)
         else:
             entry[0].append(subscription)
         return subscription
@@ -288,10 +295,19 @@ class UbreClient:
         if not entry[0]:
             self.unsubscribe(subscription.topic)
 
-    def publish(self, topic: str, body: Any = NO_BODY) -> defer.Deferred:
+    def publish(
+        self, topic: str, body: Any = NO_BODY, *, streaming: bool = False
+    ) -> defer.Deferred:
         """Publish `body` on `topic`. Fires once it is handed to the connection (at once when
-        connected); fails with ConnectionClosed, or OfflineQueueFull while reconnecting."""
-        message = Publish(topic, _outgoing_body(body, self.binary))
+        connected); fails with ConnectionClosed, or OfflineQueueFull while reconnecting.
+        `streaming` (binary format only) sends body length 0xFFFFFFFF: the body runs to the end
+        of the message, whatever its size."""
+        if streaming and not self.binary:
+            raise ValueError("a streaming body exists only in the binary format (binary=True)")
+        body = _outgoing_body(body, self.binary)
+        if streaming and body is NO_BODY:
+            body = b""
+        message = Publish(topic, body, streaming=streaming)
         if self.protocol is not None:
             try:
                 self.protocol.send(message)
@@ -342,6 +358,12 @@ class UbreClient:
         request_timeout; it counts time spent in the offline queue too."""
         if timeout is ...:
             timeout = self.request_timeout
+        if self.binary and name is not None:
+            # Refused now, connected or not: queued, it could never be sent.
+            raise ValueError(
+                "a binary-format UBRE request carries only an id, so it cannot name a handler; "
+                "pass name=None"
+            )
         if self.protocol is not None:
             return self.protocol.request(name, body, timeout=timeout)
         d: defer.Deferred = defer.Deferred()
@@ -394,7 +416,12 @@ class UbreClient:
             else:
                 _, name, body, deadline, d = item
                 timeout = None if deadline is None else max(0.0, deadline - self.reactor.seconds())
-                protocol.request(name, body, timeout=timeout).chainDeferred(d)
+                try:
+                    sent = protocol.request(name, body, timeout=timeout)
+                except ValueError as error:  # not something this connection can send
+                    d.errback(error)
+                    continue
+                sent.chainDeferred(d)
 
     def _fail_queue(self, error: Exception) -> None:
         queue, self._queue = self._queue, deque()

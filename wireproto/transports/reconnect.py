@@ -60,6 +60,13 @@ class Reconnector:
         if self._attempt is not None:
             self._attempt.cancel()
 
+    def connected(self) -> None:
+        """The attempt under way has connected. Call it from the protocol's connectionMade,
+        which runs before the attempt's Deferred fires: from then on `stop` must not cancel the
+        attempt (Twisted cannot stop connecting a connection already made)."""
+        self._attempt = None
+        self.failed_attempts = 0
+
     def lost(self) -> None:
         """The connection closed: try again after the first backoff delay."""
         self.failed_attempts = 0
@@ -72,12 +79,14 @@ class Reconnector:
         attempt = self._attempt = self._connect()
 
         def connected(protocol: Any) -> Any:
-            self._attempt = None
-            self.failed_attempts = 0
+            if self._attempt is attempt:
+                self._attempt = None
+                self.failed_attempts = 0
             return protocol
 
         def failed(reason: Failure) -> None:
-            self._attempt = None
+            if self._attempt is attempt:
+                self._attempt = None
             if not self.running:
                 return
             self.failed_attempts += 1

@@ -190,6 +190,11 @@ class _MessageTransportMixin(ByteTransportDelegate):
         # Fan-out may race a disconnect or an unfinished handshake: such sends are dropped.
         return self.state == WebSocketProtocol.STATE_OPEN and not self._closing
 
+    @property
+    def max_message_size(self) -> int:
+        """The largest message this connection takes, and sends (WebSocketOptions)."""
+        return self.maxMessagePayloadSize
+
     def sendMessage(self, data: bytes, binary: bool = True, **autobahn_options: Any) -> None:
         if not self._canSend():
             return
