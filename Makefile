@@ -35,6 +35,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/codecs.py
 	$(BIN)/python bench/pubsub.py
+	$(BIN)/python bench/rpc.py
 
 clean:
 	rm -rf $(VENV) tests/interop/node_modules
