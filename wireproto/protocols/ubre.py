@@ -51,6 +51,7 @@ __all__ = [
     "NOT_FOUND",
     "TOO_MANY_REQUESTS",
     "Handler",
+    "HandlerRegistry",
     "UbrePeer",
     "UbreServer",
     "UbreServerProtocol",
@@ -168,6 +169,31 @@ def _outgoing_body(value: Any, binary_format: bool) -> Any:
     return json_utf8(value)
 
 
+class HandlerRegistry:
+    """Request handlers by name, and the default handler for requests that name none; what a
+    UbreServer and a UbreClient both answer requests with."""
+
+    handlers: dict[str, Handler]
+    default_handler: Handler | None
+
+    def handle(
+        self, name: str | Mapping[str, Handler], handler: Handler | None = None
+    ) -> Any:
+        """Answer requests named `name` with `handler`; or many at once from a mapping; or, with
+        no handler, a decorator: ``@server.handle("add")``."""
+        if isinstance(name, Mapping):
+            self.handlers.update(name)
+            return None
+        if handler is None:
+            def register(fn: Handler) -> Handler:
+                self.handlers[name] = fn
+                return fn
+
+            return register
+        self.handlers[name] = handler
+        return handler
+
+
 # -- what client and server share -----------------------------------------------------------------
 
 
@@ -176,21 +202,26 @@ class UbrePeer(MessageProtocol):
     requests and matching their replies. Subclasses say what subscribe, unsubscribe and publish
     mean for them."""
 
-    handlers: Mapping[str, Handler]
-    default_handler: Handler | None = None
-    debug = False
-    max_pending_requests = DEFAULT_MAX_PENDING_REQUESTS
-    request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT
     # True on the lines framing, which carries JSON alone.
     text_only = False
     # Format of this connection's latest subscribe: its publishes go that way.
     binary_format = False
     _failed = False
 
-    def makeConnection(self, transport: Any) -> None:
-        from twisted.internet import reactor
+    def __init__(self, owner: Any) -> None:
+        """`owner` (a UbreServer or a UbreClient) holds the handlers and the settings."""
+        self.owner = owner
+        self.handlers = owner.handlers
+        self.debug = owner.debug
+        self.max_pending_requests = owner.max_pending_requests
+        self.request_timeout = owner.request_timeout
+        self.pending = PendingRequests(owner.reactor)
 
-        self.pending = PendingRequests(getattr(self, "clock", None) or reactor)
+    @property
+    def default_handler(self) -> Handler | None:
+        return self.owner.default_handler
+
+    def makeConnection(self, transport: Any) -> None:
         self._answering = 0
         self.text_only = getattr(transport, "framing", "") == "lines"
         super().makeConnection(transport)
@@ -366,16 +397,8 @@ class UbreServerProtocol(UbrePeer):
     session: Session | None = None
 
     def __init__(self, server: UbreServer) -> None:
+        super().__init__(server)
         self.server = server
-        self.handlers = server.handlers
-        self.clock = server.reactor
-        self.debug = server.debug
-        self.max_pending_requests = server.max_pending_requests
-        self.request_timeout = server.request_timeout
-
-    @property
-    def default_handler(self) -> Handler | None:  # type: ignore[override]
-        return self.server.default_handler
 
     def connectionMade(self) -> None:
         wire_format = JSON_TEXT_FORMAT if self.text_only else JSON_FORMAT
@@ -469,7 +492,7 @@ class UbreServerProtocol(UbrePeer):
             self.server._hook("on_disconnect", self, reason)
 
 
-class UbreServer:
+class UbreServer(HandlerRegistry):
     """The UBRE server role on a hub: request handlers, hooks, and a factory of connections.
 
     Handlers are called as ``handler(body, peer)`` and may return a value, a Deferred, or be
@@ -529,25 +552,6 @@ class UbreServer:
             getattr(self, name)(*args)
         except Exception:
             log.failure("ubre: the {hook} hook raised", hook=name)
-
-    # -- handlers --------------------------------------------------------------------------------
-
-    def handle(
-        self, name: str | Mapping[str, Handler], handler: Handler | None = None
-    ) -> Any:
-        """Answer requests named `name` with `handler`; or many at once from a mapping; or, with
-        no handler, a decorator: ``@server.handle("add")``."""
-        if isinstance(name, Mapping):
-            self.handlers.update(name)
-            return None
-        if handler is None:
-            def register(fn: Handler) -> Handler:
-                self.handlers[name] = fn
-                return fn
-
-            return register
-        self.handlers[name] = handler
-        return handler
 
     # -- publishing ------------------------------------------------------------------------------
 

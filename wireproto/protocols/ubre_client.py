@@ -16,7 +16,7 @@ its reply can never come.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
@@ -26,7 +26,13 @@ from twisted.python.failure import Failure
 from wireproto.codecs import ubre
 from wireproto.codecs.ubre import NO_BODY, Publish, Subscribe, Unsubscribe
 from wireproto.errors import LimitExceeded, ProtocolError
-from wireproto.protocols.ubre import Handler, UbrePeer, _incoming_body, _outgoing_body
+from wireproto.protocols.ubre import (
+    Handler,
+    HandlerRegistry,
+    UbrePeer,
+    _incoming_body,
+    _outgoing_body,
+)
 from wireproto.rpc import DEFAULT_REQUEST_TIMEOUT, ConnectionClosed, RequestTimeout
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.connect import is_websocket_address
@@ -70,17 +76,9 @@ class UbreClientProtocol(UbrePeer):
     """One connection of a `UbreClient`."""
 
     def __init__(self, client: UbreClient) -> None:
+        super().__init__(client)
         self.client = client
-        self.handlers = client.handlers
-        self.clock = client.reactor
         self.binary_format = client.binary
-        self.debug = client.debug
-        self.max_pending_requests = client.max_pending_requests
-        self.request_timeout = client.request_timeout
-
-    @property
-    def default_handler(self) -> Handler | None:  # type: ignore[override]
-        return self.client.default_handler
 
     def handlerArgument(self) -> Any:
         return self.client
@@ -114,7 +112,7 @@ class UbreClientProtocol(UbrePeer):
         super().connectionLost(reason)
 
 
-class UbreClient:
+class UbreClient(HandlerRegistry):
     """A UBRE client, connected or (with `reconnect`) reconnecting.
 
     `address` is a ``ws://``/``wss://`` URL or a client endpoint string. On a stream the framing
@@ -331,23 +329,6 @@ class UbreClient:
                 log.failure("ubre client: callback for {topic!r} raised", topic=message.topic)
 
     # -- requests --------------------------------------------------------------------------------
-
-    def handle(
-        self, name: str | Mapping[str, Handler], handler: Handler | None = None
-    ) -> Any:
-        """Answer the server's requests named `name`; as UbreServer.handle. Handlers are called
-        as ``handler(body, client)``."""
-        if isinstance(name, Mapping):
-            self.handlers.update(name)
-            return None
-        if handler is None:
-            def register(fn: Handler) -> Handler:
-                self.handlers[name] = fn
-                return fn
-
-            return register
-        self.handlers[name] = handler
-        return handler
 
     def request(
         self, name: str | None, body: Any = NO_BODY, *, timeout: float | None | object = ...
