@@ -133,6 +133,27 @@ async def test_serve_prints_its_address_relays_and_stops_on_sigint(children: lis
 
 
 @pytest_twisted.ensureDeferred
+async def test_serve_answers_ubre_typed_as_lines_like_nc(children: list[Child]) -> None:
+    child = Child(sys.executable, "-m", "wireproto", "serve",
+                  "--listen", "ubre+lines@tcp:0:interface=127.0.0.1")
+    children.append(child)
+    listening = await child.line(LISTENER_LINE)
+    assert listening.group(1, 2) == ("ubre", "lines")
+    port = int(listening.group(3).rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as nc:
+        nc.sendall(b'{"subscribe":"news"}\n\n{"request":"add","id":1,"body":[1,2]}\n')
+        received = b""
+        while not received.endswith(b"\n") or b'"fail":1' not in received:
+            chunk = nc.recv(4096)
+            assert chunk, f"closed after {received!r}"
+            received += chunk
+    # The broker announces the topic its own subscriber started, then answers: no handlers.
+    assert received == b'{"subscribe":"news"}\n{"fail":1,"body":"NotFound"}\n'
+    child.process.send_signal(signal.SIGINT)
+    assert await child.exit_code() == 0, child.output()
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_bad_listen_is_one_line_and_status_2(children: list[Child]) -> None:
     child = Child(sys.executable, "-m", "wireproto", "serve", "--listen", "websmq+wss@tcp:1")
     children.append(child)

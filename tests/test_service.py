@@ -21,8 +21,17 @@ from twisted.internet.ssl import Certificate, optionsForClientTLS
 
 from tests.support import eventually, sleep, wait_for
 from wireproto.codecs import websmq
-from wireproto.config import Attach, Config, StreamLimits, WebsmqSettings, parse_listen
+from wireproto.config import (
+    Attach,
+    Config,
+    StreamLimits,
+    WebsmqSettings,
+    config_from_toml,
+    parse_listen,
+)
+from wireproto.protocols.ubre_client import connect as ubre_connect
 from wireproto.protocols.websmq import WebsmqClientProtocol, connect
+from wireproto.rpc import RequestFailed
 from wireproto.service import BoundListener, ListenFailed, WireprotoService, make_service
 from wireproto.transports import HandshakeFailed
 from wireproto.transports.serial import serial_endpoint_from_string
@@ -230,6 +239,32 @@ async def test_config_settings_reach_the_hub_and_protocols(broker: Broker) -> No
     assert "1002" in str(reason)
     assert "more than 2 subscriptions" in str(reason)
     assert publisher.connected
+
+
+@pytest_twisted.ensureDeferred
+async def test_ubre_settings_from_the_config_file_reach_the_ubre_server(broker: Broker) -> None:
+    settings = config_from_toml(
+        "[ubre]\nmax_topic_length = 8\nannounce_topics = false\ndebug = true\n"
+        "request_timeout = 2.5\nmax_pending_requests = 7\n",
+        reactor=reactor,
+    ).ubre
+    service, bound = await broker.start(f"ubre+lines@tcp:0:{LOCAL}", ubre=settings)
+    server = service.server("ubre")
+    assert (server.max_topic_length, server.announce_topics, server.debug) == (8, False, True)
+    assert (server.request_timeout, server.max_pending_requests) == (2.5, 7)
+    client = await wait_for(ubre_connect(reactor, bound[0].address))
+    lost: list[Any] = []
+    client.on_disconnect = lost.append
+    try:
+        client.subscribe("12345678")
+        with pytest.raises(RequestFailed):  # NotFound: and the subscribe was read before it
+            await wait_for(client.request("x", timeout=5))
+        assert service.hub.subscribers("12345678") and not lost
+        client.subscribe("123456789")  # one character over max_topic_length
+        await eventually(lambda: lost)
+        assert not service.hub.subscribers("12345678")
+    finally:
+        await wait_for(client.close())
 
 
 @pytest_twisted.ensureDeferred
