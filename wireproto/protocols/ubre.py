@@ -202,7 +202,7 @@ class UbrePeer(MessageProtocol):
     requests and matching their replies. Subclasses say what subscribe, unsubscribe and publish
     mean for them."""
 
-    # True on the lines framing, which carries JSON alone.
+    # True on a text-only transport (the lines framing), which carries JSON alone.
     text_only = False
     # Format of this connection's latest subscribe: its publishes go that way.
     binary_format = False
@@ -223,7 +223,7 @@ class UbrePeer(MessageProtocol):
 
     def makeConnection(self, transport: Any) -> None:
         self._answering = 0
-        self.text_only = getattr(transport, "framing", "") == "lines"
+        self.text_only = transport.textOnly
         super().makeConnection(transport)
 
     # -- sending --------------------------------------------------------------------------------
@@ -233,8 +233,8 @@ class UbrePeer(MessageProtocol):
 
     def _check_size(self, data: bytes) -> None:
         """Refuse what the peer would refuse: a message over this connection's size limit."""
-        limit = getattr(self.transport, "max_message_size", None)
-        if limit and len(data) > limit:
+        limit = self.transport.maxMessageSize
+        if len(data) > limit:
             raise FrameTooLarge(
                 f"UBRE message of {len(data)} bytes is over this connection's limit of {limit} "
                 f"bytes (max_message_size)"

@@ -36,6 +36,13 @@ class IMessageTransport(IConsumer, IPushProducer):
     prepareKey = Attribute(
         "Hashable. Transports with equal keys accept each other's prepareMessage results."
     )
+    maxMessageSize = Attribute(
+        "The largest message, in bytes, this connection takes; sending a larger one fails."
+    )
+    textOnly = Attribute(
+        "True if every message must be text without a line break (the lines framing): a "
+        "protocol with a text and a binary format can use only its text one."
+    )
 
     def sendMessage(data: bytes, binary: bool = True) -> None:
         """Send one message. `binary` matters only where the carrier marks it (WebSocket)."""

@@ -87,6 +87,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
 
     framing = ""
     kind = "tcp"
+    textOnly = False
     prepareKey: tuple[str, str] = ("stream", "")
     factory: _StreamFactory
     wrapped: IMessageProtocol | None = None
@@ -98,6 +99,10 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
 
     def __init__(self, max_message_size: int) -> None:
         self.max_message_size = max_message_size
+
+    @property
+    def maxMessageSize(self) -> int:
+        return self.max_message_size
 
     # -- byte side (called by Twisted) -------------------------------------------------------
 
@@ -223,6 +228,7 @@ class LinesMessageTransport(StreamMessageTransport, LineOnlyReceiver):
     framing = "lines"
     prepareKey = ("stream", "lines")
     delimiter = b"\n"
+    textOnly = True
 
     def __init__(self, max_message_size: int) -> None:
         super().__init__(max_message_size)

@@ -190,8 +190,10 @@ class _MessageTransportMixin(ByteTransportDelegate):
         # Fan-out may race a disconnect or an unfinished handshake: such sends are dropped.
         return self.state == WebSocketProtocol.STATE_OPEN and not self._closing
 
+    textOnly = False
+
     @property
-    def max_message_size(self) -> int:
+    def maxMessageSize(self) -> int:
         """The largest message this connection takes, and sends (WebSocketOptions)."""
         return self.maxMessagePayloadSize
 
