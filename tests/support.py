@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from twisted.internet import defer, reactor, task
 
-__all__ = ["wait_for", "sleep", "eventually", "need_interop_peer"]
+__all__ = ["wait_for", "sleep", "eventually", "failure_of", "Inbox", "need_interop_peer"]
 
 
 async def wait_for(awaitable: Any, timeout: float = 5.0) -> Any:
@@ -36,6 +36,29 @@ async def eventually(check: Any, timeout: float = 5.0, interval: float = 0.01) -
             return result
         await sleep(interval)
     raise TimeoutError(f"condition not met within {timeout} s: {check}")
+
+
+async def failure_of(d: defer.Deferred, timeout: float = 5.0) -> BaseException:
+    """The exception `d` fails with (within `timeout` s); fails the test if `d` succeeds."""
+    try:
+        result = await wait_for(d, timeout)
+    except Exception as error:
+        return error
+    raise AssertionError(f"expected a failure, got {result!r}")
+
+
+class Inbox:
+    """A subscription callback that keeps every message it is given."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    def __call__(self, message: Any) -> None:
+        self.messages.append(message)
+
+    async def wait(self, count: int = 1, timeout: float = 5.0) -> list[Any]:
+        await eventually(lambda: len(self.messages) >= count, timeout)
+        return self.messages
 
 
 def need_interop_peer(path: Path, what: str) -> str:

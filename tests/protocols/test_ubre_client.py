@@ -22,7 +22,7 @@ from twisted.internet.endpoints import TCP4ServerEndpoint, UNIXServerEndpoint
 from twisted.internet.error import ConnectionRefusedError
 from twisted.python.failure import Failure
 
-from tests.support import eventually, sleep, wait_for
+from tests.support import Inbox, eventually, failure_of, sleep, wait_for
 from wireproto.codecs.ubre import Publish
 from wireproto.errors import FrameTooLarge, InvalidField
 from wireproto.hub import Hub
@@ -150,16 +150,6 @@ async def server(socket_dir):
         await running.stop()
 
 
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[Publish] = []
-
-    def __call__(self, message: Publish) -> None:
-        self.messages.append(message)
-
-    async def wait(self, count: int = 1) -> list[Publish]:
-        await eventually(lambda: len(self.messages) >= count)
-        return self.messages
 
 
 def as_sent(client: UbreClient, value: Any) -> Any:
@@ -170,13 +160,6 @@ def as_sent(client: UbreClient, value: Any) -> Any:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-async def failure_of(d: defer.Deferred) -> BaseException:
-    """The exception `d` fails with (within 5 s); fails the test if `d` succeeds."""
-    try:
-        result = await wait_for(d)
-    except Exception as error:
-        return error
-    raise AssertionError(f"expected a failure, got {result!r}")
 
 
 async def barrier(client: UbreClient) -> None:

@@ -23,7 +23,7 @@ import pytest_twisted
 from twisted.internet import defer, error, protocol, reactor
 from twisted.internet.endpoints import TCP4ServerEndpoint
 
-from tests.support import eventually, need_interop_peer, sleep, wait_for
+from tests.support import Inbox, eventually, failure_of, need_interop_peer, sleep, wait_for
 from wireproto.codecs.ubre import Publish
 from wireproto.hub import Hub
 from wireproto.protocols import websmq
@@ -174,25 +174,8 @@ async def ubre_js_client(spawn: Spawn, broker: Broker, *commands: str) -> NodeUb
     return await spawn(CLIENT, broker.url, *commands, ready="open")
 
 
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[Publish] = []
-
-    def __call__(self, message: Publish) -> None:
-        self.messages.append(message)
-
-    async def wait(self, count: int = 1) -> list[Publish]:
-        await eventually(lambda: len(self.messages) >= count)
-        return self.messages
 
 
-async def failure_of(d: defer.Deferred) -> BaseException:
-    """The exception `d` fails with (within 5 s); fails the test if `d` succeeds."""
-    try:
-        result = await wait_for(d)
-    except Exception as exc:
-        return exc
-    raise AssertionError(f"expected a failure, got {result!r}")
 
 
 # -- ubre.js client, wireproto server --------------------------------------------------------

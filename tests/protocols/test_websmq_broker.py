@@ -10,7 +10,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ServerEndpoint
 
-from tests.support import eventually, sleep, wait_for
+from tests.support import Inbox, eventually, sleep, wait_for
 from wireproto.codecs import websmq
 from wireproto.codecs.websmq import LastWill, Publish, Subscribe
 from wireproto.hub import Hub
@@ -59,16 +59,6 @@ async def broker():
     await running.stop()
 
 
-class Inbox:
-    def __init__(self):
-        self.messages = []
-
-    def __call__(self, message):
-        self.messages.append(message)
-
-    async def wait(self, count=1, timeout=5.0):
-        await eventually(lambda: len(self.messages) >= count, timeout)
-        return self.messages
 
 
 async def subscribed(hub: Hub, client, topic: str, inbox=None):

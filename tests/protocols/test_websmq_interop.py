@@ -12,8 +12,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import protocol, reactor
 
-from tests.protocols.test_websmq_broker import Broker, Inbox, closed, subscribed
-from tests.support import eventually, need_interop_peer, wait_for
+from tests.protocols.test_websmq_broker import Broker, closed, subscribed
+from tests.support import Inbox, eventually, need_interop_peer, wait_for
 from wireproto.codecs.websmq import LastWill, Publish
 from wireproto.hub import Hub
 from wireproto.protocols.websmq import connect
