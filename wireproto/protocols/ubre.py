@@ -33,6 +33,7 @@ from wireproto.codecs._common import json_loads, json_utf8
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
 from wireproto.errors import FrameTooLarge, InvalidField, InvalidTopic, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session
+from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.rpc import (
     DEFAULT_REQUEST_TIMEOUT,
     ConnectionClosed,
@@ -57,7 +58,6 @@ __all__ = [
     "UbreServerProtocol",
     "server_factory",
     "payload_from_body",
-    "body_from_payload",
 ]
 
 log = Logger()
@@ -81,33 +81,13 @@ Handler = Callable[[Any, Any], Any]
 
 
 def payload_from_body(body: Any) -> bytes:
-    """A UBRE body as a hub payload: bytes as they are, no body as b"", anything else as its
-    compact JSON text."""
-    if body is NO_BODY:
-        return b""
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return bytes(body)
-    return json_utf8(body)
-
-
-def body_from_payload(payload: bytes) -> bytes | None:
-    """A hub payload as the JSON text of a "body": JSON text as it is (made compact), other UTF-8
-    as a JSON string, b"" for no body. None if JSON cannot carry it (not UTF-8)."""
-    if not payload:
-        return b""
-    try:
-        return json_utf8(json_loads(payload, "payload"))
-    except ProtocolError:
-        pass
-    try:
-        return json_utf8(payload.decode())
-    except (UnicodeDecodeError, ProtocolError):
-        return None
+    """A UBRE body as a hub payload: no body as b"", otherwise as `payload_from_value` says."""
+    return b"" if body is NO_BODY else payload_from_value(body)
 
 
 def _json_value_of_payload(payload: bytes) -> Any:
-    """Bytes for a JSON body, read as a hub payload is (see body_from_payload)."""
-    body_text = body_from_payload(payload)
+    """Bytes for a JSON body, read as a hub payload is (see json_from_payload)."""
+    body_text = json_from_payload(payload)
     if body_text is None:
         raise InvalidField(
             "bytes that are not UTF-8 cannot be a UBRE JSON body; send the binary format"
@@ -129,7 +109,7 @@ def _encode_binary(message: HubMessage) -> tuple[bytes, bool] | None:
 
 def _encode_json_text(message: HubMessage) -> tuple[bytes, bool] | None:
     try:
-        body_text = body_from_payload(message.payload)
+        body_text = json_from_payload(message.payload)
         return None if body_text is None else (_json_publish(message.topic, body_text), False)
     except ProtocolError:
         return None

@@ -1,0 +1,37 @@
+"""Hub payloads (bytes) and the JSON values that JSON protocols (UBRE, nydus) carry.
+
+A JSON value published into the hub travels as its compact JSON text, so every protocol sees the
+same bytes. Coming out to a JSON protocol, a payload that is JSON text is that value, other UTF-8
+text is a JSON string, and other bytes cannot be said in JSON at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wireproto.codecs._common import json_loads, json_utf8
+from wireproto.errors import ProtocolError
+
+__all__ = ["payload_from_value", "json_from_payload"]
+
+
+def payload_from_value(value: Any) -> bytes:
+    """A value as a hub payload: bytes as they are, anything else as its compact JSON text."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    return json_utf8(value)
+
+
+def json_from_payload(payload: bytes) -> bytes | None:
+    """A hub payload as compact JSON text: JSON text as it is (made compact), other UTF-8 as a
+    JSON string, b"" for an empty payload. None if JSON cannot carry it (not UTF-8)."""
+    if not payload:
+        return b""
+    try:
+        return json_utf8(json_loads(payload, "payload"))
+    except ProtocolError:
+        pass
+    try:
+        return json_utf8(payload.decode())
+    except (UnicodeDecodeError, ProtocolError):
+        return None
