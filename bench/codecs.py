@@ -24,7 +24,7 @@ from typing import Any
 import msgpack
 import orjson
 
-from wireproto.codecs import nydus, phyllo, subble, ubre, websmq
+from wireproto.codecs import engineio, nydus, phyllo, subble, ubre, websmq
 
 PAYLOAD = bytes(range(32, 96))  # 64 bytes of printable ASCII, so JSON can carry it as text
 TOPIC = "sensors/temps/living_room"
@@ -94,6 +94,12 @@ def cases() -> list[Case]:
         "nydus publish", nydus.encode, nydus.decode,
         nydus.Publish("/rooms/living/temp", body),
         {"type": 4, "path": "/rooms/living/temp", "data": body}, "json",
+    )
+
+    add(
+        "engineio message", engineio.encode, engineio.decode,
+        engineio.Packet(engineio.PacketType.MESSAGE, PAYLOAD.decode("ascii")),
+        {"type": 4, "data": PAYLOAD}, "json",
     )
 
     event = subble.Event(

@@ -8,6 +8,11 @@ from wireproto.transports.base import (
     close_reason,
 )
 from wireproto.transports.connect import client_endpoint, connect, default_framing
+from wireproto.transports.engineio import (
+    EngineIOOptions,
+    engineio_client_connect,
+    engineio_resource,
+)
 from wireproto.transports.serial import (
     SerialAddress,
     SerialEndpoint,
@@ -37,6 +42,9 @@ __all__ = [
     "connect",
     "client_endpoint",
     "default_framing",
+    "EngineIOOptions",
+    "engineio_client_connect",
+    "engineio_resource",
     "SerialAddress",
     "SerialEndpoint",
     "SerialOpenFailed",
