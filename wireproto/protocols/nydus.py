@@ -1,0 +1,529 @@
+"""nydus over any message transport: the server role, on the hub.
+
+Implements the server side of shared/specs/nydus.md as settled by NOTES.md, section "nydus", and
+behaves as the reference server, nydus 5.3.2 (npm), does:
+
+- each connection gets WELCOME (``0|3``) at once;
+- only INVOKE from a client is acted on; a client's WELCOME, RESULT, ERROR or PUBLISH is ignored;
+- a message that does not parse (nydus-protocol's PARSER_ERROR, here any `ProtocolError` from the
+  codec, such as ``1$id~/%ZZ|1``) closes that one connection, where the real server crashes;
+- an INVOKE goes to the first route (wireproto.routes, ruta3's patterns) its path matches: no
+  route is ERROR ``{"message":"Not Found","status":404}``; a handler's `InvokeError` is ERROR
+  ``{"message","status"[,"body"]}`` in that key order; any other exception is status 500,
+  "Internal Server Error", with the exception's message and stack only in debug mode (nydus's
+  development mode); a handler that returns None answers ``2$id|``, RESULT with no data;
+- `subscribe_client`, `unsubscribe_client`, `unsubscribe_all` and `publish` work as nydus's do.
+
+nydus is carried by Engine.IO 4 for the JavaScript client (wireproto.transports.engineio), and,
+as wireproto's extension for clients that are not JavaScript, by raw WebSocket text frames (one
+nydus message per frame) and by TCP with the ``lines`` framing (one message per line). This
+module does not care which.
+
+**Paths and hub topics.** A nydus path that starts with ``/`` is the hub topic without it:
+``/chat/room`` is the hub topic ``chat/room``, which WEBSMQ and UBRE clients use as it is. So a
+WEBSMQ or UBRE publish on ``chat/room`` reaches every nydus client subscribed to ``/chat/room``,
+and `NydusServer.publish("/chat/room", data)` reaches WEBSMQ and UBRE subscribers of
+``chat/room``. A path that does not start with ``/`` has no topic; subscribing or publishing to
+one is a ValueError. Data goes into the hub as its compact JSON text (`wireproto.payloads`); a
+hub payload reaches nydus clients as that JSON value, other UTF-8 text as a JSON string, and
+bytes that are not UTF-8 not at all.
+
+**None and no data.** A nydus message can carry JSON null or no data at all (``2$id|``). What
+code returns (a handler's result, what an initial-data Deferred or coroutine gives) is "no data"
+when it is None, as JavaScript's undefined; a value passed in (`publish`'s data, plain initial
+data) is JSON null when it is None, and no data only when it is `NO_DATA`. An INVOKE without data
+gives its handler ``body=None``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from inspect import iscoroutine
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from wireproto.codecs import nydus
+from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
+from wireproto.errors import FrameTooLarge, ProtocolError
+from wireproto.hub import Hub, HubMessage, Session
+from wireproto.payloads import json_from_payload, payload_from_value
+from wireproto.routes import Router
+from wireproto.rpc import RequestFailed
+from wireproto.transports.base import MessageProtocol
+
+__all__ = [
+    "WIRE_FORMAT",
+    "DEFAULT_MAX_PENDING_INVOKES",
+    "NOT_FOUND",
+    "TOO_MANY_REQUESTS",
+    "InvokeError",
+    "Invocation",
+    "Handler",
+    "NydusServer",
+    "NydusServerProtocol",
+    "server_factory",
+    "nanoid",
+    "topic_of_path",
+    "path_of_topic",
+    "encode_for_nydus",
+]
+
+log = Logger()
+
+WIRE_FORMAT = "nydus"
+DEFAULT_MAX_PENDING_INVOKES = 1000
+NOT_FOUND = {"message": "Not Found", "status": 404}
+TOO_MANY_REQUESTS = {"message": "Too Many Requests", "status": 429}
+_INTERNAL_ERROR = HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+def nanoid() -> str:
+    """A random id of 21 characters from ``[A-Za-z0-9_-]`` (126 bits), as nanoid makes them."""
+    return base64.urlsafe_b64encode(os.urandom(16))[:21].decode("ascii")
+
+
+# -- paths and hub topics -------------------------------------------------------------------------
+
+
+def topic_of_path(path: str) -> str:
+    """The hub topic of a nydus path: the path without its leading ``/``."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(
+            f"nydus path {path!r} has no hub topic: only paths that start with '/' map onto "
+            "hub topics ('/chat/room' is the topic 'chat/room')"
+        )
+    return path[1:]
+
+
+def path_of_topic(topic: str) -> str:
+    """The nydus path of a hub topic: ``/`` and the topic."""
+    return "/" + topic
+
+
+def _publish_head(path: str) -> bytes:
+    """``4~path|``, the path written as encodeURI writes it; InvalidTopic for a bad path."""
+    return nydus.encode(Publish(path)).encode("utf-8")
+
+
+def encode_for_nydus(message: HubMessage) -> tuple[bytes, bool] | None:
+    """A hub message as a nydus PUBLISH text message, or None when JSON cannot carry its payload
+    or its topic makes no nydus path."""
+    try:
+        body = json_from_payload(message.payload)
+        if body is None:
+            return None
+        return _publish_head(path_of_topic(message.topic)) + body, False
+    except ProtocolError:
+        return None
+
+
+# -- what handlers get and raise -----------------------------------------------------------------
+
+
+class InvokeError(Exception):
+    """An INVOKE failed with an HTTP-like `status`, a `message` and an optional `body`.
+
+    Raised by a server handler, it becomes the ERROR ``{"message", "status"[, "body"]}``; a
+    `NydusClient` fails an invoke with it when the ERROR has a numeric status and a string message.
+    `message` defaults to the status's HTTP reason phrase; a `body` of None is left out.
+    """
+
+    def __init__(self, status: int, message: str | None = None, body: Any = None) -> None:
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise TypeError(f"an InvokeError status is an int, not {status!r}")
+        if message is None:
+            try:
+                message = HTTPStatus(status).phrase
+            except ValueError:
+                message = "Error"
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.body = body
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.message}"
+
+    def __repr__(self) -> str:
+        body = "" if self.body is None else f", body={self.body!r}"
+        return f"InvokeError({self.status!r}, {self.message!r}{body})"
+
+    def to_data(self) -> dict[str, Any]:
+        """The ERROR data nydus sends for this error: message, status, and body if there is one."""
+        data: dict[str, Any] = {"message": self.message, "status": self.status}
+        if self.body is not None:
+            data["body"] = self.body
+        return data
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One INVOKE, as its handler gets it (nydus's handler data).
+
+    `path` is the path the client invoked, decoded; `route` the pattern that matched it (what
+    nydus calls `path`); `params` and `splats` its captures (wireproto.routes); `body` the
+    INVOKE's data, None when it had none. `client` is the connection, to subscribe or to reply
+    to later; `server` the NydusServer.
+    """
+
+    server: NydusServer
+    client: NydusServerProtocol
+    path: str
+    route: str
+    params: dict[str, str | None] = field(default_factory=dict)
+    splats: list[str | None] = field(default_factory=list)
+    body: Any = None
+    id: str = ""
+
+
+# handler(invocation) -> result, a Deferred of one, or a coroutine. Raise InvokeError to fail.
+Handler = Callable[[Invocation], Any]
+
+
+def _error_data(error: BaseException, debug: bool) -> Any:
+    """What an ERROR says for `error`, as nydus's defaultErrorConverter says it."""
+    if isinstance(error, InvokeError):
+        return error.to_data()
+    if isinstance(error, RequestFailed):
+        return NO_DATA if error.body is NO_DATA else error.body
+    data: dict[str, Any] = {"message": _INTERNAL_ERROR.phrase, "status": 500}
+    if debug:
+        data["message"] = str(error) or type(error).__name__
+        data["body"] = "".join(traceback.format_exception(error))
+    return data
+
+
+# -- one connection ------------------------------------------------------------------------------
+
+
+class NydusServerProtocol(MessageProtocol):
+    """The server's side of one nydus connection: the `client` that handlers and hooks get.
+
+    `id` is a nanoid, the key in `NydusServer.clients`. `subscriptions` is the set of paths this
+    client is subscribed to.
+    """
+
+    session: Session | None = None
+    _failed = False
+
+    def __init__(self, server: NydusServer) -> None:
+        self.server = server
+        self.id = nanoid()
+        self._answering = 0
+
+    def __repr__(self) -> str:
+        return f"<NydusServerProtocol {self.id}>"
+
+    @property
+    def subscriptions(self) -> frozenset[str]:
+        if self.session is None:
+            return frozenset()
+        return frozenset(path_of_topic(topic) for topic in self.session.topics)
+
+    def close(self) -> None:
+        """Close this connection."""
+        if self.connected:
+            self.transport.loseConnection()
+
+    # -- connection events ---------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        server = self.server
+        self.session = server.hub.attach(
+            self.transport, protocol="nydus", wire_format=WIRE_FORMAT, encode=encode_for_nydus
+        )
+        server.clients[self.id] = self
+        server._sessions[self.session] = self
+        self.session.send(b"0|3", False)
+        log.info("nydus: {peer} connected over {kind} as {id}", peer=self.transport.getPeer(),
+                 kind=self.transport.kind, id=self.id)
+        server._hook("on_connect", self)
+
+    def connectionLost(self, reason: Failure) -> None:
+        super().connectionLost(reason)
+        server = self.server
+        server.clients.pop(self.id, None)
+        if self.session is not None:
+            server._sessions.pop(self.session, None)
+            self.session.close()
+            log.info("nydus: {id} disconnected", id=self.id)
+            server._hook("on_disconnect", self, reason)
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        if self._failed:
+            return
+        if not data and self.transport.textOnly:
+            return  # an empty line (Enter pressed in nc) is no message on the lines framing
+        try:
+            message = nydus.decode(data)
+        except ProtocolError as error:
+            self._parser_error(data, error)
+            return
+        if type(message) is Invoke:
+            self._invoke(message)
+        # Like nydus, ignore what only a server may send.
+
+    def _parser_error(self, raw: bytes, error: ProtocolError) -> None:
+        self._failed = True
+        log.warn("nydus: closing {id} ({peer}): {error}", id=self.id,
+                 peer=self.transport.getPeer(), error=error)
+        self.server._hook("on_parser_error", self, raw)
+        self.transport.loseConnection(error)
+
+    def _invoke(self, message: Invoke) -> None:
+        server = self.server
+        if self._answering >= server.max_pending_invokes:
+            self._reply(Error, message.id, TOO_MANY_REQUESTS)
+            return
+        match = server.router.match(message.path)
+        if match is None:
+            self._reply(Error, message.id, NOT_FOUND)
+            return
+        invocation = Invocation(
+            server, self, message.path, match.route, match.params, match.splats,
+            None if message.data is NO_DATA else message.data, message.id,
+        )
+        try:
+            result = match.action(invocation)
+        except Exception:
+            self._handler_failed(invocation, Failure())
+            return
+        if not isinstance(result, defer.Deferred) and not iscoroutine(result):
+            self._reply(Result, message.id, result)
+            return
+        self._answering += 1
+        d = defer.ensureDeferred(result)
+        d.addCallbacks(
+            lambda value: self._reply(Result, message.id, value),
+            lambda failure: self._handler_failed(invocation, failure),
+        )
+        d.addBoth(self._answered)
+
+    def _answered(self, result: Any) -> None:
+        self._answering -= 1
+        if isinstance(result, Failure):
+            log.failure("nydus: sending a reply failed", result)
+
+    def _handler_failed(self, invocation: Invocation, failure: Failure) -> None:
+        error = failure.value
+        if not isinstance(error, (InvokeError, RequestFailed)):
+            log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
+                        path=invocation.path, route=invocation.route)
+        self._reply(Error, invocation.id, _error_data(error, self.server.debug))
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def _reply(self, kind: type, invoke_id: str, data: Any) -> None:
+        if not self.connected or self._failed:
+            return  # the client is gone, and so is its reply
+        if kind is Result and data is None:
+            data = NO_DATA  # a handler that returns nothing: RESULT with no data, `2$id|`
+        try:
+            encoded = self._encode(kind(invoke_id, data))
+        except (ProtocolError, TypeError, ValueError) as error:
+            log.warn("nydus: cannot send the reply to {id!r}: {error}", id=invoke_id, error=error)
+            try:
+                encoded = self._encode(Error(invoke_id, _error_data(error, self.server.debug)))
+            except (ProtocolError, TypeError, ValueError):
+                # Even the error is too big for this connection: say only that it failed.
+                encoded = self._encode(Error(invoke_id, _error_data(error, False)))
+        self.session.send(encoded, False)
+
+    def _encode(self, message: nydus.Message) -> bytes:
+        data = nydus.encode(message).encode("utf-8")
+        limit = self.transport.maxMessageSize
+        if len(data) > limit:
+            raise FrameTooLarge(
+                f"nydus message of {len(data)} bytes is over this connection's limit of {limit} "
+                "bytes"
+            )
+        return data
+
+    def send_publish(self, path: str, data: Any = NO_DATA) -> bool:
+        """Send a PUBLISH to this client alone, subscribed or not; False if it is gone."""
+        if not self.connected or self._failed or self.session is None:
+            return False
+        self.session.send(self._encode(Publish(path, data)), False)
+        return True
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+class NydusServer:
+    """The nydus server role on a hub: routes, subscriptions, hooks, and the factory of
+    connections (call it for a new connection's protocol).
+
+    Register handlers with `register_route`; a handler is called as ``handler(invocation)``
+    (see `Invocation`) and may return a value, a Deferred, or be a coroutine function. Hooks are
+    plain methods to replace: ``server.on_connect = lambda client: ...``.
+    """
+
+    def __init__(
+        self,
+        hub: Hub,
+        *,
+        debug: bool = False,
+        max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
+        reactor: Any = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        self.hub = hub
+        self.debug = debug
+        self.max_pending_invokes = max_pending_invokes
+        self.reactor = reactor
+        self.router = Router()
+        self.clients: dict[str, NydusServerProtocol] = {}
+        self._sessions: dict[Session, NydusServerProtocol] = {}
+
+    # -- hooks: replace them ---------------------------------------------------------------------
+
+    def on_connect(self, client: NydusServerProtocol) -> None:
+        """A client connected (its WELCOME is on its way)."""
+
+    def on_disconnect(self, client: NydusServerProtocol, reason: Failure) -> None:
+        """A client's connection closed; its subscriptions are gone."""
+
+    def on_parser_error(self, client: NydusServerProtocol, raw: bytes) -> None:
+        """`raw`, a message from `client`, did not parse; the connection is being closed."""
+
+    def _hook(self, name: str, *args: Any) -> None:
+        try:
+            getattr(self, name)(*args)
+        except Exception:
+            log.failure("nydus: the {hook} hook raised", hook=name)
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    def register_route(self, pattern: str, handler: Handler | None = None) -> Any:
+        """Answer INVOKEs whose path matches `pattern` (wireproto.routes) with `handler`; the
+        first route registered that matches wins. Without a handler, a decorator:
+        ``@server.register_route("/rooms/:room/join")``."""
+        if handler is None:
+            def register(fn: Handler) -> Handler:
+                self.router.add(pattern, fn)
+                return fn
+
+            return register
+        self.router.add(pattern, handler)
+        return handler
+
+    # -- subscriptions ---------------------------------------------------------------------------
+
+    def subscribe_client(
+        self, client: NydusServerProtocol, path: str, initial_data: Any = NO_DATA
+    ) -> bool:
+        """Subscribe `client` to `path` (its hub topic, see the module docstring). If it was not
+        subscribed already, `initial_data` goes to it alone as a PUBLISH: at once, or, for a
+        Deferred or a coroutine, when that gives a value other than None, if the client is still
+        subscribed then. False if it was already subscribed or is disconnected.
+
+        Raises ValueError for a path without a leading ``/``, InvalidTopic for one nydus cannot
+        carry, InvalidField for plain initial data that is not JSON, and LimitExceeded past the
+        hub's subscriptions limit.
+        """
+        try:
+            topic = topic_of_path(path)
+            _publish_head(path)
+        except ValueError:
+            _discard(initial_data)
+            raise
+        session = client.session
+        if not client.connected or session is None or session.closed:
+            _discard(initial_data)
+            return False
+        if topic in session.topics:
+            _discard(initial_data)
+            return False
+        pending = isinstance(initial_data, defer.Deferred) or iscoroutine(initial_data)
+        first = None
+        if initial_data is not NO_DATA and not pending:
+            first = client._encode(Publish(path, initial_data))
+        try:
+            session.subscribe(topic)
+        except Exception:
+            _discard(initial_data)
+            raise
+        if first is not None:
+            session.send(first, False)
+        elif pending:
+            d = defer.ensureDeferred(initial_data)
+            d.addCallback(self._send_initial_data, client, path)
+            d.addErrback(
+                lambda failure: log.failure(
+                    "nydus: initial data for {path!r} failed", failure, path=path
+                )
+            )
+        return True
+
+    def _send_initial_data(self, data: Any, client: NydusServerProtocol, path: str) -> None:
+        if data is None or data is NO_DATA or path not in client.subscriptions:
+            return
+        try:
+            client.send_publish(path, data)
+        except (ProtocolError, TypeError, ValueError) as error:
+            log.warn("nydus: cannot send initial data for {path!r} to {id}: {error}",
+                     path=path, id=client.id, error=error)
+
+    def unsubscribe_client(self, client: NydusServerProtocol, path: str) -> bool:
+        """Unsubscribe `client` from `path`; False if it was not subscribed."""
+        topic = topic_of_path(path)
+        if client.session is None:
+            return False
+        return client.session.unsubscribe(topic)
+
+    def unsubscribe_all(self, path: str) -> bool:
+        """Unsubscribe every client of this server from `path`; False if none was subscribed.
+        Subscribers on other protocols keep their subscriptions."""
+        topic = topic_of_path(path)
+        found = False
+        for subscriber in self.hub.subscribers(topic):
+            if subscriber in self._sessions and subscriber.unsubscribe(topic):
+                found = True
+        return found
+
+    def publish(self, path: str, data: Any = NO_DATA) -> int:
+        """Publish `data` on `path` to every subscriber of its hub topic, on every protocol.
+        Returns how many got it. Raises InvalidField for data that is not JSON (bytes go into the
+        hub as they are), ValueError or InvalidTopic for a path without a topic."""
+        topic = topic_of_path(path)
+        head = _publish_head(path)
+        payload = b"" if data is NO_DATA else payload_from_value(data)
+        cache = {}
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            cache[WIRE_FORMAT] = (head + payload, False)
+        return self.hub.publish(HubMessage(topic, payload, protocol="nydus"), cache)
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def __call__(self) -> NydusServerProtocol:
+        """A new connection's protocol: the server is the factory the transports take."""
+        return NydusServerProtocol(self)
+
+    def close(self) -> None:
+        """Close every connection (as nydus's close does); listeners are stopped by their owner."""
+        for client in tuple(self.clients.values()):
+            client.close()
+
+
+def _discard(initial_data: Any) -> None:
+    """A coroutine that will never be awaited is closed, so Python does not warn about it."""
+    if iscoroutine(initial_data):
+        initial_data.close()
+
+
+def server_factory(hub: Hub, **options: Any) -> NydusServer:
+    """The nydus server for `hub`; it is also the zero-argument protocol factory the transport
+    adapters take. `options` are NydusServer's."""
+    return NydusServer(hub, **options)
