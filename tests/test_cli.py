@@ -160,7 +160,7 @@ async def test_a_bad_listen_is_one_line_and_status_2(children: list[Child]) -> N
     assert await child.exit_code() == 2
     assert child.stderr == [
         "wireproto serve: --listen 'websmq+wss@tcp:1': unknown transport 'wss'; "
-        "use ws, length32, lines or cobs"
+        "use ws, engineio, length32, lines or cobs"
     ]
     assert child.stdout == []
 

@@ -88,13 +88,15 @@ def test_listen_over_tls_through_the_endpoint_string(tls_files: Any) -> None:
     ("spec", "message"),
     [
         ("websmq+wss@tcp:1",
-         "--listen 'websmq+wss@tcp:1': unknown transport 'wss'; use ws, length32, lines or cobs"),
+         "--listen 'websmq+wss@tcp:1': unknown transport 'wss'; use ws, engineio, length32, "
+         "lines or cobs"),
         ("websmq+lines@tcp:1",
          "--listen 'websmq+lines@tcp:1': websmq does not run over lines; use ws, length32 or cobs"),
-        ("mqtt+ws@tcp:1", "--listen 'mqtt+ws@tcp:1': unknown protocol 'mqtt'; use websmq or ubre"),
+        ("mqtt+ws@tcp:1",
+         "--listen 'mqtt+ws@tcp:1': unknown protocol 'mqtt'; use websmq, ubre or nydus"),
         ("websmq@tcp:1",
          "--listen 'websmq@tcp:1': no transport; use PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, "
-         "e.g. websmq+ws@tcp:8765 (transports: ws, length32, lines or cobs)"),
+         "e.g. websmq+ws@tcp:8765 (transports: ws, engineio, length32, lines or cobs)"),
         ("websmq+ws",
          "--listen 'websmq+ws': no '@' before the endpoint; use PROTOCOL+TRANSPORT[/PATH]@ENDPOINT"
          ", e.g. websmq+ws@tcp:8765"),
@@ -103,7 +105,8 @@ def test_listen_over_tls_through_the_endpoint_string(tls_files: Any) -> None:
          ", e.g. websmq+ws@tcp:8765"),
         ("websmq+ws@", "--listen 'websmq+ws@': no endpoint given, e.g. tcp:8765"),
         ("websmq+length32/x@tcp:1",
-         "--listen 'websmq+length32/x@tcp:1': a path is only for ws listeners, not length32"),
+         "--listen 'websmq+length32/x@tcp:1': a path is only for ws and engineio listeners, "
+         "not length32"),
         ("websmq+ws@foo:1",
          "--listen 'websmq+ws@foo:1': bad server endpoint 'foo:1': Unknown endpoint type: 'foo'"),
         ("websmq+ws@tcp:1:bogus=2",
@@ -157,7 +160,8 @@ def test_attach_forms(spec: str, expected: Attach) -> None:
          "--attach 'websmq+x@tcp:h:1': unknown framing 'x'; use length32, lines or cobs"),
         ("websmq+lines@tcp:h:1",
          "--attach 'websmq+lines@tcp:h:1': websmq does not run over lines; use length32 or cobs"),
-        ("mqtt@tcp:h:1", "--attach 'mqtt@tcp:h:1': unknown protocol 'mqtt'; use websmq or ubre"),
+        ("mqtt@tcp:h:1",
+         "--attach 'mqtt@tcp:h:1': unknown protocol 'mqtt'; use websmq, ubre or nydus"),
         ("serial:/dev/ttyACM0",
          "--attach 'serial:/dev/ttyACM0': no '@' before the endpoint; use "
          "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0"),
@@ -264,12 +268,12 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("lsten = []", "lsten: unknown key; use listen, attach, hub, websocket, stream, websmq or "
-                       "ubre "
+        ("lsten = []", "lsten: unknown key; use listen, attach, hub, websocket, stream, websmq, "
+                       "ubre, nydus or engineio "
                        "(did you mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',
-         "listen[2].transport: unknown transport 'wss'; use ws, length32, lines or cobs"),
+         "listen[2].transport: unknown transport 'wss'; use ws, engineio, length32, lines or cobs"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"',
          "listen[1]: missing key 'endpoint'"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\nport=3',
@@ -279,22 +283,23 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ('[[listen]]\nprotocol="websmq"\ntransport="lines"\nendpoint="tcp:1"',
          "listen[1].transport: websmq does not run over lines; use ws, length32 or cobs"),
         ('[[listen]]\nprotocol="websmq"\ntransport="length32"\nendpoint="tcp:1"\npath="/x"',
-         "listen[1].path: a path is only for ws listeners, not length32"),
+         "listen[1].path: a path is only for ws and engineio listeners, not length32"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\npath="x"',
          "listen[1].path: path 'x' must start with '/'"),
         ('listen = ["websmq+wss@tcp:1"]',
-         "listen[1]: 'websmq+wss@tcp:1': unknown transport 'wss'; use ws, length32, lines or cobs"),
+         "listen[1]: 'websmq+wss@tcp:1': unknown transport 'wss'; use ws, engineio, length32, "
+         "lines or cobs"),
         ('listen = "websmq+ws@tcp:1"',
          'listen: expected [[listen]] tables or a list of strings, got "websmq+ws@tcp:1"'),
         ('listen = [3]', "listen[1]: expected a table or a string, got 3"),
         ('listen = ["websmq+length32@tcp:5", "websmq+ws@tcp:5"]',
          "listen[2].endpoint: tcp:5:interface=127.0.0.1 is already used by listen[1] "
-         "(websmq over length32); only ws listeners may share an endpoint"),
+         "(websmq over length32); only ws and engineio listeners may share an endpoint"),
         ('listen = ["websmq+ws@tcp:5", "websmq+ws@tcp:5"]',
          "listen[2].path: /websmq on tcp:5:interface=127.0.0.1 is already served by listen[1]"),
         ('listen = ["websmq+length32@unix:/tmp/a", "websmq+cobs@unix:/tmp/a"]',
          "listen[2].endpoint: unix:/tmp/a is already used by listen[1] (websmq over length32); "
-         "only ws listeners may share an endpoint"),
+         "only ws and engineio listeners may share an endpoint"),
         ("listen = []", "no listeners and nothing attached: nothing to serve"),
         ('[[attach]]\nprotocol="websmq"\nendpoint="serial:/dev/x"\nframing="ws"',
          "attach[1].framing: an attached link needs a framing, not ws; use length32 or cobs"),
@@ -355,7 +360,8 @@ def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_config(bad)
     assert str(raised.value) == (
-        f"{bad}: listen[1].transport: unknown transport 'wss'; use ws, length32, lines or cobs"
+        f"{bad}: listen[1].transport: unknown transport 'wss'; use ws, engineio, length32, "
+        "lines or cobs"
     )
 
 
@@ -386,8 +392,8 @@ def test_the_command_line_overrides_the_file(tmp_path: Path) -> None:
          '--overflow: unknown policy "never"; use drop-oldest or disconnect'),
         ({"listen": ["websmq+length32@tcp:9", "websmq+ws@tcp:9"]},
          "--listen 'websmq+ws@tcp:9': tcp:9:interface=127.0.0.1 is already used by "
-         "--listen 'websmq+length32@tcp:9' (websmq over length32); only ws listeners may share "
-         "an endpoint"),
+         "--listen 'websmq+length32@tcp:9' (websmq over length32); only ws and engineio "
+         "listeners may share an endpoint"),
         ({"config_file": "/nonexistent/wireproto.toml"},
          "/nonexistent/wireproto.toml: cannot read the config file: No such file or directory"),
     ],

@@ -40,6 +40,8 @@ __all__ = [
     "StreamLimits",
     "WebsmqSettings",
     "UbreSettings",
+    "NydusSettings",
+    "EngineIOSettings",
     "Config",
     "DEFAULT_LISTENERS",
     "parse_listen",
@@ -53,7 +55,10 @@ __all__ = [
     "with_default_interface",
 ]
 
-TRANSPORTS = ("ws", *FRAMINGS)
+TRANSPORTS = ("ws", "engineio", *FRAMINGS)
+# Served by a twisted.web Site, each at its path: listeners of these share an endpoint.
+HTTP_TRANSPORTS = ("ws", "engineio")
+ENGINEIO_PATH = "/engine.io/"
 LISTEN_SYNTAX = "PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, e.g. websmq+ws@tcp:8765"
 ATTACH_SYNTAX = "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0"
 
@@ -123,6 +128,22 @@ class UbreSettings:
     debug: bool = False
 
 
+@dataclass(frozen=True)
+class NydusSettings:
+    # Failed handlers' messages and stacks go to the client (nydus's development mode).
+    debug: bool = False
+
+
+@dataclass(frozen=True)
+class EngineIOSettings:
+    """Engine.IO 4 for every engineio listener; the defaults are engine.io 6's."""
+
+    ping_interval: float = 25.0
+    ping_timeout: float = 20.0
+    max_payload: int = 1_000_000
+    max_connections: int = 10_000
+
+
 DEFAULT_LISTENERS = (
     Listener("websmq", "ws", "tcp:8765:interface=127.0.0.1", "/websmq"),
     Listener("websmq", "length32", "tcp:8766:interface=127.0.0.1"),
@@ -140,6 +161,8 @@ class Config:
     stream: StreamLimits = field(default_factory=StreamLimits)
     websmq: WebsmqSettings = field(default_factory=WebsmqSettings)
     ubre: UbreSettings = field(default_factory=UbreSettings)
+    nydus: NydusSettings = field(default_factory=NydusSettings)
+    engineio: EngineIOSettings = field(default_factory=EngineIOSettings)
 
     def protocol_options(self, protocol: str) -> dict[str, Any]:
         """The keyword options for `protocol`'s make_factory (its own TOML table)."""
@@ -280,12 +303,13 @@ def _check_listener(
         raise _Invalid("endpoint", "no endpoint given, e.g. tcp:8765")
     endpoint = with_default_interface(endpoint)
     _check_server_endpoint(endpoint, reactor)
-    if transport == "ws":
-        path = spec.default_path if path is None else path
+    if transport in HTTP_TRANSPORTS:
+        if path is None:
+            path = ENGINEIO_PATH if transport == "engineio" else spec.default_path
         if not path.startswith("/"):
             raise _Invalid("path", f"path {path!r} must start with '/'")
     elif path is not None:
-        raise _Invalid("path", f"a path is only for ws listeners, not {transport}")
+        raise _Invalid("path", f"a path is only for ws and engineio listeners, not {transport}")
     return Listener(protocol, transport, endpoint, path)
 
 
@@ -319,21 +343,21 @@ def is_ephemeral(endpoint: str) -> bool:
 
 
 def _check_shared_endpoints(listeners: Sequence[Listener], labels: Sequence[str]) -> None:
-    """Only WebSocket listeners may share an endpoint (one site, one path each). A stream
+    """Only ws and engineio listeners may share an endpoint (one site, one path each). A stream
     listener on port 0 is never shared: it gets a port of its own."""
     owners: dict[str, int] = {}
     paths: dict[tuple[str, str | None], int] = {}
     for index, listener in enumerate(listeners):
-        websocket = listener.transport == "ws"
+        websocket = listener.transport in HTTP_TRANSPORTS
         if not websocket and is_ephemeral(listener.endpoint):
             continue
         first = owners.setdefault(listener.endpoint, index)
         other = listeners[first]
-        if first != index and not (websocket and other.transport == "ws"):
+        if first != index and not (websocket and other.transport in HTTP_TRANSPORTS):
             raise _Located(
                 index, "endpoint",
                 f"{listener.endpoint} is already used by {labels[first]} "
-                f"({other.describe()}); only ws listeners may share an endpoint",
+                f"({other.describe()}); only ws and engineio listeners may share an endpoint",
             )
         if websocket:
             same_path = paths.setdefault((listener.endpoint, listener.path), index)
@@ -492,6 +516,13 @@ _UBRE_KEYS: dict[str, Callable[[Any], Any]] = {
     "request_timeout": _positive_number,
     "debug": _boolean,
 }
+_NYDUS_KEYS: dict[str, Callable[[Any], Any]] = {"debug": _boolean}
+_ENGINEIO_KEYS: dict[str, Callable[[Any], Any]] = {
+    "ping_interval": _positive_number,
+    "ping_timeout": _positive_number,
+    "max_payload": _positive_integer,
+    "max_connections": _positive_integer,
+}
 _LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
 _ATTACH_KEYS = ("protocol", "endpoint", "framing")
 _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
@@ -500,6 +531,8 @@ _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "stream": (StreamLimits, _STREAM_KEYS),
     "websmq": (WebsmqSettings, _WEBSMQ_KEYS),
     "ubre": (UbreSettings, _UBRE_KEYS),
+    "nydus": (NydusSettings, _NYDUS_KEYS),
+    "engineio": (EngineIOSettings, _ENGINEIO_KEYS),
 }
 _TOP_KEYS = ("listen", "attach", *_TABLES)
 

@@ -30,7 +30,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.config import Attach, Config, Listener, endpoint_type
+from wireproto.config import HTTP_TRANSPORTS, Attach, Config, Listener, endpoint_type
 from wireproto.hub import Hub
 from wireproto.protocols import SERVER_PROTOCOLS
 from wireproto.transports.base import IMessageProtocol
@@ -74,14 +74,14 @@ class ListenFailed(Exception):
 
 def format_address(listener: Listener, host: Any) -> str:
     """`host` (a listening port's getHost()) as a connectable address for `listener`."""
-    websocket = listener.transport == "ws"
+    scheme = {"ws": "ws", "engineio": "http"}.get(listener.transport)
     if isinstance(host, UNIXAddress):
         name = host.name.decode() if isinstance(host.name, bytes) else host.name
-        return f"ws+unix://{name}:{listener.path}" if websocket else f"unix:{name}"
+        return f"{scheme}+unix://{name}:{listener.path}" if scheme else f"unix:{name}"
     hostname = f"[{host.host}]" if ":" in host.host else host.host
     secure = endpoint_type(listener.endpoint) == "ssl"
-    if websocket:
-        return f"{'wss' if secure else 'ws'}://{hostname}:{host.port}{listener.path}"
+    if scheme:
+        return f"{scheme}{'s' if secure else ''}://{hostname}:{host.port}{listener.path}"
     return f"{'ssl' if secure else 'tcp'}:{hostname}:{host.port}"
 
 
@@ -189,19 +189,20 @@ class WireprotoService(MultiService):
         return build
 
     def add_listeners(self, listeners: tuple[Listener, ...]) -> None:
-        """One endpoint service per distinct endpoint; WebSocket listeners on it share a Site."""
+        """One endpoint service per distinct endpoint; ws and engineio listeners on it share a
+        twisted.web Site, each at its path."""
         groups: dict[Any, list[tuple[int, Listener]]] = {}
         for index, listener in enumerate(listeners):
             # A stream listener has its endpoint to itself (tcp:0 twice is two ports).
-            key = listener.endpoint if listener.transport == "ws" else (listener.endpoint, index)
+            shared = listener.transport in HTTP_TRANSPORTS
+            key = listener.endpoint if shared else (listener.endpoint, index)
             groups.setdefault(key, []).append((index, listener))
         for group in groups.values():
             first = group[0][1]
-            if first.transport == "ws":
+            if first.transport in HTTP_TRANSPORTS:
                 factory = websocket_site({
                     listener.path or SERVER_PROTOCOLS[listener.protocol].default_path:
-                        websocket_resource(self._protocol_factory(listener.protocol),
-                                           self.config.websocket)
+                        self._http_resource(listener)
                     for _, listener in group
                 }, request_timeout=self.config.websocket.open_handshake_timeout)
             else:
@@ -211,6 +212,21 @@ class WireprotoService(MultiService):
             self._add_endpoint(
                 tuple(group), serverFromString(self.reactor, first.endpoint), factory
             )
+
+    def _http_resource(self, listener: Listener) -> Any:
+        factory = self._protocol_factory(listener.protocol)
+        if listener.transport == "ws":
+            return websocket_resource(factory, self.config.websocket)
+        from wireproto.transports.engineio import EngineIOOptions, engineio_resource
+
+        settings = self.config.engineio
+        return engineio_resource(factory, EngineIOOptions(
+            ping_interval=settings.ping_interval,
+            ping_timeout=settings.ping_timeout,
+            max_payload=settings.max_payload,
+            max_connections=settings.max_connections,
+            websocket=self.config.websocket,
+        ))
 
     def _stream_options(self, framing: str) -> StreamOptions:
         limits = self.config.stream

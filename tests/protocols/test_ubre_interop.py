@@ -12,7 +12,6 @@ reply or publish it reports here is one it accepted as it is.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -20,9 +19,10 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, error, protocol, reactor
+from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ServerEndpoint
 
+from tests.node_peer import NodePeer
 from tests.support import Inbox, eventually, failure_of, need_interop_peer, sleep, wait_for
 from wireproto.codecs.ubre import Publish
 from wireproto.hub import Hub
@@ -37,60 +37,7 @@ CLIENT = INTEROP / "ubre_ws_client.js"
 SERVER = INTEROP / "ubre_ws_server.js"
 
 
-class NodeUbre(protocol.ProcessProtocol):
-    """A ubre.js script as a child process: commands in on stdin, JSON events out on stdout."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.stderr = b""
-        self._partial = b""
-        self.ended: defer.Deferred[None] = defer.Deferred()
-
-    def outReceived(self, data: bytes) -> None:
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        self.events.extend(json.loads(line) for line in lines if line)
-
-    def errReceived(self, data: bytes) -> None:
-        self.stderr += data
-
-    def processEnded(self, reason: Any) -> None:
-        self.ended.callback(None)
-
-    def command(self, line: str) -> None:
-        self.transport.write(line.encode() + b"\n")
-
-    def of(self, kind: str, **fields: Any) -> list[dict[str, Any]]:
-        """The events of one kind, with these field values."""
-        return [
-            event for event in self.events
-            if event["event"] == kind and all(event.get(k) == v for k, v in fields.items())
-        ]
-
-    async def wait(self, kind: str, count: int = 1, **fields: Any) -> list[dict[str, Any]]:
-        """Wait until `count` such events came, and return all of them."""
-        try:
-            await eventually(lambda: len(self.of(kind, **fields)) >= count)
-        except TimeoutError as exc:
-            raise AssertionError(
-                f"no {count} {kind!r} event(s) {fields}: events {self.events}, "
-                f"stderr {self.stderr.decode(errors='replace')}"
-            ) from exc
-        return self.of(kind, **fields)
-
-    def bodies(self, kind: str, **fields: Any) -> list[Any]:
-        return [event.get("body") for event in self.of(kind, **fields)]
-
-    async def stop(self) -> None:
-        if not self.ended.called:
-            try:
-                self.transport.signalProcess("KILL")
-            except error.ProcessExitedAlready:
-                pass
-            await wait_for(self.ended)
-
-
-Spawn = Callable[..., Awaitable[NodeUbre]]
+Spawn = Callable[..., Awaitable[NodePeer]]
 
 
 @pytest.fixture
@@ -104,10 +51,10 @@ def node_executable() -> str:
 @pytest_twisted.async_yield_fixture
 async def spawn(node_executable: str) -> AsyncIterator[Spawn]:
     """Start ubre.js scripts; every one is killed when the test ends, however it ends."""
-    started: list[NodeUbre] = []
+    started: list[NodePeer] = []
 
-    async def start(script: Path, *args: str, ready: str) -> NodeUbre:
-        node = NodeUbre()
+    async def start(script: Path, *args: str, ready: str) -> NodePeer:
+        node = NodePeer()
         started.append(node)
         reactor.spawnProcess(node, node_executable, ["node", str(script), *args], env=os.environ)
         await node.wait(ready)
@@ -169,7 +116,7 @@ async def broker() -> AsyncIterator[Broker]:
         await running.stop()
 
 
-async def ubre_js_client(spawn: Spawn, broker: Broker, *commands: str) -> NodeUbre:
+async def ubre_js_client(spawn: Spawn, broker: Broker, *commands: str) -> NodePeer:
     """A ubre.js client of `broker`, connected; `commands` run before it connects."""
     return await spawn(CLIENT, broker.url, *commands, ready="open")
 
@@ -360,13 +307,13 @@ async def test_subscribe_bodies_and_topic_hooks_from_ubre_js(spawn, broker):
 
 
 @pytest_twisted.async_yield_fixture
-async def js_server(spawn: Spawn) -> AsyncIterator[tuple[NodeUbre, str]]:
+async def js_server(spawn: Spawn) -> AsyncIterator[tuple[NodePeer, str]]:
     node = await spawn(SERVER, ready="listening")
     yield node, f"ws://127.0.0.1:{node.of('listening')[0]['port']}/ubre"
 
 
 @pytest_twisted.async_yield_fixture
-async def client_of_js(js_server) -> AsyncIterator[tuple[NodeUbre, UbreClient]]:
+async def client_of_js(js_server) -> AsyncIterator[tuple[NodePeer, UbreClient]]:
     node, url = js_server
     client = UbreClient(reactor, url)
     await wait_for(client.connect())

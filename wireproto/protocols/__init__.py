@@ -35,6 +35,12 @@ def _ubre(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
     return server_factory(hub, **options)
 
 
+def _nydus(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
+    from wireproto.protocols.nydus import server_factory
+
+    return server_factory(hub, **options)
+
+
 SERVER_PROTOCOLS: dict[str, ServerProtocolSpec] = {
     "websmq": ServerProtocolSpec(
         name="websmq",
@@ -50,6 +56,14 @@ SERVER_PROTOCOLS: dict[str, ServerProtocolSpec] = {
         # Newline-delimited JSON, so `nc` users can type messages; length32 for binary.
         default_framing="lines",
         default_path="/ubre",
+    ),
+    "nydus": ServerProtocolSpec(
+        name="nydus",
+        make_factory=_nydus,
+        # Engine.IO is what nydus-client speaks; ws and lines are wireproto's extensions.
+        transports=frozenset({"engineio", "ws", "lines"}),
+        default_framing="lines",
+        default_path="/nydus",
     ),
 }
 
