@@ -232,7 +232,7 @@ def test_a_bad_config_file_names_the_file_and_key(
 
 
 def test_the_default_listeners_lines() -> None:
-    """What `wireproto serve` prints with no options, once bound to 8765, 8766 and 8767."""
+    """What `wireproto serve` prints with no options, once bound to 8765 to 8768."""
     from io import StringIO
 
     from twisted.internet.address import IPv4Address
@@ -243,7 +243,9 @@ def test_the_default_listeners_lines() -> None:
     lines = [
         BoundListener(listener, format_address(listener, IPv4Address("TCP", "127.0.0.1", port)))
         .describe()
-        for listener, port in zip(DEFAULT_LISTENERS, (8765, 8766, 8765, 8767), strict=True)
+        for listener, port in zip(
+            DEFAULT_LISTENERS, (8765, 8766, 8765, 8767, 8765, 8768), strict=True
+        )
     ]
     out = StringIO()
     announce([*lines, "ready; Ctrl-C stops"], out)
@@ -252,6 +254,8 @@ def test_the_default_listeners_lines() -> None:
         "wireproto: websmq over length32 on tcp:127.0.0.1:8766\n"
         "wireproto: ubre over ws on ws://127.0.0.1:8765/ubre\n"
         "wireproto: ubre over lines on tcp:127.0.0.1:8767\n"
+        "wireproto: nydus over engineio on http://127.0.0.1:8765/engine.io/\n"
+        "wireproto: nydus over lines on tcp:127.0.0.1:8768\n"
         "wireproto: ready; Ctrl-C stops\n"
     )
 

@@ -41,6 +41,8 @@ def test_defaults_listen_on_loopback_only() -> None:
         Listener("websmq", "length32", "tcp:8766:interface=127.0.0.1"),
         Listener("ubre", "ws", "tcp:8765:interface=127.0.0.1", "/ubre"),
         Listener("ubre", "lines", "tcp:8767:interface=127.0.0.1"),
+        Listener("nydus", "engineio", "tcp:8765:interface=127.0.0.1", "/engine.io/"),
+        Listener("nydus", "lines", "tcp:8768:interface=127.0.0.1"),
     )
     assert build_config() == Config()
     config = Config()
@@ -254,7 +256,8 @@ def test_toml_round_trip(config: Config) -> None:
 def test_toml_listeners_as_strings() -> None:
     config = config_from_toml(
         'listen = ["websmq+ws@tcp:8765", "websmq+length32@tcp:8766", "ubre+ws@tcp:8765", '
-        '"ubre+lines@tcp:8767"]', reactor=reactor
+        '"ubre+lines@tcp:8767", "nydus+engineio@tcp:8765", "nydus+lines@tcp:8768"]',
+        reactor=reactor
     )
     assert config.listeners == DEFAULT_LISTENERS
 

@@ -19,7 +19,7 @@ from cobs import cobs
 from twisted.internet import error, protocol, reactor
 from twisted.internet.ssl import Certificate, optionsForClientTLS
 
-from tests.support import eventually, sleep, wait_for
+from tests.support import eventually, failure_of, sleep, wait_for
 from wireproto.codecs import websmq
 from wireproto.config import (
     Attach,
@@ -29,6 +29,8 @@ from wireproto.config import (
     config_from_toml,
     parse_listen,
 )
+from wireproto.protocols.nydus import InvokeError
+from wireproto.protocols.nydus_client import connect as nydus_connect
 from wireproto.protocols.ubre_client import connect as ubre_connect
 from wireproto.protocols.websmq import WebsmqClientProtocol, connect
 from wireproto.rpc import RequestFailed
@@ -265,6 +267,46 @@ async def test_ubre_settings_from_the_config_file_reach_the_ubre_server(broker: 
         assert not service.hub.subscribers("12345678")
     finally:
         await wait_for(client.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_nydus_over_engineio_raw_websocket_and_lines_shares_one_server(
+    broker: Broker,
+) -> None:
+    settings = config_from_toml(
+        "[nydus]\ndebug = true\n[engineio]\nping_interval = 3\nping_timeout = 2\n",
+        reactor=reactor,
+    )
+    service, bound = await broker.start(
+        f"nydus+engineio@tcp:0:{LOCAL}", f"nydus+ws@tcp:0:{LOCAL}", f"nydus+lines@tcp:0:{LOCAL}",
+        nydus=settings.nydus, engineio=settings.engineio,
+    )
+    engineio_url, ws_url, lines_address = (listener.address for listener in bound)
+    assert engineio_url.startswith("http://127.0.0.1:") and engineio_url.endswith("/engine.io/")
+    assert ws_url == engineio_url.replace("http://", "ws://").replace("/engine.io/", "/nydus")
+    server = service.server("nydus")
+    assert server is service.server("nydus") and server.debug
+
+    def where(call: Any) -> Any:
+        return call.client.transport.kind
+
+    server.register_route("/where", where)
+    server.register_route("/crash", lambda call: 1 / 0)
+    clients = [
+        await wait_for(nydus_connect(reactor, engineio_url)),
+        await wait_for(nydus_connect(reactor, ws_url, engineio=False)),
+        await wait_for(nydus_connect(reactor, lines_address)),
+    ]
+    try:
+        assert [await wait_for(c.invoke("/where")) for c in clients] == ["engineio", "ws", "tcp"]
+        handshake = clients[0].protocol.transport.handshake
+        assert (handshake.ping_interval, handshake.ping_timeout) == (3000, 2000)
+        crash = await failure_of(clients[2].invoke("/crash"))
+        assert isinstance(crash, InvokeError) and crash.status == 500
+        assert "division by zero" in crash.message  # debug = true: the real message
+    finally:
+        for client in clients:
+            await wait_for(client.close())
 
 
 @pytest_twisted.ensureDeferred

@@ -1,13 +1,16 @@
 """The ``wireproto`` command. ``wireproto serve`` runs a broker; see docs/running.md.
 
 With no options it serves WEBSMQ and UBRE over WebSocket on 127.0.0.1:8765 (paths /websmq and
-/ubre), WEBSMQ over length32-framed TCP on 127.0.0.1:8766 and UBRE as newline-delimited JSON on
-127.0.0.1:8767, and prints one line per listener, then a ready line::
+/ubre) and nydus over Engine.IO there (/engine.io/), WEBSMQ over length32-framed TCP on 8766,
+UBRE as newline-delimited JSON on 8767 and nydus as lines on 8768, and prints one line per
+listener, then a ready line::
 
     wireproto: websmq over ws on ws://127.0.0.1:8765/websmq
     wireproto: websmq over length32 on tcp:127.0.0.1:8766
     wireproto: ubre over ws on ws://127.0.0.1:8765/ubre
     wireproto: ubre over lines on tcp:127.0.0.1:8767
+    wireproto: nydus over engineio on http://127.0.0.1:8765/engine.io/
+    wireproto: nydus over lines on tcp:127.0.0.1:8768
     wireproto: ready; Ctrl-C stops
 
 Exit status: 0 after Ctrl-C or SIGTERM, 1 when a listener cannot bind, 2 for a bad option or
@@ -27,10 +30,11 @@ PROG = "wireproto"
 
 LISTEN_HELP = """\
 --listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT (repeatable; replaces the default listeners)
-  TRANSPORT is ws (WebSocket, at PATH, default /websmq) or a stream framing: length32, lines, cobs.
+  TRANSPORT is ws (WebSocket, at PATH, default /PROTOCOL), engineio (Engine.IO 4, for nydus,
+  at /engine.io/), or a stream framing: length32, lines, cobs.
   ENDPOINT is a Twisted server endpoint string. tcp: and ssl: listen on 127.0.0.1 unless they
-  name an interface (interface=0.0.0.0 for every interface). WebSocket listeners may share an
-  endpoint, each at its own path.
+  name an interface (interface=0.0.0.0 for every interface). ws and engineio listeners may share
+  an endpoint, each at its own path.
     websmq+ws@tcp:8765                    ws://127.0.0.1:8765/websmq
     websmq+ws/mq/v1@tcp:8765              ws://127.0.0.1:8765/mq/v1
     websmq+length32@tcp:8766:interface=0.0.0.0
@@ -43,8 +47,8 @@ LISTEN_HELP = """\
   serial: and to length32 otherwise.
     websmq@serial:/dev/ttyACM0:baudrate=115200
 
-Defaults: websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765 and
-ubre+lines@tcp:8767, on 127.0.0.1.
+Defaults: websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765, ubre+lines@tcp:8767,
+nydus+engineio@tcp:8765 and nydus+lines@tcp:8768, on 127.0.0.1.
 See docs/running.md for the TOML config file.
 """
 

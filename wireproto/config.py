@@ -149,6 +149,8 @@ DEFAULT_LISTENERS = (
     Listener("websmq", "length32", "tcp:8766:interface=127.0.0.1"),
     Listener("ubre", "ws", "tcp:8765:interface=127.0.0.1", "/ubre"),
     Listener("ubre", "lines", "tcp:8767:interface=127.0.0.1"),
+    Listener("nydus", "engineio", "tcp:8765:interface=127.0.0.1", "/engine.io/"),
+    Listener("nydus", "lines", "tcp:8768:interface=127.0.0.1"),
 )
 
 

@@ -5,6 +5,7 @@ only; and wireproto's client against the real nydus 5.3.2 server (over engine.io
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -297,3 +298,27 @@ async def test_our_client_outlives_the_real_servers_pings_and_sees_it_close(
         assert isinstance(await failure_of(client.invoke("/echo/y")), ConnectionClosed)
     finally:
         await wait_for(client.close())
+
+
+# -- the real nydus-client, `wireproto serve` -----------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_nydus_client_reaches_wireproto_serve(spawn: Spawn) -> None:
+    """A stock nydus-client against the broker as a user starts it: the address it prints."""
+    from tests.test_cli import LISTENER_LINE, Child
+
+    child = Child(sys.executable, "-m", "wireproto", "serve",
+                  "--listen", "nydus+engineio@tcp:0:interface=127.0.0.1")
+    try:
+        listening = await child.line(LISTENER_LINE)
+        assert listening.group(1, 2) == ("nydus", "engineio")
+        url = listening.group(3)
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/engine.io/")
+        node = await spawn(CLIENT, url.removesuffix("/engine.io/"), "default", ready="connect")
+        node.command("invoke a /anything")  # no routes: the broker alone answers 404
+        (missing,) = await node.wait("error", id="a")
+        assert (missing["status"], missing["message"]) == (404, "Not Found")
+        await node.wait("upgrade", transport="websocket")
+    finally:
+        child.kill()

@@ -21,8 +21,8 @@ class Options(usage.Options):
         "Serve wireproto protocols. --listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, e.g. "
         "websmq+ws@tcp:8765 or websmq+length32@unix:/tmp/websmq.sock; --attach "
         "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0. Defaults: "
-        "websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765 and "
-        "ubre+lines@tcp:8767 on 127.0.0.1. See docs/running.md."
+        "websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765, ubre+lines@tcp:8767, "
+        "nydus+engineio@tcp:8765 and nydus+lines@tcp:8768 on 127.0.0.1. See docs/running.md."
     )
     optParameters = [
         ["config", "c", None, "TOML config file; options given here override it."],
