@@ -36,7 +36,7 @@ from wireproto.transports import (
     websocket_resource,
     websocket_site,
 )
-from wireproto.transports.engineio import engineio_url
+from wireproto.transports.engineio_client import engineio_url
 from wireproto.transports.websocket import HandshakeFailed
 
 INTEROP = Path(__file__).resolve().parents[1] / "interop"

@@ -333,7 +333,7 @@ class NydusClient:
         if not self.engineio:
             return connect_messages(self.reactor, self.address, factory, **self.connect_options)
         # Imported here: the Engine.IO transport is needed only by Engine.IO clients.
-        from wireproto.transports.engineio import engineio_client_connect
+        from wireproto.transports.engineio_client import engineio_client_connect
 
         options = dict(self.connect_options)
         if self.engineio_options is not None:
