@@ -13,8 +13,8 @@ from wireproto.rpc import (
     PendingRequests,
     RequestFailed,
     RequestTimeout,
-    call_handler,
     error_body,
+    run_handler,
 )
 
 
@@ -171,46 +171,61 @@ def test_request_failed_str_shows_any_other_body_as_its_repr():
     assert RequestFailed("x").body == "x"
 
 
-# -- call_handler ----------------------------------------------------------------------------------
+# -- run_handler -----------------------------------------------------------------------------------
 
 
-def test_call_handler_with_a_plain_function():
-    d = call_handler(lambda body, peer: (body, peer), [1], "peer")
-    assert outcome(d) == ([1], "peer")
+def run(handler, *args):
+    """run_handler's outcome: ("ok", value) or ("failed", exception), and its Deferred."""
+    seen: list = []
+    working = run_handler(
+        handler, args,
+        lambda value: seen.append(("ok", value)),
+        lambda failure: seen.append(("failed", failure.value)),
+    )
+    return seen, working
 
 
-def test_call_handler_with_a_function_returning_a_deferred():
+def test_run_handler_answers_a_plain_value_at_once_without_a_deferred():
+    seen, working = run(lambda body, peer: (body, peer), [1], "peer")
+    assert seen == [("ok", ([1], "peer"))] and working is None
+
+
+def test_run_handler_answers_a_raise_at_once():
+    def handler(body: object) -> None:
+        raise KeyError(body)
+
+    seen, working = run(handler, "k")
+    assert working is None
+    assert [kind for kind, _ in seen] == ["failed"] and isinstance(seen[0][1], KeyError)
+
+
+def test_run_handler_waits_for_a_deferred():
     later: defer.Deferred = defer.Deferred()
-    d = call_handler(lambda body: later, "x")
-    assert not d.called
+    seen, working = run(lambda body: later, "x")
+    assert seen == [] and working is not None and not working.called
     later.callback("done")
-    assert outcome(d) == "done"
+    assert seen == [("ok", "done")] and working.called
 
 
-def test_call_handler_with_a_coroutine_function():
+def test_run_handler_waits_for_a_coroutine():
     later: defer.Deferred = defer.Deferred()
 
     async def handler(body: int) -> int:
         return body + await later
 
-    d = call_handler(handler, 1)
-    assert not d.called
+    seen, working = run(handler, 1)
+    assert seen == [] and working is not None
     later.callback(2)
-    assert outcome(d) == 3
+    assert seen == [("ok", 3)] and working.called
 
 
-def test_call_handler_turns_a_raise_into_a_failed_deferred():
-    def handler(body: object) -> None:
-        raise KeyError(body)
-
-    assert isinstance(error_of(call_handler(handler, "k")), KeyError)
-
-
-def test_call_handler_with_a_raising_coroutine():
+def test_run_handler_with_a_raising_coroutine():
     async def handler() -> None:
         raise RequestFailed("no")
 
-    assert error_of(call_handler(handler)).body == "no"
+    seen, working = run(handler)
+    assert working is not None and working.called
+    assert seen[0][0] == "failed" and seen[0][1].body == "no"
 
 
 # -- error_body ------------------------------------------------------------------------------------

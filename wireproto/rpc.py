@@ -5,7 +5,7 @@ A protocol that sends requests keeps a `PendingRequests`. Each request gets a De
 with the reply, or fails with `RequestFailed` (the peer said no, with a body), `RequestTimeout`,
 or `ConnectionClosed` (every pending request fails when its connection goes).
 
-A protocol that answers requests calls its handler through `call_handler`, so a handler may return
+A protocol that answers requests calls its handler through `run_handler`, so a handler may return
 a value, a Deferred, or be a coroutine function, and turns a handler's exception into a body the
 peer can read with `error_body`.
 """
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
+from inspect import iscoroutine
 from typing import Any
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.python.failure import Failure
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
@@ -25,7 +27,7 @@ __all__ = [
     "RequestTimeout",
     "ConnectionClosed",
     "PendingRequests",
-    "call_handler",
+    "run_handler",
     "error_body",
 ]
 
@@ -132,10 +134,30 @@ class PendingRequests:
             entry[0].errback(RequestTimeout(f"request{what} got no reply within {timeout:g} s"))
 
 
-def call_handler(handler: Callable[..., Any], *args: Any) -> defer.Deferred:
-    """Call a handler that returns a value or a Deferred, or is a coroutine function; always a
-    Deferred, which fails if the handler raises."""
-    return defer.maybeDeferred(handler, *args)
+def run_handler(
+    handler: Callable[..., Any],
+    args: tuple[Any, ...],
+    succeeded: Callable[[Any], Any],
+    failed: Callable[[Failure], Any],
+) -> defer.Deferred | None:
+    """Call ``handler(*args)``, then `succeeded(value)` or `failed(failure)`.
+
+    A handler that returns a plain value or raises is answered at once, without a Deferred (the
+    common case, and the fast one), and None is returned. A handler that returns a Deferred or is
+    a coroutine function is waited for: the Deferred returned fires after `succeeded` or `failed`
+    has run, so a caller can count the requests still being worked on.
+    """
+    try:
+        result = handler(*args)
+    except Exception:
+        failed(Failure())
+        return None
+    if not isinstance(result, defer.Deferred) and not iscoroutine(result):
+        succeeded(result)
+        return None
+    d = defer.ensureDeferred(result)
+    d.addCallbacks(succeeded, failed)
+    return d
 
 
 def error_body(error: BaseException, *, debug: bool = False) -> dict[str, Any]:

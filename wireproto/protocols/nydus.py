@@ -56,7 +56,7 @@ from wireproto.errors import FrameTooLarge, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.routes import Router
-from wireproto.rpc import RequestFailed
+from wireproto.rpc import RequestFailed, run_handler
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
@@ -293,21 +293,14 @@ class NydusServerProtocol(MessageProtocol):
             server, self, message.path, match.route, match.params, match.splats,
             None if message.data is NO_DATA else message.data, message.id,
         )
-        try:
-            result = match.action(invocation)
-        except Exception:
-            self._handler_failed(invocation, Failure())
-            return
-        if not isinstance(result, defer.Deferred) and not iscoroutine(result):
-            self._reply(Result, message.id, result)
-            return
-        self._answering += 1
-        d = defer.ensureDeferred(result)
-        d.addCallbacks(
+        working = run_handler(
+            match.action, (invocation,),
             lambda value: self._reply(Result, message.id, value),
             lambda failure: self._handler_failed(invocation, failure),
         )
-        d.addBoth(self._answered)
+        if working is not None:
+            self._answering += 1
+            working.addBoth(self._answered)
 
     def _answered(self, result: Any) -> None:
         self._answering -= 1

@@ -21,7 +21,6 @@ payloads and back.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from inspect import iscoroutine
 from typing import Any
 
 from twisted.internet import defer
@@ -40,6 +39,7 @@ from wireproto.rpc import (
     PendingRequests,
     RequestFailed,
     error_body,
+    run_handler,
 )
 from wireproto.transports.base import MessageProtocol
 
@@ -306,23 +306,15 @@ class UbrePeer(MessageProtocol):
         if handler is None:
             self._reply(Fail, message.id, NOT_FOUND, binary_format)
             return
-        body = _incoming_body(message.body, binary_format)
-        try:
-            result = handler(body, self.handlerArgument())
-        except Exception:
-            self._handler_failed(message, Failure(), binary_format)
-            return
-        if not isinstance(result, defer.Deferred) and not iscoroutine(result):
-            # A plain value: reply now, without a Deferred (the common case, and the fast one).
-            self._reply(Success, message.id, result, binary_format)
-            return
-        self._answering += 1
-        d = defer.ensureDeferred(result)
-        d.addCallbacks(
+        working = run_handler(
+            handler,
+            (_incoming_body(message.body, binary_format), self.handlerArgument()),
             lambda value: self._reply(Success, message.id, value, binary_format),
             lambda failure: self._handler_failed(message, failure, binary_format),
         )
-        d.addBoth(self._answered)
+        if working is not None:
+            self._answering += 1
+            working.addBoth(self._answered)
 
     def _answered(self, result: Any) -> None:
         self._answering -= 1
