@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
-from twisted.internet import defer, error, protocol
+from twisted.internet import defer, error, protocol, reactor
 
 from tests.support import eventually, wait_for
 
-__all__ = ["NodePeer"]
+__all__ = ["NodePeer", "NodePeers"]
 
 
 class NodePeer(protocol.ProcessProtocol):
@@ -63,3 +65,23 @@ class NodePeer(protocol.ProcessProtocol):
             except error.ProcessExitedAlready:
                 pass
             await wait_for(self.ended)
+
+
+class NodePeers:
+    """The Node scripts one test starts; `stop()` kills every one, however the test ended."""
+
+    def __init__(self, executable: str) -> None:
+        self.executable = executable
+        self.started: list[NodePeer] = []
+
+    async def start(self, script: Path, *args: str, ready: str) -> NodePeer:
+        """Run `script` and wait for its first `ready` event."""
+        node = NodePeer()
+        self.started.append(node)
+        reactor.spawnProcess(node, self.executable, ["node", str(script), *args], env=os.environ)
+        await node.wait(ready)
+        return node
+
+    async def stop(self) -> None:
+        for node in self.started:
+            await node.stop()

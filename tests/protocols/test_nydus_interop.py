@@ -4,7 +4,6 @@ only; and wireproto's client against the real nydus 5.3.2 server (over engine.io
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest_twisted
 from twisted.internet import defer, reactor, task
 from twisted.internet.endpoints import TCP4ServerEndpoint
 
-from tests.node_peer import NodePeer
+from tests.node_peer import NodePeer, NodePeers
 from tests.support import eventually, failure_of, need_interop_peer, wait_for
 from wireproto.hub import Hub
 from wireproto.protocols import websmq
@@ -43,20 +42,11 @@ def node_executable() -> str:
 @pytest_twisted.async_yield_fixture
 async def spawn(node_executable: str) -> AsyncIterator[Spawn]:
     """Start Node scripts; every one is killed when the test ends, however it ends."""
-    started: list[NodePeer] = []
-
-    async def start(script: Path, *args: str, ready: str) -> NodePeer:
-        node = NodePeer()
-        started.append(node)
-        reactor.spawnProcess(node, node_executable, ["node", str(script), *args], env=os.environ)
-        await node.wait(ready)
-        return node
-
+    peers = NodePeers(node_executable)
     try:
-        yield start
+        yield peers.start
     finally:
-        for node in started:
-            await node.stop()
+        await peers.stop()
 
 
 class Broker:

@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
+from autobahn.twisted.websocket import WebSocketClientFactory
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory
 from twisted.python.failure import Failure
 
+from tests.raw_peers import RawStream, RawWebSocket
 from tests.support import eventually, sleep, wait_for
 from wireproto.errors import InvalidField, InvalidTopic
 from wireproto.hub import Hub
@@ -104,41 +105,6 @@ async def host() -> AsyncIterator[NydusHost]:
 
 
 # -- raw peers ------------------------------------------------------------------------------------
-
-
-class RawWebSocket(WebSocketClientProtocol):
-    """A bare Autobahn client: exact frames out, every frame in with its type."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames: list[tuple[bytes, bool]] = []
-        self.opened: defer.Deferred = defer.Deferred()
-        self.close_info: tuple[int | None, str | None] | None = None
-
-    def onOpen(self) -> None:
-        self.opened.callback(self)
-
-    def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        self.frames.append((payload, isBinary))
-
-    def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
-        self.close_info = (code, reason)
-        if not self.opened.called:
-            self.opened.errback(ConnectionError(f"WebSocket opening failed: {reason}"))
-
-
-class RawStream(Protocol):
-    """Bytes in, bytes out: the lines are split by the test."""
-
-    def __init__(self) -> None:
-        self.received = bytearray()
-        self.close_info: Failure | None = None
-
-    def dataReceived(self, data: bytes) -> None:
-        self.received += data
-
-    def connectionLost(self, reason: Failure) -> None:
-        self.close_info = reason
 
 
 class Peer:

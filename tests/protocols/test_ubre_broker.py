@@ -20,15 +20,16 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from autobahn.twisted.websocket import WebSocketClientFactory, WebSocketClientProtocol
+from autobahn.twisted.websocket import WebSocketClientFactory
 from autobahn.websocket.protocol import WebSocketProtocol
 from cobs import cobs
 from twisted.internet import defer, reactor, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory
 from twisted.logger import LogLevel, globalLogPublisher
 from twisted.python.failure import Failure
 
+from tests.raw_peers import RawStream, RawWebSocket
 from tests.support import eventually, sleep, wait_for
 from wireproto.codecs import websmq as websmq_codec
 from wireproto.codecs.ubre import Publish
@@ -147,41 +148,6 @@ def unframe(framing: str, stream: bytes) -> list[tuple[bytes, bool]]:
         messages.append((stream[offset + 4 : offset + 4 + size], True))
         offset += 4 + size
     return messages
-
-
-class RawWebSocket(WebSocketClientProtocol):
-    """A bare Autobahn client: exact frames out, every frame in with its type."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.frames: list[tuple[bytes, bool]] = []
-        self.opened: defer.Deferred = defer.Deferred()
-        self.close_info: tuple[int | None, str | None] | None = None
-
-    def onOpen(self) -> None:
-        self.opened.callback(self)
-
-    def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        self.frames.append((payload, isBinary))
-
-    def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
-        self.close_info = (code, reason)
-        if not self.opened.called:
-            self.opened.errback(ConnectionError(f"WebSocket opening failed: {reason}"))
-
-
-class RawStream(Protocol):
-    """Bytes in, bytes out: framing is the test's business."""
-
-    def __init__(self) -> None:
-        self.received = bytearray()
-        self.close_info: Failure | None = None
-
-    def dataReceived(self, data: bytes) -> None:
-        self.received += data
-
-    def connectionLost(self, reason: Failure) -> None:
-        self.close_info = reason
 
 
 class Peer:

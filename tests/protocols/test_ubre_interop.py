@@ -12,7 +12,6 @@ reply or publish it reports here is one it accepted as it is.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ServerEndpoint
 
-from tests.node_peer import NodePeer
+from tests.node_peer import NodePeer, NodePeers
 from tests.support import Inbox, eventually, failure_of, need_interop_peer, sleep, wait_for
 from wireproto.codecs.ubre import Publish
 from wireproto.hub import Hub
@@ -50,21 +49,12 @@ def node_executable() -> str:
 
 @pytest_twisted.async_yield_fixture
 async def spawn(node_executable: str) -> AsyncIterator[Spawn]:
-    """Start ubre.js scripts; every one is killed when the test ends, however it ends."""
-    started: list[NodePeer] = []
-
-    async def start(script: Path, *args: str, ready: str) -> NodePeer:
-        node = NodePeer()
-        started.append(node)
-        reactor.spawnProcess(node, node_executable, ["node", str(script), *args], env=os.environ)
-        await node.wait(ready)
-        return node
-
+    """Start Node scripts; every one is killed when the test ends, however it ends."""
+    peers = NodePeers(node_executable)
     try:
-        yield start
+        yield peers.start
     finally:
-        for node in started:
-            await node.stop()
+        await peers.stop()
 
 
 class Broker:
