@@ -253,6 +253,20 @@ def test_toml_round_trip(config: Config) -> None:
     assert config_from_toml(config_to_toml(config), reactor=reactor) == config
 
 
+def test_an_engineio_path_gets_the_trailing_slash_engineio_paths_have() -> None:
+    assert parse_listen("nydus+engineio/rt@tcp:8765").path == "/rt/"
+    assert parse_listen("nydus+engineio/rt/@tcp:8765").path == "/rt/"
+    assert parse_listen("nydus+engineio@tcp:8765").path == "/engine.io/"
+    assert parse_listen("nydus+ws@tcp:8765").path == "/nydus"
+
+
+def test_nydus_settings_from_toml() -> None:
+    config = config_from_toml(
+        "[nydus]\ndebug = true\nmax_pending_invokes = 5\n", reactor=reactor
+    )
+    assert config.protocol_options("nydus") == {"debug": True, "max_pending_invokes": 5}
+
+
 def test_toml_listeners_as_strings() -> None:
     config = config_from_toml(
         'listen = ["websmq+ws@tcp:8765", "websmq+length32@tcp:8766", "ubre+ws@tcp:8765", '

@@ -132,6 +132,8 @@ class UbreSettings:
 class NydusSettings:
     # Failed handlers' messages and stacks go to the client (nydus's development mode).
     debug: bool = False
+    # Invokes from one connection that its handlers may work on at once; more get 429.
+    max_pending_invokes: int = 1000
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,8 @@ def _check_listener(
             path = ENGINEIO_PATH if transport == "engineio" else spec.default_path
         if not path.startswith("/"):
             raise _Invalid("path", f"path {path!r} must start with '/'")
+        if transport == "engineio" and not path.endswith("/"):
+            path += "/"  # engine.io's paths end with a slash, and its clients ask for one
     elif path is not None:
         raise _Invalid("path", f"a path is only for ws and engineio listeners, not {transport}")
     return Listener(protocol, transport, endpoint, path)
@@ -518,7 +522,10 @@ _UBRE_KEYS: dict[str, Callable[[Any], Any]] = {
     "request_timeout": _positive_number,
     "debug": _boolean,
 }
-_NYDUS_KEYS: dict[str, Callable[[Any], Any]] = {"debug": _boolean}
+_NYDUS_KEYS: dict[str, Callable[[Any], Any]] = {
+    "debug": _boolean,
+    "max_pending_invokes": _positive_integer,
+}
 _ENGINEIO_KEYS: dict[str, Callable[[Any], Any]] = {
     "ping_interval": _positive_number,
     "ping_timeout": _positive_number,

@@ -48,6 +48,7 @@ from twisted.python.failure import Failure
 from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result, Welcome
 from wireproto.errors import FrameTooLarge, InvalidField, ProtocolError
+from wireproto.protocols._client import ClientBase
 from wireproto.protocols.nydus import InvokeError, nanoid
 from wireproto.routes import Match, Router
 from wireproto.rpc import (
@@ -60,7 +61,7 @@ from wireproto.rpc import (
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.connect import is_websocket_address
-from wireproto.transports.reconnect import DEFAULT_RETRY, Reconnector
+from wireproto.transports.reconnect import DEFAULT_RETRY
 
 __all__ = [
     "DEFAULT_WELCOME_TIMEOUT",
@@ -225,7 +226,7 @@ class NydusClientProtocol(MessageProtocol):
         )
 
 
-class NydusClient:
+class NydusClient(ClientBase):
     """A nydus client, connected or (with `reconnect`) reconnecting. See the module docstring
     for addresses and behaviour.
 
@@ -233,6 +234,8 @@ class NydusClient:
     addresses (`websocket`, `stream`, `framing`, `context_factory`); stream addresses default to
     the ``lines`` framing. `engineio_options` go to the Engine.IO transport.
     """
+
+    what = "nydus client"
 
     def __init__(
         self,
@@ -271,62 +274,19 @@ class NydusClient:
                 raise ValueError("engineio_options apply only to Engine.IO (engineio=True)")
             if not is_url and "framing" not in connect_options and "stream" not in connect_options:
                 connect_options["framing"] = "lines"
-        self.reactor = reactor
-        self.address = address
+        super().__init__(reactor, address, reconnect=reconnect, retry_policy=retry_policy)
         self.engineio = engineio
         self.engineio_options = engineio_options
         self.connect_options = connect_options
         self.welcome_timeout = welcome_timeout
         self.router = Router()
-        self.protocol: NydusClientProtocol | None = None
-        self.closing = False
-        self._attempt: defer.Deferred | None = None
-        self._connect_waiters: list[defer.Deferred] = []
-        self._close_waiters: list[defer.Deferred] = []
-        self._reconnector = (
-            Reconnector(reactor, self._connect_once, retry_policy=retry_policy,
-                        what=f"nydus client to {address}")
-            if reconnect else None
-        )
 
     # -- hooks: replace them ---------------------------------------------------------------------
-
-    def on_connect(self) -> None:
-        """A connection is up and WELCOMEd (the first, or a reconnection)."""
-
-    def on_disconnect(self, reason: Failure) -> None:
-        """The connection closed; the invokes it carried have failed with ConnectionClosed."""
 
     def on_unhandled(self, path: str, data: Any) -> None:
         """A PUBLISH matched no route (nydus-client's 'unhandled' event)."""
 
-    def _hook(self, name: str, *args: Any) -> None:
-        try:
-            getattr(self, name)(*args)
-        except Exception:
-            log.failure("nydus client: the {hook} hook raised", hook=name)
-
     # -- connecting ------------------------------------------------------------------------------
-
-    @property
-    def connected(self) -> bool:
-        return self.protocol is not None
-
-    def connect(self) -> defer.Deferred[NydusClient]:
-        """Connect; fires with this client once the server's WELCOME has come. With `reconnect`
-        it keeps trying until then (or until `close`, or an IncompatibleVersion)."""
-        if self.protocol is not None:
-            return defer.succeed(self)
-        d: defer.Deferred = defer.Deferred()
-        self._connect_waiters.append(d)
-        if len(self._connect_waiters) == 1:
-            self.closing = False
-            if self._reconnector is not None:
-                self._reconnector.start()
-            else:
-                self._attempt = self._connect_once()
-                self._attempt.addErrback(self._connect_failed)
-        return d
 
     def _open(self) -> defer.Deferred:
         factory = lambda: NydusClientProtocol(self)  # noqa: E731
@@ -356,52 +316,6 @@ class NydusClient:
                 self._reconnector.stop()
             self._connect_failed(reason)
         return reason
-
-    def _connect_failed(self, reason: Failure) -> None:
-        self._attempt = None
-        waiters, self._connect_waiters = self._connect_waiters, []
-        for d in waiters:
-            d.errback(reason)
-
-    def _connected(self, protocol: NydusClientProtocol) -> None:
-        self.protocol = protocol
-        self._attempt = None
-        if self._reconnector is not None:
-            # Connected: close() from here on must not cancel the attempt that made it.
-            self._reconnector.connected()
-        self._hook("on_connect")
-        waiters, self._connect_waiters = self._connect_waiters, []
-        for d in waiters:
-            d.callback(self)
-
-    def _disconnected(self, protocol: NydusClientProtocol, reason: Failure) -> None:
-        if self.protocol is protocol:
-            self.protocol = None
-        self._hook("on_disconnect", reason)
-        if self._reconnector is not None and not self.closing:
-            self._reconnector.lost()
-            return
-        waiters, self._close_waiters = self._close_waiters, []
-        for d in waiters:
-            d.callback(None)
-
-    def close(self) -> defer.Deferred[None]:
-        """Stop reconnecting and close the connection; fires once it is closed. Invokes still
-        waiting fail with ConnectionClosed."""
-        self.closing = True
-        attempt = self._attempt
-        # Waiters first: cancelling the attempt below would fail them with CancelledError.
-        self._connect_failed(Failure(ConnectionClosed("the nydus client was closed")))
-        if self._reconnector is not None:
-            self._reconnector.stop()
-        if attempt is not None:
-            attempt.cancel()
-        if self.protocol is None:
-            return defer.succeed(None)
-        d: defer.Deferred[None] = defer.Deferred()
-        self._close_waiters.append(d)
-        self.protocol.transport.loseConnection()
-        return d
 
     # -- invoking --------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from twisted.python.failure import Failure
 from wireproto.codecs import ubre
 from wireproto.codecs.ubre import NO_BODY, Publish, Subscribe, Unsubscribe
 from wireproto.errors import LimitExceeded, ProtocolError
+from wireproto.protocols._client import ClientBase
 from wireproto.protocols.ubre import (
     Handler,
     HandlerRegistry,
@@ -36,7 +37,7 @@ from wireproto.protocols.ubre import (
 from wireproto.rpc import DEFAULT_REQUEST_TIMEOUT, ConnectionClosed, RequestTimeout
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.connect import is_websocket_address
-from wireproto.transports.reconnect import DEFAULT_RETRY, Reconnector
+from wireproto.transports.reconnect import DEFAULT_RETRY
 
 __all__ = [
     "DEFAULT_OFFLINE_QUEUE",
@@ -112,7 +113,7 @@ class UbreClientProtocol(UbrePeer):
         super().connectionLost(reason)
 
 
-class UbreClient(HandlerRegistry):
+class UbreClient(ClientBase, HandlerRegistry):
     """A UBRE client, connected or (with `reconnect`) reconnecting.
 
     `address` is a ``ws://``/``wss://`` URL or a client endpoint string. On a stream the framing
@@ -120,6 +121,8 @@ class UbreClient(HandlerRegistry):
     (``cobs`` on ``serial:``). With ``binary=True`` bodies are bytes and requests carry no name.
     `connect_options` go to `wireproto.transports.connect` (framing, WebSocket and TLS options).
     """
+
+    what = "UBRE client"
 
     def __init__(
         self,
@@ -135,8 +138,7 @@ class UbreClient(HandlerRegistry):
         debug: bool = False,
         **connect_options: Any,
     ) -> None:
-        self.reactor = reactor
-        self.address = address
+        super().__init__(reactor, address, reconnect=reconnect, retry_policy=retry_policy)
         self.binary = binary
         self.request_timeout = request_timeout
         self.offline_queue = offline_queue
@@ -152,24 +154,9 @@ class UbreClient(HandlerRegistry):
         # topic -> its subscriptions, and the subscribe message sent on each connection
         self._subscriptions: dict[str, tuple[list[Subscription], Subscribe]] = {}
         self.server_topics: set[str] = set()
-        self.protocol: UbreClientProtocol | None = None
         self._queue: deque[tuple[Any, ...]] = deque()
-        self._connect_waiters: list[defer.Deferred] = []
-        self._close_waiters: list[defer.Deferred] = []
-        self.closing = False
-        self._reconnector = (
-            Reconnector(reactor, self._connect_once, retry_policy=retry_policy,
-                        what=f"ubre client to {address}")
-            if reconnect else None
-        )
 
-    # -- hooks: replace them ---------------------------------------------------------------------
-
-    def on_connect(self) -> None:
-        """A connection is up (the first, or a reconnection)."""
-
-    def on_disconnect(self, reason: Failure) -> None:
-        """The connection closed."""
+    # -- hooks: replace them (on_connect and on_disconnect are ClientBase's) ---------------------
 
     def on_subscribe(self, topic: str, body: Any) -> None:
         """The server said it wants `topic` (a broker says so for every topic it has
@@ -178,84 +165,24 @@ class UbreClient(HandlerRegistry):
     def on_unsubscribe(self, topic: str, body: Any) -> None:
         """The server no longer wants `topic`."""
 
-    def _hook(self, name: str, *args: Any) -> None:
-        try:
-            getattr(self, name)(*args)
-        except Exception:
-            log.failure("ubre client: the {hook} hook raised", hook=name)
-
     # -- connecting ------------------------------------------------------------------------------
-
-    @property
-    def connected(self) -> bool:
-        return self.protocol is not None
-
-    def connect(self) -> defer.Deferred[UbreClient]:
-        """Connect; the Deferred fires with this client once connected. With `reconnect` it keeps
-        trying until it is (or until `close`)."""
-        if self.protocol is not None:
-            return defer.succeed(self)
-        d: defer.Deferred = defer.Deferred()
-        self._connect_waiters.append(d)
-        if len(self._connect_waiters) == 1:
-            self.closing = False
-            if self._reconnector is not None:
-                self._reconnector.start()
-            else:
-                self._connect_once().addErrback(self._connect_failed)
-        return d
 
     def _connect_once(self) -> defer.Deferred:
         return connect_messages(
             self.reactor, self.address, lambda: UbreClientProtocol(self), **self.connect_options
         )
 
-    def _connect_failed(self, reason: Failure) -> None:
-        waiters, self._connect_waiters = self._connect_waiters, []
-        for d in waiters:
-            d.errback(reason)
-
-    def _connected(self, protocol: UbreClientProtocol) -> None:
-        self.protocol = protocol
-        if self._reconnector is not None:
-            # Connected: close() from here on must not cancel the attempt that made it.
-            self._reconnector.connected()
+    def _on_connected(self, protocol: UbreClientProtocol) -> None:
         for _, message in self._subscriptions.values():
             protocol.send(message)
         self._flush()
-        self._hook("on_connect")
-        waiters, self._connect_waiters = self._connect_waiters, []
-        for d in waiters:
-            d.callback(self)
 
-    def _disconnected(self, protocol: UbreClientProtocol, reason: Failure) -> None:
-        if self.protocol is protocol:
-            self.protocol = None
+    def _on_disconnected(self, reason: Failure, final: bool) -> None:
         self.server_topics.clear()
-        self._hook("on_disconnect", reason)
-        if self._reconnector is not None and not self.closing:
-            self._reconnector.lost()
-            return
-        self._fail_queue(ConnectionClosed(f"the UBRE connection closed: "
-                                          f"{reason.getErrorMessage()}"))
-        waiters, self._close_waiters = self._close_waiters, []
-        for d in waiters:
-            d.callback(reason.value)
-
-    def close(self) -> defer.Deferred:
-        """Stop reconnecting and close the connection. Fires once it is closed; whatever waits
-        (requests, queued publishes) fails with ConnectionClosed."""
-        self.closing = True
-        if self._reconnector is not None:
-            self._reconnector.stop()
-        self._connect_failed(Failure(ConnectionClosed("the UBRE client was closed")))
-        if self.protocol is None:
-            self._fail_queue(ConnectionClosed("the UBRE client was closed"))
-            return defer.succeed(None)
-        d: defer.Deferred = defer.Deferred()
-        self._close_waiters.append(d)
-        self.protocol.transport.loseConnection()
-        return d
+        if final:
+            self._fail_queue(ConnectionClosed(
+                f"the UBRE connection closed: {reason.getErrorMessage()}"
+            ))
 
     # -- pub/sub ---------------------------------------------------------------------------------
 

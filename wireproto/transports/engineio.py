@@ -1,4 +1,4 @@
-"""Message transport over Engine.IO protocol 4: a twisted.web server resource, a WebSocket client.
+"""Message transport over Engine.IO protocol 4: the server, as a twisted.web resource.
 
 Implements Engine.IO 4 as the engine.io 6 server and engine.io-client 6 speak it, settled by
 shared/specs/NOTES.md, section "nydus" (from a wire capture); the packets are in
@@ -33,9 +33,7 @@ message cannot hold U+001E, which would split it in a polling payload: sending o
 InvalidField. twisted.web reads a whole POST body before the resource sees it, so a body over
 max_payload is refused (413) only once it is in; bound it at the Site if that matters.
 
-Client (`engineio_client_connect`): Engine.IO over WebSocket only, which every engine.io server
-accepts without a polling handshake. It answers pings and closes the connection when no ping
-comes within pingInterval + pingTimeout, as engine.io-client does.
+The client is `wireproto.transports.engineio_client`.
 
 Not handled: cookies, CORS, JSONP, Engine.IO 3, WebTransport. `WebSocketOptions.allowed_origins`
 does not apply here (polling has no Origin check in engine.io either): check the Origin header in
