@@ -232,7 +232,7 @@ def test_a_bad_config_file_names_the_file_and_key(
 
 
 def test_the_default_listeners_lines() -> None:
-    """What `wireproto serve` prints with no options, once bound to 8765 to 8768."""
+    """What `wireproto serve` prints with no options, once bound to 8765 to 8769."""
     from io import StringIO
 
     from twisted.internet.address import IPv4Address
@@ -244,7 +244,7 @@ def test_the_default_listeners_lines() -> None:
         BoundListener(listener, format_address(listener, IPv4Address("TCP", "127.0.0.1", port)))
         .describe()
         for listener, port in zip(
-            DEFAULT_LISTENERS, (8765, 8766, 8765, 8767, 8765, 8768), strict=True
+            DEFAULT_LISTENERS, (8765, 8766, 8765, 8767, 8765, 8768, 8765, 8769), strict=True
         )
     ]
     out = StringIO()
@@ -256,6 +256,8 @@ def test_the_default_listeners_lines() -> None:
         "wireproto: ubre over lines on tcp:127.0.0.1:8767\n"
         "wireproto: nydus over engineio on http://127.0.0.1:8765/engine.io/\n"
         "wireproto: nydus over lines on tcp:127.0.0.1:8768\n"
+        "wireproto: subble over ws on ws://127.0.0.1:8765/subble\n"
+        "wireproto: subble over length32 on tcp:127.0.0.1:8769\n"
         "wireproto: ready; Ctrl-C stops\n"
     )
 

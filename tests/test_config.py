@@ -43,6 +43,8 @@ def test_defaults_listen_on_loopback_only() -> None:
         Listener("ubre", "lines", "tcp:8767:interface=127.0.0.1"),
         Listener("nydus", "engineio", "tcp:8765:interface=127.0.0.1", "/engine.io/"),
         Listener("nydus", "lines", "tcp:8768:interface=127.0.0.1"),
+        Listener("subble", "ws", "tcp:8765:interface=127.0.0.1", "/subble"),
+        Listener("subble", "length32", "tcp:8769:interface=127.0.0.1"),
     )
     assert build_config() == Config()
     config = Config()
@@ -95,7 +97,7 @@ def test_listen_over_tls_through_the_endpoint_string(tls_files: Any) -> None:
         ("websmq+lines@tcp:1",
          "--listen 'websmq+lines@tcp:1': websmq does not run over lines; use ws, length32 or cobs"),
         ("mqtt+ws@tcp:1",
-         "--listen 'mqtt+ws@tcp:1': unknown protocol 'mqtt'; use websmq, ubre or nydus"),
+         "--listen 'mqtt+ws@tcp:1': unknown protocol 'mqtt'; use websmq, ubre, nydus or subble"),
         ("websmq@tcp:1",
          "--listen 'websmq@tcp:1': no transport; use PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, "
          "e.g. websmq+ws@tcp:8765 (transports: ws, engineio, length32, lines or cobs)"),
@@ -163,7 +165,7 @@ def test_attach_forms(spec: str, expected: Attach) -> None:
         ("websmq+lines@tcp:h:1",
          "--attach 'websmq+lines@tcp:h:1': websmq does not run over lines; use length32 or cobs"),
         ("mqtt@tcp:h:1",
-         "--attach 'mqtt@tcp:h:1': unknown protocol 'mqtt'; use websmq, ubre or nydus"),
+         "--attach 'mqtt@tcp:h:1': unknown protocol 'mqtt'; use websmq, ubre, nydus or subble"),
         ("serial:/dev/ttyACM0",
          "--attach 'serial:/dev/ttyACM0': no '@' before the endpoint; use "
          "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0"),
@@ -267,10 +269,30 @@ def test_nydus_settings_from_toml() -> None:
     assert config.protocol_options("nydus") == {"debug": True, "max_pending_invokes": 5}
 
 
+def test_subble_settings_from_toml() -> None:
+    config = config_from_toml(
+        '[subble]\nallow_new_clients = false\nenforce_registry = true\n'
+        'registry = "/var/lib/wireproto/subble.sqlite"\nallow = ["10.0.0.0/8", "::1"]\n'
+        'deny = ["10.9.0.0/16"]\n',
+        reactor=reactor,
+    )
+    assert config.protocol_options("subble") == {
+        "allow_new_clients": False, "enforce_registry": True,
+        "registry": "/var/lib/wireproto/subble.sqlite",
+        "allow": ("10.0.0.0/8", "::1"), "deny": ("10.9.0.0/16",),
+    }
+    with pytest.raises(ConfigError) as raised:
+        config_from_toml('[subble]\ndeny = ["10.0.0.300/8"]\n', source="w.toml", reactor=reactor)
+    assert str(raised.value) == (
+        'w.toml: subble.deny: "10.0.0.300/8" is not an IP network; write one as 10.0.0.0/8 or ::1'
+    )
+
+
 def test_toml_listeners_as_strings() -> None:
     config = config_from_toml(
         'listen = ["websmq+ws@tcp:8765", "websmq+length32@tcp:8766", "ubre+ws@tcp:8765", '
-        '"ubre+lines@tcp:8767", "nydus+engineio@tcp:8765", "nydus+lines@tcp:8768"]',
+        '"ubre+lines@tcp:8767", "nydus+engineio@tcp:8765", "nydus+lines@tcp:8768", '
+        '"subble+ws@tcp:8765", "subble+length32@tcp:8769"]',
         reactor=reactor
     )
     assert config.listeners == DEFAULT_LISTENERS
@@ -286,7 +308,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("lsten = []", "lsten: unknown key; use listen, attach, hub, websocket, stream, websmq, "
-                       "ubre, nydus or engineio "
+                       "ubre, nydus, subble or engineio "
                        "(did you mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',

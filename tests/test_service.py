@@ -20,7 +20,7 @@ from twisted.internet import error, protocol, reactor
 from twisted.internet.ssl import Certificate, optionsForClientTLS
 
 from tests.support import eventually, failure_of, sleep, wait_for
-from wireproto.codecs import websmq
+from wireproto.codecs import subble, websmq
 from wireproto.config import (
     Attach,
     Config,
@@ -307,6 +307,54 @@ async def test_nydus_over_engineio_raw_websocket_and_lines_shares_one_server(
     finally:
         for client in clients:
             await wait_for(client.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_subble_settings_reach_the_host_and_its_registry_file(
+    broker: Broker, tmp_path: Path
+) -> None:
+    registry = tmp_path / "subble.sqlite"
+    settings = config_from_toml(
+        f'[subble]\nregistry = "{registry}"\nallow_new_clients = false\n', reactor=reactor
+    ).subble
+    service, bound = await broker.start(f"subble+length32@tcp:0:{LOCAL}", subble=settings)
+    host = service.server("subble")
+    assert not host.allow_new_clients
+    host.registry.add("known")
+    port = int(bound[0].address.rsplit(":", 1)[1])
+
+    def handshake(client_id: str) -> subble.HandshakeResponse:
+        request = subble.HandshakeRequest(client_id=client_id)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as peer:
+            frame = subble.encode(request)
+            peer.sendall(struct.pack(">I", len(frame)) + frame)
+            (length,) = struct.unpack(">I", _read_exactly(peer, 4))
+            return subble.decode(_read_exactly(peer, length), sender="server")
+
+    assert (await _in_thread(handshake, "known")).code == subble.MessageCode.OK
+    refused = await _in_thread(handshake, "")
+    assert refused.code == subble.MessageCode.NEW_CLIENTS_NOT_ALLOWED
+    await wait_for(service.stopService(), timeout=10)
+    assert registry.exists()  # the IDs outlive the service
+    settings = replace(settings, enforce_registry=True)
+    service, bound = await broker.start(f"subble+length32@tcp:0:{LOCAL}", subble=settings)
+    assert "known" in service.server("subble").registry
+
+
+def _read_exactly(peer: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = peer.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {data!r}")
+        data += chunk
+    return data
+
+
+async def _in_thread(function: Any, *args: Any) -> Any:
+    from twisted.internet import threads
+
+    return await wait_for(threads.deferToThread(function, *args), timeout=10)
 
 
 @pytest_twisted.ensureDeferred

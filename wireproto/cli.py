@@ -1,9 +1,9 @@
 """The ``wireproto`` command. ``wireproto serve`` runs a broker; see docs/running.md.
 
-With no options it serves WEBSMQ and UBRE over WebSocket on 127.0.0.1:8765 (paths /websmq and
-/ubre) and nydus over Engine.IO there (/engine.io/), WEBSMQ over length32-framed TCP on 8766,
-UBRE as newline-delimited JSON on 8767 and nydus as lines on 8768, and prints one line per
-listener, then a ready line::
+With no options it serves WEBSMQ, UBRE and SubbleSocket over WebSocket on 127.0.0.1:8765 (paths
+/websmq, /ubre, /subble) and nydus over Engine.IO there (/engine.io/); WEBSMQ over length32-framed
+TCP on 8766, UBRE as newline-delimited JSON on 8767, nydus as lines on 8768 and SubbleSocket over
+length32 on 8769. It prints one line per listener, then a ready line::
 
     wireproto: websmq over ws on ws://127.0.0.1:8765/websmq
     wireproto: websmq over length32 on tcp:127.0.0.1:8766
@@ -11,6 +11,8 @@ listener, then a ready line::
     wireproto: ubre over lines on tcp:127.0.0.1:8767
     wireproto: nydus over engineio on http://127.0.0.1:8765/engine.io/
     wireproto: nydus over lines on tcp:127.0.0.1:8768
+    wireproto: subble over ws on ws://127.0.0.1:8765/subble
+    wireproto: subble over length32 on tcp:127.0.0.1:8769
     wireproto: ready; Ctrl-C stops
 
 Exit status: 0 after Ctrl-C or SIGTERM, 1 when a listener cannot bind, 2 for a bad option or
@@ -48,7 +50,8 @@ LISTEN_HELP = """\
     websmq@serial:/dev/ttyACM0:baudrate=115200
 
 Defaults: websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765, ubre+lines@tcp:8767,
-nydus+engineio@tcp:8765 and nydus+lines@tcp:8768, on 127.0.0.1.
+nydus+engineio@tcp:8765, nydus+lines@tcp:8768, subble+ws@tcp:8765 and subble+length32@tcp:8769,
+on 127.0.0.1.
 See docs/running.md for the TOML config file.
 """
 

@@ -19,6 +19,7 @@ broker is reachable from other machines only when someone asks for it.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
@@ -41,6 +42,7 @@ __all__ = [
     "WebsmqSettings",
     "UbreSettings",
     "NydusSettings",
+    "SubbleSettings",
     "EngineIOSettings",
     "Config",
     "DEFAULT_LISTENERS",
@@ -137,6 +139,19 @@ class NydusSettings:
 
 
 @dataclass(frozen=True)
+class SubbleSettings:
+    # An empty client ID gets a new one (code 3); false refuses it (code 11).
+    allow_new_clients: bool = True
+    # Only IDs in the registry may connect (code 12 for others).
+    enforce_registry: bool = False
+    # The registry's sqlite file, so clients come back after a restart; "" keeps it in memory.
+    registry: str = ""
+    # Peer addresses, as CIDR: deny wins; with an allow list only those connect (code 10).
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class EngineIOSettings:
     """Engine.IO 4 for every engineio listener; the defaults are engine.io 6's."""
 
@@ -153,6 +168,8 @@ DEFAULT_LISTENERS = (
     Listener("ubre", "lines", "tcp:8767:interface=127.0.0.1"),
     Listener("nydus", "engineio", "tcp:8765:interface=127.0.0.1", "/engine.io/"),
     Listener("nydus", "lines", "tcp:8768:interface=127.0.0.1"),
+    Listener("subble", "ws", "tcp:8765:interface=127.0.0.1", "/subble"),
+    Listener("subble", "length32", "tcp:8769:interface=127.0.0.1"),
 )
 
 
@@ -166,6 +183,7 @@ class Config:
     websmq: WebsmqSettings = field(default_factory=WebsmqSettings)
     ubre: UbreSettings = field(default_factory=UbreSettings)
     nydus: NydusSettings = field(default_factory=NydusSettings)
+    subble: SubbleSettings = field(default_factory=SubbleSettings)
     engineio: EngineIOSettings = field(default_factory=EngineIOSettings)
 
     def protocol_options(self, protocol: str) -> dict[str, Any]:
@@ -486,6 +504,19 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _networks(value: Any) -> tuple[str, ...]:
+    """A list of CIDR networks (a bare address is a network of one)."""
+    networks = _strings(value)
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"{_shown(network)} is not an IP network; write one as 10.0.0.0/8 or ::1"
+            ) from None
+    return networks
+
+
 def _overflow(value: Any) -> str:
     value = _string(value)
     policies = [policy.value for policy in Overflow]
@@ -526,6 +557,13 @@ _NYDUS_KEYS: dict[str, Callable[[Any], Any]] = {
     "debug": _boolean,
     "max_pending_invokes": _positive_integer,
 }
+_SUBBLE_KEYS: dict[str, Callable[[Any], Any]] = {
+    "allow_new_clients": _boolean,
+    "enforce_registry": _boolean,
+    "registry": _string,
+    "allow": _networks,
+    "deny": _networks,
+}
 _ENGINEIO_KEYS: dict[str, Callable[[Any], Any]] = {
     "ping_interval": _positive_number,
     "ping_timeout": _positive_number,
@@ -541,6 +579,7 @@ _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "websmq": (WebsmqSettings, _WEBSMQ_KEYS),
     "ubre": (UbreSettings, _UBRE_KEYS),
     "nydus": (NydusSettings, _NYDUS_KEYS),
+    "subble": (SubbleSettings, _SUBBLE_KEYS),
     "engineio": (EngineIOSettings, _ENGINEIO_KEYS),
 }
 _TOP_KEYS = ("listen", "attach", *_TABLES)

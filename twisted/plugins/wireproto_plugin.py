@@ -22,7 +22,8 @@ class Options(usage.Options):
         "websmq+ws@tcp:8765 or websmq+length32@unix:/tmp/websmq.sock; --attach "
         "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0. Defaults: "
         "websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765, ubre+lines@tcp:8767, "
-        "nydus+engineio@tcp:8765 and nydus+lines@tcp:8768 on 127.0.0.1. See docs/running.md."
+        "nydus+engineio@tcp:8765, nydus+lines@tcp:8768, subble+ws@tcp:8765 and "
+        "subble+length32@tcp:8769 on 127.0.0.1. See docs/running.md."
     )
     optParameters = [
         ["config", "c", None, "TOML config file; options given here override it."],

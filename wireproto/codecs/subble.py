@@ -14,8 +14,9 @@ SubbleSocket needs a transport that marks where each message ends. All text is U
 Code 27 means a produce request from a client and an event from a server, so `decode` must be
 told who sent the bytes: `decode(data, sender="client")` or `decode(data, sender="server")`.
 
-The codec reads any version; the host decides with `supports_version(request.version)`, the C#
-SemVersion rule seen from the host: a 1.0.0 host accepts 1.0.0 clients only.
+The codec reads any version; the host decides with `supports_version(request.version)`: a 1.0.0
+host accepts 1.0.0 and every client compatible with it (1.0.5, 1.3.0), by the C# SemVersion rule
+applied to the client's version.
 
 Handshake request (client)::
 
@@ -157,8 +158,8 @@ class Version(NamedTuple):
         """Whether an implementation at this version can serve a peer at `other`.
 
         C# SemVersion.IsCompatible: the same major, and this minor greater, or the same minor
-        with this patch the same or greater. It is not symmetric: a host calls it on its own
-        version with the client's, as the reference deserializer does.
+        with this patch the same or greater. It is not symmetric: `supports_version` calls it on
+        the client's version with the host's.
         """
         return self.major == other.major and (
             self.minor > other.minor or (self.minor == other.minor and self.patch >= other.patch)
@@ -172,12 +173,12 @@ PROTOCOL_VERSION = Version(1, 0, 0)
 
 
 def supports_version(client: Version, host: Version = PROTOCOL_VERSION) -> bool:
-    """Whether a host at `host` accepts a handshake from a client at `client`.
-
-    A 1.0.0 host accepts only 1.0.0: a client at 1.0.1 or 1.1.0 may rely on something the
-    host lacks. A 1.2.0 host would accept 1.0.x, 1.1.x and 1.2.0.
+    """Whether a host at `host` accepts a handshake from a client at `client`: the client's
+    version compatible with the host's, so a 1.0.0 host accepts 1.0.0, 1.0.5 and 1.3.0 (issue 6:
+    "1.0.0 and everything compatible with it"), and refuses 0.9.0 and 2.0.0. A 1.2.3 host
+    refuses 1.2.2 and 1.1.x: they may lack what it relies on.
     """
-    return host.is_compatible_with(client)
+    return client.is_compatible_with(host)
 
 
 # -- Messages ---------------------------------------------------------------------------------

@@ -41,6 +41,13 @@ def _nydus(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
     return server_factory(hub, **options)
 
 
+def _subble(hub: Any, *, registry: str = "", **options: Any) -> Callable[[], IMessageProtocol]:
+    from wireproto.protocols.subble import server_factory
+
+    # The config's `registry` names the sqlite file ("" keeps the registry in memory).
+    return server_factory(hub, registry_path=registry or None, **options)
+
+
 SERVER_PROTOCOLS: dict[str, ServerProtocolSpec] = {
     "websmq": ServerProtocolSpec(
         name="websmq",
@@ -64,6 +71,14 @@ SERVER_PROTOCOLS: dict[str, ServerProtocolSpec] = {
         transports=frozenset({"engineio", "ws", "lines"}),
         default_framing="lines",
         default_path="/nydus",
+    ),
+    "subble": ServerProtocolSpec(
+        name="subble",
+        make_factory=_subble,
+        # The request-data tail runs to the end of a message: only framings that mark it.
+        transports=frozenset({"ws", "length32", "cobs"}),
+        default_framing="length32",
+        default_path="/subble",
     ),
 }
 

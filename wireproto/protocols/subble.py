@@ -1,0 +1,699 @@
+"""SubbleSocket 1.0.0 over any message transport: the host (server role), on the hub.
+
+Implements shared/specs/subblesocket.md ("Handshake", "Handshake Response", "Events", "Produce
+events", "Error Handling", "Client ID", "Subble Codes") as settled by NOTES.md, section
+"SubbleSocket". The reference (C# `Subble/SocketCommunication`) is a codec only; this host's
+behaviour where the spec is silent is decided here:
+
+- **Transports.** Request data runs to the end of a message, so SubbleSocket needs message
+  boundaries: TCP (or TLS, unix) with the ``length32`` framing, or WebSocket binary frames. A text
+  frame is not SubbleSocket and closes the connection.
+- **The handshake comes first.** Until it completes nothing is answered: any other message closes
+  the connection, and so does a second handshake, or none within `handshake_timeout` seconds.
+  The checks run in this order, each refusal with its code, the request data echoed, and then the
+  connection closed: the peer's address (10), the version (25), the limits (25), the client ID
+  (11, 12). An accepted handshake gets 2, or 3 with a new ID as the message.
+- **Versions.** A client at version v is accepted when v is compatible with the host's version
+  under the C# SemVersion rule read from the client's side: the same major, and a greater minor,
+  or the same minor with the same or a greater patch. A 1.0.0 host accepts 1.0.0, 1.0.5 and
+  1.3.0, and refuses 0.9.0 and 2.0.0 with 25, naming what it speaks.
+- **Client IDs.** An empty ID gets a new one (a uuid4, code 3) unless `allow_new_clients` is off
+  (11). A known ID gets 2. An unknown ID gets 12 when `enforce_registry` is on; otherwise it is
+  accepted (2) and remembered. The registry (`ClientRegistry`) is in memory or in a sqlite file,
+  so clients come back after a restart.
+- **One connection per client ID.** A handshake with an ID that is already connected takes over,
+  as an MQTT session does: the older connection stops getting events at once and is closed
+  cleanly. A client whose old connection is half-open (its network went away) can therefore
+  come back without waiting for the host to notice.
+- **Addresses.** `allow` and `deny` are CIDR lists, IPv4 and IPv6 (an IPv4-mapped IPv6 peer is
+  checked as IPv4). Deny wins; with an allow list only those addresses get in. A peer with no IP
+  address (a unix socket) gets in unless there is an allow list. The address is the connection's
+  own: no proxy header is trusted.
+- **Event types are hub topics, 1:1**: type ``temperature`` is hub topic ``temperature``, exact
+  and case-sensitive. The handshake's subscribe list becomes the connection's hub subscriptions;
+  its produce list is what the connection may produce.
+- **Producing (27).** The client ID in the request must be the connection's own, and the type in
+  its produce list; otherwise error 51 (C#'s name for it is Event_Forbidden), with the request
+  data echoed, and the connection stays open. An authorized request that cannot become an event
+  gets 52 (C#'s Event_Error_Unknown: the event was not created), with the request data echoed: a
+  payload that is not valid in its declared format (msgpack and JSON are checked; formats 51 to
+  255 are passed on as they are), an event too large to send back on this connection, or an
+  exception in the `on_event` hook or while publishing. An accepted event is a server event (26)
+  with a new GUID (uuid4), the producer's client ID as its source, the time now (UTC), the payload
+  in its original format and no request data, sent to every other subscriber of its type on every
+  protocol. The producer gets it back with code 27 (the spec's "Client Event": its own event) and
+  its request data, whether or not it subscribes to the type, and never a second copy.
+- **Payloads through the hub.** A produced event is encoded once for every Subble subscriber. Its
+  hub payload, for the other protocols, is the JSON text of the decoded payload where JSON can
+  say it (a msgpack string ``"hi"`` becomes ``"hi"`` with its quotes), the bytes themselves for a
+  msgpack bin, and otherwise the raw payload. The other way, a hub message from another protocol
+  (WEBSMQ, UBRE, nydus, host code) reaches Subble subscribers as a server event whose payload is
+  the message in JSON format if it is JSON text, else msgpack bin of its bytes; its source is the
+  publishing protocol's name ("websmq", "ubre", ...; "host" when none), and each message gets one
+  GUID.
+- **Host code** publishes server events with `SubbleHost.publish`, its source a plugin name.
+- **Limits**, on by default: names per list (`max_names`, and no more than the hub's subscription
+  limit), event type length (`max_event_type_length`), client ID length, the handshake timeout,
+  and the registry's size. Everything sent goes through the session's bounded send queue.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterable
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from wireproto.codecs._common import json_loads, json_utf8, msgpack_dumps, msgpack_loads
+from wireproto.codecs.subble import (
+    PROTOCOL_VERSION,
+    Event,
+    EventError,
+    HandshakeRequest,
+    HandshakeResponse,
+    MessageCode,
+    ProduceEvent,
+    Sender,
+    SerializationFormat,
+    Version,
+    decode,
+    encode,
+    pack_payload,
+    supports_version,
+)
+from wireproto.errors import (
+    BadEncoding,
+    InvalidField,
+    InvalidTopic,
+    LimitExceeded,
+    ProtocolError,
+    UnexpectedMessage,
+)
+from wireproto.hub import Hub, HubMessage, Session
+from wireproto.transports.base import MessageProtocol
+
+__all__ = [
+    "WIRE_FORMAT",
+    "DEFAULT_MAX_NAMES",
+    "DEFAULT_MAX_EVENT_TYPE_LENGTH",
+    "DEFAULT_MAX_CLIENT_ID_LENGTH",
+    "DEFAULT_HANDSHAKE_TIMEOUT",
+    "DEFAULT_MAX_REGISTRY_IDS",
+    "ClientRegistry",
+    "SubbleHost",
+    "SubbleHostProtocol",
+    "server_factory",
+]
+
+log = Logger()
+
+# The hub wire format of every Subble connection: all of them take the same event bytes.
+WIRE_FORMAT = "subble"
+
+DEFAULT_MAX_NAMES = 1000
+DEFAULT_MAX_EVENT_TYPE_LENGTH = 1024
+DEFAULT_MAX_CLIENT_ID_LENGTH = 256
+DEFAULT_HANDSHAKE_TIMEOUT = 30.0
+DEFAULT_MAX_REGISTRY_IDS = 1_000_000
+
+_CLIENT_EVENT_CODE = bytes((MessageCode.CLIENT_EVENT,))
+
+Network = IPv4Network | IPv6Network
+
+
+# -- the client registry --------------------------------------------------------------------------
+
+
+class ClientRegistry:
+    """The client IDs this host knows: in memory (`path` None) or in a sqlite file, so that
+    clients come back after a restart. At most `max_ids` IDs; past that, `add` and `new_id`
+    raise LimitExceeded.
+
+    sqlite runs on the reactor thread. That is acceptable for a file on a local disk: a lookup is
+    one indexed read, and a write one tiny row in WAL mode without an fsync per commit (a power
+    cut may lose the last IDs written; a crash of the process does not). Do not put the file on a
+    network filesystem.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike | None = None, *, max_ids: int = DEFAULT_MAX_REGISTRY_IDS
+    ) -> None:
+        self.path = path
+        self.max_ids = max_ids
+        self._ids: set[str] = set()
+        self._db: sqlite3.Connection | None = None
+        self._count = 0
+        if path is not None:
+            # Autocommit: each add is its own tiny transaction.
+            db = sqlite3.connect(os.fspath(path), isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY) WITHOUT ROWID")
+            (self._count,) = db.execute("SELECT count(*) FROM clients").fetchone()
+            self._db = db
+
+    def __contains__(self, client_id: str) -> bool:
+        if self._db is None:
+            if self.path is not None:
+                raise ValueError("the client registry is closed")
+            return client_id in self._ids
+        row = self._db.execute("SELECT 1 FROM clients WHERE id = ?", (client_id,)).fetchone()
+        return row is not None
+
+    def __len__(self) -> int:
+        return self._count if self.path is not None else len(self._ids)
+
+    def add(self, client_id: str) -> None:
+        """Remember `client_id` (nothing happens if it is known)."""
+        if client_id in self:
+            return
+        if len(self) >= self.max_ids:
+            raise LimitExceeded(
+                f"the client registry is full: it holds at most {self.max_ids} client IDs"
+            )
+        if self._db is not None:
+            self._db.execute("INSERT OR IGNORE INTO clients (id) VALUES (?)", (client_id,))
+            self._count += 1
+        else:
+            self._ids.add(client_id)
+
+    def new_id(self) -> str:
+        """A new unique ID (uuid4 text), added to the registry."""
+        while True:
+            client_id = str(uuid.uuid4())
+            if client_id not in self:
+                self.add(client_id)
+                return client_id
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+# -- addresses ------------------------------------------------------------------------------------
+
+
+def _networks(cidrs: Iterable[str], what: str) -> tuple[Network, ...]:
+    if isinstance(cidrs, str):
+        raise ValueError(f"{what} is a list of CIDR networks, such as ['10.0.0.0/8'], not a str")
+    networks = []
+    for cidr in cidrs:
+        try:
+            networks.append(ip_network(cidr, strict=False))
+        except ValueError as e:
+            raise ValueError(f"{what}: {cidr!r} is not an IP network ({e})") from None
+    return tuple(networks)
+
+
+def _peer_ip(address: Any) -> IPv4Address | IPv6Address | None:
+    """The IP address of a peer, or None when it has none (a unix socket, a serial port)."""
+    host = getattr(address, "host", None)
+    if not isinstance(host, str):
+        return None
+    try:
+        ip = ip_address(host.split("%", 1)[0])  # without an IPv6 scope ("fe80::1%eth0")
+    except ValueError:
+        return None
+    if isinstance(ip, IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+# -- payloads -------------------------------------------------------------------------------------
+
+
+def _hub_payload(payload: bytes, format: SerializationFormat | int) -> bytes:
+    """What the other protocols get for a Subble payload: the JSON text of the decoded value
+    where JSON can say it, the bytes of a msgpack bin, else the payload as it is. Raises
+    ProtocolError if a msgpack or JSON payload is not valid in its format."""
+    if format == SerializationFormat.JSON:
+        return json_utf8(json_loads(payload, "SubbleSocket JSON payload"))
+    if format != SerializationFormat.MSGPACK:
+        return payload  # the implementor's own format: nothing to read it with
+    value = msgpack_loads(payload, "SubbleSocket msgpack payload")
+    if isinstance(value, bytes):
+        return value
+    try:
+        return json_utf8(value)
+    except (ProtocolError, TypeError, ValueError):
+        return payload  # bytes inside, NaN, ...: JSON cannot say it
+
+
+def _format_of(format: SerializationFormat | int) -> SerializationFormat | int:
+    return SerializationFormat(format) if format in (0, 1) else int(format)
+
+
+# -- one connection -------------------------------------------------------------------------------
+
+
+class SubbleHostProtocol(MessageProtocol):
+    """The host's side of one SubbleSocket connection; the `client` that hooks get.
+
+    After the handshake, `client_id` is its ID, `subscribe` the event types it gets (in the
+    handshake's order, without repeats), `produce` those it may produce, `handshake` the request
+    itself and `session` its place in the hub.
+    """
+
+    client_id: str | None = None
+    session: Session | None = None
+    handshake: HandshakeRequest | None = None
+    subscribe: tuple[str, ...] = ()
+    produce: frozenset[str] = frozenset()
+    _handshaken = False
+    _failed = False
+    _timeout: Any = None
+
+    def __init__(self, host: SubbleHost) -> None:
+        self.host = host
+
+    def __repr__(self) -> str:
+        return f"<SubbleHostProtocol {self.client_id!r}>"
+
+    def connectionMade(self) -> None:
+        timeout = self.host.handshake_timeout
+        if timeout is not None:
+            self._timeout = self.host.reactor.callLater(timeout, self._handshakeTimedOut)
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        if self._failed:
+            return
+        if not binary:
+            self._refuse(BadEncoding("SubbleSocket is binary: a text message is not SubbleSocket"))
+            return
+        try:
+            message = decode(data, sender=Sender.CLIENT)
+        except ProtocolError as error:
+            self._refuse(error)
+            return
+        if type(message) is HandshakeRequest:
+            if self._handshaken:
+                self._refuse(UnexpectedMessage("a second SubbleSocket handshake request"))
+            else:
+                self._handshaken = True
+                self._handshake(message)
+        elif self.session is None:
+            self._refuse(UnexpectedMessage(
+                "a SubbleSocket produce request (27) before the handshake: the handshake "
+                "request (1) comes first"
+            ))
+        else:
+            self._produce(message)
+
+    # -- the handshake --------------------------------------------------------------------------
+
+    def _handshake(self, request: HandshakeRequest) -> None:
+        self._cancelTimeout()
+        host = self.host
+        echo = request.request_data
+        peer = self.transport.getPeer()
+        if not host.address_allowed(peer):
+            ip = _peer_ip(peer)
+            self._refuseHandshake(
+                MessageCode.IP_NOT_ALLOWED,
+                f"address {ip if ip is not None else 'without an IP'} is not allowed",
+                echo,
+            )
+            return
+        if not supports_version(request.version, host.version):
+            self._refuseHandshake(
+                MessageCode.UNKNOWN_HANDSHAKE_ERROR,
+                f"unsupported version {request.version}; this host speaks SubbleSocket "
+                f"{host.version.major}.x.y from {host.version}",
+                echo,
+            )
+            return
+        problem = host._check_limits(request)
+        if problem is not None:
+            self._refuseHandshake(MessageCode.UNKNOWN_HANDSHAKE_ERROR, problem, echo)
+            return
+        try:
+            code, message = host._identify(request.client_id)
+        except ProtocolError as error:
+            code, message = MessageCode.UNKNOWN_HANDSHAKE_ERROR, str(error)
+        except Exception:
+            log.failure("subble: the client registry failed")
+            code = MessageCode.UNKNOWN_HANDSHAKE_ERROR
+            message = "the host could not check the client ID"
+        if code not in (MessageCode.OK, MessageCode.OK_NEW_CLIENT_ID):
+            self._refuseHandshake(code, message, echo)
+            return
+        self._accept(request, code, message)
+
+    def _accept(self, request: HandshakeRequest, code: MessageCode, message: str) -> None:
+        host = self.host
+        client_id = message if code == MessageCode.OK_NEW_CLIENT_ID else request.client_id
+        self.client_id = client_id
+        self.handshake = request
+        self.subscribe = tuple(dict.fromkeys(request.subscribe))
+        self.produce = frozenset(request.produce)
+        older = host.clients.get(client_id)
+        if older is not None:
+            older._replaced()
+        host.clients[client_id] = self
+        self.session = host.hub.attach(
+            self.transport, protocol="subble", wire_format=WIRE_FORMAT,
+            encode=host._encode_hub_message,
+        )
+        self._send(encode(HandshakeResponse(code, message, request.request_data)))
+        for event_type in self.subscribe:
+            self.session.subscribe(event_type)
+        log.info(
+            "subble: {peer} is client {client_id!r} over {kind}",
+            peer=self.transport.getPeer(), client_id=client_id, kind=self.transport.kind,
+        )
+        host._hook("on_handshake", self)
+
+    def _refuseHandshake(self, code: MessageCode, message: str, echo: bytes) -> None:
+        """Answer with a refusal, then close: nothing more is read from this connection."""
+        self._failed = True
+        log.warn(
+            "subble: refused {peer}: {code} {message}",
+            peer=self.transport.getPeer(), code=int(code), message=message,
+        )
+        data = encode(HandshakeResponse(code, message, echo))
+        if len(data) > self.transport.maxMessageSize:
+            data = encode(HandshakeResponse(code, message))  # too big with the echo
+        self.transport.sendMessage(data, True)
+        self.transport.loseConnection()
+
+    def _replaced(self) -> None:
+        """A newer connection took this client ID: no more events here, and close."""
+        log.info(
+            "subble: client {client_id!r} connected again; closing its older connection "
+            "from {peer}", client_id=self.client_id, peer=self.transport.getPeer(),
+        )
+        self._failed = True
+        if self.session is not None:
+            self.session.close()
+        self.transport.loseConnection()
+
+    def _handshakeTimedOut(self) -> None:
+        self._timeout = None
+        self._refuse(LimitExceeded(
+            f"no SubbleSocket handshake within {self.host.handshake_timeout:g} s"
+        ))
+
+    def _cancelTimeout(self) -> None:
+        if self._timeout is not None:
+            if self._timeout.active():
+                self._timeout.cancel()
+            self._timeout = None
+
+    # -- producing ------------------------------------------------------------------------------
+
+    def _produce(self, request: ProduceEvent) -> None:
+        echo = request.request_data
+        if request.client_id != self.client_id:
+            self._eventError(
+                MessageCode.EVENT_NOT_DECLARED,
+                f"client ID {request.client_id!r} is not this connection's: a client produces "
+                "under its own ID only",
+                echo,
+            )
+            return
+        if request.event_type not in self.produce:
+            self._eventError(
+                MessageCode.EVENT_NOT_DECLARED,
+                f"event type {request.event_type!r} is not in this client's produce list",
+                echo,
+            )
+            return
+        try:
+            self.host._create_event(self, request)
+        except ProtocolError as error:
+            self._eventError(
+                MessageCode.UNKNOWN_SERVER_ERROR,
+                f"event {request.event_type!r} was not created: {error}",
+                echo,
+            )
+        except Exception as error:
+            log.failure("subble: creating an event of type {type!r} failed",
+                        type=request.event_type)
+            self._eventError(
+                MessageCode.UNKNOWN_SERVER_ERROR,
+                f"event {request.event_type!r} was not created: the host failed "
+                f"({type(error).__name__})",
+                echo,
+            )
+
+    def _eventError(self, code: MessageCode, message: str, echo: bytes) -> None:
+        data = encode(EventError(code, message, echo))
+        if len(data) > self.transport.maxMessageSize:
+            data = encode(EventError(code, message))  # too big with the echo
+        self._send(data)
+
+    # -- sending and closing --------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        # Through the session's queue, in order with events, bounded like them.
+        self.session.send(data, True)
+
+    def _refuse(self, error: ProtocolError) -> None:
+        """Close this one connection, telling the peer why; the host carries on."""
+        self._failed = True
+        self._cancelTimeout()
+        log.warn("subble: closing {peer}: {error}", peer=self.transport.getPeer(), error=error)
+        self.transport.loseConnection(error)
+
+    def connectionLost(self, reason: Failure) -> None:
+        super().connectionLost(reason)
+        self._cancelTimeout()
+        if self.session is None:
+            return
+        self.session.close()
+        host = self.host
+        if host.clients.get(self.client_id) is self:
+            del host.clients[self.client_id]
+        log.info("subble: client {client_id!r} disconnected", client_id=self.client_id)
+        host._hook("on_disconnect", self, reason)
+
+
+# -- the host -------------------------------------------------------------------------------------
+
+
+class SubbleHost:
+    """The SubbleSocket host on a hub: the handshake's policy, the client registry, hooks, and
+    the zero-argument protocol factory the transports take (`host()` is a new connection).
+
+    `registry` is a ClientRegistry the caller owns; or `registry_path` names a sqlite file for a
+    registry the host opens and `close` closes (at most `max_registry_ids` IDs); with neither,
+    IDs are kept in memory. Hooks are methods to replace::
+
+        host.on_event = lambda client, event_type, payload, format: ...
+    """
+
+    def __init__(
+        self,
+        hub: Hub,
+        *,
+        version: Version | tuple[int, int, int] = PROTOCOL_VERSION,
+        allow_new_clients: bool = True,
+        enforce_registry: bool = False,
+        registry: ClientRegistry | None = None,
+        registry_path: str | os.PathLike | None = None,
+        max_registry_ids: int = DEFAULT_MAX_REGISTRY_IDS,
+        allow: Iterable[str] = (),
+        deny: Iterable[str] = (),
+        max_names: int = DEFAULT_MAX_NAMES,
+        max_event_type_length: int = DEFAULT_MAX_EVENT_TYPE_LENGTH,
+        max_client_id_length: int = DEFAULT_MAX_CLIENT_ID_LENGTH,
+        handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+        reactor: Any = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        if registry is not None and registry_path is not None:
+            raise ValueError("give a registry or a registry_path, not both")
+        self.hub = hub
+        self.reactor = reactor
+        self.version = Version(*version)
+        self.allow_new_clients = allow_new_clients
+        self.enforce_registry = enforce_registry
+        self._owns_registry = registry is None
+        self.registry = (
+            registry if registry is not None
+            else ClientRegistry(registry_path, max_ids=max_registry_ids)
+        )
+        self.allow = _networks(allow, "allow")
+        self.deny = _networks(deny, "deny")
+        self.max_names = max_names
+        self.max_event_type_length = max_event_type_length
+        self.max_client_id_length = max_client_id_length
+        self.handshake_timeout = handshake_timeout
+        self.clients: dict[str, SubbleHostProtocol] = {}
+
+    # -- hooks: replace them ---------------------------------------------------------------------
+
+    def on_handshake(self, client: SubbleHostProtocol) -> None:
+        """A client completed its handshake (its response is sent, its subscriptions made)."""
+
+    def on_disconnect(self, client: SubbleHostProtocol, reason: Failure) -> None:
+        """A handshaken client's connection closed."""
+
+    def on_event(
+        self,
+        client: SubbleHostProtocol,
+        event_type: str,
+        payload: bytes,
+        format: SerializationFormat | int,
+    ) -> None:
+        """A client produced an event it may produce, before it is created. Raising refuses it:
+        the client gets 52, and no one gets the event."""
+
+    def _hook(self, name: str, *args: Any) -> None:
+        try:
+            getattr(self, name)(*args)
+        except Exception:
+            log.failure("subble: the {hook} hook raised", hook=name)
+
+    # -- policy -----------------------------------------------------------------------------------
+
+    def address_allowed(self, address: Any) -> bool:
+        """Whether a peer at `address` (a Twisted address) may connect: deny wins; with an
+        allow list only those; a peer without an IP only when there is no allow list."""
+        ip = _peer_ip(address)
+        if ip is None:
+            return not self.allow
+        if any(ip in network for network in self.deny):
+            return False
+        return not self.allow or any(ip in network for network in self.allow)
+
+    def _check_limits(self, request: HandshakeRequest) -> str | None:
+        """Why a handshake request passes a limit, or None."""
+        if len(request.client_id) > self.max_client_id_length:
+            return (
+                f"client ID of {len(request.client_id)} characters: this host takes at most "
+                f"{self.max_client_id_length}"
+            )
+        max_subscribe = min(self.max_names, self.hub.max_subscriptions)
+        for what, names, limit in (
+            ("subscribe", request.subscribe, max_subscribe),
+            ("produce", request.produce, self.max_names),
+        ):
+            if len(names) > limit:
+                return f"{len(names)} names in the {what} list: this host takes at most {limit}"
+            for name in names:
+                if len(name) > self.max_event_type_length:
+                    return (
+                        f"event type of {len(name)} characters in the {what} list: this host "
+                        f"takes at most {self.max_event_type_length}"
+                    )
+        return None
+
+    def _identify(self, client_id: str) -> tuple[MessageCode, str]:
+        """The handshake code for `client_id`, and its message."""
+        registry = self.registry
+        if not client_id:
+            if not self.allow_new_clients:
+                return (
+                    MessageCode.NEW_CLIENTS_NOT_ALLOWED,
+                    "this host does not create client IDs: send one it knows",
+                )
+            return MessageCode.OK_NEW_CLIENT_ID, registry.new_id()
+        if client_id in registry:
+            return MessageCode.OK, ""
+        if self.enforce_registry:
+            return MessageCode.INVALID_CLIENT_ID, f"unknown client ID {client_id!r}"
+        registry.add(client_id)
+        return MessageCode.OK, ""
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self.reactor.seconds() * 1000)
+
+    def _create_event(self, client: SubbleHostProtocol, request: ProduceEvent) -> None:
+        """Publish an authorized event and send the producer its copy; raises if it cannot."""
+        hub_payload = _hub_payload(request.payload, request.format)
+        self.on_event(client, request.event_type, request.payload, request.format)
+        data = encode(Event(
+            MessageCode.SERVER_EVENT, request.format, self._now_ms(), request.event_type,
+            str(uuid.uuid4()), client.client_id, request.payload,
+        ))
+        # The producer's copy differs only in its code (the first byte) and the request data.
+        own = _CLIENT_EVENT_CODE + data[1:] + request.request_data
+        limit = client.transport.maxMessageSize
+        if len(own) > limit:
+            raise LimitExceeded(
+                f"the event would be {len(own)} bytes, over this connection's limit of {limit}"
+            )
+        client.session.publish(
+            request.event_type, hub_payload, encodings={WIRE_FORMAT: (data, True)}
+        )
+        client._send(own)
+
+    def _encode_hub_message(self, message: HubMessage) -> tuple[bytes, bool] | None:
+        """A hub message from another protocol as a server event. The hub calls this once per
+        message for all Subble sessions, so each message gets one GUID."""
+        payload = message.payload
+        try:
+            json_loads(payload, "payload")
+            format, data = SerializationFormat.JSON, payload
+        except ProtocolError:
+            format, data = SerializationFormat.MSGPACK, msgpack_dumps(payload)
+        try:
+            return encode(Event(
+                MessageCode.SERVER_EVENT, format, self._now_ms(), message.topic,
+                str(uuid.uuid4()), message.protocol or "host", data,
+            )), True
+        except ProtocolError:
+            return None
+
+    def publish(
+        self,
+        event_type: str,
+        payload: Any,
+        *,
+        source: str = "host",
+        format: SerializationFormat | int = SerializationFormat.MSGPACK,
+    ) -> int:
+        """A server event (26) from host code, `source` naming the plugin, to every subscriber
+        of `event_type` on every protocol. `payload` is packed with `format` unless it is
+        already bytes (then it must be valid in `format`). Returns how many got it."""
+        if len(event_type) > self.max_event_type_length:
+            raise InvalidTopic(
+                f"event type of {len(event_type)} characters: this host takes at most "
+                f"{self.max_event_type_length}"
+            )
+        format = _format_of(format)
+        if format not in (0, 1) and not 51 <= format <= 255:
+            raise InvalidField(
+                f"serialization format {format} is not allowed (0 msgpack, 1 JSON, 51 to 255 "
+                "implementor defined)"
+            )
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            data = bytes(payload)
+        else:
+            data = pack_payload(payload, format)
+        data_event = encode(Event(
+            MessageCode.SERVER_EVENT, format, self._now_ms(), event_type, str(uuid.uuid4()),
+            source, data,
+        ))
+        message = HubMessage(event_type, _hub_payload(data, format), protocol="subble")
+        return self.hub.publish(message, {WIRE_FORMAT: (data_event, True)})
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def __call__(self) -> SubbleHostProtocol:
+        """A new connection's protocol: the host is the factory the transports take."""
+        return SubbleHostProtocol(self)
+
+    def close(self) -> None:
+        """Close the registry if the host opened it (connections are closed by their
+        listeners)."""
+        if self._owns_registry:
+            self.registry.close()
+
+
+def server_factory(hub: Hub, **options: Any) -> SubbleHost:
+    """The SubbleSocket host for `hub`; it is also the zero-argument protocol factory the
+    transport adapters take. `options` are SubbleHost's."""
+    return SubbleHost(hub, **options)
