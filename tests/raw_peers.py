@@ -3,12 +3,17 @@ and our own clients must not be trusted to produce them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from autobahn.twisted.websocket import WebSocketClientProtocol
+from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import defer
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 
-__all__ = ["RawWebSocket", "RawStream"]
+from tests.support import eventually
+
+__all__ = ["RawWebSocket", "RawStream", "RawConnection"]
 
 
 class RawWebSocket(WebSocketClientProtocol):
@@ -44,3 +49,32 @@ class RawStream(Protocol):
 
     def connectionLost(self, reason: Failure) -> None:
         self.close_info = reason
+
+
+class RawConnection:
+    """Closing and waiting for the close of a raw peer held as `self.protocol`."""
+
+    protocol: RawWebSocket | RawStream
+
+    @property
+    def is_closed(self) -> bool:
+        return self.protocol.close_info is not None
+
+    async def closed(self) -> Any:
+        """Wait for the end: (code, reason) on WebSocket, the Failure on a stream."""
+        await eventually(lambda: self.is_closed)
+        return self.protocol.close_info
+
+    async def close(self) -> None:
+        if self.is_closed:
+            return
+        if isinstance(self.protocol, RawWebSocket):
+            if self.protocol.state == WebSocketProtocol.STATE_OPEN:
+                self.protocol.sendClose(1000)
+        else:
+            self.protocol.transport.loseConnection()
+        try:
+            await self.closed()
+        except TimeoutError:
+            self.protocol.transport.abortConnection()
+            await self.closed()

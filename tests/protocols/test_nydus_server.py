@@ -16,13 +16,12 @@ from typing import Any
 import pytest
 import pytest_twisted
 from autobahn.twisted.websocket import WebSocketClientFactory
-from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint
 from twisted.internet.protocol import Factory
 from twisted.python.failure import Failure
 
-from tests.raw_peers import RawStream, RawWebSocket
+from tests.raw_peers import RawConnection, RawStream, RawWebSocket
 from tests.support import eventually, sleep, wait_for
 from wireproto.errors import InvalidField, InvalidTopic
 from wireproto.hub import Hub
@@ -107,7 +106,7 @@ async def host() -> AsyncIterator[NydusHost]:
 # -- raw peers ------------------------------------------------------------------------------------
 
 
-class Peer:
+class Peer(RawConnection):
     """One raw nydus connection over `way` ("ws" or "lines"); `remote` is the server's side of
     it (the `client` that handlers and hooks get)."""
 
@@ -170,28 +169,6 @@ class Peer:
         await self.invoke("/test.sync/barrier")
         return self.skipped
 
-    @property
-    def is_closed(self) -> bool:
-        return self.protocol.close_info is not None
-
-    async def closed(self) -> Any:
-        """Wait for the end: (code, reason) on WebSocket, the Failure on lines."""
-        await eventually(lambda: self.is_closed)
-        return self.protocol.close_info
-
-    async def close(self) -> None:
-        if self.is_closed:
-            return
-        if isinstance(self.protocol, RawWebSocket):
-            if self.protocol.state == WebSocketProtocol.STATE_OPEN:
-                self.protocol.sendClose(1000)
-        else:
-            self.protocol.transport.loseConnection()
-        try:
-            await self.closed()
-        except TimeoutError:
-            self.protocol.transport.abortConnection()
-            await self.closed()
 
 
 class Peers:

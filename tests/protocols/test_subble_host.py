@@ -22,7 +22,6 @@ import msgpack
 import pytest
 import pytest_twisted
 from autobahn.twisted.websocket import WebSocketClientFactory
-from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import reactor
 from twisted.internet.endpoints import (
     TCP4ClientEndpoint,
@@ -34,7 +33,7 @@ from twisted.internet.endpoints import (
 )
 from twisted.internet.protocol import Factory
 
-from tests.raw_peers import RawStream, RawWebSocket
+from tests.raw_peers import RawConnection, RawStream, RawWebSocket
 from tests.support import Inbox, eventually, wait_for
 from wireproto.codecs.subble import (
     PROTOCOL_VERSION,
@@ -144,7 +143,7 @@ def unframe32(stream: bytes) -> list[bytes]:
     return messages
 
 
-class Peer:
+class Peer(RawConnection):
     """One raw connection: "ws", or length32 over "length32" (TCP), "ipv6" or "unix"."""
 
     def __init__(self, host: Host, way: str, protocol: RawWebSocket | RawStream) -> None:
@@ -236,28 +235,6 @@ class Peer:
                 return before
             before.append(message)
 
-    @property
-    def is_closed(self) -> bool:
-        return self.protocol.close_info is not None
-
-    async def closed(self) -> Any:
-        """Wait for the end: (code, reason) on WebSocket, the Failure on a stream."""
-        await eventually(lambda: self.is_closed)
-        return self.protocol.close_info
-
-    async def close(self) -> None:
-        if self.is_closed:
-            return
-        if isinstance(self.protocol, RawWebSocket):
-            if self.protocol.state == WebSocketProtocol.STATE_OPEN:
-                self.protocol.sendClose(1000)
-        else:
-            self.protocol.transport.loseConnection()
-        try:
-            await self.closed()
-        except TimeoutError:
-            self.protocol.transport.abortConnection()
-            await self.closed()
 
 
 class Peers:

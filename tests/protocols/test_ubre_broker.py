@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import pytest_twisted
 from autobahn.twisted.websocket import WebSocketClientFactory
-from autobahn.websocket.protocol import WebSocketProtocol
 from cobs import cobs
 from twisted.internet import defer, reactor, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint
@@ -29,7 +28,7 @@ from twisted.internet.protocol import Factory
 from twisted.logger import LogLevel, globalLogPublisher
 from twisted.python.failure import Failure
 
-from tests.raw_peers import RawStream, RawWebSocket
+from tests.raw_peers import RawConnection, RawStream, RawWebSocket
 from tests.support import eventually, sleep, wait_for
 from wireproto.codecs import websmq as websmq_codec
 from wireproto.codecs.ubre import Publish
@@ -150,7 +149,7 @@ def unframe(framing: str, stream: bytes) -> list[tuple[bytes, bool]]:
     return messages
 
 
-class Peer:
+class Peer(RawConnection):
     """One raw connection to the broker over `way`: "ws" or a stream framing. `remote` is the
     broker's side of it (the `peer` that handlers and hooks get)."""
 
@@ -208,28 +207,6 @@ class Peer:
                 return before
             before.append(data)
 
-    @property
-    def is_closed(self) -> bool:
-        return self.protocol.close_info is not None
-
-    async def closed(self) -> Any:
-        """Wait for the end: (code, reason) on WebSocket, the Failure on a stream."""
-        await eventually(lambda: self.is_closed)
-        return self.protocol.close_info
-
-    async def close(self) -> None:
-        if self.is_closed:
-            return
-        if isinstance(self.protocol, RawWebSocket):
-            if self.protocol.state == WebSocketProtocol.STATE_OPEN:
-                self.protocol.sendClose(1000)
-        else:
-            self.protocol.transport.loseConnection()
-        try:
-            await self.closed()
-        except TimeoutError:
-            self.protocol.transport.abortConnection()
-            await self.closed()
 
 
 class Peers:
