@@ -133,6 +133,48 @@ async def test_serve_prints_its_address_relays_and_stops_on_sigint(children: lis
 
 
 @pytest_twisted.ensureDeferred
+async def test_serve_waits_for_a_phyllo_device_and_bridges_it(
+    children: list[Child], tmp_path: Path
+) -> None:
+    from tests.phyllo.test_bridge import PtyDevice, document
+
+    device_path = tmp_path / "ttyACM0"
+    child = Child(sys.executable, "-m", "wireproto", "serve", "-v",
+                  "--listen", "websmq+ws@tcp:0:interface=127.0.0.1",
+                  "--phyllo", f"dev1@serial:{device_path}")
+    children.append(child)
+    listening = await child.line(LISTENER_LINE)
+    await child.line(re.compile(
+        rf"^wireproto: phyllo link dev1 \(reduced stack, hub topics phyllo/dev1/...\) on "
+        rf"serial:{re.escape(str(device_path))}$"
+    ))
+    # Not plugged in: the broker runs on, saying why and when it tries again.
+    await eventually(lambda: any("cannot open serial:" in line for line in child.stderr))
+    await eventually(lambda: any("Scheduling retry 2" in line for line in child.stderr),
+                     timeout=10)
+    subscriber: WebsmqClientProtocol = await wait_for(connect(reactor, listening.group(3)))
+    try:
+        received: list[websmq.Publish] = []
+        subscriber.subscribe("phyllo/dev1/temp", received.append)
+        device = PtyDevice(device_path)
+        try:
+            def delivered() -> bool:
+                if not received:
+                    device.send(document("temp", 22))
+                return bool(received)
+
+            await eventually(delivered, timeout=20, interval=0.2)
+        finally:
+            device.unplug()
+        assert received[0] == websmq.Publish("phyllo/dev1/temp", b"22")
+    finally:
+        await wait_for(subscriber.disconnect())
+    assert child.process.poll() is None
+    child.process.send_signal(signal.SIGINT)
+    assert await child.exit_code() == 0, child.output()
+
+
+@pytest_twisted.ensureDeferred
 async def test_serve_answers_ubre_typed_as_lines_like_nc(children: list[Child]) -> None:
     child = Child(sys.executable, "-m", "wireproto", "serve",
                   "--listen", "ubre+lines@tcp:0:interface=127.0.0.1")

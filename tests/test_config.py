@@ -307,8 +307,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("lsten = []", "lsten: unknown key; use listen, attach, hub, websocket, stream, websmq, "
-                       "ubre, nydus, subble or engineio "
+        ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, hub, websocket, stream, "
+                       "websmq, ubre, nydus, subble or engineio "
                        "(did you mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',

@@ -49,6 +49,14 @@ LISTEN_HELP = """\
   serial: and to length32 otherwise.
     websmq@serial:/dev/ttyACM0:baudrate=115200
 
+--phyllo NAME[+STACK]@ADDRESS (repeatable)
+  Open a Phyllo device and bridge its topics to the hub: device topic temp on link dev1 is hub
+  topic phyllo/dev1/temp, both ways. STACK is reduced (default) or minimal. ADDRESS is a
+  serial:, tcp: or other client endpoint string, or a ws:// URL (one binary message per chunk);
+  reopened with a backoff whenever it fails or closes, as when a USB device is unplugged.
+    dev1@serial:/dev/ttyACM0:baudrate=115200
+    esp32+minimal@tcp:192.168.1.40:2000
+
 Defaults: websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765, ubre+lines@tcp:8767,
 nydus+engineio@tcp:8765, nydus+lines@tcp:8768, subble+ws@tcp:8765 and subble+length32@tcp:8769,
 on 127.0.0.1.
@@ -77,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="serve a protocol on an endpoint (see below)")
     serve.add_argument("--attach", action="append", default=[], metavar="SPEC",
                        help="serve a protocol on a client endpoint, e.g. a serial port")
+    serve.add_argument("--phyllo", action="append", default=[], metavar="SPEC",
+                       help="bridge a Phyllo device (serial, TCP, ws://) to the hub")
     serve.add_argument("--config", metavar="FILE",
                        help="TOML config file; options given here override it")
     serve.add_argument("--queue-bytes", type=int, metavar="N",
@@ -102,6 +112,7 @@ def banner(service: Any, bound: Sequence[Any]) -> list[str]:
     """One line per listener (``websmq over ws on ws://...``), then one per attached link."""
     lines = [entry.describe() for entry in bound]
     lines += [f"{link.describe()} attached to {link.endpoint}" for link in service.config.attach]
+    lines += [f"{link.describe()} on {link.endpoint}" for link in service.config.phyllo]
     return lines
 
 
@@ -131,6 +142,7 @@ def serve(args: argparse.Namespace) -> int:
         config = build_config(
             listen=args.listen,
             attach=args.attach,
+            phyllo=args.phyllo,
             config_file=args.config,
             queue_bytes=args.queue_bytes,
             overflow=args.overflow,

@@ -8,8 +8,10 @@ in docs/running.md:
   ``websmq+length32@unix:/tmp/websmq.sock``: serve PROTOCOL on a Twisted server endpoint string;
 - ``--attach PROTOCOL[+FRAMING]@CLIENT_ENDPOINT``, e.g. ``websmq@serial:/dev/ttyACM0``: open a
   client endpoint (a device on a serial line) and serve PROTOCOL on it in the server role;
-- TOML: ``[[listen]]`` and ``[[attach]]`` tables with the same fields, and ``[hub]``,
-  ``[websocket]``, ``[stream]`` and one table per protocol (``[websmq]``).
+- ``--phyllo NAME[+STACK]@ADDRESS``, e.g. ``dev1@serial:/dev/ttyACM0``: open a Phyllo device
+  (serial, TCP or ``ws://``) and bridge its topics to the hub under ``phyllo/NAME/``;
+- TOML: ``[[listen]]``, ``[[attach]]`` and ``[[phyllo]]`` tables with the same fields, and
+  ``[hub]``, ``[websocket]``, ``[stream]`` and one table per protocol (``[websmq]``).
 
 Every problem is a `ConfigError` naming where it is (the option, or the file and key) and what is
 wrong. ``tcp:`` and ``ssl:`` endpoints listen on 127.0.0.1 unless they name an interface, so a
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from wireproto.hub import DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_QUEUE_BYTES, Overflow
+from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
+from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import SERVER_PROTOCOLS, ServerProtocolSpec
 from wireproto.transports.stream import FRAMINGS
 from wireproto.transports.websocket import WebSocketOptions
@@ -37,6 +41,7 @@ __all__ = [
     "TRANSPORTS",
     "Listener",
     "Attach",
+    "PhylloLink",
     "HubSettings",
     "StreamLimits",
     "WebsmqSettings",
@@ -48,6 +53,7 @@ __all__ = [
     "DEFAULT_LISTENERS",
     "parse_listen",
     "parse_attach",
+    "parse_phyllo",
     "load_config",
     "config_from_toml",
     "config_to_toml",
@@ -63,6 +69,7 @@ HTTP_TRANSPORTS = ("ws", "engineio")
 ENGINEIO_PATH = "/engine.io/"
 LISTEN_SYNTAX = "PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, e.g. websmq+ws@tcp:8765"
 ATTACH_SYNTAX = "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0"
+PHYLLO_SYNTAX = "NAME[+STACK]@ADDRESS, e.g. dev1@serial:/dev/ttyACM0 or dev1+minimal@tcp:host:2000"
 
 
 class ConfigError(ValueError):
@@ -94,6 +101,21 @@ class Attach:
 
     def describe(self) -> str:
         return f"{self.protocol} over {self.framing}"
+
+
+@dataclass(frozen=True)
+class PhylloLink:
+    """A Phyllo device on a client address (``serial:``, ``tcp:``, ``ws://``...), reopened
+    whenever it fails or closes, its topics bridged to the hub under `prefix`."""
+
+    name: str
+    endpoint: str
+    stack: str = "reduced"
+    prefix: str = ""
+    send_format: str = "msgpack"
+
+    def describe(self) -> str:
+        return f"phyllo link {self.name} ({self.stack} stack, hub topics {self.prefix}/...)"
 
 
 @dataclass(frozen=True)
@@ -177,6 +199,7 @@ DEFAULT_LISTENERS = (
 class Config:
     listeners: tuple[Listener, ...] = DEFAULT_LISTENERS
     attach: tuple[Attach, ...] = ()
+    phyllo: tuple[PhylloLink, ...] = ()
     hub: HubSettings = field(default_factory=HubSettings)
     websocket: WebSocketOptions = field(default_factory=WebSocketOptions)
     stream: StreamLimits = field(default_factory=StreamLimits)
@@ -357,6 +380,58 @@ def _check_attach(protocol: str, endpoint: str, framing: str | None, reactor: An
     return Attach(protocol, endpoint, framing)
 
 
+def _check_phyllo(
+    name: str, endpoint: str, stack: str | None, prefix: str | None, send_format: str | None,
+    reactor: Any,
+) -> PhylloLink:
+    if not name or not all(char.isalnum() or char in "-_." for char in name):
+        raise _Invalid(
+            "name", f"a Phyllo link name is letters, digits, '-', '_' and '.', not {name!r}"
+        )
+    if not endpoint:
+        raise _Invalid("endpoint", "no endpoint given, e.g. serial:/dev/ttyACM0")
+    if endpoint.lower().startswith(("ws://", "wss://")):
+        from autobahn.websocket.util import parse_url
+
+        try:
+            parse_url(endpoint)
+        except Exception as error:  # Autobahn raises bare Exception for a bad URL
+            raise _Invalid("endpoint", f"bad WebSocket URL {endpoint!r}: {error}") from None
+    else:
+        _check_client_endpoint(endpoint, reactor)
+    stack = stack or "reduced"
+    if stack not in PRESETS:
+        raise _Invalid(
+            "stack", f"unknown Phyllo stack {stack!r}; use {_one_of(PRESETS)} (the "
+            "standard stack, with the reliable buffer, is not implemented)"
+        )
+    prefix = f"phyllo/{name}" if prefix is None else prefix.rstrip("/")
+    problem = hub_topic_error(prefix)
+    if problem is not None:
+        raise _Invalid("prefix", f"prefix {prefix!r} cannot be a hub topic: {problem}")
+    send_format = send_format or "msgpack"
+    if send_format not in SEND_FORMATS:
+        raise _Invalid(
+            "send_format", f"unknown send_format {send_format!r}; use {_one_of(SEND_FORMATS)}"
+        )
+    return PhylloLink(name, endpoint, stack, prefix, send_format)
+
+
+def _check_phyllo_links(links: Sequence[PhylloLink], labels: Sequence[str]) -> None:
+    """Names and prefixes are unique, and no prefix lies under another's."""
+    for index, link in enumerate(links):
+        for first in range(index):
+            other = links[first]
+            if other.name == link.name:
+                raise _Located(index, "name", f"{link.name!r} is already the name of "
+                               f"{labels[first]}")
+            nested = (f"{link.prefix}/".startswith(f"{other.prefix}/")
+                      or f"{other.prefix}/".startswith(f"{link.prefix}/"))
+            if nested:
+                raise _Located(index, "prefix", f"prefix {link.prefix!r} overlaps "
+                               f"{labels[first]}'s {other.prefix!r}")
+
+
 def is_ephemeral(endpoint: str) -> bool:
     """True for a tcp:/ssl:/tcp6: endpoint on port 0, which gets a fresh port each time."""
     args, kwargs = _split_endpoint(endpoint)
@@ -444,6 +519,16 @@ def parse_attach(spec: str, *, reactor: Any = None) -> Attach:
         return _check_attach(protocol, endpoint, framing, _default_reactor(reactor))
     except _Invalid as problem:
         raise ConfigError(f"--attach {spec!r}: {problem.message}") from None
+
+
+def parse_phyllo(spec: str, *, reactor: Any = None) -> PhylloLink:
+    """A `PhylloLink` from ``NAME[+STACK]@ADDRESS``: ``dev1@serial:/dev/ttyACM0`` bridges the
+    device's topics to ``phyllo/dev1/...`` over the reduced stack."""
+    name, stack, endpoint = _split_spec(spec, "--phyllo", PHYLLO_SYNTAX)
+    try:
+        return _check_phyllo(name, endpoint, stack, None, None, _default_reactor(reactor))
+    except _Invalid as problem:
+        raise ConfigError(f"--phyllo {spec!r}: {problem.message}") from None
 
 
 # -- TOML -----------------------------------------------------------------------------------------
@@ -572,6 +657,7 @@ _ENGINEIO_KEYS: dict[str, Callable[[Any], Any]] = {
 }
 _LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
 _ATTACH_KEYS = ("protocol", "endpoint", "framing")
+_PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format")
 _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "hub": (HubSettings, _HUB_KEYS),
     "websocket": (WebSocketOptions, _WEBSOCKET_KEYS),
@@ -582,7 +668,7 @@ _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "subble": (SubbleSettings, _SUBBLE_KEYS),
     "engineio": (EngineIOSettings, _ENGINEIO_KEYS),
 }
-_TOP_KEYS = ("listen", "attach", *_TABLES)
+_TOP_KEYS = ("listen", "attach", "phyllo", *_TABLES)
 
 
 def _read_table(
@@ -645,6 +731,22 @@ def _read_attach(where: str, label: str, entry: Any, reactor: Any) -> Attach:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
 
 
+def _read_phyllo(where: str, label: str, entry: Any, reactor: Any) -> PhylloLink:
+    if isinstance(entry, str):
+        try:
+            return parse_phyllo(entry, reactor=reactor)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--phyllo ')}") from None
+    values = _string_fields(where, label, entry, _PHYLLO_KEYS, required=("name", "endpoint"))
+    try:
+        return _check_phyllo(
+            values["name"], values["endpoint"], values.get("stack"), values.get("prefix"),
+            values.get("send_format"), reactor,
+        )
+    except _Invalid as problem:
+        raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
+
+
 def _string_fields(
     where: str, label: str, entry: Any, keys: Sequence[str], required: Sequence[str]
 ) -> dict[str, str]:
@@ -694,6 +796,20 @@ def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) 
             _read_attach(source, f"attach[{number}]", entry, reactor)
             for number, entry in enumerate(entries, 1)
         ))
+    if "phyllo" in document:
+        entries = _read_entries(source, "phyllo", document["phyllo"])
+        labels = [f"phyllo[{number}]" for number in range(1, len(entries) + 1)]
+        links = tuple(
+            _read_phyllo(source, label, entry, reactor)
+            for label, entry in zip(labels, entries, strict=True)
+        )
+        try:
+            _check_phyllo_links(links, labels)
+        except _Located as problem:
+            raise ConfigError(
+                f"{source}: {labels[problem.index]}.{problem.key}: {problem.message}"
+            ) from None
+        config = replace(config, phyllo=links)
     for name, (kind, readers) in _TABLES.items():
         if name in document:
             config = replace(config, **{name: _read_table(
@@ -714,7 +830,7 @@ def load_config(path: str | Path, *, reactor: Any = None) -> Config:
 
 
 def _check_something_to_do(config: Config, where: str) -> None:
-    if not config.listeners and not config.attach:
+    if not config.listeners and not config.attach and not config.phyllo:
         raise ConfigError(f"{where}: no listeners and nothing attached: nothing to serve")
 
 
@@ -748,6 +864,8 @@ def config_to_toml(config: Config) -> str:
         lines.extend(["listen = []", ""])
     for link in config.attach:
         table("[[attach]]", asdict(link))
+    for phyllo in config.phyllo:
+        table("[[phyllo]]", asdict(phyllo))
     for name in _TABLES:
         settings = getattr(config, name)
         table(f"[{name}]", {item.name: getattr(settings, item.name) for item in fields(settings)})
@@ -761,6 +879,7 @@ def build_config(
     *,
     listen: Sequence[str] = (),
     attach: Sequence[str] = (),
+    phyllo: Sequence[str] = (),
     config_file: str | Path | None = None,
     queue_bytes: int | None = None,
     overflow: str | None = None,
@@ -782,6 +901,14 @@ def build_config(
     if attach:
         links = tuple(parse_attach(spec, reactor=reactor) for spec in attach)
         config = replace(config, attach=links)
+    if phyllo:
+        phyllo_links = tuple(parse_phyllo(spec, reactor=reactor) for spec in phyllo)
+        labels = [f"--phyllo {spec!r}" for spec in phyllo]
+        try:
+            _check_phyllo_links(phyllo_links, labels)
+        except _Located as problem:
+            raise ConfigError(f"{labels[problem.index]}: {problem.message}") from None
+        config = replace(config, phyllo=phyllo_links)
     hub = config.hub
     if queue_bytes is not None:
         if isinstance(queue_bytes, bool) or queue_bytes <= 0:

@@ -6,7 +6,9 @@
   same endpoint share one twisted.web `Site`, each protocol at its own path; a framed-stream
   listener has its endpoint to itself;
 - one `ClientService` per attached link, which reopens the link with a backoff whenever it fails
-  to open or closes.
+  to open or closes;
+- one `ClientService` and one `HubBridge` per Phyllo link (`service.phyllo[name]`), reopened the
+  same way: a USB device that is unplugged is retried until it comes back.
 
 The same service runs under `wireproto serve`, under `twistd wireproto`, or inside another Twisted
 application (``make_service(config).setServiceParent(application)``). `when_listening` reports the
@@ -26,15 +28,17 @@ from twisted.internet import defer, task
 from twisted.internet.address import UNIXAddress
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamClientEndpoint, IStreamServerEndpoint
+from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.config import HTTP_TRANSPORTS, Attach, Config, Listener, endpoint_type
+from wireproto.config import HTTP_TRANSPORTS, Attach, Config, Listener, PhylloLink, endpoint_type
 from wireproto.hub import Hub
+from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import SERVER_PROTOCOLS
 from wireproto.transports.base import IMessageProtocol
-from wireproto.transports.connect import client_endpoint
+from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
@@ -116,7 +120,7 @@ class _LoggingClientEndpoint:
     """Logs why an attached link does not open: loudly the first time, quietly while it stays
     down, so an unplugged device does not flood the log."""
 
-    def __init__(self, endpoint: IStreamClientEndpoint, link: Attach) -> None:
+    def __init__(self, endpoint: IStreamClientEndpoint, link: Attach | PhylloLink) -> None:
         self.endpoint = endpoint
         self.link = link
         self._down = False
@@ -162,6 +166,7 @@ class WireprotoService(MultiService):
         self._bound_order: dict[int, int] = {}
         self._connections: weakref.WeakSet[IMessageProtocol] = weakref.WeakSet()
         self._servers: dict[str, Callable[[], IMessageProtocol]] = {}
+        self.phyllo: dict[str, HubBridge] = {}
 
     # -- building -------------------------------------------------------------------------------
 
@@ -257,6 +262,29 @@ class WireprotoService(MultiService):
             endpoint, factory, retryPolicy=retry_policy, clock=self.reactor
         )
         link_service.setServiceParent(self)
+
+    def add_phyllo(self, link: PhylloLink, retry_policy: Callable[[int], float]) -> HubBridge:
+        """Open the Phyllo device at `link.endpoint`, reopening it with `retry_policy` whenever
+        it fails or closes, and bridge its topics to the hub under `link.prefix`."""
+        bridge = HubBridge(
+            self.hub, link.name, prefix=link.prefix, stack=link.stack,
+            send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
+        )
+        endpoint: Any
+        if is_websocket_address(link.endpoint):
+            endpoint, factory = websocket_client(
+                self.reactor, link.endpoint, bridge.build_message_protocol, self.config.websocket
+            )
+        else:
+            endpoint = client_endpoint(self.reactor, link.endpoint)
+            factory = Factory.forProtocol(bridge.build_protocol)
+        link_service = ClientService(
+            _LoggingClientEndpoint(endpoint, link), factory, retryPolicy=retry_policy,
+            clock=self.reactor,
+        )
+        link_service.setServiceParent(self)
+        self.phyllo[link.name] = bridge
+        return bridge
 
     # -- reporting bound listeners --------------------------------------------------------------
 
@@ -366,4 +394,6 @@ def make_service(
     service.add_listeners(config.listeners)
     for link in config.attach:
         service.add_attach(link, retry_policy)
+    for phyllo in config.phyllo:
+        service.add_phyllo(phyllo, retry_policy)
     return service

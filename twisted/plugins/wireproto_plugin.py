@@ -16,11 +16,13 @@ from zope.interface import implementer
 
 
 class Options(usage.Options):
-    synopsis = "[--listen SPEC]... [--attach SPEC]... [--config FILE] [options]"
+    synopsis = "[--listen SPEC]... [--attach SPEC]... [--phyllo SPEC]... [--config FILE] [options]"
     longdesc = (
         "Serve wireproto protocols. --listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, e.g. "
         "websmq+ws@tcp:8765 or websmq+length32@unix:/tmp/websmq.sock; --attach "
-        "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0. Defaults: "
+        "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0; --phyllo "
+        "NAME[+STACK]@ADDRESS, e.g. dev1@serial:/dev/ttyACM0 (hub topics phyllo/dev1/...). "
+        "Defaults: "
         "websmq+ws@tcp:8765, websmq+length32@tcp:8766, ubre+ws@tcp:8765, ubre+lines@tcp:8767, "
         "nydus+engineio@tcp:8765, nydus+lines@tcp:8768, subble+ws@tcp:8765 and "
         "subble+length32@tcp:8769 on 127.0.0.1. See docs/running.md."
@@ -38,6 +40,7 @@ class Options(usage.Options):
         super().__init__()
         self["listen"] = []
         self["attach"] = []
+        self["phyllo"] = []
 
     def opt_listen(self, spec: str) -> None:
         """Serve PROTOCOL+TRANSPORT[/PATH]@ENDPOINT (repeatable; replaces the defaults)."""
@@ -47,6 +50,10 @@ class Options(usage.Options):
         """Serve PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. a serial port (repeatable)."""
         self["attach"].append(spec)
 
+    def opt_phyllo(self, spec: str) -> None:
+        """Bridge a Phyllo device NAME[+STACK]@ADDRESS to the hub (repeatable)."""
+        self["phyllo"].append(spec)
+
     def postOptions(self) -> None:
         from wireproto.config import ConfigError, build_config
 
@@ -54,6 +61,7 @@ class Options(usage.Options):
             self["wireproto"] = build_config(
                 listen=self["listen"],
                 attach=self["attach"],
+                phyllo=self["phyllo"],
                 config_file=self["config"],
                 queue_bytes=self["queue-bytes"],
                 overflow=self["overflow"],

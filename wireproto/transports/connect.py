@@ -21,7 +21,13 @@ from wireproto.transports.serial import serial_endpoint_from_string
 from wireproto.transports.stream import StreamOptions, stream_client_factory
 from wireproto.transports.websocket import WebSocketOptions, websocket_client_factory
 
-__all__ = ["connect", "is_websocket_address", "default_framing", "client_endpoint"]
+__all__ = [
+    "client_endpoint",
+    "connect",
+    "default_framing",
+    "is_websocket_address",
+    "websocket_client",
+]
 
 WEBSOCKET_SCHEMES = ("ws://", "wss://")
 # Frozen, so one shared default is safe.
@@ -56,6 +62,30 @@ def client_endpoint(reactor: Any, address: str) -> Any:
         ) from exc
 
 
+def websocket_client(
+    reactor: Any,
+    address: str,
+    protocol_factory: Callable[[], IMessageProtocol],
+    websocket: WebSocketOptions = _DEFAULT_WEBSOCKET_OPTIONS,
+    context_factory: Any = None,
+) -> tuple[Any, Any]:
+    """The client endpoint and the Autobahn factory that connect to a ``ws://`` or ``wss://``
+    `address`; each connection's message protocol is a new ``protocol_factory()``."""
+    try:
+        factory = websocket_client_factory(address, protocol_factory, websocket, reactor=reactor)
+    except Exception as exc:  # Autobahn raises bare Exception for a bad URL
+        raise ValueError(f"cannot connect to {address!r}: {exc}") from exc
+    endpoint: Any = HostnameEndpoint(reactor, factory.host, factory.port)
+    if factory.isSecure:
+        tls = context_factory if context_factory is not None else optionsForClientTLS(
+            factory.host
+        )
+        endpoint = wrapClientTLS(tls, endpoint)
+    elif context_factory is not None:
+        raise ValueError(f"context_factory is for wss:// URLs, not {address!r}")
+    return endpoint, factory
+
+
 def connect(
     reactor: Any,
     address: str,
@@ -79,20 +109,9 @@ def connect(
     if is_websocket_address(address):
         if framing is not None or stream is not None:
             raise ValueError(f"{address!r} is a WebSocket URL: framing and stream do not apply")
-        try:
-            factory = websocket_client_factory(
-                address, protocol_factory, websocket, reactor=reactor
-            )
-        except Exception as exc:  # Autobahn raises bare Exception for a bad URL
-            raise ValueError(f"cannot connect to {address!r}: {exc}") from exc
-        endpoint: Any = HostnameEndpoint(reactor, factory.host, factory.port)
-        if factory.isSecure:
-            tls = context_factory if context_factory is not None else optionsForClientTLS(
-                factory.host
-            )
-            endpoint = wrapClientTLS(tls, endpoint)
-        elif context_factory is not None:
-            raise ValueError(f"context_factory is for wss:// URLs, not {address!r}")
+        endpoint, factory = websocket_client(
+            reactor, address, protocol_factory, websocket, context_factory
+        )
         opening = endpoint.connect(factory)
         opening.addCallback(lambda adapter: adapter.opened)
         return opening

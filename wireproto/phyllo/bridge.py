@@ -1,0 +1,392 @@
+"""A Phyllo link joined to the hub: device topic ``temp`` on link ``dev1`` is hub topic
+``phyllo/dev1/temp``, in both directions.
+
+`HubBridge` lives as long as the link's configuration. Each time the carrier opens (the serial
+port, the TCP stream, the WebSocket), it builds a new stack (`build_protocol` for a byte stream,
+`build_message_protocol` for WebSocket binary) and puts a `BridgeLayer` on top of it. The bridge
+holds one hub subscription, ``PREFIX/#``, for the life of the link.
+
+Topics: a device topic is bytes; it maps to the hub as its UTF-8 text after ``PREFIX/``. A topic
+that is not UTF-8, is empty, or holds ``+``, ``#`` or NUL cannot be a hub topic: the message is
+dropped and counted in `unmapped`. A hub topic maps back by removing ``PREFIX/`` (the prefix
+itself maps to nothing, and a topic over 255 bytes cannot be said in Phyllo: `unmapped`).
+
+Payloads, device to hub:
+
+- a msgpack (0x11) or JSON (0x50) document becomes the compact JSON text of its value, as every
+  JSON protocol (UBRE, nydus, SubbleSocket) writes a value into the hub; a bytes value becomes
+  those bytes; a value JSON cannot say (bytes inside a map, for example) travels as its msgpack
+  body;
+- a CBOR document (0x12) travels as its body, and any other message (0x10 byte buffers and the
+  rest) as its payload.
+
+Payloads, hub to device, by the link's `send_format`:
+
+- ``msgpack`` (default): a msgpack document of the payload's value: JSON text as that value,
+  other UTF-8 as a string, other bytes as bin, an empty payload as nil;
+- ``json``: a JSON document of the same value (a payload that is not UTF-8 is `unsendable`);
+- ``bytes``: a 0x10 byte buffer holding the payload as it is.
+
+While the device is away, what the hub sends it is dropped and counted in `offline`, as MQTT
+does at QoS 0. While the carrier's buffer is full (a serial line runs at ~11 KB/s), messages wait
+in a queue of at most `queue_bytes`, and the oldest are dropped (`dropped`) to make room.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from wireproto.codecs._common import json_loads, json_utf8
+from wireproto.codecs.phyllo.codes import TypeCode
+from wireproto.codecs.phyllo.document import (
+    Format,
+    Schema,
+    decode_document,
+    deserialize,
+    message_from_document,
+    serialize,
+)
+from wireproto.codecs.phyllo.message import MAX_TOPIC_LENGTH, PubSubMessage
+from wireproto.errors import ProtocolError
+from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage
+
+from .base import LayerBase
+from .links import ChunkedStream, MessageChunks
+from .presets import build_stack
+
+__all__ = ["BridgeLayer", "BridgeStats", "HubBridge", "SEND_FORMATS", "hub_topic_error"]
+
+log = Logger(namespace="wireproto.phyllo")
+
+SEND_FORMATS = ("msgpack", "json", "bytes")
+PROTOCOL_NAME = "phyllo"
+
+
+def hub_topic_error(topic: str) -> str | None:
+    """Why `topic` cannot be a hub topic that a Phyllo link publishes on, or None."""
+    if not topic:
+        return "it is empty"
+    for char in ("+", "#", "\x00"):
+        if char in topic:
+            return f"it holds {char!r}"
+    return None
+
+
+@dataclass
+class BridgeStats:
+    """One link's traffic through the bridge, over every connection it has had."""
+
+    connections: int = 0
+    to_hub: int = 0
+    """Device messages published into the hub."""
+    to_device: int = 0
+    """Hub messages sent to the device."""
+    unmapped: int = 0
+    """Messages whose topic has no counterpart on the other side."""
+    unsendable: int = 0
+    """Hub payloads the link's send format cannot carry (or too large for a frame)."""
+    offline: int = 0
+    """Hub messages for the device while it was away."""
+    dropped: int = 0
+    """Hub messages dropped from a full send queue (oldest first)."""
+    # The stack's own counters, summed over its layers and over every connection.
+    crc_errors: int = 0
+    framing_errors: int = 0
+    type_errors: int = 0
+    decode_errors: int = 0
+    stack_dropped: int = 0
+    """Units a layer's full receive queue dropped."""
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+_STACK_COUNTERS = {
+    "crc_errors": "crc_errors",
+    "framing_errors": "framing_errors",
+    "type_errors": "type_errors",
+    "decode_errors": "decode_errors",
+    "dropped": "stack_dropped",
+}
+
+
+class BridgeLayer(LayerBase):
+    """The top of a bridged stack: gives what the message link receives to the bridge."""
+
+    name: ClassVar[str] = "hub bridge"
+
+    def __init__(self, below: LayerBase, bridge: HubBridge) -> None:
+        self.bridge = bridge
+        super().__init__(below)
+
+    def below_received(self, message: PubSubMessage) -> None:
+        self.bridge.from_device(message)
+
+    def link_made(self) -> None:
+        self.bridge.link_made(self)
+
+    def link_lost(self, reason: Failure) -> None:
+        super().link_lost(reason)
+        self.bridge.link_lost(self, reason)
+
+    def send(self, message: PubSubMessage) -> None:
+        self.send_below(message)
+
+
+@implementer(IPushProducer)
+class HubBridge:
+    """Joins one Phyllo link (`name`, mounted at `prefix`) to `hub`, across reconnections."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        name: str,
+        *,
+        prefix: str | None = None,
+        stack: str = "reduced",
+        send_format: str = "msgpack",
+        queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        **stack_limits: int,
+    ) -> None:
+        prefix = f"phyllo/{name}" if prefix is None else prefix
+        problem = hub_topic_error(prefix)
+        if problem is not None:
+            raise ValueError(f"Phyllo link {name!r}: prefix {prefix!r} cannot be used: {problem}")
+        if send_format not in SEND_FORMATS:
+            raise ValueError(
+                f"Phyllo link {name!r}: send_format must be one of {', '.join(SEND_FORMATS)}, "
+                f"not {send_format!r}"
+            )
+        build_stack(stack)  # refuses an unknown preset now, not at the first connection
+        self.hub = hub
+        self.name = name
+        self.prefix = prefix.rstrip("/")
+        self.stack = stack
+        self.send_format = send_format
+        self.queue_bytes = queue_bytes
+        self.stack_limits = stack_limits
+        self.stats = BridgeStats()
+        self.top: BridgeLayer | None = None
+        self._queue: deque[PubSubMessage] = deque()
+        self._queued_bytes = 0
+        self._paused = False
+        self._link_waiters: list[Callable[[BridgeLayer], object]] = []
+        self._subscription = hub.subscribe_callback(f"{self.prefix}/#", self.from_hub)
+
+    def __repr__(self) -> str:
+        return f"<HubBridge {self.name!r} at {self.prefix!r}>"
+
+    # -- building stacks ----------------------------------------------------------------------
+
+    def build_protocol(self) -> ChunkedStream:
+        """A new stack over a byte stream; its bottom is the Twisted protocol to connect."""
+        bottom = ChunkedStream(**self._bottom_limits())
+        self._build_on(bottom)
+        return bottom
+
+    def build_message_protocol(self) -> MessageChunks:
+        """A new stack over WebSocket binary messages, one chunk per message."""
+        bottom = MessageChunks(**self._bottom_limits())
+        self._build_on(bottom)
+        return bottom
+
+    def _bottom_limits(self) -> dict[str, int]:
+        limits = {}
+        if "max_chunk_length" in self.stack_limits:
+            limits["max_length"] = self.stack_limits["max_chunk_length"]
+        if "max_queue" in self.stack_limits:
+            limits["max_queue"] = self.stack_limits["max_queue"]
+        return limits
+
+    def _build_on(self, bottom: LayerBase) -> BridgeLayer:
+        return BridgeLayer(build_stack(self.stack, bottom, **self.stack_limits), self)
+
+    # -- the link's life ------------------------------------------------------------------------
+
+    def link_made(self, top: BridgeLayer) -> None:
+        if self.top is not None and self.top.lost_reason is None:
+            log.warn("Phyllo link {name}: a second carrier opened; the newer one is used",
+                     name=self.name)
+        self.top = top
+        self.stats.connections += 1
+        self._paused = False
+        transport = getattr(top.bottom, "transport", None)
+        if transport is not None:
+            transport.registerProducer(self, True)
+        log.info("Phyllo link {name} is up ({stack} stack, hub topics {prefix}/...)",
+                 name=self.name, stack=self.stack, prefix=self.prefix)
+        waiters, self._link_waiters = self._link_waiters, []
+        for waiter in waiters:
+            waiter(top)
+
+    def link_lost(self, top: BridgeLayer, reason: Failure) -> None:
+        for layer in top.layers():
+            for field, total in _STACK_COUNTERS.items():
+                value = getattr(layer.counters, field)
+                setattr(self.stats, total, getattr(self.stats, total) + value)
+        if top is not self.top:
+            return
+        self.top = None
+        lost = len(self._queue)
+        self._queue.clear()
+        self._queued_bytes = 0
+        self.stats.offline += lost
+        log.info("Phyllo link {name} is down: {reason}", name=self.name,
+                 reason=reason.getErrorMessage())
+
+    def when_up(self, callback: Callable[[BridgeLayer], object]) -> None:
+        """Call `callback(top)` when the link is next up (now, if it is)."""
+        if self.top is not None:
+            callback(self.top)
+        else:
+            self._link_waiters.append(callback)
+
+    def counters(self) -> dict[str, int]:
+        """`stats`, with the counters of the stack now open added in."""
+        totals = self.stats.as_dict()
+        if self.top is not None:
+            for layer in self.top.layers():
+                for field, total in _STACK_COUNTERS.items():
+                    totals[total] += getattr(layer.counters, field)
+        return totals
+
+    def close(self) -> None:
+        """Stop taking hub messages; the carrier is closed by whoever opened it."""
+        self._subscription.cancel()
+        if self.top is not None and self.top.lost_reason is None:
+            self.top.lose_connection()
+
+    # -- device to hub --------------------------------------------------------------------------
+
+    def from_device(self, message: PubSubMessage) -> None:
+        try:
+            topic = message.topic.decode("utf-8")
+        except UnicodeDecodeError:
+            topic, problem = repr(message.topic), "it is not UTF-8"
+        else:
+            problem = hub_topic_error(topic)
+        if problem is not None:
+            self.stats.unmapped += 1
+            log.warn("Phyllo link {name}: device topic {topic} cannot be a hub topic: {problem}",
+                     name=self.name, topic=topic, problem=problem)
+            return
+        self.stats.to_hub += 1
+        self.hub.publish(HubMessage(
+            f"{self.prefix}/{topic}", hub_payload(message), sender=self._subscription,
+            protocol=PROTOCOL_NAME,
+        ))
+
+    # -- hub to device --------------------------------------------------------------------------
+
+    def from_hub(self, hub_message: HubMessage) -> None:
+        suffix = hub_message.topic[len(self.prefix) + 1 :].encode("utf-8")
+        if not suffix or len(suffix) > MAX_TOPIC_LENGTH:
+            self.stats.unmapped += 1
+            log.debug("Phyllo link {name}: hub topic {topic!r} has no device topic",
+                      name=self.name, topic=hub_message.topic)
+            return
+        message = device_message(suffix, hub_message.payload, self.send_format)
+        if message is None:
+            self.stats.unsendable += 1
+            log.warn("Phyllo link {name}: a payload on {topic!r} cannot be sent as {format}",
+                     name=self.name, topic=hub_message.topic, format=self.send_format)
+            return
+        if self.top is None:
+            self.stats.offline += 1
+            return
+        if self._paused or self._queue:
+            self._enqueue(message)
+        else:
+            self._send(message)
+
+    def _send(self, message: PubSubMessage) -> None:
+        assert self.top is not None
+        try:
+            self.top.send(message)
+        except ProtocolError as error:  # larger than a frame or chunk can hold
+            self.stats.unsendable += 1
+            log.warn("Phyllo link {name}: cannot send on {topic!r}: {error}", name=self.name,
+                     topic=message.topic, error=error)
+            return
+        self.stats.to_device += 1
+
+    def _enqueue(self, message: PubSubMessage) -> None:
+        size = len(message.topic) + len(message.payload)
+        self._queue.append(message)
+        self._queued_bytes += size
+        while self._queued_bytes > self.queue_bytes and len(self._queue) > 1:
+            oldest = self._queue.popleft()
+            self._queued_bytes -= len(oldest.topic) + len(oldest.payload)
+            self.stats.dropped += 1
+
+    # -- IPushProducer: the carrier's buffer is full, or has drained -----------------------------
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        self._paused = False
+        while self._queue and not self._paused and self.top is not None:
+            message = self._queue.popleft()
+            self._queued_bytes -= len(message.topic) + len(message.payload)
+            self._send(message)
+
+    def stopProducing(self) -> None:
+        self._paused = True
+
+
+def hub_payload(message: PubSubMessage) -> bytes:
+    """What a device message carries into the hub (module docstring)."""
+    if message.payload_type != TypeCode.DOCUMENT:
+        return message.payload
+    try:
+        document = decode_document(message.payload)
+    except ProtocolError:
+        return message.payload
+    if document.format not in (Format.MSGPACK, Format.JSON):
+        return document.body
+    try:
+        value = deserialize(document)
+    except ProtocolError:
+        return document.body
+    if isinstance(value, bytes):
+        return value
+    try:
+        return json_utf8(value)
+    except ProtocolError:
+        return document.body
+
+
+def device_message(topic: bytes, payload: bytes, send_format: str) -> PubSubMessage | None:
+    """The message a hub payload becomes for the device, or None if the format cannot carry it."""
+    if send_format == "bytes":
+        return PubSubMessage(TypeCode.BYTES_BUFFER, topic, payload)
+    value = _payload_value(payload)
+    if send_format == "json":
+        if isinstance(value, bytes):
+            return None
+        document = serialize(value, Format.JSON, Schema.SCHEMALESS)
+    else:
+        document = serialize(value, Format.MSGPACK, Schema.SCHEMALESS)
+    return message_from_document(topic, document)
+
+
+def _payload_value(payload: bytes) -> Any:
+    if not payload:
+        return None
+    try:
+        return json_loads(payload, "payload")
+    except ProtocolError:
+        pass
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return payload
