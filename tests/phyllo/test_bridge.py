@@ -461,3 +461,18 @@ async def test_a_device_on_websocket_binary_is_bridged(harness) -> None:
         for device in WebSocketDevice.devices:
             device.transport.loseConnection()
         await wait_for(port.stopListening())
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_a_frame_cannot_hold_is_counted_not_sent(harness, device) -> None:
+    address = await harness.start(parse_phyllo(f"dev1@{device.endpoint}"))
+    bridge = harness.service.phyllo["dev1"]
+    await eventually(lambda: bridge.top is not None)
+    browser = await harness.browser(address)
+    await browser.publish("phyllo/dev1/blob", b'"' + b"x" * 400 + b'"')  # over 253 bytes
+    await browser.publish("phyllo/dev1/sixteen-bytes-xx", b"1")  # over 15 topic bytes
+    await browser.publish("phyllo/dev1/led", b"1")
+    (sent,) = await eventually(device.poll)
+    assert sent == document("led", 1)
+    assert bridge.stats.unsendable == 1 and bridge.stats.unmapped == 1
+    assert bridge.stats.to_device == 1

@@ -9,7 +9,7 @@ holds one hub subscription, ``PREFIX/#``, for the life of the link.
 Topics: a device topic is bytes; it maps to the hub as its UTF-8 text after ``PREFIX/``. A topic
 that is not UTF-8, is empty, or holds ``+``, ``#`` or NUL cannot be a hub topic: the message is
 dropped and counted in `unmapped`. A hub topic maps back by removing ``PREFIX/`` (the prefix
-itself maps to nothing, and a topic over 255 bytes cannot be said in Phyllo: `unmapped`).
+itself maps to nothing, and a topic over 15 bytes cannot be said in Phyllo: `unmapped`).
 
 Payloads, device to hub:
 
