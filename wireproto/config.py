@@ -763,6 +763,27 @@ def _string_fields(
     return entry
 
 
+def _read_list(
+    source: str, name: str, value: Any, read: Callable[[str, str, Any, Any], Any],
+    check: Callable[[Sequence[Any], Sequence[str]], None] | None, reactor: Any,
+) -> tuple[Any, ...]:
+    """The ``[[name]]`` tables (or option strings), each read by `read`, then `check`ed
+    together; errors name the file and the entry, counted from 1 as a reader counts them."""
+    entries = _read_entries(source, name, value)
+    labels = [f"{name}[{number}]" for number in range(1, len(entries) + 1)]
+    items = tuple(
+        read(source, label, entry, reactor) for label, entry in zip(labels, entries, strict=True)
+    )
+    if check is not None:
+        try:
+            check(items, labels)
+        except _Located as problem:
+            raise ConfigError(
+                f"{source}: {labels[problem.index]}.{problem.key}: {problem.message}"
+            ) from None
+    return items
+
+
 def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) -> Config:
     """A `Config` from TOML text; `source` names it in error messages."""
     reactor = _default_reactor(reactor)
@@ -776,40 +797,16 @@ def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) 
 
     config = Config()
     if "listen" in document:
-        entries = _read_entries(source, "listen", document["listen"])
-        # Counted from 1, as a reader counts the [[listen]] tables in the file.
-        labels = [f"listen[{number}]" for number in range(1, len(entries) + 1)]
-        listeners = tuple(
-            _read_listener(source, label, entry, reactor)
-            for label, entry in zip(labels, entries, strict=True)
-        )
-        try:
-            _check_shared_endpoints(listeners, labels)
-        except _Located as problem:
-            raise ConfigError(
-                f"{source}: {labels[problem.index]}.{problem.key}: {problem.message}"
-            ) from None
+        listeners = _read_list(source, "listen", document["listen"], _read_listener,
+                               _check_shared_endpoints, reactor)
         config = replace(config, listeners=listeners)
     if "attach" in document:
-        entries = _read_entries(source, "attach", document["attach"])
-        config = replace(config, attach=tuple(
-            _read_attach(source, f"attach[{number}]", entry, reactor)
-            for number, entry in enumerate(entries, 1)
-        ))
+        links = _read_list(source, "attach", document["attach"], _read_attach, None, reactor)
+        config = replace(config, attach=links)
     if "phyllo" in document:
-        entries = _read_entries(source, "phyllo", document["phyllo"])
-        labels = [f"phyllo[{number}]" for number in range(1, len(entries) + 1)]
-        links = tuple(
-            _read_phyllo(source, label, entry, reactor)
-            for label, entry in zip(labels, entries, strict=True)
-        )
-        try:
-            _check_phyllo_links(links, labels)
-        except _Located as problem:
-            raise ConfigError(
-                f"{source}: {labels[problem.index]}.{problem.key}: {problem.message}"
-            ) from None
-        config = replace(config, phyllo=links)
+        phyllo = _read_list(source, "phyllo", document["phyllo"], _read_phyllo,
+                            _check_phyllo_links, reactor)
+        config = replace(config, phyllo=phyllo)
     for name, (kind, readers) in _TABLES.items():
         if name in document:
             config = replace(config, **{name: _read_table(

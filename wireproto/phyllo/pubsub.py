@@ -34,7 +34,7 @@ from wireproto.errors import InvalidTopic, ProtocolError, UnknownType
 
 from .base import DEFAULT_MAX_QUEUE, Layer, LayerBase
 
-__all__ = ["DocumentLink", "MessageLink", "PubSubDocument", "topic_bytes"]
+__all__ = ["DocumentLink", "MessageLink", "PubSubDocument", "SendsValues", "topic_bytes"]
 
 
 def topic_bytes(topic: bytes | str) -> bytes:
@@ -112,7 +112,25 @@ class MessageLink(Layer[PubSubMessage]):
 _READABLE = (Format.MSGPACK, Format.JSON)
 
 
-class DocumentLink(Layer[PubSubDocument]):
+class SendsValues:
+    """`send_value(topic, value)` for a layer whose `send` takes a `PubSubDocument`."""
+
+    def send(self, document: PubSubDocument) -> None:
+        raise NotImplementedError
+
+    def send_value(
+        self,
+        topic: bytes | str,
+        value: Any,
+        *,
+        format: int = Format.MSGPACK,
+        schema: int = Schema.SCHEMALESS,
+    ) -> None:
+        """Serialize `value` (msgpack unless told otherwise) and send it on `topic`."""
+        self.send(PubSubDocument.of(topic, value, format=format, schema=schema))
+
+
+class DocumentLink(SendsValues, Layer[PubSubDocument]):
     """The pub-sub document link (0x40): structured data on named topics, over a message link."""
 
     name: ClassVar[str] = "document link"
@@ -152,14 +170,3 @@ class DocumentLink(Layer[PubSubDocument]):
 
     def send(self, document: PubSubDocument) -> None:
         self.send_below(message_from_document(document.topic, document.document))
-
-    def send_value(
-        self,
-        topic: bytes | str,
-        value: Any,
-        *,
-        format: int = Format.MSGPACK,
-        schema: int = Schema.SCHEMALESS,
-    ) -> None:
-        """Serialize `value` (msgpack unless told otherwise) and send it on `topic`."""
-        self.send(PubSubDocument.of(topic, value, format=format, schema=schema))

@@ -27,7 +27,7 @@ from wireproto.codecs.phyllo.message import MAX_TOPIC_LENGTH
 from wireproto.errors import InvalidTopic
 
 from .base import DEFAULT_MAX_QUEUE, Layer, LayerBase, log
-from .pubsub import PubSubDocument, topic_bytes
+from .pubsub import PubSubDocument, SendsValues, topic_bytes
 
 __all__ = ["Endpoint", "EndpointHandler", "Router", "SingleEndpointHandler", "TopicFilter"]
 
@@ -208,7 +208,7 @@ class _LayerHandler(EndpointHandler):
         self.layer.link_lost(reason)
 
 
-class Router(LayerBase):
+class Router(SendsValues, LayerBase):
     """Gives each document from a document link to every subscribed endpoint handler."""
 
     name: ClassVar[str] = "router"
@@ -258,13 +258,3 @@ class Router(LayerBase):
 
     def send(self, document: PubSubDocument) -> None:
         self.send_below(document)
-
-    def send_value(
-        self,
-        topic: bytes | str,
-        value: Any,
-        *,
-        format: int = Format.MSGPACK,
-        schema: int = Schema.SCHEMALESS,
-    ) -> None:
-        self.send(PubSubDocument.of(topic, value, format=format, schema=schema))

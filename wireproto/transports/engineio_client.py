@@ -13,10 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.internet.error import ConnectionLost
 from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.ssl import optionsForClientTLS
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -34,6 +32,7 @@ from wireproto.errors import (
 from wireproto.transports.base import (
     IMessageProtocol,
 )
+from wireproto.transports.connect import websocket_client
 from wireproto.transports.engineio import (
     DEFAULT_PATH,
     EngineIOOptions,
@@ -44,7 +43,6 @@ from wireproto.transports.engineio import (
 from wireproto.transports.websocket import (
     HandshakeFailed,
     WebSocketClientAdapter,
-    websocket_client_factory,
 )
 
 __all__ = ["EngineIOClientAdapter", "engineio_client_connect", "engineio_url"]
@@ -199,21 +197,10 @@ def engineio_client_connect(
     for ``wss://``; the default verifies the server against the system's trust roots.
     """
     full_url = engineio_url(url)
-    try:
-        factory = websocket_client_factory(
-            full_url, protocol_factory, options.websocket, reactor=reactor
-        )
-    except Exception as exc:  # Autobahn raises bare Exception for a bad URL
-        raise ValueError(f"cannot connect to {url!r}: {exc}") from exc
+    endpoint, factory = websocket_client(
+        reactor, full_url, protocol_factory, options.websocket, context_factory
+    )
     factory.protocol = EngineIOClientAdapter
-    endpoint: Any = HostnameEndpoint(reactor, factory.host, factory.port)
-    if factory.isSecure:
-        tls = context_factory if context_factory is not None else optionsForClientTLS(
-            factory.host
-        )
-        endpoint = wrapClientTLS(tls, endpoint)
-    elif context_factory is not None:
-        raise ValueError(f"context_factory is for wss:// URLs, not {url!r}")
     connecting = endpoint.connect(factory)
     connecting.addCallback(lambda adapter: adapter.opened)
     return connecting
