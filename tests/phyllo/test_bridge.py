@@ -266,6 +266,29 @@ async def test_a_device_document_reaches_a_websmq_browser_and_back(harness, devi
 
 
 @pytest_twisted.ensureDeferred
+async def test_the_firmware_peer_and_a_websmq_browser_through_the_broker(harness, device):
+    """The same, with the device played by the firmware process written from the byte formats."""
+    from tests.phyllo.test_firmware import as_value, spawn
+
+    address = await harness.start(parse_phyllo(f"dev1@{device.endpoint}"))
+    bridge = harness.service.phyllo["dev1"]
+    await eventually(lambda: bridge.top is not None)
+    firmware = await spawn(device.master, "reduced")
+    try:
+        browser = await harness.browser(address)
+        temps = await harness.subscribed(browser, "phyllo/dev1/temp")
+        firmware.command("document", topic="temp", value={"celsius": 21.5})
+        await eventually(lambda: temps)
+        assert json.loads(temps[0].payload) == {"celsius": 21.5}
+
+        await browser.publish("phyllo/dev1/led", b"true")
+        event = await firmware.next("message")
+        assert bytes.fromhex(event["topic"]) == b"led" and as_value(event) is True
+    finally:
+        await firmware.stop()
+
+
+@pytest_twisted.ensureDeferred
 async def test_the_bridge_never_echoes_and_maps_only_its_prefix(harness, device) -> None:
     address = await harness.start(
         PhylloLink("dev1", device.endpoint, "minimal", "lab/dev1", "bytes")
