@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
 from wireproto.hub import DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_QUEUE_BYTES, Overflow
 from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
@@ -113,6 +114,8 @@ class PhylloLink:
     stack: str = "reduced"
     prefix: str = ""
     send_format: str = "msgpack"
+    # The longest chunk the device takes (phyllo-cpp's buffers; 80 suits an Arduino Uno).
+    max_chunk_length: int = MAX_CHUNK_LENGTH
 
     def describe(self) -> str:
         return f"phyllo link {self.name} ({self.stack} stack, hub topics {self.prefix}/...)"
@@ -382,7 +385,7 @@ def _check_attach(protocol: str, endpoint: str, framing: str | None, reactor: An
 
 def _check_phyllo(
     name: str, endpoint: str, stack: str | None, prefix: str | None, send_format: str | None,
-    reactor: Any,
+    reactor: Any, max_chunk_length: int = MAX_CHUNK_LENGTH,
 ) -> PhylloLink:
     if not name or not all(char.isalnum() or char in "-_." for char in name):
         raise _Invalid(
@@ -414,7 +417,11 @@ def _check_phyllo(
         raise _Invalid(
             "send_format", f"unknown send_format {send_format!r}; use {_one_of(SEND_FORMATS)}"
         )
-    return PhylloLink(name, endpoint, stack, prefix, send_format)
+    if not 16 <= max_chunk_length <= MAX_CHUNK_LENGTH:
+        raise _Invalid(
+            "max_chunk_length", f"must be 16 to {MAX_CHUNK_LENGTH} bytes, not {max_chunk_length}"
+        )
+    return PhylloLink(name, endpoint, stack, prefix, send_format, max_chunk_length)
 
 
 def _check_phyllo_links(links: Sequence[PhylloLink], labels: Sequence[str]) -> None:
@@ -657,7 +664,7 @@ _ENGINEIO_KEYS: dict[str, Callable[[Any], Any]] = {
 }
 _LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
 _ATTACH_KEYS = ("protocol", "endpoint", "framing")
-_PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format")
+_PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length")
 _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "hub": (HubSettings, _HUB_KEYS),
     "websocket": (WebSocketOptions, _WEBSOCKET_KEYS),
@@ -737,11 +744,19 @@ def _read_phyllo(where: str, label: str, entry: Any, reactor: Any) -> PhylloLink
             return parse_phyllo(entry, reactor=reactor)
         except ConfigError as error:
             raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--phyllo ')}") from None
+    if isinstance(entry, dict) and "max_chunk_length" in entry:
+        entry = dict(entry)
+        try:
+            max_chunk_length = _integer(entry.pop("max_chunk_length"))
+        except ValueError as error:
+            raise ConfigError(f"{where}: {label}.max_chunk_length: {error}") from None
+    else:
+        max_chunk_length = MAX_CHUNK_LENGTH
     values = _string_fields(where, label, entry, _PHYLLO_KEYS, required=("name", "endpoint"))
     try:
         return _check_phyllo(
             values["name"], values["endpoint"], values.get("stack"), values.get("prefix"),
-            values.get("send_format"), reactor,
+            values.get("send_format"), reactor, max_chunk_length,
         )
     except _Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None

@@ -33,6 +33,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import HTTP_TRANSPORTS, Attach, Config, Listener, PhylloLink, endpoint_type
 from wireproto.hub import Hub
 from wireproto.phyllo.bridge import HubBridge
@@ -269,6 +270,8 @@ class WireprotoService(MultiService):
         bridge = HubBridge(
             self.hub, link.name, prefix=link.prefix, stack=link.stack,
             send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
+            max_chunk_length=link.max_chunk_length,
+            max_frame_payload=min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2),
         )
         endpoint: Any
         if is_websocket_address(link.endpoint):

@@ -205,18 +205,24 @@ def test_a_bridge_refuses_bad_settings() -> None:
 
 def test_phyllo_links_in_config() -> None:
     link = parse_phyllo("dev1@serial:/dev/ttyACM0")
-    assert link == PhylloLink("dev1", "serial:/dev/ttyACM0", "reduced", "phyllo/dev1", "msgpack")
+    assert link == PhylloLink("dev1", "serial:/dev/ttyACM0", "reduced", "phyllo/dev1", "msgpack",
+                              255)
     assert parse_phyllo("esp+minimal@ws://127.0.0.1:9/phyllo").stack == "minimal"
     from wireproto.config import ConfigError, config_from_toml, config_to_toml
 
     config = config_from_toml(
         '[[phyllo]]\nname = "dev1"\nendpoint = "tcp:127.0.0.1:2000"\nprefix = "lab/dev1"\n'
         'send_format = "json"\n'
-        '[[phyllo]]\nname = "dev2"\nendpoint = "serial:/dev/ttyUSB0"\nstack = "minimal"\n',
+        '[[phyllo]]\nname = "dev2"\nendpoint = "serial:/dev/ttyUSB0"\nstack = "minimal"\n'
+        'max_chunk_length = 80\n',
         source="lab.toml",
     )
-    assert [(link.name, link.prefix, link.stack, link.send_format) for link in config.phyllo] == [
-        ("dev1", "lab/dev1", "reduced", "json"), ("dev2", "phyllo/dev2", "minimal", "msgpack"),
+    assert [
+        (link.name, link.prefix, link.stack, link.send_format, link.max_chunk_length)
+        for link in config.phyllo
+    ] == [
+        ("dev1", "lab/dev1", "reduced", "json", 255),
+        ("dev2", "phyllo/dev2", "minimal", "msgpack", 80),
     ]
     assert config_from_toml(config_to_toml(config)) == config
     for text, error in [
@@ -225,6 +231,10 @@ def test_phyllo_links_in_config() -> None:
          r"phyllo\[1\]\.endpoint: bad client endpoint 'tpc:h:1': Unknown endpoint type"),
         ('[[phyllo]]\nname = "a"\nendpoint = "tcp:h:1"\nstack = "standard"\n',
          r"phyllo\[1\]\.stack: unknown Phyllo stack 'standard'"),
+        ('[[phyllo]]\nname = "a"\nendpoint = "tcp:h:1"\nmax_chunk_length = 8\n',
+         r"phyllo\[1\]\.max_chunk_length: must be 16 to 255 bytes, not 8"),
+        ('[[phyllo]]\nname = "a"\nendpoint = "tcp:h:1"\nmax_chunk_length = "80"\n',
+         r"phyllo\[1\]\.max_chunk_length: expected an integer"),
         ('[[phyllo]]\nname = "a"\nendpoint = "tcp:h:1"\nspeed = "1"\n',
          r"phyllo\[1\]\.speed: unknown key"),
         ('[[phyllo]]\nname = "a"\nendpoint = "tcp:h:1"\n'
@@ -499,3 +509,20 @@ async def test_what_a_frame_cannot_hold_is_counted_not_sent(harness, device) -> 
     assert sent == document("led", 1)
     assert bridge.stats.unsendable == 1 and bridge.stats.unmapped == 1
     assert bridge.stats.to_device == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_small_boards_chunk_limit_holds_for_what_the_hub_sends(harness, device) -> None:
+    link = PhylloLink("uno", device.endpoint, "reduced", "phyllo/uno", "bytes", 40)
+    address = await harness.start(link)
+    bridge = harness.service.phyllo["uno"]
+    await eventually(lambda: bridge.top is not None)
+    browser = await harness.browser(address)
+    await browser.publish("phyllo/uno/big", b"x" * 40)  # 40 + headers: over a 40-byte chunk
+    await browser.publish("phyllo/uno/small", b"x" * 20)
+    (sent,) = await eventually(device.poll)
+    assert sent == PubSubMessage(TypeCode.BYTES_BUFFER, b"small", b"x" * 20)
+    assert bridge.stats.unsendable == 1
+    # What the device sends over the limit is dropped as line noise.
+    device.write(REDUCED.encode(PubSubMessage(TypeCode.BYTES_BUFFER, b"big", b"y" * 60)))
+    await eventually(lambda: bridge.counters()["framing_errors"] == 1)

@@ -101,7 +101,6 @@ class BridgeStats:
     crc_errors: int = 0
     framing_errors: int = 0
     type_errors: int = 0
-    decode_errors: int = 0
     stack_dropped: int = 0
     """Units a layer's full receive queue dropped."""
 
@@ -113,7 +112,6 @@ _STACK_COUNTERS = {
     "crc_errors": "crc_errors",
     "framing_errors": "framing_errors",
     "type_errors": "type_errors",
-    "decode_errors": "decode_errors",
     "dropped": "stack_dropped",
 }
 
