@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/codecs.py
 	$(BIN)/python bench/pubsub.py
 	$(BIN)/python bench/rpc.py
+	$(BIN)/python bench/phyllo.py
 
 clean:
 	rm -rf $(VENV) tests/interop/node_modules

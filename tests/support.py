@@ -66,13 +66,21 @@ def need_interop_peer(path: Path, what: str) -> str:
     them a test is skipped on a developer's machine but fails under CI, where `make test` has
     installed both, so a real-peer test can never pass by not running."""
     node = shutil.which("node")
-    missing = (
+    need_peer(
         "node is not installed" if node is None
         else None if path.exists()
-        else f"{path} is missing; run `npm ci` in tests/interop"
+        else f"{path} is missing; run `npm ci` in tests/interop",
+        what,
     )
+    assert node is not None
+    return node
+
+
+def need_peer(missing: str | None, what: str) -> None:
+    """Skip (on a developer's machine) or fail (under CI) a real-peer test, saying what is
+    `missing`; do nothing if nothing is."""
     if missing is None:
-        return node
+        return
     message = f"{what} needs a real peer: {missing}"
     if os.environ.get("CI"):
         pytest.fail(message)
