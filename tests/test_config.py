@@ -264,9 +264,38 @@ def test_an_engineio_path_gets_the_trailing_slash_engineio_paths_have() -> None:
 
 def test_nydus_settings_from_toml() -> None:
     config = config_from_toml(
-        "[nydus]\ndebug = true\nmax_pending_invokes = 5\n", reactor=reactor
+        "[nydus]\ndebug = true\nmax_pending_invokes = 5\nhub_routes = false\n", reactor=reactor
     )
-    assert config.protocol_options("nydus") == {"debug": True, "max_pending_invokes": 5}
+    assert config.protocol_options("nydus") == {
+        "debug": True, "max_pending_invokes": 5, "hub_routes": False,
+    }
+
+
+def test_log_and_metrics_settings_from_toml() -> None:
+    config = config_from_toml(
+        '[log]\nlevel = "info"\nformat = "json"\nfile = "/var/log/wireproto.log"\n'
+        '[metrics]\nenabled = false\npath = "/internal/metrics"\n',
+        reactor=reactor,
+    )
+    assert (config.log.level, config.log.format, config.log.file) == (
+        "info", "json", "/var/log/wireproto.log"
+    )
+    assert (config.metrics.enabled, config.metrics.path) == (False, "/internal/metrics")
+    assert config_from_toml(config_to_toml(config), reactor=reactor) == config
+    defaults = Config()
+    assert (defaults.log.level, defaults.log.format, defaults.metrics.path) == (
+        "warn", "text", "/metrics"
+    )
+    for text, message in [
+        ('[log]\nlevel = "loud"\n', 'w.toml: log.level: unknown value "loud"; use debug, info, '
+                                     "warn or error"),
+        ('[log]\nformat = "xml"\n', 'w.toml: log.format: unknown value "xml"; use text or json'),
+        ('[metrics]\npath = "metrics"\n', "w.toml: metrics: path 'metrics' must start with '/'"),
+        ("[metrics]\nenabled = 1\n", "w.toml: metrics.enabled: expected true or false, got 1"),
+    ]:
+        with pytest.raises(ConfigError) as raised:
+            config_from_toml(text, source="w.toml", reactor=reactor)
+        assert str(raised.value) == message
 
 
 def test_subble_settings_from_toml() -> None:
@@ -308,7 +337,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, hub, websocket, stream, "
-                       "websmq, ubre, nydus, subble or engineio "
+                       "websmq, ubre, nydus, subble, engineio, log or metrics "
                        "(did you mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',

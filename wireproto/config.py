@@ -50,6 +50,8 @@ __all__ = [
     "NydusSettings",
     "SubbleSettings",
     "EngineIOSettings",
+    "LogSettings",
+    "MetricsSettings",
     "Config",
     "DEFAULT_LISTENERS",
     "parse_listen",
@@ -161,6 +163,8 @@ class NydusSettings:
     debug: bool = False
     # Invokes from one connection that its handlers may work on at once; more get 429.
     max_pending_invokes: int = 1000
+    # /_hub/subscribe, /_hub/unsubscribe and /_hub/publish, for clients of a plain broker.
+    hub_routes: bool = True
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,31 @@ class EngineIOSettings:
     ping_timeout: float = 20.0
     max_payload: int = 1_000_000
     max_connections: int = 10_000
+
+
+LOG_LEVELS = ("debug", "info", "warn", "error")
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """What the broker logs, and where: `file` "" is stderr."""
+
+    level: str = "warn"
+    format: str = "text"
+    file: str = ""
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """Prometheus metrics, served on every HTTP listener's port at `path`."""
+
+    enabled: bool = True
+    path: str = "/metrics"
+
+    def __post_init__(self) -> None:
+        if not self.path.startswith("/"):
+            raise ValueError(f"path {self.path!r} must start with '/'")
 
 
 DEFAULT_LISTENERS = (
@@ -211,6 +240,8 @@ class Config:
     nydus: NydusSettings = field(default_factory=NydusSettings)
     subble: SubbleSettings = field(default_factory=SubbleSettings)
     engineio: EngineIOSettings = field(default_factory=EngineIOSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def protocol_options(self, protocol: str) -> dict[str, Any]:
         """The keyword options for `protocol`'s make_factory (its own TOML table)."""
@@ -648,6 +679,7 @@ _UBRE_KEYS: dict[str, Callable[[Any], Any]] = {
 _NYDUS_KEYS: dict[str, Callable[[Any], Any]] = {
     "debug": _boolean,
     "max_pending_invokes": _positive_integer,
+    "hub_routes": _boolean,
 }
 _SUBBLE_KEYS: dict[str, Callable[[Any], Any]] = {
     "allow_new_clients": _boolean,
@@ -662,6 +694,25 @@ _ENGINEIO_KEYS: dict[str, Callable[[Any], Any]] = {
     "max_payload": _positive_integer,
     "max_connections": _positive_integer,
 }
+def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
+    def read(value: Any) -> str:
+        value = _string(value)
+        if value not in choices:
+            raise ValueError(f"unknown value {_shown(value)}; use {_one_of(choices)}")
+        return value
+
+    return read
+
+
+_LOG_KEYS: dict[str, Callable[[Any], Any]] = {
+    "level": _choice(LOG_LEVELS),
+    "format": _choice(LOG_FORMATS),
+    "file": _string,
+}
+_METRICS_KEYS: dict[str, Callable[[Any], Any]] = {
+    "enabled": _boolean,
+    "path": _string,
+}
 _LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
 _ATTACH_KEYS = ("protocol", "endpoint", "framing")
 _PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length")
@@ -674,6 +725,8 @@ _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "nydus": (NydusSettings, _NYDUS_KEYS),
     "subble": (SubbleSettings, _SUBBLE_KEYS),
     "engineio": (EngineIOSettings, _ENGINEIO_KEYS),
+    "log": (LogSettings, _LOG_KEYS),
+    "metrics": (MetricsSettings, _METRICS_KEYS),
 }
 _TOP_KEYS = ("listen", "attach", "phyllo", *_TABLES)
 

@@ -22,7 +22,7 @@ from twisted.internet.protocol import Factory
 from twisted.python.failure import Failure
 
 from tests.raw_peers import RawConnection, RawStream, RawWebSocket
-from tests.support import eventually, sleep, wait_for
+from tests.support import eventually, failure_of, sleep, wait_for
 from wireproto.errors import InvalidField, InvalidTopic
 from wireproto.hub import Hub
 from wireproto.protocols.nydus import (
@@ -720,3 +720,52 @@ async def test_subscribe_client_refuses_bad_paths_and_closes_unused_coroutines(h
     pending = data()
     assert not host.server.subscribe_client(peer.remote, "/once", pending)
     assert pending.cr_frame is None  # closed, so never "never awaited"
+
+
+# -- hub routes -----------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_hub_routes_let_a_client_subscribe_and_publish_with_no_application_code() -> None:
+    from wireproto.hub import HubMessage
+    from wireproto.protocols.nydus import InvokeError
+    from wireproto.protocols.nydus_client import connect
+
+    running = await NydusHost(hub_routes=True).start()
+    client = await wait_for(connect(reactor, running.ws_url, engineio=False))
+    try:
+        got: list[Any] = []
+        client.register_route("/chat/:room", lambda match, data: got.append((match.path, data)))
+        assert await wait_for(client.invoke("/_hub/subscribe", "/chat/lobby")) is None
+        running.hub.publish(HubMessage("chat/lobby", b'{"text":"hi"}', protocol="websmq"))
+        await eventually(lambda: got)
+        assert got == [("/chat/lobby", {"text": "hi"})]
+
+        at_hub: list[HubMessage] = []
+        running.hub.subscribe_callback("chat/news", at_hub.append)
+        result = await wait_for(client.invoke("/_hub/publish", {"path": "/chat/news", "data": 1}))
+        assert result == {"delivered": 1}
+        assert [(m.topic, m.payload, m.protocol) for m in at_hub] == [("chat/news", b"1", "nydus")]
+
+        assert await wait_for(client.invoke("/_hub/unsubscribe", "/chat/lobby")) is None
+        assert not running.hub.subscribers("chat/lobby")
+        for path, data in [("/_hub/subscribe", "chat/lobby"), ("/_hub/publish", {"data": 1}),
+                           ("/_hub/publish", "/chat"), ("/_hub/subscribe", "relative")]:
+            failure = await failure_of(client.invoke(path, data))
+            assert isinstance(failure, InvokeError) and failure.status == 400, (path, failure)
+    finally:
+        client.close()
+        await running.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_hub_routes_they_are_not_found(host: NydusHost) -> None:
+    from wireproto.protocols.nydus import InvokeError
+    from wireproto.protocols.nydus_client import connect
+
+    client = await wait_for(connect(reactor, host.lines))
+    try:
+        failure = await failure_of(client.invoke("/_hub/subscribe", "/chat/lobby"))
+        assert isinstance(failure, InvokeError) and failure.status == 404
+    finally:
+        client.close()

@@ -14,6 +14,12 @@ behaves as the reference server, nydus 5.3.2 (npm), does:
   development mode); a handler that returns None answers ``2$id|``, RESULT with no data;
 - `subscribe_client`, `unsubscribe_client`, `unsubscribe_all` and `publish` work as nydus's do.
 
+**Hub routes** (`hub_routes=True`, on in `wireproto serve`): with no application code to
+subscribe them, nydus clients of a plain broker use three routes of wireproto's own:
+``/_hub/subscribe`` and ``/_hub/unsubscribe`` with a path as data (``"/chat/room"``), and
+``/_hub/publish`` with ``{"path": "/chat/room", "data": ...}``, whose result is
+``{"delivered": N}``. Bad data is ERROR status 400.
+
 nydus is carried by Engine.IO 4 for the JavaScript client (wireproto.transports.engineio), and,
 as wireproto's extension for clients that are not JavaScript, by raw WebSocket text frames (one
 nydus message per frame) and by TCP with the ``lines`` framing (one message per line). This
@@ -83,6 +89,9 @@ DEFAULT_MAX_PENDING_INVOKES = 1000
 NOT_FOUND = {"message": "Not Found", "status": 404}
 TOO_MANY_REQUESTS = {"message": "Too Many Requests", "status": 429}
 _INTERNAL_ERROR = HTTPStatus.INTERNAL_SERVER_ERROR
+
+
+HUB_ROUTES = "/_hub"
 
 
 def nanoid() -> str:
@@ -368,6 +377,7 @@ class NydusServer:
         *,
         debug: bool = False,
         max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES,
+        hub_routes: bool = False,
         reactor: Any = None,
     ) -> None:
         if reactor is None:
@@ -379,6 +389,10 @@ class NydusServer:
         self.router = Router()
         self.clients: dict[str, NydusServerProtocol] = {}
         self._sessions: dict[Session, NydusServerProtocol] = {}
+        if hub_routes:
+            self.register_route(f"{HUB_ROUTES}/subscribe", self._route_subscribe)
+            self.register_route(f"{HUB_ROUTES}/unsubscribe", self._route_unsubscribe)
+            self.register_route(f"{HUB_ROUTES}/publish", self._route_publish)
 
     # -- hooks: replace them ---------------------------------------------------------------------
 
@@ -411,6 +425,34 @@ class NydusServer:
             return register
         self.router.add(pattern, handler)
         return handler
+
+    # -- the hub routes ------------------------------------------------------------------------
+
+    @staticmethod
+    def _path_in(body: Any) -> str:
+        if not isinstance(body, str) or not body.startswith("/"):
+            raise InvokeError(400, f"expected a path that starts with '/', not {body!r:.60}")
+        return body
+
+    def _route_subscribe(self, invocation: Invocation) -> None:
+        try:
+            self.subscribe_client(invocation.client, self._path_in(invocation.body))
+        except (ValueError, ProtocolError) as error:
+            raise InvokeError(400, str(error)) from None
+
+    def _route_unsubscribe(self, invocation: Invocation) -> None:
+        self.unsubscribe_client(invocation.client, self._path_in(invocation.body))
+
+    def _route_publish(self, invocation: Invocation) -> dict[str, int]:
+        body = invocation.body
+        if not isinstance(body, dict) or set(body) - {"path", "data"} or "path" not in body:
+            raise InvokeError(400, 'expected {"path": "/topic", "data": ...}')
+        path = self._path_in(body["path"])
+        try:
+            delivered = self.publish(path, body.get("data", NO_DATA), sender=invocation.client)
+        except (ValueError, ProtocolError) as error:
+            raise InvokeError(400, str(error)) from None
+        return {"delivered": delivered}
 
     # -- subscriptions ---------------------------------------------------------------------------
 
@@ -486,17 +528,21 @@ class NydusServer:
                 found = True
         return found
 
-    def publish(self, path: str, data: Any = NO_DATA) -> int:
-        """Publish `data` on `path` to every subscriber of its hub topic, on every protocol.
-        Returns how many got it. Raises InvalidField for data that is not JSON (bytes go into the
-        hub as they are), ValueError or InvalidTopic for a path without a topic."""
+    def publish(
+        self, path: str, data: Any = NO_DATA, *, sender: NydusServerProtocol | None = None
+    ) -> int:
+        """Publish `data` on `path` to every subscriber of its hub topic, on every protocol
+        (but `sender`, a client publishing through the server). Returns how many got it.
+        Raises InvalidField for data that is not JSON (bytes go into the hub as they are),
+        ValueError or InvalidTopic for a path without a topic."""
         topic = topic_of_path(path)
         head = _publish_head(path)
         payload = b"" if data is NO_DATA else payload_from_value(data)
         cache = {}
         if not isinstance(data, (bytes, bytearray, memoryview)):
             cache[WIRE_FORMAT] = (head + payload, False)
-        return self.hub.publish(HubMessage(topic, payload, protocol="nydus"), cache)
+        session = sender.session if sender is not None else None
+        return self.hub.publish(HubMessage(topic, payload, sender=session, protocol="nydus"), cache)
 
     # -- connections -----------------------------------------------------------------------------
 
