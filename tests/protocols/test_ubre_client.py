@@ -835,3 +835,12 @@ async def test_a_request_over_the_size_limit_fails_and_nothing_is_sent(server, r
     assert isinstance(error, FrameTooLarge)
     assert len(client.protocol.pending) == 0
     assert client.connected
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_bad_address_fails_connect_and_leaves_nothing_waiting() -> None:
+    client = UbreClient(reactor, "tcp:nonsense=1")
+    failure = await failure_of(client.connect())
+    assert isinstance(failure, ValueError) and "cannot connect to 'tcp:nonsense=1'" in str(failure)
+    assert client._connect_waiters == []
+    await wait_for(client.close())  # nothing left to fail: no "Unhandled error in Deferred"

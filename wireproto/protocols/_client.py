@@ -94,7 +94,8 @@ class ClientBase:
             if self._reconnector is not None:
                 self._reconnector.start()
             else:
-                self._attempt = self._connect_once()
+                # A bad address raises at once: that fails the waiters too, none is left behind.
+                self._attempt = defer.maybeDeferred(self._connect_once)
                 self._attempt.addErrback(self._connect_failed)
         return d
 
