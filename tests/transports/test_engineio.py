@@ -461,6 +461,23 @@ async def test_allow_request_can_refuse_polling_and_websocket_handshakes(eio):
 
 
 @pytest_twisted.ensureDeferred
+async def test_allowed_origins_refuse_a_browser_on_another_origin(eio):
+    await eio.start(Recorder, EngineIOOptions(allowed_origins=("https://app.example:443",
+                                                               "http://127.0.0.1:*")))
+    polling = "/engine.io/?EIO=4&transport=polling"
+    for origin, status in [
+        ("https://evil.example", 403), ("null", 403), ("https://app.example", 200),
+        ("http://127.0.0.1:8080", 200), ("https://app.example:8443", 403),
+    ]:
+        answer = await eio.request("GET", polling, headers={"Origin": origin})
+        assert answer.status == status, origin
+    assert (await eio.request("GET", polling)).status == 200  # no Origin: not a browser
+    target, headers = upgrade_request("EIO=4&transport=websocket")
+    refused = await eio.request("GET", target, headers={**headers, "Origin": "https://evil.example"})
+    assert refused.status == 403 and refused.json() == {"code": 4, "message": "Forbidden"}
+
+
+@pytest_twisted.ensureDeferred
 async def test_max_connections_refuses_more_sessions_with_503(eio):
     await eio.start(Recorder, EngineIOOptions(max_connections=1))
     await eio.handshake()

@@ -35,9 +35,12 @@ max_payload is refused (413) only once it is in; bound it at the Site if that ma
 
 The client is `wireproto.transports.engineio_client`.
 
-Not handled: cookies, CORS, JSONP, Engine.IO 3, WebTransport. `WebSocketOptions.allowed_origins`
-does not apply here (polling has no Origin check in engine.io either): check the Origin header in
-`allow_request` instead.
+`EngineIOOptions.allowed_origins` checks the Origin header of each handshake, polling or
+WebSocket, with the patterns `WebSocketOptions.allowed_origins` takes: a browser on a page of
+another origin gets 403. A request without an Origin header (not from a browser) is let through.
+engine.io has no such check; `allow_request` may add others.
+
+Not handled: cookies, CORS, JSONP, Engine.IO 3, WebTransport.
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+from autobahn.util import wildcards2patterns
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet.error import ConnectionAborted, ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall
@@ -143,6 +148,9 @@ class EngineIOOptions:
     # Called with the twisted.web request of each handshake (polling GET or WebSocket without a
     # sid); False refuses it with 403.
     allow_request: Callable[[IRequest], bool] | None = None
+    # None accepts any Origin; else patterns matched against "scheme://host:port", as
+    # WebSocketOptions.allowed_origins (the broker passes those).
+    allowed_origins: tuple[str, ...] | None = None
     # For the WebSockets. Its max_message_size is raised to max_payload if it is lower.
     websocket: WebSocketOptions = field(default_factory=WebSocketOptions)
     # A WebSocket that has not finished the upgrade dance by then is closed (engine.io's).
@@ -258,6 +266,22 @@ def _respond(
         request.setHeader(b"cache-control", b"no-store")
     request.write(body)
     request.finish()
+
+
+def _origin_allowed(request: IRequest, allowed: tuple[str, ...] | None) -> bool:
+    """Whether a handshake's Origin header matches `allowed` (None: any origin)."""
+    origin = request.getHeader(b"origin")
+    if allowed is None or origin is None:
+        return True
+    try:
+        parts = urlsplit(origin.decode("ascii"))
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme.lower())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    if not parts.hostname or port is None:  # "null" (a sandboxed page, a file) and the like
+        return False
+    text = f"{parts.scheme.lower()}://{parts.hostname}:{port}"
+    return any(pattern.match(text) for pattern in wildcards2patterns(allowed))
 
 
 def _refuse(request: Any, code: int) -> int:
@@ -886,6 +910,10 @@ class _Server:
             return _refuse(request, BAD_HANDSHAKE_METHOD)
         if (transport == WEBSOCKET) != upgrade:
             return _refuse(request, BAD_REQUEST)
+        if not _origin_allowed(request, self.options.allowed_origins):
+            log.info("refused an Engine.IO handshake from {peer}: origin {origin} is not allowed",
+                     peer=request.getClientAddress(), origin=request.getHeader(b"origin"))
+            return _refuse(request, FORBIDDEN)
         allow = self.options.allow_request
         if allow is not None and not allow(request):
             return _refuse(request, FORBIDDEN)
