@@ -3,6 +3,7 @@ one client to another through them, clean stops on SIGINT/SIGTERM, and one-line 
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -15,9 +16,9 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
 
-from tests.support import eventually, wait_for
+from tests.support import eventually, sleep, wait_for
 from wireproto.cli import announce, main
 from wireproto.codecs import websmq
 from wireproto.protocols.websmq import WebsmqClientProtocol, connect
@@ -170,6 +171,81 @@ async def test_serve_waits_for_a_phyllo_device_and_bridges_it(
     finally:
         await wait_for(subscriber.disconnect())
     assert child.process.poll() is None
+    child.process.send_signal(signal.SIGINT)
+    assert await child.exit_code() == 0, child.output()
+
+
+def _default_ports_free() -> None:
+    """The test of `wireproto serve` with no arguments needs 8765-8769 on 127.0.0.1."""
+    for port in range(8765, 8770):
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as error:
+                pytest.fail(f"port {port} on 127.0.0.1 is taken ({error.strerror}): the default "
+                            "listeners need 8765-8769")
+
+
+@pytest_twisted.ensureDeferred
+async def test_serve_with_no_arguments_joins_every_protocol(children: list[Child]) -> None:
+    """One message from each protocol's own client reaches the clients of all the others."""
+    from wireproto.protocols import nydus_client, subble_client, ubre_client
+
+    _default_ports_free()
+    child = Child(sys.executable, "-m", "wireproto", "serve")
+    children.append(child)
+    await child.line(re.compile(r"^wireproto: ready; Ctrl-C stops$"))
+    listeners = [LISTENER_LINE.match(line) for line in child.stdout[:-1]]
+    assert all(listeners) and len(listeners) == 8, child.output()
+
+    got: dict[str, list[Any]] = {name: [] for name in ("websmq", "ubre", "nydus", "subble")}
+    websmq_client = await wait_for(connect(reactor, "ws://127.0.0.1:8765/websmq"))
+    synced: set[str] = set()
+    websmq_client.subscribe("demo", lambda m: got["websmq"].append(m.payload))
+    websmq_client.subscribe("sync", lambda m: synced.add("websmq"))
+    ubre = await wait_for(ubre_client.connect(reactor, "ws://127.0.0.1:8765/ubre"))
+    ubre.subscribe("demo", lambda m: got["ubre"].append(m.body))
+    ubre.subscribe("sync", lambda m: synced.add("ubre"))
+    nydus = await wait_for(nydus_client.connect(reactor, "http://127.0.0.1:8765/engine.io/"))
+    nydus.register_route("/demo", lambda match, data: got["nydus"].append(data))
+    await wait_for(nydus.invoke("/_hub/subscribe", "/demo"))
+    subble = await wait_for(subble_client.connect(
+        reactor, "ws://127.0.0.1:8765/subble", subscribe=["demo"], produce=["demo"],
+    ))
+    subble.listen("demo", lambda event: got["subble"].append(event.payload))
+    try:
+        # WEBSMQ and UBRE subscriptions have no acknowledgement: publish on "sync" until both
+        # hear it, so their "demo" subscriptions, sent first, are in place.
+        async def sync() -> bool:
+            await wait_for(nydus.invoke("/_hub/publish", {"path": "/sync", "data": 0}))
+            return synced == {"websmq", "ubre"}
+
+        for _ in range(100):
+            if await sync():
+                break
+            await sleep(0.05)
+        assert synced == {"websmq", "ubre"}
+
+        await websmq_client.publish("demo", b'{"from":"websmq"}')
+        await ubre.publish("demo", {"from": "ubre"})
+        await wait_for(nydus.invoke("/_hub/publish", {"path": "/demo", "data": {"from": "nydus"}}))
+        await wait_for(subble.produce("demo", {"from": "subble"}, format="json"))
+        await eventually(lambda: all(len(messages) >= 3 for messages in got.values()))
+        await sleep(0.2)  # and nothing more: no client gets its own message back
+        senders = ["websmq", "ubre", "nydus", "subble"]
+        decoded = {
+            "websmq": [json.loads(payload)["from"] for payload in got["websmq"]],
+            "ubre": [body["from"] for body in got["ubre"]],
+            "nydus": [data["from"] for data in got["nydus"]],
+            "subble": [payload["from"] for payload in got["subble"]],
+        }
+        for name, senders_seen in decoded.items():
+            assert sorted(senders_seen) == sorted(set(senders) - {name}), (name, decoded)
+    finally:
+        await wait_for(websmq_client.disconnect())
+        for client in (ubre, nydus, subble):
+            await wait_for(defer.maybeDeferred(client.close))
     child.process.send_signal(signal.SIGINT)
     assert await child.exit_code() == 0, child.output()
 
@@ -342,3 +418,28 @@ async def test_twistd_lists_the_plugin_and_refuses_bad_options(children: list[Ch
     assert await bad.exit_code() == 1
     # twistd prints its usage, then the error, on stdout.
     await bad.line(re.compile(r".*: --listen 'websmq\+x@tcp:0': unknown transport 'x'; "))
+
+
+def test_check_config_says_what_a_file_serves_or_what_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('listen = ["websmq+ws@tcp:8765", "ubre+lines@tcp:8767"]\n'
+                    'phyllo = ["dev1@serial:/dev/ttyACM0"]\n')
+    assert main(["check-config", str(good)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines() == [
+        f"wireproto: {good}: ok",
+        "wireproto: listen: websmq over ws on tcp:8765:interface=127.0.0.1 at /websmq",
+        "wireproto: listen: ubre over lines on tcp:8767:interface=127.0.0.1",
+        "wireproto: phyllo: phyllo link dev1 (reduced stack, hub topics phyllo/dev1/...) on "
+        "serial:/dev/ttyACM0",
+    ]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tpc:8765"\n')
+    assert main(["check-config", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (f"wireproto check-config: {bad}: listen[1].endpoint: bad server endpoint "
+                   "'tpc:8765': Unknown endpoint type: 'tpc'\n")

@@ -496,3 +496,16 @@ def test_the_toml_example_in_the_docs_is_valid() -> None:
     assert examples, "docs/running.md has a ```toml example"
     for example in examples:
         config_from_toml(example, source="docs/running.md", reactor=reactor)
+
+
+def test_no_listener_may_sit_at_the_metrics_path() -> None:
+    for spec in ("websmq+ws/metrics@tcp:1", "ubre+ws/metrics/ubre@tcp:1"):
+        with pytest.raises(ConfigError, match=r"^w\.toml: listen\[1\]\.path: /metrics.* is where "
+                                              r"\[metrics\] path /metrics is served"):
+            config_from_toml(f'listen = ["{spec}"]\n', source="w.toml", reactor=reactor)
+    config_from_toml('listen = ["websmq+ws/metrics@tcp:1"]\n[metrics]\nenabled = false\n',
+                     reactor=reactor)
+    config_from_toml('listen = ["websmq+ws/metricsx@tcp:1", "websmq+length32@tcp:2"]\n',
+                     reactor=reactor)
+    with pytest.raises(ConfigError, match=r"/ubre is where \[metrics\] path /ubre is served"):
+        config_from_toml('[metrics]\npath = "/ubre"\n', source="w.toml", reactor=reactor)

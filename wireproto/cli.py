@@ -98,6 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="let WEBSMQ clients subscribe to MQTT-style patterns (+ and #)")
     serve.add_argument("-v", "--verbose", action="store_true",
                        help="log connections and other events (default: warnings and errors)")
+    check = commands.add_parser(
+        "check-config",
+        help="check a TOML config file",
+        description="Read FILE as `wireproto serve --config FILE` would, and say what it "
+                    "serves; exit 2 with the file, the key and what is wrong if it is bad.",
+    )
+    check.add_argument("file", metavar="FILE")
+    from wireproto.tools import register_all
+
+    register_all(commands)
     return parser
 
 
@@ -116,18 +126,25 @@ def banner(service: Any, bound: Sequence[Any]) -> list[str]:
     return lines
 
 
-def _start_logging(verbose: bool) -> None:
+def _start_logging(settings: Any, verbose: bool) -> None:
+    """Log to stderr (or `settings.file`) at `settings.level`, info with -v; as text, or as
+    one JSON object per line (`format = "json"`)."""
     from twisted.logger import (
         FilteringLogObserver,
         LogLevel,
         LogLevelFilterPredicate,
         globalLogBeginner,
+        jsonFileLogObserver,
         textFileLogObserver,
     )
 
-    level = LogLevel.info if verbose else LogLevel.warn
+    level = LogLevel.levelWithName(settings.level)
+    if verbose and level > LogLevel.info:
+        level = LogLevel.info
+    stream = open(settings.file, "a", encoding="utf-8") if settings.file else sys.stderr  # noqa: SIM115
+    make = jsonFileLogObserver if settings.format == "json" else textFileLogObserver
     observer = FilteringLogObserver(
-        textFileLogObserver(sys.stderr), [LogLevelFilterPredicate(defaultLogLevel=level)]
+        make(stream), [LogLevelFilterPredicate(defaultLogLevel=level)]
     )
     # stdout stays ours: it carries the listener lines that scripts parse.
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
@@ -155,7 +172,12 @@ def serve(args: argparse.Namespace) -> int:
 
     from wireproto.service import ListenFailed, make_service
 
-    _start_logging(args.verbose)
+    try:
+        _start_logging(config.log, args.verbose)
+    except OSError as error:
+        print(f"{PROG} serve: log file {config.log.file}: {error.strerror}", file=sys.stderr,
+              flush=True)
+        return 2
     service = make_service(config, reactor)
     service.log_listen_errors = False  # reported below, in one line
     exit_code = 0
@@ -184,9 +206,32 @@ def serve(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def check_config(path: str) -> int:
+    """``wireproto check-config FILE``: 0 and a summary if FILE is good, else 2 and the error."""
+    from wireproto.config import ConfigError, load_config
+
+    try:
+        config = load_config(path)
+    except ConfigError as error:
+        print(f"{PROG} check-config: {error}", file=sys.stderr, flush=True)
+        return 2
+    lines = [f"{path}: ok"]
+    lines += [f"listen: {listener.describe()} on {listener.endpoint}"
+              + (f" at {listener.path}" if listener.path else "")
+              for listener in config.listeners]
+    lines += [f"attach: {link.describe()} on {link.endpoint}" for link in config.attach]
+    lines += [f"phyllo: {link.describe()} on {link.endpoint}" for link in config.phyllo]
+    announce(lines, sys.stdout)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``wireproto`` command; returns its exit status."""
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "check-config":
+        return check_config(args.file)
+    if hasattr(args, "run"):
+        return int(args.run(args))
     raise AssertionError(f"unhandled command {args.command!r}")

@@ -897,6 +897,24 @@ def load_config(path: str | Path, *, reactor: Any = None) -> Config:
 def _check_something_to_do(config: Config, where: str) -> None:
     if not config.listeners and not config.attach and not config.phyllo:
         raise ConfigError(f"{where}: no listeners and nothing attached: nothing to serve")
+    _check_metrics_path(config, where)
+
+
+def _check_metrics_path(config: Config, where: str) -> None:
+    """The metrics path is served on every HTTP listener's port: no listener may sit there."""
+    if not config.metrics.enabled:
+        return
+    metrics = config.metrics.path.rstrip("/") or "/"
+    for number, listener in enumerate(config.listeners, 1):
+        if listener.transport not in HTTP_TRANSPORTS or listener.path is None:
+            path = None
+        else:
+            path = listener.path.rstrip("/") or "/"
+        if path is not None and (path == metrics or path.startswith(metrics.rstrip("/") + "/")):
+            raise ConfigError(
+                f"{where}: listen[{number}].path: {listener.path} is where [metrics] path "
+                f"{config.metrics.path} is served; move one of them"
+            )
 
 
 def _toml_value(value: Any) -> str:
@@ -989,4 +1007,5 @@ def build_config(
     config = replace(config, hub=hub)
     if wildcards:
         config = replace(config, websmq=replace(config.websmq, wildcards=True))
+    _check_metrics_path(config, "--listen" if listen else config_file or "the defaults")
     return config

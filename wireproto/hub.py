@@ -18,13 +18,20 @@ Both are counted.
 
 A session may leave a will: a message published, marked as a will, when the session closes for any
 reason.
+
+The hub logs each connection's life as structured events (namespace ``wireproto.hub``, a stable
+`event` field): ``connect``, ``disconnect`` (with the reason and the session's counts), ``will``
+and ``protocol_error``. It keeps each protocol's counts after its sessions close
+(`Hub.protocol_stats`), for wireproto.metrics.
 """
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -48,9 +55,12 @@ __all__ = [
     "Session",
     "LocalSubscriber",
     "TopicObserver",
+    "describe_address",
+    "transport_name",
+    "log_protocol_error",
 ]
 
-log = Logger()
+log = Logger(namespace="wireproto.hub")
 
 DEFAULT_QUEUE_BYTES = 1 << 20
 DEFAULT_MAX_SUBSCRIPTIONS = 1000
@@ -103,6 +113,39 @@ class SessionStats:
     overflow_disconnects: int = 0
 
 
+def describe_address(address: Any) -> str:
+    """A peer address as log text: ``127.0.0.1:5000``, ``[::1]:5000``, ``unix:/path``,
+    ``serial:/dev/ttyUSB0``."""
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    if isinstance(host, str) and isinstance(port, int):
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if getattr(address, "type", None) == "SERIAL":
+        return f"serial:{address.device}"
+    if hasattr(address, "name"):  # UNIXAddress; a client's end has no name
+        name = address.name
+        return f"unix:{name.decode() if isinstance(name, bytes) else name or ''}"
+    return str(address)
+
+
+def transport_name(transport: IMessageTransport) -> str:
+    """The transport as a listener names it: ``ws``, ``engineio``, or a stream's framing."""
+    return getattr(transport, "framing", "") or transport.kind
+
+
+def log_protocol_error(
+    protocol: str, transport: IMessageTransport, error: Exception,
+    session: Session | None = None,
+) -> None:
+    """Log the event for a connection closed because its peer broke `protocol`."""
+    log.warn(
+        "{protocol}: closing the connection from {peer} over {transport}: {error}",
+        event="protocol_error", protocol=protocol, transport=transport_name(transport),
+        peer=describe_address(transport.getPeer()), error=str(error),
+        session=None if session is None else session.id,
+        client=None if session is None else session.client,
+    )
+
+
 # encode(message) -> (data, binary), or None when the message cannot be said in this format.
 Encoder = Callable[[HubMessage], "tuple[bytes, bool] | None"]
 
@@ -132,6 +175,11 @@ class Hub:
         self.max_subscriptions = max_subscriptions
         self.stats = HubStats()
         self.sessions: dict[Session, None] = {}
+        # Connections ever attached, by (protocol, transport); counts of closed sessions, by
+        # protocol: neither is lost when a connection goes.
+        self.accepted: dict[tuple[str, str], int] = {}
+        self.closed_stats: dict[str, SessionStats] = {}
+        self._session_ids = itertools.count(1)
         self._exact: dict[str, dict[Any, None]] = {}
         self._patterns = PatternTree()
         # (wire format, prepare key) -> a plain object, a cheaper fan-out cache key than the tuple
@@ -150,14 +198,36 @@ class Hub:
         protocol: str,
         wire_format: Hashable,
         encode: Encoder,
+        client: str | None = None,
     ) -> Session:
         """Give a new connection its session. `wire_format` names what `encode` produces, so
-        sessions that share it share one encoding per published message."""
+        sessions that share it share one encoding per published message. `client` is the
+        protocol's own name for the peer (a nydus id, a SubbleSocket client ID), for the log."""
         session = Session(
             self, transport, protocol=protocol, wire_format=wire_format, encode=encode
         )
+        session.client = client
         self.sessions[session] = None
+        key = (protocol, session.transport_name)
+        self.accepted[key] = self.accepted.get(key, 0) + 1
+        log.info(
+            "{protocol} session {session} opened by {peer} over {transport}"
+            + (" as client {client}" if client is not None else ""),
+            event="connect", protocol=protocol, transport=session.transport_name,
+            peer=session.peer, session=session.id, client=client,
+        )
         return session
+
+    def protocol_stats(self) -> dict[str, SessionStats]:
+        """Each protocol's session counters, those of closed sessions included; `dropped_*` and
+        `overflow_disconnects` add up to the hub's own."""
+        totals = {protocol: replace(stats) for protocol, stats in self.closed_stats.items()}
+        for session in self.sessions:
+            stats = totals.get(session.protocol)
+            if stats is None:
+                stats = totals[session.protocol] = SessionStats()
+            session._add_to(stats)
+        return totals
 
     # -- subscriptions --------------------------------------------------------------------------
 
@@ -320,7 +390,8 @@ class Session:
         "hub", "transport", "protocol", "wire_format", "_encode", "_prepared_key", "_write",
         "topics", "patterns", "will", "queue_limit", "overflow", "_queue", "queued_bytes",
         "_paused", "_direct", "closed", "received", "sent", "sent_bytes", "dropped_messages",
-        "dropped_bytes", "overflow_disconnects", "__weakref__",
+        "dropped_bytes", "overflow_disconnects", "id", "peer", "transport_name", "client",
+        "opened", "__weakref__",
     )
 
     def __init__(
@@ -352,6 +423,11 @@ class Session:
         self.closed = False
         self.received = self.sent = self.sent_bytes = 0
         self.dropped_messages = self.dropped_bytes = self.overflow_disconnects = 0
+        self.id = next(hub._session_ids)
+        self.peer = describe_address(transport.getPeer())
+        self.transport_name = transport_name(transport)
+        self.client: str | None = None
+        self.opened = time.monotonic()
         transport.registerProducer(self, True)
 
     def __repr__(self) -> str:
@@ -364,6 +440,19 @@ class Session:
             self.received, self.sent, self.sent_bytes, self.dropped_messages,
             self.dropped_bytes, self.overflow_disconnects,
         )
+
+    @property
+    def queued_messages(self) -> int:
+        """Messages waiting in the send queue."""
+        return len(self._queue)
+
+    def _add_to(self, totals: SessionStats) -> None:
+        totals.received += self.received
+        totals.sent += self.sent
+        totals.sent_bytes += self.sent_bytes
+        totals.dropped_messages += self.dropped_messages
+        totals.dropped_bytes += self.dropped_bytes
+        totals.overflow_disconnects += self.overflow_disconnects
 
     # -- what the protocol asks of the hub ------------------------------------------------------
 
@@ -436,11 +525,30 @@ class Session:
     def set_will(self, topic: str, payload: bytes) -> None:
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
 
-    def close(self) -> None:
-        """Leave the hub: drop every subscription and the queue, then publish the will."""
+    def close(self, reason: Any = None) -> None:
+        """Leave the hub: drop every subscription and the queue, then publish the will.
+        `reason`, a Failure or text, says why in the log."""
         if self.closed:
             return
         self.closed = True
+        hub = self.hub
+        totals = hub.closed_stats.get(self.protocol)
+        if totals is None:
+            totals = hub.closed_stats[self.protocol] = SessionStats()
+        self._add_to(totals)
+        if reason is None:
+            reason = "closed"
+        elif not isinstance(reason, str):
+            reason = reason.getErrorMessage().rstrip(".")
+        log.info(
+            "{protocol} session {session} from {peer} closed: {reason} ({received} in, {sent} "
+            "out, {dropped_messages} dropped)",
+            event="disconnect", protocol=self.protocol, transport=self.transport_name,
+            peer=self.peer, session=self.id, client=self.client, reason=reason,
+            received=self.received, sent=self.sent, sent_bytes=self.sent_bytes,
+            dropped_messages=self.dropped_messages, dropped_bytes=self.dropped_bytes,
+            duration=round(time.monotonic() - self.opened, 3),
+        )
         self._direct = False
         for topic in self.topics:
             self.hub.unsubscribe(self, topic)
@@ -453,7 +561,13 @@ class Session:
         self.hub._forget(self)
         will, self.will = self.will, None
         if will is not None:
-            self.hub.publish(will)
+            delivered = self.hub.publish(will)
+            log.info(
+                "{protocol} session {session} from {peer}: will published on {topic!r} to "
+                "{delivered} subscribers",
+                event="will", protocol=self.protocol, peer=self.peer, session=self.id,
+                client=self.client, topic=will.topic, delivered=delivered,
+            )
 
     # -- delivery -------------------------------------------------------------------------------
 
@@ -503,13 +617,15 @@ class Session:
             self.overflow_disconnects += 1
             hub_stats.overflow_disconnects += 1
             log.warn(
-                "{session}: send queue passed {limit} bytes; disconnecting (policy 'disconnect')",
-                session=self, limit=self.queue_limit,
+                "{protocol} session {session} from {peer}: send queue passed {limit} bytes; "
+                "disconnecting (policy 'disconnect')",
+                event="overflow_disconnect", protocol=self.protocol, peer=self.peer,
+                session=self.id, limit=self.queue_limit,
             )
             self._queue.clear()
             self.queued_bytes = 0
             self.transport.abortConnection()
-            self.close()
+            self.close(f"send queue passed {self.queue_limit} bytes")
             return
         while self.queued_bytes > self.queue_limit and self._queue:
             _, size = self._queue.popleft()

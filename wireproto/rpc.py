@@ -15,6 +15,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 from inspect import iscoroutine
+from time import perf_counter
 from typing import Any
 
 from twisted.internet import defer
@@ -139,6 +140,7 @@ def run_handler(
     args: tuple[Any, ...],
     succeeded: Callable[[Any], Any],
     failed: Callable[[Failure], Any],
+    observe: Callable[[float, bool], Any] | None = None,
 ) -> defer.Deferred | None:
     """Call ``handler(*args)``, then `succeeded(value)` or `failed(failure)`.
 
@@ -146,7 +148,14 @@ def run_handler(
     common case, and the fast one), and None is returned. A handler that returns a Deferred or is
     a coroutine function is waited for: the Deferred returned fires after `succeeded` or `failed`
     has run, so a caller can count the requests still being worked on.
+
+    `observe(seconds, succeeded)`, if given, is told how long the handler and its answer took
+    (wireproto.metrics' latency histogram).
     """
+    if observe is not None:
+        started = perf_counter()
+        succeeded = _timed(succeeded, observe, True, started)
+        failed = _timed(failed, observe, False, started)
     try:
         result = handler(*args)
     except Exception:
@@ -158,6 +167,19 @@ def run_handler(
     d = defer.ensureDeferred(result)
     d.addCallbacks(succeeded, failed)
     return d
+
+
+def _timed(
+    answer: Callable[[Any], Any], observe: Callable[[float, bool], Any], outcome: bool,
+    started: float,
+) -> Callable[[Any], Any]:
+    def answered(result: Any) -> Any:
+        try:
+            return answer(result)
+        finally:
+            observe(perf_counter() - started, outcome)
+
+    return answered
 
 
 def error_body(error: BaseException, *, debug: bool = False) -> dict[str, Any]:

@@ -8,7 +8,9 @@
 - one `ClientService` per attached link, which reopens the link with a backoff whenever it fails
   to open or closes;
 - one `ClientService` and one `HubBridge` per Phyllo link (`service.phyllo[name]`), reopened the
-  same way: a USB device that is unplugged is retried until it comes back.
+  same way: a USB device that is unplugged is retried until it comes back;
+- unless ``[metrics] enabled = false``, `service.metrics` (wireproto.metrics), served at
+  ``[metrics] path`` on every HTTP listener's port.
 
 The same service runs under `wireproto serve`, under `twistd wireproto`, or inside another Twisted
 application (``make_service(config).setServiceParent(application)``). `when_listening` reports the
@@ -36,6 +38,7 @@ from zope.interface import implementer
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import HTTP_TRANSPORTS, Attach, Config, Listener, PhylloLink, endpoint_type
 from wireproto.hub import Hub
+from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import SERVER_PROTOCOLS
 from wireproto.transports.base import IMessageProtocol
@@ -168,6 +171,7 @@ class WireprotoService(MultiService):
         self._connections: weakref.WeakSet[IMessageProtocol] = weakref.WeakSet()
         self._servers: dict[str, Callable[[], IMessageProtocol]] = {}
         self.phyllo: dict[str, HubBridge] = {}
+        self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
 
     # -- building -------------------------------------------------------------------------------
 
@@ -180,6 +184,8 @@ class WireprotoService(MultiService):
             made = self._servers[protocol] = spec.make_factory(
                 self.hub, **self.config.protocol_options(protocol)
             )
+            if self.metrics is not None:
+                self.metrics.instrument(protocol, made)
         return made
 
     def _protocol_factory(self, protocol: str) -> Callable[[], IMessageProtocol]:
@@ -206,11 +212,19 @@ class WireprotoService(MultiService):
         for group in groups.values():
             first = group[0][1]
             if first.transport in HTTP_TRANSPORTS:
-                factory = websocket_site({
+                routes = {
                     listener.path or SERVER_PROTOCOLS[listener.protocol].default_path:
                         self._http_resource(listener)
                     for _, listener in group
-                }, request_timeout=self.config.websocket.open_handshake_timeout)
+                }
+                if self.metrics is not None:
+                    path = self.config.metrics.path
+                    if path in routes:
+                        raise ValueError(f"[metrics] path {path!r} is also a listener's path")
+                    routes[path] = self.metrics.resource()
+                factory = websocket_site(
+                    routes, request_timeout=self.config.websocket.open_handshake_timeout
+                )
             else:
                 factory = stream_server_factory(
                     self._protocol_factory(first.protocol), self._stream_options(first.transport)
@@ -231,6 +245,7 @@ class WireprotoService(MultiService):
             ping_timeout=settings.ping_timeout,
             max_payload=settings.max_payload,
             max_connections=settings.max_connections,
+            allowed_origins=self.config.websocket.allowed_origins,
             websocket=self.config.websocket,
         ))
 

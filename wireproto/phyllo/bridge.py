@@ -219,8 +219,9 @@ class HubBridge:
         transport = getattr(top.bottom, "transport", None)
         if transport is not None:
             transport.registerProducer(self, True)
-        log.info("Phyllo link {name} is up ({stack} stack, hub topics {prefix}/...)",
-                 name=self.name, stack=self.stack, prefix=self.prefix)
+        log.info("Phyllo link {link} is up ({stack} stack, hub topics {prefix}/...)",
+                 event="link_up", protocol=PROTOCOL_NAME, link=self.name, stack=self.stack,
+                 prefix=self.prefix, connections=self.stats.connections)
         waiters, self._link_waiters = self._link_waiters, []
         for waiter in waiters:
             waiter(top)
@@ -237,8 +238,12 @@ class HubBridge:
         self._queue.clear()
         self._queued_bytes = 0
         self.stats.offline += lost
-        log.info("Phyllo link {name} is down: {reason}", name=self.name,
-                 reason=reason.getErrorMessage())
+        counts = self.counters()
+        log.info("Phyllo link {link} is down: {reason} ({to_hub} to the hub, {to_device} to the "
+                 "device so far)", event="link_down", protocol=PROTOCOL_NAME, link=self.name,
+                 reason=reason.getErrorMessage(), to_hub=counts["to_hub"],
+                 to_device=counts["to_device"], crc_errors=counts["crc_errors"],
+                 framing_errors=counts["framing_errors"], dropped=counts["dropped"])
 
     def when_up(self, callback: Callable[[BridgeLayer], object]) -> None:
         """Call `callback(top)` when the link is next up (now, if it is)."""

@@ -59,7 +59,7 @@ from twisted.python.failure import Failure
 from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
 from wireproto.errors import FrameTooLarge, ProtocolError
-from wireproto.hub import Hub, HubMessage, Session
+from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.routes import Router
 from wireproto.rpc import RequestFailed, run_handler
@@ -247,13 +247,12 @@ class NydusServerProtocol(MessageProtocol):
     def connectionMade(self) -> None:
         server = self.server
         self.session = server.hub.attach(
-            self.transport, protocol="nydus", wire_format=WIRE_FORMAT, encode=encode_for_nydus
+            self.transport, protocol="nydus", wire_format=WIRE_FORMAT, encode=encode_for_nydus,
+            client=self.id,
         )
         server.clients[self.id] = self
         server._sessions[self.session] = self
         self.session.send(b"0|3", False)
-        log.info("nydus: {peer} connected over {kind} as {id}", peer=self.transport.getPeer(),
-                 kind=self.transport.kind, id=self.id)
         server._hook("on_connect", self)
 
     def connectionLost(self, reason: Failure) -> None:
@@ -262,8 +261,7 @@ class NydusServerProtocol(MessageProtocol):
         server.clients.pop(self.id, None)
         if self.session is not None:
             server._sessions.pop(self.session, None)
-            self.session.close()
-            log.info("nydus: {id} disconnected", id=self.id)
+            self.session.close(reason)
             server._hook("on_disconnect", self, reason)
 
     # -- receiving -----------------------------------------------------------------------------
@@ -284,8 +282,7 @@ class NydusServerProtocol(MessageProtocol):
 
     def _parser_error(self, raw: bytes, error: ProtocolError) -> None:
         self._failed = True
-        log.warn("nydus: closing {id} ({peer}): {error}", id=self.id,
-                 peer=self.transport.getPeer(), error=error)
+        log_protocol_error("nydus", self.transport, error, self.session)
         self.server._hook("on_parser_error", self, raw)
         self.transport.loseConnection(error)
 
@@ -306,6 +303,7 @@ class NydusServerProtocol(MessageProtocol):
             match.action, (invocation,),
             lambda value: self._reply(Result, message.id, value),
             lambda failure: self._handler_failed(invocation, failure),
+            server.observe_request,
         )
         if working is not None:
             self._answering += 1
@@ -370,6 +368,9 @@ class NydusServer:
     (see `Invocation`) and may return a value, a Deferred, or be a coroutine function. Hooks are
     plain methods to replace: ``server.on_connect = lambda client: ...``.
     """
+
+    # observe(seconds, succeeded) per invoke answered by a handler; set by wireproto.metrics.
+    observe_request: Callable[[float, bool], Any] | None = None
 
     def __init__(
         self,

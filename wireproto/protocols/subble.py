@@ -94,7 +94,7 @@ from wireproto.errors import (
     ProtocolError,
     UnexpectedMessage,
 )
-from wireproto.hub import Hub, HubMessage, Session
+from wireproto.hub import Hub, HubMessage, Session, describe_address, log_protocol_error
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
@@ -360,23 +360,20 @@ class SubbleHostProtocol(MessageProtocol):
         host.clients[client_id] = self
         self.session = host.hub.attach(
             self.transport, protocol="subble", wire_format=WIRE_FORMAT,
-            encode=host._encode_hub_message,
+            encode=host._encode_hub_message, client=client_id,
         )
         self._send(encode(HandshakeResponse(code, message, request.request_data)))
         for event_type in self.subscribe:
             self.session.subscribe(event_type)
-        log.info(
-            "subble: {peer} is client {client_id!r} over {kind}",
-            peer=self.transport.getPeer(), client_id=client_id, kind=self.transport.kind,
-        )
         host._hook("on_handshake", self)
 
     def _refuseHandshake(self, code: MessageCode, message: str, echo: bytes) -> None:
         """Answer with a refusal, then close: nothing more is read from this connection."""
         self._failed = True
         log.warn(
-            "subble: refused {peer}: {code} {message}",
-            peer=self.transport.getPeer(), code=int(code), message=message,
+            "subble: refused {peer}: {code} {message}", event="handshake_refused",
+            protocol="subble", peer=describe_address(self.transport.getPeer()), code=int(code),
+            message=message,
         )
         data = encode(HandshakeResponse(code, message, echo))
         if len(data) > self.transport.maxMessageSize:
@@ -392,7 +389,7 @@ class SubbleHostProtocol(MessageProtocol):
         )
         self._failed = True
         if self.session is not None:
-            self.session.close()
+            self.session.close("replaced by a newer connection with the same client ID")
         self.transport.loseConnection()
 
     def _handshakeTimedOut(self) -> None:
@@ -460,7 +457,7 @@ class SubbleHostProtocol(MessageProtocol):
         """Close this one connection, telling the peer why; the host carries on."""
         self._failed = True
         self._cancelTimeout()
-        log.warn("subble: closing {peer}: {error}", peer=self.transport.getPeer(), error=error)
+        log_protocol_error("subble", self.transport, error, self.session)
         self.transport.loseConnection(error)
 
     def connectionLost(self, reason: Failure) -> None:
@@ -468,11 +465,10 @@ class SubbleHostProtocol(MessageProtocol):
         self._cancelTimeout()
         if self.session is None:
             return
-        self.session.close()
+        self.session.close(reason)
         host = self.host
         if host.clients.get(self.client_id) is self:
             del host.clients[self.client_id]
-        log.info("subble: client {client_id!r} disconnected", client_id=self.client_id)
         host._hook("on_disconnect", self, reason)
 
 

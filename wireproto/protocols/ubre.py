@@ -31,7 +31,7 @@ from wireproto.codecs import ubre
 from wireproto.codecs._common import json_loads, json_utf8
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
 from wireproto.errors import FrameTooLarge, InvalidField, InvalidTopic, ProtocolError
-from wireproto.hub import Hub, HubMessage, Session
+from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.rpc import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -155,6 +155,8 @@ class HandlerRegistry:
 
     handlers: dict[str, Handler]
     default_handler: Handler | None
+    # observe(seconds, succeeded) per request answered by a handler; set by wireproto.metrics.
+    observe_request: Callable[[float, bool], Any] | None = None
 
     def handle(
         self, name: str | Mapping[str, Handler], handler: Handler | None = None
@@ -311,6 +313,7 @@ class UbrePeer(MessageProtocol):
             (_incoming_body(message.body, binary_format), self.handlerArgument()),
             lambda value: self._reply(Success, message.id, value, binary_format),
             lambda failure: self._handler_failed(message, failure, binary_format),
+            self.owner.observe_request,
         )
         if working is not None:
             self._answering += 1
@@ -350,8 +353,11 @@ class UbrePeer(MessageProtocol):
     def _refuse(self, error: ProtocolError) -> None:
         """Close this one connection, telling the peer why."""
         self._failed = True
-        log.warn("ubre: closing {peer}: {error}", peer=self.transport.getPeer(), error=error)
+        self._log_refusal(error)
         self.transport.loseConnection(error)
+
+    def _log_refusal(self, error: ProtocolError) -> None:
+        log.warn("ubre: closing {peer}: {error}", peer=self.transport.getPeer(), error=error)
 
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)
@@ -379,8 +385,6 @@ class UbreServerProtocol(UbrePeer):
             encode=_ENCODERS[wire_format],
         )
         self.server.peers[self] = None
-        log.info("ubre: {peer} connected over {kind}", peer=self.transport.getPeer(),
-                 kind=self.transport.kind)
         if self.server.announce_topics:
             for topic in self.server.hub.topics():
                 self.announce(Subscribe, topic)
@@ -389,6 +393,9 @@ class UbreServerProtocol(UbrePeer):
     def _write(self, data: bytes, binary: bool) -> None:
         # Through the session's queue, in order with publishes, bounded like them.
         self.session.send(data, binary)
+
+    def _log_refusal(self, error: ProtocolError) -> None:
+        log_protocol_error("ubre", self.transport, error, self.session)
 
     # -- what a client asks of the broker --------------------------------------------------------
 
@@ -459,8 +466,7 @@ class UbreServerProtocol(UbrePeer):
         super().connectionLost(reason)
         self.server.peers.pop(self, None)
         if self.session is not None:
-            self.session.close()
-            log.info("ubre: {peer} disconnected", peer=self.transport.getPeer())
+            self.session.close(reason)
             self.server._hook("on_disconnect", self, reason)
 
 

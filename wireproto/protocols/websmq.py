@@ -27,7 +27,7 @@ from twisted.python.failure import Failure
 from wireproto.codecs import websmq
 from wireproto.codecs.websmq import LastWill, Publish, Subscribe, Unsubscribe
 from wireproto.errors import BadEncoding, InvalidTopic, ProtocolError, UnexpectedMessage
-from wireproto.hub import Hub, HubMessage, Session
+from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.topics import is_pattern, pattern_matches, validate_pattern
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
@@ -106,8 +106,6 @@ class WebsmqServerProtocol(MessageProtocol):
         self.session = self.hub.attach(
             self.transport, protocol="websmq", wire_format=WIRE_FORMAT, encode=encode_for_websmq
         )
-        log.info("websmq: {peer} connected over {kind}", peer=self.transport.getPeer(),
-                 kind=self.transport.kind)
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
         # The common case first: a Publish on a topic this broker has already validated.
@@ -163,16 +161,13 @@ class WebsmqServerProtocol(MessageProtocol):
     def _refuse(self, error: ProtocolError) -> None:
         """Close this one connection, telling the peer why; the rest of the broker carries on."""
         self._failed = True
-        log.warn("websmq: closing {peer}: {error}", peer=self.transport.getPeer(), error=error)
+        log_protocol_error("websmq", self.transport, error, self.session)
         self.transport.loseConnection(error)
 
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)
         if self.session is not None:
-            will = self.session.will
-            self.session.close()
-            log.info("websmq: {peer} disconnected{will}", peer=self.transport.getPeer(),
-                     will=f"; will published on {will.topic!r}" if will else "")
+            self.session.close(reason)
 
 
 def server_factory(hub: Hub, *, wildcards: bool = False) -> Callable[[], WebsmqServerProtocol]:

@@ -1,0 +1,225 @@
+"""Prometheus metrics for a running broker: ``GET /metrics`` on each HTTP listener's port.
+
+`ServiceMetrics` gives a `WireprotoService` its own `CollectorRegistry` (never the global one, so
+two services in one process do not clash), holding:
+
+- `BrokerCollector`, which reads the hub's, the sessions' and the Phyllo links' counters when
+  Prometheus scrapes, so publishing costs nothing more than the counting the hub already does;
+- the histogram ``wireproto_rpc_handling_seconds``, observed once per UBRE request and nydus
+  invoke that a handler answers (from the request's arrival to its reply being sent).
+
+`MetricsResource` is the twisted.web resource that serves the registry; the service mounts it at
+``[metrics] path`` beside the WebSocket and Engine.IO paths. docs/observability.md lists every
+metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+from twisted.web.resource import Resource
+
+from wireproto.hub import SessionStats
+
+__all__ = ["BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS"]
+
+# Handlers on the broker often answer in well under a millisecond: finer buckets than the
+# client library's default at the low end.
+RPC_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+)
+
+# Session counters (SessionStats fields), by protocol: metric name, help.
+_SESSION_COUNTERS = (
+    ("received", "wireproto_messages_received",
+     "Messages published into the hub by connections, by protocol."),
+    ("sent", "wireproto_messages_sent",
+     "Messages sent to connections (deliveries, replies, announcements), by protocol."),
+    ("sent_bytes", "wireproto_bytes_sent",
+     "Bytes of messages sent to connections, before transport framing, by protocol."),
+    ("dropped_messages", "wireproto_dropped_messages",
+     "Messages dropped from full send queues (policy drop-oldest), by protocol."),
+    ("dropped_bytes", "wireproto_dropped_bytes",
+     "Bytes of messages dropped from full send queues, by protocol."),
+    ("overflow_disconnects", "wireproto_overflow_disconnects",
+     "Connections closed because their send queue overflowed (policy disconnect), by "
+     "protocol."),
+)
+
+# Phyllo link counters (HubBridge.counters() keys): help.
+_PHYLLO_COUNTERS = {
+    "connections": "Times the link's carrier opened.",
+    "to_hub": "Device messages published into the hub.",
+    "to_device": "Hub messages sent to the device.",
+    "crc_errors": "Frames that failed their CRC.",
+    "framing_errors": "Malformed frames or chunks.",
+    "type_errors": "Messages of a type the stack does not take.",
+    "dropped": "Hub messages dropped from the link's full send queue (oldest first).",
+    "stack_dropped": "Units a layer's full receive queue dropped.",
+    "offline": "Hub messages for the device while it was away.",
+    "unmapped": "Messages whose topic has no counterpart on the other side.",
+    "unsendable": "Hub payloads the link's send format or frame size cannot carry.",
+}
+
+
+class BrokerCollector(Collector):
+    """Every broker metric but the latency histogram, read from `service` at scrape time."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+        # What the config serves is shown from the start, at 0.
+        config = service.config
+        self._served = {(listener.protocol, listener.transport) for listener in config.listeners}
+        self._served |= {(link.protocol, link.framing) for link in config.attach}
+
+    def collect(self) -> Iterator[Metric]:
+        hub = self.service.hub
+        yield from self._connections(hub)
+        stats = hub.protocol_stats()
+        for protocol, _ in self._served:
+            stats.setdefault(protocol, SessionStats())
+        for field, name, documentation in _SESSION_COUNTERS:
+            family = CounterMetricFamily(name, documentation, labels=["protocol"])
+            for protocol in sorted(stats):
+                family.add_metric([protocol], getattr(stats[protocol], field))
+            yield family
+        yield from self._queues(hub, stats)
+        yield from self._hub(hub)
+        yield from self._phyllo(self.service.phyllo)
+
+    def _connections(self, hub: Any) -> Iterator[Metric]:
+        accepted = dict.fromkeys(self._served, 0)
+        accepted.update(hub.accepted)
+        open_now = dict.fromkeys(accepted, 0)
+        for session in hub.sessions:
+            key = (session.protocol, session.transport_name)
+            open_now[key] = open_now.get(key, 0) + 1
+        labels = ["protocol", "transport"]
+        gauge = GaugeMetricFamily(
+            "wireproto_connections", "Connections open now, by protocol and transport.",
+            labels=labels,
+        )
+        for key in sorted(open_now):
+            gauge.add_metric(list(key), open_now[key])
+        yield gauge
+        counter = CounterMetricFamily(
+            "wireproto_connections_accepted",
+            "Connections accepted (SubbleSocket: handshakes accepted), by protocol and "
+            "transport.",
+            labels=labels,
+        )
+        for key in sorted(accepted):
+            counter.add_metric(list(key), accepted[key])
+        yield counter
+
+    def _queues(self, hub: Any, stats: dict[str, Any]) -> Iterator[Metric]:
+        queued_bytes = dict.fromkeys(stats, 0)
+        queued_messages = dict.fromkeys(stats, 0)
+        for session in hub.sessions:
+            queued_bytes[session.protocol] += session.queued_bytes
+            queued_messages[session.protocol] += session.queued_messages
+        for name, documentation, values in (
+            ("wireproto_queued_bytes",
+             "Bytes waiting in send queues for slow connections, by protocol.", queued_bytes),
+            ("wireproto_queued_messages",
+             "Messages waiting in send queues for slow connections, by protocol.",
+             queued_messages),
+        ):
+            gauge = GaugeMetricFamily(name, documentation, labels=["protocol"])
+            for protocol in sorted(values):
+                gauge.add_metric([protocol], values[protocol])
+            yield gauge
+
+    def _hub(self, hub: Any) -> Iterator[Metric]:
+        stats = hub.stats
+        yield CounterMetricFamily(
+            "wireproto_hub_published", "Messages published into the hub, wills included.",
+            value=stats.published,
+        )
+        yield CounterMetricFamily(
+            "wireproto_hub_delivered", "Deliveries from the hub to subscribers.",
+            value=stats.delivered,
+        )
+        yield CounterMetricFamily(
+            "wireproto_hub_wills", "Last wills published.", value=stats.wills_published
+        )
+        yield GaugeMetricFamily(
+            "wireproto_hub_topics", "Exact topics with at least one subscriber.",
+            value=len(hub.topics()),
+        )
+
+    def _phyllo(self, links: dict[str, Any]) -> Iterator[Metric]:
+        if not links:
+            return
+        connected = GaugeMetricFamily(
+            "wireproto_phyllo_connected", "1 while the Phyllo link's carrier is open.",
+            labels=["link"],
+        )
+        counters = {name: link.counters() for name, link in sorted(links.items())}
+        for name, link in sorted(links.items()):
+            connected.add_metric([name], 1 if link.top is not None else 0)
+        yield connected
+        for field, documentation in _PHYLLO_COUNTERS.items():
+            family = CounterMetricFamily(
+                f"wireproto_phyllo_{field}", documentation, labels=["link"]
+            )
+            for name, values in counters.items():
+                family.add_metric([name], values.get(field, 0))
+            yield family
+
+
+class MetricsResource(Resource):
+    """twisted.web resource serving `registry` in the text format a scraper asks for."""
+
+    isLeaf = True
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__()
+        self.registry = registry
+
+    def render_GET(self, request: Any) -> bytes:
+        accept = request.getHeader(b"accept")
+        encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
+        request.setHeader(b"content-type", content_type.encode("ascii"))
+        return encoder(self.registry)
+
+
+class ServiceMetrics:
+    """One service's registry: the broker's counters and the RPC latency histogram."""
+
+    def __init__(self, service: Any) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(BrokerCollector(service))
+        self.rpc_seconds = Histogram(
+            "wireproto_rpc_handling_seconds",
+            "Time from a request's arrival to its reply, for requests a handler answers "
+            "(UBRE requests, nydus invokes), by protocol and outcome.",
+            ["protocol", "outcome"],
+            buckets=RPC_BUCKETS,
+            registry=self.registry,
+        )
+
+    def instrument(self, protocol: str, server: Any) -> None:
+        """Time the requests `server` answers, if it answers any (a UbreServer, a
+        NydusServer)."""
+        if hasattr(server, "observe_request"):
+            server.observe_request = self.request_observer(protocol)
+
+    def request_observer(self, protocol: str) -> Callable[[float, bool], None]:
+        """`observe(seconds, succeeded)` for `protocol`'s requests."""
+        success = self.rpc_seconds.labels(protocol, "success")
+        fail = self.rpc_seconds.labels(protocol, "fail")
+
+        def observe(seconds: float, succeeded: bool) -> None:
+            (success if succeeded else fail).observe(seconds)
+
+        return observe
+
+    def resource(self) -> MetricsResource:
+        return MetricsResource(self.registry)

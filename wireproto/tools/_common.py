@@ -1,0 +1,186 @@
+"""What the command-line clients share: exit codes, addresses, payloads, output and errors.
+
+Exit codes (docs/tools.md):
+
+====  =====================================================================
+0     done: every message sent, every expected message received
+1     the peer answered with an error (a failed call, a refused event)
+2     bad usage: an option, an address, a payload that cannot be sent
+3     cannot reach the peer: connection refused, no such host or device
+4     the peer refused us: WebSocket handshake refused, Subble handshake code
+5     timed out: no answer, or fewer messages than asked for within --timeout
+====  =====================================================================
+
+Errors are one line on stderr, ``wireproto TOOL: what went wrong``, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+from twisted.internet import defer, error, task
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_TIMEOUT",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "ToolError",
+    "add_common_options",
+    "emit",
+    "payload_text",
+    "protocol_of",
+    "one_line",
+    "stdin_lines",
+    "run_tool",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_REFUSED = 4
+EXIT_TIMEOUT = 5
+
+# A ws:// or http:// URL's path names its protocol, as the default listeners serve them.
+_PATH_PROTOCOLS = {"websmq": "websmq", "ubre": "ubre", "engine.io": "nydus", "subble": "subble"}
+
+
+class ToolError(Exception):
+    """Ends a tool with one line on stderr and `code`."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def protocol_of(address: str, given: str | None, allowed: tuple[str, ...]) -> str:
+    """The protocol to speak at `address`: `given` (--protocol), else the one a URL's path
+    names (``ws://host:8765/ubre``), else phyllo on a ``serial:`` port if allowed."""
+    if given is not None:
+        protocol = given
+    elif "://" in address:
+        path = urlsplit(address).path.strip("/").split("/")
+        protocol = _PATH_PROTOCOLS.get(path[-1] if path else "", "")
+    elif address.startswith("serial:") and "phyllo" in allowed:
+        protocol = "phyllo"
+    else:
+        protocol = ""
+    if not protocol:
+        raise ToolError(
+            f"cannot tell the protocol of {address!r}: give --protocol ({', '.join(allowed)})",
+            EXIT_USAGE,
+        )
+    if protocol not in allowed:
+        raise ToolError(
+            f"{protocol} is not spoken here; use {', '.join(allowed)}", EXIT_USAGE
+        )
+    return protocol
+
+
+def add_common_options(parser: argparse.ArgumentParser, protocols: tuple[str, ...]) -> None:
+    parser.add_argument("address", metavar="ADDRESS",
+                        help="ws://host:port/path URL or a client endpoint string "
+                             "(tcp:host:port, serial:/dev/ttyACM0...)")
+    parser.add_argument("-p", "--protocol", choices=protocols,
+                        help="the protocol at ADDRESS (default: from the URL's path)")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per line, for scripts")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="give up after this long (default 10)")
+
+
+def stdin_lines(reactor: Any) -> defer.DeferredQueue:
+    """Each line of stdin as bytes, without its line ending, as it comes; None at the end. Read
+    in a daemon thread with os.read, so the reactor runs meanwhile and exit never waits on it."""
+    lines: defer.DeferredQueue = defer.DeferredQueue()
+
+    def read() -> None:
+        pending = b""
+        try:
+            while chunk := os.read(0, 65536):
+                *complete, pending = (pending + chunk).split(b"\n")
+                for line in complete:
+                    reactor.callFromThread(lines.put, line.rstrip(b"\r"))
+            if pending:
+                reactor.callFromThread(lines.put, pending.rstrip(b"\r"))
+        except OSError:
+            pass
+        finally:
+            reactor.callFromThread(lines.put, None)
+
+    threading.Thread(target=read, name="wireproto stdin", daemon=True).start()
+    return lines
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks folded, for a one-line error."""
+    return " ".join(text.split())
+
+
+def payload_text(payload: bytes) -> str:
+    """A payload for a terminal: its UTF-8 text, or base64 prefixed ``base64:``."""
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(payload).decode("ascii")
+
+
+def emit(as_json: bool, record: dict[str, Any], human: str, out: IO[str] | None = None) -> None:
+    """Print one received thing: `record` as a JSON line, or `human` text; flushed at once."""
+    stream = out if out is not None else sys.stdout
+    stream.write((json.dumps(record, ensure_ascii=False) if as_json else human) + "\n")
+    stream.flush()
+
+
+def _exit_code(failure: Any) -> tuple[int, str]:
+    """The exit code and one line for an exception that ended a tool."""
+    from wireproto.transports.serial import SerialOpenFailed
+    from wireproto.transports.websocket import HandshakeFailed
+
+    value = failure.value if hasattr(failure, "value") else failure
+    if isinstance(value, ToolError):
+        return value.code, str(value)
+    if isinstance(value, HandshakeFailed):
+        return EXIT_REFUSED, str(value)
+    if isinstance(value, (SerialOpenFailed, error.ConnectError, error.DNSLookupError)):
+        return EXIT_UNREACHABLE, str(value).strip() or type(value).__name__
+    if isinstance(value, (defer.TimeoutError, TimeoutError, defer.CancelledError)):
+        return EXIT_TIMEOUT, "timed out"
+    if isinstance(value, ValueError):
+        return EXIT_USAGE, str(value)
+    from wireproto.rpc import ConnectionClosed
+
+    if isinstance(value, error.ConnectionDone | error.ConnectionLost | ConnectionClosed):
+        return EXIT_UNREACHABLE, f"the connection closed: {value}"
+    return EXIT_FAILED, f"{type(value).__name__}: {value}"
+
+
+def run_tool(name: str, main: Callable[[Any], Awaitable[int]]) -> int:
+    """Run ``main(reactor)`` under the reactor; its return value is the exit status. Any
+    exception becomes one line, ``wireproto NAME: ...``, and the matching exit code."""
+    status: list[int] = []
+
+    async def body(reactor: Any) -> None:
+        try:
+            status.append(await main(reactor))
+        except BaseException as exception:  # noqa: BLE001 - every failure is one line
+            code, line = _exit_code(exception)
+            print(f"wireproto {name}: {one_line(line)}", file=sys.stderr, flush=True)
+            status.append(code)
+
+    try:
+        task.react(lambda reactor: defer.ensureDeferred(body(reactor)))
+    except SystemExit:
+        pass
+    return status[0] if status else EXIT_FAILED

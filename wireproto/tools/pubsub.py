@@ -1,0 +1,594 @@
+"""``wireproto pub`` and ``wireproto sub``: publish to and follow topics, as mosquitto_pub and
+mosquitto_sub do, over WEBSMQ, UBRE, or Phyllo on a serial line (or TCP). See docs/tools.md.
+
+    wireproto pub ws://127.0.0.1:8765/websmq -t sensors/temp -m 21.5
+    wireproto sub ws://127.0.0.1:8765/ubre -t sensors/temp -C 1 --json
+    wireproto pub serial:/dev/ttyACM0 -t led -m '{"on": true}'
+
+Payloads: pub sends each stdin line (blank lines skipped) or -m as bytes over WEBSMQ; as a JSON
+value over UBRE (the line as JSON if it parses, else as a string); as a msgpack document of that
+value over Phyllo, or a 0x10 byte buffer with --bytes. sub prints ``TOPIC PAYLOAD``: a WEBSMQ
+payload as it is, a UBRE body or a Phyllo document's value as its text if it is a string, else as
+compact JSON; a payload that is not UTF-8 as ``base64:...``.
+
+Timeouts: --timeout bounds connecting (and, for pub, closing); default 10 s. Given to sub, it
+is the limit of the whole run, as mosquitto_sub -W: when it passes, sub exits 5 if -C's count has
+not come, else 0 (without -C it is a listening window, as for ``wireproto events``). Ctrl-C or
+SIGTERM ends either tool cleanly, with 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet import defer, error
+from twisted.python.failure import Failure
+
+from wireproto.tools._common import (
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    ToolError,
+    add_common_options,
+    emit,
+    payload_text,
+    protocol_of,
+    run_tool,
+    stdin_lines,
+)
+
+__all__ = ["PROTOCOLS", "register"]
+
+PROTOCOLS = ("websmq", "ubre", "phyllo")
+CLOSE_TIMEOUT = 5.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+
+# -- the run: ended once, by a count, a deadline, a lost connection or Ctrl-C --------------------
+
+
+class _Ended(Exception):
+    """The run ended while something was still awaited."""
+
+
+class _Run:
+    """Ends once, with an exit status or an exception for run_tool to report. Ctrl-C or SIGTERM
+    (the reactor starting to stop) ends it with 0, and the reactor then waits for `release()`,
+    so the tool can close its connection cleanly first."""
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+        self.outcome: int | BaseException | None = None
+        self._waiting: set[defer.Deferred] = set()
+        self._released: defer.Deferred = defer.Deferred()
+        self._stopping = False
+        self._timer: Any = None
+        self._trigger = reactor.addSystemEventTrigger("before", "shutdown", self._shutdown)
+
+    def end(self, outcome: int | BaseException) -> None:
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        for d in list(self._waiting):
+            d.cancel()
+
+    def end_after(self, seconds: float, outcome: Callable[[], int | BaseException]) -> None:
+        self._timer = self.reactor.callLater(seconds, lambda: self.end(outcome()))
+
+    async def wait(self, d: defer.Deferred) -> Any:
+        """`d`'s result; if the run ends first, `d` is cancelled and this raises `_Ended`."""
+        if self.outcome is not None:
+            d.cancel()
+            raise _Ended
+        self._waiting.add(d)
+        try:
+            return await d
+        except defer.CancelledError:
+            if self.outcome is not None:
+                raise _Ended from None
+            raise
+        finally:
+            self._waiting.discard(d)
+
+    def result(self) -> int:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return EXIT_OK if self.outcome is None else self.outcome
+
+    def _shutdown(self) -> defer.Deferred:
+        self._stopping = True
+        self.end(EXIT_OK)
+        return self._released
+
+    def release(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        if not self._stopping:
+            self.reactor.removeSystemEventTrigger(self._trigger)
+        if not self._released.called:
+            self._released.callback(None)
+
+
+# -- what a tool receives, and payloads as values ------------------------------------------------
+
+
+_NO_VALUE = object()
+
+
+@dataclass(frozen=True)
+class Received:
+    topic: str
+    payload: bytes
+    value: Any = _NO_VALUE
+    """The decoded JSON or msgpack value, for UBRE and Phyllo documents."""
+    will: bool = False
+
+
+def _json_value(payload: bytes) -> Any:
+    """A payload as a JSON value: JSON text as that value, other UTF-8 as a string, b"" as
+    None; ToolError for bytes that are not UTF-8."""
+    from wireproto.codecs._common import json_loads
+    from wireproto.errors import ProtocolError
+
+    if not payload:
+        return None
+    try:
+        return json_loads(payload, "payload")
+    except ProtocolError:
+        pass
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolError("a payload that is not UTF-8 cannot be a JSON value", EXIT_USAGE) from None
+
+
+def _value_payload(value: Any) -> bytes | None:
+    """What sub prints for a value: a string as its text, bytes as they are, None (no body) as
+    nothing, anything else as compact JSON; None if JSON cannot say it."""
+    from wireproto.codecs._common import json_utf8
+    from wireproto.errors import ProtocolError
+
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace")
+    if value is None:
+        return b""
+    try:
+        return json_utf8(value)
+    except ProtocolError:
+        return None
+
+
+def _is_json(value: Any) -> bool:
+    from wireproto.codecs._common import json_utf8
+    from wireproto.errors import ProtocolError
+
+    try:
+        json_utf8(value)
+    except ProtocolError:
+        return False
+    return True
+
+
+# -- one connection, whatever the protocol -------------------------------------------------------
+
+
+class _Link:
+    """A connection of one protocol: publish, subscribe, lost, close."""
+
+    protocol = ""
+
+    def __init__(self) -> None:
+        self.closing = False
+        self._lost: list[Callable[[str], object]] = []
+
+    def on_lost(self, callback: Callable[[str], object]) -> None:
+        """Call `callback(why)` if the connection is lost before `close()`."""
+        self._lost.append(callback)
+
+    def _was_lost(self, why: str) -> None:
+        if not self.closing:
+            for callback in self._lost:
+                callback(why)
+
+    async def publish(self, topic: str, payload: bytes) -> None:
+        raise NotImplementedError
+
+    def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> defer.Deferred:
+        """Close after everything written; fires with None, or the reason for an unclean
+        close."""
+        raise NotImplementedError
+
+
+def _reason_text(reason: Any) -> str:
+    value = reason.value if isinstance(reason, Failure) else reason
+    return str(value).strip() or type(value).__name__
+
+
+class _WebsmqLink(_Link):
+    protocol = "websmq"
+
+    def __init__(self, client: Any) -> None:
+        super().__init__()
+        self.client = client
+        client.when_closed().addCallback(lambda reason: self._was_lost(_reason_text(reason)))
+
+    @classmethod
+    def check_topics(cls, topics: list[str], patterns: bool) -> None:
+        from wireproto.codecs import websmq
+        from wireproto.protocols.websmq import validate_websmq_pattern
+        from wireproto.topics import is_pattern
+
+        for topic in topics:
+            if patterns and is_pattern(topic):
+                validate_websmq_pattern(topic)
+            else:
+                websmq.validate_topic(topic)
+
+    @classmethod
+    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
+        from wireproto.protocols import websmq
+        from wireproto.topics import is_pattern
+
+        wildcards = any(map(is_pattern, topics))
+        return websmq.connect(reactor, args.address, wildcards=wildcards).addCallback(cls)
+
+    async def publish(self, topic: str, payload: bytes) -> None:
+        await self.client.publish(topic, payload)
+
+    def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
+        from wireproto.codecs.websmq import LastWill
+
+        self.client.on_message = lambda message: deliver(Received(
+            message.topic, message.payload, will=isinstance(message, LastWill)
+        ))
+        for topic in topics:
+            self.client.subscribe(topic)
+
+    def close(self) -> defer.Deferred:
+        self.closing = True
+        return self.client.disconnect().addCallback(
+            lambda reason: None if isinstance(reason, error.ConnectionDone) else reason
+        )
+
+
+class _UbreLink(_Link):
+    protocol = "ubre"
+
+    def __init__(self, client: Any) -> None:
+        super().__init__()
+        self.client = client
+        client.on_disconnect = lambda reason: self._was_lost(_reason_text(reason))
+
+    @classmethod
+    def check_topics(cls, topics: list[str], patterns: bool) -> None:
+        pass  # any text is a UBRE topic
+
+    @classmethod
+    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
+        from wireproto.protocols import ubre_client
+
+        return ubre_client.connect(reactor, args.address).addCallback(cls)
+
+    async def publish(self, topic: str, payload: bytes) -> None:
+        from wireproto.codecs.ubre import NO_BODY
+        from wireproto.rpc import ConnectionClosed
+
+        value = _json_value(payload)
+        try:
+            await self.client.publish(topic, NO_BODY if value is None else value)
+        except ConnectionClosed as closed:
+            raise ToolError(str(closed), EXIT_UNREACHABLE) from None
+
+    def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
+        def received(message: Any) -> None:
+            payload = _value_payload(message.body)
+            if isinstance(message.body, bytes) or payload is None:
+                deliver(Received(message.topic, payload or b""))
+            else:
+                deliver(Received(message.topic, payload, message.body))
+
+        for topic in dict.fromkeys(topics):
+            self.client.subscribe(topic, received)
+
+    def close(self) -> defer.Deferred:
+        self.closing = True
+        return self.client.close()
+
+
+class _PhylloLink(_Link):
+    protocol = "phyllo"
+
+    def __init__(self, top: Any, send_format: str) -> None:
+        super().__init__()
+        self.top = top
+        self.send_format = send_format
+        top.when_lost().addCallback(lambda _: self._was_lost(_reason_text(top.lost_reason)))
+
+    @classmethod
+    def check_topics(cls, topics: list[str], patterns: bool) -> None:
+        from wireproto.codecs.phyllo.message import MAX_TOPIC_LENGTH
+        from wireproto.topics import is_pattern, validate_pattern
+
+        for topic in topics:
+            if patterns and is_pattern(topic):
+                validate_pattern(topic)
+            elif not topic or len(topic.encode("utf-8")) > MAX_TOPIC_LENGTH:
+                raise ToolError(
+                    f"Phyllo topic {topic!r}: a device topic is 1 to {MAX_TOPIC_LENGTH} bytes",
+                    EXIT_USAGE,
+                )
+
+    @classmethod
+    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
+        from wireproto.phyllo import build_stack, connect_stack
+        from wireproto.transports.connect import client_endpoint, is_websocket_address
+
+        if is_websocket_address(args.address):
+            raise ToolError(
+                "Phyllo goes over a serial: or tcp: endpoint here, not a ws:// URL", EXIT_USAGE
+            )
+        endpoint = client_endpoint(reactor, args.address)
+        send_format = "bytes" if getattr(args, "bytes", False) else "msgpack"
+        return connect_stack(endpoint, lambda: build_stack(args.stack)).addCallback(
+            cls, send_format
+        )
+
+    async def publish(self, topic: str, payload: bytes) -> None:
+        from wireproto.phyllo.bridge import device_message
+
+        self.top.send(device_message(topic.encode("utf-8"), payload, self.send_format))
+
+    def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
+        from wireproto.topics import is_pattern, pattern_matches
+
+        exact = {topic for topic in topics if not is_pattern(topic)}
+        patterns = [topic for topic in topics if is_pattern(topic)]
+
+        def received(message: Any) -> None:
+            topic = message.topic.decode("utf-8", "backslashreplace")
+            if topic in exact or any(pattern_matches(p, topic) for p in patterns):
+                deliver(_phyllo_received(topic, message))
+
+        self.top.on_receive = received
+
+    def close(self) -> defer.Deferred:
+        self.closing = True
+        if self.top.lost_reason is None:
+            self.top.lose_connection()
+        return self.top.when_lost().addCallback(lambda _: _unclean(self.top.lost_reason))
+
+
+def _unclean(reason: Failure | None) -> BaseException | None:
+    if reason is None or reason.check(error.ConnectionDone):
+        return None
+    return reason.value
+
+
+def _phyllo_received(topic: str, message: Any) -> Received:
+    """A device message: a msgpack or JSON document by its value, anything else by its
+    payload (a CBOR document by its body)."""
+    from wireproto.codecs.phyllo.codes import TypeCode
+    from wireproto.codecs.phyllo.document import Format, decode_document, deserialize
+    from wireproto.errors import ProtocolError
+
+    if message.payload_type != TypeCode.DOCUMENT:
+        return Received(topic, message.payload)
+    try:
+        document = decode_document(message.payload)
+        if document.format not in (Format.MSGPACK, Format.JSON):
+            return Received(topic, document.body)
+        value = deserialize(document)
+    except ProtocolError:
+        return Received(topic, message.payload)
+    payload = _value_payload(value)
+    if payload is None:
+        return Received(topic, document.body)
+    return Received(topic, payload, value) if _is_json(value) else Received(topic, payload)
+
+
+LINKS: dict[str, Any] = {"websmq": _WebsmqLink, "ubre": _UbreLink, "phyllo": _PhylloLink}
+
+
+async def _open(run: _Run, reactor: Any, args: argparse.Namespace, protocol: str,
+                topics: list[str], timeout: float | None) -> _Link:
+    opening = LINKS[protocol].open(reactor, args, topics)
+    if timeout is not None:
+        opening.addTimeout(timeout, reactor)
+    try:
+        return await run.wait(opening)
+    except defer.TimeoutError:
+        raise ToolError(f"no connection to {args.address} within {timeout:g} s",
+                        EXIT_TIMEOUT) from None
+    except (error.ConnectionRefusedError, error.DNSLookupError, error.NoRouteError) as failed:
+        raise ToolError(f"cannot reach {args.address}: {_reason_text(failed)}",
+                        EXIT_UNREACHABLE) from None
+
+
+async def _close(link: _Link, reactor: Any, timeout: float) -> BaseException | None:
+    closing = link.close()
+    closing.addTimeout(timeout, reactor)
+    try:
+        return await closing
+    except defer.TimeoutError:
+        raise ToolError(f"the connection did not close within {timeout:g} s",
+                        EXIT_TIMEOUT) from None
+
+
+# -- pub -----------------------------------------------------------------------------------------
+
+
+def pub(args: argparse.Namespace) -> int:
+    async def main(reactor: Any) -> int:
+        protocol = protocol_of(args.address, args.protocol, PROTOCOLS)
+        LINKS[protocol].check_topics([args.topic], patterns=False)
+        run = _Run(reactor)
+        link: _Link | None = None
+        try:
+            lines = stdin_lines(reactor) if args.message is None else None
+            link = await _open(run, reactor, args, protocol, [args.topic], args.timeout)
+            link.on_lost(lambda why: run.end(ToolError(
+                f"the connection closed before every message was sent: {why}", EXIT_UNREACHABLE
+            )))
+            if lines is None:
+                await link.publish(args.topic, args.message.encode("utf-8"))
+            else:
+                while (line := await run.wait(lines.get())) is not None:
+                    if line:  # as mosquitto_pub -l, blank lines are not sent
+                        await link.publish(args.topic, line)
+        except _Ended:
+            pass
+        finally:
+            try:
+                if link is not None:
+                    closed = await _close(link, reactor, args.timeout)
+                    if closed is not None and run.outcome is None:
+                        run.end(ToolError(f"the connection closed badly: {_reason_text(closed)}"))
+            finally:
+                run.release()
+        return run.result()
+
+    return run_tool("pub", main)
+
+
+# -- sub -----------------------------------------------------------------------------------------
+
+
+def sub(args: argparse.Namespace) -> int:
+    topics: list[str] = args.topic
+    if args.count is not None and args.count < 1:
+        return _usage("sub", f"-C must be at least 1, not {args.count}")
+
+    async def main(reactor: Any) -> int:
+        from wireproto.topics import is_pattern
+
+        protocol = protocol_of(args.address, args.protocol, PROTOCOLS)
+        LINKS[protocol].check_topics(topics, patterns=True)
+        run = _Run(reactor)
+        received = 0
+
+        def timed_out() -> int | BaseException:
+            if link is None:
+                return ToolError(f"no connection to {args.address} within {args.timeout:g} s",
+                                 EXIT_TIMEOUT)
+            if args.count is None:
+                return EXIT_OK  # a listening window: nothing more was asked for
+            return ToolError(f"timed out: {received} of {args.count} messages within "
+                             f"{args.timeout:g} s", EXIT_TIMEOUT)
+
+        def deliver(message: Received) -> None:
+            nonlocal received
+            if run.outcome is not None:
+                return
+            received += 1
+            _print(message, protocol, args.json)
+            if args.count is not None and received >= args.count:
+                run.end(EXIT_OK)
+
+        def lost(why: str) -> None:
+            hint = ""
+            if protocol == "websmq" and any(map(is_pattern, topics)):
+                hint = " (WEBSMQ wildcards need the broker's --wildcards)"
+            run.end(ToolError(f"the connection closed: {why}{hint}", EXIT_UNREACHABLE))
+
+        link: _Link | None = None
+        try:
+            if args.timeout is not None:
+                run.end_after(args.timeout, timed_out)
+            link = await _open(run, reactor, args, protocol, topics,
+                               None if args.timeout is not None else DEFAULT_CONNECT_TIMEOUT)
+            link.on_lost(lost)
+            link.subscribe(topics, deliver)
+            await run.wait(defer.Deferred())
+        except _Ended:
+            pass
+        finally:
+            try:
+                if link is not None and not link.closing:
+                    await _close(link, reactor, CLOSE_TIMEOUT)
+            finally:
+                run.release()
+        return run.result()
+
+    return run_tool("sub", main)
+
+
+def _print(message: Received, protocol: str, as_json: bool) -> None:
+    record: dict[str, Any] = {"topic": message.topic}
+    try:
+        record["payload"] = message.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        record["payload_base64"] = base64.b64encode(message.payload).decode("ascii")
+    record["protocol"] = protocol
+    if message.value is not _NO_VALUE:
+        record["value"] = message.value
+    if message.will:
+        record["will"] = True
+    emit(as_json, record, f"{message.topic} {payload_text(message.payload)}")
+
+
+def _usage(tool: str, message: str) -> int:
+    import sys
+
+    print(f"wireproto {tool}: {message}", file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Adds ``pub`` and ``sub``."""
+    publish = commands.add_parser(
+        "pub",
+        help="publish messages (WEBSMQ, UBRE, Phyllo)",
+        description="Publish -m MESSAGE, or each line of stdin, on TOPIC; exit 0 once every "
+                    "message is written and the connection closed cleanly.",
+        epilog="See docs/tools.md.",
+    )
+    add_common_options(publish, PROTOCOLS)
+    _option(publish, "--timeout").help = "give up connecting or closing after this long " \
+                                         "(default 10)"
+    publish.add_argument("-t", "--topic", required=True, help="the topic to publish on")
+    publish.add_argument("-m", "--message",
+                         help="the one message to send (default: each line of stdin)")
+    publish.add_argument("--bytes", action="store_true",
+                         help="Phyllo: send a 0x10 byte buffer, not a msgpack document")
+    publish.add_argument("--stack", choices=("minimal", "reduced"), default="reduced",
+                         help="Phyllo: the device's stack (default reduced)")
+    publish.set_defaults(run=pub)
+
+    follow = commands.add_parser(
+        "sub",
+        help="print messages on topics (WEBSMQ, UBRE, Phyllo)",
+        description="Subscribe to each -t TOPIC and print each message as TOPIC PAYLOAD, "
+                    "until -C COUNT messages, --timeout, or Ctrl-C.",
+        epilog="See docs/tools.md.",
+    )
+    add_common_options(follow, PROTOCOLS)
+    follow.set_defaults(timeout=None)
+    _option(follow, "--timeout").help = (
+        "stop after this long in all: exit 5 if fewer than COUNT messages came, else 0 "
+        "(default: 10 s to connect, then no limit)"
+    )
+    follow.add_argument("-t", "--topic", action="append", required=True,
+                        help="a topic to follow; repeatable. WEBSMQ and Phyllo take + and # "
+                             "wildcards (WEBSMQ: if the broker runs with --wildcards)")
+    follow.add_argument("-C", "--count", type=int, metavar="COUNT",
+                        help="exit 0 after COUNT messages")
+    follow.add_argument("--stack", choices=("minimal", "reduced"), default="reduced",
+                        help="Phyllo: the device's stack (default reduced)")
+    follow.set_defaults(run=sub)
+
+
+def _option(parser: argparse.ArgumentParser, flag: str) -> argparse.Action:
+    return next(action for action in parser._actions if flag in action.option_strings)
