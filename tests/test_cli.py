@@ -31,11 +31,16 @@ class Child:
     """A subprocess whose stdout and stderr lines are read by threads, so waiting for a line
     never blocks the reactor and always has a timeout."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, stdin: str | None = None) -> None:
+        """Run `args`; `stdin` is written to its standard input, which is then closed."""
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True,
+            args, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
+        if stdin is not None:
+            assert self.process.stdin is not None
+            self.process.stdin.write(stdin)
+            self.process.stdin.close()
         self.stdout: list[str] = []
         self.stderr: list[str] = []
         self.readers = [

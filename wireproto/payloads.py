@@ -12,7 +12,7 @@ from typing import Any
 from wireproto.codecs._common import json_loads, json_utf8
 from wireproto.errors import ProtocolError
 
-__all__ = ["payload_from_value", "json_from_payload"]
+__all__ = ["payload_from_value", "json_from_payload", "value_from_payload"]
 
 
 def payload_from_value(value: Any) -> bytes:
@@ -35,3 +35,18 @@ def json_from_payload(payload: bytes) -> bytes | None:
         return json_utf8(payload.decode())
     except (UnicodeDecodeError, ProtocolError):
         return None
+
+
+def value_from_payload(payload: bytes) -> Any:
+    """A hub payload as a value: JSON text as that value, other UTF-8 as a string, b"" as None,
+    and other bytes as they are."""
+    if not payload:
+        return None
+    try:
+        return json_loads(payload, "payload")
+    except ProtocolError:
+        pass
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return payload

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -33,24 +31,7 @@ class Tool(Child):
     """``python -m wireproto ARGS`` with `stdin` written to it and closed."""
 
     def __init__(self, *args: str, stdin: str | None = None) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "wireproto", *args],
-            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        self.stdout: list[str] = []
-        self.stderr: list[str] = []
-        self.readers = [
-            threading.Thread(target=self._read, args=(stream, lines), daemon=True)
-            for stream, lines in ((self.process.stdout, self.stdout),
-                                  (self.process.stderr, self.stderr))
-        ]
-        for reader in self.readers:
-            reader.start()
-        if stdin is not None:
-            assert self.process.stdin is not None
-            self.process.stdin.write(stdin)
-            self.process.stdin.close()
+        super().__init__(sys.executable, "-m", "wireproto", *args, stdin=stdin)
 
 
 class Broker:

@@ -7,9 +7,7 @@ import json
 import re
 import signal
 import socket
-import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,23 +37,7 @@ class Tool(Child):
     """``python -m wireproto ARGS...``, with `stdin` text (or nothing: /dev/null)."""
 
     def __init__(self, *args: str, stdin: str | None = None) -> None:
-        self.process = subprocess.Popen(
-            (sys.executable, "-m", "wireproto", *args),
-            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        if stdin is not None:
-            self.process.stdin.write(stdin)
-            self.process.stdin.close()
-        self.stdout: list[str] = []
-        self.stderr: list[str] = []
-        self.readers = [
-            threading.Thread(target=self._read, args=(stream, lines), daemon=True)
-            for stream, lines in ((self.process.stdout, self.stdout),
-                                  (self.process.stderr, self.stderr))
-        ]
-        for reader in self.readers:
-            reader.start()
+        super().__init__(sys.executable, "-m", "wireproto", *args, stdin=stdin)
 
     async def result(self, timeout: float = 20) -> int:
         return await self.exit_code(timeout)

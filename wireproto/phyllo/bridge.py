@@ -37,14 +37,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.codecs._common import json_loads, json_utf8
+from wireproto.codecs._common import json_utf8
 from wireproto.codecs.phyllo.codes import TypeCode
 from wireproto.codecs.phyllo.document import (
     Format,
@@ -57,6 +57,7 @@ from wireproto.codecs.phyllo.document import (
 from wireproto.codecs.phyllo.message import MAX_TOPIC_LENGTH, PubSubMessage
 from wireproto.errors import ProtocolError
 from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage
+from wireproto.payloads import value_from_payload
 
 from .base import LayerBase
 from .links import ChunkedStream, MessageChunks
@@ -372,7 +373,7 @@ def device_message(topic: bytes, payload: bytes, send_format: str) -> PubSubMess
     """The message a hub payload becomes for the device, or None if the format cannot carry it."""
     if send_format == "bytes":
         return PubSubMessage(TypeCode.BYTES_BUFFER, topic, payload)
-    value = _payload_value(payload)
+    value = value_from_payload(payload)
     if send_format == "json":
         if isinstance(value, bytes):
             return None
@@ -380,16 +381,3 @@ def device_message(topic: bytes, payload: bytes, send_format: str) -> PubSubMess
     else:
         document = serialize(value, Format.MSGPACK, Schema.SCHEMALESS)
     return message_from_document(topic, document)
-
-
-def _payload_value(payload: bytes) -> Any:
-    if not payload:
-        return None
-    try:
-        return json_loads(payload, "payload")
-    except ProtocolError:
-        pass
-    try:
-        return payload.decode("utf-8")
-    except UnicodeDecodeError:
-        return payload

@@ -28,6 +28,7 @@ from typing import Any
 from twisted.internet import defer, error
 from twisted.python.failure import Failure
 
+from wireproto.payloads import value_from_payload
 from wireproto.tools._common import (
     EXIT_OK,
     EXIT_TIMEOUT,
@@ -130,21 +131,12 @@ class Received:
 
 
 def _json_value(payload: bytes) -> Any:
-    """A payload as a JSON value: JSON text as that value, other UTF-8 as a string, b"" as
-    None; ToolError for bytes that are not UTF-8."""
-    from wireproto.codecs._common import json_loads
-    from wireproto.errors import ProtocolError
-
-    if not payload:
-        return None
-    try:
-        return json_loads(payload, "payload")
-    except ProtocolError:
-        pass
-    try:
-        return payload.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ToolError("a payload that is not UTF-8 cannot be a JSON value", EXIT_USAGE) from None
+    """A payload as a JSON value (see `value_from_payload`); ToolError for bytes that are not
+    UTF-8."""
+    value = value_from_payload(payload)
+    if isinstance(value, bytes):
+        raise ToolError("a payload that is not UTF-8 cannot be a JSON value", EXIT_USAGE)
+    return value
 
 
 def _value_payload(value: Any) -> bytes | None:
