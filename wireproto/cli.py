@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "disconnect that client")
     serve.add_argument("--wildcards", action="store_true", default=None,
                        help="let WEBSMQ clients subscribe to MQTT-style patterns (+ and #)")
+    serve.add_argument("--capture", metavar="DIR",
+                       help="record every message in and out in capture files in DIR "
+                            "(docs/pipeline.md)")
     serve.add_argument("-v", "--verbose", action="store_true",
                        help="log connections and other events (default: warnings and errors)")
     check = commands.add_parser(
@@ -164,6 +167,7 @@ def serve(args: argparse.Namespace) -> int:
             queue_bytes=args.queue_bytes,
             overflow=args.overflow,
             wildcards=args.wildcards,
+            capture=args.capture,
             reactor=reactor,
         )
     except ConfigError as error:

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from wireproto.capture import CONFIG_FILE_BYTES, DEFAULT_MAX_FILE_BYTES
 from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
 from wireproto.hub import DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_QUEUE_BYTES, Overflow
 from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
@@ -52,6 +53,7 @@ __all__ = [
     "EngineIOSettings",
     "LogSettings",
     "MetricsSettings",
+    "CaptureSettings",
     "Config",
     "DEFAULT_LISTENERS",
     "parse_listen",
@@ -215,6 +217,15 @@ class MetricsSettings:
             raise ValueError(f"path {self.path!r} must start with '/'")
 
 
+@dataclass(frozen=True)
+class CaptureSettings:
+    """Capture files (wireproto.capture) of every message in and out: `directory` "" is off."""
+
+    directory: str = ""
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # 128 MiB
+    flush_interval: float = 0.5
+
+
 DEFAULT_LISTENERS = (
     Listener("websmq", "ws", "tcp:8765:interface=127.0.0.1", "/websmq"),
     Listener("websmq", "length32", "tcp:8766:interface=127.0.0.1"),
@@ -242,6 +253,7 @@ class Config:
     engineio: EngineIOSettings = field(default_factory=EngineIOSettings)
     log: LogSettings = field(default_factory=LogSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    capture: CaptureSettings = field(default_factory=CaptureSettings)
 
     def protocol_options(self, protocol: str) -> dict[str, Any]:
         """The keyword options for `protocol`'s make_factory (its own TOML table)."""
@@ -713,6 +725,18 @@ _METRICS_KEYS: dict[str, Callable[[Any], Any]] = {
     "enabled": _boolean,
     "path": _string,
 }
+def _capture_file_bytes(value: Any) -> int:
+    low, high = CONFIG_FILE_BYTES  # issue 9: 64 to 256 MiB, so Spark has many tasks
+    if not low <= _integer(value) <= high:
+        raise ValueError(f"must be {low} to {high} bytes (64 to 256 MiB), not {value}")
+    return value
+
+
+_CAPTURE_KEYS: dict[str, Callable[[Any], Any]] = {
+    "directory": _string,
+    "max_file_bytes": _capture_file_bytes,
+    "flush_interval": _positive_number,
+}
 _LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
 _ATTACH_KEYS = ("protocol", "endpoint", "framing")
 _PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length")
@@ -727,6 +751,7 @@ _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "engineio": (EngineIOSettings, _ENGINEIO_KEYS),
     "log": (LogSettings, _LOG_KEYS),
     "metrics": (MetricsSettings, _METRICS_KEYS),
+    "capture": (CaptureSettings, _CAPTURE_KEYS),
 }
 _TOP_KEYS = ("listen", "attach", "phyllo", *_TABLES)
 
@@ -967,6 +992,7 @@ def build_config(
     queue_bytes: int | None = None,
     overflow: str | None = None,
     wildcards: bool | None = None,
+    capture: str | None = None,
     reactor: Any = None,
 ) -> Config:
     """The config for `wireproto serve` and `twistd wireproto`: the file (or the defaults), then
@@ -1007,5 +1033,9 @@ def build_config(
     config = replace(config, hub=hub)
     if wildcards:
         config = replace(config, websmq=replace(config.websmq, wildcards=True))
+    if capture is not None:
+        if not capture:
+            raise ConfigError("--capture: give a directory for the capture files")
+        config = replace(config, capture=replace(config.capture, directory=capture))
     _check_metrics_path(config, "--listen" if listen else config_file or "the defaults")
     return config

@@ -10,7 +10,9 @@
 - one `ClientService` and one `HubBridge` per Phyllo link (`service.phyllo[name]`), reopened the
   same way: a USB device that is unplugged is retried until it comes back;
 - unless ``[metrics] enabled = false``, `service.metrics` (wireproto.metrics), served at
-  ``[metrics] path`` on every HTTP listener's port.
+  ``[metrics] path`` on every HTTP listener's port;
+- with ``[capture] directory`` set, `service.capture` (wireproto.transports.capturing): every
+  message in and out of every listener's and attached link's connection goes to capture files.
 
 The same service runs under `wireproto serve`, under `twistd wireproto`, or inside another Twisted
 application (``make_service(config).setServiceParent(application)``). `when_listening` reports the
@@ -42,6 +44,7 @@ from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import SERVER_PROTOCOLS
 from wireproto.transports.base import IMessageProtocol
+from wireproto.transports.capturing import BrokerCapture, CapturingProtocol
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
@@ -172,6 +175,11 @@ class WireprotoService(MultiService):
         self._servers: dict[str, Callable[[], IMessageProtocol]] = {}
         self.phyllo: dict[str, HubBridge] = {}
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
+        settings = config.capture
+        self.capture = BrokerCapture(
+            settings.directory, max_file_bytes=settings.max_file_bytes,
+            flush_interval=settings.flush_interval,
+        ) if settings.directory else None
 
     # -- building -------------------------------------------------------------------------------
 
@@ -191,6 +199,16 @@ class WireprotoService(MultiService):
     def _protocol_factory(self, protocol: str) -> Callable[[], IMessageProtocol]:
         make = self.server(protocol)
         connections = self._connections
+        capture, name = self.capture, protocol
+        if capture is not None:
+
+            def build_captured() -> IMessageProtocol:
+                # Records the connection around the protocol, on a CapturingTransport.
+                protocol = make()
+                connections.add(protocol)
+                return CapturingProtocol(protocol, capture, name)
+
+            return build_captured
 
         def build() -> IMessageProtocol:
             # Remembered (weakly) so stopService can close what is still open.
@@ -353,13 +371,24 @@ class WireprotoService(MultiService):
     def privilegedStartService(self) -> None:
         # Under twistd, listening happens here, before privileges are dropped; a port that cannot
         # be bound stops twistd at once, as twistd's own strports listeners do.
+        self._start_capture()
         super().privilegedStartService()
         if self.listen_errors:
             raise self.listen_errors[0]
 
+    def startService(self) -> None:
+        self._start_capture()
+        super().startService()
+
+    def _start_capture(self) -> None:
+        # Before any connection: the writer makes the directory and its thread.
+        if self.capture is not None:
+            self.capture.start()
+
     @defer.inlineCallbacks
     def stopService(self) -> Any:
-        """Stop listening and the attached links, then close every connection still open."""
+        """Stop listening and the attached links, close every connection still open, then
+        write out the capture."""
         yield super().stopService()
         for server in self._servers.values():
             close = getattr(server, "close", None)
@@ -371,6 +400,8 @@ class WireprotoService(MultiService):
         self._bound_order.clear()
         self.listen_errors.clear()
         yield self.close_connections()
+        if self.capture is not None:
+            yield self.capture.close(self.reactor)
 
     @defer.inlineCallbacks
     def close_connections(self, timeout: float | None = None) -> Any:

@@ -31,6 +31,7 @@ class Options(usage.Options):
         ["config", "c", None, "TOML config file; options given here override it."],
         ["queue-bytes", None, None, "Per-connection send queue limit in bytes.", int],
         ["overflow", None, None, "When a send queue is full: drop-oldest or disconnect."],
+        ["capture", None, None, "Record every message in and out in capture files in DIR."],
     ]
     optFlags = [
         ["wildcards", None, "Let WEBSMQ clients subscribe to MQTT-style patterns (+ and #)."],
@@ -66,6 +67,7 @@ class Options(usage.Options):
                 queue_bytes=self["queue-bytes"],
                 overflow=self["overflow"],
                 wildcards=bool(self["wildcards"]) or None,
+                capture=self["capture"],
             )
         except ConfigError as error:
             raise usage.UsageError(str(error)) from None
