@@ -4,6 +4,7 @@ One publisher sends 64-byte payloads to 1 and to 10 subscribers through each bro
 
     wireproto tcp        `python -m wireproto serve`, WEBSMQ over a 4-byte length prefix
     bare forwarder tcp   the same over a bare Int32StringReceiver (bench/_pubsub_brokers.py)
+    wireproto tcp capture  `wireproto serve --capture DIR`: every message in and out recorded
     wireproto ws         `python -m wireproto serve`, WEBSMQ over WebSocket
     bare autobahn ws     the same over bare Autobahn, prepareMessage + sendPreparedMessage
     mosquitto tcp        MQTT 3.1.1 at QoS 0, when `mosquitto` is installed
@@ -20,7 +21,8 @@ load generator costs little next to a broker, and a lost, extra or corrupted del
 
 Systems are measured in turns (A B C A B C ...) and each figure is the median over rounds, so a
 noisy spell on a shared machine hits every system alike. The goals (docs/performance.md) are on
-CPU per delivery against the bare baselines, and on deliveries per second against mosquitto.
+CPU per delivery against the bare baselines, on deliveries per second against mosquitto, and on
+what capture costs in deliveries per second (at most 15%).
 This is a benchmark, not a test: tests/test_bench_pubsub.py only checks that it delivers.
 
 `--profile DIR` samples the Python brokers with py-spy and prints where their time goes. To weigh
@@ -711,6 +713,14 @@ def _python_broker(args: list[str], dialect: Callable[[str], Dialect]
     return lambda name: start_broker(name, command, dialect)
 
 
+def start_wireproto_capturing(name: str) -> RunningBroker:
+    """wireproto over TCP with capture on, into a directory removed afterwards."""
+    folder = tempfile.TemporaryDirectory(prefix="bench-capture-")
+    command = [sys.executable, "-m", "wireproto", "serve",
+               "--listen", f"websmq+length32@{LISTEN}", "--capture", folder.name]
+    return start_broker(name, command, lambda _: Length32Websmq(), cleanup=folder.cleanup)
+
+
 BARE = str(BENCH / "_pubsub_brokers.py")
 SYSTEMS = [
     System("bare forwarder tcp", _python_broker([BARE, "forwarder", "--listen", "LISTEN"],
@@ -719,6 +729,7 @@ SYSTEMS = [
            _python_broker(["-m", "wireproto", "serve", "--listen", "websmq+length32@LISTEN"],
                           lambda _: Length32Websmq()),
            baseline="bare forwarder tcp", goal=1.5),
+    System("wireproto tcp capture", start_wireproto_capturing),
     System("bare autobahn ws", _python_broker([BARE, "autobahn", "--listen", "LISTEN"],
                                               WebSocketWebsmq)),
     System("wireproto ws",
@@ -729,6 +740,8 @@ SYSTEMS = [
 ]
 # wireproto must deliver more per second than mosquitto at QoS 0 over TCP.
 RATE_GOAL = ("wireproto tcp", "mosquitto tcp")
+# Capturing every message in and out may cost at most 15% of the deliveries per second.
+CAPTURE_GOAL = ("wireproto tcp capture", "wireproto tcp", 0.85)
 
 
 class Profiler:
@@ -922,6 +935,13 @@ def goal_lines(report: Report, systems: list[System], measured: set[str]) -> lis
             verdict = _verdict(ratio, ratio > 1)
             lines.append(f"  {ours}, {subscribers} subs: deliveries/s {ratio:.2f}x {theirs}"
                          f" (goal more than 1x)  {verdict}")
+    capturing, plain, least = CAPTURE_GOAL
+    if {capturing, plain} <= measured:
+        for subscribers in report.subscribers:
+            ratio = _paired_ratio(report, capturing, plain, subscribers, lambda m: m.rate)
+            verdict = _verdict(ratio, ratio >= least)
+            lines.append(f"  {capturing}, {subscribers} subs: deliveries/s {ratio:.2f}x {plain}"
+                         f" (goal at least {least}x)  {verdict}")
     return lines if len(lines) > 2 else []
 
 
