@@ -11,7 +11,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	@# compat mode puts the checkout on sys.path, so Twisted finds twisted/plugins/ here
-	$(BIN)/pip install --quiet -e '.[test,bench]' --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet -e '.[test,bench,spark]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # The reference implementations (nydus-protocol, ...) used as real peers in tests.

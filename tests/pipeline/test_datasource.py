@@ -1,0 +1,180 @@
+"""The `wirecapture` PySpark data source (issue 9, item 2, batch): real capture files, from a
+real broker and from `capture.CaptureWriter`, read through Spark local[2]."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+
+from tests.support import eventually, wait_for
+from tests.test_capture_broker import LOCAL, start
+from wireproto import capture
+from wireproto.codecs import ubre, websmq
+from wireproto.config import CaptureSettings, Config, UbreSettings, parse_listen
+from wireproto.protocols.ubre_client import connect as ubre_connect
+from wireproto.protocols.websmq import connect as websmq_connect
+
+TOPIC = "plant/line1/temp"
+PUBLISHES = 9
+REQUESTS = 4
+
+
+def load(spark: Any, path: Path, **options: Any) -> Any:
+    return spark.read.format("wirecapture").options(**options).load(str(path))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_capture_read_through_spark(tmp_path: Path, spark: Any) -> None:
+    directory = tmp_path / "capture"
+    config = Config(
+        listeners=tuple(parse_listen(spec) for spec in (
+            f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}", f"ubre+ws@tcp:0:{LOCAL}",
+        )),
+        ubre=UbreSettings(announce_topics=False),  # no announcements: exact counts
+        capture=CaptureSettings(directory=str(directory), flush_interval=0.05),
+    )
+    service, (ws, tcp, ubre_url) = await start(config)
+    clients: list[Any] = []
+    try:
+        service.server("ubre").handle("add", lambda body, peer: body["a"] + body["b"])
+        subscriber = await wait_for(websmq_connect(reactor, ws))
+        clients.append(subscriber)
+        publisher = await wait_for(websmq_connect(reactor, tcp))
+        clients.append(publisher)
+        rpc = await wait_for(ubre_connect(reactor, ubre_url))
+        inbox: list[websmq.Publish] = []
+        subscriber.subscribe(TOPIC, inbox.append)
+        await eventually(lambda: service.hub.subscribers(TOPIC))
+        for number in range(PUBLISHES):
+            publisher.publish(TOPIC, b"%d.5" % number)
+        await eventually(lambda: len(inbox) == PUBLISHES)
+        for number in range(REQUESTS):
+            assert await wait_for(rpc.request("add", {"a": number, "b": 10})) == number + 10
+        await wait_for(rpc.close())
+    finally:
+        for client in clients:
+            await wait_for(client.disconnect())
+        await wait_for(service.stopService(), timeout=10)
+
+    frame = load(spark, directory)
+    rows = frame.collect()
+    counts = Counter((row.protocol, row.transport, row.kind, row.message_type) for row in rows)
+    assert counts == {
+        ("websmq", "ws", "open", "open"): 1,
+        ("websmq", "ws", "in", "subscribe"): 1,
+        ("websmq", "ws", "out", "publish"): PUBLISHES,
+        ("websmq", "ws", "close", "close"): 1,
+        ("websmq", "length32", "open", "open"): 1,
+        ("websmq", "length32", "in", "publish"): PUBLISHES,
+        ("websmq", "length32", "close", "close"): 1,
+        ("ubre", "ws", "open", "open"): 1,
+        ("ubre", "ws", "in", "request"): REQUESTS,
+        ("ubre", "ws", "out", "success"): REQUESTS,
+        ("ubre", "ws", "close", "close"): 1,
+    }
+    assert all(row.decode_error is None for row in rows)
+    assert len({row.connection for row in rows}) == 3
+    # Spark's counts agree with the Python reader's, record for record.
+    assert sorted((row.file, row.offset, bytes(row.data)) for row in rows) == sorted(
+        (str(path.resolve()), record.offset, record.data)
+        for path in capture.capture_files(directory) for record in capture.iter_records(path))
+
+    websmq_rows = [row for row in rows if row.protocol == "websmq" and row.kind in ("in", "out")]
+    assert {row.topic for row in websmq_rows} == {TOPIC}
+    published = sorted(bytes(row.data) for row in websmq_rows if row.kind == "in"
+                       and row.message_type == "publish")
+    assert published == sorted(websmq.encode(websmq.Publish(TOPIC, b"%d.5" % number))
+                               for number in range(PUBLISHES))
+    assert {row.body_size for row in websmq_rows if row.message_type == "publish"} == {3}
+
+    # Every UBRE request is paired with its reply by request_id, in Spark.
+    messages = frame.where("protocol = 'ubre' and kind in ('in', 'out')")
+    requests = messages.where("message_type = 'request'").selectExpr(
+        "connection", "request_id", "topic as route", "timestamp as sent")
+    replies = messages.where("message_type in ('success', 'fail')").selectExpr(
+        "connection", "request_id", "message_type as outcome", "timestamp as answered",
+        "data as reply")
+    pairs = requests.join(replies, ["connection", "request_id"], "full_outer").collect()
+    assert len(pairs) == REQUESTS
+    assert len({pair.request_id for pair in pairs}) == REQUESTS
+    for pair in pairs:
+        assert pair.route == "add" and pair.outcome == "success"
+        assert pair.sent <= pair.answered
+        assert isinstance(ubre.decode_json(bytes(pair.reply)), ubre.Success)
+    assert sorted(ubre.decode_json(bytes(pair.reply)).body for pair in pairs) == [
+        number + 10 for number in range(REQUESTS)]
+
+
+def write_capture(directory: Path, *, messages: int, max_file_bytes: int) -> None:
+    clock = iter(range(1_700_000_000_000_000_000, 1_800_000_000_000_000_000, 1_000_000))
+    with capture.CaptureWriter(directory, max_file_bytes=max_file_bytes,
+                               clock=lambda: next(clock)) as writer:
+        writer.open_connection(1, "127.0.0.1:5000", "websmq", "length32")
+        writer.open_connection(2, "127.0.0.1:5001", "ubre", "ws")
+        for number in range(messages):
+            writer.message(1, "in", websmq.encode(websmq.Publish(f"t/{number % 3}",
+                                                                 b"%06d" % number)), True)
+            writer.message(2, "in", ubre.encode(ubre.Request(number, number, name="echo")), False)
+        writer.close_connection(1, "bye")
+        writer.close_connection(2, "bye")
+
+
+def test_one_partition_per_capture_file(tmp_path: Path, spark: Any) -> None:
+    write_capture(tmp_path, messages=300, max_file_bytes=4096)
+    files = capture.capture_files(tmp_path)
+    assert len(files) >= 4
+    frame = load(spark, tmp_path, batch_size=50)  # several Arrow batches per file
+    assert frame.rdd.getNumPartitions() == len(files)
+    per_file = {row.file: row["count"] for row in frame.groupBy("file").count().collect()}
+    assert per_file == {
+        str(path.resolve()): sum(1 for _ in capture.iter_records(path)) for path in files}
+    counts = {(row.kind, row.message_type): row["count"]
+              for row in frame.groupBy("kind", "message_type").count().collect()}
+    # Each file after the first repeats the open records of both connections.
+    assert counts == {("open", "open"): 2 * len(files), ("in", "publish"): 300,
+                      ("in", "request"): 300, ("close", "close"): 2}
+    topics = {row.topic: row["count"] for row in frame.where("message_type = 'publish'")
+              .groupBy("topic").count().collect()}
+    assert topics == {"t/0": 100, "t/1": 100, "t/2": 100}
+    # Timestamps keep the microseconds of the records' nanoseconds.
+    first, last = frame.selectExpr("min(unix_micros(timestamp))", "max(unix_micros(timestamp))"
+                                   ).first()
+    stamps = [record.timestamp_ns for path in files for record in capture.iter_records(path)]
+    assert (first, last) == (min(stamps) // 1000, max(stamps) // 1000)
+    assert min(stamps) >= 1_700_000_000_000_000_000
+
+
+def test_a_torn_last_record_and_malformed_frames(tmp_path: Path, spark: Any) -> None:
+    with capture.CaptureWriter(tmp_path) as writer:
+        writer.open_connection(1, "127.0.0.1:5000", "websmq", "ws")
+        writer.message(1, "in", websmq.encode(websmq.Publish("a", b"1")), True)
+        writer.message(1, "in", b"\x00\x07a", True)  # announces a 7-byte topic
+        writer.message(1, "in", b"\x00\x02a#", True)  # a bad topic
+        writer.open_connection(2, "127.0.0.1:5001", "ubre", "ws")
+        writer.message(2, "in", b'{"request": "add", "id": 1', False)  # cut-off JSON
+        writer.message(1, "in", websmq.encode(websmq.Publish("a", b"torn away")), True)
+    (path,) = capture.capture_files(tmp_path)
+    whole = os.path.getsize(path)
+    with open(path, "r+b") as file:  # a crash in the middle of the last record
+        file.truncate(whole - 5)
+    assert sum(1 for _ in capture.iter_records(path)) == 6
+
+    for target in (tmp_path, path):  # a directory, or one file
+        rows = load(spark, target).orderBy("offset").collect()
+        assert [(row.kind, row.message_type) for row in rows] == [
+            ("open", "open"), ("in", "publish"), ("in", None), ("in", None), ("open", "open"),
+            ("in", None)]
+        errors = Counter((row.connection, row.decode_error.split(":")[0]) for row in rows
+                         if row.decode_error)
+        assert errors == {(1, "TruncatedFrame"): 1, (1, "InvalidTopic"): 1, (2, "BadJSON"): 1}
+
+
+def test_a_missing_path_fails(tmp_path: Path, spark: Any) -> None:
+    with pytest.raises(Exception, match="no capture file or directory"):
+        load(spark, tmp_path / "nowhere").collect()
