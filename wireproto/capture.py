@@ -107,8 +107,8 @@ FLAG_BINARY = 1
 
 MiB = 1 << 20
 DEFAULT_MAX_FILE_BYTES = 128 * MiB
-# The writer accepts 4 KiB (small enough for tests to rotate) to 1 GiB; configuration will
-# hold operators to CONFIG_FILE_BYTES, the range issue 9 gives.
+# The writer accepts 4 KiB (small enough for tests to rotate) to 1 GiB; [capture] holds
+# operators to CONFIG_FILE_BYTES, files small enough to give Spark many tasks.
 MIN_FILE_BYTES = 4096
 MAX_FILE_BYTES = 1024 * MiB
 CONFIG_FILE_BYTES = (64 * MiB, 256 * MiB)

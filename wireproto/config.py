@@ -652,12 +652,18 @@ def _networks(value: Any) -> tuple[str, ...]:
     return networks
 
 
-def _overflow(value: Any) -> str:
-    value = _string(value)
-    policies = [policy.value for policy in Overflow]
-    if value not in policies:
-        raise ValueError(f"unknown policy {_shown(value)}; use {_one_of(policies)}")
-    return value
+def _choice(choices: Sequence[str], noun: str = "value") -> Callable[[Any], str]:
+    """A reader that takes one of `choices`; the error calls a wrong one an unknown `noun`."""
+    def read(value: Any) -> str:
+        value = _string(value)
+        if value not in choices:
+            raise ValueError(f"unknown {noun} {_shown(value)}; use {_one_of(choices)}")
+        return value
+
+    return read
+
+
+_overflow = _choice([policy.value for policy in Overflow], "policy")
 
 
 # Each table's keys and how to read each value. TOML has no null: leave an optional key out.
@@ -706,16 +712,6 @@ _ENGINEIO_KEYS: dict[str, Callable[[Any], Any]] = {
     "max_payload": _positive_integer,
     "max_connections": _positive_integer,
 }
-def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
-    def read(value: Any) -> str:
-        value = _string(value)
-        if value not in choices:
-            raise ValueError(f"unknown value {_shown(value)}; use {_one_of(choices)}")
-        return value
-
-    return read
-
-
 _LOG_KEYS: dict[str, Callable[[Any], Any]] = {
     "level": _choice(LOG_LEVELS),
     "format": _choice(LOG_FORMATS),
@@ -726,7 +722,7 @@ _METRICS_KEYS: dict[str, Callable[[Any], Any]] = {
     "path": _string,
 }
 def _capture_file_bytes(value: Any) -> int:
-    low, high = CONFIG_FILE_BYTES  # issue 9: 64 to 256 MiB, so Spark has many tasks
+    low, high = CONFIG_FILE_BYTES  # 64 to 256 MiB: files small enough to give Spark many tasks
     if not low <= _integer(value) <= high:
         raise ValueError(f"must be {low} to {high} bytes (64 to 256 MiB), not {value}")
     return value

@@ -174,8 +174,8 @@ PROTOCOL_VERSION = Version(1, 0, 0)
 
 def supports_version(client: Version, host: Version = PROTOCOL_VERSION) -> bool:
     """Whether a host at `host` accepts a handshake from a client at `client`: the client's
-    version compatible with the host's, so a 1.0.0 host accepts 1.0.0, 1.0.5 and 1.3.0 (issue 6:
-    "1.0.0 and everything compatible with it"), and refuses 0.9.0 and 2.0.0. A 1.2.3 host
+    version compatible with the host's, so a 1.0.0 host accepts 1.0.0, 1.0.5 and 1.3.0 ("1.0.0
+    and everything compatible with it"), and refuses 0.9.0 and 2.0.0. A 1.2.3 host
     refuses 1.2.2 and 1.1.x: they may lack what it relies on.
     """
     return client.is_compatible_with(host)

@@ -1,4 +1,4 @@
-"""The data pipeline over capture files (issue 9, docs/pipeline.md).
+"""The data pipeline over capture files (docs/pipeline.md).
 
 - `wireproto.pipeline.decode`: a capture record's message decoded with wireproto's own codecs
   into analysis columns (message type, topic, request id, body size, decode error). No Spark.
