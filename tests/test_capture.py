@@ -158,6 +158,25 @@ def test_every_kind_round_trips_through_a_file(tmp_path: Path) -> None:
         CaptureWriter(tmp_path / "x").message(1, "sideways", b"", True)
 
 
+def test_a_batch_record_holds_several_messages(tmp_path: Path) -> None:
+    messages = [b"", b"one", bytes(range(256)) * 3, b"\x00\x00\x00\x05"]
+    data = capture.encode_batch(messages)
+    assert data[:7] == b"\x00\x00\x00\x00\x00\x00\x00" and data[7] == 3
+    with CaptureWriter(tmp_path) as writer:
+        writer.open_connection(1, "127.0.0.1:5000", "websmq", "length32")
+        writer.message(1, "out", data, True, batch=True)
+        writer.message(1, "in", b"single", False)
+    opened, batch, single = all_records(tmp_path)
+    assert batch.flags == capture.FLAG_BINARY | capture.FLAG_BATCH
+    assert batch.messages() == messages
+    assert (single.messages(), single.flags) == ([b"single"], 0)
+    assert capture.record_messages(capture.FLAG_BATCH, b"") == []
+    with pytest.raises(capture.CorruptCapture, match="4-byte length"):
+        capture.record_messages(capture.FLAG_BATCH, data + b"\x00")
+    with pytest.raises(capture.CorruptCapture, match="9 bytes announced"):
+        capture.record_messages(capture.FLAG_BATCH, b"\x00\x00\x00\x09abc")
+
+
 def test_file_header_is_self_describing_json(tmp_path: Path) -> None:
     with CaptureWriter(tmp_path, clock=Clock()) as writer:
         writer.open_connection(1, "127.0.0.1:1", "ubre", "lines")

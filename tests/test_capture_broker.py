@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import struct
 import sys
 from collections import Counter
 from pathlib import Path
@@ -14,6 +15,10 @@ from typing import Any
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import clientFromString, connectProtocol
+from twisted.internet.protocol import Protocol
+from twisted.internet.task import deferLater
 
 from tests.support import eventually, wait_for
 from tests.test_cli import Child
@@ -119,29 +124,69 @@ async def test_every_message_of_a_broker_is_in_its_capture(tmp_path: Path) -> No
     assert opened[("ubre", "ws")][1] == peers["rpc"]
     assert all(peer.startswith("127.0.0.1:") for _, peer, _ in opened.values())
 
-    def messages(key: tuple[str, str], kind: capture.Kind) -> list[capture.Record]:
-        return [record for record in opened[key][2] if record.kind == kind]
+    def messages(key: tuple[str, str], kind: capture.Kind) -> list[bytes]:
+        # Messages are recorded in batches: once per reactor turn, a record per direction.
+        return [message for record in opened[key][2] if record.kind == kind
+                for message in record.messages()]
 
-    counts = {key: Counter(record.kind.name for record in opened[key][2]) for key in opened}
+    batches = [record for _, _, records in opened.values() for record in records
+               if record.kind in (capture.Kind.IN, capture.Kind.OUT)]
+    assert all(record.flags & capture.FLAG_BATCH for record in batches)
+    counts = {key: Counter({kind.name: len(messages(key, kind)) for kind in capture.Kind})
+              for key in opened}
     assert counts[("websmq", "ws")] == {"OPEN": 1, "IN": 1, "OUT": COUNT, "CLOSE": 1}
-    assert counts[("websmq", "length32")] == {"OPEN": 1, "IN": COUNT, "CLOSE": 1}
+    assert counts[("websmq", "length32")] == {"OPEN": 1, "IN": COUNT, "OUT": 0, "CLOSE": 1}
     assert counts[("ubre", "ws")] == {"OPEN": 1, "IN": 1, "OUT": 1, "CLOSE": 1}
 
     expected = [websmq.Publish(TOPIC, b"reading %d" % number) for number in range(COUNT)]
     published = messages(("websmq", "length32"), capture.Kind.IN)
-    assert [websmq.decode(record.data) for record in published] == expected
-    assert all(record.binary for record in published)
+    assert [websmq.decode(data) for data in published] == expected
+    assert all(record.binary for record in batches if record.transport_name == "length32")
     delivered = messages(("websmq", "ws"), capture.Kind.OUT)  # fan-out: prepared frames
-    assert [websmq.decode(record.data) for record in delivered] == expected
+    assert [websmq.decode(data) for data in delivered] == expected
     (subscribe,) = messages(("websmq", "ws"), capture.Kind.IN)
-    assert websmq.decode(subscribe.data) == websmq.Subscribe(TOPIC)
+    assert websmq.decode(subscribe) == websmq.Subscribe(TOPIC)
 
     (request_record,) = messages(("ubre", "ws"), capture.Kind.IN)
     (reply_record,) = messages(("ubre", "ws"), capture.Kind.OUT)
-    request, reply = ubre.decode(request_record.data), ubre.decode(reply_record.data)
+    request, reply = ubre.decode(request_record), ubre.decode(reply_record)
     assert isinstance(request, ubre.Request) and request.name == "add"
     assert isinstance(reply, ubre.Success) and reply.body == 5
     assert reply.id == request.id
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_length32_stream_is_recorded_in_whole_frames_as_read(tmp_path: Path) -> None:
+    """Frames split across reads, several frames in one read, then an oversized frame: every
+    frame delivered is recorded once, whole, and nothing after the bad frame."""
+    directory = tmp_path / "capture"
+    config = Config(
+        listeners=(parse_listen(f"websmq+length32@tcp:0:{LOCAL}"),),
+        capture=CaptureSettings(directory=str(directory), flush_interval=0.05),
+    )
+    service, (address,) = await start(config)
+    frames = [struct.pack(">I", len(body)) + body for body in (
+        websmq.encode(websmq.Publish(TOPIC, b"%d" % number)) for number in range(5))]
+    try:
+        client = await wait_for(connectProtocol(clientFromString(reactor, address), Protocol()))
+        client.transport.write(frames[0][:3])  # a frame split across reads
+        await eventually(lambda: len(service._connections))
+        await deferLater(reactor, 0.05)
+        client.transport.write(frames[0][3:] + frames[1] + frames[2][:-1])
+        await deferLater(reactor, 0.05)
+        client.transport.write(frames[2][-1:] + frames[3] + struct.pack(">I", 1 << 30) + frames[4])
+        lost = Deferred()
+        client.connectionLost = lambda reason: lost.callback(None)
+        await wait_for(lost)
+    finally:
+        await wait_for(service.stopService(), timeout=10)
+
+    (records,) = by_connection(records_in(directory)).values()
+    received = [record for record in records if record.kind == capture.Kind.IN]
+    assert b"".join(record.data for record in received) == b"".join(frames[:4])
+    assert [websmq.decode(data) for record in received for data in record.messages()] == [
+        websmq.Publish(TOPIC, b"%d" % number) for number in range(4)]
+    assert "over the limit" in records[-1].info()["reason"]
 
 
 @pytest_twisted.ensureDeferred
@@ -225,8 +270,10 @@ async def test_serve_capture_writes_the_records(tmp_path: Path) -> None:
     for records in connections.values():
         assert records[0].kind == capture.Kind.OPEN and records[-1].kind == capture.Kind.CLOSE
         assert records[0].info()["transport"] == "length32"
-        ins = [websmq.decode(r.data) for r in records if r.kind == capture.Kind.IN]
-        outs = [websmq.decode(r.data) for r in records if r.kind == capture.Kind.OUT]
+        ins = [websmq.decode(data) for r in records if r.kind == capture.Kind.IN
+               for data in r.messages()]
+        outs = [websmq.decode(data) for r in records if r.kind == capture.Kind.OUT
+                for data in r.messages()]
         tails["subscriber" if outs else "publisher"] = (ins, outs)
     assert tails["subscriber"][0] == [websmq.Subscribe(TOPIC)]
     assert tails["subscriber"][1] == inbox

@@ -8,8 +8,10 @@ Issue 9, item 1 (docs/pipeline.md, "Capture files", is the reference). A capture
   crc, timestamp_ns, connection, kind, protocol, transport, flags, reserved) and then `length`
   bytes of data. The crc is ``zlib.crc32`` of the 24 header bytes after it and the data.
 
-Open records carry JSON (peer, protocol, transport), in and out records the raw message, close
-records JSON ({"reason": ...}). Each file starts with an open record for every connection still
+Open records carry JSON (peer, protocol, transport), close records JSON ({"reason": ...}), and
+in and out records the raw bytes of the messages: one message, or with `FLAG_BATCH` several
+messages of one connection and direction, each a 4-byte big-endian length and the message
+(`record_messages` splits them). Each file starts with an open record for every connection still
 open, so each file stands alone.
 
 The encoding and decoding here are sans-IO. `CaptureWriter` (synchronous, batched) and
@@ -49,6 +51,7 @@ __all__ = [
     "PROTOCOLS",
     "TRANSPORTS",
     "FLAG_BINARY",
+    "FLAG_BATCH",
     "DEFAULT_MAX_FILE_BYTES",
     "MIN_FILE_BYTES",
     "MAX_FILE_BYTES",
@@ -65,6 +68,8 @@ __all__ = [
     "decode_file_header",
     "encode_record",
     "decode_record",
+    "record_messages",
+    "encode_batch",
     "read_header",
     "iter_records",
     "scan_offsets",
@@ -104,6 +109,9 @@ TRANSPORTS = {
 _PROTOCOL_NAMES = {code: name for name, code in PROTOCOLS.items()}
 _TRANSPORT_NAMES = {code: name for name, code in TRANSPORTS.items()}
 FLAG_BINARY = 1
+# The data is several messages, each a 4-byte big-endian length and the message.
+FLAG_BATCH = 2
+_BATCH_LENGTH = struct.Struct(">I")
 
 MiB = 1 << 20
 DEFAULT_MAX_FILE_BYTES = 128 * MiB
@@ -175,6 +183,10 @@ class Record:
     def size(self) -> int:
         return HEADER_SIZE + len(self.data)
 
+    def messages(self) -> list[bytes]:
+        """The messages of an in or out record: one, or a batch's several."""
+        return record_messages(self.flags, self.data)
+
     def info(self) -> dict[str, Any]:
         """The JSON object of an open or close record."""
         if self.kind not in (Kind.OPEN, Kind.CLOSE):
@@ -239,6 +251,35 @@ def decode_record(data: bytes | memoryview, offset: int = 0) -> tuple[Record, in
     if zlib.crc32(view[offset + 8:end]) != crc:
         raise CorruptCapture(f"capture record at offset {offset}: CRC mismatch", offset=offset)
     return _record(offset, ts, conn, kind, proto, trans, flags, bytes(view[offset + 32:end])), end
+
+
+def encode_batch(messages: list[bytes]) -> bytes:
+    """The data of a `FLAG_BATCH` record holding `messages`."""
+    pack = _BATCH_LENGTH.pack
+    return b"".join([part for message in messages for part in (pack(len(message)), message)])
+
+
+def record_messages(flags: int, data: bytes | memoryview) -> list[bytes]:
+    """The messages in an in or out record's data: `data` itself, or with `FLAG_BATCH` the
+    length-prefixed messages in it. A batch that does not split exactly raises
+    `CorruptCapture`."""
+    if not flags & FLAG_BATCH:
+        return [bytes(data)]
+    messages = []
+    offset, end = 0, len(data)
+    unpack = _BATCH_LENGTH.unpack_from
+    while offset < end:
+        if end - offset < 4:
+            raise CorruptCapture(f"batch record: {end - offset} bytes left where a 4-byte "
+                                 "length belongs")
+        (length,) = unpack(data, offset)
+        offset += 4
+        if offset + length > end:
+            raise CorruptCapture(f"batch record: a message of {length} bytes announced, "
+                                 f"{end - offset} left")
+        messages.append(bytes(data[offset:offset + length]))
+        offset += length
+    return messages
 
 
 def _record(offset: int, ts: int, conn: int, kind: int, proto: int, trans: int, flags: int,
@@ -480,8 +521,7 @@ class _CaptureLog:
         self.connections[conn_id] = (record, proto, trans)
 
     def message(self, conn_id: int, direction: str | Kind, data: bytes | str, binary: bool,
-                timestamp_ns: int | None) -> None:
-        # The hot path of a capturing broker: one call per message in and out, so inlined.
+                timestamp_ns: int | None, batch: bool = False) -> None:
         kind = _DIRECTIONS.get(direction)
         if kind is None:
             raise ValueError(f"capture direction {direction!r}: use 'in' or 'out'")
@@ -490,7 +530,7 @@ class _CaptureLog:
         _, proto, trans = self.connections.get(conn_id, _UNKNOWN_CONNECTION)
         covered = _CRC_COVERED.pack(
             self.clock() if timestamp_ns is None else timestamp_ns, conn_id, kind, proto, trans,
-            FLAG_BINARY if binary else 0, 0)
+            (FLAG_BINARY if binary else 0) | (FLAG_BATCH if batch else 0), 0)
         self._append(_LENGTH_CRC.pack(len(data), zlib.crc32(data, zlib.crc32(covered)))
                      + covered + data)
 
@@ -549,7 +589,7 @@ class _CaptureLog:
             "kinds": {kind.name.lower(): kind.value for kind in Kind},
             "protocols": PROTOCOLS,
             "transports": TRANSPORTS,
-            "flags": {"binary": FLAG_BINARY},
+            "flags": {"binary": FLAG_BINARY, "batch": FLAG_BATCH},
             "dropped_batches": self.dropped_batches,
             "dropped_records": self.dropped_records,
         }
@@ -673,9 +713,11 @@ class CaptureWriter(_WriterBase):
         self._maybe_flush()
 
     def message(self, conn_id: int, direction: str | Kind, data: bytes | str, binary: bool,
-                timestamp_ns: int | None = None) -> None:
+                timestamp_ns: int | None = None, *, batch: bool = False) -> None:
+        """Record one message in or out (`direction` "in" or "out"), or with `batch` several:
+        `data` is then what `encode_batch` makes of them."""
         self._check_open()
-        self._log.message(conn_id, direction, data, binary, timestamp_ns)
+        self._log.message(conn_id, direction, data, binary, timestamp_ns, batch)
         self._maybe_flush()
 
     def close_connection(self, conn_id: int, reason: str | None = None, *,
@@ -757,10 +799,11 @@ class ThreadedCaptureWriter(_WriterBase):
             self._maybe_queue()
 
     def message(self, conn_id: int, direction: str | Kind, data: bytes | str, binary: bool,
-                timestamp_ns: int | None = None) -> None:
+                timestamp_ns: int | None = None, *, batch: bool = False) -> None:
+        """As `CaptureWriter.message`."""
         with self._cond:
             self._check_open()
-            self._log.message(conn_id, direction, data, binary, timestamp_ns)
+            self._log.message(conn_id, direction, data, binary, timestamp_ns, batch)
             self._maybe_queue()
 
     def close_connection(self, conn_id: int, reason: str | None = None, *,

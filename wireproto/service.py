@@ -178,7 +178,7 @@ class WireprotoService(MultiService):
         settings = config.capture
         self.capture = BrokerCapture(
             settings.directory, max_file_bytes=settings.max_file_bytes,
-            flush_interval=settings.flush_interval,
+            flush_interval=settings.flush_interval, reactor=self.reactor,
         ) if settings.directory else None
 
     # -- building -------------------------------------------------------------------------------
@@ -305,6 +305,7 @@ class WireprotoService(MultiService):
             send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
             max_chunk_length=link.max_chunk_length,
             max_frame_payload=min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2),
+            capture=self.capture,
         )
         endpoint: Any
         if is_websocket_address(link.endpoint):

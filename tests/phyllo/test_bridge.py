@@ -20,7 +20,8 @@ from twisted.internet import protocol, reactor
 from twisted.logger import globalLogPublisher
 
 from tests.support import eventually, sleep, wait_for
-from wireproto.codecs.phyllo import PubSubMessage, TypeCode
+from wireproto import capture
+from wireproto.codecs.phyllo import PubSubMessage, TypeCode, decode
 from wireproto.codecs.phyllo.document import (
     Document,
     Format,
@@ -30,7 +31,14 @@ from wireproto.codecs.phyllo.document import (
     serialize,
 )
 from wireproto.codecs.phyllo.stack import MINIMAL, REDUCED, Stack, StackDecoder
-from wireproto.config import Config, HubSettings, PhylloLink, parse_listen, parse_phyllo
+from wireproto.config import (
+    CaptureSettings,
+    Config,
+    HubSettings,
+    PhylloLink,
+    parse_listen,
+    parse_phyllo,
+)
 from wireproto.hub import Hub, HubMessage, Session
 from wireproto.phyllo.bridge import HubBridge, device_message, hub_payload
 from wireproto.protocols.websmq import connect
@@ -273,6 +281,37 @@ async def test_a_device_document_reaches_a_websmq_browser_and_back(harness, devi
     counters = bridge.counters()
     assert counters["to_hub"] == 1 and counters["to_device"] == 1
     assert counters["crc_errors"] == counters["framing_errors"] == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_captured_link_records_its_messages_both_ways(harness, device, tmp_path) -> None:
+    directory = tmp_path / "capture"
+    address = await harness.start(
+        parse_phyllo(f"dev1@{device.endpoint}"),
+        capture=CaptureSettings(directory=str(directory), flush_interval=0.05))
+    bridge = harness.service.phyllo["dev1"]
+    await eventually(lambda: bridge.top is not None)
+    browser = await harness.browser(address)
+    temps = await harness.subscribed(browser, "phyllo/dev1/temp")
+    for reading in (21.5, 22.0, 22.5):
+        device.send(document("temp", {"celsius": reading}))
+    await eventually(lambda: len(temps) == 3)
+    await browser.publish("phyllo/dev1/led", b'{"on":true}')
+    await eventually(device.poll)
+    await harness.close()
+
+    records = [record for path in capture.capture_files(directory)
+               for record in capture.iter_records(path) if record.protocol_name == "phyllo"]
+    opened, *messages, closed = records
+    assert (opened.kind, closed.kind) == (capture.Kind.OPEN, capture.Kind.CLOSE)
+    assert opened.info()["protocol"] == "phyllo" and opened.transport_name == "stream"
+    assert {record.connection for record in records} == {opened.connection}
+    received = [decode(data) for record in messages if record.kind == capture.Kind.IN
+                for data in record.messages()]
+    sent = [decode(data) for record in messages if record.kind == capture.Kind.OUT
+            for data in record.messages()]
+    assert received == [document("temp", {"celsius": reading}) for reading in (21.5, 22.0, 22.5)]
+    assert sent == [document("led", {"on": True})]
 
 
 @pytest_twisted.ensureDeferred

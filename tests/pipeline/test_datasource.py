@@ -80,10 +80,12 @@ async def test_a_broker_capture_read_through_spark(tmp_path: Path, spark: Any) -
     }
     assert all(row.decode_error is None for row in rows)
     assert len({row.connection for row in rows}) == 3
-    # Spark's counts agree with the Python reader's, record for record.
-    assert sorted((row.file, row.offset, bytes(row.data)) for row in rows) == sorted(
-        (str(path.resolve()), record.offset, record.data)
-        for path in capture.capture_files(directory) for record in capture.iter_records(path))
+    # Spark's rows agree with the Python reader's, message for message.
+    assert sorted((row.file, row.offset, row.message_index, bytes(row.data)) for row in rows) == (
+        sorted((str(path.resolve()), record.offset, index, data)
+               for path in capture.capture_files(directory)
+               for record in capture.iter_records(path)
+               for index, data in enumerate(record.messages())))
 
     websmq_rows = [row for row in rows if row.protocol == "websmq" and row.kind in ("in", "out")]
     assert {row.topic for row in websmq_rows} == {TOPIC}
@@ -178,3 +180,21 @@ def test_a_torn_last_record_and_malformed_frames(tmp_path: Path, spark: Any) -> 
 def test_a_missing_path_fails(tmp_path: Path, spark: Any) -> None:
     with pytest.raises(Exception, match="no capture file or directory"):
         load(spark, tmp_path / "nowhere").collect()
+
+
+def test_a_batch_record_is_one_row_per_message(tmp_path: Path, spark: Any) -> None:
+    publishes = [websmq.encode(websmq.Publish(f"t/{n}", b"x" * n)) for n in range(3)]
+    with capture.CaptureWriter(tmp_path) as writer:
+        writer.open_connection(1, "127.0.0.1:5000", "websmq", "length32")
+        writer.message(1, "out", capture.encode_batch(publishes), True, batch=True)
+        writer.message(1, "in", b"\x00\x00\x00\x09abc", True, batch=True)  # does not split
+    rows = load(spark, tmp_path).orderBy("offset", "message_index").collect()
+    assert [(row.kind, row.message_index, row.topic, row.body_size, row.data)
+            for row in rows[:4]] == [
+        ("open", 0, None, 0, rows[0].data),
+        ("out", 0, "t/0", 0, publishes[0]), ("out", 1, "t/1", 1, publishes[1]),
+        ("out", 2, "t/2", 2, publishes[2]),
+    ]
+    assert len({row.offset for row in rows[1:4]}) == 1
+    assert rows[4].decode_error.startswith("CorruptCapture: batch record")
+    assert len(rows) == 5

@@ -37,13 +37,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto.codecs import phyllo as phyllo_codec
 from wireproto.codecs._common import json_utf8
 from wireproto.codecs.phyllo.codes import TypeCode
 from wireproto.codecs.phyllo.document import (
@@ -56,12 +57,16 @@ from wireproto.codecs.phyllo.document import (
 )
 from wireproto.codecs.phyllo.message import MAX_TOPIC_LENGTH, PubSubMessage
 from wireproto.errors import ProtocolError
-from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage
+from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage, describe_address
 from wireproto.payloads import value_from_payload
+from wireproto.transports.capturing import IN, OUT, ConnectionCapture
 
 from .base import LayerBase
 from .links import ChunkedStream, MessageChunks
 from .presets import build_stack
+
+if TYPE_CHECKING:
+    from wireproto.transports.capturing import BrokerCapture
 
 __all__ = ["BridgeLayer", "BridgeStats", "HubBridge", "SEND_FORMATS", "hub_topic_error"]
 
@@ -153,6 +158,7 @@ class HubBridge:
         stack: str = "reduced",
         send_format: str = "msgpack",
         queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        capture: BrokerCapture | None = None,
         **stack_limits: int,
     ) -> None:
         prefix = f"phyllo/{name}" if prefix is None else prefix
@@ -179,6 +185,10 @@ class HubBridge:
         self._paused = False
         self._link_waiters: list[Callable[[BridgeLayer], object]] = []
         self._subscription = hub.subscribe_callback(f"{self.prefix}/#", self.from_hub)
+        # With capture on, each connection of the link is recorded as a connection of protocol
+        # "phyllo": its pub-sub messages in and out, each as minimal-stack bytes.
+        self.capture = capture
+        self._captured: ConnectionCapture | None = None
 
     def __repr__(self) -> str:
         return f"<HubBridge {self.name!r} at {self.prefix!r}>"
@@ -220,6 +230,8 @@ class HubBridge:
         transport = getattr(top.bottom, "transport", None)
         if transport is not None:
             transport.registerProducer(self, True)
+        if self.capture is not None:
+            self._start_capture(top, transport)
         log.info("Phyllo link {link} is up ({stack} stack, hub topics {prefix}/...)",
                  event="link_up", protocol=PROTOCOL_NAME, link=self.name, stack=self.stack,
                  prefix=self.prefix, connections=self.stats.connections)
@@ -235,6 +247,11 @@ class HubBridge:
         if top is not self.top:
             return
         self.top = None
+        if self._captured is not None:
+            self._captured.record_all()
+            self.capture.closed(self._captured.connection_id,  # type: ignore[union-attr]
+                                reason.getErrorMessage())
+            self._captured = None
         lost = len(self._queue)
         self._queue.clear()
         self._queued_bytes = 0
@@ -271,6 +288,8 @@ class HubBridge:
     # -- device to hub --------------------------------------------------------------------------
 
     def from_device(self, message: PubSubMessage) -> None:
+        if self._captured is not None:
+            self._captured.add(IN, phyllo_codec.encode(message), True)
         try:
             topic = message.topic.decode("utf-8")
         except UnicodeDecodeError:
@@ -321,6 +340,17 @@ class HubBridge:
                      topic=message.topic, error=error)
             return
         self.stats.to_device += 1
+        if self._captured is not None:
+            self._captured.add(OUT, phyllo_codec.encode(message), True)
+
+    def _start_capture(self, top: BridgeLayer, transport: object) -> None:
+        capture = self.capture
+        assert capture is not None
+        conn_id = capture.next_id()
+        peer = describe_address(transport.getPeer()) if transport is not None else self.name
+        carrier = "chunks" if isinstance(top.bottom, MessageChunks) else "stream"
+        capture.opened(conn_id, peer, PROTOCOL_NAME, carrier)
+        self._captured = ConnectionCapture(capture, conn_id)
 
     def _enqueue(self, message: PubSubMessage) -> None:
         size = len(message.topic) + len(message.payload)

@@ -10,9 +10,10 @@ messages = spark.read.format("wirecapture").load("/var/lib/wireproto/capture")
 PATH is a directory of capture files (those named as a writer names them, see
 `wireproto.capture.capture_files`; option ``prefix``, default ``wirecapture``) or one capture
 file. Each file is one partition, read by a Python worker with `wireproto.capture.read_batch`
-(which stops cleanly at a torn last record) and yielded as Arrow record batches of at most
-``batch_size`` records (option, default 8192). Every in and out record's data is decoded with
-wireproto's own codecs (`wireproto.pipeline.decode`). The schema is `SCHEMA`.
+(which stops cleanly at a torn last record) and yielded as Arrow record batches made from at
+most ``batch_size`` records (option, default 8192). A row is one message: a batch record gives
+one row per message in it. Every message is decoded with wireproto's own codecs
+(`wireproto.pipeline.decode`). The schema is `SCHEMA`.
 
 Needs the ``spark`` extra (pyspark[sql] >= 4.2, which brings pyarrow).
 """
@@ -29,37 +30,12 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from wireproto import capture
-from wireproto.pipeline.decode import KIND_NAMES, decode_message
+from wireproto.pipeline.rows import SCHEMA, decode_batch
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "CaptureFilePartition",
            "capture_paths"]
 
-SCHEMA = (
-    "file string, offset long, timestamp timestamp, connection long, kind string, "
-    "protocol string, transport string, binary boolean, data binary, message_type string, "
-    "topic string, request_id string, body_size int, decode_error string"
-)
-
 DEFAULT_BATCH_SIZE = 8192
-
-_ARROW_SCHEMA = pa.schema([
-    ("file", pa.string()),
-    ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("us", tz="UTC")),
-    ("connection", pa.int64()),
-    ("kind", pa.string()),
-    ("protocol", pa.string()),
-    ("transport", pa.string()),
-    ("binary", pa.bool_()),
-    ("data", pa.binary()),
-    ("message_type", pa.string()),
-    ("topic", pa.string()),
-    ("request_id", pa.string()),
-    ("body_size", pa.int32()),
-    ("decode_error", pa.string()),
-])
-_PROTOCOL_NAMES = {code: name for name, code in capture.PROTOCOLS.items()}
-_TRANSPORT_NAMES = {code: name for name, code in capture.TRANSPORTS.items()}
 
 
 def capture_paths(path: str | os.PathLike[str], prefix: str = "wirecapture") -> list[str]:
@@ -116,37 +92,7 @@ class WireCaptureReader(DataSourceReader):
         while True:
             batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size)
             if len(batch):
-                yield record_batch(path, batch)
+                yield decode_batch(path, batch)
             if batch.stop != "limit":
                 return  # "end", or "partial": a torn last record (or one being written)
             start = batch.end
-
-
-def record_batch(path: str, batch: capture.Batch) -> pa.RecordBatch:
-    """The rows of a `capture.Batch` of file `path`, as an Arrow record batch of `SCHEMA`."""
-    decoded = [
-        decode_message(protocol, kind, data, bool(flags & capture.FLAG_BINARY))
-        for protocol, kind, data, flags in zip(
-            batch.protocol, batch.kind, batch.data, batch.flags, strict=True)
-    ]
-    message_type, topic, request_id, body_size, decode_error = (
-        zip(*decoded, strict=True) if decoded else ((),) * 5)
-    count = len(batch)
-    columns = [
-        pa.array([path] * count, pa.string()),
-        pa.array(batch.offset, pa.int64()),
-        pa.array([ns // 1000 for ns in batch.timestamp_ns], pa.int64()).cast(
-            _ARROW_SCHEMA.field("timestamp").type),
-        pa.array(batch.connection, pa.int64()),
-        pa.array([KIND_NAMES.get(kind) for kind in batch.kind], pa.string()),
-        pa.array([_PROTOCOL_NAMES.get(code) for code in batch.protocol], pa.string()),
-        pa.array([_TRANSPORT_NAMES.get(code) for code in batch.transport], pa.string()),
-        pa.array([bool(flags & capture.FLAG_BINARY) for flags in batch.flags], pa.bool_()),
-        pa.array(batch.data, pa.binary()),
-        pa.array(message_type, pa.string()),
-        pa.array(topic, pa.string()),
-        pa.array(request_id, pa.string()),
-        pa.array(body_size, pa.int32()),
-        pa.array(decode_error, pa.string()),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=_ARROW_SCHEMA)

@@ -27,7 +27,7 @@ from wireproto import capture
 from wireproto.codecs import nydus, subble, ubre, websmq
 from wireproto.codecs import phyllo as phyllo_codec
 
-__all__ = ["Decoded", "decode_record", "decode_message", "KIND_NAMES"]
+__all__ = ["Decoded", "decode_record", "decode_message", "error_row", "KIND_NAMES"]
 
 KIND_NAMES = {int(kind): kind.name.lower() for kind in capture.Kind}
 _PROTOCOL_NAMES = {code: name for name, code in capture.PROTOCOLS.items()}
@@ -75,17 +75,17 @@ def decode_message(protocol: int, kind: int, data: bytes, binary: bool) -> Decod
     if kind == capture.Kind.CLOSE:
         return _CLOSE
     if kind not in (capture.Kind.IN, capture.Kind.OUT):
-        return _error(f"unknown record kind {kind}")
+        return error_row(f"unknown record kind {kind}")
     decoder = _DECODERS.get(protocol)
     if decoder is None:
-        return _error(f"unknown protocol code {protocol}")
+        return error_row(f"unknown protocol code {protocol}")
     try:
         return decoder(bytes(data), binary, kind == capture.Kind.IN)
     except Exception as error:  # a malformed message is a row, never a failed task
-        return _error(f"{type(error).__name__}: {error}")
+        return error_row(f"{type(error).__name__}: {error}")
 
 
-def _error(message: str) -> Decoded:
+def error_row(message: str) -> Decoded:
     return Decoded(None, None, None, None, message)
 
 
@@ -152,3 +152,4 @@ _DECODERS = {
     capture.PROTOCOLS["subble"]: _subble,
     capture.PROTOCOLS["phyllo"]: _phyllo,
 }
+

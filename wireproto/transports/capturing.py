@@ -3,12 +3,17 @@ in capture files (wireproto.capture) as it crossed its transport, whatever the p
 
 `BrokerCapture` owns a service's `ThreadedCaptureWriter` and its connection ids. The service
 wraps each connection's protocol in a `CapturingProtocol`, which hands the protocol a
-`CapturingTransport` and writes the open, in and close records on the way through (the
-transport writes the out records). A service without capture builds none of these.
+`CapturingTransport` and writes the open and close records. Messages are not recorded one by
+one: each connection's `ConnectionCapture` collects what it received and what it sent, and once
+per reactor turn each direction with messages becomes one batch record (capture.FLAG_BATCH), the
+messages length-prefixed, stamped when its first message was seen. A fan-out to many subscribers
+thus costs each of them one list append. A service without capture builds none of these.
 """
 
 from __future__ import annotations
 
+import struct
+import time
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -17,11 +22,15 @@ from twisted.internet import defer, threads
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.capture import DEFAULT_MAX_FILE_BYTES, ThreadedCaptureWriter
+from wireproto.capture import DEFAULT_MAX_FILE_BYTES, Kind, ThreadedCaptureWriter
 from wireproto.hub import describe_address, transport_name
 from wireproto.transports.base import IMessageProtocol, IMessageTransport
 
-__all__ = ["BrokerCapture", "CapturingTransport", "CapturingProtocol"]
+__all__ = ["BrokerCapture", "ConnectionCapture", "CapturingTransport", "CapturingProtocol"]
+
+IN, OUT = 0, 1
+_KINDS = (Kind.IN, Kind.OUT)
+_pack_length = struct.Struct(">I").pack
 
 
 class BrokerCapture:
@@ -29,12 +38,17 @@ class BrokerCapture:
     counter. Records made while it is not running are not written."""
 
     def __init__(self, directory: str | Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                 flush_interval: float = 0.5) -> None:
+                 flush_interval: float = 0.5, reactor: Any = None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
         self.directory = Path(directory)
         self.max_file_bytes = max_file_bytes
         self.flush_interval = flush_interval
+        self.reactor = reactor
         self.writer: ThreadedCaptureWriter | None = None
         self._ids = count(1)
+        # (connection, direction) with a batch begun this turn, in the order they began.
+        self._begun: list[tuple[ConnectionCapture, int]] = []
 
     def start(self) -> None:
         if self.writer is None:
@@ -47,6 +61,7 @@ class BrokerCapture:
     def close(self, reactor: Any) -> defer.Deferred[None]:
         """Stop recording; fires once the writer thread has written everything (the reactor
         waits for it in a pool thread, not in the reactor thread)."""
+        self.record_batches()
         writer, self.writer = self.writer, None
         if writer is None:
             return defer.succeed(None)
@@ -59,41 +74,136 @@ class BrokerCapture:
         if self.writer is not None:
             self.writer.open_connection(conn_id, peer, protocol, transport)
 
-    def message(self, conn_id: int, direction: str, data: bytes, binary: bool) -> None:
-        if self.writer is not None:
-            self.writer.message(conn_id, direction, data, binary)
-
     def closed(self, conn_id: int, reason: str | None) -> None:
         if self.writer is not None:
             self.writer.close_connection(conn_id, reason)
 
+    def begin(self, connection: ConnectionCapture, direction: int) -> None:
+        """`connection` has a first message in `direction` since its last batch: stamp the
+        batch, and record it at the end of this reactor turn."""
+        connection.started[direction] = time.time_ns()
+        if not self._begun:
+            self.reactor.callLater(0, self.record_batches)
+        self._begun.append((connection, direction))
+
+    def record_batches(self) -> None:
+        """Record every batch begun, in the order they began."""
+        begun, self._begun = self._begun, []
+        for connection, direction in begun:
+            connection.record(direction)
+
+    def batch(self, conn_id: int, direction: int, data: bytes, binary: bool,
+              timestamp_ns: int) -> None:
+        if self.writer is not None:
+            self.writer.message(conn_id, _KINDS[direction], data, binary, timestamp_ns,
+                                batch=True)
+
+
+class ConnectionCapture:
+    """One connection's messages not recorded yet: for each direction (IN, OUT) a list of parts
+    that join into a batch record's data, and the batch's binary flag and start time."""
+
+    __slots__ = ("capture", "connection_id", "parts", "binary", "started")
+
+    def __init__(self, capture: BrokerCapture, connection_id: int) -> None:
+        self.capture = capture
+        self.connection_id = connection_id
+        self.parts: tuple[list[bytes], list[bytes]] = ([], [])
+        self.binary = [True, True]
+        self.started = [0, 0]
+
+    def add(self, direction: int, data: bytes, binary: bool) -> None:
+        """One message, unframed."""
+        parts = self.parts[direction]
+        if parts and binary != self.binary[direction]:
+            self.record(direction)  # a batch holds one kind of frame, text or binary
+        if not parts:
+            self.binary[direction] = binary
+            self.capture.begin(self, direction)
+        parts.append(_pack_length(len(data)))
+        parts.append(data)
+
+    def received_frames(self, frames: bytes) -> None:
+        """Whole length32 frames received: a batch's parts already."""
+        parts = self.parts[IN]
+        if parts and not self.binary[IN]:
+            self.record(IN)
+        if not parts:
+            self.binary[IN] = True
+            self.capture.begin(self, IN)
+        parts.append(frames)
+
+    def record(self, direction: int) -> None:
+        parts = self.parts[direction]
+        if parts:
+            self.capture.batch(self.connection_id, direction, b"".join(parts),
+                               self.binary[direction], self.started[direction])
+            parts.clear()
+
+    def record_all(self) -> None:
+        self.record(IN)
+        self.record(OUT)
+
 
 @implementer(IMessageTransport)
 class CapturingTransport:
-    """An IMessageTransport that records each message sent, then passes it to `inner`.
-    Prepared messages carry their data so `sendPrepared` can record it too; since every
-    connection of a capturing service is wrapped, the prepareKey stays the inner one."""
+    """An IMessageTransport that adds each message sent to its connection's batch, then passes
+    it to `inner`.
 
-    def __init__(self, inner: IMessageTransport, capture: BrokerCapture, conn_id: int) -> None:
+    A prepared message is made once for all subscribers, so its batch part is made there too:
+    over a length32 stream the inner prepared message (the frame) is that part already, and
+    `sendPrepared` is a closure that appends it and writes it; elsewhere the prepared message is
+    (inner's, part, binary). Since every connection of a capturing service is wrapped, the
+    prepareKey stays the inner one."""
+
+    def __init__(self, inner: IMessageTransport, connection: ConnectionCapture) -> None:
         self.inner = inner
-        self.capture = capture
-        self.connection_id = conn_id
+        self.connection = connection
+        self.connection_id = connection.connection_id
+        self._framed = getattr(inner, "framing", None) == "length32"
+        if self._framed:
+            self.sendPrepared = self._framed_sender()
 
     @property
     def prepareKey(self) -> Any:
         return self.inner.prepareKey
 
     def sendMessage(self, data: bytes, binary: bool = True) -> None:
-        self.capture.message(self.connection_id, "out", data, binary)
+        self.connection.add(OUT, data, binary)
         self.inner.sendMessage(data, binary)
 
-    def prepareMessage(self, data: bytes, binary: bool = True) -> tuple[Any, bytes, bool]:
-        return self.inner.prepareMessage(data, binary), data, binary
+    def prepareMessage(self, data: bytes, binary: bool = True) -> Any:
+        if self._framed:
+            return self.inner.prepareMessage(data, binary)
+        return self.inner.prepareMessage(data, binary), _pack_length(len(data)) + data, binary
 
     def sendPrepared(self, prepared: tuple[Any, bytes, bool]) -> None:
-        inner, data, binary = prepared
-        self.capture.message(self.connection_id, "out", data, binary)
+        inner, part, binary = prepared
+        connection = self.connection
+        parts = connection.parts[OUT]
+        if not parts or binary != connection.binary[OUT]:
+            if parts:
+                connection.record(OUT)
+            connection.binary[OUT] = binary
+            connection.capture.begin(connection, OUT)
+        parts.append(part)
         self.inner.sendPrepared(inner)
+
+    def _framed_sender(self) -> Any:
+        connection = self.connection
+        parts = connection.parts[OUT]
+        append = parts.append
+        begin = connection.capture.begin
+        write = self.inner.sendPrepared
+
+        def send_framed(prepared: bytes) -> None:
+            # The broker's hot path with capture on: one append per delivery.
+            if not parts:
+                begin(connection, OUT)
+            append(prepared)
+            write(prepared)
+
+        return send_framed
 
     def __getattr__(self, name: str) -> Any:
         # Everything else (loseConnection, getPeer, kind, framing, producers...) is the inner's.
@@ -114,11 +224,18 @@ class CapturingProtocol:
         self.capture = capture
         self.protocol = protocol
         self.connection_id: int | None = None
+        self.connection: ConnectionCapture | None = None
         self.transport: CapturingTransport | None = None
 
     def makeConnection(self, transport: IMessageTransport) -> None:
         conn_id = self.connection_id = self.capture.next_id()
-        self.transport = CapturingTransport(transport, self.capture, conn_id)
+        self.connection = ConnectionCapture(self.capture, conn_id)
+        self.transport = CapturingTransport(transport, self.connection)
+        capture_received = getattr(transport, "captureReceived", None)
+        if capture_received is not None and capture_received(self.connection.received_frames):
+            # The transport records what it receives in whole frames: deliveries skip this
+            # wrapper.
+            self.messageReceived = self.wrapped.messageReceived  # type: ignore[method-assign]
         self.connectionMade()
         # The protocol's own connectionMade runs in here, and may already send.
         self.wrapped.makeConnection(self.transport)
@@ -130,14 +247,15 @@ class CapturingProtocol:
                             self.protocol, transport_name(inner))
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
-        assert self.connection_id is not None
-        self.capture.message(self.connection_id, "in", data, binary)
+        self.connection.add(IN, data, binary)  # type: ignore[union-attr]
         self.wrapped.messageReceived(data, binary)
 
     def connectionLost(self, reason: Failure) -> None:
         try:
             self.wrapped.connectionLost(reason)
         finally:
+            if self.connection is not None:
+                self.connection.record_all()
             if self.connection_id is not None:
                 message = (reason.getErrorMessage() if isinstance(reason, Failure)
                            else str(reason))

@@ -221,6 +221,25 @@ class Length32MessageTransport(StreamMessageTransport, Int32StringReceiver):
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         return _pack_length32(len(data)) + data
 
+    def captureReceived(self, record: Callable[[bytes], None]) -> bool:
+        """From now on, call `record` with the whole frames of each read that were delivered,
+        as they came (capture: wireproto.transports.capturing). Returns True: this transport
+        records what it receives itself."""
+
+        def data_received(data: bytes) -> None:
+            before = self._unprocessed
+            Int32StringReceiver.dataReceived(self, data)
+            # Int32StringReceiver keeps what follows the last frame it took in _unprocessed; on
+            # an oversized frame it keeps everything there, and that frame's offset in
+            # _compatibilityOffset (0 otherwise).
+            taken = (len(before) + len(data) - len(self._unprocessed)
+                     + self._compatibilityOffset)
+            if taken:
+                record((before + data if before else data)[:taken])
+
+        self.dataReceived = data_received
+        return True
+
 
 class LinesMessageTransport(StreamMessageTransport, LineOnlyReceiver):
     """Frames: one message per line, ended by b"\\n"; a b"\\r" before it is dropped."""
