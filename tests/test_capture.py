@@ -177,6 +177,42 @@ def test_a_batch_record_holds_several_messages(tmp_path: Path) -> None:
         capture.record_messages(capture.FLAG_BATCH, b"\x00\x00\x00\x09abc")
 
 
+def test_the_threaded_writer_takes_batch_records_together(tmp_path: Path) -> None:
+    with capture.ThreadedCaptureWriter(tmp_path) as writer:
+        writer.open_connection(3, "127.0.0.1:5000", "ubre", "ws")
+        writer.batches([
+            (3, Kind.IN, capture.encode_batch([b'{"request":"a","id":1}']), False, T0 + 1),
+            (3, Kind.OUT, capture.encode_batch([b"\x01", b"\x02"]), True, T0 + 2),
+        ])
+    _, received, sent = all_records(tmp_path)
+    assert (received.kind, received.timestamp_ns, received.binary, received.messages()) == (
+        Kind.IN, T0 + 1, False, [b'{"request":"a","id":1}'])
+    assert (sent.kind, sent.timestamp_ns, sent.binary, sent.messages()) == (
+        Kind.OUT, T0 + 2, True, [b"\x01", b"\x02"])
+    assert sent.flags & capture.FLAG_BATCH and sent.protocol_name == "ubre"
+
+
+def test_batch_records_given_together_rotate_like_any_other(tmp_path: Path) -> None:
+    messages = [bytes([n]) * 1000 for n in range(12)]
+    with CaptureWriter(tmp_path, max_file_bytes=4096, clock=Clock()) as writer:
+        writer.open_connection(1, "127.0.0.1:5000", "websmq", "length32")
+        writer.batches([])
+        writer.batches([(1, Kind.OUT, capture.encode_batch([message]), True, T0 + n)
+                        for n, message in enumerate(messages[:2])])  # fits the first file
+        writer.batches([(1, Kind.OUT, capture.encode_batch([message]), True, T0 + n)
+                        for n, message in enumerate(messages[2:], 2)])  # rotates twice or more
+    files = capture.capture_files(tmp_path)
+    assert len(files) >= 3
+    records = all_records(tmp_path)
+    sent = [record for record in records if record.kind == Kind.OUT]
+    assert [data for record in sent for data in record.messages()] == messages
+    assert [record.timestamp_ns for record in sent] == [T0 + n for n in range(12)]
+    assert writer.counters.records == len(records)
+    for path in files:  # each file stands alone: it starts with the connection's open record
+        assert next(capture.iter_records(path)).kind == Kind.OPEN
+        assert os.path.getsize(path) <= 4096
+
+
 def test_file_header_is_self_describing_json(tmp_path: Path) -> None:
     with CaptureWriter(tmp_path, clock=Clock()) as writer:
         writer.open_connection(1, "127.0.0.1:1", "ubre", "lines")

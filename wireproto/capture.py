@@ -534,6 +534,32 @@ class _CaptureLog:
         self._append(_LENGTH_CRC.pack(len(data), zlib.crc32(data, zlib.crc32(covered)))
                      + covered + data)
 
+    def batches(self, batches: list[tuple[int, int, bytes, bool, int]]) -> None:
+        """Batch records: (conn_id, kind, data, binary, timestamp_ns) each, data made by
+        `encode_batch` or with the length32 framing."""
+        if not batches:
+            return
+        connections = self.connections
+        pack_covered = _CRC_COVERED.pack
+        pack_head = _LENGTH_CRC.pack
+        crc32 = zlib.crc32
+        total = HEADER_SIZE * len(batches) + sum(len(batch[2]) for batch in batches)
+        # Most calls fit in the file as it is: one buffer, counted once. Else record by record.
+        whole = not self.rotate and self.file_bytes + total <= self.max_file_bytes
+        if whole:
+            out = self._reserve(total)
+            self.pending[-1].records += len(batches) - 1
+        for conn_id, kind, data, binary, timestamp_ns in batches:
+            _, proto, trans = connections.get(conn_id, _UNKNOWN_CONNECTION)
+            covered = pack_covered(timestamp_ns, conn_id, kind, proto, trans,
+                                   FLAG_BATCH | FLAG_BINARY if binary else FLAG_BATCH, 0)
+            if not whole:
+                out = self._reserve(HEADER_SIZE + len(data))
+            # Straight into the buffer: a batch can be large, and this copies it once.
+            out += pack_head(len(data), crc32(data, crc32(covered)))
+            out += covered
+            out += data
+
     def close_connection(self, conn_id: int, reason: str | None,
                          timestamp_ns: int | None) -> None:
         _, proto, trans = self.connections.get(conn_id, (b"", 0, 0))
@@ -544,19 +570,24 @@ class _CaptureLog:
         self.connections.pop(conn_id, None)
 
     def _append(self, record: bytes) -> None:
+        self._reserve(len(record)).extend(record)
+
+    def _reserve(self, size: int) -> bytearray:
+        """Count a record of `size` bytes, rotating first if it is due; returns the buffer the
+        caller appends the record's bytes to."""
         if self.rotate or (
-            self.file_has_records and self.file_bytes + len(record) > self.max_file_bytes
+            self.file_has_records and self.file_bytes + size > self.max_file_bytes
         ):
             self._start_file()
         chunk = self.pending[-1] if self.pending else None
         if chunk is None or chunk.path is not self.path:
             chunk = _Chunk(self.path, False)  # type: ignore[arg-type]
             self.pending.append(chunk)
-        chunk.data += record
         chunk.records += 1
-        self.pending_bytes += len(record)
-        self.file_bytes += len(record)
+        self.pending_bytes += size
+        self.file_bytes += size
         self.file_has_records = True
+        return chunk.data
 
     def _start_file(self) -> None:
         now = self.clock()
@@ -720,6 +751,13 @@ class CaptureWriter(_WriterBase):
         self._log.message(conn_id, direction, data, binary, timestamp_ns, batch)
         self._maybe_flush()
 
+    def batches(self, batches: list[tuple[int, int, bytes, bool, int]]) -> None:
+        """Several batch records at once, each (conn_id, kind, data, binary, timestamp_ns):
+        `kind` is `Kind.IN` or `Kind.OUT`, `data` what `encode_batch` makes."""
+        self._check_open()
+        self._log.batches(batches)
+        self._maybe_flush()
+
     def close_connection(self, conn_id: int, reason: str | None = None, *,
                          timestamp_ns: int | None = None) -> None:
         self._check_open()
@@ -804,6 +842,13 @@ class ThreadedCaptureWriter(_WriterBase):
         with self._cond:
             self._check_open()
             self._log.message(conn_id, direction, data, binary, timestamp_ns, batch)
+            self._maybe_queue()
+
+    def batches(self, batches: list[tuple[int, int, bytes, bool, int]]) -> None:
+        """As `CaptureWriter.batches`."""
+        with self._cond:
+            self._check_open()
+            self._log.batches(batches)
             self._maybe_queue()
 
     def close_connection(self, conn_id: int, reason: str | None = None, *,

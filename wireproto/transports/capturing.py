@@ -29,7 +29,7 @@ from wireproto.transports.base import IMessageProtocol, IMessageTransport
 __all__ = ["BrokerCapture", "ConnectionCapture", "CapturingTransport", "CapturingProtocol"]
 
 IN, OUT = 0, 1
-_KINDS = (Kind.IN, Kind.OUT)
+_KINDS = (int(Kind.IN), int(Kind.OUT))
 _pack_length = struct.Struct(">I").pack
 
 
@@ -46,7 +46,9 @@ class BrokerCapture:
         self.flush_interval = flush_interval
         self.reactor = reactor
         self.writer: ThreadedCaptureWriter | None = None
-        self._ids = count(1)
+        # Ids unique across broker runs writing to one directory: the run's start (seconds
+        # since the epoch) in the high 32 bits, a count from 1 in the low 32.
+        self._ids = count((int(time.time()) << 32) + 1)
         # (connection, direction) with a batch begun this turn, in the order they began.
         self._begun: list[tuple[ConnectionCapture, int]] = []
 
@@ -89,14 +91,20 @@ class BrokerCapture:
     def record_batches(self) -> None:
         """Record every batch begun, in the order they began."""
         begun, self._begun = self._begun, []
+        batches = []
         for connection, direction in begun:
-            connection.record(direction)
+            parts = connection.parts[direction]
+            if parts:
+                batches.append((connection.connection_id, _KINDS[direction], b"".join(parts),
+                                connection.binary[direction], connection.started[direction]))
+                parts.clear()
+        if batches and self.writer is not None:
+            self.writer.batches(batches)
 
     def batch(self, conn_id: int, direction: int, data: bytes, binary: bool,
               timestamp_ns: int) -> None:
         if self.writer is not None:
-            self.writer.message(conn_id, _KINDS[direction], data, binary, timestamp_ns,
-                                batch=True)
+            self.writer.batches([(conn_id, _KINDS[direction], data, binary, timestamp_ns)])
 
 
 class ConnectionCapture:
