@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/pubsub.py
 	$(BIN)/python bench/rpc.py
 	$(BIN)/python bench/phyllo.py
+	$(BIN)/python bench/pipeline.py
 
 clean:
 	rm -rf $(VENV) tests/interop/node_modules

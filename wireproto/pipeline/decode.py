@@ -89,9 +89,31 @@ def error_row(message: str) -> Decoded:
     return Decoded(None, None, None, None, message)
 
 
+_WEBSMQ_TYPE_NAMES = ("publish", "subscribe", "unsubscribe", "last_will")
+# Topic bytes the codec has accepted, and the topic it made of them; cleared when full.
+_known_topics: dict[bytes, str] = {}
+_KNOWN_TOPICS_MAX = 65536
+
+
 def _websmq(data: bytes, binary: bool, incoming: bool) -> Decoded:
+    # Fast path: a frame whose topic the codec has accepted before needs only its header read.
+    if len(data) >= 2:
+        header = data[0] << 8 | data[1]
+        end = 2 + (header & websmq.MAX_TOPIC_LENGTH)
+        if 2 < end <= len(data):
+            topic = _known_topics.get(data[2:end])
+            if topic is not None:
+                return Decoded(_WEBSMQ_TYPE_NAMES[header >> 14], topic, None, len(data) - end,
+                               None)
     message = websmq.decode(data)
+    if len(_known_topics) >= _KNOWN_TOPICS_MAX:
+        _known_topics.clear()
+    _known_topics[data[2:len(data) - len(message.payload)]] = message.topic
     return Decoded(_WEBSMQ_TYPES[type(message)], message.topic, None, len(message.payload), None)
+
+
+# json.dumps(body, separators=(",", ":"), ensure_ascii=False), without a new encoder per call.
+_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _ubre(data: bytes, binary: bool, incoming: bool) -> Decoded:
@@ -104,7 +126,8 @@ def _ubre(data: bytes, binary: bool, incoming: bool) -> Decoded:
     elif isinstance(body, (bytes, bytearray, memoryview)):
         size = len(body)
     else:
-        size = len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        text = _compact_json(body)
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if isinstance(message, (ubre.Subscribe, ubre.Publish, ubre.Unsubscribe)):
         return Decoded(kind, message.topic, None, size, None)
     topic = message.name if isinstance(message, ubre.Request) else None
