@@ -15,6 +15,12 @@ most ``batch_size`` records (option, default 8192). A row is one message: a batc
 one row per message in it. Every message is decoded with wireproto's own codecs
 (`wireproto.pipeline.decode`). The schema is `SCHEMA`.
 
+Streaming: ``spark.readStream.format("wirecapture").load(PATH)`` reads what the writer appends
+and the files it rotates to (`WireCaptureStreamReader`). An offset is ``{file path: byte offset}``,
+each offset a record boundary: a record still being written (or a file header not yet complete)
+waits for a later micro-batch. Options ``maxRecordsPerTrigger`` and ``maxFilesPerTrigger`` cap a
+micro-batch; ``trigger(availableNow=True)`` reads what is there when the query starts.
+
 Needs the ``spark`` extra (pyspark[sql] >= 4.2, which brings pyarrow).
 """
 
@@ -26,14 +32,26 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from wireproto import capture
 from wireproto.pipeline.rows import SCHEMA, decode_batch
 
-__all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "CaptureFilePartition",
-           "capture_paths"]
+__all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
+           "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
 
 DEFAULT_BATCH_SIZE = 8192
 
@@ -58,7 +76,8 @@ class CaptureFilePartition(InputPartition):
 
 
 class WireCaptureDataSource(DataSource):
-    """``spark.read.format("wirecapture").load(PATH)``; options ``prefix`` and ``batch_size``."""
+    """``spark.read.format("wirecapture").load(PATH)``; options ``prefix`` and ``batch_size``.
+    ``spark.readStream`` also takes ``maxRecordsPerTrigger`` and ``maxFilesPerTrigger``."""
 
     @classmethod
     def name(cls) -> str:
@@ -70,6 +89,23 @@ class WireCaptureDataSource(DataSource):
     def reader(self, schema: StructType) -> WireCaptureReader:
         return WireCaptureReader(self.options)
 
+    def streamReader(self, schema: StructType) -> WireCaptureStreamReader:
+        return WireCaptureStreamReader(self.options)
+
+
+def _positive_option(options: Any, name: str, default: int | None) -> int | None:
+    """An option that must be a positive integer, or `default` when it is not given."""
+    text = options.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise ValueError(f"wirecapture: {name} must be a positive integer, not {text!r}")
+    return value
+
 
 class WireCaptureReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
@@ -79,9 +115,7 @@ class WireCaptureReader(DataSourceReader):
                              '.option("path", PATH)')
         self.path = path
         self.prefix = options.get("prefix", "wirecapture")
-        self.batch_size = int(options.get("batch_size", DEFAULT_BATCH_SIZE))
-        if self.batch_size < 1:
-            raise ValueError(f"wirecapture: batch_size must be at least 1, not {self.batch_size}")
+        self.batch_size = _positive_option(options, "batch_size", DEFAULT_BATCH_SIZE)
 
     def partitions(self) -> list[InputPartition]:
         return [CaptureFilePartition(path) for path in capture_paths(self.path, self.prefix)]
@@ -96,3 +130,106 @@ class WireCaptureReader(DataSourceReader):
             if batch.stop != "limit":
                 return  # "end", or "partial": a torn last record (or one being written)
             start = batch.end
+
+
+class CaptureRangePartition(InputPartition):
+    """The records of one capture file from `start` (None: the first record) to `end`, both
+    record boundaries: one Spark task of a micro-batch."""
+
+    def __init__(self, path: str, start: int | None, end: int) -> None:
+        super().__init__((path, start, end))
+        self.path = path
+        self.start = start
+        self.end = end
+
+
+class WireCaptureStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("wirecapture").load(PATH)``.
+
+    An offset maps each capture file read so far to the record boundary where its next read
+    starts; a file missing from it is read from its first record. `latestOffset` lists the
+    files (new ones appear as the writer rotates) and scans each from its offset to the size it
+    has now: a half-written last record, or a header not yet complete, is left for a later
+    micro-batch, never read torn and never skipped."""
+
+    def __init__(self, options: Any) -> None:
+        path = options.get("path")
+        if not path:
+            raise ValueError('wirecapture: give a capture directory or file: .load(PATH) or '
+                             '.option("path", PATH)')
+        self.path = path
+        self.prefix = options.get("prefix", "wirecapture")
+        self.batch_size = _positive_option(options, "batch_size", DEFAULT_BATCH_SIZE)
+        self.max_records = _positive_option(options, "maxRecordsPerTrigger", None)
+        self.max_files = _positive_option(options, "maxFilesPerTrigger", None)
+        capture_paths(self.path, self.prefix)  # fails now if there is no such path
+        # trigger(availableNow=True): the file sizes when the query started, read no further.
+        self.target: dict[str, int] | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        return {}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_records is not None:
+            return ReadMaxRows(self.max_records)
+        if self.max_files is not None:
+            return ReadMaxFiles(self.max_files)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {path: os.path.getsize(path)
+                       for path in capture_paths(self.path, self.prefix)}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        max_records, max_files = None, None
+        if not isinstance(limit, ReadAllAvailable):
+            # Spark passes our default limit; both options apply together.
+            max_records, max_files = self.max_records, self.max_files
+            if isinstance(limit, ReadMaxRows):
+                max_records = limit.max_rows
+            elif isinstance(limit, ReadMaxFiles):
+                max_files = limit.max_files
+        latest = dict(start)
+        files = 0
+        for path in capture_paths(self.path, self.prefix):
+            if max_records is not None and max_records <= 0:
+                break
+            if max_files is not None and files >= max_files:
+                break
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                continue  # removed since it was listed
+            if self.target is not None:
+                if path not in self.target:
+                    continue  # appeared after an availableNow query started
+                size = min(size, self.target[path])
+            offset = start.get(path)
+            if offset is not None and offset >= size:
+                continue
+            scan = capture.scan_offsets(path, offset, limit=max_records, available=size)
+            if not scan.starts:
+                continue  # nothing whole yet
+            latest[path] = scan.end
+            files += 1
+            if max_records is not None:
+                max_records -= len(scan.starts)
+        return dict(sorted(latest.items()))
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [CaptureRangePartition(path, start.get(path), offset)
+                for path, offset in sorted(end.items()) if start.get(path) != offset]
+
+    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        path, start, end = partition.path, partition.start, partition.end
+        while start is None or start < end:
+            batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
+                                       available=end)
+            if len(batch):
+                yield decode_batch(path, batch)
+            if batch.stop != "limit":
+                return  # the end of the range
+            start = batch.end
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to release: capture files are the writer's to rotate and remove."""

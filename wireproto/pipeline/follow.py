@@ -1,0 +1,208 @@
+"""The live pipeline behind ``wireproto analyze --follow``: per-window message rates, published
+back to the hub.
+
+`start_follow` reads capture files as a stream (the ``wirecapture`` data source), counts the
+in and out messages of each (protocol, topic) per event-time window, and, once the watermark
+says a window is finished, publishes its figures as one JSON message on
+``{topic_prefix}/rates/{protocol}/{topic}`` through a WEBSMQ length32 listener of the hub.
+
+Publishing happens in ``foreachBatch`` on the driver, over a plain blocking socket. A batch
+Spark runs again (after a failure between publishing and committing) is not published twice:
+the last published batch id is kept in the checkpoint directory, and a batch id at or below it
+is skipped. Every message carries its ``batch_id`` too.
+
+Needs the ``spark`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from wireproto.codecs import websmq
+from wireproto.errors import InvalidTopic
+from wireproto.pipeline.datasource import WireCaptureDataSource
+from wireproto.topics import is_pattern
+
+__all__ = ["start_follow", "HubPublisher", "parse_hub", "rate_topic", "PUBLISHED_FILE"]
+
+# The last batch id published, in the checkpoint directory.
+PUBLISHED_FILE = "wireproto-published-batch"
+_LENGTH32 = struct.Struct(">I")
+
+
+def parse_hub(hub: str) -> tuple[int, Any]:
+    """(address family, address) of a hub endpoint: ``tcp:HOST:PORT``,
+    ``tcp:host=HOST:port=PORT`` or ``unix:PATH`` (``unix:path=PATH``)."""
+    kind, _, rest = hub.partition(":")
+    if kind == "tcp" and rest:
+        if "=" in rest:
+            fields = dict(part.partition("=")[::2] for part in rest.split(":"))
+            host, port = fields.get("host", ""), fields.get("port", "")
+        else:
+            host, _, port = rest.rpartition(":")
+            host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if host and port.isdigit() and 0 < int(port) < 65536:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            return family, (host, int(port))
+    elif kind == "unix" and rest:
+        path = rest[len("path="):] if rest.startswith("path=") else rest
+        if path:
+            return socket.AF_UNIX, path
+    raise ValueError(f"hub {hub!r}: give the endpoint of a WEBSMQ length32 listener, as "
+                     "tcp:HOST:PORT (tcp:127.0.0.1:8766) or unix:PATH")
+
+
+def rate_topic(prefix: str, protocol: str | None, topic: str) -> str:
+    """The WEBSMQ topic for a (protocol, topic) pair's rates. A captured topic that is not a
+    valid WEBSMQ topic, or would be a wildcard pattern, is percent-encoded."""
+    try:
+        websmq.validate_topic(topic)
+        valid = not is_pattern(topic) and "+" not in topic.split("/")
+    except InvalidTopic:
+        valid = False
+    if not valid:
+        topic = websmq.topic_from_text(topic)
+    return f"{prefix}/rates/{protocol or 'unknown'}/{topic}"
+
+
+class HubPublisher:
+    """The foreachBatch function: each micro-batch's finished windows, one message each, sent
+    to the hub; then the batch id is recorded, so a batch run again is skipped."""
+
+    def __init__(self, hub: str, checkpoint: str | os.PathLike[str], topic_prefix: str,
+                 timeout: float = 10.0) -> None:
+        self.family, self.address = parse_hub(hub)
+        self.hub = hub
+        self.state = Path(checkpoint) / PUBLISHED_FILE
+        self.topic_prefix = topic_prefix
+        self.timeout = timeout
+
+    def last_published(self) -> int | None:
+        try:
+            return int(self.state.read_text().strip())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            raise ValueError(f"{self.state}: not a batch id; remove the file to publish "
+                             "again") from None
+
+    def record(self, batch_id: int) -> None:
+        self.state.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.state.with_name(self.state.name + ".tmp")
+        temporary.write_text(f"{batch_id}\n")
+        os.replace(temporary, self.state)
+
+    def messages(self, rows: list[Any], batch_id: int) -> list[websmq.Publish]:
+        published = []
+        for row in rows:
+            payload = {
+                "protocol": row.protocol,
+                "topic": row.topic,
+                "window_start": _iso(row.window_start_us),
+                "window_end": _iso(row.window_end_us),
+                "messages": row.messages,
+                "messages_in": row.messages_in,
+                "messages_out": row.messages_out,
+                "bytes": row.bytes,
+                "avg_bytes": row.avg_bytes,
+                "batch_id": batch_id,
+            }
+            published.append(websmq.Publish(
+                rate_topic(self.topic_prefix, row.protocol, row.topic),
+                json.dumps(payload, separators=(",", ":")).encode("utf-8")))
+        return published
+
+    def send(self, messages: list[websmq.Publish]) -> None:
+        """Send the messages over one connection, then wait for the hub to close it after our
+        end: it has then taken every frame."""
+        frames = b"".join(_LENGTH32.pack(len(frame)) + frame
+                          for frame in map(websmq.encode, messages))
+        try:
+            with socket.socket(self.family, socket.SOCK_STREAM) as connection:
+                connection.settimeout(self.timeout)
+                connection.connect(self.address)
+                connection.sendall(frames)
+                connection.shutdown(socket.SHUT_WR)
+                while connection.recv(65536):
+                    pass
+        except OSError as error:
+            raise ConnectionError(f"hub {self.hub}: cannot publish: {error}") from error
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        # Always run the whole batch: Spark checks that every state store partition committed.
+        rows = frame.collect()
+        last = self.last_published()
+        if last is not None and batch_id <= last:
+            return  # published before this batch was run again
+        if rows:
+            self.send(self.messages(rows, batch_id))
+        self.record(batch_id)
+
+
+def _iso(micros: int) -> str:
+    return datetime.fromtimestamp(micros / 1_000_000, UTC).isoformat().replace("+00:00", "Z")
+
+
+def window_rates(messages: Any, *, window: str, watermark: str, topic_prefix: str) -> Any:
+    """Per (window, protocol, topic): messages (in, out, both) and body bytes (sum, mean), for
+    in and out messages with a topic, leaving out the rates' own topics."""
+    topic = F.col("topic")
+    own = (topic == topic_prefix) | topic.startswith(topic_prefix + "/")
+    return (
+        messages.where(F.col("kind").isin("in", "out") & topic.isNotNull() & ~own)
+        .withWatermark("timestamp", watermark)
+        .groupBy(F.window("timestamp", window), "protocol", "topic")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.count_if(F.col("kind") == "in").alias("messages_in"),
+            F.count_if(F.col("kind") == "out").alias("messages_out"),
+            F.sum("body_size").alias("bytes"),
+            F.avg("body_size").alias("avg_bytes"),
+        )
+        .select(
+            F.unix_micros(F.col("window.start")).alias("window_start_us"),
+            F.unix_micros(F.col("window.end")).alias("window_end_us"),
+            "protocol", "topic", "messages", "messages_in", "messages_out", "bytes",
+            "avg_bytes",
+        )
+    )
+
+
+def start_follow(spark: Any, captures: str, *, hub: str, checkpoint: str,
+                 window: str = "1 minute", watermark: str = "1 minute",
+                 topic_prefix: str = "$analytics", trigger_seconds: float = 5.0,
+                 available_now: bool = False) -> Any:
+    """Start the streaming query over the capture directory `captures` and return it (a
+    `pyspark.sql.streaming.StreamingQuery`). Each finished window's rates go to the hub `hub`
+    (a WEBSMQ length32 listener) on ``{topic_prefix}/rates/{protocol}/{topic}``. `checkpoint`
+    is a local directory: Spark's checkpoint and the last published batch id. With
+    `available_now`, the query reads what is there and stops; otherwise it runs a micro-batch
+    every `trigger_seconds`."""
+    try:
+        websmq.validate_topic(topic_prefix)
+    except InvalidTopic as error:
+        raise ValueError(f"topic prefix {topic_prefix!r}: {error}") from None
+    if is_pattern(topic_prefix) or topic_prefix.endswith("/"):
+        raise ValueError(f"topic prefix {topic_prefix!r}: use levels without wildcards and no "
+                         "trailing '/'")
+    if not available_now and not trigger_seconds > 0:
+        raise ValueError(f"trigger_seconds must be positive, not {trigger_seconds}")
+    publisher = HubPublisher(hub, checkpoint, topic_prefix)
+    spark.dataSource.register(WireCaptureDataSource)
+    rates = window_rates(spark.readStream.format("wirecapture").load(captures),
+                         window=window, watermark=watermark, topic_prefix=topic_prefix)
+    writer = (rates.writeStream.outputMode("append").foreachBatch(publisher)
+              .option("checkpointLocation", os.fspath(checkpoint)))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    return writer.start()
