@@ -17,6 +17,9 @@ length32 on 8769. It prints one line per listener, then a ready line::
 
 Exit status: 0 after Ctrl-C or SIGTERM, 1 when a listener cannot bind, 2 for a bad option or
 config file. Every error is one line on stderr.
+
+``wireproto analyze CAPTURES --out DIR`` runs the Spark jobs over capture files
+(docs/pipeline.md): 0 when done, 1 when Spark fails, 2 for bad usage or a missing spark extra.
 """
 
 from __future__ import annotations
@@ -108,6 +111,28 @@ def build_parser() -> argparse.ArgumentParser:
                     "serves; exit 2 with the file, the key and what is wrong if it is bad.",
     )
     check.add_argument("file", metavar="FILE")
+    analyze = commands.add_parser(
+        "analyze",
+        help="analyze capture files on Spark",
+        description="Read capture files with Spark and write Parquet tables (messages, topic "
+                    "rates, RPC latency, malformed clients, windowed readings) and a report "
+                    "(report.md and PNG plots) under --out. Needs the spark extra and Java 17.",
+    )
+    analyze.add_argument("captures", metavar="CAPTURES", help="a capture directory or file")
+    analyze.add_argument("--out", required=True, metavar="DIR",
+                         help="where the tables, the report and the checkpoint go")
+    analyze.add_argument("--master", metavar="URL",
+                         help="Spark master (default: spark-submit's, else local[*])")
+    analyze.add_argument("--follow", action="store_true",
+                         help="run the streaming query and publish each finished window to the "
+                              "hub, until Ctrl-C")
+    analyze.add_argument("--hub", default="tcp:127.0.0.1:8766", metavar="ENDPOINT",
+                         help="with --follow: the broker to publish to (default "
+                              "tcp:127.0.0.1:8766)")
+    analyze.add_argument("--checkpoint", metavar="DIR",
+                         help="with --follow: the streaming checkpoint (default OUT/checkpoint)")
+    analyze.add_argument("--available-now", action="store_true",
+                         help="with --follow: process what is there now, then stop")
     from wireproto.tools import register_all
 
     register_all(commands)
@@ -229,6 +254,68 @@ def check_config(path: str) -> int:
     return 0
 
 
+SPARK_MISSING = "install the spark extra: pip install 'wireproto[spark]'"
+
+
+def analyze(args: argparse.Namespace) -> int:
+    """``wireproto analyze CAPTURES --out DIR``: 0 when done, 1 when Spark fails, 2 for bad
+    usage (no such captures, no pyspark)."""
+    import importlib.util
+    import os
+
+    def usage(message: str) -> int:
+        print(f"{PROG} analyze: {message}", file=sys.stderr, flush=True)
+        return 2
+
+    if importlib.util.find_spec("pyspark") is None:
+        return usage(SPARK_MISSING)
+    if not os.path.exists(args.captures):
+        return usage(f"no capture directory or file {args.captures!r}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        return usage(f"--out {args.out!r} is not a directory")
+    if not args.follow and (args.available_now or args.checkpoint):
+        return usage("--checkpoint and --available-now go with --follow")
+    if args.follow:
+        try:
+            from wireproto.pipeline.follow import start_follow
+        except ImportError as error:
+            return usage(f"--follow is not available: {error}")
+
+    from wireproto.pipeline.session import spark_session
+
+    spark = spark_session(args.master)
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        if args.follow:
+            checkpoint = args.checkpoint or os.path.join(args.out, "checkpoint")
+            query = start_follow(spark, args.captures, hub=args.hub, checkpoint=checkpoint,
+                                 available_now=args.available_now)
+            announce([f"following {args.captures}; publishing to {args.hub}; Ctrl-C stops"],
+                     sys.stdout)
+            try:
+                query.awaitTermination()
+            except KeyboardInterrupt:
+                query.stop()
+            return 0
+
+        from wireproto.pipeline.analyze import analyze as run_analyze
+
+        try:
+            summary = run_analyze(spark, args.captures, args.out)
+        except FileNotFoundError as error:
+            return usage(str(error))
+        announce(summary.lines(), sys.stdout)
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    except Exception as error:  # Spark's own errors: one line, not a JVM stack trace
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"{PROG} analyze: {type(error).__name__}: {first}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        spark.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``wireproto`` command; returns its exit status."""
     args = build_parser().parse_args(argv)
@@ -236,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "check-config":
         return check_config(args.file)
+    if args.command == "analyze":
+        return analyze(args)
     if hasattr(args, "run"):
         return int(args.run(args))
     raise AssertionError(f"unhandled command {args.command!r}")

@@ -1,0 +1,271 @@
+"""`wireproto analyze` end to end: a real broker with capture on, driven with known counts of
+WEBSMQ publishes, UBRE requests, nydus invokes and malformed frames; then the batch jobs on Spark
+local[2], their Parquet tables read back and checked exactly, and the report with its PNGs."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import pytest_twisted
+from twisted.internet import protocol as tx_protocol
+from twisted.internet import reactor
+from twisted.internet.endpoints import TCP4ClientEndpoint
+
+from tests.support import eventually, failure_of, wait_for
+from tests.test_capture_broker import LOCAL, start
+from wireproto import capture
+from wireproto.codecs import ubre, websmq
+from wireproto.config import CaptureSettings, Config, UbreSettings, parse_listen
+from wireproto.hub import describe_address
+from wireproto.protocols.nydus_client import connect as nydus_connect
+from wireproto.protocols.ubre_client import connect as ubre_connect
+from wireproto.protocols.websmq import connect as websmq_connect
+from wireproto.rpc import RequestFailed
+
+TEMP, ENV = "plant/temp", "plant/env"
+TEMP_PUBLISHES, ENV_PUBLISHES = 15, 10
+ADDS, DIVS, DIV_FAILS = 8, 4, 2
+INVOKES = 8
+MALFORMED_CLIENTS = 3
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class RawClient(tx_protocol.Protocol):
+    """A length32 peer that sends whatever bytes it is given."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def connectionLost(self, reason: Any) -> None:
+        self.closed = True
+
+
+def divide(body: Any, peer: Any) -> Any:
+    if body["b"] == 0:
+        raise RequestFailed({"message": "division by zero"})
+    return body["a"] / body["b"]
+
+
+async def drive_broker(directory: Path) -> dict[str, Any]:
+    """Run a capturing broker, drive the known traffic, stop it; returns the malformed peers."""
+    config = Config(
+        listeners=tuple(parse_listen(spec) for spec in (
+            f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}",
+            f"ubre+ws@tcp:0:{LOCAL}", f"nydus+engineio@tcp:0:{LOCAL}",
+        )),
+        ubre=UbreSettings(announce_topics=False),  # no announcements: exact counts
+        capture=CaptureSettings(directory=str(directory), flush_interval=0.05),
+    )
+    service, (ws, tcp, ubre_url, nydus_url) = await start(config)
+    clients: list[Any] = []
+    malformed_peers: list[str] = []
+    try:
+        service.server("ubre").handle("add", lambda body, peer: body["a"] + body["b"])
+        service.server("ubre").handle("div", divide)
+        service.server("nydus").register_route("/echo", lambda call: call.body)
+
+        subscribers = [await wait_for(websmq_connect(reactor, ws)) for _ in range(2)]
+        clients += subscribers
+        inboxes: list[list[Any]] = [[], []]
+        subscribers[0].subscribe(TEMP, inboxes[0].append)
+        subscribers[0].subscribe(ENV, inboxes[0].append)
+        subscribers[1].subscribe(TEMP, inboxes[1].append)
+        await eventually(lambda: len(service.hub.subscribers(TEMP)) == 2
+                         and service.hub.subscribers(ENV))
+        publisher = await wait_for(websmq_connect(reactor, tcp))
+        clients.append(publisher)
+        for number in range(TEMP_PUBLISHES):
+            publisher.publish(TEMP, b"%d.5" % number)  # JSON numbers
+        for number in range(ENV_PUBLISHES):  # msgpack maps; the bool is not a reading
+            publisher.publish(ENV, msgpack.packb(
+                {"hum": number * 2, "ok": True, "loc": {"x": 1.25}}))
+        await eventually(lambda: len(inboxes[0]) == TEMP_PUBLISHES + ENV_PUBLISHES
+                         and len(inboxes[1]) == TEMP_PUBLISHES)
+
+        rpc = await wait_for(ubre_connect(reactor, ubre_url))
+        for number in range(ADDS):
+            assert await wait_for(rpc.request("add", {"a": number, "b": 1})) == number + 1
+        for number in range(DIVS):
+            call = rpc.request("div", {"a": 6, "b": 0 if number < DIV_FAILS else 3})
+            if number < DIV_FAILS:
+                assert isinstance(await failure_of(call), RequestFailed)
+            else:
+                assert await wait_for(call) == 2
+        await wait_for(rpc.close())
+
+        nydus = await wait_for(nydus_connect(reactor, nydus_url))
+        for number in range(INVOKES):
+            assert await wait_for(nydus.invoke("/echo", {"n": number})) == {"n": number}
+        await wait_for(nydus.close())
+
+        host, port = tcp.split(":")[1], int(tcp.split(":")[2])
+        for _ in range(MALFORMED_CLIENTS):  # one malformed frame each: the broker closes it
+            raw = await wait_for(_connect_raw(host, port))
+            malformed_peers.append(describe_address(raw.transport.getHost()))
+            raw.transport.write(struct.pack(">I", 3) + b"\x00\x07a")  # topic runs past the end
+            await eventually(lambda raw=raw: raw.closed)
+    finally:
+        for client in clients:
+            await wait_for(client.disconnect())
+        await wait_for(service.stopService(), timeout=10)
+    return {"malformed_peers": malformed_peers}
+
+
+async def _connect_raw(host: str, port: int) -> RawClient:
+    endpoint = TCP4ClientEndpoint(reactor, host, port)
+    return await endpoint.connect(tx_protocol.Factory.forProtocol(RawClient))
+
+
+def table(spark: Any, out: Path, name: str) -> list[Any]:
+    return spark.read.parquet(str(out / name)).collect()
+
+
+@pytest.mark.timeout(240)
+@pytest_twisted.ensureDeferred
+async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None:
+    from wireproto.pipeline.analyze import analyze
+
+    directory = tmp_path / "capture"
+    driven = await drive_broker(directory)
+    out = tmp_path / "out"
+    summary = analyze(spark, str(directory), str(out))
+
+    # Every row, by protocol and kind, in the summary and in messages/ (partitioned).
+    expected_counts = {
+        "websmq": {"open": 6, "in": 3 + TEMP_PUBLISHES + ENV_PUBLISHES + MALFORMED_CLIENTS,
+                   "out": 2 * TEMP_PUBLISHES + ENV_PUBLISHES, "close": 6},
+        "ubre": {"open": 1, "in": ADDS + DIVS, "out": ADDS + DIVS, "close": 1},
+        "nydus": {"open": 1, "in": INVOKES, "out": 1 + INVOKES, "close": 1},  # WELCOME + results
+    }
+    assert summary.counts == expected_counts
+    assert summary.messages == sum(sum(kinds.values()) for kinds in expected_counts.values())
+    messages = spark.read.parquet(str(out / "messages"))
+    counted = Counter((row.protocol, row.kind) for row in
+                      messages.groupBy("protocol", "kind").count().collect()
+                      for _ in range(row["count"]))
+    assert counted == Counter({(protocol, kind): count for protocol, kinds in
+                               expected_counts.items() for kind, count in kinds.items()})
+    assert {path.name.split("=")[0] for path in (out / "messages").iterdir()
+            if path.is_dir()} == {"protocol"}
+    assert all(path.name.startswith("date=") for path in (out / "messages").glob("*/*")
+               if path.is_dir())
+    assert "data" in messages.columns and "date" in messages.columns
+
+    # Topic rates.
+    rates = {(row.protocol, row.topic, row.direction): row for row in
+             table(spark, out, "topic_rates")}
+    assert {key: row.messages for key, row in rates.items()} == {
+        ("websmq", TEMP, "in"): TEMP_PUBLISHES + 2, ("websmq", TEMP, "out"): 2 * TEMP_PUBLISHES,
+        ("websmq", ENV, "in"): ENV_PUBLISHES + 1, ("websmq", ENV, "out"): ENV_PUBLISHES,
+        ("ubre", "add", "in"): ADDS, ("ubre", "div", "in"): DIVS,
+        ("nydus", "/echo", "in"): INVOKES,
+    }
+    temp_in = rates[("websmq", TEMP, "in")]
+    assert temp_in.bytes_total == 10 * 3 + 5 * 4 and temp_in.bytes_max == 4
+    assert temp_in.messages_per_second == pytest.approx(
+        temp_in.messages / summary.span_seconds)
+
+    # RPC latency: every request paired, none unpaired.
+    pairs = table(spark, out, "rpc_latency")
+    assert Counter((row.protocol, row.route, row.outcome) for row in pairs) == {
+        ("ubre", "add", "success"): ADDS, ("ubre", "div", "success"): DIVS - DIV_FAILS,
+        ("ubre", "div", "fail"): DIV_FAILS, ("nydus", "/echo", "result"): INVOKES,
+    }
+    assert all(row.latency_ms > 0 and row.answered >= row.requested for row in pairs)
+    latency = {(row.protocol, row.route): row for row in table(spark, out, "rpc_latency_summary")}
+    assert {key: (row.requests, row.paired, row.unpaired) for key, row in latency.items()} == {
+        ("ubre", "add"): (ADDS, ADDS, 0), ("ubre", "div"): (DIVS, DIVS, 0),
+        ("nydus", "/echo"): (INVOKES, INVOKES, 0),
+    }
+    for row in latency.values():
+        assert 0 < row.p50_ms <= row.p95_ms <= row.p99_ms <= row.max_ms
+    assert summary.paired == {"ubre": ADDS + DIVS, "nydus": INVOKES}
+    assert summary.unpaired == {"ubre": 0, "nydus": 0}
+
+    # Malformed: one per raw client, with its peer.
+    bad = table(spark, out, "malformed")
+    assert sorted((row.protocol, row.transport, row.peer, row.malformed) for row in bad) == sorted(
+        ("websmq", "length32", peer, 1) for peer in driven["malformed_peers"])
+    assert all(row.example_error.startswith("TruncatedFrame: ") for row in bad)
+    assert summary.malformed == MALFORMED_CLIENTS
+
+    # Windows: the readings clients published, once each (not once per subscriber). The run
+    # may straddle a minute, so windows are added up per field.
+    per_field: dict[tuple[str, str], list[Any]] = {}
+    for row in table(spark, out, "windows"):
+        assert row.window_end > row.window_start
+        per_field.setdefault((row.topic, row.field), []).append(row)
+    assert set(per_field) == {(TEMP, "value"), (ENV, "hum"), (ENV, "loc.x")}
+
+    def totals(key: tuple[str, str]) -> tuple[int, float, float, float]:
+        rows = per_field[key]
+        count = sum(row["count"] for row in rows)
+        mean = sum(row["mean"] * row["count"] for row in rows) / count
+        return count, min(row["min"] for row in rows), mean, max(row["max"] for row in rows)
+
+    assert totals((TEMP, "value")) == (TEMP_PUBLISHES, 0.5, pytest.approx(7.5), 14.5)
+    assert totals((ENV, "hum")) == (ENV_PUBLISHES, 0.0, pytest.approx(9.0), 18.0)
+    assert totals((ENV, "loc.x")) == (ENV_PUBLISHES, 1.25, pytest.approx(1.25), 1.25)
+
+    # The report links PNGs that exist.
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert summary.report == str(out / "report.md")
+    for name in ("rate.png", "latency.png"):
+        assert f"]({name})" in report
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    assert "| ubre | div | 4 | 4 | 0 |" in report
+    assert TEMP in report and driven["malformed_peers"][0] in report
+
+
+def small_capture(directory: Path) -> None:
+    """A few messages written with CaptureWriter: a WEBSMQ publish and a UBRE request."""
+    writer = capture.CaptureWriter(directory)
+    writer.open_connection(1, "127.0.0.1:4000", "websmq", "length32")
+    writer.message(1, "in", websmq.encode(websmq.Publish("t", b"1.5")), True)
+    writer.open_connection(2, "127.0.0.1:4001", "ubre", "ws")
+    writer.message(2, "in", ubre.encode(ubre.Request(1, {"a": 1}, name="add")), False)
+    writer.message(2, "out", ubre.encode(ubre.Success(1, 2)), False)
+    writer.close_connection(1)
+    writer.close_connection(2)
+    writer.close()
+
+
+def run_cli(*args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run([sys.executable, "-m", "wireproto", "analyze", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(240)
+def test_the_analyze_command(tmp_path: Path, spark: Any) -> None:
+    directory = tmp_path / "capture"
+    small_capture(directory)
+    out = tmp_path / "out"
+    done = run_cli(str(directory), "--out", str(out), "--master", "local[2]")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wireproto: ubre requests: 1 paired, 0 unpaired" in done.stdout.splitlines()
+    for name in ("messages", "topic_rates", "rpc_latency", "rpc_latency_summary", "malformed",
+                 "windows"):
+        assert (out / name).is_dir(), name
+    assert (out / "report.md").is_file() and (out / "rate.png").is_file()
+
+
+def test_analyze_usage_errors(tmp_path: Path) -> None:
+    missing = run_cli(str(tmp_path / "nope"), "--out", str(tmp_path / "out"), timeout=60)
+    assert missing.returncode == 2
+    assert missing.stderr.splitlines() == [
+        f"wireproto analyze: no capture directory or file {str(tmp_path / 'nope')!r}"]
+    no_out = run_cli(str(tmp_path), timeout=60)
+    assert no_out.returncode == 2 and len(no_out.stderr.splitlines()) == 1
+    assert "--out" in no_out.stderr
+    alone = run_cli(str(tmp_path), "--out", str(tmp_path / "o"), "--available-now", timeout=60)
+    assert alone.returncode == 2
+    assert alone.stderr == "wireproto analyze: --checkpoint and --available-now go with --follow\n"

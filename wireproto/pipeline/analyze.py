@@ -1,0 +1,399 @@
+"""`wireproto analyze CAPTURES --out DIR`: the batch jobs over capture files, on Spark.
+
+`analyze(spark, captures, out)` reads CAPTURES (a capture directory or file) through the
+`wirecapture` data source and writes Parquet tables under OUT, then `report.md` with PNG plots
+(`wireproto.pipeline.report`):
+
+- ``messages/``: every row, partitioned by ``protocol`` and ``date`` (UTC);
+- ``topic_rates/``: per protocol, topic and direction: messages, messages per second over the
+  capture's span, body bytes total, mean and max;
+- ``rpc_latency/``: each request paired with its answer; ``rpc_latency_summary/``: per protocol
+  and route, count, p50, p95, p99 and max in ms (exact percentiles) and the unpaired requests;
+- ``malformed/``: per protocol, connection and peer, the messages that did not decode;
+- ``windows/``: per minute, protocol, topic and field: count, min, mean and max of the numeric
+  readings in the messages clients sent (`wireproto.pipeline.values`).
+
+Only small aggregates reach the driver; the messages table is never collected.
+
+Under spark-submit, run this module as the application:
+``spark-submit --master URL .../wireproto/pipeline/analyze.py CAPTURES --out DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Summary", "analyze", "TABLES", "main"]
+
+TABLES = ("messages", "topic_rates", "rpc_latency", "rpc_latency_summary", "malformed", "windows")
+
+# Request (in) -> answers (out), by protocol; pairs on (connection, request_id).
+RPC_ANSWERS = {
+    "ubre": ("request", ("success", "fail")),
+    "nydus": ("invoke", ("result", "error")),
+}
+SUBBLE_ECHO_CODE = 27  # CLIENT_EVENT: the producer's own event, the answer to its produce
+READING_TYPES = ("publish", "last_will", "produce_event", "event", "document")
+WINDOW = "1 minute"
+
+READINGS_SCHEMA = "timestamp timestamp, protocol string, topic string, field string, value double"
+
+
+@dataclass
+class Summary:
+    """The key figures of one run, and where everything went."""
+
+    out: str
+    messages: int = 0
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # protocol -> kind -> rows
+    paired: dict[str, int] = field(default_factory=dict)  # protocol -> paired requests
+    unpaired: dict[str, int] = field(default_factory=dict)  # protocol -> unanswered requests
+    malformed: int = 0
+    span_seconds: float = 0.0
+    tables: dict[str, str] = field(default_factory=dict)  # name -> Parquet directory
+    report: str = ""
+    plots: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """A few lines for the command line."""
+        lines = [f"{self.messages} rows over {self.span_seconds:.1f} s"]
+        for protocol, kinds in sorted(self.counts.items()):
+            detail = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+            lines.append(f"{protocol}: {detail}")
+        for protocol in sorted(set(self.paired) | set(self.unpaired)):
+            lines.append(f"{protocol} requests: {self.paired.get(protocol, 0)} paired, "
+                         f"{self.unpaired.get(protocol, 0)} unpaired")
+        lines.append(f"malformed messages: {self.malformed}")
+        lines.append(f"report: {self.report}")
+        return lines
+
+
+def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike[str]) -> Summary:
+    """Run every batch job over `captures` and write the tables and the report under `out`."""
+    from pyspark.sql import functions as F
+
+    from wireproto.pipeline import report
+    from wireproto.pipeline.datasource import capture_paths
+
+    paths = capture_paths(captures)  # FileNotFoundError for a missing path
+    if not paths:
+        raise FileNotFoundError(f"no capture files in {os.fspath(captures)!r}")
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = Summary(out=os.fspath(out_dir))
+
+    rows = spark.read.format("wirecapture").load(os.fspath(captures))
+    messages = rows.withColumn("date", F.to_date("timestamp"))
+    target = os.fspath(out_dir / "messages")
+    messages.write.mode("overwrite").partitionBy("protocol", "date").parquet(target)
+    summary.tables["messages"] = target
+    # The jobs below read the Parquet copy: the capture files are decoded once.
+    rows = spark.read.parquet(target)
+
+    counts = rows.groupBy("protocol", "kind").agg(
+        F.count(F.lit(1)).alias("count"), F.count("decode_error").alias("malformed"),
+        F.min("timestamp").alias("first"), F.max("timestamp").alias("last"),
+    ).collect()
+    for row in counts:
+        summary.counts.setdefault(row["protocol"] or "unknown", {})[row["kind"]] = row["count"]
+        if row["kind"] in ("in", "out"):
+            summary.malformed += row["malformed"]
+    summary.messages = sum(row["count"] for row in counts)
+    if counts:
+        first = min(row["first"] for row in counts)
+        summary.span_seconds = (max(row["last"] for row in counts) - first).total_seconds()
+
+    tables = {
+        "topic_rates": topic_rates(rows, summary.span_seconds),
+        "rpc_latency": rpc_pairs(rows),
+        "malformed": malformed(rows),
+        "windows": windows(rows),
+    }
+    for name, frame in tables.items():
+        target = os.fspath(out_dir / name)
+        frame.write.mode("overwrite").parquet(target)
+        summary.tables[name] = target
+    pairs = spark.read.parquet(summary.tables["rpc_latency"])
+    latency = latency_summary(rows, pairs)
+    target = os.fspath(out_dir / "rpc_latency_summary")
+    latency.write.mode("overwrite").parquet(target)
+    summary.tables["rpc_latency_summary"] = target
+
+    latency_rows = spark.read.parquet(target).orderBy("protocol", "route").collect()
+    for row in latency_rows:
+        summary.paired[row["protocol"]] = summary.paired.get(row["protocol"], 0) + row["paired"]
+        summary.unpaired[row["protocol"]] = (
+            summary.unpaired.get(row["protocol"], 0) + row["unpaired"])
+    malformed_rows = (spark.read.parquet(summary.tables["malformed"])
+                      .orderBy(F.desc("malformed"), "protocol", "connection").limit(50).collect())
+    top_topics = (spark.read.parquet(summary.tables["topic_rates"])
+                  .orderBy(F.desc("messages"), "protocol", "topic", "direction").limit(10)
+                  .collect())
+
+    report.write_report(
+        summary,
+        rate=rate_over_time(rows, summary.span_seconds),
+        histogram=latency_histogram(pairs),
+        latency=latency_rows,
+        top_topics=top_topics,
+        malformed=malformed_rows,
+    )
+    return summary
+
+
+# -- the jobs ---------------------------------------------------------------------------------
+
+
+def _messages_only(rows: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return rows.where(F.col("kind").isin("in", "out"))
+
+
+def topic_rates(rows: Any, span_seconds: float) -> Any:
+    """Per (protocol, topic, direction): messages, per second over the capture's span (null for
+    a span of 0), and the body bytes total, mean and max. Messages that did not decode, or have
+    no topic, are left out."""
+    from pyspark.sql import functions as F
+
+    per_second = (F.col("messages") / F.lit(span_seconds)) if span_seconds > 0 else F.lit(None)
+    return (
+        _messages_only(rows)
+        .where(F.col("topic").isNotNull() & F.col("decode_error").isNull())
+        .groupBy("protocol", "topic", F.col("kind").alias("direction"))
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum("body_size").cast("long").alias("bytes_total"),
+            F.avg("body_size").alias("bytes_mean"),
+            F.max("body_size").alias("bytes_max"),
+        )
+        .withColumn("messages_per_second", per_second.cast("double"))
+    )
+
+
+def rpc_pairs(rows: Any) -> Any:
+    """Each request with its answer: protocol, connection, request_id, route, outcome (the
+    answer's message type), requested, answered and latency_ms. UBRE requests and nydus invokes
+    pair with the first answer on their connection with their id; a SubbleSocket produce pairs
+    with the producer's next own event (code 27) or event error, in order (see `_subble_pairs`)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    frames = []
+    for protocol, (request_type, answer_types) in RPC_ANSWERS.items():
+        of_protocol = rows.where((F.col("protocol") == protocol) & F.col("request_id").isNotNull())
+        requests = of_protocol.where(
+            (F.col("kind") == "in") & (F.col("message_type") == request_type)
+        ).select("protocol", "connection", "request_id", F.col("topic").alias("route"),
+                 F.col("timestamp").alias("requested"))
+        answers = of_protocol.where(
+            (F.col("kind") == "out") & F.col("message_type").isin(*answer_types)
+        ).select("connection", "request_id", F.col("message_type").alias("outcome"),
+                 F.col("timestamp").alias("answered"))
+        joined = requests.join(answers, ["connection", "request_id"]).where(
+            F.col("answered") >= F.col("requested"))
+        first = Window.partitionBy("connection", "request_id", "requested").orderBy("answered")
+        frames.append(joined.withColumn("rank", F.row_number().over(first))
+                      .where(F.col("rank") == 1).drop("rank"))
+    frames.append(_subble_pairs(rows))
+    pairs = frames[0]
+    for frame in frames[1:]:
+        pairs = pairs.unionByName(frame)
+    latency = (F.unix_micros("answered") - F.unix_micros("requested")) / F.lit(1000.0)
+    return pairs.withColumn("latency_ms", latency).select(
+        "protocol", "connection", "request_id", "route", "outcome", "requested", "answered",
+        "latency_ms")
+
+
+def _subble_pairs(rows: Any) -> Any:
+    """SubbleSocket has no request ids. The host answers every produce request on its
+    connection, in order, with exactly one message: the producer's own event (code 27) or an
+    event error (51, 52). So the n-th produce of a connection pairs with its n-th such answer;
+    request_id is that n (from 1) and the route is the event type."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    subble = rows.where((F.col("protocol") == "subble") & F.col("decode_error").isNull())
+    order = Window.partitionBy("connection").orderBy("timestamp", "file", "offset",
+                                                     "message_index")
+    produced = (
+        subble.where((F.col("kind") == "in") & (F.col("message_type") == "produce_event"))
+        .withColumn("request_id", F.row_number().over(order).cast("string"))
+        .select("protocol", "connection", "request_id", F.col("topic").alias("route"),
+                F.col("timestamp").alias("requested"))
+    )
+    own_event = (F.col("message_type") == "event") & (
+        F.substring("data", 1, 1) == F.lit(bytes([SUBBLE_ECHO_CODE])))
+    answers = (
+        subble.where((F.col("kind") == "out")
+                     & (own_event | (F.col("message_type") == "event_error")))
+        .withColumn("request_id", F.row_number().over(order).cast("string"))
+        .select("connection", "request_id", F.col("message_type").alias("outcome"),
+                F.col("timestamp").alias("answered"))
+    )
+    return produced.join(answers, ["connection", "request_id"])
+
+
+def requests(rows: Any) -> Any:
+    """Every request (protocol, connection, route), paired or not."""
+    from pyspark.sql import functions as F
+
+    request_types = {protocol: request for protocol, (request, _) in RPC_ANSWERS.items()}
+    request_types["subble"] = "produce_event"
+    wanted = F.lit(False)
+    for protocol, request_type in request_types.items():
+        wanted = wanted | ((F.col("protocol") == protocol)
+                           & (F.col("message_type") == request_type))
+    return rows.where((F.col("kind") == "in") & wanted).select(
+        "protocol", F.col("topic").alias("route"))
+
+
+def latency_summary(rows: Any, pairs: Any) -> Any:
+    """Per (protocol, route): requests, paired, exact p50/p95/p99 and max latency in ms, requests,
+    and unpaired requests (requests minus paired)."""
+    from pyspark.sql import functions as F
+
+    stats = pairs.groupBy("protocol", "route").agg(
+        F.count(F.lit(1)).alias("paired"),
+        F.expr("percentile(latency_ms, array(0.5, 0.95, 0.99))").alias("p"),
+        F.max("latency_ms").alias("max_ms"),
+    )
+    asked = requests(rows).groupBy("protocol", "route").agg(F.count(F.lit(1)).alias("requests"))
+    return (
+        asked.join(stats, ["protocol", "route"], "full_outer")
+        .select(
+            "protocol", "route",
+            F.coalesce("requests", F.lit(0)).cast("long").alias("requests"),
+            F.coalesce("paired", F.lit(0)).cast("long").alias("paired"),
+            F.col("p")[0].alias("p50_ms"), F.col("p")[1].alias("p95_ms"),
+            F.col("p")[2].alias("p99_ms"), "max_ms",
+        )
+        .withColumn("unpaired", F.greatest(F.col("requests") - F.col("paired"), F.lit(0)))
+    )
+
+
+def malformed(rows: Any) -> Any:
+    """Per (protocol, transport, connection, peer): messages with a decode error, the first and
+    last time, and an example error (the first one)."""
+    from pyspark.sql import functions as F
+
+    # A file repeats the open records of the connections still open: take one per connection.
+    peers = (rows.where(F.col("kind") == "open")
+             .select("connection", F.get_json_object(F.col("data").cast("string"), "$.peer")
+                     .alias("peer"))
+             .groupBy("connection").agg(F.min("peer").alias("peer")))
+    bad = (
+        _messages_only(rows).where(F.col("decode_error").isNotNull())
+        .groupBy("protocol", "transport", "connection")
+        .agg(
+            F.count(F.lit(1)).alias("malformed"),
+            F.min_by("decode_error", F.struct("timestamp", "offset", "message_index"))
+            .alias("example_error"),
+            F.min("timestamp").alias("first_seen"),
+            F.max("timestamp").alias("last_seen"),
+        )
+    )
+    return bad.join(peers, "connection", "left").select(
+        "protocol", "transport", "connection", "peer", "malformed", "example_error", "first_seen",
+        "last_seen")
+
+
+def windows(rows: Any) -> Any:
+    """Per minute (window_start, window_end), protocol, topic and field: count, min, mean and
+    max of the numeric readings in the messages that clients sent in (each reading once, not
+    once per subscriber it went out to)."""
+    from pyspark.sql import functions as F
+
+    candidates = rows.where(
+        (F.col("kind") == "in") & F.col("decode_error").isNull()
+        & F.col("message_type").isin(*READING_TYPES)
+    ).select("timestamp", "protocol", "topic", "kind", "binary", "data")
+    readings = candidates.mapInArrow(_readings_batches, READINGS_SCHEMA)
+    return (
+        readings.groupBy(F.window("timestamp", WINDOW).alias("window"), "protocol", "topic",
+                         "field")
+        .agg(F.count(F.lit(1)).alias("count"), F.min("value").alias("min"),
+             F.avg("value").alias("mean"), F.max("value").alias("max"))
+        .select(F.col("window.start").alias("window_start"),
+                F.col("window.end").alias("window_end"),
+                "protocol", "topic", "field", "count", "min", "mean", "max")
+    )
+
+
+def _readings_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """mapInArrow: message rows in, one row per reading out."""
+    import pyarrow as pa
+
+    from wireproto.pipeline.values import numeric_values
+
+    schema = pa.schema([("timestamp", pa.timestamp("us", tz="UTC")), ("protocol", pa.string()),
+                        ("topic", pa.string()), ("field", pa.string()), ("value", pa.float64())])
+    for batch in batches:
+        columns = batch.to_pydict()
+        take: list[int] = []
+        fields: list[str] = []
+        values: list[float] = []
+        for row, (protocol, kind, binary, data) in enumerate(zip(
+                columns["protocol"], columns["kind"], columns["binary"], columns["data"],
+                strict=True)):
+            for name, value in numeric_values(protocol, kind, data, bool(binary)):
+                take.append(row)
+                fields.append(name)
+                values.append(value)
+        indices = pa.array(take, pa.int64())
+        yield pa.RecordBatch.from_arrays([
+            batch.column("timestamp").take(indices).cast(schema.field("timestamp").type),
+            batch.column("protocol").take(indices),
+            batch.column("topic").take(indices),
+            pa.array(fields, pa.string()),
+            pa.array(values, pa.float64()),
+        ], schema=schema)
+
+
+# -- small aggregates for the report ------------------------------------------------------------
+
+
+def rate_bucket_seconds(span_seconds: float) -> int:
+    """Bucket width for the rate plot: whole seconds, at most about 500 buckets."""
+    return max(1, int(-(-span_seconds // 500)))
+
+
+def rate_over_time(rows: Any, span_seconds: float) -> list[Any]:
+    """(protocol, bucket start in seconds since the epoch, messages, bucket width) rows."""
+    from pyspark.sql import functions as F
+
+    width = rate_bucket_seconds(span_seconds)
+    bucket = (F.floor(F.unix_micros("timestamp") / F.lit(1_000_000 * width)) * width)
+    return (_messages_only(rows).groupBy("protocol", bucket.alias("bucket"))
+            .agg(F.count(F.lit(1)).alias("messages"))
+            .withColumn("width", F.lit(width))
+            .orderBy("protocol", "bucket").collect())
+
+
+def latency_histogram(pairs: Any) -> list[Any]:
+    """(protocol, route, bin, count): latencies in bins of 1/20 of a decade (log10 of ms)."""
+    from pyspark.sql import functions as F
+
+    positive = F.greatest(F.col("latency_ms"), F.lit(0.001))
+    return (pairs.groupBy("protocol", "route", F.floor(F.log10(positive) * 20).alias("bin"))
+            .agg(F.count(F.lit(1)).alias("count"))
+            .orderBy("protocol", "route", "bin").collect())
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``analyze.py CAPTURES --out DIR ...``, for spark-submit: the ``analyze`` subcommand."""
+    from wireproto.cli import main as cli_main
+
+    return cli_main(["analyze", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The human report of `wireproto analyze`: ``report.md`` and its PNG plots (matplotlib, Agg).
+
+It is written from small aggregates the driver already collected (`analyze.analyze`), never
+from the messages table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_report", "RATE_PLOT", "LATENCY_PLOT"]
+
+RATE_PLOT = "rate.png"
+LATENCY_PLOT = "latency.png"
+
+
+def write_report(summary: Any, *, rate: list[Any], histogram: list[Any], latency: list[Any],
+                 top_topics: list[Any], malformed: list[Any]) -> None:
+    """Write OUT/report.md and the plots; fills in `summary.report` and `summary.plots`."""
+    out = Path(summary.out)
+    plots = [_rate_plot(out / RATE_PLOT, rate), _latency_plot(out / LATENCY_PLOT, histogram)]
+    summary.plots = [str(path) for path in plots]
+    path = out / "report.md"
+    path.write_text(_markdown(summary, latency, top_topics, malformed), encoding="utf-8")
+    summary.report = str(path)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _rate_plot(path: Path, rate: list[Any]) -> Path:
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 3.5))
+    series: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
+    for row in rate:
+        when = datetime.fromtimestamp(row["bucket"], UTC)
+        series[row["protocol"] or "unknown"].append((when, row["messages"] / row["width"]))
+    for protocol, points in sorted(series.items()):
+        times, values = zip(*points, strict=True)
+        axes.plot(times, values, marker=".", label=protocol)
+    axes.set_title("Messages per second (in and out)")
+    axes.set_xlabel("time (UTC)")
+    axes.set_ylabel("messages/s")
+    if series:
+        axes.legend()
+    else:
+        axes.text(0.5, 0.5, "no messages", ha="center", transform=axes.transAxes)
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    plt.close(figure)
+    return path
+
+
+def _latency_plot(path: Path, histogram: list[Any]) -> Path:
+    """The latency CDF of each route, from the log-binned histogram."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 3.5))
+    routes: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for row in histogram:
+        routes[f"{row['protocol']} {_route(row['route'])}"].append((row["bin"], row["count"]))
+    for name, bins in sorted(routes.items()):
+        total = sum(count for _, count in bins)
+        seen = 0
+        xs, ys = [], []
+        for number, count in sorted(bins):
+            seen += count
+            xs.append(10 ** ((number + 1) / 20))  # the bin's upper edge, in ms
+            ys.append(seen / total)
+        axes.step(xs, ys, where="post", label=name)
+    axes.set_title("RPC latency (CDF per route)")
+    axes.set_xlabel("latency (ms)")
+    axes.set_ylabel("share of requests")
+    if routes:
+        axes.set_xscale("log")
+        axes.legend(fontsize="small")
+    else:
+        axes.text(0.5, 0.5, "no paired requests", ha="center", transform=axes.transAxes)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    plt.close(figure)
+    return path
+
+
+def _route(route: str | None) -> str:
+    return route if route else "-"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}"
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
+    return lines
+
+
+def _markdown(summary: Any, latency: list[Any], top_topics: list[Any],
+              malformed: list[Any]) -> str:
+    lines = ["# wireproto capture report", ""]
+    lines.append(f"{summary.messages} rows over {summary.span_seconds:.1f} s; "
+                 f"{summary.malformed} malformed messages.")
+    lines += ["", "## Totals", ""]
+    kinds = ["open", "in", "out", "close"]
+    lines += _table(["protocol", *kinds], [
+        [protocol, *(counts.get(kind, 0) for kind in kinds)]
+        for protocol, counts in sorted(summary.counts.items())
+    ])
+    lines += ["", "## Message rate", "", f"![messages per second]({RATE_PLOT})", ""]
+    lines += ["## Top topics", ""]
+    lines += _table(
+        ["protocol", "topic", "direction", "messages", "per second", "bytes", "mean bytes",
+         "max bytes"],
+        [[row["protocol"], row["topic"], row["direction"], row["messages"],
+          _ms(row["messages_per_second"]), row["bytes_total"], _ms(row["bytes_mean"]),
+          row["bytes_max"]] for row in top_topics],
+    ) if top_topics else ["No topics."]
+    lines += ["", "## RPC latency", ""]
+    lines += _table(
+        ["protocol", "route", "requests", "paired", "unpaired", "p50 ms", "p95 ms", "p99 ms",
+         "max ms"],
+        [[row["protocol"], _route(row["route"]), row["requests"], row["paired"], row["unpaired"],
+          _ms(row["p50_ms"]), _ms(row["p95_ms"]), _ms(row["p99_ms"]), _ms(row["max_ms"])]
+         for row in latency],
+    ) if latency else ["No requests."]
+    lines += ["", f"![RPC latency]({LATENCY_PLOT})", "", "## Malformed messages", ""]
+    lines += _table(
+        ["protocol", "transport", "connection", "peer", "malformed", "example error"],
+        [[row["protocol"], row["transport"], row["connection"], row["peer"], row["malformed"],
+          row["example_error"]] for row in malformed],
+    ) if malformed else ["None."]
+    lines += ["", "## Tables", ""]
+    lines += [f"- `{name}`: {path}" for name, path in summary.tables.items()]
+    return "\n".join(lines) + "\n"
