@@ -2,7 +2,13 @@
 
 - `wireproto.pipeline.decode`: a capture record's message decoded with wireproto's own codecs
   into analysis columns (message type, topic, request id, body size, decode error). No Spark.
+- `wireproto.pipeline.values`: the numeric readings in a message's document. No Spark.
+- `wireproto.pipeline.rows`: capture records as Arrow rows, one per message (needs pyarrow).
 - `wireproto.pipeline.datasource`: `WireCaptureDataSource`, the PySpark Python data source
-  named ``wirecapture``. It needs the ``spark`` extra (``pip install 'wireproto[spark]'``), so
-  this package does not import it.
+  named ``wirecapture``, for batch reads and streams.
+- `wireproto.pipeline.session`, `analyze`, `report`: ``wireproto analyze``, its Parquet tables
+  and its report; `wireproto.pipeline.follow`: ``wireproto analyze --follow``.
+
+All but `decode` and `values` need the ``spark`` extra (``pip install 'wireproto[spark]'``), so
+this package imports none of them.
 """
