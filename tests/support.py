@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -74,6 +75,17 @@ def need_interop_peer(path: Path, what: str) -> str:
     )
     assert node is not None
     return node
+
+
+def need_module(name: str, install: str) -> None:
+    """At a test module's top: skip the module (on a developer's machine) or fail (under CI)
+    when `name` cannot be imported; `install` says how to get it."""
+    if importlib.util.find_spec(name) is not None:
+        return
+    message = f"{name} is not installed: {install}"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message, allow_module_level=True)
 
 
 def need_peer(missing: str | None, what: str) -> None:

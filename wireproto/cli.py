@@ -292,10 +292,7 @@ def analyze(args: argparse.Namespace) -> int:
                                  available_now=args.available_now)
             announce([f"following {args.captures}; publishing to {args.hub}; Ctrl-C stops"],
                      sys.stdout)
-            try:
-                query.awaitTermination()
-            except KeyboardInterrupt:
-                query.stop()
+            follow_until_stopped(query)
             return 0
 
         from wireproto.pipeline.analyze import analyze as run_analyze
@@ -314,6 +311,28 @@ def analyze(args: argparse.Namespace) -> int:
         return 1
     finally:
         spark.stop()
+
+
+def follow_until_stopped(query: Any) -> None:
+    """Wait for a streaming query to end, or for Ctrl-C or SIGTERM, then stop it.
+
+    PySpark's own SIGINT handler calls into the JVM from inside the signal handler, which
+    breaks the call the main thread is waiting in; this handler only sets a flag, and the query
+    is stopped from the main thread."""
+    import signal
+    import threading
+
+    stopping = threading.Event()
+    previous = {number: signal.signal(number, lambda *_: stopping.set())
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stopping.is_set():
+            if query.awaitTermination(0.5):
+                return
+        query.stop()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,10 @@ a batch Spark runs again is not published twice."""
 from __future__ import annotations
 
 import json
+import re
+import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +16,15 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
 
-from tests.support import eventually, sleep, wait_for
+from tests.support import eventually, need_module, sleep, wait_for
 from tests.test_capture_broker import LOCAL, start
+from tests.test_cli import Child
 from wireproto import capture
 from wireproto.codecs import ubre, websmq
 from wireproto.config import CaptureSettings, Config, WebsmqSettings, parse_listen
 from wireproto.protocols.websmq import connect as websmq_connect
 
-pytest.importorskip("pyspark")
+need_module("pyspark", "pip install -e '.[spark]'")
 
 from wireproto.pipeline.follow import (  # noqa: E402
     PUBLISHED_FILE,
@@ -78,6 +82,25 @@ EXPECTED = {
 }
 
 
+def rates_received(inbox: list[websmq.Publish]) -> tuple[dict[Any, Any], set[int]]:
+    """The rates published, by (topic, window start), and the batch ids they came in; a rate
+    published twice fails."""
+    received = {}
+    batch_ids = set()
+    for message in inbox:
+        payload = json.loads(message.payload)
+        assert payload["window_end"] == iso(
+            T0 + MINUTE * (1 + int(payload["window_start"][14:16]) - 14))
+        batch_ids.add(payload.pop("batch_id"))
+        key = (message.topic, payload.pop("window_start"))
+        assert key not in received, f"published twice: {key}"
+        del payload["window_end"]
+        assert payload.pop("protocol") == message.topic.split("/")[2]
+        assert message.topic.endswith("/" + payload.pop("topic"))
+        received[key] = payload
+    return received, batch_ids
+
+
 def run(query: Any) -> Any:
     """Wait for an availableNow query in a thread, so the reactor keeps serving the broker."""
     def wait() -> None:
@@ -110,19 +133,7 @@ async def test_finished_windows_reach_a_subscriber_once(tmp_path: Path, spark: A
         await wait_for(run(query), timeout=120)
         await eventually(lambda: len(inbox) >= len(EXPECTED))
         await sleep(0.3)  # nothing more arrives
-        received = {}
-        batch_ids = set()
-        for message in inbox:
-            payload = json.loads(message.payload)
-            assert payload["window_end"] == iso(
-                T0 + MINUTE * (1 + int(payload["window_start"][14:16]) - 14))
-            batch_ids.add(payload.pop("batch_id"))
-            key = (message.topic, payload.pop("window_start"))
-            assert key not in received, f"published twice: {key}"
-            del payload["window_end"]
-            assert payload.pop("protocol") == message.topic.split("/")[2]
-            assert message.topic.endswith("/" + payload.pop("topic"))
-            received[key] = payload
+        received, batch_ids = rates_received(inbox)
         assert received == EXPECTED
         assert len(batch_ids) == 1
         (published_batch,) = batch_ids
@@ -151,6 +162,42 @@ async def test_finished_windows_reach_a_subscriber_once(tmp_path: Path, spark: A
     rates = [websmq.decode(message).topic for message in received_by_broker
              if websmq.decode_header(message)[0] == websmq.MessageType.PUBLISH]
     assert sorted(rates) == sorted(topic for topic, _ in EXPECTED)
+
+
+FOLLOWING = re.compile(r"^wireproto: following (\S+); publishing to (\S+); Ctrl-C stops$")
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_follow_command_publishes_live_and_stops_on_ctrl_c(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    captures = tmp_path / "captures"
+    write_traffic(captures)
+    config = Config(listeners=(parse_listen(f"websmq+length32@tcp:0:{LOCAL}"),),
+                    websmq=WebsmqSettings(wildcards=True))
+    service, (hub,) = await start(config)
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    child = None
+    try:
+        subscriber = await wait_for(websmq_connect(reactor, hub, wildcards=True))
+        inbox: list[websmq.Publish] = []
+        subscriber.subscribe("$analytics/#", inbox.append)
+        await eventually(lambda: service.hub.subscribers("$analytics/rates/a"))
+        child = Child(sys.executable, "-m", "wireproto", "analyze", str(captures), "--out",
+                      str(tmp_path / "out"), "--follow", "--hub", hub, "--master", "local[2]")
+        await child.line(FOLLOWING, timeout=90)
+        await eventually(lambda: len(inbox) >= len(EXPECTED), timeout=90)
+        await sleep(0.3)
+        assert rates_received(inbox)[0] == EXPECTED
+        child.process.send_signal(signal.SIGINT)  # a live query: it runs until Ctrl-C
+        assert await child.exit_code(timeout=60) == 0, child.output()
+        assert not [line for line in child.stderr if "Traceback" in line], child.output()
+        assert (tmp_path / "out" / "checkpoint" / PUBLISHED_FILE).exists()
+        await wait_for(subscriber.disconnect())
+    finally:
+        if child is not None:
+            child.kill()
+        await wait_for(service.stopService(), timeout=10)
 
 
 def test_hub_endpoints_and_rate_topics(tmp_path: Path) -> None:

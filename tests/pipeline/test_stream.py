@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.support import need_module
 from wireproto import capture
 from wireproto.codecs import websmq
 
-pytest.importorskip("pyspark")
+need_module("pyspark", "pip install -e '.[spark]'")
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
 
