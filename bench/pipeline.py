@@ -182,11 +182,17 @@ def generate(directory: Path, messages: int, files: int, seed: int = 9) -> Captu
             gen.single(source, "in", subble.encode(subble.ProduceEvent(
                 f"client{source}", subble.SerializationFormat.MSGPACK, event_type, payload)),
                 True)
-            for conn in rng.sample(group["subble clients"], rng.randint(1, 4)):
+            # The producer gets its own event back (the echo answering its produce); other
+            # subscribers get it as a server event.
+            recipients = rng.sample(group["subble clients"], rng.randint(1, 4))
+            if source not in recipients:
+                recipients[0] = source
+            for conn in recipients:
+                code = (subble.MessageCode.CLIENT_EVENT if conn == source
+                        else subble.MessageCode.SERVER_EVENT)
                 gen.single(conn, "out", subble.encode(subble.Event(
-                    subble.MessageCode.CLIENT_EVENT, subble.SerializationFormat.MSGPACK,
-                    1_700_000_000_000 + number, event_type, f"guid-{number}", f"client{source}",
-                    payload)), True)
+                    code, subble.SerializationFormat.MSGPACK, 1_700_000_000_000 + number,
+                    event_type, f"guid-{number}", f"client{source}", payload)), True)
     for conn in list(gen.pending):
         gen.flush(conn, "out" if conn not in group["publishers"] else "in", 1, 1)
     for conn in gen.protocol_of:

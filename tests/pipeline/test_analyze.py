@@ -1,6 +1,7 @@
 """`wireproto analyze` end to end: a real broker with capture on, driven with known counts of
-WEBSMQ publishes, UBRE requests, nydus invokes and malformed frames; then the batch jobs on Spark
-local[2], their Parquet tables read back and checked exactly, and the report with its PNGs."""
+WEBSMQ publishes, UBRE requests, nydus invokes, SubbleSocket produces and malformed frames; then
+the batch jobs on Spark local[2], their Parquet tables read back and checked exactly, and the
+report with its PNGs."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from wireproto.codecs import ubre, websmq
 from wireproto.config import CaptureSettings, Config, UbreSettings, parse_listen
 from wireproto.hub import describe_address
 from wireproto.protocols.nydus_client import connect as nydus_connect
+from wireproto.protocols.subble_client import connect as subble_connect
 from wireproto.protocols.ubre_client import connect as ubre_connect
 from wireproto.protocols.websmq import connect as websmq_connect
 from wireproto.rpc import RequestFailed
@@ -34,6 +36,7 @@ TEMP, ENV = "plant/temp", "plant/env"
 TEMP_PUBLISHES, ENV_PUBLISHES = 15, 10
 ADDS, DIVS, DIV_FAILS = 8, 4, 2
 INVOKES = 8
+PRODUCES, SUBBLE_EVENT = 6, "reading"
 MALFORMED_CLIENTS = 3
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -60,11 +63,12 @@ async def drive_broker(directory: Path) -> dict[str, Any]:
         listeners=tuple(parse_listen(spec) for spec in (
             f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}",
             f"ubre+ws@tcp:0:{LOCAL}", f"nydus+engineio@tcp:0:{LOCAL}",
+            f"subble+length32@tcp:0:{LOCAL}",
         )),
         ubre=UbreSettings(announce_topics=False),  # no announcements: exact counts
         capture=CaptureSettings(directory=str(directory), flush_interval=0.05),
     )
-    service, (ws, tcp, ubre_url, nydus_url) = await start(config)
+    service, (ws, tcp, ubre_url, nydus_url, subble_url) = await start(config)
     clients: list[Any] = []
     malformed_peers: list[str] = []
     try:
@@ -106,6 +110,19 @@ async def drive_broker(directory: Path) -> dict[str, Any]:
             assert await wait_for(nydus.invoke("/echo", {"n": number})) == {"n": number}
         await wait_for(nydus.close())
 
+        # SubbleSocket: each produce is answered by the producer's own event, its echo; a
+        # second client subscribed to the event type gets it as a server event.
+        heard: list[Any] = []
+        listener = await wait_for(subble_connect(reactor, subble_url, subscribe=[SUBBLE_EVENT],
+                                                 on_event=heard.append))
+        producer = await wait_for(subble_connect(reactor, subble_url,
+                                                 produce=[SUBBLE_EVENT]))
+        for number in range(PRODUCES):
+            await wait_for(producer.produce(SUBBLE_EVENT, {"n": number}))
+        await eventually(lambda: len(heard) == PRODUCES)
+        await wait_for(producer.close())
+        await wait_for(listener.close())
+
         host, port = tcp.split(":")[1], int(tcp.split(":")[2])
         for _ in range(MALFORMED_CLIENTS):  # one malformed frame each: the broker closes it
             raw = await wait_for(_connect_raw(host, port))
@@ -144,6 +161,8 @@ async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None
                    "out": 2 * TEMP_PUBLISHES + ENV_PUBLISHES, "close": 6},
         "ubre": {"open": 1, "in": ADDS + DIVS, "out": ADDS + DIVS, "close": 1},
         "nydus": {"open": 1, "in": INVOKES, "out": 1 + INVOKES, "close": 1},  # WELCOME + results
+        # Two handshakes; each produce echoed to the producer and sent to the listener.
+        "subble": {"open": 2, "in": 2 + PRODUCES, "out": 2 + 2 * PRODUCES, "close": 2},
     }
     assert summary.counts == expected_counts
     assert summary.messages == sum(sum(kinds.values()) for kinds in expected_counts.values())
@@ -167,6 +186,7 @@ async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None
         ("websmq", ENV, "in"): ENV_PUBLISHES + 1, ("websmq", ENV, "out"): ENV_PUBLISHES,
         ("ubre", "add", "in"): ADDS, ("ubre", "div", "in"): DIVS,
         ("nydus", "/echo", "in"): INVOKES,
+        ("subble", SUBBLE_EVENT, "in"): PRODUCES, ("subble", SUBBLE_EVENT, "out"): 2 * PRODUCES,
     }
     temp_in = rates[("websmq", TEMP, "in")]
     assert temp_in.bytes_total == 10 * 3 + 5 * 4 and temp_in.bytes_max == 4
@@ -178,17 +198,21 @@ async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None
     assert Counter((row.protocol, row.route, row.outcome) for row in pairs) == {
         ("ubre", "add", "success"): ADDS, ("ubre", "div", "success"): DIVS - DIV_FAILS,
         ("ubre", "div", "fail"): DIV_FAILS, ("nydus", "/echo", "result"): INVOKES,
+        ("subble", SUBBLE_EVENT, "event"): PRODUCES,
     }
-    assert all(row.latency_ms > 0 and row.answered >= row.requested for row in pairs)
+    assert all(row.latency_ms > 0 and row.answered >= row.requested for row in pairs), [
+        (row.protocol, row.requested, row.answered, row.latency_ms) for row in pairs
+        if not (row.latency_ms > 0 and row.answered >= row.requested)]
     latency = {(row.protocol, row.route): row for row in table(spark, out, "rpc_latency_summary")}
     assert {key: (row.requests, row.paired, row.unpaired) for key, row in latency.items()} == {
         ("ubre", "add"): (ADDS, ADDS, 0), ("ubre", "div"): (DIVS, DIVS, 0),
         ("nydus", "/echo"): (INVOKES, INVOKES, 0),
+        ("subble", SUBBLE_EVENT): (PRODUCES, PRODUCES, 0),
     }
     for row in latency.values():
         assert 0 < row.p50_ms <= row.p95_ms <= row.p99_ms <= row.max_ms
-    assert summary.paired == {"ubre": ADDS + DIVS, "nydus": INVOKES}
-    assert summary.unpaired == {"ubre": 0, "nydus": 0}
+    assert summary.paired == {"ubre": ADDS + DIVS, "nydus": INVOKES, "subble": PRODUCES}
+    assert summary.unpaired == {"ubre": 0, "nydus": 0, "subble": 0}
 
     # Malformed: one per raw client, with its peer.
     bad = table(spark, out, "malformed")
@@ -203,7 +227,7 @@ async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None
     for row in table(spark, out, "windows"):
         assert row.window_end > row.window_start
         per_field.setdefault((row.topic, row.field), []).append(row)
-    assert set(per_field) == {(TEMP, "value"), (ENV, "hum"), (ENV, "loc.x")}
+    assert set(per_field) == {(TEMP, "value"), (ENV, "hum"), (ENV, "loc.x"), (SUBBLE_EVENT, "n")}
 
     def totals(key: tuple[str, str]) -> tuple[int, float, float, float]:
         rows = per_field[key]
@@ -214,6 +238,7 @@ async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None
     assert totals((TEMP, "value")) == (TEMP_PUBLISHES, 0.5, pytest.approx(7.5), 14.5)
     assert totals((ENV, "hum")) == (ENV_PUBLISHES, 0.0, pytest.approx(9.0), 18.0)
     assert totals((ENV, "loc.x")) == (ENV_PUBLISHES, 1.25, pytest.approx(1.25), 1.25)
+    assert totals((SUBBLE_EVENT, "n")) == (PRODUCES, 0.0, pytest.approx(2.5), 5.0)
 
     # The report links PNGs that exist.
     report = (out / "report.md").read_text(encoding="utf-8")

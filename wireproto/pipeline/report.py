@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,8 @@ __all__ = ["write_report", "RATE_PLOT", "LATENCY_PLOT"]
 
 RATE_PLOT = "rate.png"
 LATENCY_PLOT = "latency.png"
+PLOTTED_ROUTES = 8  # the latency plot's lines
+LISTED_ROUTES = 20  # the latency table's rows
 
 
 def write_report(summary: Any, *, rate: list[Any], histogram: list[Any], latency: list[Any],
@@ -48,6 +50,11 @@ def _rate_plot(path: Path, rate: list[Any]) -> Path:
     for protocol, points in sorted(series.items()):
         times, values = zip(*points, strict=True)
         axes.plot(times, values, marker=".", label=protocol)
+    if series:
+        # A short capture has a point or two: keep the axis to seconds around them.
+        moments = [when for points in series.values() for when, _ in points]
+        pad = max((max(moments) - min(moments)) * 0.05, timedelta(seconds=2))
+        axes.set_xlim(min(moments) - pad, max(moments) + pad)
     axes.set_title("Messages per second (in and out)")
     axes.set_xlabel("time (UTC)")
     axes.set_ylabel("messages/s")
@@ -69,7 +76,10 @@ def _latency_plot(path: Path, histogram: list[Any]) -> Path:
     routes: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for row in histogram:
         routes[f"{row['protocol']} {_route(row['route'])}"].append((row["bin"], row["count"]))
-    for name, bins in sorted(routes.items()):
+    busiest = sorted(routes, key=lambda name: (-sum(count for _, count in routes[name]), name))
+    shown = sorted(busiest[:PLOTTED_ROUTES])
+    for name in shown:
+        bins = routes[name]
         total = sum(count for _, count in bins)
         seen = 0
         xs, ys = [], []
@@ -78,7 +88,8 @@ def _latency_plot(path: Path, histogram: list[Any]) -> Path:
             xs.append(10 ** ((number + 1) / 20))  # the bin's upper edge, in ms
             ys.append(seen / total)
         axes.step(xs, ys, where="post", label=name)
-    axes.set_title("RPC latency (CDF per route)")
+    axes.set_title("RPC latency (CDF per route)" if len(routes) <= PLOTTED_ROUTES else
+                   f"RPC latency (CDF of the {PLOTTED_ROUTES} busiest of {len(routes)} routes)")
     axes.set_xlabel("latency (ms)")
     axes.set_ylabel("share of requests")
     if routes:
@@ -131,13 +142,18 @@ def _markdown(summary: Any, latency: list[Any], top_topics: list[Any],
           row["bytes_max"]] for row in top_topics],
     ) if top_topics else ["No topics."]
     lines += ["", "## RPC latency", ""]
+    busiest = sorted(latency, key=lambda row: (-row["requests"], row["protocol"],
+                                               _route(row["route"])))
     lines += _table(
         ["protocol", "route", "requests", "paired", "unpaired", "p50 ms", "p95 ms", "p99 ms",
          "max ms"],
         [[row["protocol"], _route(row["route"]), row["requests"], row["paired"], row["unpaired"],
           _ms(row["p50_ms"]), _ms(row["p95_ms"]), _ms(row["p99_ms"]), _ms(row["max_ms"])]
-         for row in latency],
+         for row in busiest[:LISTED_ROUTES]],
     ) if latency else ["No requests."]
+    if len(latency) > LISTED_ROUTES:
+        lines += ["", f"The {LISTED_ROUTES} busiest of {len(latency)} routes; all of them are "
+                      "in `rpc_latency_summary`."]
     lines += ["", f"![RPC latency]({LATENCY_PLOT})", "", "## Malformed messages", ""]
     lines += _table(
         ["protocol", "transport", "connection", "peer", "malformed", "example error"],

@@ -131,15 +131,19 @@ class ConnectionCapture:
         parts.append(_pack_length(len(data)))
         parts.append(data)
 
-    def received_frames(self, frames: bytes) -> None:
-        """Whole length32 frames received: a batch's parts already."""
+    def reading(self) -> None:
+        """A read of length32 frames is about to be handled: stamp the in batch now, before its
+        messages are handled (and answered)."""
         parts = self.parts[IN]
         if parts and not self.binary[IN]:
             self.record(IN)
         if not parts:
             self.binary[IN] = True
             self.capture.begin(self, IN)
-        parts.append(frames)
+
+    def received_frames(self, frames: bytes) -> None:
+        """The whole length32 frames of the read just handled: a batch's parts already."""
+        self.parts[IN].append(frames)
 
     def record(self, direction: int) -> None:
         parts = self.parts[direction]
@@ -240,7 +244,7 @@ class CapturingProtocol:
         self.connection = ConnectionCapture(self.capture, conn_id)
         self.transport = CapturingTransport(transport, self.connection)
         capture_received = getattr(transport, "captureReceived", None)
-        if capture_received is not None and capture_received(self.connection.received_frames):
+        if capture_received is not None and capture_received(self.connection):
             # The transport records what it receives in whole frames: deliveries skip this
             # wrapper.
             self.messageReceived = self.wrapped.messageReceived  # type: ignore[method-assign]

@@ -221,13 +221,16 @@ class Length32MessageTransport(StreamMessageTransport, Int32StringReceiver):
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         return _pack_length32(len(data)) + data
 
-    def captureReceived(self, record: Callable[[bytes], None]) -> bool:
-        """From now on, call `record` with the whole frames of each read that were delivered,
-        as they came (capture: wireproto.transports.capturing). Returns True: this transport
-        records what it receives itself."""
+    def captureReceived(self, capture: Any) -> bool:
+        """From now on, call `capture.reading()` before handling each read and
+        `capture.received_frames(frames)` after it, with the whole frames it delivered, as they
+        came (a ConnectionCapture of wireproto.transports.capturing). Returns True: this
+        transport records what it receives itself."""
+        reading, record = capture.reading, capture.received_frames
 
         def data_received(data: bytes) -> None:
             before = self._unprocessed
+            reading()
             Int32StringReceiver.dataReceived(self, data)
             # Int32StringReceiver keeps what follows the last frame it took in _unprocessed; on
             # an oversized frame it keeps everything there, and that frame's offset in
