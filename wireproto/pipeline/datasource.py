@@ -107,8 +107,11 @@ def _positive_option(options: Any, name: str, default: int | None) -> int | None
     return value
 
 
-class WireCaptureReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+class _CaptureReading:
+    """What the batch and the stream readers share: the options ``path``, ``prefix`` and
+    ``batch_size``, and reading a file's records as Arrow batches of rows."""
+
+    def __init__(self, options: Any) -> None:
         path = options.get("path")
         if not path:
             raise ValueError('wirecapture: give a capture directory or file: .load(PATH) or '
@@ -117,19 +120,26 @@ class WireCaptureReader(DataSourceReader):
         self.prefix = options.get("prefix", "wirecapture")
         self.batch_size = _positive_option(options, "batch_size", DEFAULT_BATCH_SIZE)
 
+    def _read_file(self, path: str, start: int | None, end: int | None
+                   ) -> Iterator[pa.RecordBatch]:
+        """The rows of `path` from `start` (None: the first record), up to `end` (None: as far
+        as the file holds whole records; a torn last record, or one being written, ends it)."""
+        while end is None or start is None or start < end:
+            batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
+                                       available=end)
+            if len(batch):
+                yield decode_batch(path, batch)
+            if batch.stop != "limit":
+                return
+            start = batch.end
+
+
+class WireCaptureReader(_CaptureReading, DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return [CaptureFilePartition(path) for path in capture_paths(self.path, self.prefix)]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
-        path = partition.path
-        start = None
-        while True:
-            batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size)
-            if len(batch):
-                yield decode_batch(path, batch)
-            if batch.stop != "limit":
-                return  # "end", or "partial": a torn last record (or one being written)
-            start = batch.end
+        return self._read_file(partition.path, None, None)
 
 
 class CaptureRangePartition(InputPartition):
@@ -143,7 +153,8 @@ class CaptureRangePartition(InputPartition):
         self.end = end
 
 
-class WireCaptureStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class WireCaptureStreamReader(_CaptureReading, DataSourceStreamReader,
+                              SupportsTriggerAvailableNow):
     """``spark.readStream.format("wirecapture").load(PATH)``.
 
     An offset maps each capture file read so far to the record boundary where its next read
@@ -153,13 +164,7 @@ class WireCaptureStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     micro-batch, never read torn and never skipped."""
 
     def __init__(self, options: Any) -> None:
-        path = options.get("path")
-        if not path:
-            raise ValueError('wirecapture: give a capture directory or file: .load(PATH) or '
-                             '.option("path", PATH)')
-        self.path = path
-        self.prefix = options.get("prefix", "wirecapture")
-        self.batch_size = _positive_option(options, "batch_size", DEFAULT_BATCH_SIZE)
+        super().__init__(options)
         self.max_records = _positive_option(options, "maxRecordsPerTrigger", None)
         self.max_files = _positive_option(options, "maxFilesPerTrigger", None)
         capture_paths(self.path, self.prefix)  # fails now if there is no such path
@@ -221,15 +226,7 @@ class WireCaptureStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 for path, offset in sorted(end.items()) if start.get(path) != offset]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
-        path, start, end = partition.path, partition.start, partition.end
-        while start is None or start < end:
-            batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
-                                       available=end)
-            if len(batch):
-                yield decode_batch(path, batch)
-            if batch.stop != "limit":
-                return  # the end of the range
-            start = batch.end
+        return self._read_file(partition.path, partition.start, partition.end)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: capture files are the writer's to rotate and remove."""

@@ -58,15 +58,8 @@ def _rate_plot(path: Path, rate: list[Any]) -> Path:
     axes.set_title("Messages per second (in and out)")
     axes.set_xlabel("time (UTC)")
     axes.set_ylabel("messages/s")
-    if series:
-        axes.legend()
-    else:
-        axes.text(0.5, 0.5, "no messages", ha="center", transform=axes.transAxes)
     figure.autofmt_xdate()
-    figure.tight_layout()
-    figure.savefig(path, format="png")
-    plt.close(figure)
-    return path
+    return _save(plt, figure, axes, path, drawn=bool(series), empty="no messages")
 
 
 def _latency_plot(path: Path, histogram: list[Any]) -> Path:
@@ -94,9 +87,15 @@ def _latency_plot(path: Path, histogram: list[Any]) -> Path:
     axes.set_ylabel("share of requests")
     if routes:
         axes.set_xscale("log")
+    return _save(plt, figure, axes, path, drawn=bool(routes), empty="no paired requests")
+
+
+def _save(plt: Any, figure: Any, axes: Any, path: Path, *, drawn: bool, empty: str) -> Path:
+    """A legend, or `empty` in the middle if nothing was drawn; then the PNG."""
+    if drawn:
         axes.legend(fontsize="small")
     else:
-        axes.text(0.5, 0.5, "no paired requests", ha="center", transform=axes.transAxes)
+        axes.text(0.5, 0.5, empty, ha="center", transform=axes.transAxes)
     figure.tight_layout()
     figure.savefig(path, format="png")
     plt.close(figure)
