@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from tests.test_service import Broker
 from wireproto.codecs import websmq
 from wireproto.codecs.phyllo.document import Format, Schema, message_from_document, serialize
 from wireproto.codecs.phyllo.stack import REDUCED, StackDecoder
-from wireproto.config import HubSettings, MetricsSettings, parse_phyllo
+from wireproto.config import CaptureSettings, HubSettings, MetricsSettings, parse_phyllo
 from wireproto.hub import HubMessage
 from wireproto.protocols.nydus_client import connect as nydus_connect
 from wireproto.protocols.ubre_client import connect as ubre_connect
@@ -289,6 +290,30 @@ async def test_phyllo_links_have_per_link_metrics(broker: Broker) -> None:
     page = await scrape(base)
     assert page.value("wireproto_phyllo_connected", link="esp32") == 0
     assert page.value("wireproto_phyllo_crc_errors_total", link="esp32") == 1  # kept
+
+
+@pytest_twisted.ensureDeferred
+async def test_capture_has_its_metrics(broker: Broker, tmp_path: Path) -> None:
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}",
+        capture=CaptureSettings(directory=str(tmp_path), flush_interval=0.05),
+    )
+    base = http_base(bound[0].address)
+    client = await broker.client(bound[0].address)
+    await subscribed(service, client, "room/temp")
+    await eventually(lambda: service.capture.writer.counters.records >= 2)  # open, subscribe
+
+    page = await scrape(base)
+    written = service.capture.writer.counters
+    assert page.value("wireproto_capture_records_total") >= 2
+    assert page.value("wireproto_capture_bytes_total") > 0
+    assert page.value("wireproto_capture_files_total") == written.files == 1
+    assert page.value("wireproto_capture_dropped_batches_total") == 0
+    assert page.value("wireproto_capture_dropped_records_total") == 0
+
+    _, plain = await broker.start(f"websmq+ws@tcp:0:{LOCAL}")  # no capture, no capture metrics
+    plain_page = await scrape(http_base(plain[0].address))
+    assert not [name for name in plain_page.families if name.startswith("wireproto_capture")]
 
 
 @pytest_twisted.ensureDeferred

@@ -92,6 +92,7 @@ class BrokerCollector(Collector):
         yield from self._queues(hub, stats)
         yield from self._hub(hub)
         yield from self._phyllo(self.service.phyllo)
+        yield from self._capture(self.service.capture)
 
     def _connections(self, hub: Any) -> Iterator[Metric]:
         accepted = dict.fromkeys(self._served, 0)
@@ -172,6 +173,26 @@ class BrokerCollector(Collector):
             for name, values in counters.items():
                 family.add_metric([name], values.get(field, 0))
             yield family
+
+
+    def _capture(self, capture: Any) -> Iterator[Metric]:
+        writer = None if capture is None else capture.writer
+        if writer is None:
+            return
+        counters = writer.counters
+        for field, documentation in _CAPTURE_COUNTERS.items():
+            yield CounterMetricFamily(f"wireproto_capture_{field}", documentation,
+                                      value=getattr(counters, field))
+
+
+_CAPTURE_COUNTERS = {
+    "records": "Capture records written (a batch record holds a turn's messages of one "
+               "connection and direction).",
+    "bytes": "Capture bytes written, record headers included.",
+    "files": "Capture files started.",
+    "dropped_batches": "Write batches dropped: the writer's queue was full, or a write failed.",
+    "dropped_records": "Capture records in the dropped batches.",
+}
 
 
 class MetricsResource(Resource):

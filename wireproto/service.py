@@ -174,12 +174,12 @@ class WireprotoService(MultiService):
         self._connections: weakref.WeakSet[IMessageProtocol] = weakref.WeakSet()
         self._servers: dict[str, Callable[[], IMessageProtocol]] = {}
         self.phyllo: dict[str, HubBridge] = {}
-        self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
         settings = config.capture
         self.capture = BrokerCapture(
             settings.directory, max_file_bytes=settings.max_file_bytes,
             flush_interval=settings.flush_interval, reactor=self.reactor,
         ) if settings.directory else None
+        self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
 
     # -- building -------------------------------------------------------------------------------
 
