@@ -127,8 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="run the streaming query and publish each finished window to the "
                               "hub, until Ctrl-C")
     analyze.add_argument("--hub", default="tcp:127.0.0.1:8766", metavar="ENDPOINT",
-                         help="with --follow: the broker to publish to (default "
-                              "tcp:127.0.0.1:8766)")
+                         help="with --follow: the broker's WEBSMQ length32 listener to "
+                              "publish to: tcp:HOST:PORT, ssl:HOST:PORT[:hostname=NAME]"
+                              "[:caCertsDir=DIR] or unix:PATH (default tcp:127.0.0.1:8766)")
     analyze.add_argument("--checkpoint", metavar="DIR",
                          help="with --follow: the streaming checkpoint (default OUT/checkpoint)")
     analyze.add_argument("--available-now", action="store_true",
@@ -277,9 +278,13 @@ def analyze(args: argparse.Namespace) -> int:
         return usage("--checkpoint and --available-now go with --follow")
     if args.follow:
         try:
-            from wireproto.pipeline.follow import start_follow
+            from wireproto.pipeline.follow import parse_hub, start_follow
         except ImportError as error:
             return usage(f"--follow is not available: {error}")
+        try:
+            parse_hub(args.hub)
+        except ValueError as error:
+            return usage(f"--hub: {error}")
 
     from wireproto.pipeline.session import spark_session
 

@@ -294,3 +294,9 @@ def test_analyze_usage_errors(tmp_path: Path) -> None:
     alone = run_cli(str(tmp_path), "--out", str(tmp_path / "o"), "--available-now", timeout=60)
     assert alone.returncode == 2
     assert alone.stderr == "wireproto analyze: --checkpoint and --available-now go with --follow\n"
+    bad_hub = run_cli(str(tmp_path), "--out", str(tmp_path / "o"), "--follow", "--hub",
+                      "ws://127.0.0.1:8765/websmq", timeout=60)
+    assert bad_hub.returncode == 2
+    assert bad_hub.stderr.startswith("wireproto analyze: --hub: hub 'ws://127.0.0.1:8765/websmq': "
+                                     "give the endpoint of a WEBSMQ length32 listener")
+    assert len(bad_hub.stderr.splitlines()) == 1

@@ -8,6 +8,7 @@ import json
 import re
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ need_module("pyspark", "pip install -e '.[spark]'")
 
 from wireproto.pipeline.follow import (  # noqa: E402
     PUBLISHED_FILE,
+    HubAddress,
+    HubPublisher,
     parse_hub,
     rate_topic,
     start_follow,
@@ -200,13 +203,57 @@ async def test_the_follow_command_publishes_live_and_stops_on_ctrl_c(
         await wait_for(service.stopService(), timeout=10)
 
 
+# Twisted's ssl: endpoint parser still hands pyOpenSSL objects to pyOpenSSL; not ours to fix.
+@pytest.mark.filterwarnings("ignore:Passing pyOpenSSL:DeprecationWarning")
+@pytest_twisted.ensureDeferred
+async def test_rates_go_to_a_tls_hub_that_is_verified(tmp_path: Path, tls_files: Any) -> None:
+    key, cert = tls_files.key, tls_files.cert
+    config = Config(listeners=(
+        parse_listen(f"websmq+length32@tcp:0:{LOCAL}"),
+        parse_listen(f"websmq+length32@ssl:0:{LOCAL}:privateKey={key}:certKey={cert}"),
+    ))
+    service, (plain, secure) = await start(config)
+    try:
+        subscriber = await wait_for(websmq_connect(reactor, plain))
+        inbox: list[websmq.Publish] = []
+        subscriber.subscribe("$analytics/rates/websmq/room", inbox.append)
+        await eventually(lambda: service.hub.subscribers("$analytics/rates/websmq/room"))
+        host, port = secure.split(":")[1:]
+        trusted = f"ssl:{host}:{port}:hostname=localhost:caCertsDir={tls_files.ca_dir}"
+        rate = websmq.Publish("$analytics/rates/websmq/room", b'{"messages":1}')
+        await wait_for(threads.deferToThread(
+            HubPublisher(trusted, tmp_path, "$analytics").send, [rate]))
+        await eventually(lambda: inbox == [rate])
+
+        for untrusted in (f"ssl:{host}:{port}:hostname=elsewhere.example:"
+                          f"caCertsDir={tls_files.ca_dir}",  # not the certificate's name
+                          f"ssl:{host}:{port}:hostname=localhost"):  # not a trusted authority
+            publisher = HubPublisher(untrusted, tmp_path, "$analytics")
+            with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+                await wait_for(threads.deferToThread(publisher.send, [rate]))
+        await sleep(0.2)
+        assert inbox == [rate]
+        await wait_for(subscriber.disconnect())
+    finally:
+        await wait_for(service.stopService(), timeout=10)
+
+
 def test_hub_endpoints_and_rate_topics(tmp_path: Path) -> None:
-    assert parse_hub("tcp:127.0.0.1:8766") == (socket.AF_INET, ("127.0.0.1", 8766))
-    assert parse_hub("tcp:host=localhost:port=9000") == (socket.AF_INET, ("localhost", 9000))
-    assert parse_hub("tcp:[::1]:8766") == (socket.AF_INET6, ("::1", 8766))
-    assert parse_hub("unix:/run/hub.sock") == (socket.AF_UNIX, "/run/hub.sock")
-    assert parse_hub("unix:path=/run/hub.sock") == (socket.AF_UNIX, "/run/hub.sock")
-    for bad in ("ws://127.0.0.1:8765/", "tcp:127.0.0.1", "tcp:127.0.0.1:http", "unix:", "8766"):
+    assert parse_hub("tcp:127.0.0.1:8766") == HubAddress(socket.AF_INET, ("127.0.0.1", 8766))
+    assert parse_hub("tcp:host=localhost:port=9000") == HubAddress(
+        socket.AF_INET, ("localhost", 9000))
+    assert parse_hub("tcp:[::1]:8766") == HubAddress(socket.AF_INET6, ("::1", 8766))
+    assert parse_hub("unix:/run/hub.sock") == HubAddress(socket.AF_UNIX, "/run/hub.sock")
+    assert parse_hub("unix:path=/run/hub.sock") == HubAddress(socket.AF_UNIX, "/run/hub.sock")
+    secure = parse_hub("ssl:[::1]:8766:hostname=hub.example")
+    assert (secure.family, secure.address, secure.server_hostname) == (
+        socket.AF_INET6, ("::1", 8766), "hub.example")
+    assert secure.tls is not None and secure.tls.verify_mode == ssl.CERT_REQUIRED
+    assert parse_hub("ssl:host=10.0.0.1:port=8766").server_hostname == "10.0.0.1"
+    with pytest.raises(ValueError, match="no .pem files"):
+        parse_hub(f"ssl:127.0.0.1:8766:caCertsDir={tmp_path}")
+    for bad in ("ws://127.0.0.1:8765/", "tcp:127.0.0.1", "tcp:127.0.0.1:http", "unix:", "8766",
+                "ssl:127.0.0.1"):
         with pytest.raises(ValueError, match="give the endpoint of a WEBSMQ length32 listener"):
             parse_hub(bad)
     assert rate_topic("$analytics", "websmq", "plant/temp") == "$analytics/rates/websmq/plant/temp"

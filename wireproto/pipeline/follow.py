@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import struct
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,33 +33,67 @@ from wireproto.errors import InvalidTopic
 from wireproto.pipeline.datasource import WireCaptureDataSource
 from wireproto.topics import is_pattern
 
-__all__ = ["start_follow", "HubPublisher", "parse_hub", "rate_topic", "PUBLISHED_FILE"]
+__all__ = ["start_follow", "HubPublisher", "HubAddress", "parse_hub", "rate_topic",
+           "PUBLISHED_FILE"]
 
 # The last batch id published, in the checkpoint directory.
 PUBLISHED_FILE = "wireproto-published-batch"
 _LENGTH32 = struct.Struct(">I")
 
 
-def parse_hub(hub: str) -> tuple[int, Any]:
-    """(address family, address) of a hub endpoint: ``tcp:HOST:PORT``,
-    ``tcp:host=HOST:port=PORT`` or ``unix:PATH`` (``unix:path=PATH``)."""
+@dataclass(frozen=True)
+class HubAddress:
+    """Where `HubPublisher` connects: a socket family and address, and for ``ssl:`` the TLS
+    context and the name the certificate must have."""
+
+    family: int
+    address: Any
+    tls: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+
+
+def parse_hub(hub: str) -> HubAddress:
+    """A hub endpoint: ``tcp:HOST:PORT`` (or ``tcp:host=HOST:port=PORT``), ``unix:PATH`` (or
+    ``unix:path=PATH``), or ``ssl:HOST:PORT`` with the keywords of Twisted's ``ssl:`` client
+    endpoints: ``hostname=`` (the name to verify; the host by default) and ``caCertsDir=`` (PEM
+    files of the authorities to trust; the system's by default). TLS always verifies."""
     kind, _, rest = hub.partition(":")
-    if kind == "tcp" and rest:
-        if "=" in rest:
-            fields = dict(part.partition("=")[::2] for part in rest.split(":"))
-            host, port = fields.get("host", ""), fields.get("port", "")
-        else:
-            host, _, port = rest.rpartition(":")
+    if kind in ("tcp", "ssl") and rest:
+        parts = rest.split(":")
+        fields: dict[str, str] = {}
+        while parts and "=" in parts[-1]:  # keywords follow HOST:PORT, or stand alone
+            name, _, value = parts.pop().partition("=")
+            fields[name] = value
+        if parts:
+            host, _, port = ":".join(parts).rpartition(":")
             host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        else:
+            host, port = fields.get("host", ""), fields.get("port", "")
         if host and port.isdigit() and 0 < int(port) < 65536:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            return family, (host, int(port))
+            if kind == "tcp":
+                return HubAddress(family, (host, int(port)))
+            return HubAddress(family, (host, int(port)), _tls_context(fields.get("caCertsDir")),
+                              fields.get("hostname") or host)
     elif kind == "unix" and rest:
         path = rest[len("path="):] if rest.startswith("path=") else rest
         if path:
-            return socket.AF_UNIX, path
+            return HubAddress(socket.AF_UNIX, path)
     raise ValueError(f"hub {hub!r}: give the endpoint of a WEBSMQ length32 listener, as "
-                     "tcp:HOST:PORT (tcp:127.0.0.1:8766) or unix:PATH")
+                     "tcp:HOST:PORT (tcp:127.0.0.1:8766), ssl:HOST:PORT or unix:PATH")
+
+
+def _tls_context(ca_certs_dir: str | None) -> ssl.SSLContext:
+    """A client context that verifies the hub: against the certificates in `ca_certs_dir`
+    alone, as Twisted's caCertsDir does, or else against the system's authorities."""
+    if not ca_certs_dir:
+        return ssl.create_default_context()
+    pems = sorted(Path(ca_certs_dir).glob("*.pem"))
+    if not pems:
+        raise ValueError(f"caCertsDir={ca_certs_dir}: no .pem files there")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, and checks the hostname
+    context.load_verify_locations(cadata="".join(path.read_text() for path in pems))
+    return context
 
 
 def rate_topic(prefix: str, protocol: str | None, topic: str) -> str:
@@ -79,7 +115,7 @@ class HubPublisher:
 
     def __init__(self, hub: str, checkpoint: str | os.PathLike[str], topic_prefix: str,
                  timeout: float = 10.0) -> None:
-        self.family, self.address = parse_hub(hub)
+        self.target = parse_hub(hub)
         self.hub = hub
         self.state = Path(checkpoint) / PUBLISHED_FILE
         self.topic_prefix = topic_prefix
@@ -125,14 +161,22 @@ class HubPublisher:
         end: it has then taken every frame."""
         frames = b"".join(_LENGTH32.pack(len(frame)) + frame
                           for frame in map(websmq.encode, messages))
+        target = self.target
         try:
-            with socket.socket(self.family, socket.SOCK_STREAM) as connection:
+            with socket.socket(target.family, socket.SOCK_STREAM) as connection:
                 connection.settimeout(self.timeout)
-                connection.connect(self.address)
-                connection.sendall(frames)
-                connection.shutdown(socket.SHUT_WR)
-                while connection.recv(65536):
-                    pass
+                connection.connect(target.address)
+                if target.tls is None:
+                    connection.sendall(frames)
+                    connection.shutdown(socket.SHUT_WR)
+                    while connection.recv(65536):
+                        pass
+                    return
+                with target.tls.wrap_socket(
+                        connection, server_hostname=target.server_hostname) as secure:
+                    secure.sendall(frames)
+                    # close_notify, and the hub's own: it has taken every frame.
+                    secure.unwrap()
         except OSError as error:
             raise ConnectionError(f"hub {self.hub}: cannot publish: {error}") from error
 
