@@ -64,9 +64,12 @@ async def start(config: Config) -> tuple[WireprotoService, list[str]]:
     return service, [entry.address for entry in bound]
 
 
-@pytest_twisted.ensureDeferred
-async def test_every_message_of_a_broker_is_in_its_capture(tmp_path: Path) -> None:
-    directory = tmp_path / "captures" / "broker"  # made by the service
+async def drive_capturing_broker(directory: Path, topic: str, payloads: list[bytes],
+                                 additions: list[tuple[int, int]]) -> dict[str, str]:
+    """A broker capturing into `directory` with WEBSMQ over ws and length32 and UBRE over ws:
+    a ws subscriber of `topic`, a length32 publisher of `payloads` on it, and a UBRE client
+    asking "add" for each of `additions`; then everything stops. Returns each client's
+    address as the broker saw it."""
     config = Config(
         listeners=tuple(parse_listen(spec) for spec in (
             f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}", f"ubre+ws@tcp:0:{LOCAL}",
@@ -89,12 +92,13 @@ async def test_every_message_of_a_broker_is_in_its_capture(tmp_path: Path) -> No
             "rpc": describe_address(rpc.protocol.transport.getHost()),
         }
         inbox: list[websmq.Publish] = []
-        subscriber.subscribe(TOPIC, inbox.append)
-        await eventually(lambda: service.hub.subscribers(TOPIC))
-        for number in range(COUNT):
-            publisher.publish(TOPIC, b"reading %d" % number)
-        await eventually(lambda: len(inbox) == COUNT)
-        assert await wait_for(rpc.request("add", {"a": 2, "b": 3})) == 5
+        subscriber.subscribe(topic, inbox.append)
+        await eventually(lambda: service.hub.subscribers(topic))
+        for payload in payloads:
+            publisher.publish(topic, payload)
+        await eventually(lambda: len(inbox) == len(payloads))
+        for a, b in additions:
+            assert await wait_for(rpc.request("add", {"a": a, "b": b})) == a + b
 
         # While it runs, every connection's protocol sits on a capturing transport.
         assert all(isinstance(protocol.transport, CapturingTransport)
@@ -104,6 +108,14 @@ async def test_every_message_of_a_broker_is_in_its_capture(tmp_path: Path) -> No
         for client in clients:
             await wait_for(client.disconnect())
         await wait_for(service.stopService(), timeout=10)
+    return peers
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_message_of_a_broker_is_in_its_capture(tmp_path: Path) -> None:
+    directory = tmp_path / "captures" / "broker"  # made by the service
+    peers = await drive_capturing_broker(
+        directory, TOPIC, [b"reading %d" % number for number in range(COUNT)], [(2, 3)])
 
     connections = by_connection(records_in(directory))
     assert len(connections) == 3

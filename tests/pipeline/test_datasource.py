@@ -10,15 +10,10 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
 
-from tests.support import eventually, wait_for
-from tests.test_capture_broker import LOCAL, start
+from tests.test_capture_broker import drive_capturing_broker
 from wireproto import capture
 from wireproto.codecs import ubre, websmq
-from wireproto.config import CaptureSettings, Config, UbreSettings, parse_listen
-from wireproto.protocols.ubre_client import connect as ubre_connect
-from wireproto.protocols.websmq import connect as websmq_connect
 
 TOPIC = "plant/line1/temp"
 PUBLISHES = 9
@@ -32,35 +27,9 @@ def load(spark: Any, path: Path, **options: Any) -> Any:
 @pytest_twisted.ensureDeferred
 async def test_a_broker_capture_read_through_spark(tmp_path: Path, spark: Any) -> None:
     directory = tmp_path / "capture"
-    config = Config(
-        listeners=tuple(parse_listen(spec) for spec in (
-            f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}", f"ubre+ws@tcp:0:{LOCAL}",
-        )),
-        ubre=UbreSettings(announce_topics=False),  # no announcements: exact counts
-        capture=CaptureSettings(directory=str(directory), flush_interval=0.05),
-    )
-    service, (ws, tcp, ubre_url) = await start(config)
-    clients: list[Any] = []
-    try:
-        service.server("ubre").handle("add", lambda body, peer: body["a"] + body["b"])
-        subscriber = await wait_for(websmq_connect(reactor, ws))
-        clients.append(subscriber)
-        publisher = await wait_for(websmq_connect(reactor, tcp))
-        clients.append(publisher)
-        rpc = await wait_for(ubre_connect(reactor, ubre_url))
-        inbox: list[websmq.Publish] = []
-        subscriber.subscribe(TOPIC, inbox.append)
-        await eventually(lambda: service.hub.subscribers(TOPIC))
-        for number in range(PUBLISHES):
-            publisher.publish(TOPIC, b"%d.5" % number)
-        await eventually(lambda: len(inbox) == PUBLISHES)
-        for number in range(REQUESTS):
-            assert await wait_for(rpc.request("add", {"a": number, "b": 10})) == number + 10
-        await wait_for(rpc.close())
-    finally:
-        for client in clients:
-            await wait_for(client.disconnect())
-        await wait_for(service.stopService(), timeout=10)
+    await drive_capturing_broker(
+        directory, TOPIC, [b"%d.5" % number for number in range(PUBLISHES)],
+        [(number, 10) for number in range(REQUESTS)])
 
     frame = load(spark, directory)
     rows = frame.collect()
