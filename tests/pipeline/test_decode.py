@@ -120,12 +120,19 @@ def test_decode_records_of_a_capture_file(tmp_path: Path) -> None:
         writer.open_connection(2, "127.0.0.1:5001", "ubre", "ws")
         writer.message(2, "in", ubre.encode(ubre.Request(1, 2, name="double")), False)
         writer.message(2, "out", ubre.encode(ubre.Success(1, 4)), False)
+        writer.message(2, "out", capture.encode_batch([ubre.encode(ubre.Success(2, 6)),
+                                                       ubre.encode(ubre.Fail(3, "no"))]),
+                       False, batch=True)
+        writer.message(2, "out", b"\x00\x00\x00\x09abc", False, batch=True)  # does not split
         writer.close_connection(2, "done")
         writer.close_connection(1)
     (path,) = capture.capture_files(tmp_path)
-    rows = [decode_record(record) for record in capture.iter_records(path)]
+    rows = [row for record in capture.iter_records(path) for row in decode_record(record)]
     assert [row.message_type for row in rows] == [
-        "open", "publish", None, "open", "request", "success", "close", "close"]
+        "open", "publish", None, "open", "request", "success", "success", "fail", None, "close",
+        "close"]
+    assert [row.request_id for row in rows[6:8]] == ["2", "3"]
+    assert rows[8].decode_error.startswith("CorruptCapture: batch record")
     assert rows[1] == ok("publish", "t", None, 5)
     assert rows[2].decode_error.startswith("TruncatedFrame: ")
     assert rows[4].request_id == rows[5].request_id == "1"

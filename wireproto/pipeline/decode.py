@@ -1,7 +1,8 @@
-"""Decode one capture record's message with wireproto's own codecs, into analysis columns.
+"""Decode a capture record's messages with wireproto's own codecs, into analysis columns.
 
-No Spark and no JVM here: `decode_record` is plain Python, called once per record by the
-`wirecapture` data source (wireproto.pipeline.datasource) and usable on its own.
+No Spark and no JVM here: `decode_message` is plain Python, called for each distinct message
+by the `wirecapture` data source (wireproto.pipeline.rows), and `decode_record` decodes every
+message of one record; both are usable on their own.
 
 The columns (docs/pipeline.md, "The wirecapture data source"):
 
@@ -62,9 +63,18 @@ _SUBBLE_TYPES = {
 }
 
 
-def decode_record(record: capture.Record) -> Decoded:
-    """The columns of one `capture.Record`."""
-    return decode_message(record.protocol, record.kind, record.data, record.binary)
+def decode_record(record: capture.Record) -> list[Decoded]:
+    """The columns of each message of one `capture.Record`: one for a record of one message,
+    an open or a close; one per message of a batch record (one error row if it does not
+    split)."""
+    if record.kind not in (capture.Kind.IN, capture.Kind.OUT):
+        return [decode_message(record.protocol, record.kind, record.data, record.binary)]
+    try:
+        messages = record.messages()
+    except capture.CorruptCapture as error:
+        return [error_row(f"CorruptCapture: {error}")]
+    return [decode_message(record.protocol, record.kind, message, record.binary)
+            for message in messages]
 
 
 def decode_message(protocol: int, kind: int, data: bytes, binary: bool) -> Decoded:
