@@ -336,8 +336,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, hub, websocket, stream, "
-                       "websmq, ubre, nydus, subble, engineio, log, metrics or capture "
+        ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, hub, websocket, http, "
+                       "stream, websmq, ubre, nydus, subble, engineio, log, metrics or capture "
                        "(did you mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',

@@ -487,3 +487,25 @@ async def test_attach_serves_a_device_on_a_serial_line(broker: Broker) -> None:
     finally:
         os.close(master)
         os.close(slave)
+
+
+@pytest_twisted.ensureDeferred
+async def test_http_limits_from_the_config_file_reach_every_http_port(broker: Broker) -> None:
+    settings = config_from_toml("[http]\nmax_pending_per_address = 2\n", reactor=reactor).http
+    service, bound = await broker.start(f"websmq+ws@tcp:0:{LOCAL}", http=settings)
+    port = int(bound[0].address.rsplit(":", 1)[1].split("/")[0])
+    silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    refused = socket.create_connection(("127.0.0.1", port))
+    try:
+        refused.settimeout(0.01)
+        answer = b""
+        for _ in range(300):
+            try:
+                answer = refused.recv(100)
+                break
+            except TimeoutError:
+                await sleep(0.01)
+        assert answer.startswith(b"HTTP/1.1 503 ")
+    finally:
+        for sock in (*silent, refused):
+            sock.close()

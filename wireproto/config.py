@@ -11,7 +11,7 @@ in docs/running.md:
 - ``--phyllo NAME[+STACK]@ADDRESS``, e.g. ``dev1@serial:/dev/ttyACM0``: open a Phyllo device
   (serial, TCP or ``ws://``) and bridge its topics to the hub under ``phyllo/NAME/``;
 - TOML: ``[[listen]]``, ``[[attach]]`` and ``[[phyllo]]`` tables with the same fields, and
-  ``[hub]``, ``[websocket]``, ``[stream]`` and one table per protocol (``[websmq]``).
+  ``[hub]``, ``[websocket]``, ``[http]``, ``[stream]`` and one table per protocol (``[websmq]``).
 
 Every problem is a `ConfigError` naming where it is (the option, or the file and key) and what is
 wrong. ``tcp:`` and ``ssl:`` endpoints listen on 127.0.0.1 unless they name an interface, so a
@@ -35,6 +35,7 @@ from wireproto.hub import DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_QUEUE_BYTES, Overfl
 from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import SERVER_PROTOCOLS, ServerProtocolSpec
+from wireproto.transports.http import HTTPLimits
 from wireproto.transports.stream import FRAMINGS
 from wireproto.transports.websocket import WebSocketOptions
 
@@ -245,6 +246,7 @@ class Config:
     phyllo: tuple[PhylloLink, ...] = ()
     hub: HubSettings = field(default_factory=HubSettings)
     websocket: WebSocketOptions = field(default_factory=WebSocketOptions)
+    http: HTTPLimits = field(default_factory=HTTPLimits)
     stream: StreamLimits = field(default_factory=StreamLimits)
     websmq: WebsmqSettings = field(default_factory=WebsmqSettings)
     ubre: UbreSettings = field(default_factory=UbreSettings)
@@ -682,6 +684,12 @@ _WEBSOCKET_KEYS: dict[str, Callable[[Any], Any]] = {
     "per_message_deflate": _boolean,
     "max_connections": _positive_integer,
 }
+_HTTP_KEYS: dict[str, Callable[[Any], Any]] = {
+    "max_body_bytes": _positive_integer,
+    "request_timeout": _positive_number,
+    "max_pending_per_address": _positive_integer,
+    "max_pending": _positive_integer,
+}
 _STREAM_KEYS: dict[str, Callable[[Any], Any]] = {
     "max_message_size": _positive_integer,
     "max_connections": _positive_integer,
@@ -739,6 +747,7 @@ _PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk
 _TABLES: dict[str, tuple[type, dict[str, Callable[[Any], Any]]]] = {
     "hub": (HubSettings, _HUB_KEYS),
     "websocket": (WebSocketOptions, _WEBSOCKET_KEYS),
+    "http": (HTTPLimits, _HTTP_KEYS),
     "stream": (StreamLimits, _STREAM_KEYS),
     "websmq": (WebsmqSettings, _WEBSMQ_KEYS),
     "ubre": (UbreSettings, _UBRE_KEYS),

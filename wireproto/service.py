@@ -241,7 +241,8 @@ class WireprotoService(MultiService):
                         raise ValueError(f"[metrics] path {path!r} is also a listener's path")
                     routes[path] = self.metrics.resource()
                 factory = websocket_site(
-                    routes, request_timeout=self.config.websocket.open_handshake_timeout
+                    routes, idle_timeout=self.config.websocket.open_handshake_timeout,
+                    limits=self.config.http,
                 )
             else:
                 factory = stream_server_factory(

@@ -286,7 +286,7 @@ def test_options_refuse_nonsense():
 async def test_a_connection_that_never_sends_its_request_is_dropped(net):
     """twisted.web would wait 12 hours; the Site waits as long as an opening handshake may take,
     and an open WebSocket is left alone."""
-    site = websocket_site({"/ws": websocket_resource(net.factory(Echo))}, request_timeout=1)
+    site = websocket_site({"/ws": websocket_resource(net.factory(Echo))}, idle_timeout=1)
     port = await net.listen_tcp(site)
     open_socket = await client(net, port)
     silent = await net.raw_connect(port)

@@ -30,8 +30,9 @@ Each session is one `IMessageTransport` (`EngineIOSession`) for one protocol mad
 ``protocol_factory()`` at the handshake. A polling session's queue pauses a registered producer
 above `EngineIOOptions.poll_high_water` bytes and resumes it once a GET has taken them. A text
 message cannot hold U+001E, which would split it in a polling payload: sending one raises
-InvalidField. twisted.web reads a whole POST body before the resource sees it, so a body over
-max_payload is refused (413) only once it is in; bound it at the Site if that matters.
+InvalidField. Served by `websocket_site` (a `wireproto.transports.http.GuardedSite`), a POST
+body over max_payload is refused with 413 before it is read; on a plain twisted.web Site it is
+read whole first, and refused (413) only once it is in.
 
 The client is `wireproto.transports.engineio_client`.
 
@@ -523,11 +524,7 @@ class EngineIOSession:
         limit = self.server.options.max_payload
         body = request.content.read(limit + 1)
         if len(body) > limit:
-            self._close(error=FrameTooLarge(
-                f"Engine.IO POST body is over {limit} bytes (EngineIOOptions.max_payload)"
-            ))
-            _respond(request, 413, b"", b"text/html")
-            return NOT_DONE_YET
+            return self._post_too_large(request)
         if self._held_post is not None:
             self._close(error=UnexpectedMessage(
                 "Engine.IO client sent a POST while another was held"
@@ -538,6 +535,14 @@ class EngineIOSession:
             request.notifyFinish().addErrback(self._post_lost, request)
             return NOT_DONE_YET
         self._answer_post(request, body)
+        return NOT_DONE_YET
+
+    def _post_too_large(self, request: Any) -> Any:
+        limit = self.server.options.max_payload
+        self._close(error=FrameTooLarge(
+            f"Engine.IO POST body is over {limit} bytes (EngineIOOptions.max_payload)"
+        ))
+        _respond(request, 413, b"", b"text/html")
         return NOT_DONE_YET
 
     def _post_lost(self, _reason: Failure, request: Any) -> None:
@@ -972,9 +977,20 @@ class _EngineIOResource(Resource):
         super().__init__()
         # Not "server": twisted.web gives every Resource a `server` attribute of its own.
         self.engine = engine
+        # A polling POST's payload: a GuardedSite refuses a larger body before reading it.
+        self.max_request_body = engine.options.max_payload
 
     def render(self, request: Any) -> Any:
         return self.engine.handle(request)
+
+    def render_content_too_large(self, request: Any) -> None:
+        """A GuardedSite's answer to a POST over max_payload, which it did not read: 413, and
+        the session that sent it is closed, as engine.io does."""
+        session = self.engine.sessions.get(_query_value(request, b"sid") or "")
+        if session is not None and request.method == b"POST":
+            session._post_too_large(request)
+        else:
+            _respond(request, 413, b"", b"text/html")
 
 
 def engineio_resource(

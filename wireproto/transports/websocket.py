@@ -46,6 +46,7 @@ from wireproto.transports.base import (
     IMessageTransport,
     close_reason,
 )
+from wireproto.transports.http import HTTPLimits, guarded_site
 
 __all__ = [
     "WebSocketOptions",
@@ -395,12 +396,19 @@ class _Directory(Resource):
         return notFound().render(request)
 
 
-def websocket_site(routes: dict[str, IResource], *, request_timeout: float = 10.0) -> Site:
+def websocket_site(
+    routes: dict[str, IResource],
+    *,
+    idle_timeout: float = 10.0,
+    limits: HTTPLimits | None = None,
+) -> Site:
     """One twisted.web Site serving each resource at its path ("/", "/websmq", "/a/b/c").
 
-    Any other path gets 404, so several protocols can share one port. A connection that has not
-    sent a whole HTTP request within `request_timeout` seconds is dropped (twisted.web's own
-    default is 12 hours); an open WebSocket is not affected.
+    Any other path gets 404, so several protocols can share one port. The Site is a
+    `wireproto.transports.http.GuardedSite`: request bodies, the time a request may take to
+    arrive and the requests still arriving are bounded by `limits`; a connection silent for
+    `idle_timeout` seconds between requests is dropped (twisted.web's own default is 12 hours).
+    An open WebSocket is not affected by either.
     """
     root = _Directory()
     leaves: dict[tuple[bytes, ...], IResource] = {}
@@ -431,4 +439,4 @@ def websocket_site(routes: dict[str, IResource], *, request_timeout: float = 10.
                 parent.putChild(segment, child)
             parent = child
         parent.putChild(segments[-1], resource)
-    return Site(root, timeout=request_timeout)
+    return guarded_site(root, limits or HTTPLimits(), idle_timeout=idle_timeout)

@@ -1,0 +1,280 @@
+"""The HTTP side of every WebSocket and Engine.IO listener: a twisted.web Site with limits.
+
+twisted.web reads a request body whole (into memory, or a temporary file above 100 kB) before a
+resource sees it, restarts its idle timer on every byte, and takes any number of requests that
+are still arriving. `guarded_site` closes those doors:
+
+- **Bodies.** A resource says how large a body it takes in `max_request_body` (an attribute, 0
+  when it takes none; Engine.IO's POSTs take its max_payload). A request whose Content-Length is
+  over what its path takes, or over `HTTPLimits.max_body_bytes`, gets 413 at once, before any of
+  the body is read; a chunked body is cut off with 413 as soon as it passes the limit. A body
+  sent to a path that takes none is not read: the request is answered as if it had none, and the
+  connection is closed after the answer.
+- **Deadlines.** A request's whole head and body must arrive within `request_timeout` seconds of
+  its first byte (of the connection, for the first request), however slowly it drips: 408, then
+  the connection is closed. The idle timeout (between requests) stays the Site's own.
+- **Pending requests.** A connection whose request has not fully arrived is pending; past
+  `max_pending_per_address` pending connections from one address, or `max_pending` in all, a
+  new connection gets 503 and is closed, so slow or silent connections cannot take every file
+  descriptor. A WebSocket that finished its handshake, or a held Engine.IO poll, is not pending.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.web.http import HTTPChannel
+from twisted.web.resource import IResource
+from twisted.web.server import Request, Site
+
+__all__ = ["HTTPLimits", "GuardedSite", "guarded_site", "max_request_body"]
+
+log = Logger()
+
+
+@dataclass(frozen=True)
+class HTTPLimits:
+    """Limits for every HTTP listener (the [http] table). Times are in seconds."""
+
+    # The largest request body any path takes; each path may take less (or none).
+    max_body_bytes: int = 1_048_576
+    # A request's whole head and body, from its first byte.
+    request_timeout: float = 10.0
+    # Connections whose request is still arriving, from one address and in all (per listener).
+    max_pending_per_address: int = 32
+    max_pending: int = 512
+
+    def __post_init__(self) -> None:
+        if self.request_timeout <= 0:
+            raise ValueError(f"request_timeout must be positive, not {self.request_timeout}")
+        for name in ("max_body_bytes", "max_pending_per_address", "max_pending"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+
+
+def max_request_body(resource: Any) -> int:
+    """The largest body `resource` takes: its `max_request_body`, or 0."""
+    return int(getattr(resource, "max_request_body", 0))
+
+
+def _status_only(code: int, phrase: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+        b"Connection: close\r\n\r\n%s\n" % (code, phrase, len(phrase) + 1, phrase)
+    )
+
+
+_TOO_SLOW = _status_only(408, b"Request Timeout")
+_BUSY = _status_only(503, b"Service Unavailable")
+
+
+class _GuardedRequest(Request):
+    """Counts the body as it arrives, and stops taking it the moment it passes the limit."""
+
+    body_limit: int | None = None
+    # Set when the body was over the limit: it was not read (or only in part).
+    content_too_large = False
+    _body_bytes = 0
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self.content_too_large:
+            return
+        limit = self.body_limit
+        if limit is not None:
+            self._body_bytes += len(data)
+            if self._body_bytes > limit:
+                self.channel.body_over_limit(self)
+                return
+        super().handleContentChunk(data)
+
+    def render(self, resource: Any) -> None:
+        if self.content_too_large:
+            answer = getattr(resource, "render_content_too_large", None)
+            if answer is not None:
+                answer(self)
+                return
+            self.setResponseCode(413)
+            self.setHeader(b"content-type", b"text/plain")
+            self.write(b"Content Too Large\n")
+            self.finish()
+            return
+        super().render(resource)
+
+
+class _GuardedChannel(HTTPChannel):
+    site: GuardedSite
+    _pending = False
+    _refused = False
+    # The rest of a body that was over the limit: not read.
+    _discarding = False
+    _deadline: Any = None
+    _abort_call: Any = None
+    _address: str = ""
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        peer = self.transport.getPeer()
+        self._address = getattr(peer, "host", "") or type(peer).__name__
+        if not self.site.admit(self._address):
+            self.refuse(_BUSY, "too_many_pending", "too many pending requests", quiet=True)
+            return
+        self._begin_request()
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if not self._pending and not self._handlingRequest:
+            # The first bytes of the next request on a kept-alive connection.
+            self._begin_request()
+        super().dataReceived(data)
+
+    def rawDataReceived(self, data: bytes) -> None:
+        if not self._discarding:
+            super().rawDataReceived(data)
+
+    def allHeadersReceived(self) -> None:
+        takes = min(self.site.body_limit_for(self._path), self.site.limits.max_body_bytes)
+        announced = self.length  # None for a chunked body
+        if announced == 0 or (announced is not None and announced <= takes):
+            super().allHeadersReceived()
+            self.requests[-1].body_limit = takes
+            return
+        if announced is None and takes > 0:
+            super().allHeadersReceived()  # chunked: counted as it comes
+            self.requests[-1].body_limit = takes
+            return
+        # Not read at all: the request goes on without its body, and the connection closes
+        # after the answer. A path that takes a body answers 413.
+        self.length, self._transferDecoder = 0, None
+        super().allHeadersReceived()
+        self.requests[-1].body_limit = takes
+        self._stop_reading_body(self.requests[-1], too_large=takes > 0)
+
+    def body_over_limit(self, request: _GuardedRequest) -> None:
+        """A chunked body just passed the limit: answer now, and read no more of it."""
+        self._stop_reading_body(request, too_large=True)
+        self.allContentReceived()
+
+    def _stop_reading_body(self, request: _GuardedRequest, *, too_large: bool) -> None:
+        self.persistent = False
+        self._discarding = True
+        if too_large:
+            request.content_too_large = True
+            self.site.refusals["body_too_large"] += 1
+            log.info("refused a request body from {peer}: over {limit} bytes",
+                     peer=self._address, limit=request.body_limit)
+
+    def _finishRequestBody(self, data: bytes) -> None:
+        if not self._discarding:  # a chunked body cut off: its end was not waited for
+            super()._finishRequestBody(data)
+
+    def allContentReceived(self) -> None:
+        self._end_request()
+        super().allContentReceived()
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        self._end_request()
+        if not self._discarding:  # the rest of a cut-off body is not parsed
+            super()._respondToBadRequestAndDisconnect()
+
+    def connectionLost(self, reason: Any) -> None:
+        self._end_request()
+        if self._abort_call is not None and self._abort_call.active():
+            self._abort_call.cancel()
+        super().connectionLost(reason)
+
+    # -- pending requests and their deadline -----------------------------------------------------
+
+    def _begin_request(self) -> None:
+        self._pending = True
+        self.site.pending_began(self._address)
+        self._deadline = self.callLater(self.site.limits.request_timeout, self._too_slow)
+
+    def _end_request(self) -> None:
+        if not self._pending:
+            return
+        self._pending = False
+        self.site.pending_ended(self._address)
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        timeout = self.site.limits.request_timeout
+        self.refuse(_TOO_SLOW, "request_timeout", f"not whole within {timeout:g} s", quiet=True)
+
+    def refuse(self, response: bytes, reason: str, detail: str, *, quiet: bool = False) -> None:
+        """Answer with a bare status, read nothing more, and close the connection. `reason` is
+        counted in the site's `refusals`."""
+        if self._refused:
+            return
+        self._refused = True
+        self._end_request()
+        self.site.refusals[reason] += 1
+        (log.debug if quiet else log.info)(
+            "refused an HTTP request from {peer}: {detail}", peer=self._address, detail=detail
+        )
+        self.setTimeout(None)
+        transport = self.transport
+        transport.write(response)
+        transport.loseConnection()
+        # A peer that does not read the answer does not keep the connection either.
+        self._abort_call = self.callLater(self.site.limits.request_timeout,
+                                          transport.abortConnection)
+
+
+class GuardedSite(Site):
+    """A Site whose requests are bounded as the module docstring says."""
+
+    protocol = _GuardedChannel
+    requestFactory = _GuardedRequest
+
+    def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> None:
+        super().__init__(root, timeout=idle_timeout)
+        self.limits = limits
+        self._pending_by_address: Counter[str] = Counter()
+        self.pending = 0
+        # Refused connections by reason: body_too_large, request_timeout, too_many_pending.
+        self.refusals: Counter[str] = Counter()
+
+    def admit(self, address: str) -> bool:
+        limits = self.limits
+        return (
+            self.pending < limits.max_pending
+            and self._pending_by_address[address] < limits.max_pending_per_address
+        )
+
+    def pending_began(self, address: str) -> None:
+        self.pending += 1
+        self._pending_by_address[address] += 1
+
+    def pending_ended(self, address: str) -> None:
+        self.pending -= 1
+        left = self._pending_by_address[address] - 1
+        if left:
+            self._pending_by_address[address] = left
+        else:
+            del self._pending_by_address[address]
+
+    def body_limit_for(self, target: bytes) -> int:
+        """What the resource at request target `target` takes as a body, found as twisted.web
+        finds it: through the static children down to a leaf."""
+        path = target.split(b"?", 1)[0]
+        resource: Any = self.resource
+        for segment in path.split(b"/")[1:]:
+            if getattr(resource, "isLeaf", False):
+                break
+            child = getattr(resource, "children", {}).get(segment)
+            if child is None:
+                return 0
+            resource = child
+        return max_request_body(resource)
+
+
+def guarded_site(root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> GuardedSite:
+    """A Site serving `root` within `limits`; `idle_timeout` bounds a silent connection."""
+    return GuardedSite(root, limits, idle_timeout=idle_timeout)
