@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NPM_STAMP := tests/interop/node_modules/.installed
 
-.PHONY: serve test lint bench clean
+.PHONY: serve test lint bench fuzz clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,5 +39,18 @@ bench: $(STAMP)
 	$(BIN)/python bench/phyllo.py
 	$(BIN)/python bench/pipeline.py
 
+# Every decoder's fuzz target for FUZZ_SECONDS each (the suite runs them for 1 s). Each keeps its
+# corpus in .fuzz/corpus/TARGET, so runs build on each other; a finding is .fuzz/crash-*.
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	@for target in $$($(BIN)/python -c "from tests.fuzz.targets import TARGETS; print(*TARGETS)"); do \
+	  mkdir -p .fuzz/corpus/$$target; \
+	  echo "fuzz: $$target for $(FUZZ_SECONDS) s"; \
+	  $(BIN)/python -m tests.fuzz.run $$target .fuzz/corpus/$$target \
+	    -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=.fuzz/ -print_final_stats=1 \
+	    2>&1 | grep -E "^(stat::number_of_executed_units|Done|==|SUMMARY)|Error" || true; \
+	  if ls .fuzz/crash-* >/dev/null 2>&1; then echo "fuzz: a finding in .fuzz/" >&2; exit 1; fi; \
+	done
+
 clean:
-	rm -rf $(VENV) tests/interop/node_modules
+	rm -rf $(VENV) tests/interop/node_modules .fuzz

@@ -169,3 +169,10 @@ binary_packets = st.builds(Packet, st.just(PacketType.MESSAGE), st.binary())
 def test_payloads_round_trip(packets):
     assert decode_payload(encode_payload(packets)) == packets
     assert [decode_packet(encode_packet(p)) for p in packets] == packets
+
+
+@pytest.mark.parametrize("frame", ["bé", "b\u00ff\u00ff", "bQUJD\u2028", "4hi\x1ebé"])
+def test_base64_packets_with_non_ascii_text_are_protocol_errors(frame):
+    # Found by the coverage-guided fuzzer (tests/fuzz): base64 of a str raised ValueError.
+    with pytest.raises(InvalidField, match="not valid base64"):
+        decode_payload(frame)

@@ -640,6 +640,29 @@ async def test_a_ping_from_the_client_is_a_protocol_error(eio):
     assert "only the server pings" in str(server.reason.value)
 
 
+@pytest_twisted.ensureDeferred
+async def test_non_ascii_base64_closes_a_websocket_session_with_1002(eio):
+    await eio.start(Recorder)
+    ws = await eio.ws("EIO=4&transport=websocket")
+    (server,) = eio.net.protocols
+    ws.send_text("bé")
+    await wait_for(ws.closed)
+    assert ws.close_code == 1002
+    await wait_for(server.lost)
+    assert "not valid base64" in str(server.reason.value)
+
+
+@pytest_twisted.ensureDeferred
+async def test_non_ascii_base64_in_a_post_is_a_bad_request_that_closes_the_session(eio):
+    await eio.start(Recorder)
+    sid, server = await eio.handshake()
+    answer = await eio.request("POST", eio.poll(sid), "bé".encode())
+    assert answer.status == 400
+    assert answer.json() == {"code": 3, "message": "Bad request"}
+    await wait_for(server.lost)
+    assert "not valid base64" in str(server.reason.value)
+
+
 # -- flow control --------------------------------------------------------------------------------
 
 

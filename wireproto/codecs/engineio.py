@@ -19,7 +19,6 @@ bytes in base64. A text packet cannot hold U+001E, which would split it in a pay
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -106,7 +105,7 @@ def decode_packet(frame: str | bytes) -> Packet:
     if first == "b":
         try:
             return Packet(PacketType.MESSAGE, base64.b64decode(frame[1:], validate=True))
-        except binascii.Error as e:
+        except ValueError as e:  # binascii.Error, or non-ASCII text in a str
             raise InvalidField(f"Engine.IO binary packet is not valid base64: {e}") from None
     packet_type = _TYPE_OF_DIGIT.get(first)
     if packet_type is None:
