@@ -24,6 +24,15 @@ def pytest_pyfunc_call(pyfuncitem):
         hypothesis_handle.inner_test = original
 
 
+@pytest.fixture(autouse=True)
+def full_log_budget():
+    """Each test starts with the peers' log budget unspent (wireproto.peerlog), since every test
+    peer is 127.0.0.1."""
+    from wireproto.peerlog import BUDGET
+
+    BUDGET.reset()
+
+
 # Shared by every test directory: a serial cable made of two cross-connected pty pairs, and a
 # self-signed certificate for localhost (see tests/transports/conftest.py).
 from tests.transports.conftest import null_modem, pty_pair, tls_files  # noqa: E402, F401

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import stat
 import struct
 import sys
 from collections import Counter
@@ -230,15 +231,15 @@ def test_the_capture_table_and_the_option() -> None:
         "flush_interval = 2\n", reactor=reactor,
     )
     assert config.capture == CaptureSettings("/var/lib/wireproto/capture", 64 << 20, 2.0)
-    assert Config().capture == CaptureSettings("", 128 << 20, 0.5)
+    assert Config().capture == CaptureSettings("", 128 << 20, 0.5, 0o600)
     for text, message in [
         ("[capture]\nmax_file_bytes = 1048576",
          "capture.max_file_bytes: must be 67108864 to 268435456 bytes (64 to 256 MiB), "
          "not 1048576"),
         ("[capture]\ndirectory = 1", "capture.directory: expected a string, got 1"),
         ("[capture]\nflush_interval = 0", "capture.flush_interval: must be positive, not 0"),
-        ("[capture]\ndir = 'x'", "capture.dir: unknown key; use directory, max_file_bytes or "
-                                 "flush_interval (did you mean 'directory'?)"),
+        ("[capture]\ndir = 'x'", "capture.dir: unknown key; use directory, max_file_bytes, "
+                                 "flush_interval or file_mode (did you mean 'directory'?)"),
     ]:
         with pytest.raises(ConfigError, match=f"^<toml>: {re.escape(message)}$"):
             config_from_toml(f"[[listen]]\nprotocol='websmq'\ntransport='ws'\n"
@@ -292,3 +293,19 @@ async def test_serve_capture_writes_the_records(tmp_path: Path) -> None:
     numbered = [websmq.Publish(TOPIC, b"%d" % number) for number in range(3)]
     assert tails["publisher"][0][-3:] == numbered
     assert tails["publisher"][1] == []
+
+
+def test_capture_files_and_their_directory_are_the_owners_alone(tmp_path: Path) -> None:
+    # Captured payloads were readable by every local user (0644).
+    from wireproto.transports.capturing import BrokerCapture
+
+    directory = tmp_path / "made" / "here"
+    for mode in (None, 0o640):
+        options = {} if mode is None else {"file_mode": mode}
+        broker = BrokerCapture(directory / oct(mode or 0), reactor=reactor, **options)
+        broker.start()
+        broker.writer.open_connection(1, "127.0.0.1:1", "websmq", "ws")
+        broker.writer.close()
+        (path,) = (directory / oct(mode or 0)).iterdir()
+        assert stat.S_IMODE(path.stat().st_mode) == (mode or 0o600)
+    assert stat.S_IMODE((directory / "0o0").stat().st_mode) == 0o700

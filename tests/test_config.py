@@ -302,14 +302,23 @@ def test_subble_settings_from_toml() -> None:
     config = config_from_toml(
         '[subble]\nallow_new_clients = false\nenforce_registry = true\n'
         'registry = "/var/lib/wireproto/subble.sqlite"\nallow = ["10.0.0.0/8", "::1"]\n'
-        'deny = ["10.9.0.0/16"]\n',
+        'deny = ["10.9.0.0/16"]\nregistry_ttl = 0\nregistry_mode = 0o640\n'
+        'new_ids_per_minute = 5\n',
         reactor=reactor,
     )
     assert config.protocol_options("subble") == {
         "allow_new_clients": False, "enforce_registry": True,
         "registry": "/var/lib/wireproto/subble.sqlite",
         "allow": ("10.0.0.0/8", "::1"), "deny": ("10.9.0.0/16",),
+        "registry_ttl": 0.0, "registry_mode": 0o640, "new_ids_per_minute": 5,
     }
+    for text, message in [
+        ("registry_mode = 0o400", "does not let the broker read and write its own file"),
+        ("registry_mode = 0o1777", "expected permissions such as 0o600"),
+        ("registry_ttl = -1", "expected a number of seconds (0: never)"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            config_from_toml(f"[subble]\n{text}\n", reactor=reactor)
     with pytest.raises(ConfigError) as raised:
         config_from_toml('[subble]\ndeny = ["10.0.0.300/8"]\n', source="w.toml", reactor=reactor)
     assert str(raised.value) == (

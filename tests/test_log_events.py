@@ -6,21 +6,17 @@ from __future__ import annotations
 import re
 import socket
 import struct
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest_twisted
-from twisted.internet import protocol, reactor
-from twisted.logger import LogLevel, eventsFromJSONLogFile, formatEvent, globalLogPublisher
+from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from tests.support import eventually, wait_for
-from tests.test_cli import LISTENER_LINE, Child, children
+from tests.test_cli import children
+from tests.test_metrics import http_base, scrape
 from tests.test_service import Broker
-from wireproto.config import parse_phyllo
-from wireproto.protocols.nydus_client import connect as nydus_connect
 
 __all__ = ["children"]  # the fixture, from tests.test_cli
 
@@ -128,92 +124,34 @@ async def test_a_protocol_error_is_a_warning_naming_the_peer(broker: Broker) -> 
     assert error["error"] and isinstance(error["error"], str)
     (connect,) = named(events, "connect", peer=peer)
     assert error["session"] == connect["session"]
+    # Logged once: the transport does not log what the protocol already has.
+    warnings = [e for e in events if e["log_level"] is LogLevel.warn]
+    assert warnings == [error]
+    assert "IPv4Address" not in formatEvent(error)
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_nydus_connection_names_its_client_id(broker: Broker) -> None:
-    service, bound = await broker.start(f"nydus+lines@tcp:0:{LOCAL}")
+async def test_bad_frames_are_logged_at_a_bounded_rate_and_the_rest_counted(broker) -> None:
+    from wireproto.peerlog import BUDGET, PER_KEY
+
+    service, bound = await broker.start(f"websmq+length32@tcp:0:{LOCAL}",
+                                        f"websmq+ws@tcp:0:{LOCAL}")
+    port = int(bound[0].address.rsplit(":", 1)[1])
     with logged() as events:
-        client = await wait_for(nydus_connect(reactor, bound[0].address))
-        (client_id,) = service.server("nydus").clients
-        await wait_for(client.close())
-        await eventually(lambda: named(events, "disconnect"))
-    (connect,) = named(events, "connect")
-    assert (connect["protocol"], connect["transport"], connect["client"]) == (
-        "nydus", "lines", client_id)
-    assert client_id in formatEvent(connect)
-    assert named(events, "disconnect")[0]["client"] == client_id
-
-
-class Device(protocol.Protocol):
-    def connectionMade(self) -> None:
-        self.factory.devices.append(self)
-
-
-@pytest_twisted.ensureDeferred
-async def test_phyllo_links_log_up_and_down(broker: Broker) -> None:
-    factory = protocol.ServerFactory.forProtocol(Device)
-    factory.devices = []
-    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
-    with logged() as events:
+        sockets = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(40)]
         try:
-            service, _ = await broker.start(
-                f"websmq+ws@tcp:0:{LOCAL}",
-                phyllo=(parse_phyllo(f"esp32@tcp:127.0.0.1:{port.getHost().port}"),),
-            )
-            await eventually(lambda: named(events, "link_up"))
+            for raw in sockets:
+                raw.sendall(BROKEN)
+            await eventually(lambda: len(named(events, "disconnect")) == 40)
         finally:
-            await wait_for(port.stopListening())
-        factory.devices[0].transport.loseConnection()
-        await eventually(lambda: named(events, "link_down"))
-    (up,) = named(events, "link_up")
-    assert (up["link"], up["protocol"], up["stack"], up["log_level"]) == (
-        "esp32", "phyllo", "reduced", LogLevel.info)
-    (down,) = named(events, "link_down")
-    assert (down["link"], down["to_hub"], down["crc_errors"]) == ("esp32", 0, 0)
-    assert down["reason"]
+            for raw in sockets:
+                raw.close()
+        warnings = [e for e in events if e["log_level"] is LogLevel.warn]
+        assert len(warnings) == PER_KEY
+        assert BUDGET.suppressed_total >= 40 - PER_KEY
+        BUDGET.flush()  # the end of the period
+    (summary,) = named(events, "log_suppressed")
+    assert summary["count"] == 40 - PER_KEY
+    metrics = await scrape(http_base(bound[1].address))
+    assert metrics.value("wireproto_log_lines_suppressed_total") == BUDGET.suppressed_total
 
-
-@pytest_twisted.ensureDeferred
-async def test_serve_writes_the_events_as_json_lines(
-    children: list[Child], tmp_path: Path
-) -> None:
-    log_file = tmp_path / "wireproto.log"
-    config = tmp_path / "wireproto.toml"
-    config.write_text(
-        f'[log]\nformat = "json"\nlevel = "info"\nfile = "{log_file}"\n\n'
-        '[[listen]]\nprotocol = "websmq"\ntransport = "length32"\n'
-        f'endpoint = "tcp:0:{LOCAL}"\n'
-    )
-    child = Child(sys.executable, "-m", "wireproto", "serve", "--config", str(config))
-    children.append(child)
-    listening = await child.line(LISTENER_LINE)
-    port = int(listening.group(3).rsplit(":", 1)[1])
-
-    good = socket.create_connection(("127.0.0.1", port), timeout=5)
-    bad = socket.create_connection(("127.0.0.1", port), timeout=5)
-    peers = [f"127.0.0.1:{sock.getsockname()[1]}" for sock in (good, bad)]
-    bad.sendall(BROKEN)
-    assert bad.recv(1) == b""  # the broker closed it
-    bad.close()
-    good.close()
-
-    def read() -> list[dict]:
-        if not log_file.exists():
-            return []
-        with log_file.open() as stream:
-            return list(eventsFromJSONLogFile(stream))
-
-    await eventually(lambda: len(named(read(), "disconnect")) == 2, timeout=15)
-    text = log_file.read_text()
-    records = [record for record in text.split("\x1e") if record.strip()]
-    assert all(record.endswith("\n") for record in records)  # one JSON object per line
-    events = read()
-    assert len(events) == len(records)
-    assert {e["peer"] for e in named(events, "connect")} == set(peers)
-    (error,) = named(events, "protocol_error")
-    assert (error["peer"], error["protocol"], error["transport"]) == (
-        peers[1], "websmq", "length32")
-    assert error["log_level"] is LogLevel.warn
-    assert all(e["log_namespace"] == "wireproto.hub" for e in events if e.get("event") in EVENTS)
-    assert formatEvent(named(events, "connect", peer=peers[0])[0]).startswith("websmq session ")

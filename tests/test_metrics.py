@@ -380,3 +380,25 @@ def test_a_listener_at_the_metrics_path_is_refused() -> None:
     config = Config(listeners=(parse_listen(f"websmq+ws/metrics@tcp:0:{LOCAL}"),))
     with pytest.raises(ValueError, match="metrics"):
         make_service(config, reactor)
+
+
+@pytest_twisted.ensureDeferred
+async def test_http_refusals_are_counted_by_reason(broker: Broker) -> None:
+    from wireproto.transports.http import HTTPLimits
+
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}", http=HTTPLimits(max_pending_per_address=1)
+    )
+    base = http_base(bound[0].address)
+    before = await scrape(base)
+    assert before.value("wireproto_http_refused_total", reason="too_many_pending") == 0
+    port = int(base.rsplit(":", 1)[1])
+    silent = await wait_for(protocol.ClientCreator(reactor, protocol.Protocol).connectTCP(
+        "127.0.0.1", port))
+    await eventually(lambda: service.http_sites[0].pending == 1)
+    refused = await scrape(base)  # the scrape is the second pending request: refused
+    silent.transport.loseConnection()
+    await eventually(lambda: service.http_sites[0].pending == 0)
+    assert refused.status == 503
+    metrics = await scrape(base)
+    assert metrics.value("wireproto_http_refused_total", reason="too_many_pending") == 1

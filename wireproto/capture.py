@@ -645,11 +645,15 @@ _DIRECTIONS: dict[Any, int] = {"in": Kind.IN.value, "out": Kind.OUT.value,
 _UNKNOWN_CONNECTION = (b"", 0, 0)
 
 
+# Capture files hold payloads: readable by their owner only, unless configured otherwise.
+DEFAULT_FILE_MODE = 0o600
+
 class _FileSink:
     """Writes chunks: one write per chunk, files created exclusively and only appended to."""
 
-    def __init__(self, fsync: bool) -> None:
+    def __init__(self, fsync: bool, mode: int) -> None:
         self.fsync = fsync
+        self.mode = mode
         self.fd: int | None = None
         self.path: Path | None = None
 
@@ -660,7 +664,7 @@ class _FileSink:
         if chunk.new:
             self.close()
             self.fd = os.open(chunk.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
-                              | os.O_CLOEXEC, 0o644)
+                              | os.O_CLOEXEC, self.mode)
             self.path = chunk.path
             started = 1
         elif self.path != chunk.path or self.fd is None:
@@ -685,15 +689,16 @@ class _FileSink:
 
 class _WriterBase:
     def __init__(self, directory: str | os.PathLike[str], *, max_file_bytes: int,
-                 prefix: str, clock: Callable[[], int], fsync: bool) -> None:
+                 prefix: str, clock: Callable[[], int], fsync: bool, file_mode: int) -> None:
         if not MIN_FILE_BYTES <= max_file_bytes <= MAX_FILE_BYTES:
             raise ValueError(f"max_file_bytes {max_file_bytes}: use {MIN_FILE_BYTES} to "
                              f"{MAX_FILE_BYTES} (configuration allows {CONFIG_FILE_BYTES[0]} to "
                              f"{CONFIG_FILE_BYTES[1]})")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # Captured payloads are the owner's to read: the directory it makes, and every file.
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._log = _CaptureLog(self.directory, max_file_bytes, prefix, clock)
-        self._sink = _FileSink(fsync)
+        self._sink = _FileSink(fsync, file_mode)
         self._counters = CaptureCounters()
         self._closed = False
 
@@ -732,9 +737,9 @@ class CaptureWriter(_WriterBase):
     def __init__(self, directory: str | os.PathLike[str], *,
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: str = "wirecapture",
                  clock: Callable[[], int] = time.time_ns, fsync: bool = False,
-                 buffer_bytes: int = MiB) -> None:
+                 buffer_bytes: int = MiB, file_mode: int = DEFAULT_FILE_MODE) -> None:
         super().__init__(directory, max_file_bytes=max_file_bytes, prefix=prefix, clock=clock,
-                         fsync=fsync)
+                         fsync=fsync, file_mode=file_mode)
         self._buffer_bytes = buffer_bytes
 
     def open_connection(self, conn_id: int, peer: str, protocol: str, transport: str, *,
@@ -813,10 +818,10 @@ class ThreadedCaptureWriter(_WriterBase):
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: str = "wirecapture",
                  clock: Callable[[], int] = time.time_ns, fsync: bool = False,
                  flush_interval: float = 1.0, flush_bytes: int = MiB,
-                 queue_bytes: int = 64 * MiB,
+                 queue_bytes: int = 64 * MiB, file_mode: int = DEFAULT_FILE_MODE,
                  _before_write: Callable[[], None] | None = None) -> None:
         super().__init__(directory, max_file_bytes=max_file_bytes, prefix=prefix, clock=clock,
-                         fsync=fsync)
+                         fsync=fsync, file_mode=file_mode)
         self._flush_interval = flush_interval
         self._flush_bytes = flush_bytes
         self._queue_bytes = queue_bytes

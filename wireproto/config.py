@@ -29,12 +29,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from wireproto.capture import CONFIG_FILE_BYTES, DEFAULT_MAX_FILE_BYTES
+from wireproto.capture import CONFIG_FILE_BYTES, DEFAULT_FILE_MODE, DEFAULT_MAX_FILE_BYTES
 from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
 from wireproto.hub import DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_QUEUE_BYTES, Overflow
 from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import SERVER_PROTOCOLS, ServerProtocolSpec
+from wireproto.protocols.subble import DEFAULT_NEW_IDS_PER_MINUTE, DEFAULT_REGISTRY_TTL
 from wireproto.transports.http import HTTPLimits
 from wireproto.transports.stream import FRAMINGS
 from wireproto.transports.websocket import WebSocketOptions
@@ -178,6 +179,12 @@ class SubbleSettings:
     enforce_registry: bool = False
     # The registry's sqlite file, so clients come back after a restart; "" keeps it in memory.
     registry: str = ""
+    # IDs not seen for this long are forgotten (seconds; 0 never). Not with enforce_registry.
+    registry_ttl: float = DEFAULT_REGISTRY_TTL
+    # The registry file's permissions.
+    registry_mode: int = 0o600
+    # New client IDs one address may have the registry take, per minute (then code 25).
+    new_ids_per_minute: int = DEFAULT_NEW_IDS_PER_MINUTE
     # Peer addresses, as CIDR: deny wins; with an allow list only those connect (code 10).
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
@@ -191,6 +198,8 @@ class EngineIOSettings:
     ping_timeout: float = 20.0
     max_payload: int = 1_000_000
     max_connections: int = 10_000
+    max_sessions_per_address: int = 100
+    first_request_timeout: float = 10.0
 
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -225,6 +234,8 @@ class CaptureSettings:
     directory: str = ""
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # 128 MiB
     flush_interval: float = 0.5
+    # Capture files' permissions: the owner's alone unless set otherwise.
+    file_mode: int = DEFAULT_FILE_MODE
 
 
 DEFAULT_LISTENERS = (
@@ -623,6 +634,22 @@ def _positive_number(value: Any) -> float:
     return float(value)
 
 
+def _seconds_or_never(value: Any) -> float:
+    """Seconds, or 0 for never."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"expected a number of seconds (0: never), got {_shown(value)}")
+    return float(value)
+
+
+def _file_mode(value: Any) -> int:
+    """File permissions, written in TOML as an octal integer: 0o600."""
+    if not 0 <= _integer(value) <= 0o777:
+        raise ValueError(f"expected permissions such as 0o600, got {value}")
+    if not value & 0o600 == 0o600:
+        raise ValueError(f"0o{value:o} does not let the broker read and write its own file")
+    return value
+
+
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {_shown(value)}")
@@ -711,6 +738,9 @@ _SUBBLE_KEYS: dict[str, Callable[[Any], Any]] = {
     "allow_new_clients": _boolean,
     "enforce_registry": _boolean,
     "registry": _string,
+    "registry_ttl": _seconds_or_never,
+    "registry_mode": _file_mode,
+    "new_ids_per_minute": _positive_integer,
     "allow": _networks,
     "deny": _networks,
 }
@@ -719,6 +749,8 @@ _ENGINEIO_KEYS: dict[str, Callable[[Any], Any]] = {
     "ping_timeout": _positive_number,
     "max_payload": _positive_integer,
     "max_connections": _positive_integer,
+    "max_sessions_per_address": _positive_integer,
+    "first_request_timeout": _positive_number,
 }
 _LOG_KEYS: dict[str, Callable[[Any], Any]] = {
     "level": _choice(LOG_LEVELS),
@@ -740,6 +772,7 @@ _CAPTURE_KEYS: dict[str, Callable[[Any], Any]] = {
     "directory": _string,
     "max_file_bytes": _capture_file_bytes,
     "flush_interval": _positive_number,
+    "file_mode": _file_mode,
 }
 _LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
 _ATTACH_KEYS = ("protocol", "endpoint", "framing")

@@ -39,8 +39,10 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from wireproto import peerlog
 from wireproto.codecs._common import unchecked_constructor
 from wireproto.errors import LimitExceeded
+from wireproto.peerlog import address_key, describe_address
 from wireproto.topics import PatternTree, is_pattern, validate_pattern
 from wireproto.transports.base import IMessageTransport
 
@@ -113,20 +115,6 @@ class SessionStats:
     overflow_disconnects: int = 0
 
 
-def describe_address(address: Any) -> str:
-    """A peer address as log text: ``127.0.0.1:5000``, ``[::1]:5000``, ``unix:/path``,
-    ``serial:/dev/ttyUSB0``."""
-    host, port = getattr(address, "host", None), getattr(address, "port", None)
-    if isinstance(host, str) and isinstance(port, int):
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    if getattr(address, "type", None) == "SERIAL":
-        return f"serial:{address.device}"
-    if hasattr(address, "name"):  # UNIXAddress; a client's end has no name
-        name = address.name
-        return f"unix:{name.decode() if isinstance(name, bytes) else name or ''}"
-    return str(address)
-
-
 def transport_name(transport: IMessageTransport) -> str:
     """The transport as a listener names it: ``ws``, ``engineio``, or a stream's framing."""
     return getattr(transport, "framing", "") or transport.kind
@@ -136,11 +124,14 @@ def log_protocol_error(
     protocol: str, transport: IMessageTransport, error: Exception,
     session: Session | None = None,
 ) -> None:
-    """Log the event for a connection closed because its peer broke `protocol`."""
-    log.warn(
+    """Log the event for a connection closed because its peer broke `protocol` (within the
+    peers' log budget, wireproto.peerlog)."""
+    peer = transport.getPeer()
+    peerlog.warn(
+        log, address_key(peer),
         "{protocol}: closing the connection from {peer} over {transport}: {error}",
         event="protocol_error", protocol=protocol, transport=transport_name(transport),
-        peer=describe_address(transport.getPeer()), error=str(error),
+        peer=describe_address(peer), error=str(error),
         session=None if session is None else session.id,
         client=None if session is None else session.client,
     )

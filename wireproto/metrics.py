@@ -15,6 +15,7 @@ metric.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from twisted.web.resource import Resource
 
+from wireproto import peerlog
 from wireproto.hub import SessionStats
 
 __all__ = ["BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS"]
@@ -93,6 +95,26 @@ class BrokerCollector(Collector):
         yield from self._hub(hub)
         yield from self._phyllo(self.service.phyllo)
         yield from self._capture(self.service.capture)
+        yield from self._refusals(self.service.http_sites)
+        yield CounterMetricFamily(
+            "wireproto_log_lines_suppressed",
+            "Warnings about peers held back by the log budget (and summed up in one line).",
+            value=peerlog.BUDGET.suppressed_total,
+        )
+
+    def _refusals(self, sites: list[Any]) -> Iterator[Metric]:
+        reasons: Counter[str] = Counter(dict.fromkeys(
+            ("body_too_large", "request_timeout", "too_many_pending"), 0))
+        for site in sites:
+            reasons.update(site.refusals)
+        family = CounterMetricFamily(
+            "wireproto_http_refused",
+            "HTTP requests refused before a resource saw them whole, by reason.",
+            labels=["reason"],
+        )
+        for reason in sorted(reasons):
+            family.add_metric([reason], reasons[reason])
+        yield family
 
     def _connections(self, hub: Any) -> Iterator[Metric]:
         accepted = dict.fromkeys(self._served, 0)

@@ -174,10 +174,13 @@ class WireprotoService(MultiService):
         self._connections: weakref.WeakSet[IMessageProtocol] = weakref.WeakSet()
         self._servers: dict[str, Callable[[], IMessageProtocol]] = {}
         self.phyllo: dict[str, HubBridge] = {}
+        # The twisted.web Site of each HTTP port, for their refusal counts on /metrics.
+        self.http_sites: list[Any] = []
         settings = config.capture
         self.capture = BrokerCapture(
             settings.directory, max_file_bytes=settings.max_file_bytes,
-            flush_interval=settings.flush_interval, reactor=self.reactor,
+            flush_interval=settings.flush_interval, file_mode=settings.file_mode,
+            reactor=self.reactor,
         ) if settings.directory else None
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
 
@@ -244,6 +247,7 @@ class WireprotoService(MultiService):
                     routes, idle_timeout=self.config.websocket.open_handshake_timeout,
                     limits=self.config.http,
                 )
+                self.http_sites.append(factory)
             else:
                 factory = stream_server_factory(
                     self._protocol_factory(first.protocol), self._stream_options(first.transport)
@@ -264,6 +268,8 @@ class WireprotoService(MultiService):
             ping_timeout=settings.ping_timeout,
             max_payload=settings.max_payload,
             max_connections=settings.max_connections,
+            max_sessions_per_address=settings.max_sessions_per_address,
+            first_request_timeout=settings.first_request_timeout,
             allowed_origins=self.config.websocket.allowed_origins,
             websocket=self.config.websocket,
         ))

@@ -17,6 +17,7 @@ import msgpack
 import pytest
 import pytest_twisted
 from twisted.internet import error, protocol, reactor
+from twisted.logger import LogLevel, globalLogPublisher
 
 from tests.phyllo.conftest import (
     DOCUMENT_MINIMAL_WIRE,
@@ -27,6 +28,7 @@ from tests.phyllo.conftest import (
 )
 from tests.phyllo.firmware import crc32
 from tests.support import eventually
+from wireproto.peerlog import PER_KEY
 from wireproto.phyllo import (
     DocumentLink,
     Endpoint,
@@ -333,10 +335,20 @@ async def test_one_percent_corruption_on_the_reduced_stack(line, firmware, recor
     top = await line.open(lambda: DocumentLink(build_stack("reduced")))
     top.on_receive = got.append
     peer = await firmware("reduced")
-    noisy = await publish(peer, count=2000, seed=NOISE_SEED, garbage=24, corrupt=0.01)
-    clean = await publish(peer, count=100, start=len(noisy))
-    sent = noisy + clean
-    await eventually(lambda: got and got[-1].value["seq"] == sent[-1]["seq"], timeout=60)
+    warnings: list[dict] = []
+
+    def keep_warning(event: dict) -> None:
+        if event.get("log_level") is LogLevel.warn:
+            warnings.append(event)
+
+    globalLogPublisher.addObserver(keep_warning)
+    try:
+        noisy = await publish(peer, count=2000, seed=NOISE_SEED, garbage=24, corrupt=0.01)
+        clean = await publish(peer, count=100, start=len(noisy))
+        sent = noisy + clean
+        await eventually(lambda: got and got[-1].value["seq"] == sent[-1]["seq"], timeout=60)
+    finally:
+        globalLogPublisher.removeObserver(keep_warning)
 
     bodies = {s["seq"]: bytes.fromhex(s["body"]) for s in sent}
     delivered = delivered_bodies(got)
@@ -365,3 +377,7 @@ async def test_one_percent_corruption_on_the_reduced_stack(line, firmware, recor
     assert errors >= lost
     assert counters["document link"].received == len(delivered)
     assert all(c.dropped == c.decode_errors == 0 for c in counters.values())
+    # Every drop is counted, but the log holds a few lines per layer, not one per drop.
+    dropped_lines = [w for w in warnings if "dropped a unit" in w.get("log_format", "")]
+    layers = {w["layer"] for w in dropped_lines}
+    assert 0 < len(dropped_lines) <= PER_KEY * len(layers) < errors

@@ -769,3 +769,27 @@ async def test_without_hub_routes_they_are_not_found(host: NydusHost) -> None:
         assert isinstance(failure, InvokeError) and failure.status == 404
     finally:
         client.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_subscription_past_the_limit_is_answered_then_closes_the_connection() -> None:
+    # docs/security.md's limits table: past max_subscriptions, the connection is closed.
+    from wireproto.protocols.nydus import InvokeError
+    from wireproto.protocols.nydus_client import connect
+
+    running = await NydusHost(Hub(max_subscriptions=2), hub_routes=True).start()
+    client = await wait_for(connect(reactor, running.lines))
+    other = await wait_for(connect(reactor, running.lines))
+    try:
+        for path in ("/a", "/b"):
+            assert await wait_for(client.invoke("/_hub/subscribe", path)) is None
+        failure = await failure_of(client.invoke("/_hub/subscribe", "/c"))
+        assert isinstance(failure, InvokeError) and failure.status == 400
+        assert "more than 2 subscriptions" in failure.message
+        await eventually(lambda: len(running.server.clients) == 1)
+        assert not running.hub.subscribers("a")  # nothing of it is left in the hub
+        assert await wait_for(other.invoke("/_hub/subscribe", "/a")) is None
+    finally:
+        client.close()
+        other.close()
+        await running.stop()

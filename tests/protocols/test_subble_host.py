@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import stat
 import struct
 import tempfile
 import uuid
@@ -49,6 +50,7 @@ from wireproto.codecs.subble import (
     decode,
     encode,
 )
+from wireproto.errors import LimitExceeded
 from wireproto.hub import Hub
 from wireproto.protocols import websmq
 from wireproto.protocols.subble import (
@@ -686,6 +688,55 @@ def test_the_registry_keeps_ids_in_sqlite(tmp_path: Any) -> None:
     memory = ClientRegistry()
     memory.add("a")
     assert "a" in memory and "b" not in memory and len(memory) == 1
+
+
+def test_ids_not_seen_for_the_ttl_are_forgotten_and_the_file_is_the_owners(tmp_path: Any) -> None:
+    # One client filled the registry with 10^6 made-up IDs for good; now they expire.
+    now = [1_000_000.0]
+    path = tmp_path / "ids.sqlite"
+    registry = ClientRegistry(path, max_ids=3, ttl=100, clock=lambda: now[0])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    for client_id in ("old", "kept", "other"):
+        registry.add(client_id)
+    now[0] += 60
+    registry.seen("kept")
+    now[0] += 60
+    registry.add("new")  # full: the IDs unseen for 100 s make room
+    assert "old" not in registry and "other" not in registry
+    assert "kept" in registry and "new" in registry and len(registry) == 2
+    registry.close()
+    assert {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()} == {0o600}
+    memory = ClientRegistry(max_ids=1, ttl=100, clock=lambda: now[0])
+    memory.add("a")
+    with pytest.raises(LimitExceeded):
+        memory.add("b")
+    now[0] += 101
+    memory.add("b")
+    assert "a" not in memory and "b" in memory
+    forever = ClientRegistry(max_ids=1, ttl=None, clock=lambda: now[0])
+    forever.add("a")
+    now[0] += 10**9
+    assert forever.expire() == 0 and "a" in forever
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_address_may_register_only_so_many_new_ids_a_minute(launch: Launch) -> None:
+    host, peers = await launch(new_ids_per_minute=3)
+    for client_id in ("", "made-up-1", ""):
+        await peers.client("length32", client_id)
+    for client_id in ("", "made-up-2"):
+        peer = await peers.raw()
+        response = await peer.handshake(client_id)
+        assert "more than 3 new client IDs a minute" in response.message
+        await refused(peer, response, MessageCode.UNKNOWN_HANDSHAKE_ERROR)
+    assert len(host.host.registry) == 3
+    await peers.client("length32", "made-up-1")  # a known ID costs nothing
+
+
+def test_an_enforced_registry_never_expires(tmp_path: Any) -> None:
+    host = SubbleHost(Hub(), enforce_registry=True, registry_ttl=1.0)
+    assert host.registry.ttl is None
+    host.close()
 
 
 # -- one connection per client ID -----------------------------------------------------------------

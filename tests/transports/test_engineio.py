@@ -488,6 +488,57 @@ async def test_max_connections_refuses_more_sessions_with_503(eio):
 
 
 @pytest_twisted.ensureDeferred
+async def test_sessions_are_capped_per_address(eio):
+    await eio.start(Recorder, EngineIOOptions(max_sessions_per_address=2))
+    sid, first = await eio.handshake()
+    await eio.handshake()
+    assert (await eio.request("GET", "/engine.io/?EIO=4&transport=polling")).status == 503
+    target, headers = upgrade_request("EIO=4&transport=websocket")
+    assert (await eio.request("GET", target, headers=headers)).status == 503
+    assert (await eio.request("POST", eio.poll(sid), b"1")).body == b"ok"  # the client closes
+    await wait_for(first.lost)
+    await eio.handshake()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_session_that_never_polls_frees_its_slot_soon(eio):
+    # 10,000 handshakes that never poll held every slot for 65 s (ping, pong timeout, linger).
+    options = EngineIOOptions(max_connections=1, first_request_timeout=0.3)
+    await eio.start(Recorder, options)
+    sid, server = await eio.handshake()
+    assert (await eio.request("GET", "/engine.io/?EIO=4&transport=polling")).status == 503
+    await wait_for(server.lost, timeout=2)
+    assert "no request within 0.3 s of the handshake" in str(server.reason.value)
+    assert sid not in eio.sessions  # forgotten at once: no GET will come for a close packet
+    await eio.handshake()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_session_that_polled_is_not_expired_by_the_first_request_timeout(eio):
+    options = EngineIOOptions(first_request_timeout=0.2, ping_interval=5, ping_timeout=5)
+    await eio.start(Echo, options)
+    sid, server = await eio.handshake()
+    assert (await eio.request("POST", eio.poll(sid), b"4hi")).body == b"ok"
+    await sleep(0.4)
+    assert server.connected
+    assert (await eio.request("GET", eio.poll(sid))).body == b"4hi"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_closing_session_holds_no_slot(eio):
+    # A session closed by the server waits for a GET to take its close packet; meanwhile the
+    # slot is free, so the sessions counted are the sessions that are open.
+    options = EngineIOOptions(max_connections=1, ping_interval=5, ping_timeout=5)
+    await eio.start(Recorder, options)
+    sid, server = await eio.handshake()
+    server.transport.loseConnection()
+    assert eio.sessions[sid]._state == "closing"
+    _, other = await eio.handshake()
+    assert other.connected
+    assert (await eio.request("GET", eio.poll(sid))).body == b"1"
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_post_over_max_payload_gets_413_and_closes_that_session(eio):
     await eio.start(Recorder, EngineIOOptions(max_payload=100))
     sid, server = await eio.handshake()

@@ -30,6 +30,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from wireproto import peerlog
 from wireproto.errors import BadChecksum, BadEncoding, BadJSON, ProtocolError, UnknownType
 
 __all__ = ["DEFAULT_MAX_QUEUE", "Counters", "Layer", "LayerBase", "error_counter"]
@@ -201,7 +202,9 @@ class LayerBase:
         """Drop a bad unit: count it and say why. The layers above never see it."""
         field = counter or error_counter(error)
         setattr(self.counters, field, getattr(self.counters, field) + 1)
-        log.warn(
+        # Line noise drops many units: counted always, logged within the log budget.
+        peerlog.warn(
+            log, f"phyllo {self.name}",
             "Phyllo {layer}: dropped a unit ({counter}): {error}",
             layer=self.name,
             counter=field,

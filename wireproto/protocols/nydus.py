@@ -58,7 +58,7 @@ from twisted.python.failure import Failure
 
 from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
-from wireproto.errors import FrameTooLarge, ProtocolError
+from wireproto.errors import FrameTooLarge, LimitExceeded, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.routes import Router
@@ -286,6 +286,12 @@ class NydusServerProtocol(MessageProtocol):
         self.server._hook("on_parser_error", self, raw)
         self.transport.loseConnection(error)
 
+    def _over_limit(self, error: LimitExceeded) -> None:
+        """Past a per-connection limit of the hub's: closed, as in every protocol."""
+        self._failed = True
+        log_protocol_error("nydus", self.transport, error, self.session)
+        self.transport.loseConnection(error)
+
     def _invoke(self, message: Invoke) -> None:
         server = self.server
         if self._answering >= server.max_pending_invokes:
@@ -320,6 +326,10 @@ class NydusServerProtocol(MessageProtocol):
             log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
                         path=invocation.path, route=invocation.route)
         self._reply(Error, invocation.id, _error_data(error, self.server.debug))
+        limit = error if isinstance(error, LimitExceeded) else error.__cause__
+        if isinstance(limit, LimitExceeded):
+            # The ERROR says why; then the connection closes.
+            self._over_limit(limit)
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -438,6 +448,8 @@ class NydusServer:
     def _route_subscribe(self, invocation: Invocation) -> None:
         try:
             self.subscribe_client(invocation.client, self._path_in(invocation.body))
+        except LimitExceeded as error:
+            raise InvokeError(400, str(error)) from error  # and the connection closes
         except (ValueError, ProtocolError) as error:
             raise InvokeError(400, str(error)) from None
 

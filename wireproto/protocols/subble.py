@@ -61,11 +61,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from typing import Any
 
+from twisted.internet import task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -95,6 +97,7 @@ from wireproto.errors import (
     UnexpectedMessage,
 )
 from wireproto.hub import Hub, HubMessage, Session, describe_address, log_protocol_error
+from wireproto.peerlog import address_key
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
@@ -104,6 +107,8 @@ __all__ = [
     "DEFAULT_MAX_CLIENT_ID_LENGTH",
     "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_MAX_REGISTRY_IDS",
+    "DEFAULT_REGISTRY_TTL",
+    "DEFAULT_NEW_IDS_PER_MINUTE",
     "ClientRegistry",
     "SubbleHost",
     "SubbleHostProtocol",
@@ -120,6 +125,10 @@ DEFAULT_MAX_EVENT_TYPE_LENGTH = 1024
 DEFAULT_MAX_CLIENT_ID_LENGTH = 256
 DEFAULT_HANDSHAKE_TIMEOUT = 30.0
 DEFAULT_MAX_REGISTRY_IDS = 1_000_000
+# IDs a host learned on its own (registry not enforced) are forgotten after 30 days unseen.
+DEFAULT_REGISTRY_TTL = 30 * 24 * 3600.0
+# New client IDs one address may have the registry take, per minute.
+DEFAULT_NEW_IDS_PER_MINUTE = 60
 
 _CLIENT_EVENT_CODE = bytes((MessageCode.CLIENT_EVENT,))
 
@@ -132,7 +141,11 @@ Network = IPv4Network | IPv6Network
 class ClientRegistry:
     """The client IDs this host knows: in memory (`path` None) or in a sqlite file, so that
     clients come back after a restart. At most `max_ids` IDs; past that, `add` and `new_id`
-    raise LimitExceeded.
+    raise LimitExceeded, once IDs not seen for `ttl` seconds have been forgotten (None: never).
+
+    Each ID keeps when it was last seen (`add` and `seen`), in whole seconds of `clock`.
+    `expire()` forgets those older than `ttl`; `SubbleHost` calls it every `ttl / 10` seconds
+    (at most hourly). The sqlite file, new or not, is made readable by its owner only (`mode`).
 
     sqlite runs on the reactor thread. That is acceptable for a file on a local disk: a lookup is
     one indexed read, and a write one tiny row in WAL mode without an fsync per commit (a power
@@ -141,21 +154,35 @@ class ClientRegistry:
     """
 
     def __init__(
-        self, path: str | os.PathLike | None = None, *, max_ids: int = DEFAULT_MAX_REGISTRY_IDS
+        self, path: str | os.PathLike | None = None, *, max_ids: int = DEFAULT_MAX_REGISTRY_IDS,
+        ttl: float | None = DEFAULT_REGISTRY_TTL, mode: int = 0o600,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = path
         self.max_ids = max_ids
-        self._ids: set[str] = set()
+        self.ttl = ttl
+        self.clock = clock
+        self._ids: dict[str, int] = {}
         self._db: sqlite3.Connection | None = None
         self._count = 0
         if path is not None:
+            # sqlite gives its -wal and -shm files the database file's permissions.
+            os.close(os.open(os.fspath(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode))
+            os.chmod(path, mode)
             # Autocommit: each add is its own tiny transaction.
             db = sqlite3.connect(os.fspath(path), isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY) WITHOUT ROWID")
+            columns = {row[1] for row in db.execute("PRAGMA table_info(clients)")}
+            if "last_seen" not in columns:  # a registry from before IDs expired
+                db.execute("ALTER TABLE clients ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0")
+                db.execute("UPDATE clients SET last_seen = ?", (self._now(),))
             (self._count,) = db.execute("SELECT count(*) FROM clients").fetchone()
             self._db = db
+
+    def _now(self) -> int:
+        return int(self.clock())
 
     def __contains__(self, client_id: str) -> bool:
         if self._db is None:
@@ -169,18 +196,44 @@ class ClientRegistry:
         return self._count if self.path is not None else len(self._ids)
 
     def add(self, client_id: str) -> None:
-        """Remember `client_id` (nothing happens if it is known)."""
+        """Remember `client_id`, seen now (a known one is only marked seen)."""
         if client_id in self:
+            self.seen(client_id)
             return
+        if len(self) >= self.max_ids:
+            self.expire()
         if len(self) >= self.max_ids:
             raise LimitExceeded(
                 f"the client registry is full: it holds at most {self.max_ids} client IDs"
             )
         if self._db is not None:
-            self._db.execute("INSERT OR IGNORE INTO clients (id) VALUES (?)", (client_id,))
+            self._db.execute("INSERT OR IGNORE INTO clients (id, last_seen) VALUES (?, ?)",
+                             (client_id, self._now()))
             self._count += 1
         else:
-            self._ids.add(client_id)
+            self._ids[client_id] = self._now()
+
+    def seen(self, client_id: str) -> None:
+        """Mark a known `client_id` as seen now, so it does not expire."""
+        if self._db is not None:
+            self._db.execute("UPDATE clients SET last_seen = ? WHERE id = ?",
+                             (self._now(), client_id))
+        elif client_id in self._ids:
+            self._ids[client_id] = self._now()
+
+    def expire(self) -> int:
+        """Forget the IDs not seen for `ttl` seconds; how many were forgotten."""
+        if self.ttl is None:
+            return 0
+        cutoff = self._now() - self.ttl
+        if self._db is not None:
+            gone = self._db.execute("DELETE FROM clients WHERE last_seen < ?", (cutoff,)).rowcount
+            self._count -= gone
+            return gone
+        old = [client_id for client_id, seen in self._ids.items() if seen < cutoff]
+        for client_id in old:
+            del self._ids[client_id]
+        return len(old)
 
     def new_id(self) -> str:
         """A new unique ID (uuid4 text), added to the registry."""
@@ -194,6 +247,40 @@ class ClientRegistry:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+class _NewIdBudget:
+    """How many client IDs one address may add to the registry: `per_minute`, in a token
+    bucket that holds a minute's worth."""
+
+    # Addresses remembered at once; a full bucket is forgotten first.
+    MAX_ADDRESSES = 100_000
+
+    def __init__(self, per_minute: int, clock: Callable[[], float]) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, address: str) -> bool:
+        now = self.clock()
+        rate = self.per_minute / 60.0
+        tokens, then = self._buckets.get(address, (float(self.per_minute), now))
+        tokens = min(float(self.per_minute), tokens + (now - then) * rate)
+        if tokens < 1.0:
+            self._buckets[address] = (tokens, now)
+            return False
+        self._buckets[address] = (tokens - 1.0, now)
+        if len(self._buckets) > self.MAX_ADDRESSES:
+            self._forget_full(now, rate)
+        return True
+
+    def _forget_full(self, now: float, rate: float) -> None:
+        full = [address for address, (tokens, then) in self._buckets.items()
+                if tokens + (now - then) * rate >= self.per_minute]
+        for address in full:
+            del self._buckets[address]
+        while len(self._buckets) > self.MAX_ADDRESSES:  # still too many: forget the oldest
+            del self._buckets[next(iter(self._buckets))]
 
 
 # -- addresses ------------------------------------------------------------------------------------
@@ -335,7 +422,7 @@ class SubbleHostProtocol(MessageProtocol):
             self._refuseHandshake(MessageCode.UNKNOWN_HANDSHAKE_ERROR, problem, echo)
             return
         try:
-            code, message = host._identify(request.client_id)
+            code, message = host._identify(request.client_id, address_key(peer))
         except ProtocolError as error:
             code, message = MessageCode.UNKNOWN_HANDSHAKE_ERROR, str(error)
         except Exception:
@@ -496,6 +583,9 @@ class SubbleHost:
         registry: ClientRegistry | None = None,
         registry_path: str | os.PathLike | None = None,
         max_registry_ids: int = DEFAULT_MAX_REGISTRY_IDS,
+        registry_ttl: float | None = DEFAULT_REGISTRY_TTL,
+        registry_mode: int = 0o600,
+        new_ids_per_minute: int = DEFAULT_NEW_IDS_PER_MINUTE,
         allow: Iterable[str] = (),
         deny: Iterable[str] = (),
         max_names: int = DEFAULT_MAX_NAMES,
@@ -514,10 +604,19 @@ class SubbleHost:
         self.allow_new_clients = allow_new_clients
         self.enforce_registry = enforce_registry
         self._owns_registry = registry is None
+        # With the registry enforced, its IDs are the ones handed out: they never expire.
+        ttl = None if enforce_registry or not registry_ttl else registry_ttl
         self.registry = (
             registry if registry is not None
-            else ClientRegistry(registry_path, max_ids=max_registry_ids)
+            else ClientRegistry(registry_path, max_ids=max_registry_ids, ttl=ttl,
+                                mode=registry_mode)
         )
+        self._new_ids = _NewIdBudget(new_ids_per_minute, reactor.seconds)
+        self._expiring: task.LoopingCall | None = None
+        if self.registry.ttl is not None:
+            self._expiring = task.LoopingCall(self.registry.expire)
+            self._expiring.clock = reactor
+            self._expiring.start(min(self.registry.ttl / 10, 3600.0), now=False)
         self.allow = _networks(allow, "allow")
         self.deny = _networks(deny, "deny")
         self.max_names = max_names
@@ -584,8 +683,8 @@ class SubbleHost:
                     )
         return None
 
-    def _identify(self, client_id: str) -> tuple[MessageCode, str]:
-        """The handshake code for `client_id`, and its message."""
+    def _identify(self, client_id: str, address: str) -> tuple[MessageCode, str]:
+        """The handshake code for `client_id` from `address`, and its message."""
         registry = self.registry
         if not client_id:
             if not self.allow_new_clients:
@@ -593,13 +692,22 @@ class SubbleHost:
                     MessageCode.NEW_CLIENTS_NOT_ALLOWED,
                     "this host does not create client IDs: send one it knows",
                 )
+            if not self._new_ids.take(address):
+                return MessageCode.UNKNOWN_HANDSHAKE_ERROR, self._too_many_new_ids()
             return MessageCode.OK_NEW_CLIENT_ID, registry.new_id()
         if client_id in registry:
+            registry.seen(client_id)
             return MessageCode.OK, ""
         if self.enforce_registry:
             return MessageCode.INVALID_CLIENT_ID, f"unknown client ID {client_id!r}"
+        if not self._new_ids.take(address):
+            return MessageCode.UNKNOWN_HANDSHAKE_ERROR, self._too_many_new_ids()
         registry.add(client_id)
         return MessageCode.OK, ""
+
+    def _too_many_new_ids(self) -> str:
+        return (f"more than {self._new_ids.per_minute} new client IDs a minute from this "
+                "address; connect again later, or with an ID this host knows")
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -685,6 +793,8 @@ class SubbleHost:
     def close(self) -> None:
         """Close the registry if the host opened it (connections are closed by their
         listeners)."""
+        if self._expiring is not None and self._expiring.running:
+            self._expiring.stop()
         if self._owns_registry:
             self.registry.close()
 

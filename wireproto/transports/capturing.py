@@ -22,7 +22,7 @@ from twisted.internet import defer, threads
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.capture import DEFAULT_MAX_FILE_BYTES, Kind, ThreadedCaptureWriter
+from wireproto.capture import DEFAULT_FILE_MODE, DEFAULT_MAX_FILE_BYTES, Kind, ThreadedCaptureWriter
 from wireproto.hub import describe_address, transport_name
 from wireproto.transports.base import IMessageProtocol, IMessageTransport
 
@@ -38,12 +38,14 @@ class BrokerCapture:
     counter. Records made while it is not running are not written."""
 
     def __init__(self, directory: str | Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                 flush_interval: float = 0.5, reactor: Any = None) -> None:
+                 flush_interval: float = 0.5, file_mode: int = DEFAULT_FILE_MODE,
+                 reactor: Any = None) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self.directory = Path(directory)
         self.max_file_bytes = max_file_bytes
         self.flush_interval = flush_interval
+        self.file_mode = file_mode
         self.reactor = reactor
         self.writer: ThreadedCaptureWriter | None = None
         # Ids unique across broker runs writing to one directory: the run's start (seconds
@@ -57,7 +59,7 @@ class BrokerCapture:
             # Creates the directory if it is missing.
             self.writer = ThreadedCaptureWriter(
                 self.directory, max_file_bytes=self.max_file_bytes,
-                flush_interval=self.flush_interval,
+                flush_interval=self.flush_interval, file_mode=self.file_mode,
             )
 
     def close(self, reactor: Any) -> defer.Deferred[None]:

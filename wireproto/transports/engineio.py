@@ -47,7 +47,7 @@ Not handled: cookies, CORS, JSONP, Engine.IO 3, WebTransport.
 from __future__ import annotations
 
 import secrets
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -66,6 +66,7 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET
 from zope.interface import implementer
 
+from wireproto import peerlog
 from wireproto.codecs._common import json_dumps, utf8
 from wireproto.codecs.engineio import (
     Handshake,
@@ -84,6 +85,7 @@ from wireproto.errors import (
     ProtocolError,
     UnexpectedMessage,
 )
+from wireproto.peerlog import address_key, describe_address
 from wireproto.transports.base import (
     IMessageProtocol,
     IMessageTransport,
@@ -144,8 +146,13 @@ class EngineIOOptions:
     max_payload: int = 1_000_000
     # Offer the upgrade from polling to WebSocket in the handshake.
     upgrades: bool = True
-    # Sessions at once, polling or WebSocket; a handshake past it gets 503.
+    # Open sessions at once, polling or WebSocket; a handshake past it gets 503...
     max_connections: int = 10_000
+    # ...and past this many open sessions from the handshake's address.
+    max_sessions_per_address: int = 100
+    # A polling session that makes no request (GET, POST or upgrade) this soon after its
+    # handshake is dropped, and frees its slot at once.
+    first_request_timeout: float = 10.0
     # Called with the twisted.web request of each handshake (polling GET or WebSocket without a
     # sid); False refuses it with 403.
     allow_request: Callable[[IRequest], bool] | None = None
@@ -162,10 +169,11 @@ class EngineIOOptions:
     max_poll_buffer: int = 16_777_216
 
     def __post_init__(self) -> None:
-        for name in ("ping_interval", "ping_timeout", "upgrade_timeout"):
+        for name in ("ping_interval", "ping_timeout", "upgrade_timeout", "first_request_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
-        for name in ("max_payload", "max_connections", "poll_high_water", "max_poll_buffer"):
+        for name in ("max_payload", "max_connections", "max_sessions_per_address",
+                     "poll_high_water", "max_poll_buffer"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.websocket.max_message_size < self.max_payload:
@@ -313,7 +321,11 @@ class EngineIOSession:
         self.sid = sid
         self._peer = peer
         self._host = host
+        # The handshake's address: what max_sessions_per_address counts.
+        self.address = address_key(peer)
         self._state = _OPEN
+        # Until the client's first request after the handshake (polling sessions only).
+        self._first_request_deadline: IDelayedCall | None = None
         # The WebSocket carrying the session, once it is on one.
         self._ws: _ServerWebSocket | None = None
         # A WebSocket in the middle of the upgrade dance, and whether it has probed.
@@ -355,7 +367,24 @@ class EngineIOSession:
     def _start(self, protocol: IMessageProtocol) -> None:
         self.protocol = protocol
         self._schedule_ping()
+        if self._ws is None:
+            self._first_request_deadline = self._reactor.callLater(
+                self.server.options.first_request_timeout, self._never_requested
+            )
         protocol.makeConnection(self)
+
+    def _requested(self) -> None:
+        deadline, self._first_request_deadline = self._first_request_deadline, None
+        if deadline is not None and deadline.active():
+            deadline.cancel()
+
+    def _never_requested(self) -> None:
+        self._first_request_deadline = None
+        timeout = self.server.options.first_request_timeout
+        # No GET will come to take a close packet: the slot is freed at once.
+        self._close(Failure(ConnectionLost(
+            f"no request within {timeout:g} s of the handshake"
+        )), abort=True)
 
     # -- IMessageTransport -------------------------------------------------------------------
 
@@ -381,7 +410,7 @@ class EngineIOSession:
             error = LimitExceeded(
                 f"over {limit} bytes waiting for a polling GET (EngineIOOptions.max_poll_buffer)"
             )
-            self._close(error=error, drop_queue=True)
+            self._fail(error, drop_queue=True)
 
     def write(self, data: bytes) -> None:
         """IConsumer.write: one binary message."""
@@ -492,8 +521,9 @@ class EngineIOSession:
     # -- polling requests ----------------------------------------------------------------------
 
     def _on_poll(self, request: Any) -> Any:
+        self._requested()
         if self._poll is not None:
-            self._close(error=UnexpectedMessage(
+            self._fail(UnexpectedMessage(
                 "Engine.IO client sent a polling GET while another was held (overlap)"
             ))
             return _refuse(request, BAD_REQUEST)
@@ -513,11 +543,12 @@ class EngineIOSession:
             )))
 
     def _on_post(self, request: Any) -> Any:
+        self._requested()
         if self._state is not _OPEN:
             _respond(request, 200, b"ok", b"text/html")
             return NOT_DONE_YET
         if request.getHeader(b"content-type") == b"application/octet-stream":
-            self._close(error=InvalidField(
+            self._fail(InvalidField(
                 "Engine.IO 4 POST bodies are text, not application/octet-stream"
             ))
             return _refuse(request, BAD_REQUEST)
@@ -526,7 +557,7 @@ class EngineIOSession:
         if len(body) > limit:
             return self._post_too_large(request)
         if self._held_post is not None:
-            self._close(error=UnexpectedMessage(
+            self._fail(UnexpectedMessage(
                 "Engine.IO client sent a POST while another was held"
             ))
             return _refuse(request, BAD_REQUEST)
@@ -539,7 +570,7 @@ class EngineIOSession:
 
     def _post_too_large(self, request: Any) -> Any:
         limit = self.server.options.max_payload
-        self._close(error=FrameTooLarge(
+        self._fail(FrameTooLarge(
             f"Engine.IO POST body is over {limit} bytes (EngineIOOptions.max_payload)"
         ))
         _respond(request, 413, b"", b"text/html")
@@ -554,7 +585,7 @@ class EngineIOSession:
             try:
                 packets = decode_payload(body)
             except ProtocolError as error:
-                self._close(error=error)
+                self._fail(error)
                 _refuse(request, BAD_REQUEST)
                 return
             for packet in packets:
@@ -589,7 +620,7 @@ class EngineIOSession:
                 peer_closed=True,
             )
         elif packet_type == PacketType.PING:
-            self._close(error=UnexpectedMessage(
+            self._fail(UnexpectedMessage(
                 "Engine.IO 4 client sent a ping: only the server pings"
             ))
         # open, upgrade and noop are ignored, as engine.io does.
@@ -606,7 +637,7 @@ class EngineIOSession:
                 )
             packet = decode_packet(payload if is_binary else payload.decode("utf-8"))
         except ProtocolError as error:
-            self._close(error=error)
+            self._fail(error)
             return
         self._on_packet(packet)
 
@@ -637,6 +668,7 @@ class EngineIOSession:
         return self._state is _OPEN and self._ws is None and self._upgrading is None
 
     def _begin_upgrade(self, ws: _ServerWebSocket) -> None:
+        self._requested()
         if not self.canUpgrade:
             _close_ws(ws, CLOSE_NORMAL, "the session cannot be upgraded now")
             return
@@ -705,6 +737,14 @@ class EngineIOSession:
 
     # -- the end -----------------------------------------------------------------------------------
 
+    def _fail(self, error: ProtocolError, *, drop_queue: bool = False) -> None:
+        """The client broke Engine.IO: log it (within the peers' log budget) and close."""
+        peerlog.warn(
+            log, address_key(self._peer), "closing Engine.IO session {sid} with {peer}: {error}",
+            sid=self.sid, peer=describe_address(self._peer), error=error,
+        )
+        self._close(error=error, drop_queue=drop_queue)
+
     def _close(
         self,
         reason: Failure | None = None,
@@ -717,7 +757,7 @@ class EngineIOSession:
         reason_text: str | None = None,
     ) -> None:
         """End the session once: tell the client where it can, then the protocol. An `error`
-        (the peer broke the protocol) is logged and becomes the reason."""
+        (the peer broke the protocol, logged by whoever found it) becomes the reason."""
         if reason is None:
             reason = Failure(ConnectionLost(f"closed after a protocol error: {error}"))
         if self._state is not _OPEN:
@@ -725,11 +765,8 @@ class EngineIOSession:
                 self._finish()
             return
         self._state = _CLOSING
-        if error is not None:
-            log.warn(
-                "closing Engine.IO session {sid} with {peer}: {error}",
-                sid=self.sid, peer=self._peer, error=error,
-            )
+        self.server.session_closing(self)
+        self._requested()
         for call in (self._ping_call, self._pong_deadline):
             if call is not None and call.active():
                 call.cancel()
@@ -873,9 +910,37 @@ class _Server:
         self.protocol_factory = protocol_factory
         self.options = options
         self.reactor: Any = reactor
+        # Every session until it is forgotten, open or closing (waiting to give a GET the close
+        # packet); only open ones take a slot.
         self.sessions: dict[str, EngineIOSession] = {}
+        self.open_sessions = 0
+        self._open_by_address: Counter[str] = Counter()
         self.ws_factory = _ServerWebSocketFactory(self)
         self.ws_resource = _MessageWebSocketResource(self.ws_factory)
+
+    def _slot_refusal(self, address: str) -> str | None:
+        """Why a new session from `address` cannot have a slot, or None if it can."""
+        options = self.options
+        if self.open_sessions >= options.max_connections:
+            return f"already {options.max_connections} sessions (max_connections)"
+        if self._open_by_address[address] >= options.max_sessions_per_address:
+            return (f"already {options.max_sessions_per_address} sessions from that address "
+                    "(max_sessions_per_address)")
+        return None
+
+    def _add_session(self, session: EngineIOSession) -> None:
+        self.sessions[session.sid] = session
+        self.open_sessions += 1
+        self._open_by_address[session.address] += 1
+
+    def session_closing(self, session: EngineIOSession) -> None:
+        """`session` left the open state: its slot is free."""
+        self.open_sessions -= 1
+        left = self._open_by_address[session.address] - 1
+        if left > 0:
+            self._open_by_address[session.address] = left
+        else:
+            del self._open_by_address[session.address]
 
     def _new_sid(self) -> str:
         # engine.io's base64id: 15 random bytes, URL-safe base64.
@@ -924,12 +989,11 @@ class _Server:
             return _refuse(request, FORBIDDEN)
         if version != "4":
             return _refuse(request, UNSUPPORTED_PROTOCOL_VERSION)
-        if len(self.sessions) >= self.options.max_connections:
-            log.warn(
-                "refused an Engine.IO handshake from {peer}: already {limit} sessions "
-                "(EngineIOOptions.max_connections)",
-                peer=request.getClientAddress(), limit=self.options.max_connections,
-            )
+        peer = request.getClientAddress()
+        refusal = self._slot_refusal(address_key(peer))
+        if refusal is not None:
+            peerlog.warn(log, address_key(peer), "refused an Engine.IO handshake from {peer}: "
+                         "{why}", peer=describe_address(peer), why=refusal)
             _respond(request, 503, b"Too many Engine.IO sessions", b"text/plain")
             return NOT_DONE_YET
         if upgrade:
@@ -940,7 +1004,7 @@ class _Server:
         protocol = self.protocol_factory()
         sid = self._new_sid()
         session = EngineIOSession(self, sid, request.getClientAddress(), request.getHost())
-        self.sessions[sid] = session
+        self._add_session(session)
         upgrades = (WEBSOCKET,) if self.options.upgrades else ()
         body = "0" + encode_handshake(self.options._handshake(sid, upgrades))
         _respond(request, 200, body.encode("utf-8"), b"text/plain; charset=UTF-8", no_store=True)
@@ -956,7 +1020,7 @@ class _Server:
             self.ws_factory.upgrade_of = None
 
     def _open_websocket_session(self, ws: _ServerWebSocket) -> None:
-        if len(self.sessions) >= self.options.max_connections:
+        if self._slot_refusal(address_key(ws.transport.getPeer())) is not None:
             _close_ws(ws, CLOSE_NORMAL, "too many Engine.IO sessions")
             return
         protocol = self.protocol_factory()
@@ -964,7 +1028,7 @@ class _Server:
         session = EngineIOSession(self, sid, ws.transport.getPeer(), ws.transport.getHost())
         session._ws = ws
         ws.session = session
-        self.sessions[sid] = session
+        self._add_session(session)
         open_packet = "0" + encode_handshake(self.options._handshake(sid, ()))
         ws.sendMessage(open_packet.encode("utf-8"), False)
         session._start(protocol)

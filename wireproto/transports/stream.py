@@ -28,7 +28,9 @@ from twisted.protocols.basic import Int32StringReceiver, LineOnlyReceiver
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto import peerlog
 from wireproto.errors import BadEncoding, FrameTooLarge, ProtocolError
+from wireproto.peerlog import address_key, describe_address
 from wireproto.transports.base import ByteTransportDelegate, IMessageProtocol, IMessageTransport
 
 __all__ = [
@@ -113,11 +115,13 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
             self._counted = True
             if factory.connection_count > factory.max_connections:
                 self._refused = True
-                log.warn(
+                peer = self.transport.getPeer()
+                peerlog.warn(
+                    log, address_key(peer),
                     "refused a {framing} connection from {peer}: already "
                     "{limit} connections (StreamOptions.max_connections)",
                     framing=self.framing,
-                    peer=self.transport.getPeer(),
+                    peer=describe_address(peer),
                     limit=factory.max_connections,
                 )
                 self.abortConnection()
@@ -150,6 +154,9 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
 
     def _frameError(self, error: ProtocolError) -> None:
         """A bad frame: nothing more is delivered and this connection alone closes."""
+        peer = self.transport.getPeer()
+        peerlog.warn(log, address_key(peer), "closing {kind} connection with {peer}: {error}",
+                     kind=self.kind, peer=describe_address(peer), error=error)
         self.loseConnection(error)
 
     # -- IMessageTransport -------------------------------------------------------------------
@@ -164,14 +171,9 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         self.transport.write(prepared)
 
     def loseConnection(self, error: ProtocolError | None = None) -> None:
+        # Whoever found `error` has logged it (the protocol, or _frameError).
         if error is not None and self._error is None:
             self._error = error
-            log.warn(
-                "closing {kind} connection with {peer}: {error}",
-                kind=self.kind,
-                peer=self.transport.getPeer(),
-                error=error,
-            )
         self._stopDelivery()
         self.transport.loseConnection()
 

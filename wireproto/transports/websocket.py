@@ -218,12 +218,7 @@ class _MessageTransportMixin(ByteTransportDelegate):
             self.sendPreparedMessage(prepared)
 
     def loseConnection(self, error: ProtocolError | None = None) -> None:
-        if error is not None:
-            log.warn(
-                "closing WebSocket connection with {peer}: {error}",
-                peer=self.transport.getPeer(),
-                error=error,
-            )
+        # The protocol that found `error` has logged it.
         if self.state == WebSocketProtocol.STATE_OPEN:
             self._closing = True
             if error is None:

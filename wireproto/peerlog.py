@@ -1,0 +1,116 @@
+"""Warnings about what peers do, at a bounded rate.
+
+A peer that sends bad frames, or a serial line with noise on it, must not be able to fill the
+log: `warn` logs at most `PER_KEY` lines for one key (a peer's address, a Phyllo link) and
+`IN_ALL` lines in all in each `PERIOD` seconds. The lines it holds back are counted (on
+/metrics as ``wireproto_log_lines_suppressed_total``) and summed up in one line when the period
+ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from twisted.logger import Logger
+
+__all__ = ["LogBudget", "warn", "describe_address", "BUDGET"]
+
+PERIOD = 60.0
+PER_KEY = 5
+IN_ALL = 100
+
+
+def describe_address(address: Any) -> str:
+    """A peer address as log text: ``127.0.0.1:5000``, ``[::1]:5000``, ``unix:/path``,
+    ``serial:/dev/ttyUSB0``."""
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    if isinstance(host, str) and isinstance(port, int):
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if getattr(address, "type", None) == "SERIAL":
+        return f"serial:{address.device}"
+    if hasattr(address, "name"):  # UNIXAddress; a client's end has no name
+        name = address.name
+        return f"unix:{name.decode() if isinstance(name, bytes) else name or ''}"
+    return str(address)
+
+
+def address_key(address: Any) -> str:
+    """What one peer is, for the budget: its host (every port of one host is one peer)."""
+    host = getattr(address, "host", None)
+    return host if isinstance(host, str) else describe_address(address)
+
+
+class LogBudget:
+    """Lines allowed per key and in all in each period; the rest counted and summed up."""
+
+    def __init__(
+        self, *, period: float = PERIOD, per_key: int = PER_KEY, in_all: int = IN_ALL,
+        clock: Callable[[], float] = time.monotonic, logger: Logger | None = None,
+    ) -> None:
+        self.period = period
+        self.per_key = per_key
+        self.in_all = in_all
+        self.clock = clock
+        self.log = logger or Logger(namespace="wireproto.peerlog")
+        # Lines held back since the process started, for /metrics.
+        self.suppressed_total = 0
+        self._window_start = clock()
+        self._by_key: dict[str, int] = {}
+        self._logged = 0
+        self._suppressed = 0
+        self._summary_call: Any = None
+
+    def admit(self, key: str) -> bool:
+        """Whether a line about `key` may be logged now; if not, it is counted."""
+        now = self.clock()
+        if now - self._window_start >= self.period:
+            self.flush()
+        count = self._by_key.get(key, 0)
+        if count < self.per_key and self._logged < self.in_all:
+            # Keys are kept only while they are under their budget or the window is young.
+            self._by_key[key] = count + 1
+            self._logged += 1
+            return True
+        self._suppressed += 1
+        self.suppressed_total += 1
+        self._schedule_summary()
+        return False
+
+    def flush(self) -> None:
+        """End the period: sum up what was held back, and start a new one."""
+        if self._summary_call is not None and self._summary_call.active():
+            self._summary_call.cancel()
+        self._summary_call = None
+        if self._suppressed:
+            self.log.warn(
+                "{count} more warnings about peers in the last {period:g} s were not logged "
+                "(at most {per_key} per peer and {in_all} in all are)",
+                count=self._suppressed, period=self.period, per_key=self.per_key,
+                in_all=self.in_all, event="log_suppressed",
+            )
+        self._window_start = self.clock()
+        self._by_key.clear()
+        self._logged = self._suppressed = 0
+
+    def reset(self) -> None:
+        """Start a new period without a summary (tests start each with a full budget)."""
+        self._suppressed = 0
+        self.flush()
+
+    def _schedule_summary(self) -> None:
+        if self._summary_call is None:
+            from twisted.internet import reactor
+
+            left = max(0.0, self.period - (self.clock() - self._window_start))
+            self._summary_call = reactor.callLater(left, self.flush)
+
+
+BUDGET = LogBudget()
+
+
+def warn(logger: Logger, key: str, format: str, **fields: Any) -> None:
+    """`logger.warn(format, **fields)` if `key` (a peer, a link) is within the budget."""
+    if BUDGET.admit(key):
+        logger.warn(format, **fields)
