@@ -392,7 +392,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
                              "max_subscriptions (did you mean 'queue_bytes'?)"),
         ("hub = 3", "hub: expected a table ([hub]), got 3"),
         ("[websocket]\nauto_ping_interval = -1",
-         "websocket.auto_ping_interval: must be positive, not -1"),
+         "websocket.auto_ping_interval: expected a number of seconds (0: never), got -1"),
         ("[websocket]\nopen_handshake_timeout = 'soon'",
          'websocket.open_handshake_timeout: expected a number of seconds, got "soon"'),
         ("[websocket]\nallowed_origins = 'https://example.com'",
@@ -408,7 +408,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
          "close_handshake_timeout, auto_ping_interval, auto_ping_timeout, allowed_origins, "
          "per_message_deflate or max_connections (did you mean 'max_message_size'?)"),
         ("[stream]\nframing = 'cobs'",
-         "stream.framing: unknown key; use max_message_size or max_connections"),
+         "stream.framing: unknown key; use max_message_size, max_connections, keepalive_idle, "
+         "keepalive_interval or keepalive_count"),
         ("[websmq]\nwildcard = true",
          "websmq.wildcard: unknown key; use wildcards (did you mean 'wildcards'?)"),
         ("[hub\n", "not valid TOML: "),

@@ -509,3 +509,77 @@ async def test_http_limits_from_the_config_file_reach_every_http_port(broker: Br
     finally:
         for sock in (*silent, refused):
             sock.close()
+
+
+def _keepalive_of(sock: socket.socket) -> tuple[int, int, int, int]:
+    return (
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+        sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+        sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+        sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+    )
+
+
+@pytest_twisted.ensureDeferred
+async def test_stream_connections_have_tcp_keepalive_by_default(
+    broker: Broker, tls_files: Any
+) -> None:
+    # A peer gone without a FIN or RST was never noticed on stream listeners.
+    from wireproto.transports.stream import _tcp_socket
+
+    tls = f"ssl:0:{LOCAL}:privateKey={tls_files.key}:certKey={tls_files.cert}"
+    service, bound = await broker.start(f"websmq+length32@tcp:0:{LOCAL}", f"websmq+cobs@{tls}")
+    plain = await broker.client(bound[0].address)
+    host, port = bound[1].address.split(":")[1:]
+    await broker.client(
+        f"ssl:host={host}:port={port}:hostname=localhost:caCertsDir={tls_files.cert.parent}",
+        framing="cobs",
+    )
+    await eventually(lambda: len(service.hub.sessions) == 2)
+    for session in service.hub.sessions:
+        sock = _tcp_socket(session.transport.transport)
+        assert sock is not None
+        assert _keepalive_of(sock) == (1, 30, 10, 3)
+    assert _tcp_socket(plain.transport.transport) is not None  # clients too
+    assert _keepalive_of(_tcp_socket(plain.transport.transport))[0] == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_keepalive_timing_comes_from_the_config_and_can_be_turned_off(
+    broker: Broker,
+) -> None:
+    from wireproto.transports.stream import _tcp_socket
+
+    settings = config_from_toml(
+        "[stream]\nkeepalive_idle = 5\nkeepalive_interval = 2\nkeepalive_count = 4\n",
+        reactor=reactor).stream
+    off = config_from_toml("[stream]\nkeepalive_idle = 0\n", reactor=reactor).stream
+    for limits, expected in ((settings, (1, 5, 2, 4)), (off, 0)):
+        service, bound = await broker.start(f"websmq+length32@tcp:0:{LOCAL}", stream=limits)
+        await broker.client(bound[0].address)
+        (session,) = await eventually(lambda service=service: list(service.hub.sessions))
+        got = _keepalive_of(_tcp_socket(session.transport.transport))
+        assert (got if expected else got[0]) == expected
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_websocket_peer_that_vanishes_is_dropped_and_its_will_published(
+    broker: Broker,
+) -> None:
+    # Default liveness: every WebSocket is pinged (25 s, 20 s); here faster, same mechanism
+    # (Autobahn batches its ping timers by the second: under 1 s they are not kept).
+    assert Config().websocket.auto_ping_interval == 25.0
+    assert Config().websocket.auto_ping_timeout == 20.0
+    fast = replace(Config().websocket, auto_ping_interval=1.0, auto_ping_timeout=1.0)
+    service, bound = await broker.start(f"websmq+ws@tcp:0:{LOCAL}", websocket=fast)
+    watcher = await broker.client(bound[0].address)
+    vanishing = await broker.client(bound[0].address)
+    received = await subscribe(service, watcher, "clients/gone")
+    await vanishing.set_will("clients/gone", b"offline")
+    await eventually(lambda: any(s.will for s in service.hub.sessions))
+    # It stops reading (and so answering pings), as a peer behind a dead link does.
+    vanishing.transport.transport.pauseProducing()
+    await eventually(lambda: received, timeout=8)
+    assert received == [websmq.LastWill("clients/gone", b"offline")]
+    assert watcher.connected  # it answers its pings
+    vanishing.transport.transport.abortConnection()

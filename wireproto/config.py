@@ -140,6 +140,9 @@ class StreamLimits:
 
     max_message_size: int = 1 << 20
     max_connections: int = 10_000
+    keepalive_idle: float = 30.0
+    keepalive_interval: float = 10.0
+    keepalive_count: int = 3
 
 
 @dataclass(frozen=True)
@@ -705,8 +708,8 @@ _WEBSOCKET_KEYS: dict[str, Callable[[Any], Any]] = {
     "max_message_size": _positive_integer,
     "open_handshake_timeout": _positive_number,
     "close_handshake_timeout": _positive_number,
-    "auto_ping_interval": _positive_number,
-    "auto_ping_timeout": _positive_number,
+    "auto_ping_interval": _seconds_or_never,
+    "auto_ping_timeout": _seconds_or_never,
     "allowed_origins": _strings,
     "per_message_deflate": _boolean,
     "max_connections": _positive_integer,
@@ -720,6 +723,9 @@ _HTTP_KEYS: dict[str, Callable[[Any], Any]] = {
 _STREAM_KEYS: dict[str, Callable[[Any], Any]] = {
     "max_message_size": _positive_integer,
     "max_connections": _positive_integer,
+    "keepalive_idle": _seconds_or_never,
+    "keepalive_interval": _positive_number,
+    "keepalive_count": _positive_integer,
 }
 _WEBSMQ_KEYS: dict[str, Callable[[Any], Any]] = {"wildcards": _boolean}
 _UBRE_KEYS: dict[str, Callable[[Any], Any]] = {

@@ -280,6 +280,9 @@ class WireprotoService(MultiService):
             framing=framing,
             max_message_size=limits.max_message_size,
             max_connections=limits.max_connections,
+            keepalive_idle=limits.keepalive_idle,
+            keepalive_interval=limits.keepalive_interval,
+            keepalive_count=limits.keepalive_count,
         )
 
     def _add_endpoint(

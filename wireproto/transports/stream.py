@@ -13,6 +13,7 @@ logged, the messages before it are delivered, nothing after it is, and only that
 
 from __future__ import annotations
 
+import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,13 @@ class StreamOptions:
     framing: str = "length32"
     max_message_size: int = 1_048_576
     max_connections: int = 10_000
+    # TCP keepalive on every TCP (and TLS) connection, so that a peer that vanished without a
+    # FIN or RST (a network partition) is noticed: probes start after keepalive_idle seconds
+    # of silence, every keepalive_interval seconds, and keepalive_count unanswered probes
+    # drop the connection (at the defaults, within 60 s). keepalive_idle 0 turns it off.
+    keepalive_idle: float = 30.0
+    keepalive_interval: float = 10.0
+    keepalive_count: int = 3
 
     def __post_init__(self) -> None:
         if self.framing not in FRAMINGS:
@@ -66,6 +74,35 @@ class StreamOptions:
             )
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {self.max_connections}")
+        if self.keepalive_idle < 0 or self.keepalive_interval < 1 or self.keepalive_count < 1:
+            raise ValueError(
+                "keepalive_idle must be 0 (off) or more, keepalive_interval and keepalive_count "
+                "at least 1"
+            )
+
+
+def _tcp_socket(transport: Any) -> socket.socket | None:
+    """The TCP socket under `transport` (through TLS), or None (unix, serial, pty)."""
+    while transport is not None:
+        handle = getattr(transport, "getHandle", lambda: None)()
+        if isinstance(handle, socket.socket):
+            return handle if handle.family in (socket.AF_INET, socket.AF_INET6) else None
+        transport = getattr(transport, "transport", None)
+    return None
+
+
+def set_keepalive(transport: Any, options: StreamOptions) -> bool:
+    """Turn on TCP keepalive with `options`' timing on `transport`'s socket, if it has one."""
+    sock = _tcp_socket(transport)
+    if sock is None or not options.keepalive_idle:
+        return False
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", options.keepalive_idle),
+                        ("TCP_KEEPINTVL", options.keepalive_interval),
+                        ("TCP_KEEPCNT", options.keepalive_count)):
+        if hasattr(socket, name):  # Linux; macOS has TCP_KEEPALIVE for the idle time
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), max(1, int(value)))
+    return True
 
 
 def _carrier_kind(transport: Any) -> str:
@@ -127,6 +164,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
                 self.abortConnection()
                 return
         self.kind = _carrier_kind(self.transport)
+        set_keepalive(self.transport, factory.options)
         # A prepared message is the framed bytes: the fan-out path writes them with no frame of
         # Python in between.
         self.sendPrepared = self.transport.write

@@ -75,8 +75,11 @@ class WebSocketOptions:
     max_message_size: int = 1_048_576
     open_handshake_timeout: float = 10.0
     close_handshake_timeout: float = 5.0
-    auto_ping_interval: float | None = None
-    auto_ping_timeout: float | None = None
+    # Liveness: ping each peer this often and drop it when no pong comes within the timeout, so
+    # a peer that vanished without closing (a network partition) is gone, and its will
+    # published, within interval + timeout (45 s at the defaults). None or 0 turns it off.
+    auto_ping_interval: float | None = 25.0
+    auto_ping_timeout: float | None = 20.0
     # None accepts any Origin; otherwise Autobahn's allowedOrigins patterns, which are matched
     # against "scheme://host:port", port included: ("https://example.com:443", "http://*:8080").
     allowed_origins: tuple[str, ...] | None = None
