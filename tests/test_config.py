@@ -388,8 +388,9 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ("[hub]\nqueue_bytes = 0", "hub.queue_bytes: must be a positive integer, not 0"),
         ("[hub]\noverflow = 'drop-newest'",
          'hub.overflow: unknown policy "drop-newest"; use drop-oldest or disconnect'),
-        ("[hub]\nqueue = 1", "hub.queue: unknown key; use queue_bytes, overflow or "
-                             "max_subscriptions (did you mean 'queue_bytes'?)"),
+        ("[hub]\nqueue = 1", "hub.queue: unknown key; use queue_bytes, overflow, "
+                             "max_subscriptions, max_topic_length, max_subscription_bytes or "
+                             "max_total_subscription_bytes (did you mean 'queue_bytes'?)"),
         ("hub = 3", "hub: expected a table ([hub]), got 3"),
         ("[websocket]\nauto_ping_interval = -1",
          "websocket.auto_ping_interval: expected a number of seconds (0: never), got -1"),

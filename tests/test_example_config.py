@@ -115,7 +115,8 @@ def test_check_config_accepts_the_example() -> None:
     ("good", "bad", "problem"),
     [
         ("max_subscriptions = 1000", "max_subscriptons = 1000",
-         "hub.max_subscriptons: unknown key; use queue_bytes, overflow or max_subscriptions "
+         "hub.max_subscriptons: unknown key; use queue_bytes, overflow, max_subscriptions, "
+         "max_topic_length, max_subscription_bytes or max_total_subscription_bytes "
          "(did you mean 'max_subscriptions'?)"),
         ('endpoint = "tcp:8769"', 'endpoint = "tpc:8769"',
          "listen[8].endpoint: bad server endpoint 'tpc:8769': Unknown endpoint type: 'tpc'"),

@@ -583,3 +583,69 @@ async def test_a_websocket_peer_that_vanishes_is_dropped_and_its_will_published(
     assert received == [websmq.LastWill("clients/gone", b"offline")]
     assert watcher.connected  # it answers its pings
     vanishing.transport.transport.abortConnection()
+
+
+def _hub_holds_nothing(hub: Any) -> bool:
+    root = hub._patterns.root
+    return (not hub.sessions and not hub._exact and hub._patterns.count == 0
+            and not (root.children or root.subscribers or root.rest)
+            and hub.subscription_bytes == 0)
+
+
+@pytest_twisted.ensureDeferred
+async def test_closed_connections_leave_nothing_in_the_hub(broker: Broker) -> None:
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}",
+        websmq=WebsmqSettings(wildcards=True),
+    )
+    hub = service.hub
+    clients = [await broker.client(bound[index % 2].address, wildcards=True)
+               for index in range(10)]
+    for number, client in enumerate(clients):
+        for topic in range(30):
+            client.subscribe(f"room/{topic}/c{number}", lambda message: None)
+        client.subscribe(f"room/+/c{number}/#", lambda message: None)
+        client.subscribe("room/#", lambda message: None)
+    await eventually(lambda: hub._patterns.count == 20 and len(hub._exact) == 300)
+    assert hub.subscription_bytes == sum(session.subscription_bytes for session in hub.sessions)
+    for client in clients[:5]:
+        await wait_for(client.disconnect())
+    for client in clients[5:]:
+        client.transport.abortConnection()
+    broker.clients.clear()
+    await eventually(lambda: _hub_holds_nothing(hub))
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_one_connection_can_make_the_hub_hold_is_bounded(broker: Broker) -> None:
+    # 60 connections x 1000 subscriptions to 16,383-byte topics took the broker to 1.19 GB.
+    hub_settings = config_from_toml(
+        "[hub]\nmax_topic_length = 100\nmax_subscription_bytes = 1000\n"
+        "max_total_subscription_bytes = 1500\n", reactor=reactor).hub
+    # Over WebSocket, so the close frame carries the reason.
+    service, bound = await broker.start(f"websmq+ws@tcp:0:{LOCAL}", hub=hub_settings)
+    hub = service.hub
+    address = bound[0].address
+
+    long_topic = await broker.client(address)
+    long_topic.subscribe("t" * 101, lambda message: None)
+    assert "topic of 101 characters" in str(await closed(long_topic))
+
+    greedy = await broker.client(address)
+    for number in range(11):  # 11 topics of 99 bytes: past 1000 on one connection
+        greedy.subscribe(f"{number:02d}" + "g" * 97, lambda message: None)
+    assert "more than 1000 topic bytes on one connection" in str(await closed(greedy))
+    await eventually(lambda: hub.subscription_bytes == 0)
+
+    first, second = await broker.client(address), await broker.client(address)
+    for number in range(9):
+        first.subscribe(f"{number:02d}" + "a" * 98, lambda message: None)
+    await eventually(lambda: hub.subscription_bytes == 900)
+    for number in range(7):
+        second.subscribe(f"{number:02d}" + "b" * 98, lambda message: None)
+    assert "1500 bytes of subscribed topics in all" in str(await closed(second))
+    assert first.connected and hub.subscription_bytes == 900
+
+    will = await broker.client(address)
+    will.set_will("w" * 101, b"x")
+    assert "topic of 101 characters" in str(await closed(will))

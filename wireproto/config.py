@@ -31,7 +31,14 @@ from typing import Any
 
 from wireproto.capture import CONFIG_FILE_BYTES, DEFAULT_FILE_MODE, DEFAULT_MAX_FILE_BYTES
 from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
-from wireproto.hub import DEFAULT_MAX_SUBSCRIPTIONS, DEFAULT_QUEUE_BYTES, Overflow
+from wireproto.hub import (
+    DEFAULT_MAX_SUBSCRIPTION_BYTES,
+    DEFAULT_MAX_SUBSCRIPTIONS,
+    DEFAULT_MAX_TOPIC_LENGTH,
+    DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES,
+    DEFAULT_QUEUE_BYTES,
+    Overflow,
+)
 from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import SERVER_PROTOCOLS, ServerProtocolSpec
@@ -132,6 +139,9 @@ class HubSettings:
     queue_bytes: int = DEFAULT_QUEUE_BYTES
     overflow: str = Overflow.DROP_OLDEST.value
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+    max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH
+    max_subscription_bytes: int = DEFAULT_MAX_SUBSCRIPTION_BYTES
+    max_total_subscription_bytes: int = DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES
 
 
 @dataclass(frozen=True)
@@ -703,6 +713,9 @@ _HUB_KEYS: dict[str, Callable[[Any], Any]] = {
     "queue_bytes": _positive_integer,
     "overflow": _overflow,
     "max_subscriptions": _positive_integer,
+    "max_topic_length": _positive_integer,
+    "max_subscription_bytes": _positive_integer,
+    "max_total_subscription_bytes": _positive_integer,
 }
 _WEBSOCKET_KEYS: dict[str, Callable[[Any], Any]] = {
     "max_message_size": _positive_integer,

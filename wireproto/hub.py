@@ -66,6 +66,11 @@ log = Logger(namespace="wireproto.hub")
 
 DEFAULT_QUEUE_BYTES = 1 << 20
 DEFAULT_MAX_SUBSCRIPTIONS = 1000
+# What subscriptions may make the hub hold: the topic (or pattern) of one, in characters; their
+# topics' UTF-8 bytes for one connection, and for all connections together.
+DEFAULT_MAX_TOPIC_LENGTH = 1024
+DEFAULT_MAX_SUBSCRIPTION_BYTES = 65_536
+DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES = 64 << 20
 
 
 class Overflow(StrEnum):
@@ -158,12 +163,20 @@ class Hub:
         queue_bytes: int = DEFAULT_QUEUE_BYTES,
         overflow: Overflow | str = Overflow.DROP_OLDEST,
         max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
+        max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
+        max_subscription_bytes: int = DEFAULT_MAX_SUBSCRIPTION_BYTES,
+        max_total_subscription_bytes: int = DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES,
     ) -> None:
         if queue_bytes <= 0:
             raise ValueError("queue_bytes must be positive")
         self.queue_bytes = queue_bytes
         self.overflow = Overflow(overflow)
         self.max_subscriptions = max_subscriptions
+        self.max_topic_length = max_topic_length
+        self.max_subscription_bytes = max_subscription_bytes
+        self.max_total_subscription_bytes = max_total_subscription_bytes
+        # The UTF-8 bytes of every connection's subscribed topics and patterns.
+        self.subscription_bytes = 0
         self.stats = HubStats()
         self.sessions: dict[Session, None] = {}
         # Connections ever attached, by (protocol, transport); counts of closed sessions, by
@@ -379,7 +392,8 @@ class Session:
 
     __slots__ = (
         "hub", "transport", "protocol", "wire_format", "_encode", "_prepared_key", "_write",
-        "topics", "patterns", "will", "queue_limit", "overflow", "_queue", "queued_bytes",
+        "topics", "patterns", "subscription_bytes", "will", "queue_limit", "overflow", "_queue",
+        "queued_bytes",
         "_paused", "_direct", "closed", "received", "sent", "sent_bytes", "dropped_messages",
         "dropped_bytes", "overflow_disconnects", "id", "peer", "transport_name", "client",
         "opened", "__weakref__",
@@ -403,6 +417,8 @@ class Session:
         self._write = transport.sendPrepared
         self.topics: set[str] = set()
         self.patterns: set[str] = set()
+        # The UTF-8 bytes of this session's subscribed topics and patterns.
+        self.subscription_bytes = 0
         self.will: HubMessage | None = None
         self.queue_limit = hub.queue_bytes
         self.overflow = hub.overflow
@@ -448,10 +464,11 @@ class Session:
     # -- what the protocol asks of the hub ------------------------------------------------------
 
     def subscribe(self, topic: str) -> bool:
-        """Subscribe to one exact topic. False if this session already was."""
+        """Subscribe to one exact topic. False if this session already was. LimitExceeded past
+        the hub's limits on subscriptions (count, topic length, bytes)."""
         if topic in self.topics:
             return False
-        self._check_subscription_limit()
+        self._hold(topic)
         self.topics.add(topic)
         return self.hub.subscribe(self, topic)
 
@@ -459,12 +476,15 @@ class Session:
         if topic not in self.topics:
             return False
         self.topics.discard(topic)
+        self._release(topic)
         return self.hub.unsubscribe(self, topic)
 
     def subscribe_pattern(self, pattern: str) -> bool:
         if pattern in self.patterns:
             return False
-        self._check_subscription_limit()
+        self._check_topic_length(pattern)
+        validate_pattern(pattern)
+        self._hold(pattern)
         self.hub.subscribe_pattern(self, pattern)
         self.patterns.add(pattern)
         return True
@@ -473,14 +493,43 @@ class Session:
         if pattern not in self.patterns:
             return False
         self.patterns.discard(pattern)
+        self._release(pattern)
         self.hub.unsubscribe_pattern(self, pattern)
         return True
 
-    def _check_subscription_limit(self) -> None:
-        if len(self.topics) + len(self.patterns) >= self.hub.max_subscriptions:
+    def _check_topic_length(self, topic: str) -> None:
+        if len(topic) > self.hub.max_topic_length:
             raise LimitExceeded(
-                f"more than {self.hub.max_subscriptions} subscriptions on one connection"
+                f"topic of {len(topic)} characters: this broker takes at most "
+                f"{self.hub.max_topic_length} ([hub] max_topic_length)"
             )
+
+    def _hold(self, topic: str) -> None:
+        """Count one more subscription against the limits, or raise LimitExceeded."""
+        hub = self.hub
+        if len(self.topics) + len(self.patterns) >= hub.max_subscriptions:
+            raise LimitExceeded(
+                f"more than {hub.max_subscriptions} subscriptions on one connection"
+            )
+        self._check_topic_length(topic)
+        size = len(topic.encode("utf-8", "surrogatepass"))
+        if self.subscription_bytes + size > hub.max_subscription_bytes:
+            raise LimitExceeded(
+                f"subscriptions of more than {hub.max_subscription_bytes} topic bytes on one "
+                "connection ([hub] max_subscription_bytes)"
+            )
+        if hub.subscription_bytes + size > hub.max_total_subscription_bytes:
+            raise LimitExceeded(
+                f"the broker holds {hub.max_total_subscription_bytes} bytes of subscribed "
+                "topics in all ([hub] max_total_subscription_bytes)"
+            )
+        self.subscription_bytes += size
+        hub.subscription_bytes += size
+
+    def _release(self, topic: str) -> None:
+        size = len(topic.encode("utf-8", "surrogatepass"))
+        self.subscription_bytes -= size
+        self.hub.subscription_bytes -= size
 
     def publish(
         self,
@@ -514,6 +563,7 @@ class Session:
             self._send_prepared((self.transport.prepareMessage(data, binary), len(data)))
 
     def set_will(self, topic: str, payload: bytes) -> None:
+        self._check_topic_length(topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
 
     def close(self, reason: Any = None) -> None:
@@ -547,6 +597,8 @@ class Session:
             self.hub.unsubscribe_pattern(self, pattern)
         self.topics.clear()
         self.patterns.clear()
+        self.hub.subscription_bytes -= self.subscription_bytes
+        self.subscription_bytes = 0
         self._queue.clear()
         self.queued_bytes = 0
         self.hub._forget(self)

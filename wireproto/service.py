@@ -43,7 +43,7 @@ from wireproto.hub import Hub
 from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import SERVER_PROTOCOLS
-from wireproto.transports.base import IMessageProtocol
+from wireproto.transports.base import IMessageProtocol, go_away
 from wireproto.transports.capturing import BrokerCapture, CapturingProtocol
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
@@ -421,10 +421,16 @@ class WireprotoService(MultiService):
             timeout = self.config.websocket.close_handshake_timeout + 1.0
         for protocol in list(self._connections):
             if protocol.connected and protocol.transport is not None:
-                protocol.transport.loseConnection()
+                go_away(protocol.transport)
         deadline = self.reactor.seconds() + timeout
         while self.reactor.seconds() < deadline:
             if not any(protocol.connected for protocol in self._connections):
+                break
+            yield task.deferLater(self.reactor, 0.02, lambda: None)
+        # What the connections' ends wrote to HTTP (a held poll answered with the close
+        # packet) goes out before the HTTP connections close.
+        while self.reactor.seconds() < deadline:
+            if not sum(site.close_http_connections() for site in self.http_sites):
                 return
             yield task.deferLater(self.reactor, 0.02, lambda: None)
         for protocol in list(self._connections):
@@ -449,6 +455,9 @@ def make_service(
         queue_bytes=config.hub.queue_bytes,
         overflow=config.hub.overflow,
         max_subscriptions=config.hub.max_subscriptions,
+        max_topic_length=config.hub.max_topic_length,
+        max_subscription_bytes=config.hub.max_subscription_bytes,
+        max_total_subscription_bytes=config.hub.max_total_subscription_bytes,
     )
     service = WireprotoService(config, hub, reactor)
     service.add_listeners(config.listeners)

@@ -144,3 +144,14 @@ def close_reason(error: ProtocolError, limit: int = MAX_CLOSE_REASON) -> str:
     if len(raw) <= limit:
         return text
     return raw[: limit - 3].decode("utf-8", "ignore") + "..."
+
+
+def go_away(transport: Any) -> None:
+    """Close `transport` cleanly because this side is shutting down. A transport whose carrier
+    has a word for it offers ``goAway()`` (a WebSocket closes with 1001, going away); others
+    are closed with ``loseConnection()``."""
+    going = getattr(transport, "goAway", None)
+    if going is not None:
+        going()
+    else:
+        transport.loseConnection()

@@ -21,6 +21,7 @@ are still arriving. `guarded_site` closes those doors:
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,7 @@ class _GuardedChannel(HTTPChannel):
         if not self.site.admit(self._address):
             self.refuse(_BUSY, "too_many_pending", "too many pending requests", quiet=True)
             return
+        self.site.channels.add(self)
         self._begin_request()
 
     def dataReceived(self, data: bytes) -> None:
@@ -237,9 +239,24 @@ class GuardedSite(Site):
         super().__init__(root, timeout=idle_timeout)
         self.limits = limits
         self._pending_by_address: Counter[str] = Counter()
+        # Open HTTP connections (weakly: one taken over by a WebSocket is no longer HTTP).
+        self.channels: weakref.WeakSet[_GuardedChannel] = weakref.WeakSet()
         self.pending = 0
         # Refused connections by reason: body_too_large, request_timeout, too_many_pending.
         self.refusals: Counter[str] = Counter()
+
+    def close_http_connections(self) -> int:
+        """Close every connection still speaking HTTP once what was written to it (an answered
+        poll, say) is sent; how many were still open."""
+        open_now = 0
+        for channel in list(self.channels):
+            transport = channel.transport
+            if transport is None or getattr(transport, "protocol", channel) is not channel:
+                continue  # closed, or taken over by a WebSocket
+            if not getattr(transport, "disconnected", False):
+                open_now += 1
+                channel.loseConnection()
+        return open_now
 
     def admit(self, address: str) -> bool:
         limits = self.limits

@@ -62,6 +62,7 @@ __all__ = [
 log = Logger()
 
 CLOSE_NORMAL = WebSocketProtocol.CLOSE_STATUS_CODE_NORMAL
+CLOSE_GOING_AWAY = WebSocketProtocol.CLOSE_STATUS_CODE_GOING_AWAY
 CLOSE_PROTOCOL_ERROR = WebSocketProtocol.CLOSE_STATUS_CODE_PROTOCOL_ERROR
 # Close codes that mean something went wrong, even when the closing handshake itself was clean.
 _ERROR_CLOSE_CODES = frozenset({1002, 1003, 1006, 1007, 1008, 1009, 1010, 1011, 1015})
@@ -232,6 +233,14 @@ class _MessageTransportMixin(ByteTransportDelegate):
                 self.sendCloseFrame(code=CLOSE_PROTOCOL_ERROR, reasonUtf8=reason)
         elif self.state != WebSocketProtocol.STATE_CLOSING:
             self.abortConnection()
+
+    def goAway(self) -> None:
+        """Close with 1001 (going away), as RFC 6455 asks of a server shutting down."""
+        if self.state == WebSocketProtocol.STATE_OPEN:
+            self._closing = True
+            self.sendCloseFrame(code=CLOSE_GOING_AWAY)
+        else:
+            self.loseConnection()
 
     def abortConnection(self) -> None:
         self._closing = True

@@ -1,0 +1,78 @@
+"""SIGTERM closes every connection cleanly, as docs/running.md promises: a held Engine.IO poll is
+answered with the close packet (the real engine.io-client sees "transport close", not a
+transport error), a WebSocket gets a closing handshake with 1001 (going away), and a stream
+client gets everything sent before a clean FIN."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.error import ConnectionDone
+
+from tests.support import eventually, need_interop_peer, wait_for
+from tests.test_cli import LISTENER_LINE, Child, children
+from tests.transports.test_engineio import INTEROP, NodeClient
+from wireproto.protocols.websmq import connect
+
+__all__ = ["children"]  # the fixture, from tests.test_cli
+
+LOCAL = "interface=127.0.0.1"
+
+
+async def start_broker(children: list[Child], *listen: str) -> tuple[Child, dict[str, str]]:
+    args = [arg for spec in listen for arg in ("--listen", spec)]
+    child = Child(sys.executable, "-m", "wireproto", "serve", *args)
+    children.append(child)
+    await child.line(re.compile(r"^wireproto: ready"))
+    addresses = {}
+    for line in child.stdout:
+        match = LISTENER_LINE.match(line)
+        if match:
+            addresses[f"{match.group(1)}+{match.group(2)}"] = match.group(3)
+    return child, addresses
+
+
+@pytest_twisted.ensureDeferred
+async def test_sigterm_answers_a_held_engineio_poll_with_the_close_packet(
+    children: list[Child],
+) -> None:
+    executable = need_interop_peer(INTEROP / "node_modules" / "engine.io-client",
+                                   "the real engine.io-client")
+    child, addresses = await start_broker(children, f"nydus+engineio@tcp:0:{LOCAL}")
+    node = NodeClient()
+    base = addresses["nydus+engineio"].rsplit("/engine.io/", 1)[0]
+    reactor.spawnProcess(node, executable,
+                         ["node", str(INTEROP / "engineio_client.js"), base, "polling"],
+                         env=os.environ)
+    try:
+        await eventually(lambda: node.of("message"), timeout=10)  # nydus's welcome: polling
+        child.process.send_signal(signal.SIGTERM)
+        assert await child.exit_code() == 0, child.output()
+        await eventually(lambda: node.of("close"), timeout=10)
+        assert node.of("close")[0]["reason"] == "transport close", node.events
+        assert not node.of("error"), node.events
+        assert child.stderr == [], child.output()
+    finally:
+        node.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_sigterm_closes_websockets_with_1001_and_streams_cleanly(
+    children: list[Child],
+) -> None:
+    child, addresses = await start_broker(
+        children, f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}",
+    )
+    websocket = await wait_for(connect(reactor, addresses["websmq+ws"]))
+    stream = await wait_for(connect(reactor, addresses["websmq+length32"]))
+    child.process.send_signal(signal.SIGTERM)
+    assert await child.exit_code() == 0, child.output()
+    assert isinstance(await wait_for(websocket.when_closed()), ConnectionDone)
+    assert websocket.transport.closeCode == 1001
+    assert isinstance(await wait_for(stream.when_closed()), ConnectionDone)
+    assert child.stderr == [], child.output()
