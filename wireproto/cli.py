@@ -255,89 +255,15 @@ def check_config(path: str) -> int:
     return 0
 
 
-SPARK_MISSING = "install the spark extra: pip install 'wireproto[spark]'"
-
-
 def analyze(args: argparse.Namespace) -> int:
-    """``wireproto analyze CAPTURES --out DIR``: 0 when done, 1 when Spark fails, 2 for bad
-    usage (no such captures, no pyspark)."""
-    import importlib.util
-    import os
+    """``wireproto analyze CAPTURES --out DIR`` (wireproto.pipeline.command): 0 when done, 1 when
+    Spark fails, 2 for bad usage, 130 when stopped."""
+    from wireproto.pipeline.command import run
 
-    def usage(message: str) -> int:
+    def error(message: str) -> None:
         print(f"{PROG} analyze: {message}", file=sys.stderr, flush=True)
-        return 2
 
-    if importlib.util.find_spec("pyspark") is None:
-        return usage(SPARK_MISSING)
-    if not os.path.exists(args.captures):
-        return usage(f"no capture directory or file {args.captures!r}")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        return usage(f"--out {args.out!r} is not a directory")
-    if not args.follow and (args.available_now or args.checkpoint):
-        return usage("--checkpoint and --available-now go with --follow")
-    if args.follow:
-        try:
-            from wireproto.pipeline.follow import parse_hub, start_follow
-        except ImportError as error:
-            return usage(f"--follow is not available: {error}")
-        try:
-            parse_hub(args.hub)
-        except ValueError as error:
-            return usage(f"--hub: {error}")
-
-    from wireproto.pipeline.session import spark_session
-
-    spark = spark_session(args.master)
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        if args.follow:
-            checkpoint = args.checkpoint or os.path.join(args.out, "checkpoint")
-            query = start_follow(spark, args.captures, hub=args.hub, checkpoint=checkpoint,
-                                 available_now=args.available_now)
-            announce([f"following {args.captures}; publishing to {args.hub}; Ctrl-C stops"],
-                     sys.stdout)
-            follow_until_stopped(query)
-            return 0
-
-        from wireproto.pipeline.analyze import analyze as run_analyze
-
-        try:
-            summary = run_analyze(spark, args.captures, args.out)
-        except FileNotFoundError as error:
-            return usage(str(error))
-        announce(summary.lines(), sys.stdout)
-        return 0
-    except KeyboardInterrupt:
-        return 0
-    except Exception as error:  # Spark's own errors: one line, not a JVM stack trace
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        print(f"{PROG} analyze: {type(error).__name__}: {first}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        spark.stop()
-
-
-def follow_until_stopped(query: Any) -> None:
-    """Wait for a streaming query to end, or for Ctrl-C or SIGTERM, then stop it.
-
-    PySpark's own SIGINT handler calls into the JVM from inside the signal handler, which
-    breaks the call the main thread is waiting in; this handler only sets a flag, and the query
-    is stopped from the main thread."""
-    import signal
-    import threading
-
-    stopping = threading.Event()
-    previous = {number: signal.signal(number, lambda *_: stopping.set())
-                for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not stopping.is_set():
-            if query.awaitTermination(0.5):
-                return
-        query.stop()
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    return run(args, lambda lines: announce(lines, sys.stdout), error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ report with its PNGs."""
 from __future__ import annotations
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -204,10 +205,12 @@ async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None
         (row.protocol, row.requested, row.answered, row.latency_ms) for row in pairs
         if not (row.latency_ms > 0 and row.answered >= row.requested)]
     latency = {(row.protocol, row.route): row for row in table(spark, out, "rpc_latency_summary")}
-    assert {key: (row.requests, row.paired, row.unpaired) for key, row in latency.items()} == {
-        ("ubre", "add"): (ADDS, ADDS, 0), ("ubre", "div"): (DIVS, DIVS, 0),
-        ("nydus", "/echo"): (INVOKES, INVOKES, 0),
-        ("subble", SUBBLE_EVENT): (PRODUCES, PRODUCES, 0),
+    assert {key: (row.requests, row.paired, row.ok, row.fail, row.timeout, row.unpaired)
+            for key, row in latency.items()} == {
+        ("ubre", "add"): (ADDS, ADDS, ADDS, 0, 0, 0),
+        ("ubre", "div"): (DIVS, DIVS, DIVS - DIV_FAILS, DIV_FAILS, 0, 0),
+        ("nydus", "/echo"): (INVOKES, INVOKES, INVOKES, 0, 0, 0),
+        ("subble", SUBBLE_EVENT): (PRODUCES, PRODUCES, PRODUCES, 0, 0, 0),
     }
     for row in latency.values():
         assert 0 < row.p50_ms <= row.p95_ms <= row.p99_ms <= row.max_ms
@@ -246,8 +249,11 @@ async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None
     for name in ("rate.png", "latency.png"):
         assert f"]({name})" in report
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
-    assert "| ubre | div | 4 | 4 | 0 |" in report
+    assert f"| ubre | div | {DIVS} | {DIVS - DIV_FAILS} | {DIV_FAILS} | 0 | 0 |" in report
     assert TEMP in report and driven["malformed_peers"][0] in report
+    # Malformed messages' connections as a person reads them: the run's start and a number.
+    assert len(re.findall(r"\| websmq \| length32 \| \d{8}T\d{6}Z#\d+ \|", report)) == \
+        MALFORMED_CLIENTS
 
 
 def small_capture(directory: Path) -> None:
@@ -258,6 +264,9 @@ def small_capture(directory: Path) -> None:
     writer.open_connection(2, "127.0.0.1:4001", "ubre", "ws")
     writer.message(2, "in", ubre.encode(ubre.Request(1, {"a": 1}, name="add")), False)
     writer.message(2, "out", ubre.encode(ubre.Success(1, 2)), False)
+    # A route whose every call fails: no latency to show, one failure.
+    writer.message(2, "in", ubre.encode(ubre.Request(2, {}, name="boom")), False)
+    writer.message(2, "out", ubre.encode(ubre.Fail(2, {"message": "no"})), False)
     writer.close_connection(1)
     writer.close_connection(2)
     writer.close()
@@ -276,7 +285,13 @@ def test_the_analyze_command(tmp_path: Path, spark: Any) -> None:
     out = tmp_path / "out"
     done = run_cli(str(directory), "--out", str(out), "--master", "local[2]")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "wireproto: ubre requests: 1 paired, 0 unpaired" in done.stdout.splitlines()
+    assert "wireproto: ubre requests: 2 paired, 0 unpaired" in done.stdout.splitlines()
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| ubre | boom | 1 | 0 | 1 | 0 | 0 | - | - | - | - |" in report
+    # Only wireproto's own lines: no JVM or log4j output, no progress bar on a pipe.
+    assert all(line.startswith("wireproto") for line in done.stdout.splitlines()), done.stdout
+    assert all(line.startswith("wireproto analyze") for line in done.stderr.splitlines()), \
+        done.stderr
     for name in ("messages", "topic_rates", "rpc_latency", "rpc_latency_summary", "malformed",
                  "windows"):
         assert (out / name).is_dir(), name
@@ -300,3 +315,83 @@ def test_analyze_usage_errors(tmp_path: Path) -> None:
     assert bad_hub.stderr.startswith("wireproto analyze: --hub: hub 'ws://127.0.0.1:8765/websmq': "
                                      "give the endpoint of a WEBSMQ length32 listener")
     assert len(bad_hub.stderr.splitlines()) == 1
+
+
+def test_connection_ids_read_as_the_run_start_and_a_number() -> None:
+    from wireproto.pipeline.report import connection_name
+
+    assert connection_name((1_795_556_000 << 32) + 17) == "20261124T213320Z#17"
+    assert connection_name(5) == "#5"
+
+
+def test_inputs_are_checked_before_spark_starts(tmp_path: Path) -> None:
+    # No JVM can start here (JAVA_HOME points nowhere): every answer must come before Spark.
+    junk = tmp_path / "junk.wpcap"
+    junk.write_bytes(b"not a capture at all")
+    named_like_one = tmp_path / "dir"
+    named_like_one.mkdir()
+    (named_like_one / "wirecapture-20261124T000000-000001.wpcap").write_bytes(b"\0" * 64)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "out"
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    for captures, cause in [
+        (junk, f"{junk}: not a capture file"),
+        (named_like_one, "wirecapture-20261124T000000-000001.wpcap: not a capture file"),
+        (empty, f"no capture files in {str(empty)!r}"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "wireproto", "analyze", str(captures), "--out", str(out)],
+            env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("wireproto analyze: ") and cause in line, line
+        assert not out.exists()
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_a_batch_analyze_quietly_with_130(tmp_path: Path) -> None:
+    import pty
+    import select
+    import signal
+    import time
+
+    directory = tmp_path / "capture"
+    writer = capture.CaptureWriter(directory)
+    writer.open_connection(1, "127.0.0.1:4000", "websmq", "length32")
+    frame = websmq.encode(websmq.Publish("t", b"1.5"))
+    for _ in range(300_000):
+        writer.message(1, "in", frame, True)
+    writer.close_connection(1)
+    writer.close()
+    out = tmp_path / "out"
+    # stderr on a terminal: the progress line is drawn, and tells when Spark is at work.
+    master, slave = pty.openpty()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "wireproto", "analyze", str(directory), "--out", str(out),
+         "--master", "local[2]"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 180
+        while b"capture files" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 4096)
+        assert b"wireproto analyze: 0/1 capture files" in seen, seen
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=60) == 130
+        while select.select([master], [], [], 0.5)[0]:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:
+                break
+    finally:
+        if child.poll() is None:
+            child.kill()
+        os.close(master)
+    text = seen.decode(errors="replace")
+    assert "Traceback" not in text and "py4j" not in text and "ERROR" not in text, text
+    assert child.stdout.read() == b""
+    assert not out.exists()  # nothing is left of a stopped run

@@ -38,6 +38,11 @@ RPC_ANSWERS = {
     "nydus": ("invoke", ("result", "error")),
 }
 SUBBLE_ECHO_CODE = 27  # CLIENT_EVENT: the producer's own event, the answer to its produce
+# Answers that mean the call worked, and those that mean it failed.
+OK_OUTCOMES = ("success", "result", "event")
+FAIL_OUTCOMES = ("fail", "error", "event_error")
+# An answer later than this came after the clients gave up (UbreClient's and nydus's default).
+REQUEST_TIMEOUT_MS = 30_000.0
 READING_TYPES = ("publish", "last_will", "produce_event", "event", "document")
 WINDOW = "1 minute"
 
@@ -254,14 +259,22 @@ def requests(rows: Any) -> Any:
 
 
 def latency_summary(rows: Any, pairs: Any) -> Any:
-    """Per (protocol, route): requests, paired, exact p50/p95/p99 and max latency in ms, requests,
-    and unpaired requests (requests minus paired)."""
+    """Per (protocol, route): requests; paired, and of those `ok` and `fail` (by the answer) and
+    `timeout` (answered after REQUEST_TIMEOUT_MS, whatever the answer); unpaired requests (never
+    answered in the capture); and the exact p50/p95/p99 and max latency in ms of the ok answers,
+    so that fast failures do not pass for fast calls."""
     from pyspark.sql import functions as F
 
+    late = F.col("latency_ms") > F.lit(REQUEST_TIMEOUT_MS)
+    ok = F.col("outcome").isin(*OK_OUTCOMES) & ~late
+    ok_latency = F.when(ok, F.col("latency_ms"))
     stats = pairs.groupBy("protocol", "route").agg(
         F.count(F.lit(1)).alias("paired"),
-        F.expr("percentile(latency_ms, array(0.5, 0.95, 0.99))").alias("p"),
-        F.max("latency_ms").alias("max_ms"),
+        F.count(F.when(ok, 1)).alias("ok"),
+        F.count(F.when(F.col("outcome").isin(*FAIL_OUTCOMES) & ~late, 1)).alias("fail"),
+        F.count(F.when(late, 1)).alias("timeout"),
+        F.percentile(ok_latency, F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("p"),
+        F.max(ok_latency).alias("max_ms"),
     )
     asked = requests(rows).groupBy("protocol", "route").agg(F.count(F.lit(1)).alias("requests"))
     return (
@@ -270,6 +283,8 @@ def latency_summary(rows: Any, pairs: Any) -> Any:
             "protocol", "route",
             F.coalesce("requests", F.lit(0)).cast("long").alias("requests"),
             F.coalesce("paired", F.lit(0)).cast("long").alias("paired"),
+            *(F.coalesce(name, F.lit(0)).cast("long").alias(name)
+              for name in ("ok", "fail", "timeout")),
             F.col("p")[0].alias("p50_ms"), F.col("p")[1].alias("p95_ms"),
             F.col("p")[2].alias("p99_ms"), "max_ms",
         )

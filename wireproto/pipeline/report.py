@@ -87,6 +87,10 @@ def _latency_plot(path: Path, histogram: list[Any]) -> Path:
     axes.set_ylabel("share of requests")
     if routes:
         axes.set_xscale("log")
+        # Plain milliseconds (0.1, 1, 10), not 10^-1 and the like.
+        from matplotlib.ticker import FuncFormatter
+
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     return _save(plt, figure, axes, path, drawn=bool(routes), empty="no paired requests")
 
 
@@ -100,6 +104,17 @@ def _save(plt: Any, figure: Any, axes: Any, path: Path, *, drawn: bool, empty: s
     figure.savefig(path, format="png")
     plt.close(figure)
     return path
+
+
+def connection_name(connection: int) -> str:
+    """A capture's connection id as a person reads it: the broker run's start (UTC) and the
+    connection's number in that run, ``20261124T213320Z#17`` (ids are the run's start in
+    seconds, shifted 32 bits, plus that number)."""
+    started, number = connection >> 32, connection & 0xFFFFFFFF
+    if not started:
+        return f"#{number}"
+    when = datetime.fromtimestamp(started, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{when}#{number}"
 
 
 def _route(route: str | None) -> str:
@@ -144,20 +159,25 @@ def _markdown(summary: Any, latency: list[Any], top_topics: list[Any],
     busiest = sorted(latency, key=lambda row: (-row["requests"], row["protocol"],
                                                _route(row["route"])))
     lines += _table(
-        ["protocol", "route", "requests", "paired", "unpaired", "p50 ms", "p95 ms", "p99 ms",
-         "max ms"],
-        [[row["protocol"], _route(row["route"]), row["requests"], row["paired"], row["unpaired"],
-          _ms(row["p50_ms"]), _ms(row["p95_ms"]), _ms(row["p99_ms"]), _ms(row["max_ms"])]
+        ["protocol", "route", "requests", "ok", "fail", "timeout", "unanswered", "p50 ms",
+         "p95 ms", "p99 ms", "max ms"],
+        [[row["protocol"], _route(row["route"]), row["requests"], row["ok"], row["fail"],
+          row["timeout"], row["unpaired"], _ms(row["p50_ms"]), _ms(row["p95_ms"]),
+          _ms(row["p99_ms"]), _ms(row["max_ms"])]
          for row in busiest[:LISTED_ROUTES]],
     ) if latency else ["No requests."]
+    if latency:
+        lines += ["", "Latency is of the ok answers. A timeout is an answer later than the "
+                      "clients' 30 s request timeout; unanswered requests got no answer in the "
+                      "capture."]
     if len(latency) > LISTED_ROUTES:
         lines += ["", f"The {LISTED_ROUTES} busiest of {len(latency)} routes; all of them are "
                       "in `rpc_latency_summary`."]
     lines += ["", f"![RPC latency]({LATENCY_PLOT})", "", "## Malformed messages", ""]
     lines += _table(
         ["protocol", "transport", "connection", "peer", "malformed", "example error"],
-        [[row["protocol"], row["transport"], row["connection"], row["peer"], row["malformed"],
-          row["example_error"]] for row in malformed],
+        [[row["protocol"], row["transport"], connection_name(row["connection"]), row["peer"],
+          row["malformed"], row["example_error"]] for row in malformed],
     ) if malformed else ["None."]
     lines += ["", "## Tables", ""]
     lines += [f"- `{name}`: {path}" for name, path in summary.tables.items()]

@@ -12,13 +12,17 @@ from typing import Any
 __all__ = ["spark_session"]
 
 
-def spark_session(master: str | None = None, app_name: str = "wireproto-analyze") -> Any:
+def spark_session(
+    master: str | None = None, app_name: str = "wireproto-analyze",
+    extra: dict[str, str] | None = None,
+) -> Any:
     """A SparkSession with the `wirecapture` data source registered, the UI off and the session
     time zone UTC.
 
     `master` (``local[2]``, ``spark://host:7077``, ...) is set only when given: otherwise the one
     already configured wins (``spark-submit --master``, spark-defaults.conf), and with none
-    Spark's own default is the embedded ``local[*]``. An active session is reused.
+    Spark's own default is the embedded ``local[*]``. An active session is reused. `extra` is
+    more Spark configuration.
     """
     # Python workers run this interpreter, so they import the same wireproto.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -29,6 +33,8 @@ def spark_session(master: str | None = None, app_name: str = "wireproto-analyze"
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
     session = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")

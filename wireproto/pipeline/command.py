@@ -1,0 +1,284 @@
+"""``wireproto analyze``: the command around the Spark jobs.
+
+What the user sees is the command's own: its inputs checked before Spark starts (a file that is
+not a capture, or a directory without captures, is one line and status 2, in well under a
+second), a progress line while the jobs run, the summary when they are done, and one line when
+they fail. The JVM's own output (log4j, its warnings, Spark's console progress bar) goes to a
+log file, named in the error line when there is one. Ctrl-C or SIGTERM cancels the running
+Spark jobs and exits 130 quietly. A run that fails or is stopped leaves nothing behind in
+``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from wireproto.capture import CaptureError, IncompleteCapture, capture_files, read_header
+
+__all__ = ["run", "check_captures", "Progress", "INTERRUPTED"]
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+SPARK_MISSING = "install the spark extra: pip install 'wireproto[spark]'"
+
+
+class UsageError(Exception):
+    """Bad input, found before Spark starts: exit status 2."""
+
+
+def check_captures(path: str, *, incomplete_ok: bool = False) -> list[Path]:
+    """The capture files at `path` (a file, or a directory of them), each with a readable
+    header. UsageError, naming the file and the cause, for anything else."""
+    target = Path(path)
+    if target.is_file():
+        files = [target]
+    elif target.is_dir():
+        files = capture_files(target)
+    else:
+        raise UsageError(f"no capture directory or file {path!r}")
+    for file in files:
+        try:
+            read_header(file)
+        except IncompleteCapture as error:
+            if not incomplete_ok:
+                raise UsageError(str(error)) from None
+        except (CaptureError, OSError) as error:
+            raise UsageError(str(error)) from None
+    if not files and not incomplete_ok:
+        raise UsageError(f"no capture files in {path!r} (files named wirecapture-*.wpcap)")
+    return files
+
+
+# -- Spark, quietly --------------------------------------------------------------------------------
+
+
+def quiet_spark(master: str | None, log_path: Path) -> Any:
+    """A SparkSession whose JVM writes its output to `log_path`, with no console progress bar."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    from wireproto.pipeline.session import spark_session
+
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    if SparkContext._gateway is None:
+        log = open(log_path, "ab")  # noqa: SIM115 - the JVM keeps it for its lifetime
+        SparkContext._ensure_initialized(
+            gateway=launch_gateway(popen_kwargs={"stdout": log, "stderr": log}))
+    spark = spark_session(master, extra={"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+class Progress:
+    """A line on `stream` while Spark works: tasks of the running stages done, and for the first
+    job (decoding the capture files, one task per file) the files and bytes done, the rate and
+    the time left. On a terminal the line is redrawn every `interval` seconds; otherwise a line
+    is written every `quiet_interval` seconds."""
+
+    def __init__(self, spark: Any, files: list[Path], stream: IO[str], *,
+                 interval: float = 0.5, quiet_interval: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.files = len(files)
+        self.total_bytes = sum(file.stat().st_size for file in files)
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.interval = interval if self.tty else quiet_interval
+        self.clock = clock
+        self.started = clock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="analyze-progress", daemon=True)
+        self._drawn = False
+
+    def start(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._drawn and self.tty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+    def line(self, done: int, total: int) -> str:
+        """The progress text for `done` of `total` tasks of the running stages."""
+        elapsed = max(self.clock() - self.started, 1e-9)
+        if total and total == self.files:
+            share = done / total
+            done_bytes = self.total_bytes * share
+            rate = done_bytes / elapsed
+            text = (f"analyze: {done}/{total} capture files, {_size(done_bytes)} of "
+                    f"{_size(self.total_bytes)}, {_size(rate)}/s")
+            if 0 < share < 1:
+                text += f", about {_duration(elapsed * (1 - share) / share)} left"
+            return text
+        return f"analyze: writing tables and the report, {done}/{total} tasks, " \
+               f"{_duration(elapsed)} so far"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                done = total = 0
+                for stage in self.tracker.getActiveStageIds():
+                    info = self.tracker.getStageInfo(stage)
+                    if info is not None:
+                        done += info.numCompletedTasks
+                        total += info.numTasks
+            except Exception:  # the JVM is going away: nothing more to show
+                return
+            if not total:
+                continue
+            text = self.line(done, total)
+            self.stream.write(f"\r\033[Kwireproto {text}" if self.tty else f"wireproto {text}\n")
+            self.stream.flush()
+            self._drawn = True
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    raise AssertionError("unreachable")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+@contextmanager
+def stopped_by_signals(on_stop: Callable[[], None]) -> Iterator[threading.Event]:
+    """While inside, Ctrl-C and SIGTERM set the event and call `on_stop` in a thread (never in
+    the signal handler, which runs between the main thread's calls into the JVM)."""
+    stopping = threading.Event()
+
+    def handler(*_: Any) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            threading.Thread(target=on_stop, daemon=True).start()
+
+    previous = {number: signal.signal(number, handler)
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopping
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+@contextmanager
+def output_or_nothing(out: Path) -> Iterator[None]:
+    """Leave `out` as it was unless the block succeeds: what the block made in it goes."""
+    existed = out.exists()
+    before = set(os.listdir(out)) if existed else set()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
+        elif out.is_dir():
+            for name in set(os.listdir(out)) - before:
+                path = out / name
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        raise
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
+        error: Callable[[str], None]) -> int:
+    """``wireproto analyze``: 0 when done, 1 when Spark fails, 2 for bad usage, 130 when
+    stopped. `announce` prints the summary lines, `error` one line on stderr."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("pyspark") is None:
+            raise UsageError(SPARK_MISSING)
+        if not args.follow and (args.available_now or args.checkpoint):
+            raise UsageError("--checkpoint and --available-now go with --follow")
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise UsageError(f"--out {args.out!r} is not a directory")
+        files = check_captures(args.captures, incomplete_ok=args.follow)
+        if args.follow:
+            from wireproto.pipeline.follow import parse_hub
+
+            try:
+                parse_hub(args.hub)
+            except ValueError as problem:
+                raise UsageError(f"--hub: {problem}") from None
+    except UsageError as problem:
+        error(str(problem))
+        return 2
+
+    log_path = Path(tempfile.gettempdir()) / f"wireproto-analyze-{os.getpid()}.log"
+    try:
+        spark = quiet_spark(args.master, log_path)
+    except KeyboardInterrupt:  # while the JVM was starting
+        return INTERRUPTED
+    try:
+        if args.follow:
+            return _follow(spark, args, announce)
+        return _batch(spark, args, files, announce, error, log_path)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    finally:
+        spark.stop()
+
+
+def _batch(spark: Any, args: argparse.Namespace, files: list[Path],
+           announce: Callable[[list[str]], None], error: Callable[[str], None],
+           log_path: Path) -> int:
+    from wireproto.pipeline.analyze import analyze
+
+    progress = Progress(spark, files, sys.stderr).start()
+    with stopped_by_signals(spark.sparkContext.cancelAllJobs) as stopping:
+        try:
+            with output_or_nothing(Path(args.out)):
+                summary = analyze(spark, args.captures, args.out)
+                if stopping.is_set():
+                    raise KeyboardInterrupt
+        except BaseException as failure:
+            progress.stop()
+            if stopping.is_set() or isinstance(failure, KeyboardInterrupt):
+                return INTERRUPTED
+            if not isinstance(failure, Exception):
+                raise
+            text = str(failure).strip()
+            first = text.splitlines()[0] if text else ""
+            error(f"{type(failure).__name__}: {first} (Spark's log: {log_path})")
+            return 1
+    progress.stop()
+    announce(summary.lines())
+    return 0
+
+
+def _follow(spark: Any, args: argparse.Namespace, announce: Callable[[list[str]], None]) -> int:
+    from wireproto.pipeline.follow import start_follow
+
+    checkpoint = args.checkpoint or os.path.join(args.out, "checkpoint")
+    query = start_follow(spark, args.captures, hub=args.hub, checkpoint=checkpoint,
+                         available_now=args.available_now)
+    announce([f"following {args.captures}; publishing to {args.hub}; Ctrl-C stops"])
+    with stopped_by_signals(lambda: None) as stopping:
+        while not stopping.is_set():
+            if query.awaitTermination(0.5):
+                return 0
+        query.stop()
+    return 0
