@@ -1,17 +1,31 @@
 # One entry point for set-up: every target creates .venv and installs what it needs first.
+# `make serve` installs only what the broker needs; `make test` adds the test, bench and Spark
+# extras (about 1 GB, pyspark alone about 500 MB).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+SERVE_STAMP := $(VENV)/.installed-serve
 STAMP  := $(VENV)/.installed
 NPM_STAMP := tests/interop/node_modules/.installed
 
-.PHONY: serve test lint bench fuzz clean
+.PHONY: serve install test lint bench fuzz java clean
 
-$(STAMP): setup.cfg pyproject.toml
+# The package, editable, and a .pth naming this checkout: twistd finds plugins in the
+# twisted/plugins directories of sys.path entries, and this checkout's is at its top.
+$(SERVE_STAMP): setup.cfg pyproject.toml
+	@echo "make: creating $(VENV) and installing wireproto (what serving needs)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	@# compat mode puts the checkout on sys.path, so Twisted finds twisted/plugins/ here
-	$(BIN)/pip install --quiet -e '.[test,bench,spark]' --config-settings editable_mode=compat
+	$(BIN)/pip install --progress-bar on --upgrade pip
+	$(BIN)/pip install --progress-bar on -e .
+	$(BIN)/python -c "import pathlib, site; pathlib.Path(site.getsitepackages()[0], \
+	  'wireproto-checkout.pth').write_text(str(pathlib.Path.cwd()) + '\n')"
+	touch $(SERVE_STAMP)
+
+install: $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP)
+	@echo "make: installing the test, bench and spark extras (about 1 GB)"
+	$(BIN)/pip install --progress-bar on -e '.[test,bench,spark]'
 	touch $(STAMP)
 
 # The reference implementations (nydus-protocol, ...) used as real peers in tests.
@@ -20,10 +34,22 @@ $(NPM_STAMP): tests/interop/package.json tests/interop/package-lock.json
 	touch $(NPM_STAMP)
 
 # The broker on built-in defaults: WEBSMQ on ws://127.0.0.1:8765/websmq and tcp:127.0.0.1:8766.
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(BIN)/wireproto serve
 
-test: $(STAMP) $(NPM_STAMP)
+# Spark's tests need Java 17: installed here when missing and root, else named.
+java:
+	@if ! command -v java >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing Java 17 for Spark (openjdk-17-jre-headless)"; \
+	    apt-get update -q && apt-get install -y -q openjdk-17-jre-headless; \
+	  else \
+	    echo "make test: Java 17 is missing; install it: apt-get install openjdk-17-jre-headless" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
+test: $(STAMP) $(NPM_STAMP) java
 	$(BIN)/ruff check wireproto tests bench twisted examples
 	@# pytest exits 5 when it collects nothing: a suite that tests nothing must fail loudly.
 	@$(BIN)/python -m pytest; rc=$$?; \
