@@ -31,16 +31,19 @@ class Child:
     """A subprocess whose stdout and stderr lines are read by threads, so waiting for a line
     never blocks the reactor and always has a timeout."""
 
-    def __init__(self, *args: str, stdin: str | None = None) -> None:
-        """Run `args`; `stdin` is written to its standard input, which is then closed."""
+    def __init__(self, *args: str, stdin: str | None = None, hold_stdin: bool = False) -> None:
+        """Run `args`; `stdin` is written to its standard input, which is then closed (or, with
+        `hold_stdin`, left open, as a terminal's is)."""
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            args, stdin=subprocess.PIPE if stdin is not None or hold_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         if stdin is not None:
             assert self.process.stdin is not None
             self.process.stdin.write(stdin)
-            self.process.stdin.close()
+            self.process.stdin.flush()
+            if not hold_stdin:
+                self.process.stdin.close()
         self.stdout: list[str] = []
         self.stderr: list[str] = []
         self.readers = [

@@ -36,8 +36,9 @@ ONE_LINE_ERROR = re.compile(r"^wireproto (call|produce|events): \S.*$")
 class Tool(Child):
     """``python -m wireproto ARGS...``, with `stdin` text (or nothing: /dev/null)."""
 
-    def __init__(self, *args: str, stdin: str | None = None) -> None:
-        super().__init__(sys.executable, "-m", "wireproto", *args, stdin=stdin)
+    def __init__(self, *args: str, stdin: str | None = None, hold_stdin: bool = False) -> None:
+        super().__init__(sys.executable, "-m", "wireproto", *args, stdin=stdin,
+                         hold_stdin=hold_stdin)
 
     async def result(self, timeout: float = 20) -> int:
         return await self.exit_code(timeout)
@@ -74,8 +75,8 @@ class Rig:
         nydus.register_route("/never", lambda invocation: defer.Deferred())
         return service
 
-    def run(self, *args: str, stdin: str | None = None) -> Tool:
-        tool = Tool(*args, stdin=stdin)
+    def run(self, *args: str, stdin: str | None = None, hold_stdin: bool = False) -> Tool:
+        tool = Tool(*args, stdin=stdin, hold_stdin=hold_stdin)
         self.tools.append(tool)
         return tool
 
@@ -281,3 +282,26 @@ async def test_refused_handshakes_exit_4(rig: Rig) -> None:
     assert "handshake refused with 11, the host does not give new client IDs" in (
         produce.error_line()
     )
+
+
+@pytest_twisted.ensureDeferred
+async def test_ctrl_c_stops_every_tool_quietly_and_closes_its_connection(rig: Rig) -> None:
+    # Ctrl-C gave 0 for some tools, 1 with no message for produce and 3 ("Connection lost")
+    # for call: now 130 for a tool with work left, 0 for one that runs until stopped.
+    await rig.start()
+    hub = rig.service.hub
+    ubre = rig.address["ubre", "lines"]
+    subble = rig.address["subble", "length32"]
+    calling = rig.run("call", "-p", "ubre", ubre, "never", "1")
+    producing = rig.run("produce", subble, "-t", "reading", stdin="1\n", hold_stdin=True)
+    publishing = rig.run("pub", "-p", "ubre", ubre, "-t", "news", stdin="first\n",
+                         hold_stdin=True)
+    listening = rig.run("events", subble, "-t", "reading")
+    await eventually(lambda: len(hub.sessions) == 4, timeout=15)
+    await rig.subscribed("reading")
+    for tool in (calling, producing, publishing, listening):
+        tool.process.send_signal(signal.SIGINT)
+    for tool, status in ((calling, 130), (producing, 130), (publishing, 130), (listening, 0)):
+        assert await tool.result() == status, tool.output()
+        assert tool.stderr == [], tool.output()
+    await eventually(lambda: not hub.sessions)

@@ -9,7 +9,12 @@ Exit codes (docs/tools.md):
 3     cannot reach the peer: connection refused, no such host or device
 4     the peer refused us: WebSocket handshake refused, Subble handshake code
 5     timed out: no answer, or fewer messages than asked for within --timeout
+130   stopped by Ctrl-C or SIGTERM with work left (pub, call, produce)
 ====  =====================================================================
+
+Ctrl-C or SIGTERM stops every tool the same way (`run_tool`): what it was waiting for is
+cancelled, its connection is closed cleanly, and it exits quietly: 0 for a tool that runs until
+it is stopped (sub, events), 130 for one that had work left (pub, call, produce).
 
 Errors are one line on stderr, ``wireproto TOOL: what went wrong``, never a traceback.
 """
@@ -30,6 +35,7 @@ from twisted.internet import defer, error, task
 
 __all__ = [
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_TIMEOUT",
@@ -51,6 +57,7 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_REFUSED = 4
 EXIT_TIMEOUT = 5
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 # A ws:// or http:// URL's path names its protocol, as the default listeners serve them.
 _PATH_PROTOCOLS = {"websmq": "websmq", "ubre": "ubre", "engine.io": "nydus", "subble": "subble"}
@@ -166,18 +173,48 @@ def _exit_code(failure: Any) -> tuple[int, str]:
     return EXIT_FAILED, f"{type(value).__name__}: {value}"
 
 
-def run_tool(name: str, main: Callable[[Any], Awaitable[int]]) -> int:
+STOP_TIMEOUT = 5.0
+
+
+def run_tool(name: str, main: Callable[[Any], Awaitable[int]], *,
+             until_stopped: bool = False) -> int:
     """Run ``main(reactor)`` under the reactor; its return value is the exit status. Any
-    exception becomes one line, ``wireproto NAME: ...``, and the matching exit code."""
+    exception becomes one line, ``wireproto NAME: ...``, and the matching exit code.
+
+    Ctrl-C or SIGTERM cancels what `main` is waiting for, so its ``finally`` blocks close its
+    connection (the reactor waits for them, up to `STOP_TIMEOUT` seconds); the status is then 0
+    if the tool runs `until_stopped`, else EXIT_INTERRUPTED, with nothing on stderr."""
     status: list[int] = []
+    stopped: list[bool] = []
 
     async def body(reactor: Any) -> None:
+        work = defer.ensureDeferred(main(reactor))
+
+        def stop() -> defer.Deferred | None:
+            if work.called:
+                return None
+            stopped.append(True)
+            work.cancel()
+            waited: defer.Deferred = defer.Deferred()
+            work.addBoth(lambda _: None if waited.called else waited.callback(None))
+            return waited.addTimeout(STOP_TIMEOUT, reactor).addErrback(lambda _: None)
+
+        trigger = reactor.addSystemEventTrigger("before", "shutdown", stop)
         try:
-            status.append(await main(reactor))
+            status.append(await work)
         except BaseException as exception:  # noqa: BLE001 - every failure is one line
+            if stopped:
+                status.append(EXIT_OK if until_stopped else EXIT_INTERRUPTED)
+                return
             code, line = _exit_code(exception)
             print(f"wireproto {name}: {one_line(line)}", file=sys.stderr, flush=True)
             status.append(code)
+        else:
+            if stopped and not until_stopped:
+                status[-1] = EXIT_INTERRUPTED
+        finally:
+            if not stopped:
+                reactor.removeSystemEventTrigger(trigger)
 
     try:
         task.react(lambda reactor: defer.ensureDeferred(body(reactor)))

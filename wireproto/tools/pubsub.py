@@ -58,18 +58,14 @@ class _Ended(Exception):
 
 
 class _Run:
-    """Ends once, with an exit status or an exception for run_tool to report. Ctrl-C or SIGTERM
-    (the reactor starting to stop) ends it with 0, and the reactor then waits for `release()`,
-    so the tool can close its connection cleanly first."""
+    """Ends once, with an exit status or an exception for run_tool to report. (Ctrl-C and
+    SIGTERM are run_tool's: they cancel what the tool waits for.)"""
 
     def __init__(self, reactor: Any) -> None:
         self.reactor = reactor
         self.outcome: int | BaseException | None = None
         self._waiting: set[defer.Deferred] = set()
-        self._released: defer.Deferred = defer.Deferred()
-        self._stopping = False
         self._timer: Any = None
-        self._trigger = reactor.addSystemEventTrigger("before", "shutdown", self._shutdown)
 
     def end(self, outcome: int | BaseException) -> None:
         if self.outcome is not None:
@@ -101,18 +97,9 @@ class _Run:
             raise self.outcome
         return EXIT_OK if self.outcome is None else self.outcome
 
-    def _shutdown(self) -> defer.Deferred:
-        self._stopping = True
-        self.end(EXIT_OK)
-        return self._released
-
     def release(self) -> None:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
-        if not self._stopping:
-            self.reactor.removeSystemEventTrigger(self._trigger)
-        if not self._released.called:
-            self._released.callback(None)
 
 
 # -- what a tool receives, and payloads as values ------------------------------------------------
@@ -511,7 +498,7 @@ def sub(args: argparse.Namespace) -> int:
                 run.release()
         return run.result()
 
-    return run_tool("sub", main)
+    return run_tool("sub", main, until_stopped=True)
 
 
 def _print(message: Received, protocol: str, as_json: bool) -> None:

@@ -348,9 +348,7 @@ async def _events(reactor: Any, args: argparse.Namespace) -> int:
     count = args.count
     started = time.monotonic()
     done: defer.Deferred[int] = defer.Deferred()
-    finished: defer.Deferred[None] = defer.Deferred()
     received = 0
-    stopping = False
 
     def on_event(event: Any) -> None:
         nonlocal received
@@ -377,16 +375,6 @@ async def _events(reactor: Any, args: argparse.Namespace) -> int:
         EXIT_UNREACHABLE,
     ))
 
-    def interrupted() -> defer.Deferred:
-        # Ctrl-C or SIGTERM: stop listening, close cleanly, exit 0.
-        nonlocal stopping
-        stopping = True
-        end(EXIT_OK)
-        if not client.connected:
-            client.close()
-        return finished
-
-    trigger = reactor.addSystemEventTrigger("before", "shutdown", interrupted)
     timer = None
     try:
         await _connect(reactor, client, connect_timeout)
@@ -402,17 +390,10 @@ async def _events(reactor: Any, args: argparse.Namespace) -> int:
 
             timer = reactor.callLater(max(0.0, timeout - (time.monotonic() - started)), expired)
         return await done
-    except ToolError:
-        if stopping:
-            return EXIT_OK  # the connection attempt was cut short by Ctrl-C
-        raise
     finally:
         if timer is not None and timer.active():
             timer.cancel()
         await _close(reactor, client)
-        finished.callback(None)
-        if not stopping:  # while shutting down, the reactor is running its triggers
-            reactor.removeSystemEventTrigger(trigger)
 
 
 # -- the subcommands ------------------------------------------------------------------------------
@@ -428,8 +409,10 @@ def _count(text: str) -> int:
     return value
 
 
-def _runner(name: str, main: Callable[[Any, argparse.Namespace], Any]) -> Callable[..., int]:
-    return lambda args: run_tool(name, lambda reactor: main(reactor, args))
+def _runner(name: str, main: Callable[[Any, argparse.Namespace], Any], *,
+            until_stopped: bool = False) -> Callable[..., int]:
+    return lambda args: run_tool(name, lambda reactor: main(reactor, args),
+                                 until_stopped=until_stopped)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -485,4 +468,4 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="exit after COUNT events")
     events.add_argument("--client-id", metavar="ID",
                         help="the client ID to handshake with (default: a new one)")
-    events.set_defaults(run=_runner("events", _events))
+    events.set_defaults(run=_runner("events", _events, until_stopped=True))
