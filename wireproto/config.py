@@ -43,6 +43,7 @@ from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import SERVER_PROTOCOLS, ServerProtocolSpec
 from wireproto.protocols.subble import DEFAULT_NEW_IDS_PER_MINUTE, DEFAULT_REGISTRY_TTL
+from wireproto.transports.connect import split_endpoint
 from wireproto.transports.http import HTTPLimits
 from wireproto.transports.stream import FRAMINGS
 from wireproto.transports.websocket import WebSocketOptions
@@ -290,30 +291,9 @@ class Config:
 # -- endpoint strings -----------------------------------------------------------------------------
 
 
-def _split_endpoint(endpoint: str) -> tuple[list[str], dict[str, str]]:
-    """Positional and keyword parts of an endpoint string, as Twisted reads it (`\\` escapes)."""
-    parts: list[list[str]] = [[""]]
-    escaped = False
-    for char in endpoint:
-        if escaped:
-            parts[-1][-1] += char
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == ":":
-            parts.append([""])
-        elif char == "=" and len(parts[-1]) == 1:
-            parts[-1].append("")
-        else:
-            parts[-1][-1] += char
-    args = [part[0] for part in parts if len(part) == 1]
-    kwargs = {part[0]: part[1] for part in parts if len(part) == 2}
-    return args, kwargs
-
-
 def endpoint_type(endpoint: str) -> str:
     """The endpoint string's type, lower case: 'tcp', 'ssl', 'unix', 'serial', ..."""
-    args, _ = _split_endpoint(endpoint)
+    args, _ = split_endpoint(endpoint)
     return args[0].lower() if args else ""
 
 
@@ -323,7 +303,7 @@ _LOOPBACK = {"tcp": "127.0.0.1", "ssl": "127.0.0.1", "tcp6": "\\:\\:1"}
 
 def with_default_interface(endpoint: str) -> str:
     """`endpoint`, plus ``interface=`` loopback if it is a tcp:, ssl: or tcp6: naming none."""
-    args, kwargs = _split_endpoint(endpoint)
+    args, kwargs = split_endpoint(endpoint)
     kind = args[0].lower() if args else ""
     loopback = _LOOPBACK.get(kind)
     # tcp:PORT:INTERFACE names it positionally; ssl: and tcp6: take only the keyword.
@@ -510,7 +490,7 @@ def _check_phyllo_links(links: Sequence[PhylloLink], labels: Sequence[str]) -> N
 
 def is_ephemeral(endpoint: str) -> bool:
     """True for a tcp:/ssl:/tcp6: endpoint on port 0, which gets a fresh port each time."""
-    args, kwargs = _split_endpoint(endpoint)
+    args, kwargs = split_endpoint(endpoint)
     if not args or args[0].lower() not in _LOOPBACK:
         return False
     port = kwargs.get("port", args[1] if len(args) > 1 else None)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
@@ -42,13 +43,17 @@ class Broker:
         self.service: Any = None
         self.tools: list[Tool] = []
 
-    async def start(self, wildcards: bool = False) -> dict[str, str]:
+    async def start(self, wildcards: bool = False, tls: Any = None) -> dict[str, str]:
         specs = {
             "websmq": f"websmq+ws@tcp:0:{LOCAL}",
             "ubre": f"ubre+ws@tcp:0:{LOCAL}",
             "websmq_tcp": f"websmq+length32@tcp:0:{LOCAL}",
             "ubre_tcp": f"ubre+lines@tcp:0:{LOCAL}",
         }
+        if tls is not None:
+            secure = f"ssl:0:{LOCAL}:privateKey={tls.key}:certKey={tls.cert}"
+            specs["websmq_wss"] = f"websmq+ws@{secure}"
+            specs["ubre_ssl"] = f"ubre+lines@{secure}"
         config = Config(listeners=tuple(parse_listen(spec) for spec in specs.values()),
                         websmq=WebsmqSettings(wildcards=wildcards))
         self.service = make_service(config, reactor)
@@ -294,3 +299,29 @@ async def test_a_path_the_broker_does_not_serve_is_refused_with_4(broker: Broker
     await one_error(broker.run("pub", unknown, "-p", "websmq", "-t", "t", "-m", "x"), 4,
                     "wireproto pub: ")
     await one_error(broker.run("sub", unknown, "-p", "ubre", "-t", "t"), 4, "wireproto sub: ")
+
+
+@pytest.mark.filterwarnings("ignore:Passing pyOpenSSL:DeprecationWarning")
+@pytest_twisted.ensureDeferred
+async def test_tls_is_verified_and_takes_cafile_or_insecure(broker: Broker, tls_files) -> None:
+    address = await broker.start(tls=tls_files)
+    wss = address["websmq_wss"].replace("127.0.0.1", "localhost")
+    ssl = address["ubre_ssl"]  # ssl:127.0.0.1:PORT
+    host, port = ssl.split(":")[1:]
+    ubre_ssl = f"ssl:host={host}:port={port}"
+    untrusted = broker.run("pub", wss, "-t", "t", "-m", "x")
+    assert "certificate verify failed" in await one_error(untrusted, 4)
+    untrusted_stream = broker.run("call", "-p", "ubre", ubre_ssl, "nothing", "1")
+    await finished(untrusted_stream, 3)
+
+    following = broker.run("sub", wss, "-t", "secure", "-C", "2", "--cafile",
+                           str(tls_files.cert), "-H", "X-Token: abc")
+    await broker.subscribed("secure")
+    sent = broker.run("pub", "-p", "ubre", ubre_ssl, "-t", "secure", "-m", "one", "--cafile",
+                      str(tls_files.cert))
+    assert await finished(sent) == []
+    insecure = broker.run("pub", wss, "-t", "secure", "-m", "two", "--insecure")
+    assert await finished(insecure) == []
+    assert await finished(following) == ['secure "one"', "secure two"]  # UBRE sends JSON
+    bad = broker.run("pub", wss, "-t", "t", "-m", "x", "-H", "no colon")
+    assert "write it as NAME:VALUE" in await one_error(bad, 2)

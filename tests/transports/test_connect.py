@@ -144,3 +144,53 @@ async def test_websocket_client_side_limit_closes_with_1009(net):
     await wait_for(peer.lost)
     assert peer.transport.closeCode == 1009
     assert len(peer.messages) == 1
+
+
+@pytest.mark.filterwarnings("ignore:Passing pyOpenSSL:DeprecationWarning")
+@pytest_twisted.ensureDeferred
+async def test_ssl_endpoints_verify_the_server_unless_told_not_to(net, tls_files):
+    # Twisted's ssl: client string without hostname= verified nothing.
+    description = f"ssl:0:interface=127.0.0.1:privateKey={tls_files.key}:certKey={tls_files.cert}"
+    port = (await net.listen(stream_server_factory(Echo), description)).getHost().port
+    address = f"ssl:host=127.0.0.1:port={port}"
+
+    async def echoed(**options) -> bytes:
+        client = await wait_for(connect(reactor, address + options.pop("suffix", ""),
+                                        net.factory(Recorder), **options))
+        client.transport.sendMessage(b"hello")
+        return (await client.received(1))[0][0]
+
+    # Its own, self-signed certificate: the TLS handshake fails, nothing is delivered.
+    refused = await wait_for(connect(reactor, address, net.factory(Recorder)))
+    refused.transport.sendMessage(b"hello")
+    await wait_for(refused.lost)
+    assert "certificate verify failed" in str(refused.reason.value)
+    assert refused.messages == []
+    assert await echoed(cafile=str(tls_files.cert)) == b"hello"
+    assert await echoed(suffix=f":hostname=localhost:caCertsDir={tls_files.ca_dir}") == b"hello"
+    assert await echoed(suffix=":verify=no") == b"hello"
+    assert await echoed(insecure=True) == b"hello"
+    with pytest.raises(ValueError, match="use verify=yes or verify=no"):
+        connect(reactor, address + ":verify=maybe", Recorder)
+
+
+@pytest.mark.filterwarnings("ignore:Passing pyOpenSSL:DeprecationWarning")
+@pytest_twisted.ensureDeferred
+async def test_wss_takes_a_ca_file_or_insecure_and_handshake_headers(net, tls_files):
+    seen: list[bytes | None] = []
+
+    class Headers(Echo):
+        def connectionMade(self) -> None:
+            seen.append(self.transport.http_headers.get("x-token"))
+
+    site = websocket_site({"/ws": websocket_resource(net.factory(Headers))})
+    description = f"ssl:0:interface=127.0.0.1:privateKey={tls_files.key}:certKey={tls_files.cert}"
+    port = (await net.listen(site, description)).getHost().port
+    url = f"wss://localhost:{port}/ws"
+    await wait_for(connect(reactor, url, net.factory(Recorder), cafile=str(tls_files.cert),
+                           headers={"X-Token": "t1"}))
+    await wait_for(connect(reactor, url, net.factory(Recorder), insecure=True))
+    await eventually(lambda: len(seen) == 2)
+    assert seen == ["t1", None]
+    with pytest.raises(ValueError, match="TLS options are for wss://"):
+        connect(reactor, "ws://127.0.0.1:9/x", Recorder, insecure=True)

@@ -259,7 +259,7 @@ class NydusClient(ClientBase):
                     f"{address!r}; for the lines framing pass an endpoint string without "
                     "engineio=True"
                 )
-            unknown = set(connect_options) - {"context_factory"}
+            unknown = set(connect_options) - {"context_factory", "cafile", "insecure", "headers"}
             if unknown:
                 raise ValueError(
                     f"{', '.join(sorted(unknown))}: options for raw WebSocket and stream "

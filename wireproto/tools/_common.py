@@ -43,6 +43,7 @@ __all__ = [
     "EXIT_USAGE",
     "ToolError",
     "add_common_options",
+    "connect_options",
     "emit",
     "payload_text",
     "protocol_of",
@@ -105,6 +106,33 @@ def add_common_options(parser: argparse.ArgumentParser, protocols: tuple[str, ..
                         help="one JSON object per line, for scripts")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                         help="give up after this long (default 10)")
+    parser.add_argument("--cafile", metavar="FILE",
+                        help="trust the CA certificates in FILE (PEM) for wss:// and ssl: "
+                             "(default: the system's trust roots)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="do not verify the server's certificate (wss://, ssl:)")
+    parser.add_argument("-H", "--header", action="append", default=[], metavar="NAME:VALUE",
+                        help="a header for the WebSocket handshake; repeatable")
+
+
+def connect_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What --cafile, --insecure and -H ask of a client's connection (only what was given)."""
+    options: dict[str, Any] = {}
+    if args.cafile is not None:
+        if not os.path.isfile(args.cafile):
+            raise ToolError(f"--cafile {args.cafile!r}: no such file", EXIT_USAGE)
+        options["cafile"] = args.cafile
+    if args.insecure:
+        options["insecure"] = True
+    headers = {}
+    for header in args.header:
+        name, colon, value = header.partition(":")
+        if not colon or not name.strip():
+            raise ToolError(f"-H {header!r}: write it as NAME:VALUE", EXIT_USAGE)
+        headers[name.strip()] = value.strip()
+    if headers:
+        options["headers"] = headers
+    return options
 
 
 def stdin_lines(reactor: Any) -> defer.DeferredQueue:

@@ -36,6 +36,7 @@ from wireproto.tools._common import (
     EXIT_USAGE,
     ToolError,
     add_common_options,
+    connect_options,
     emit,
     payload_text,
     protocol_of,
@@ -219,7 +220,8 @@ class _WebsmqLink(_Link):
         from wireproto.topics import is_pattern
 
         wildcards = any(map(is_pattern, topics))
-        return websmq.connect(reactor, args.address, wildcards=wildcards).addCallback(cls)
+        return websmq.connect(reactor, args.address, wildcards=wildcards,
+                              **connect_options(args)).addCallback(cls)
 
     async def publish(self, topic: str, payload: bytes) -> None:
         await self.client.publish(topic, payload)
@@ -256,7 +258,8 @@ class _UbreLink(_Link):
     def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
         from wireproto.protocols import ubre_client
 
-        return ubre_client.connect(reactor, args.address).addCallback(cls)
+        return ubre_client.connect(reactor, args.address,
+                                   **connect_options(args)).addCallback(cls)
 
     async def publish(self, topic: str, payload: bytes) -> None:
         from wireproto.codecs.ubre import NO_BODY
@@ -316,7 +319,10 @@ class _PhylloLink(_Link):
             raise ToolError(
                 "Phyllo goes over a serial: or tcp: endpoint here, not a ws:// URL", EXIT_USAGE
             )
-        endpoint = client_endpoint(reactor, args.address)
+        options = connect_options(args)
+        if "headers" in options:
+            raise ToolError("-H is for WebSocket URLs", EXIT_USAGE)
+        endpoint = client_endpoint(reactor, args.address, **options)
         send_format = "bytes" if getattr(args, "bytes", False) else "msgpack"
         return connect_stack(endpoint, lambda: build_stack(args.stack)).addCallback(
             cls, send_format

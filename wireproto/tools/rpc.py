@@ -29,6 +29,7 @@ from wireproto.tools._common import (
     EXIT_USAGE,
     ToolError,
     add_common_options,
+    connect_options,
     emit,
     one_line,
     payload_text,
@@ -222,9 +223,11 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
     _check_address(reactor, args.address)
     client: Any
     if protocol == "ubre":
-        client = UbreClient(reactor, args.address, request_timeout=timeout)
+        client = UbreClient(reactor, args.address, request_timeout=timeout,
+                            **connect_options(args))
     else:
-        client = NydusClient(reactor, args.address, welcome_timeout=timeout)
+        client = NydusClient(reactor, args.address, welcome_timeout=timeout,
+                             **connect_options(args))
     try:
         await _connect(reactor, client, timeout)
         started = time.monotonic()
@@ -282,6 +285,7 @@ def _subble_client(reactor: Any, args: argparse.Namespace, handshake_timeout: fl
 
     try:
         _check_address(reactor, args.address)
+        options.update(connect_options(args))
         return SubbleClient(reactor, args.address, client_id=args.client_id,
                             handshake_timeout=handshake_timeout, **options)
     except (TypeError, ValueError) as bad:

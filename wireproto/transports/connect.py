@@ -23,6 +23,8 @@ from wireproto.transports.websocket import WebSocketOptions, websocket_client_fa
 
 __all__ = [
     "client_endpoint",
+    "split_endpoint",
+    "tls_client_options",
     "connect",
     "default_framing",
     "is_websocket_address",
@@ -32,6 +34,74 @@ __all__ = [
 WEBSOCKET_SCHEMES = ("ws://", "wss://")
 # Frozen, so one shared default is safe.
 _DEFAULT_WEBSOCKET_OPTIONS = WebSocketOptions()
+
+
+def split_endpoint(endpoint: str) -> tuple[list[str], dict[str, str]]:
+    """Positional and keyword parts of an endpoint string, as Twisted reads it (`\\` escapes)."""
+    parts: list[list[str]] = [[""]]
+    escaped = False
+    for char in endpoint:
+        if escaped:
+            parts[-1][-1] += char
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ":":
+            parts.append([""])
+        elif char == "=" and len(parts[-1]) == 1:
+            parts[-1].append("")
+        else:
+            parts[-1][-1] += char
+    args = [part[0] for part in parts if len(part) == 1]
+    kwargs = {part[0]: part[1] for part in parts if len(part) == 2}
+    return args, kwargs
+
+
+def tls_client_options(host: str, *, cafile: str | None = None, insecure: bool = False) -> Any:
+    """TLS client options for `host`: its certificate verified against the system's trust roots,
+    or against the certificates in `cafile` (PEM); `insecure` verifies nothing."""
+    from twisted.internet.ssl import Certificate, CertificateOptions, trustRootFromCertificates
+
+    if insecure:
+        return CertificateOptions()
+    if cafile is None:
+        return optionsForClientTLS(host)
+    with open(cafile, "rb") as file:
+        pem = file.read()
+    marker = b"-----END CERTIFICATE-----"
+    certificates = [Certificate.loadPEM(block + marker) for block in pem.split(marker)
+                    if block.strip()]
+    if not certificates:
+        raise ValueError(f"{cafile!r} holds no PEM certificate")
+    return optionsForClientTLS(host, trustRoot=trustRootFromCertificates(certificates))
+
+
+def _ssl_endpoint(reactor: Any, address: str, cafile: str | None, insecure: bool) -> Any:
+    """An ``ssl:`` client endpoint that verifies the server unless told not to.
+
+    Twisted's ``ssl:`` string verifies nothing without ``hostname=``; here `hostname` defaults
+    to the host. ``verify=no`` in the string, or `insecure`, turns verification off; `cafile`
+    (or Twisted's own ``caCertsDir=``) names whom to trust instead of the system's roots."""
+    args, kwargs = split_endpoint(address)
+    positional = args[1:]
+    host = kwargs.get("host") or (positional[0] if positional else "")
+    port = kwargs.get("port") or (positional[1] if len(positional) > 1 else "")
+    verify = kwargs.pop("verify", "yes").lower()
+    if verify not in ("yes", "no"):
+        raise ValueError(f"verify={verify} in {address!r}: use verify=yes or verify=no")
+    insecure = insecure or verify == "no"
+    if not insecure and cafile is None:
+        if "hostname" in kwargs:
+            return clientFromString(reactor, address)
+        return clientFromString(reactor, address + ":hostname=" + host.replace(":", "\\:"))
+    if not host or not port.isdigit():
+        raise ValueError(f"{address!r} needs a host and a port")
+    if {"certKey", "privateKey", "caCertsDir"} & set(kwargs):
+        raise ValueError(f"{address!r}: certKey, privateKey and caCertsDir go without "
+                         "verify=no and a CA file")
+    options = tls_client_options(kwargs.get("hostname", host), cafile=cafile,
+                                 insecure=insecure)
+    return wrapClientTLS(options, HostnameEndpoint(reactor, host, int(port)))
 
 
 def is_websocket_address(address: str) -> bool:
@@ -44,15 +114,22 @@ def default_framing(address: str) -> str:
     return "cobs" if address.startswith("serial:") else "length32"
 
 
-def client_endpoint(reactor: Any, address: str) -> Any:
+def client_endpoint(
+    reactor: Any, address: str, *, cafile: str | None = None, insecure: bool = False
+) -> Any:
     """The Twisted client endpoint for a stream address, with a clear error for a bad one.
 
     ``serial:`` is parsed here as well as by the endpoint plugin, so connecting to a serial
-    port does not depend on Twisted finding the plugin.
+    port does not depend on Twisted finding the plugin. ``ssl:`` verifies the server by default
+    (see `_ssl_endpoint`).
     """
     try:
         if address.startswith("serial:"):
             return serial_endpoint_from_string(reactor, address)
+        if address.lower().startswith("ssl:"):
+            return _ssl_endpoint(reactor, address, cafile, insecure)
+        if cafile is not None or insecure:
+            raise ValueError("a CA file and insecure are for ssl: endpoints and wss:// URLs")
         return clientFromString(reactor, address)
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(
@@ -68,21 +145,27 @@ def websocket_client(
     protocol_factory: Callable[[], IMessageProtocol],
     websocket: WebSocketOptions = _DEFAULT_WEBSOCKET_OPTIONS,
     context_factory: Any = None,
+    *,
+    cafile: str | None = None,
+    insecure: bool = False,
+    headers: dict[str, str] | None = None,
 ) -> tuple[Any, Any]:
     """The client endpoint and the Autobahn factory that connect to a ``ws://`` or ``wss://``
-    `address`; each connection's message protocol is a new ``protocol_factory()``."""
+    `address`; each connection's message protocol is a new ``protocol_factory()``. `headers`
+    go with the opening handshake; `cafile` and `insecure` are as `tls_client_options`."""
     try:
-        factory = websocket_client_factory(address, protocol_factory, websocket, reactor=reactor)
+        factory = websocket_client_factory(address, protocol_factory, websocket, reactor=reactor,
+                                           headers=headers)
     except Exception as exc:  # Autobahn raises bare Exception for a bad URL
         raise ValueError(f"cannot connect to {address!r}: {exc}") from exc
     endpoint: Any = HostnameEndpoint(reactor, factory.host, factory.port)
     if factory.isSecure:
-        tls = context_factory if context_factory is not None else optionsForClientTLS(
-            factory.host
+        tls = context_factory if context_factory is not None else tls_client_options(
+            factory.host, cafile=cafile, insecure=insecure
         )
         endpoint = wrapClientTLS(tls, endpoint)
-    elif context_factory is not None:
-        raise ValueError(f"context_factory is for wss:// URLs, not {address!r}")
+    elif context_factory is not None or cafile is not None or insecure:
+        raise ValueError(f"TLS options are for wss:// URLs, not {address!r}")
     return endpoint, factory
 
 
@@ -95,6 +178,9 @@ def connect(
     websocket: WebSocketOptions = _DEFAULT_WEBSOCKET_OPTIONS,
     stream: StreamOptions | None = None,
     context_factory: Any = None,
+    cafile: str | None = None,
+    insecure: bool = False,
+    headers: dict[str, str] | None = None,
 ) -> Deferred[IMessageProtocol]:
     """Connect a new ``protocol_factory()`` protocol to `address`.
 
@@ -104,13 +190,16 @@ def connect(
 
     `framing` (for stream addresses) overrides `stream.framing`. `context_factory` is the TLS
     client options for ``wss://``, e.g. ``optionsForClientTLS("host", trustRoot=...)``; the
-    default verifies the server against the system's trust roots.
+    default verifies the server against the system's trust roots, or against `cafile`'s
+    certificates (``wss://`` and ``ssl:``); `insecure` turns verification off. `headers` go
+    with a WebSocket's opening handshake.
     """
     if is_websocket_address(address):
         if framing is not None or stream is not None:
             raise ValueError(f"{address!r} is a WebSocket URL: framing and stream do not apply")
         endpoint, factory = websocket_client(
-            reactor, address, protocol_factory, websocket, context_factory
+            reactor, address, protocol_factory, websocket, context_factory,
+            cafile=cafile, insecure=insecure, headers=headers,
         )
         opening = endpoint.connect(factory)
         opening.addCallback(lambda adapter: adapter.opened)
@@ -125,7 +214,9 @@ def connect(
         stream = StreamOptions(framing=framing or default_framing(address))
     elif framing is not None:
         stream = replace(stream, framing=framing)
-    endpoint = client_endpoint(reactor, address)
+    if headers:
+        raise ValueError(f"headers are for WebSocket URLs, not {address!r}")
+    endpoint = client_endpoint(reactor, address, cafile=cafile, insecure=insecure)
     connecting = endpoint.connect(stream_client_factory(protocol_factory, stream))
     connecting.addCallback(lambda adapter: adapter.wrapped)
     return connecting

@@ -187,6 +187,10 @@ def engineio_client_connect(
     protocol_factory: Callable[[], IMessageProtocol],
     options: EngineIOOptions = _DEFAULT_OPTIONS,
     context_factory: Any = None,
+    *,
+    cafile: str | None = None,
+    insecure: bool = False,
+    headers: dict[str, str] | None = None,
 ) -> Deferred[IMessageProtocol]:
     """Connect a new ``protocol_factory()`` protocol to the Engine.IO server at `url`
     (``ws://host:port[/path]`` or ``wss://``), over WebSocket.
@@ -194,11 +198,13 @@ def engineio_client_connect(
     The Deferred fires with that protocol once the server's open packet is in, or fails:
     ConnectionRefusedError, `HandshakeFailed` (a refused WebSocket, e.g. 403 from the
     server's allow_request, or no open packet)... `context_factory` is the TLS client options
-    for ``wss://``; the default verifies the server against the system's trust roots.
+    for ``wss://``; the default verifies the server against the system's trust roots (or
+    `cafile`'s certificates; `insecure` verifies nothing). `headers` go with the handshake.
     """
     full_url = engineio_url(url)
     endpoint, factory = websocket_client(
-        reactor, full_url, protocol_factory, options.websocket, context_factory
+        reactor, full_url, protocol_factory, options.websocket, context_factory,
+        cafile=cafile, insecure=insecure, headers=headers,
     )
     factory.protocol = EngineIOClientAdapter
     connecting = endpoint.connect(factory)

@@ -328,8 +328,9 @@ class _MessageWebSocketClientFactory(WebSocketClientFactory):
         protocol_factory: Callable[[], IMessageProtocol],
         options: WebSocketOptions,
         reactor: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(url=url, reactor=reactor)
+        super().__init__(url=url, reactor=reactor, headers=headers)
         self.protocol_factory = protocol_factory
         self.options = options
         deflate = options.per_message_deflate
@@ -356,9 +357,11 @@ def websocket_client_factory(
     options: WebSocketOptions = WebSocketOptions(),
     *,
     reactor: Any = None,
+    headers: dict[str, str] | None = None,
 ) -> WebSocketClientFactory:
-    """An Autobahn client factory for ``ws://`` or ``wss://`` `url` (connect.py uses it)."""
-    return _MessageWebSocketClientFactory(url, protocol_factory, options, reactor)
+    """An Autobahn client factory for ``ws://`` or ``wss://`` `url` (connect.py uses it);
+    `headers` go with the opening handshake."""
+    return _MessageWebSocketClientFactory(url, protocol_factory, options, reactor, headers)
 
 
 class _MessageWebSocketResource(WebSocketResource):
