@@ -423,9 +423,43 @@ async def test_twistd_lists_the_plugin_and_refuses_bad_options(children: list[Ch
     children.extend([listing, bad])
     await listing.line(re.compile(r"^\s+wireproto\s+wireproto broker"))
     assert await listing.exit_code() == 0
-    assert await bad.exit_code() == 1
-    # twistd prints its usage, then the error, on stdout.
-    await bad.line(re.compile(r".*: --listen 'websmq\+x@tcp:0': unknown transport 'x'; "))
+    # One line and status 2, as `wireproto serve`: not twistd's usage block before the error.
+    assert await bad.exit_code() == 2, bad.output()
+    assert bad.stdout == []
+    assert bad.stderr[0].startswith("twistd wireproto: --listen 'websmq+x@tcp:0': unknown "
+                                    "transport 'x'; "), bad.output()
+    assert bad.stderr[1:] == ["twistd wireproto: see twistd wireproto --help"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_twistd_with_a_port_in_use_says_so_in_one_line(children: list[Child]) -> None:
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        child = Child(str(BIN / "twistd"), "-n", "--pidfile=", "wireproto",
+                      "--listen", f"websmq+ws@tcp:{port}")
+        children.append(child)
+        assert await child.exit_code() == 1, child.output()
+    finally:
+        taken.close()
+    output = child.output()
+    assert "Traceback" not in output, output
+    assert "Address already in use" in output
+
+
+@pytest_twisted.ensureDeferred
+async def test_serve_names_its_capture_in_the_banner(children: list[Child], tmp_path) -> None:
+    child = Child(sys.executable, "-m", "wireproto", "serve", "--capture", str(tmp_path / "c"),
+                  "--listen", "websmq+length32@tcp:0:interface=127.0.0.1")
+    children.append(child)
+    await child.line(re.compile(r"^wireproto: ready"))
+    assert f"wireproto: capture: every message in and out to {tmp_path / 'c'}" in child.stdout
+    child.process.send_signal(signal.SIGINT)
+    assert await child.exit_code() == 0, child.output()
 
 
 def test_check_config_says_what_a_file_serves_or_what_is_wrong(
@@ -451,3 +485,28 @@ def test_check_config_says_what_a_file_serves_or_what_is_wrong(
     assert out == ""
     assert err == (f"wireproto check-config: {bad}: listen[1].endpoint: bad server endpoint "
                    "'tpc:8765': Unknown endpoint type: 'tpc'\n")
+
+
+def test_check_config_lists_every_problem_and_checks_ports_without_binding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It accepted tcp:70000 and stopped at the first problem of a file.
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'lsten = []\n'
+        '[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:70000"\n'
+        '[[listen]]\nprotocol = "ubre"\ntransport = "lines"\n'
+        'endpoint = "tcp:8767:interface=localhost"\n'
+        '[hub]\nqueue = 1\nmax_subscriptions = 0\n'
+    )
+    assert main(["check-config", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert all(line.startswith(f"wireproto check-config: {bad}: ") for line in lines), err
+    problems = [line.split(f"{bad}: ", 1)[1] for line in lines]
+    assert [problem.split(":", 1)[0] for problem in problems] == [
+        "lsten", "listen[1].endpoint", "listen[2].endpoint", "hub.queue",
+        "hub.max_subscriptions"]
+    assert "port '70000' is not 0 to 65535" in problems[1]
+    assert "interface 'localhost' is not an IP address" in problems[2]

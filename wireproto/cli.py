@@ -152,6 +152,8 @@ def banner(service: Any, bound: Sequence[Any]) -> list[str]:
     lines = [entry.describe() for entry in bound]
     lines += [f"{link.describe()} attached to {link.endpoint}" for link in service.config.attach]
     lines += [f"{link.describe()} on {link.endpoint}" for link in service.config.phyllo]
+    if service.capture is not None:
+        lines.append(f"capture: every message in and out to {service.capture.directory}")
     return lines
 
 
@@ -197,7 +199,8 @@ def serve(args: argparse.Namespace) -> int:
             reactor=reactor,
         )
     except ConfigError as error:
-        print(f"{PROG} serve: {error}", file=sys.stderr, flush=True)
+        for problem in error.problems:
+            print(f"{PROG} serve: {problem}", file=sys.stderr, flush=True)
         return 2
 
     from wireproto.service import ListenFailed, make_service
@@ -243,7 +246,8 @@ def check_config(path: str) -> int:
     try:
         config = load_config(path)
     except ConfigError as error:
-        print(f"{PROG} check-config: {error}", file=sys.stderr, flush=True)
+        for problem in error.problems:  # every problem of the file, one line each
+            print(f"{PROG} check-config: {problem}", file=sys.stderr, flush=True)
         return 2
     lines = [f"{path}: ok"]
     lines += [f"listen: {listener.describe()} on {listener.endpoint}"

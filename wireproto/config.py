@@ -88,7 +88,12 @@ PHYLLO_SYNTAX = "NAME[+STACK]@ADDRESS, e.g. dev1@serial:/dev/ttyACM0 or dev1+min
 
 
 class ConfigError(ValueError):
-    """A bad option or configuration file; the message says where and what is wrong."""
+    """A bad option or configuration file; the message says where and what is wrong. A file
+    with several problems has them all in `problems`, one line each."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
 
 
 @dataclass(frozen=True)
@@ -330,6 +335,28 @@ def _check_server_endpoint(endpoint: str, reactor: Any) -> None:
         raise _Invalid(
             "endpoint", f"bad server endpoint {endpoint!r}: {_endpoint_problem(error)}"
         ) from None
+    problem = _address_problem(endpoint)
+    if problem is not None:
+        raise _Invalid("endpoint", f"bad server endpoint {endpoint!r}: {problem}")
+
+
+def _address_problem(endpoint: str) -> str | None:
+    """What can be seen wrong with a tcp:, ssl: or tcp6: server endpoint's port and interface
+    without binding it (Twisted takes tcp:70000 and interface=nonsense until it binds)."""
+    args, kwargs = split_endpoint(endpoint)
+    kind = args[0].lower() if args else ""
+    if kind not in ("tcp", "ssl", "tcp6"):
+        return None
+    port = kwargs.get("port", args[1] if len(args) > 1 else "")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"port {port!r} is not 0 to 65535"
+    interface = kwargs.get("interface", args[2] if kind == "tcp" and len(args) > 2 else None)
+    if interface is not None:
+        try:
+            ipaddress.ip_address(interface)
+        except ValueError:
+            return f"interface {interface!r} is not an IP address (0.0.0.0, ::, 127.0.0.1...)"
+    return None
 
 
 def _check_client_endpoint(endpoint: str, reactor: Any) -> None:
@@ -799,14 +826,18 @@ def _read_table(
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {_shown(table)}")
     values = {}
+    problems = []
     for key, value in table.items():
         reader = readers.get(key)
         if reader is None:
-            raise ConfigError(f"{where}: {name}.{key}: {_unknown_key(key, readers)}")
+            problems.append(f"{where}: {name}.{key}: {_unknown_key(key, readers)}")
+            continue
         try:
             values[key] = reader(value)
         except ValueError as error:
-            raise ConfigError(f"{where}: {name}.{key}: {error}") from None
+            problems.append(f"{where}: {name}.{key}: {error}")
+    if problems:
+        raise ConfigError(*problems)
     try:
         return kind(**values)
     except ValueError as error:  # checks across keys, made by the options class itself
@@ -901,9 +932,15 @@ def _read_list(
     together; errors name the file and the entry, counted from 1 as a reader counts them."""
     entries = _read_entries(source, name, value)
     labels = [f"{name}[{number}]" for number in range(1, len(entries) + 1)]
-    items = tuple(
-        read(source, label, entry, reactor) for label, entry in zip(labels, entries, strict=True)
-    )
+    items = []
+    problems: list[str] = []
+    for label, entry in zip(labels, entries, strict=True):
+        try:
+            items.append(read(source, label, entry, reactor))
+        except ConfigError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise ConfigError(*problems)
     if check is not None:
         try:
             check(items, labels)
@@ -911,7 +948,7 @@ def _read_list(
             raise ConfigError(
                 f"{source}: {labels[problem.index]}.{problem.key}: {problem.message}"
             ) from None
-    return items
+    return tuple(items)
 
 
 def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) -> Config:
@@ -921,26 +958,33 @@ def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) 
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{source}: not valid TOML: {error}") from None
-    for key in document:
-        if key not in _TOP_KEYS:
-            raise ConfigError(f"{source}: {key}: {_unknown_key(key, _TOP_KEYS)}")
+    # Every problem in the file is reported, not only the first.
+    problems = [f"{source}: {key}: {_unknown_key(key, _TOP_KEYS)}"
+                for key in document if key not in _TOP_KEYS]
+    sections: dict[str, Any] = {}
 
-    config = Config()
+    def read(field_name: str, reading: Callable[[], Any]) -> None:
+        try:
+            sections[field_name] = reading()
+        except ConfigError as error:
+            problems.extend(error.problems)
+
     if "listen" in document:
-        listeners = _read_list(source, "listen", document["listen"], _read_listener,
-                               _check_shared_endpoints, reactor)
-        config = replace(config, listeners=listeners)
+        read("listeners", lambda: _read_list(source, "listen", document["listen"],
+                                             _read_listener, _check_shared_endpoints, reactor))
     if "attach" in document:
-        links = _read_list(source, "attach", document["attach"], _read_attach, None, reactor)
-        config = replace(config, attach=links)
+        read("attach", lambda: _read_list(source, "attach", document["attach"], _read_attach,
+                                          None, reactor))
     if "phyllo" in document:
-        phyllo = _read_list(source, "phyllo", document["phyllo"], _read_phyllo,
-                            _check_phyllo_links, reactor)
-        config = replace(config, phyllo=phyllo)
+        read("phyllo", lambda: _read_list(source, "phyllo", document["phyllo"], _read_phyllo,
+                                          _check_phyllo_links, reactor))
     for name, (kind, readers) in _TABLES.items():
         if name in document:
-            config = replace(config, **{name: _read_table(
-                source, name, document[name], kind, readers)})
+            read(name, lambda name=name, kind=kind, readers=readers: _read_table(
+                source, name, document[name], kind, readers))
+    if problems:
+        raise ConfigError(*problems)
+    config = replace(Config(), **sections)
     _check_something_to_do(config, source)
     return config
 

@@ -385,7 +385,8 @@ class WireprotoService(MultiService):
         self._start_capture()
         super().privilegedStartService()
         if self.listen_errors:
-            raise self.listen_errors[0]
+            # Logged in one line already: twistd stops with status 1, without a traceback.
+            raise SystemExit(1)
 
     def startService(self) -> None:
         self._start_capture()

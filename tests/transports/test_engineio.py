@@ -907,7 +907,7 @@ async def test_client_over_wss_with_a_given_trust_root(eio, tls_files):
     ))
     client.transport.sendMessage(b"secure", False)
     assert await client.received(1) == [(b"secure", False)]
-    with pytest.raises(ValueError, match="context_factory is for wss://"):
+    with pytest.raises(ValueError, match="TLS options are for wss://"):
         engineio_client_connect(reactor, f"ws://localhost:{port}", Recorder,
                                 context_factory=trust)
 

@@ -201,9 +201,23 @@ async def test_site_routes_each_path_to_its_protocol_and_404_elsewhere(net):
     for missing in ("/nope", "/a/b", "/a/b/d"):
         with pytest.raises(HandshakeFailed, match="404"):
             await client(net, port, missing)
-    # A plain GET on a WebSocket path is told to upgrade, without Autobahn's status page.
-    head = await http_response_head(net, port, b"GET /websmq HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 426")
+    # A plain GET on a WebSocket path is told to upgrade, without Autobahn's status page, and
+    # logs nothing (Autobahn logged a warning for each).
+    from twisted.logger import LogLevel, globalLogPublisher
+
+    warnings: list[dict] = []
+
+    def keep(event: dict) -> None:
+        if event.get("log_level") >= LogLevel.warn:
+            warnings.append(event)
+
+    globalLogPublisher.addObserver(keep)
+    try:
+        head = await http_response_head(net, port, b"GET /websmq HTTP/1.1\r\nHost: x\r\n\r\n")
+    finally:
+        globalLogPublisher.removeObserver(keep)
+    assert head.startswith(b"HTTP/1.1 426 Upgrade Required")
+    assert warnings == []
 
 
 def test_site_rejects_overlapping_or_relative_routes():

@@ -37,6 +37,17 @@ class Options(usage.Options):
         ["wildcards", None, "Let WEBSMQ clients subscribe to MQTT-style patterns (+ and #)."],
     ]
 
+    def parseOptions(self, options: Any = None) -> None:
+        # A bad option is one line and status 2, as with `wireproto serve`, not twistd's
+        # usage block followed by the error.
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as error:
+            for line in str(error).splitlines():
+                print(f"twistd wireproto: {line}", file=sys.stderr, flush=True)
+            print("twistd wireproto: see twistd wireproto --help", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+
     def __init__(self) -> None:
         super().__init__()
         self["listen"] = []
@@ -70,7 +81,7 @@ class Options(usage.Options):
                 capture=self["capture"],
             )
         except ConfigError as error:
-            raise usage.UsageError(str(error)) from None
+            raise usage.UsageError("\n".join(error.problems)) from None
 
 
 @implementer(IServiceMaker, IPlugin)

@@ -373,6 +373,16 @@ class _MessageWebSocketResource(WebSocketResource):
     """
 
     def render(self, request: Any) -> Any:
+        if (request.getHeader(b"upgrade") or b"").lower() != b"websocket":
+            # A plain HTTP request (a browser, a probe): answered here, with nothing logged;
+            # Autobahn would log a warning for each.
+            body = b"426 Upgrade Required: this path speaks WebSocket\n"
+            request.setResponseCode(426, b"Upgrade Required")
+            request.setHeader(b"upgrade", b"websocket")
+            request.setHeader(b"connection", b"Upgrade")
+            request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+            request.setHeader(b"content-length", b"%d" % len(body))
+            return body
         transport = request.channel.transport
         if transport is not None:
             transport.unregisterProducer()
