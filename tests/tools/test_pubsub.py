@@ -325,3 +325,52 @@ async def test_tls_is_verified_and_takes_cafile_or_insecure(broker: Broker, tls_
     assert await finished(following) == ['secure "one"', "secure two"]  # UBRE sends JSON
     bad = broker.run("pub", wss, "-t", "t", "-m", "x", "-H", "no colon")
     assert "write it as NAME:VALUE" in await one_error(bad, 2)
+
+
+@pytest_twisted.ensureDeferred
+async def test_whole_messages_from_a_file_stdin_or_nothing(broker: Broker, tmp_path) -> None:
+    # mosquitto_pub's -f, -s, -n and -l.
+    address = await broker.start()
+    following = broker.run("sub", address["websmq"], "-t", "t", "-C", "4", "--payload-only")
+    await broker.subscribed("t")
+    document = tmp_path / "doc.txt"
+    document.write_bytes(b"line one\nline two\n")
+    for args, stdin in ((["-f", str(document)], None), (["-s"], "a\nb\n"), (["-n"], None),
+                        (["-l"], "last\n")):
+        assert await finished(broker.run("pub", address["websmq"], "-t", "t", *args,
+                                         stdin=stdin)) == []
+    # Payloads only, each as it came, one per line.
+    assert await finished(following) == ["line one", "line two", "", "a", "b", "", "", "last"]
+    both = broker.run("pub", address["websmq"], "-t", "t", "-m", "x", "-n")
+    assert "not allowed with argument" in await one_error(both, 2)
+
+
+def test_version_says_which_wireproto(capsys) -> None:
+    from wireproto import __version__
+    from wireproto.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"wireproto {__version__}\n"
+
+
+@pytest_twisted.ensureDeferred
+async def test_sub_reconnects_when_asked_to(broker: Broker) -> None:
+    address = await broker.start()
+    url = address["websmq"]
+    staying = broker.run("sub", url, "-t", "t", "-C", "2", "--reconnect")
+    await broker.subscribed("t")
+    assert await finished(broker.run("pub", url, "-t", "t", "-m", "before")) == []
+    await eventually(lambda: staying.stdout == ["t before"])
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    await wait_for(broker.service.stopService(), timeout=10)
+    # The same broker again on the same port, a moment later.
+    config = Config(listeners=(parse_listen(f"websmq+ws@tcp:{port}:{LOCAL}"),))
+    broker.service = make_service(config, reactor)
+    broker.service.startService()
+    await wait_for(broker.service.when_listening())
+    await broker.subscribed("t")
+    assert await finished(broker.run("pub", url, "-t", "t", "-m", "after")) == []
+    assert await finished(staying) == ["t before", "t after"]
+    assert any("connecting again" in line for line in staying.stderr), staying.output()

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet import defer, error
+from twisted.internet import defer, error, task
 from twisted.python.failure import Failure
 
 from wireproto.payloads import value_from_payload
@@ -419,13 +420,14 @@ def pub(args: argparse.Namespace) -> int:
         run = _Run(reactor)
         link: _Link | None = None
         try:
-            lines = stdin_lines(reactor) if args.message is None else None
+            whole = _whole_message(args)
+            lines = stdin_lines(reactor) if whole is None else None
             link = await _open(run, reactor, args, protocol, [args.topic], args.timeout)
             link.on_lost(lambda why: run.end(ToolError(
                 f"the connection closed before every message was sent: {why}", EXIT_UNREACHABLE
             )))
-            if lines is None:
-                await link.publish(args.topic, args.message.encode("utf-8"))
+            if whole is not None:
+                await link.publish(args.topic, whole)
             else:
                 while (line := await run.wait(lines.get())) is not None:
                     if line:  # as mosquitto_pub -l, blank lines are not sent
@@ -443,6 +445,24 @@ def pub(args: argparse.Namespace) -> int:
         return run.result()
 
     return run_tool("pub", main)
+
+
+def _whole_message(args: argparse.Namespace) -> bytes | None:
+    """The one message -m, -f, -s or -n gives (as mosquitto_pub's); None for -l, a message per
+    line of stdin (the default)."""
+    if args.message is not None:
+        return args.message.encode("utf-8")
+    if args.file is not None:
+        try:
+            with open(args.file, "rb") as file:
+                return file.read()
+        except OSError as error:
+            raise ToolError(f"-f {args.file}: {error.strerror}", EXIT_USAGE) from None
+    if args.stdin_whole:
+        return sys.stdin.buffer.read() if sys.stdin is not None else b""
+    if args.null:
+        return b""
+    return None
 
 
 # -- sub -----------------------------------------------------------------------------------------
@@ -475,25 +495,45 @@ def sub(args: argparse.Namespace) -> int:
             if run.outcome is not None:
                 return
             received += 1
-            _print(message, protocol, args.json)
+            _print(message, protocol, args.json, args.payload_only)
             if args.count is not None and received >= args.count:
                 run.end(EXIT_OK)
 
+        link: _Link | None = None
+        gone: defer.Deferred | None = None
+
         def lost(why: str) -> None:
+            if args.reconnect and gone is not None and not gone.called:
+                gone.callback(why)  # connect again
+                return
             hint = ""
             if protocol == "websmq" and any(map(is_pattern, topics)):
                 hint = " (WEBSMQ wildcards need the broker's --wildcards)"
             run.end(ToolError(f"the connection closed: {why}{hint}", EXIT_UNREACHABLE))
 
-        link: _Link | None = None
         try:
             if args.timeout is not None:
                 run.end_after(args.timeout, timed_out)
-            link = await _open(run, reactor, args, protocol, topics,
-                               None if args.timeout is not None else DEFAULT_CONNECT_TIMEOUT)
-            link.on_lost(lost)
-            link.subscribe(topics, deliver)
-            await run.wait(defer.Deferred())
+            connect_timeout = None if args.timeout is not None else DEFAULT_CONNECT_TIMEOUT
+            link = await _open(run, reactor, args, protocol, topics, connect_timeout)
+            attempt = 0
+            while True:
+                gone = defer.Deferred()
+                link.on_lost(lost)
+                link.subscribe(topics, deliver)
+                why = await run.wait(gone)
+                # --reconnect: again, after 1 s, 2 s, 4 s ... at most 30 s, until it works.
+                print(f"wireproto sub: the connection closed: {why}; connecting again",
+                      file=sys.stderr, flush=True)
+                link = None
+                while link is None:
+                    await run.wait(task.deferLater(reactor, min(30.0, 2.0 ** attempt), lambda: 0))
+                    attempt += 1
+                    try:
+                        link = await _open(run, reactor, args, protocol, topics, connect_timeout)
+                    except ToolError:
+                        link = None
+                attempt = 0
         except _Ended:
             pass
         finally:
@@ -507,7 +547,11 @@ def sub(args: argparse.Namespace) -> int:
     return run_tool("sub", main, until_stopped=True)
 
 
-def _print(message: Received, protocol: str, as_json: bool) -> None:
+def _print(message: Received, protocol: str, as_json: bool, payload_only: bool = False) -> None:
+    if payload_only and not as_json:
+        sys.stdout.buffer.write(message.payload + b"\n")
+        sys.stdout.flush()
+        return
     record: dict[str, Any] = {"topic": message.topic}
     try:
         record["payload"] = message.payload.decode("utf-8")
@@ -522,8 +566,6 @@ def _print(message: Received, protocol: str, as_json: bool) -> None:
 
 
 def _usage(tool: str, message: str) -> int:
-    import sys
-
     print(f"wireproto {tool}: {message}", file=sys.stderr, flush=True)
     return EXIT_USAGE
 
@@ -536,7 +578,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     publish = commands.add_parser(
         "pub",
         help="publish messages (WEBSMQ, UBRE, Phyllo)",
-        description="Publish -m MESSAGE, or each line of stdin, on TOPIC; exit 0 once every "
+        description="Publish -m MESSAGE, a whole -f FILE or -s stdin, -n an empty message, or -l "
+                    "each line of stdin (the default), on TOPIC; exit 0 once every "
                     "message is written and the connection closed cleanly.",
         epilog="See docs/tools.md.",
     )
@@ -544,8 +587,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     _option(publish, "--timeout").help = "give up connecting or closing after this long " \
                                          "(default 10)"
     publish.add_argument("-t", "--topic", required=True, help="the topic to publish on")
-    publish.add_argument("-m", "--message",
-                         help="the one message to send (default: each line of stdin)")
+    whole = publish.add_mutually_exclusive_group()
+    whole.add_argument("-m", "--message", help="the one message to send")
+    whole.add_argument("-f", "--file", metavar="FILE",
+                       help="send the whole of FILE as one message")
+    whole.add_argument("-s", "--stdin-whole", action="store_true",
+                       help="send the whole of stdin as one message")
+    whole.add_argument("-n", "--null", action="store_true", help="send one empty message")
+    whole.add_argument("-l", "--lines", action="store_true",
+                       help="send each line of stdin as a message (the default)")
     publish.add_argument("--bytes", action="store_true",
                          help="Phyllo: send a 0x10 byte buffer, not a msgpack document")
     publish.add_argument("--stack", choices=("minimal", "reduced"), default="reduced",
@@ -570,6 +620,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "wildcards (WEBSMQ: if the broker runs with --wildcards)")
     follow.add_argument("-C", "--count", type=int, metavar="COUNT",
                         help="exit 0 after COUNT messages")
+    follow.add_argument("--reconnect", action="store_true",
+                        help="when the connection closes, connect again (1 s, 2 s ... 30 s "
+                             "apart) and subscribe again, until Ctrl-C")
+    follow.add_argument("--payload-only", action="store_true",
+                        help="print only each message's payload, as it came (bytes too)")
     follow.add_argument("--stack", choices=("minimal", "reduced"), default="reduced",
                         help="Phyllo: the device's stack (default reduced)")
     follow.set_defaults(run=sub)
