@@ -255,6 +255,10 @@ DIFFERENTIAL_PATTERNS = [
     "/dots.in.path/:v",
     "/trail/",
     "/end$/:x",
+    # `$` is an anchor in ruta3's patterns, not escaped: `\$` is a literal dollar.
+    "/price$",
+    "/price\\$",
+    "/a$b",
     "/cls/:n([^\\d\\s]+)",
     "/wcls/:n([\\W]+)",
     "*",
@@ -270,7 +274,8 @@ DIFFERENTIAL_PATHS = [
     "/s/a\x1cb", "/s/a\u00a0b", "/b/xyz", "/b/yx", "/opt/group/a", "/opt/a", "/opt/",
     "/dots.in.path/1", "/dotsXinXpath/1", "/trail", "/trail/", "/trail//", "/end$/1",
     "/cls/ab", "/cls/a1", "/wcls/!?", "/wcls/k", "/any/a\nb", "/any/a\u2028b",
-    "/any/ab\n", "", "/", "/ſ", "/K", "relative", "/%", "/%E2%82",
+    "/any/ab\n", "", "/", "/ſ", "/K", "relative", "/%", "/%E2%82", "/price", "/price$",
+    "/a$b", "/ab",
 ]
 
 NODE_DIFFERENTIAL = r"""
