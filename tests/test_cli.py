@@ -510,3 +510,22 @@ def test_check_config_lists_every_problem_and_checks_ports_without_binding(
         "hub.max_subscriptions"]
     assert "port '70000' is not 0 to 65535" in problems[1]
     assert "interface 'localhost' is not an IP address" in problems[2]
+
+
+@pytest.mark.parametrize("level", ["warn", "info"])
+@pytest_twisted.ensureDeferred
+async def test_twistd_applies_the_log_level_of_the_config(
+    children: list[Child], tmp_path: Path, level: str
+) -> None:
+    # [log] was not applied under twistd: wireproto's info lines were always logged.
+    config = tmp_path / "wireproto.toml"
+    config.write_text('listen = ["websmq+length32@tcp:0:interface=127.0.0.1"]\n'
+                      f'[log]\nlevel = "{level}"\n')
+    child = Child(str(BIN / "twistd"), "-n", "--pidfile=", "wireproto", "--config", str(config))
+    children.append(child)
+    await child.line(re.compile(r"^wireproto: ready$"))
+    child.process.send_signal(signal.SIGTERM)
+    await child.exit_code()
+    await child.line(re.compile(r".*Server Shut Down\.$"))  # twistd's own lines, as before
+    logged_info = any("[wireproto.service#info] listening:" in line for line in child.stdout)
+    assert logged_info == (level == "info"), child.output()

@@ -184,6 +184,20 @@ class WireprotoService(MultiService):
         ) if settings.directory else None
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
 
+    # The log observer for the application this service joins, if it has none (the twistd
+    # plugin sets it: twistd's own observer, filtered by [log] level).
+    parent_log_observer: Any = None
+
+    def setServiceParent(self, parent: Any) -> Any:
+        result = super().setServiceParent(parent)
+        observer = self.parent_log_observer
+        if observer is not None and hasattr(parent, "setComponent"):
+            from twisted.logger import ILogObserver
+
+            if parent.getComponent(ILogObserver, None) is None:
+                parent.setComponent(ILogObserver, observer)
+        return result
+
     # -- building -------------------------------------------------------------------------------
 
     def server(self, protocol: str) -> Callable[[], IMessageProtocol]:

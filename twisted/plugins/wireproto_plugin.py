@@ -94,7 +94,11 @@ class WireprotoServiceMaker:
         from wireproto.cli import announce, banner
         from wireproto.service import ListenFailed, make_service
 
-        service = make_service(options["wireproto"])
+        config = options["wireproto"]
+        service = make_service(config)
+        twistd_options = getattr(options, "parent", None)
+        if twistd_options is not None:
+            service.parent_log_observer = _twistd_log_observer(twistd_options, config.log.level)
 
         def listening(bound: list[Any]) -> None:
             # twistd sends sys.stdout to its log; these lines go to the real stdout, as
@@ -106,6 +110,26 @@ class WireprotoServiceMaker:
 
         service.when_listening().addCallbacks(listening, cannot_listen)
         return service
+
+
+def _twistd_log_observer(twistd_options: Any, level: str) -> Any:
+    """twistd's own log observer (--logfile, --syslog, stdout with -n), with wireproto's events
+    below the [log] level filtered out; twistd's own lines pass as before."""
+    from twisted.logger import (
+        FilteringLogObserver,
+        ILogObserver,
+        LegacyLogObserverWrapper,
+        LogLevel,
+        LogLevelFilterPredicate,
+    )
+    from twisted.scripts.twistd import _SomeApplicationRunner
+
+    inner = _SomeApplicationRunner.loggerFactory(twistd_options)._getLogObserver()
+    if not ILogObserver.providedBy(inner):
+        inner = LegacyLogObserverWrapper(inner)
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
+    predicate.setLogLevelForNamespace("wireproto", LogLevel.levelWithName(level))
+    return FilteringLogObserver(inner, [predicate])
 
 
 serviceMaker = WireprotoServiceMaker()
