@@ -374,3 +374,31 @@ async def test_sub_reconnects_when_asked_to(broker: Broker) -> None:
     assert await finished(broker.run("pub", url, "-t", "t", "-m", "after")) == []
     assert await finished(staying) == ["t before", "t after"]
     assert any("connecting again" in line for line in staying.stderr), staying.output()
+
+
+@pytest_twisted.ensureDeferred
+async def test_phyllo_over_websocket(broker: Broker) -> None:
+    # The tools refused ws:// for Phyllo, which the broker's --phyllo links take.
+    from tests.phyllo.test_bridge import WebSocketDevice
+    from wireproto.transports import websocket_resource, websocket_site
+
+    WebSocketDevice.devices = []
+    site = websocket_site({"/phyllo": websocket_resource(WebSocketDevice)})
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    try:
+        url = f"ws://127.0.0.1:{port.getHost().port}/phyllo"
+        following = broker.run("sub", "-p", "phyllo", "--stack", "minimal", url, "-t", "temp",
+                               "-C", "1")
+        (device,) = await eventually(lambda: WebSocketDevice.devices, timeout=10)
+        # Its subscription is its own: send until it has printed one (it exits after -C 1).
+        await eventually(lambda: device.send(document("temp", {"c": 21.5})) or following.ended(),
+                         timeout=10, interval=0.05)
+        assert await finished(following) == ['temp {"c":21.5}']
+        sent = broker.run("pub", "-p", "phyllo", "--stack", "minimal", url, "-t", "led",
+                          "-m", "true")
+        assert await finished(sent) == []
+        await eventually(lambda: len(WebSocketDevice.devices) == 2 and
+                         WebSocketDevice.devices[1].received)
+        assert WebSocketDevice.devices[1].received == [document("led", True)]
+    finally:
+        await wait_for(port.stopListening())

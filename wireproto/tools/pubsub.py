@@ -314,17 +314,26 @@ class _PhylloLink(_Link):
     @classmethod
     def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
         from wireproto.phyllo import build_stack, connect_stack
-        from wireproto.transports.connect import client_endpoint, is_websocket_address
+        from wireproto.phyllo.links import MessageChunks
+        from wireproto.transports.connect import client_endpoint, connect, is_websocket_address
 
-        if is_websocket_address(args.address):
-            raise ToolError(
-                "Phyllo goes over a serial: or tcp: endpoint here, not a ws:// URL", EXIT_USAGE
-            )
         options = connect_options(args)
+        send_format = "bytes" if getattr(args, "bytes", False) else "msgpack"
+        if is_websocket_address(args.address):
+            # A device behind a WebSocket: one chunk per binary message, as the broker's
+            # --phyllo ws:// links carry it.
+            built: list[Any] = []
+
+            def chunks() -> MessageChunks:
+                bottom = MessageChunks()
+                built.append(build_stack(args.stack, bottom))
+                return bottom
+
+            opening = connect(reactor, args.address, chunks, **options)
+            return opening.addCallback(lambda _bottom: cls(built[-1], send_format))
         if "headers" in options:
             raise ToolError("-H is for WebSocket URLs", EXIT_USAGE)
         endpoint = client_endpoint(reactor, args.address, **options)
-        send_format = "bytes" if getattr(args, "bytes", False) else "msgpack"
         return connect_stack(endpoint, lambda: build_stack(args.stack)).addCallback(
             cls, send_format
         )
