@@ -410,7 +410,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
          "per_message_deflate or max_connections (did you mean 'max_message_size'?)"),
         ("[stream]\nframing = 'cobs'",
          "stream.framing: unknown key; use max_message_size, max_connections, keepalive_idle, "
-         "keepalive_interval or keepalive_count"),
+         "keepalive_interval, keepalive_count or idle_timeout"),
         ("[websmq]\nwildcard = true",
          "websmq.wildcard: unknown key; use wildcards (did you mean 'wildcards'?)"),
         ("[hub\n", "not valid TOML: "),

@@ -649,3 +649,24 @@ async def test_what_one_connection_can_make_the_hub_hold_is_bounded(broker: Brok
     will = await broker.client(address)
     will.set_will("w" * 101, b"x")
     assert "topic of 101 characters" in str(await closed(will))
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_idle_timeout_closes_a_silent_stream_and_spares_a_talking_one(
+    broker: Broker, tmp_path: Path
+) -> None:
+    settings = config_from_toml("[stream]\nidle_timeout = 0.4\n", reactor=reactor).stream
+    capture = config_from_toml(f'[capture]\ndirectory = "{tmp_path}"\n', reactor=reactor).capture
+    # With capture on too: its reader wraps the same read path.
+    service, bound = await broker.start(f"websmq+length32@tcp:0:{LOCAL}", stream=settings,
+                                        capture=capture)
+    silent = await broker.client(bound[0].address)
+    talking = await broker.client(bound[0].address)
+    received = await subscribe(service, talking, "keep")
+    for _ in range(8):  # 1.6 s: four idle timeouts
+        talking.publish("keep", b"alive")
+        await sleep(0.2)
+    assert talking.connected and received == []  # its own publishes do not come back
+    assert not silent.connected
+    assert isinstance(await closed(silent), error.ConnectionDone)
+    assert Config().stream.idle_timeout == 0.0  # off by default

@@ -159,6 +159,7 @@ class StreamLimits:
     keepalive_idle: float = 30.0
     keepalive_interval: float = 10.0
     keepalive_count: int = 3
+    idle_timeout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -746,6 +747,7 @@ _STREAM_KEYS: dict[str, Callable[[Any], Any]] = {
     "keepalive_idle": _seconds_or_never,
     "keepalive_interval": _positive_number,
     "keepalive_count": _positive_integer,
+    "idle_timeout": _seconds_or_never,
 }
 _WEBSMQ_KEYS: dict[str, Callable[[Any], Any]] = {"wildcards": _boolean}
 _UBRE_KEYS: dict[str, Callable[[Any], Any]] = {

@@ -297,6 +297,7 @@ class WireprotoService(MultiService):
             keepalive_idle=limits.keepalive_idle,
             keepalive_interval=limits.keepalive_interval,
             keepalive_count=limits.keepalive_count,
+            idle_timeout=limits.idle_timeout,
         )
 
     def _add_endpoint(

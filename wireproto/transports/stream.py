@@ -61,6 +61,9 @@ class StreamOptions:
     keepalive_idle: float = 30.0
     keepalive_interval: float = 10.0
     keepalive_count: int = 3
+    # A connection that sends nothing for this long is closed (0: never). It is checked every
+    # idle_timeout seconds, so a silent peer goes after idle_timeout to twice that.
+    idle_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.framing not in FRAMINGS:
@@ -74,6 +77,8 @@ class StreamOptions:
             )
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {self.max_connections}")
+        if self.idle_timeout < 0:
+            raise ValueError(f"idle_timeout must be 0 (off) or more, not {self.idle_timeout}")
         if self.keepalive_idle < 0 or self.keepalive_interval < 1 or self.keepalive_count < 1:
             raise ValueError(
                 "keepalive_idle must be 0 (off) or more, keepalive_interval and keepalive_count "
@@ -135,6 +140,8 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     _error: ProtocolError | None = None
     _counted = False
     _refused = False
+    _active = False
+    _idleCheck: Any = None
 
     def __init__(self, max_message_size: int) -> None:
         self.max_message_size = max_message_size
@@ -170,8 +177,42 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         self.sendPrepared = self.transport.write
         self.wrapped = factory.protocol_factory()
         self.wrapped.makeConnection(self)
+        if factory.options.idle_timeout:
+            self._watchIdle(factory.options.idle_timeout)
+
+    def _watchIdle(self, timeout: float) -> None:
+        """Close the connection once a whole `timeout` passes with nothing received. Only then
+        does each read mark the connection active (wrapping whatever reads it now, capture's
+        reader included), so the default costs the read path nothing."""
+        from twisted.internet import reactor
+
+        reading = self.dataReceived
+        self._active = False
+
+        def read(data: bytes) -> None:
+            self._active = True
+            reading(data)
+
+        def check() -> None:
+            if self.wrapped is None:
+                return
+            if not self._active:
+                log.info("closing an idle {framing} connection from {peer}: nothing in "
+                         "{timeout:g} s", framing=self.framing,
+                         peer=describe_address(self.transport.getPeer()), timeout=timeout)
+                self._idleCheck = None
+                self.transport.loseConnection()
+                return
+            self._active = False
+            self._idleCheck = reactor.callLater(timeout, check)
+
+        self.dataReceived = read  # type: ignore[method-assign]
+        self._idleCheck = reactor.callLater(timeout, check)
 
     def connectionLost(self, reason: Failure) -> None:
+        check = self._idleCheck
+        if check is not None and check.active():
+            check.cancel()
         if self._counted:
             self._counted = False
             self.factory.connection_count -= 1
