@@ -679,28 +679,20 @@ async def test_websocket_without_sid_is_a_session_of_its_own(eio):
     assert server.reason.check(ConnectionDone)
 
 
+@pytest.mark.parametrize(("frame", "why"), [
+    ("2", "only the server pings"),
+    ("bé", "not valid base64"),  # base64 of non-ASCII text raised ValueError, not ProtocolError
+])
 @pytest_twisted.ensureDeferred
-async def test_a_ping_from_the_client_is_a_protocol_error(eio):
+async def test_a_bad_websocket_packet_closes_that_session_with_1002(eio, frame, why):
     await eio.start(Recorder)
     ws = await eio.ws("EIO=4&transport=websocket")
     (server,) = eio.net.protocols
-    ws.send_text("2")
+    ws.send_text(frame)
     await wait_for(ws.closed)
     assert ws.close_code == 1002
     await wait_for(server.lost)
-    assert "only the server pings" in str(server.reason.value)
-
-
-@pytest_twisted.ensureDeferred
-async def test_non_ascii_base64_closes_a_websocket_session_with_1002(eio):
-    await eio.start(Recorder)
-    ws = await eio.ws("EIO=4&transport=websocket")
-    (server,) = eio.net.protocols
-    ws.send_text("bé")
-    await wait_for(ws.closed)
-    assert ws.close_code == 1002
-    await wait_for(server.lost)
-    assert "not valid base64" in str(server.reason.value)
+    assert why in str(server.reason.value)
 
 
 @pytest_twisted.ensureDeferred

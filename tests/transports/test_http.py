@@ -37,6 +37,16 @@ async def session(net, port):
     return json.loads(body[1:])["sid"]
 
 
+async def post(net, port: int, sid: str, headers: str, body: bytes = b""):
+    """A raw POST to the Engine.IO session `sid`, its `headers` lines given as they are."""
+    client = await net.raw_connect(port)
+    client.transport.write(
+        f"POST /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\n"
+        f"{headers}\r\n".encode() + body
+    )
+    return client
+
+
 def status(raw: bytes) -> int:
     return int(raw.split(b" ", 2)[1])
 
@@ -46,11 +56,8 @@ async def test_an_oversized_content_length_is_refused_before_any_of_the_body(net
     site, engine, port = await serve(net)
     sid = await session(net, port)
     server = net.protocols[-1]
-    client = await net.raw_connect(port)
-    client.transport.write(
-        f"POST /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\n"
-        "Content-Type: text/plain\r\nContent-Length: 100000000000\r\n\r\n".encode()
-    )
+    client = await post(net, port, sid,
+                        "Content-Type: text/plain\r\nContent-Length: 100000000000\r\n")
     # No body is sent: the answer cannot wait for it.
     await wait_for(client.closed, timeout=3)
     assert status(client.received) == 413
@@ -63,11 +70,7 @@ async def test_an_oversized_content_length_is_refused_before_any_of_the_body(net
 async def test_a_chunked_body_is_cut_off_as_soon_as_it_passes_the_limit(net):
     site, engine, port = await serve(net, max_payload=1000)
     sid = await session(net, port)
-    client = await net.raw_connect(port)
-    client.transport.write(
-        f"POST /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n".encode()
-    )
+    client = await post(net, port, sid, "Transfer-Encoding: chunked\r\n")
     sent = 0
     while not client.received and sent < 100_000:
         client.transport.write(b"64\r\n" + b"4" + b"x" * 99 + b"\r\n")
@@ -85,12 +88,8 @@ async def test_a_body_within_the_limit_is_read(net):
     site, engine, port = await serve(net)
     sid = await session(net, port)
     server = net.protocols[-1]
-    client = await net.raw_connect(port)
-    client.transport.write(
-        f"POST /engine.io/?EIO=4&transport=polling&sid={sid} HTTP/1.1\r\nHost: x\r\n"
-        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-        "6\r\n4hello\r\n0\r\n\r\n".encode()
-    )
+    client = await post(net, port, sid, "Transfer-Encoding: chunked\r\nConnection: close\r\n",
+                        b"6\r\n4hello\r\n0\r\n\r\n")
     await wait_for(client.closed)
     assert status(client.received) == 200
     assert await server.received(1) == [(b"hello", False)]
