@@ -2,7 +2,7 @@
 
 twisted.web reads a request body whole (into memory, or a temporary file above 100 kB) before a
 resource sees it, restarts its idle timer on every byte, and takes any number of requests that
-are still arriving. `guarded_site` closes those doors:
+are still arriving. `GuardedSite` closes those doors:
 
 - **Bodies.** A resource says how large a body it takes in `max_request_body` (an attribute, 0
   when it takes none; Engine.IO's POSTs take its max_payload). A request whose Content-Length is
@@ -31,7 +31,7 @@ from twisted.web.http import HTTPChannel
 from twisted.web.resource import IResource
 from twisted.web.server import Request, Site
 
-__all__ = ["HTTPLimits", "GuardedSite", "guarded_site", "max_request_body"]
+__all__ = ["HTTPLimits", "GuardedSite", "max_request_body"]
 
 log = Logger()
 
@@ -139,13 +139,9 @@ class _GuardedChannel(HTTPChannel):
 
     def allHeadersReceived(self) -> None:
         takes = min(self.site.body_limit_for(self._path), self.site.limits.max_body_bytes)
-        announced = self.length  # None for a chunked body
-        if announced == 0 or (announced is not None and announced <= takes):
+        announced = self.length  # None for a chunked body: counted as it comes
+        if announced <= takes if announced is not None else takes > 0:
             super().allHeadersReceived()
-            self.requests[-1].body_limit = takes
-            return
-        if announced is None and takes > 0:
-            super().allHeadersReceived()  # chunked: counted as it comes
             self.requests[-1].body_limit = takes
             return
         # Not read at all: the request goes on without its body, and the connection closes
@@ -291,7 +287,3 @@ class GuardedSite(Site):
             resource = child
         return max_request_body(resource)
 
-
-def guarded_site(root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> GuardedSite:
-    """A Site serving `root` within `limits`; `idle_timeout` bounds a silent connection."""
-    return GuardedSite(root, limits, idle_timeout=idle_timeout)

@@ -46,7 +46,7 @@ from wireproto.transports.base import (
     IMessageTransport,
     close_reason,
 )
-from wireproto.transports.http import HTTPLimits, guarded_site
+from wireproto.transports.http import GuardedSite, HTTPLimits
 
 __all__ = [
     "WebSocketOptions",
@@ -459,4 +459,4 @@ def websocket_site(
                 parent.putChild(segment, child)
             parent = child
         parent.putChild(segments[-1], resource)
-    return guarded_site(root, limits or HTTPLimits(), idle_timeout=idle_timeout)
+    return GuardedSite(root, limits or HTTPLimits(), idle_timeout=idle_timeout)
