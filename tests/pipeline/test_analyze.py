@@ -395,3 +395,10 @@ def test_ctrl_c_stops_a_batch_analyze_quietly_with_130(tmp_path: Path) -> None:
     assert "Traceback" not in text and "py4j" not in text and "ERROR" not in text, text
     assert child.stdout.read() == b""
     assert not out.exists()  # nothing is left of a stopped run
+
+
+def test_the_latency_axis_reads_in_plain_milliseconds() -> None:
+    from wireproto.pipeline.report import plain_ticks
+
+    assert [plain_ticks(value) for value in (0.01, 0.1, 1.0, 10.0, 1000.0, 100000.0)] == [
+        "0.01", "0.1", "1", "10", "1000", "100000"]

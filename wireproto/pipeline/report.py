@@ -90,7 +90,7 @@ def _latency_plot(path: Path, histogram: list[Any]) -> Path:
         # Plain milliseconds (0.1, 1, 10), not 10^-1 and the like.
         from matplotlib.ticker import FuncFormatter
 
-        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.xaxis.set_major_formatter(FuncFormatter(plain_ticks))
     return _save(plt, figure, axes, path, drawn=bool(routes), empty="no paired requests")
 
 
@@ -104,6 +104,11 @@ def _save(plt: Any, figure: Any, axes: Any, path: Path, *, drawn: bool, empty: s
     figure.savefig(path, format="png")
     plt.close(figure)
     return path
+
+
+def plain_ticks(value: float, _position: Any = None) -> str:
+    """A log axis's tick as plain milliseconds: 0.1, 1, 10, 1000 (not 10^-1, 10^3)."""
+    return f"{value:.10g}"
 
 
 def connection_name(connection: int) -> str:
