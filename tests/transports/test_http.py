@@ -109,6 +109,16 @@ async def test_a_path_that_takes_no_body_reads_none(net):
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_body_that_will_not_be_read_is_not_invited(net):
+    site, engine, port = await serve(net)
+    sid = await session(net, port)
+    client = await post(net, port, sid, "Content-Length: 100000000000\r\nExpect: 100-continue\r\n")
+    await wait_for(client.closed, timeout=3)
+    assert b"100 Continue" not in client.received
+    assert status(client.received) == 413
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_request_that_drips_is_cut_off_at_its_deadline(net):
     # Each byte restarts the idle timer; the deadline counts from the first.
     site, engine, port = await serve(net, HTTPLimits(request_timeout=0.5), idle_timeout=5.0)

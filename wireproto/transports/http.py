@@ -145,8 +145,10 @@ class _GuardedChannel(HTTPChannel):
             self.requests[-1].body_limit = takes
             return
         # Not read at all: the request goes on without its body, and the connection closes
-        # after the answer. A path that takes a body answers 413.
+        # after the answer. A path that takes a body answers 413. No "100 Continue" invites
+        # the body either.
         self.length, self._transferDecoder = 0, None
+        self.requests[-1].requestHeaders.removeHeader(b"expect")
         super().allHeadersReceived()
         self.requests[-1].body_limit = takes
         self._stop_reading_body(self.requests[-1], too_large=takes > 0)
