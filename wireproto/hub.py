@@ -482,7 +482,6 @@ class Session:
     def subscribe_pattern(self, pattern: str) -> bool:
         if pattern in self.patterns:
             return False
-        self._check_topic_length(pattern)
         validate_pattern(pattern)
         self._hold(pattern)
         self.hub.subscribe_pattern(self, pattern)

@@ -60,6 +60,8 @@ def split_endpoint(endpoint: str) -> tuple[list[str], dict[str, str]]:
 def tls_client_options(host: str, *, cafile: str | None = None, insecure: bool = False) -> Any:
     """TLS client options for `host`: its certificate verified against the system's trust roots,
     or against the certificates in `cafile` (PEM); `insecure` verifies nothing."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+    from cryptography.x509 import load_pem_x509_certificates
     from twisted.internet.ssl import Certificate, CertificateOptions, trustRootFromCertificates
 
     if insecure:
@@ -67,12 +69,12 @@ def tls_client_options(host: str, *, cafile: str | None = None, insecure: bool =
     if cafile is None:
         return optionsForClientTLS(host)
     with open(cafile, "rb") as file:
-        pem = file.read()
-    marker = b"-----END CERTIFICATE-----"
-    certificates = [Certificate.loadPEM(block + marker) for block in pem.split(marker)
-                    if block.strip()]
-    if not certificates:
-        raise ValueError(f"{cafile!r} holds no PEM certificate")
+        try:
+            loaded = load_pem_x509_certificates(file.read())
+        except ValueError:
+            raise ValueError(f"{cafile!r} holds no PEM certificate") from None
+    certificates = [Certificate.load(certificate.public_bytes(Encoding.DER))
+                    for certificate in loaded]
     return optionsForClientTLS(host, trustRoot=trustRootFromCertificates(certificates))
 
 

@@ -164,8 +164,9 @@ class _GuardedChannel(HTTPChannel):
         if too_large:
             request.content_too_large = True
             self.site.refusals["body_too_large"] += 1
-            log.info("refused a request body from {peer}: over {limit} bytes",
-                     peer=self._address, limit=request.body_limit)
+            # Counted here; the resource that answers says more (Engine.IO logs the session).
+            log.debug("refused a request body from {peer}: over {limit} bytes",
+                      peer=self._address, limit=request.body_limit)
 
     def _finishRequestBody(self, data: bytes) -> None:
         if not self._discarding:  # a chunked body cut off: its end was not waited for
