@@ -69,7 +69,7 @@ class LogBudget:
             self.flush()
         count = self._by_key.get(key, 0)
         if count < self.per_key and self._logged < self.in_all:
-            # Keys are kept only while they are under their budget or the window is young.
+            # A key is kept only when its line is logged: at most `in_all` keys a period.
             self._by_key[key] = count + 1
             self._logged += 1
             return True
