@@ -26,7 +26,7 @@ from twisted.internet.testing import StringTransport
 
 from wireproto.codecs import websmq
 from wireproto.hub import Hub
-from wireproto.protocols.websmq import WebsmqServerProtocol
+from wireproto.protocols.websmq.server import WebsmqServerProtocol
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 
 

@@ -50,7 +50,7 @@ def echo_handler(body: Any, peer: Any) -> Any:
 
 def ubre_listeners() -> list[tuple[str, str, Any]]:
     from wireproto.hub import Hub
-    from wireproto.protocols.ubre import UbreServer
+    from wireproto.protocols.ubre.server import UbreServer
     from wireproto.transports.stream import StreamOptions, stream_server_factory
 
     server = UbreServer(Hub())

@@ -59,7 +59,7 @@ from twisted.protocols.basic import Int32StringReceiver
 from twisted.python.failure import Failure
 
 from wireproto.codecs import ubre
-from wireproto.protocols.ubre_client import UbreClient
+from wireproto.protocols.ubre.client import UbreClient
 
 BENCH = Path(__file__).resolve().parent
 SERVERS = BENCH / "_rpc_servers.py"

@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 
 from wireproto.config import build_config
 from wireproto.protocols import websmq
-from wireproto.protocols.ubre_client import UbreClient
+from wireproto.protocols.ubre.client import UbreClient
 from wireproto.service import make_service
 
 

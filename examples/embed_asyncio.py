@@ -24,7 +24,7 @@ asyncioreactor.install()  # before anything imports twisted.internet.reactor
 from twisted.internet import defer, task  # noqa: E402
 
 from wireproto.config import build_config  # noqa: E402
-from wireproto.protocols.ubre_client import UbreClient  # noqa: E402
+from wireproto.protocols.ubre.client import UbreClient  # noqa: E402
 from wireproto.service import make_service  # noqa: E402
 
 

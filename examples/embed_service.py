@@ -23,7 +23,7 @@ from twisted.internet import defer, task
 from wireproto.config import build_config
 from wireproto.hub import HubMessage
 from wireproto.protocols import websmq
-from wireproto.protocols.ubre_client import UbreClient
+from wireproto.protocols.ubre.client import UbreClient
 from wireproto.service import make_service
 
 

@@ -12,9 +12,9 @@ from twisted.internet import defer, task
 from twisted.internet.endpoints import TCP4ServerEndpoint
 
 from wireproto.hub import Hub
-from wireproto.protocols.ubre import UbreServer
-from wireproto.protocols.ubre_client import connect
-from wireproto.rpc import RequestFailed
+from wireproto.protocols.rpc import RequestFailed
+from wireproto.protocols.ubre.client import connect
+from wireproto.protocols.ubre.server import UbreServer
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
 

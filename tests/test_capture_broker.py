@@ -35,8 +35,8 @@ from wireproto.config import (
     parse_listen,
 )
 from wireproto.hub import describe_address
-from wireproto.protocols.ubre_client import connect as ubre_connect
-from wireproto.protocols.websmq import connect as websmq_connect
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.websmq.client import connect as websmq_connect
 from wireproto.service import WireprotoService, make_service
 from wireproto.transports.capturing import CapturingProtocol, CapturingTransport
 

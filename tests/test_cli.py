@@ -21,7 +21,7 @@ from twisted.internet import defer, reactor
 from tests.support import eventually, sleep, wait_for
 from wireproto.cli import announce, main
 from wireproto.codecs import websmq
-from wireproto.protocols.websmq import WebsmqClientProtocol, connect
+from wireproto.protocols.websmq.client import WebsmqClientProtocol, connect
 
 BIN = Path(sys.executable).parent
 LISTENER_LINE = re.compile(r"^wireproto: (\S+) over (\S+) on (\S+)$")
@@ -198,7 +198,9 @@ def _default_ports_free() -> None:
 @pytest_twisted.ensureDeferred
 async def test_serve_with_no_arguments_joins_every_protocol(children: list[Child]) -> None:
     """One message from each protocol's own client reaches the clients of all the others."""
-    from wireproto.protocols import nydus_client, subble_client, ubre_client
+    from wireproto.protocols.nydus import client as nydus_client
+    from wireproto.protocols.subble import client as subble_client
+    from wireproto.protocols.ubre import client as ubre_client
 
     _default_ports_free()
     child = Child(sys.executable, "-m", "wireproto", "serve")

@@ -31,7 +31,7 @@ from wireproto.config import (
     load_config,
 )
 from wireproto.protocols import websmq
-from wireproto.protocols.ubre_client import UbreClient
+from wireproto.protocols.ubre.client import UbreClient
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "wireproto.example.toml"

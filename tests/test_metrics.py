@@ -22,9 +22,9 @@ from wireproto.codecs.phyllo.document import Format, Schema, message_from_docume
 from wireproto.codecs.phyllo.stack import REDUCED, StackDecoder
 from wireproto.config import CaptureSettings, HubSettings, MetricsSettings, parse_phyllo
 from wireproto.hub import HubMessage
-from wireproto.protocols.nydus_client import connect as nydus_connect
-from wireproto.protocols.ubre_client import connect as ubre_connect
-from wireproto.rpc import RequestFailed
+from wireproto.protocols.nydus.client import connect as nydus_connect
+from wireproto.protocols.rpc import RequestFailed
+from wireproto.protocols.ubre.client import connect as ubre_connect
 
 LOCAL = "interface=127.0.0.1"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import need_interop_peer
-from wireproto.routes import Match, Router, decode_uri_component, path_to_regexp
+from wireproto.protocols.nydus.routes import Match, RouteTable, decode_uri_component, path_to_regexp
 
 RUTA3 = Path(__file__).resolve().parent / "interop" / "node_modules" / "ruta3"
 
@@ -85,8 +85,8 @@ RUTA3_CASES: list[tuple[str | re.Pattern[str], dict[str, tuple[dict, list]], lis
 
 
 @pytest.fixture(scope="module")
-def ruta3_router() -> Router:
-    router = Router()
+def ruta3_router() -> RouteTable:
+    router = RouteTable()
     for pattern, _, _ in RUTA3_CASES:
         router.add(pattern, noop)
     return router
@@ -124,7 +124,7 @@ def test_a_second_example_url_with_nothing_before_the_domain(ruta3_router):
 
 
 def test_add_refuses_an_empty_pattern_and_a_missing_action():
-    router = Router()
+    router = RouteTable()
     with pytest.raises(ValueError, match="requires a path"):
         router.add("", noop)
     with pytest.raises(ValueError, match="route '/' requires an action"):
@@ -136,7 +136,7 @@ def test_add_refuses_an_empty_pattern_and_a_missing_action():
 
 def test_the_first_route_added_wins_and_next_falls_through():
     # ruta3's "test next" and test/example.js.
-    router = Router()
+    router = RouteTable()
     first, second, third = object(), object(), object()
     router.add("/*?", first)
     router.add("/next/x", second)
@@ -151,7 +151,7 @@ def test_the_first_route_added_wins_and_next_falls_through():
 
 
 def test_matching_ignores_case_and_takes_one_trailing_slash():
-    router = Router()
+    router = RouteTable()
     router.add("/Chat/:room", noop)
     assert router.match("/chat/lobby/").params == {"room": "lobby"}
     assert router.match("/CHAT/Lobby").params == {"room": "Lobby"}
@@ -160,7 +160,7 @@ def test_matching_ignores_case_and_takes_one_trailing_slash():
 
 
 def test_captures_are_decoded_as_decode_uri_component_does():
-    router = Router()
+    router = RouteTable()
     router.add("/files/:name/*", noop)
     match = router.match("/files/a%2Fb%20c/%E2%82%AC%3F")
     assert match.params == {"name": "a/b c"}
@@ -170,7 +170,7 @@ def test_captures_are_decoded_as_decode_uri_component_does():
 @pytest.mark.parametrize("raw", ["%ZZ", "50%", "%E2%82", "%C0%AF", "%ED%A0%80", "a%2"])
 def test_a_capture_that_does_not_decode_is_kept_as_written(raw):
     assert decode_uri_component(raw) is None
-    router = Router()
+    router = RouteTable()
     router.add("/x/:value", noop)
     assert router.match(f"/x/{raw}").params == {"value": raw}
 
@@ -181,7 +181,7 @@ def test_decode_uri_component():
 
 
 def test_javascript_regex_meanings_in_custom_captures():
-    router = Router()
+    router = RouteTable()
     router.add("/d/:n(\\d+)", "digits")
     router.add("/w/:n(\\w+)", "word")
     router.add("/s/:n([^\\s]+)", "nonspace")
@@ -206,7 +206,7 @@ def test_javascript_regex_meanings_in_custom_captures():
 
 
 def test_a_splat_stops_at_line_terminators_and_dollar_is_the_very_end():
-    router = Router()
+    router = RouteTable()
     router.add("/any/*", noop)
     assert router.match("/any/a\u2028b") is None
     assert router.match("/any/a\rb") is None
@@ -216,7 +216,7 @@ def test_a_splat_stops_at_line_terminators_and_dollar_is_the_very_end():
 
 def test_an_invalid_pattern_is_a_clear_value_error():
     with pytest.raises(ValueError, match=r"route pattern '/:x\(\(\)' makes the regular expression"):
-        Router().add("/:x(()", noop)
+        RouteTable().add("/:x(()", noop)
 
 
 def test_path_to_regexp_names_the_captures_in_order():
@@ -226,7 +226,7 @@ def test_path_to_regexp_names_the_captures_in_order():
 
 
 def test_match_is_a_value():
-    router = Router()
+    router = RouteTable()
     router.add("/a/:b", noop)
     assert router.match("/a/c") == Match("/a/:b", {"b": "c"}, [], noop, "/a/c", 0)
 
@@ -279,11 +279,11 @@ DIFFERENTIAL_PATHS = [
 ]
 
 NODE_DIFFERENTIAL = r"""
-const Router = require(process.argv[1]);
+const RouteTable = require(process.argv[1]);
 const {patterns, paths} = JSON.parse(require('fs').readFileSync(0, 'utf8'));
 const out = [];
 for (const pattern of patterns) {
-  const router = Router();
+  const router = RouteTable();
   router.addRoute(pattern, 'action');
   for (const path of paths) {
     let result;
@@ -314,7 +314,7 @@ def test_the_same_matches_as_ruta3_under_node():
     differences = []
     compared = 0
     for pattern in DIFFERENTIAL_PATTERNS:
-        router = Router()
+        router = RouteTable()
         router.add(pattern, "action")
         for path in DIFFERENTIAL_PATHS:
             theirs = next(expected)

@@ -8,7 +8,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from wireproto.rpc import (
+from wireproto.protocols.rpc import (
     ConnectionClosed,
     PendingRequests,
     RequestFailed,

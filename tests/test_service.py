@@ -29,11 +29,11 @@ from wireproto.config import (
     config_from_toml,
     parse_listen,
 )
-from wireproto.protocols.nydus import InvokeError
-from wireproto.protocols.nydus_client import connect as nydus_connect
-from wireproto.protocols.ubre_client import connect as ubre_connect
-from wireproto.protocols.websmq import WebsmqClientProtocol, connect
-from wireproto.rpc import RequestFailed
+from wireproto.protocols.nydus.client import connect as nydus_connect
+from wireproto.protocols.nydus.server import InvokeError
+from wireproto.protocols.rpc import RequestFailed
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.websmq.client import WebsmqClientProtocol, connect
 from wireproto.service import BoundListener, ListenFailed, WireprotoService, make_service
 from wireproto.transports import HandshakeFailed
 from wireproto.transports.serial import serial_endpoint_from_string

@@ -17,7 +17,7 @@ from twisted.internet.error import ConnectionDone
 from tests.support import eventually, need_interop_peer, wait_for
 from tests.test_cli import LISTENER_LINE, Child, children
 from tests.transports.test_engineio import INTEROP, NodeClient
-from wireproto.protocols.websmq import connect
+from wireproto.protocols.websmq.client import connect
 
 __all__ = ["children"]  # the fixture, from tests.test_cli
 

@@ -42,7 +42,7 @@ from wireproto.hub import (
 from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import SERVER_PROTOCOLS, ServerProtocolSpec
-from wireproto.protocols.subble import DEFAULT_NEW_IDS_PER_MINUTE, DEFAULT_REGISTRY_TTL
+from wireproto.protocols.subble.registry import DEFAULT_NEW_IDS_PER_MINUTE, DEFAULT_REGISTRY_TTL
 from wireproto.transports.connect import split_endpoint
 from wireproto.transports.http import HTTPLimits
 from wireproto.transports.stream import FRAMINGS

@@ -40,7 +40,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from wireproto import peerlog
-from wireproto.codecs._common import unchecked_constructor
+from wireproto.codecs.serialization import unchecked_constructor
 from wireproto.errors import LimitExceeded
 from wireproto.peerlog import address_key, describe_address
 from wireproto.topics import PatternTree, is_pattern, validate_pattern

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wireproto.codecs._common import json_loads, json_utf8
+from wireproto.codecs.serialization import json_loads, json_utf8
 from wireproto.errors import ProtocolError
 
 __all__ = ["payload_from_value", "json_from_payload", "value_from_payload"]

@@ -41,7 +41,7 @@ from wireproto.config import (
 )
 from wireproto.hub import Hub, HubMessage, Session
 from wireproto.phyllo.bridge import HubBridge, device_message, hub_payload
-from wireproto.protocols.websmq import connect
+from wireproto.protocols.websmq.client import connect
 from wireproto.service import make_service
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.websocket import websocket_resource, websocket_site

@@ -27,11 +27,11 @@ from wireproto import capture
 from wireproto.codecs import ubre, websmq
 from wireproto.config import CaptureSettings, Config, UbreSettings, parse_listen
 from wireproto.hub import describe_address
-from wireproto.protocols.nydus_client import connect as nydus_connect
-from wireproto.protocols.subble_client import connect as subble_connect
-from wireproto.protocols.ubre_client import connect as ubre_connect
-from wireproto.protocols.websmq import connect as websmq_connect
-from wireproto.rpc import RequestFailed
+from wireproto.protocols.nydus.client import connect as nydus_connect
+from wireproto.protocols.rpc import RequestFailed
+from wireproto.protocols.subble.client import connect as subble_connect
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.websmq.client import connect as websmq_connect
 
 TEMP, ENV = "plant/temp", "plant/env"
 TEMP_PUBLISHES, ENV_PUBLISHES = 15, 10

@@ -23,7 +23,7 @@ from tests.test_cli import Child
 from wireproto import capture
 from wireproto.codecs import ubre, websmq
 from wireproto.config import CaptureSettings, Config, WebsmqSettings, parse_listen
-from wireproto.protocols.websmq import connect as websmq_connect
+from wireproto.protocols.websmq.client import connect as websmq_connect
 
 need_module("pyspark", "pip install -e '.[spark]'")
 

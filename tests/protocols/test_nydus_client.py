@@ -28,17 +28,17 @@ from wireproto.codecs.ubre import Publish as UbrePublish
 from wireproto.codecs.websmq import Publish as WebsmqPublish
 from wireproto.errors import FrameTooLarge, InvalidField, InvalidTopic
 from wireproto.protocols import websmq
-from wireproto.protocols.nydus import Invocation, InvokeError
-from wireproto.protocols.nydus_client import (
+from wireproto.protocols.nydus.client import (
     IncompatibleVersion,
     NydusClient,
     _websocket_url,
     connect,
 )
-from wireproto.protocols.ubre import UbreServer
-from wireproto.protocols.ubre_client import UbreClient
-from wireproto.routes import Match
-from wireproto.rpc import ConnectionClosed, RequestFailed, RequestTimeout
+from wireproto.protocols.nydus.routes import Match
+from wireproto.protocols.nydus.server import Invocation, InvokeError
+from wireproto.protocols.rpc import ConnectionClosed, RequestFailed, RequestTimeout
+from wireproto.protocols.ubre.client import UbreClient
+from wireproto.protocols.ubre.server import UbreServer
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
 

@@ -18,9 +18,9 @@ from tests.node_peer import NodePeer, NodePeers
 from tests.support import eventually, failure_of, need_interop_peer, wait_for
 from wireproto.hub import Hub
 from wireproto.protocols import websmq
-from wireproto.protocols.nydus import Invocation, InvokeError, NydusServer
-from wireproto.protocols.nydus_client import NydusClient
-from wireproto.rpc import ConnectionClosed
+from wireproto.protocols.nydus.client import NydusClient
+from wireproto.protocols.nydus.server import Invocation, InvokeError, NydusServer
+from wireproto.protocols.rpc import ConnectionClosed
 from wireproto.transports.engineio import EngineIOOptions, engineio_resource
 from wireproto.transports.websocket import websocket_resource, websocket_site
 

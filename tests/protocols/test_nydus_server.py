@@ -25,7 +25,7 @@ from tests.raw_peers import RawConnection, RawStream, RawWebSocket
 from tests.support import eventually, failure_of, sleep, wait_for
 from wireproto.errors import InvalidField, InvalidTopic
 from wireproto.hub import Hub
-from wireproto.protocols.nydus import (
+from wireproto.protocols.nydus.server import (
     Invocation,
     InvokeError,
     NydusServer,
@@ -36,7 +36,7 @@ from wireproto.protocols.nydus import (
     server_factory,
     topic_of_path,
 )
-from wireproto.rpc import RequestFailed
+from wireproto.protocols.rpc import RequestFailed
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 from wireproto.transports.websocket import WebSocketOptions, websocket_resource, websocket_site
 
@@ -728,8 +728,8 @@ async def test_subscribe_client_refuses_bad_paths_and_closes_unused_coroutines(h
 @pytest_twisted.ensureDeferred
 async def test_hub_routes_let_a_client_subscribe_and_publish_with_no_application_code() -> None:
     from wireproto.hub import HubMessage
-    from wireproto.protocols.nydus import InvokeError
-    from wireproto.protocols.nydus_client import connect
+    from wireproto.protocols.nydus.client import connect
+    from wireproto.protocols.nydus.server import InvokeError
 
     running = await NydusHost(hub_routes=True).start()
     client = await wait_for(connect(reactor, running.ws_url, engineio=False))
@@ -760,8 +760,8 @@ async def test_hub_routes_let_a_client_subscribe_and_publish_with_no_application
 
 @pytest_twisted.ensureDeferred
 async def test_without_hub_routes_they_are_not_found(host: NydusHost) -> None:
-    from wireproto.protocols.nydus import InvokeError
-    from wireproto.protocols.nydus_client import connect
+    from wireproto.protocols.nydus.client import connect
+    from wireproto.protocols.nydus.server import InvokeError
 
     client = await wait_for(connect(reactor, host.lines))
     try:
@@ -774,8 +774,8 @@ async def test_without_hub_routes_they_are_not_found(host: NydusHost) -> None:
 @pytest_twisted.ensureDeferred
 async def test_a_subscription_past_the_limit_is_answered_then_closes_the_connection() -> None:
     # docs/security.md's limits table: past max_subscriptions, the connection is closed.
-    from wireproto.protocols.nydus import InvokeError
-    from wireproto.protocols.nydus_client import connect
+    from wireproto.protocols.nydus.client import connect
+    from wireproto.protocols.nydus.server import InvokeError
 
     running = await NydusHost(Hub(max_subscriptions=2), hub_routes=True).start()
     client = await wait_for(connect(reactor, running.lines))

@@ -35,8 +35,8 @@ from wireproto.errors import (
     UnknownType,
 )
 from wireproto.hub import Hub
-from wireproto.protocols.subble import SubbleHost
-from wireproto.protocols.subble_client import (
+from wireproto.protocols.rpc import ConnectionClosed, RequestTimeout
+from wireproto.protocols.subble.client import (
     EventFailed,
     EventForbidden,
     EventRefused,
@@ -44,7 +44,7 @@ from wireproto.protocols.subble_client import (
     SubbleClient,
     SubbleEvent,
 )
-from wireproto.rpc import ConnectionClosed, RequestTimeout
+from wireproto.protocols.subble.server import SubbleHost
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site

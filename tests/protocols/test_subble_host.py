@@ -53,12 +53,8 @@ from wireproto.codecs.subble import (
 from wireproto.errors import LimitExceeded
 from wireproto.hub import Hub
 from wireproto.protocols import websmq
-from wireproto.protocols.subble import (
-    ClientRegistry,
-    SubbleHost,
-    SubbleHostProtocol,
-    server_factory,
-)
+from wireproto.protocols.subble.registry import ClientRegistry
+from wireproto.protocols.subble.server import SubbleHost, SubbleHostProtocol, server_factory
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 from wireproto.transports.websocket import WebSocketOptions, websocket_resource, websocket_site
 

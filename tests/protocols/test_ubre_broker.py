@@ -35,10 +35,10 @@ from wireproto.codecs.ubre import Publish
 from wireproto.config import Config, parse_listen
 from wireproto.hub import Hub
 from wireproto.protocols import websmq
-from wireproto.protocols.ubre import UbreServer, UbreServerProtocol
-from wireproto.protocols.ubre_client import UbreClient
-from wireproto.protocols.ubre_client import connect as ubre_connect
-from wireproto.rpc import RequestFailed
+from wireproto.protocols.rpc import RequestFailed
+from wireproto.protocols.ubre.client import UbreClient
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.ubre.server import UbreServer, UbreServerProtocol
 from wireproto.service import make_service
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 from wireproto.transports.websocket import WebSocketOptions, websocket_resource, websocket_site

@@ -26,9 +26,9 @@ from tests.support import Inbox, eventually, failure_of, sleep, wait_for
 from wireproto.codecs.ubre import Publish
 from wireproto.errors import FrameTooLarge, InvalidField
 from wireproto.hub import Hub
-from wireproto.protocols.ubre import UbreServer, UbreServerProtocol
-from wireproto.protocols.ubre_client import OfflineQueueFull, UbreClient
-from wireproto.rpc import ConnectionClosed, RequestFailed, RequestTimeout
+from wireproto.protocols.rpc import ConnectionClosed, RequestFailed, RequestTimeout
+from wireproto.protocols.ubre.client import OfflineQueueFull, UbreClient
+from wireproto.protocols.ubre.server import UbreServer, UbreServerProtocol
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
 

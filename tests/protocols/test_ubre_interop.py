@@ -26,9 +26,9 @@ from tests.support import Inbox, eventually, failure_of, need_interop_peer, slee
 from wireproto.codecs.ubre import Publish
 from wireproto.hub import Hub
 from wireproto.protocols import websmq
-from wireproto.protocols.ubre import UbreServer, UbreServerProtocol
-from wireproto.protocols.ubre_client import UbreClient
-from wireproto.rpc import ConnectionClosed, RequestFailed, RequestTimeout
+from wireproto.protocols.rpc import ConnectionClosed, RequestFailed, RequestTimeout
+from wireproto.protocols.ubre.client import UbreClient
+from wireproto.protocols.ubre.server import UbreServer, UbreServerProtocol
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
 INTEROP = Path(__file__).resolve().parents[1] / "interop"

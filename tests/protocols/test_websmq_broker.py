@@ -14,7 +14,8 @@ from tests.support import Inbox, eventually, sleep, wait_for
 from wireproto.codecs import websmq
 from wireproto.codecs.websmq import LastWill, Publish, Subscribe
 from wireproto.hub import Hub
-from wireproto.protocols.websmq import connect, server_factory
+from wireproto.protocols.websmq.client import connect
+from wireproto.protocols.websmq.server import server_factory
 from wireproto.transports.stream import (
     StreamOptions,
     stream_client_factory,

@@ -16,7 +16,7 @@ from tests.protocols.test_websmq_broker import Broker, closed, subscribed
 from tests.support import Inbox, eventually, need_interop_peer, wait_for
 from wireproto.codecs.websmq import LastWill, Publish
 from wireproto.hub import Hub
-from wireproto.protocols.websmq import connect
+from wireproto.protocols.websmq.client import connect
 
 INTEROP = Path(__file__).resolve().parents[1] / "interop"
 CLIENT = INTEROP / "websmq_ws_client.js"

@@ -18,8 +18,8 @@ from tests.support import Inbox, eventually, wait_for
 from tests.test_cli import Child
 from tests.test_service import LOCAL, Broker
 from wireproto.config import NydusSettings, SubbleSettings
-from wireproto.protocols.nydus import InvokeError
-from wireproto.protocols.ubre_client import connect as ubre_connect
+from wireproto.protocols.nydus.server import InvokeError
+from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.service import WireprotoService
 
 LISTENERS = (

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from wireproto.codecs._common import json_dumps, json_loads, utf8
+from wireproto.codecs.serialization import json_dumps, json_loads, utf8
 from wireproto.errors import BadJSON, InvalidField, TruncatedFrame, UnknownType
 
 __all__ = [

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-from wireproto.codecs._common import json_dumps, json_loads, unchecked_constructor, utf8
+from wireproto.codecs.serialization import json_dumps, json_loads, unchecked_constructor, utf8
 from wireproto.errors import (
     BadEncoding,
     BadJSON,

@@ -52,7 +52,7 @@ from datetime import UTC, datetime, timedelta
 from enum import IntEnum, StrEnum
 from typing import Any, NamedTuple
 
-from wireproto.codecs._common import (
+from wireproto.codecs.serialization import (
     binary,
     json_loads,
     json_utf8,

@@ -56,7 +56,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from wireproto.codecs._common import json_loads, json_utf8, unchecked_constructor
+from wireproto.codecs.serialization import json_loads, json_utf8, unchecked_constructor
 from wireproto.errors import (
     BadEncoding,
     BadJSON,

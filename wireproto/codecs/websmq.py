@@ -48,7 +48,7 @@ from enum import IntEnum
 from typing import ClassVar
 from urllib.parse import quote, unquote_to_bytes
 
-from wireproto.codecs._common import binary, unchecked_constructor
+from wireproto.codecs.serialization import binary, unchecked_constructor
 from wireproto.errors import (
     BadEncoding,
     BadLength,

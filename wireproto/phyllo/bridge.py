@@ -45,7 +45,6 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from wireproto.codecs import phyllo as phyllo_codec
-from wireproto.codecs._common import json_utf8
 from wireproto.codecs.phyllo.codes import TypeCode
 from wireproto.codecs.phyllo.document import (
     Format,
@@ -56,6 +55,7 @@ from wireproto.codecs.phyllo.document import (
     serialize,
 )
 from wireproto.codecs.phyllo.message import MAX_TOPIC_LENGTH, PubSubMessage
+from wireproto.codecs.serialization import json_utf8
 from wireproto.errors import ProtocolError
 from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage, describe_address
 from wireproto.payloads import value_from_payload

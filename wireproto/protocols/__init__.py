@@ -24,25 +24,25 @@ class ServerProtocolSpec:
 
 
 def _websmq(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
-    from wireproto.protocols.websmq import server_factory
+    from wireproto.protocols.websmq.server import server_factory
 
     return server_factory(hub, **options)
 
 
 def _ubre(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
-    from wireproto.protocols.ubre import server_factory
+    from wireproto.protocols.ubre.server import server_factory
 
     return server_factory(hub, **options)
 
 
 def _nydus(hub: Any, **options: Any) -> Callable[[], IMessageProtocol]:
-    from wireproto.protocols.nydus import server_factory
+    from wireproto.protocols.nydus.server import server_factory
 
     return server_factory(hub, **options)
 
 
 def _subble(hub: Any, *, registry: str = "", **options: Any) -> Callable[[], IMessageProtocol]:
-    from wireproto.protocols.subble import server_factory
+    from wireproto.protocols.subble.server import server_factory
 
     # The config's `registry` names the sqlite file ("" keeps the registry in memory).
     return server_factory(hub, registry_path=registry or None, **options)

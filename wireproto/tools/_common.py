@@ -194,7 +194,7 @@ def _exit_code(failure: Any) -> tuple[int, str]:
         return EXIT_TIMEOUT, "timed out"
     if isinstance(value, ValueError):
         return EXIT_USAGE, str(value)
-    from wireproto.rpc import ConnectionClosed
+    from wireproto.protocols.rpc import ConnectionClosed
 
     if isinstance(value, error.ConnectionDone | error.ConnectionLost | ConnectionClosed):
         return EXIT_UNREACHABLE, f"the connection closed: {value}"

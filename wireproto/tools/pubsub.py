@@ -131,7 +131,7 @@ def _json_value(payload: bytes) -> Any:
 def _value_payload(value: Any) -> bytes | None:
     """What sub prints for a value: a string as its text, bytes as they are, None (no body) as
     nothing, anything else as compact JSON; None if JSON cannot say it."""
-    from wireproto.codecs._common import json_utf8
+    from wireproto.codecs.serialization import json_utf8
     from wireproto.errors import ProtocolError
 
     if isinstance(value, bytes):
@@ -147,7 +147,7 @@ def _value_payload(value: Any) -> bytes | None:
 
 
 def _is_json(value: Any) -> bool:
-    from wireproto.codecs._common import json_utf8
+    from wireproto.codecs.serialization import json_utf8
     from wireproto.errors import ProtocolError
 
     try:
@@ -206,7 +206,7 @@ class _WebsmqLink(_Link):
     @classmethod
     def check_topics(cls, topics: list[str], patterns: bool) -> None:
         from wireproto.codecs import websmq
-        from wireproto.protocols.websmq import validate_websmq_pattern
+        from wireproto.protocols.websmq.server import validate_websmq_pattern
         from wireproto.topics import is_pattern
 
         for topic in topics:
@@ -257,14 +257,14 @@ class _UbreLink(_Link):
 
     @classmethod
     def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
-        from wireproto.protocols import ubre_client
+        from wireproto.protocols.ubre import client as ubre_client
 
         return ubre_client.connect(reactor, args.address,
                                    **connect_options(args)).addCallback(cls)
 
     async def publish(self, topic: str, payload: bytes) -> None:
         from wireproto.codecs.ubre import NO_BODY
-        from wireproto.rpc import ConnectionClosed
+        from wireproto.protocols.rpc import ConnectionClosed
 
         value = _json_value(payload)
         try:

@@ -121,8 +121,8 @@ def _check_address(reactor: Any, address: str) -> None:
 
 async def _connect(reactor: Any, client: Any, seconds: float) -> None:
     """Connect `client` (and handshake) within `seconds`, with the tools' errors."""
-    from wireproto.protocols.subble_client import HandshakeRefused
-    from wireproto.rpc import ConnectionClosed
+    from wireproto.protocols.rpc import ConnectionClosed
+    from wireproto.protocols.subble.client import HandshakeRefused
     from wireproto.transports.websocket import HandshakeFailed
 
     try:
@@ -190,7 +190,7 @@ def _call_data(given: str | None) -> Any:
 
 def _failure_text(failure: Exception) -> tuple[Any, str]:
     """What a failed call's peer said: as data (for --json) and as text."""
-    from wireproto.protocols.nydus import InvokeError
+    from wireproto.protocols.nydus.server import InvokeError
 
     if isinstance(failure, InvokeError):
         data = failure.to_data()
@@ -210,10 +210,10 @@ def _failure_text(failure: Exception) -> tuple[Any, str]:
 async def _call(reactor: Any, args: argparse.Namespace) -> int:
     from wireproto.codecs.nydus import NO_DATA
     from wireproto.codecs.ubre import NO_BODY
-    from wireproto.protocols.nydus import InvokeError
-    from wireproto.protocols.nydus_client import NydusClient
-    from wireproto.protocols.ubre_client import UbreClient
-    from wireproto.rpc import ConnectionClosed, RequestFailed
+    from wireproto.protocols.nydus.client import NydusClient
+    from wireproto.protocols.nydus.server import InvokeError
+    from wireproto.protocols.rpc import ConnectionClosed, RequestFailed
+    from wireproto.protocols.ubre.client import UbreClient
 
     protocol = protocol_of(args.address, args.protocol, CALL_PROTOCOLS)
     timeout = _positive(args.timeout)
@@ -281,7 +281,7 @@ def _event_text(payload: Any) -> str:
 
 def _subble_client(reactor: Any, args: argparse.Namespace, handshake_timeout: float,
                    **options: Any) -> Any:
-    from wireproto.protocols.subble_client import SubbleClient
+    from wireproto.protocols.subble.client import SubbleClient
 
     try:
         _check_address(reactor, args.address)
@@ -293,8 +293,8 @@ def _subble_client(reactor: Any, args: argparse.Namespace, handshake_timeout: fl
 
 
 async def _produce(reactor: Any, args: argparse.Namespace) -> int:
-    from wireproto.protocols.subble_client import EventRefused
-    from wireproto.rpc import ConnectionClosed
+    from wireproto.protocols.rpc import ConnectionClosed
+    from wireproto.protocols.subble.client import EventRefused
 
     _subble_protocol(args)
     timeout = _positive(args.timeout)

@@ -67,7 +67,6 @@ from twisted.web.server import NOT_DONE_YET
 from zope.interface import implementer
 
 from wireproto import peerlog
-from wireproto.codecs._common import json_dumps, utf8
 from wireproto.codecs.engineio import (
     Handshake,
     Packet,
@@ -78,6 +77,7 @@ from wireproto.codecs.engineio import (
     encode_packet,
     encode_payload,
 )
+from wireproto.codecs.serialization import json_dumps, utf8
 from wireproto.errors import (
     FrameTooLarge,
     InvalidField,

@@ -10,7 +10,7 @@ A receiver's buffer is small: phyllo-cpp keeps at most 255 bytes of a chunk (127
 
 from __future__ import annotations
 
-from wireproto.codecs._common import binary
+from wireproto.codecs.serialization import binary
 from wireproto.errors import BadLength, FrameTooLarge, InvalidField, ProtocolError
 
 __all__ = ["DELIMITER", "MAX_CHUNK_LENGTH", "ChunkSplitter", "encode_chunk"]

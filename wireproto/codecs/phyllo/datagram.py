@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import anycrc
 
-from wireproto.codecs._common import binary
+from wireproto.codecs.serialization import binary
 from wireproto.errors import BadChecksum, BadLength, FrameTooLarge, InvalidField, TruncatedFrame
 
 __all__ = [

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from wireproto.codecs._common import (
+from wireproto.codecs.serialization import (
     binary,
     json_loads,
     json_utf8,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cobs import cobs
 
-from wireproto.codecs._common import binary
+from wireproto.codecs.serialization import binary
 from wireproto.errors import BadLength, FrameTooLarge, InvalidField, TruncatedFrame
 
 __all__ = ["MAX_FRAME_PAYLOAD", "decode_frame", "encode_frame"]

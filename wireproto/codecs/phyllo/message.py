@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from wireproto.codecs._common import binary, unchecked_constructor
+from wireproto.codecs.serialization import binary, unchecked_constructor
 from wireproto.errors import InvalidField, InvalidTopic, TruncatedFrame
 
 __all__ = ["MAX_TOPIC_LENGTH", "PubSubMessage", "decode_message", "encode_message"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wireproto.codecs._common import binary
+from wireproto.codecs.serialization import binary
 from wireproto.errors import FrameTooLarge, InvalidField, ProtocolError, TruncatedFrame, UnknownType
 
 from .chunks import DELIMITER, MAX_CHUNK_LENGTH, ChunkSplitter, _delimit

@@ -26,15 +26,15 @@ from twisted.python.failure import Failure
 from wireproto.codecs import ubre
 from wireproto.codecs.ubre import NO_BODY, Publish, Subscribe, Unsubscribe
 from wireproto.errors import LimitExceeded, ProtocolError
-from wireproto.protocols._client import ClientBase
-from wireproto.protocols.ubre import (
+from wireproto.protocols.client import ClientBase
+from wireproto.protocols.rpc import DEFAULT_REQUEST_TIMEOUT, ConnectionClosed, RequestTimeout
+from wireproto.protocols.ubre.peer import (
     Handler,
     HandlerRegistry,
     UbrePeer,
-    _incoming_body,
-    _outgoing_body,
+    incoming_body,
+    outgoing_body,
 )
-from wireproto.rpc import DEFAULT_REQUEST_TIMEOUT, ConnectionClosed, RequestTimeout
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.connect import is_websocket_address
 from wireproto.transports.reconnect import DEFAULT_RETRY
@@ -92,19 +92,19 @@ class UbreClientProtocol(UbrePeer):
 
     def publishReceived(self, message: Publish, data: bytes, binary_format: bool) -> None:
         self.client._published(
-            Publish(message.topic, _incoming_body(message.body, binary_format),
+            Publish(message.topic, incoming_body(message.body, binary_format),
                     streaming=message.streaming)
         )
 
     def subscribeReceived(self, message: Subscribe, binary_format: bool) -> None:
         self.client.server_topics.add(message.topic)
         self.client._hook("on_subscribe", message.topic,
-                          _incoming_body(message.body, binary_format))
+                          incoming_body(message.body, binary_format))
 
     def unsubscribeReceived(self, message: Unsubscribe, binary_format: bool) -> None:
         self.client.server_topics.discard(message.topic)
         self.client._hook("on_unsubscribe", message.topic,
-                          _incoming_body(message.body, binary_format))
+                          incoming_body(message.body, binary_format))
 
     def connectionLost(self, reason: Failure) -> None:
         # The client first, so code that a failing request resumes sees it disconnected (and,
@@ -198,7 +198,7 @@ class UbreClient(ClientBase, HandlerRegistry):
         subscription = Subscription(self, topic, callback)
         entry = self._subscriptions.get(topic)
         if entry is None:
-            message = Subscribe(topic, _outgoing_body(body, self.binary))
+            message = Subscribe(topic, outgoing_body(body, self.binary))
             ubre.encode(message, binary=self.binary)  # refused now, not on a reconnection
             self._subscriptions[topic] = ([subscription], message)
             if self.protocol is not None:
@@ -210,7 +210,7 @@ class UbreClient(ClientBase, HandlerRegistry):
     def unsubscribe(self, topic: str, *, body: Any = NO_BODY) -> None:
         """Drop every callback on `topic` and tell the server."""
         if self._subscriptions.pop(topic, None) is not None and self.protocol is not None:
-            self.protocol.send(Unsubscribe(topic, _outgoing_body(body, self.binary)))
+            self.protocol.send(Unsubscribe(topic, outgoing_body(body, self.binary)))
 
     def _cancel(self, subscription: Subscription) -> None:
         entry = self._subscriptions.get(subscription.topic)
@@ -229,7 +229,7 @@ class UbreClient(ClientBase, HandlerRegistry):
         of the message, whatever its size."""
         if streaming and not self.binary:
             raise ValueError("a streaming body exists only in the binary format (binary=True)")
-        body = _outgoing_body(body, self.binary)
+        body = outgoing_body(body, self.binary)
         if streaming and body is NO_BODY:
             body = b""
         message = Publish(topic, body, streaming=streaming)

@@ -16,7 +16,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from wireproto.rpc import ConnectionClosed
+from wireproto.protocols.rpc import ConnectionClosed
 from wireproto.transports.reconnect import DEFAULT_RETRY, Reconnector
 
 __all__ = ["ClientBase"]

@@ -1,22 +1,7 @@
-"""UBRE over any message transport: the broker (server role), and what both roles share.
+"""What both UBRE roles share: hub formats, bodies, handler registries and the peer protocol.
 
-Implements shared/specs/ubre.md as settled by NOTES.md, section "UBRE". ubre.js, the reference,
-is peer to peer; wireproto's server is a broker on the hub:
+See docs/ubre.md for how bodies map to hub payloads and back."""
 
-- a publish reaches every other subscriber of that exact topic, whatever protocol it came in on;
-- requests are answered by handlers registered by name (ubre.js's `{"request": name, "id": id}`),
-  or by one default handler for the spec's `{"request": id}` form and for binary requests;
-- UBRE is symmetric, so the server can send requests to a client, and a client answers them with
-  handlers of its own (see `wireproto.protocols.ubre_client`);
-- like a ubre.js peer, the server tells each client which topics it wants, with a subscribe
-  message per hub topic that has subscribers, because ubre.js publishes only on topics its peer
-  has subscribed to.
-
-JSON comes in WebSocket text frames or lines; the binary format in binary frames or a framing that
-marks message ends (length32, cobs). Each reply goes in the format of its request. A connection
-gets publishes in the format of its latest subscribe. docs/ubre.md says how bodies map to hub
-payloads and back.
-"""
 
 from __future__ import annotations
 
@@ -28,13 +13,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto.codecs import ubre
-from wireproto.codecs._common import json_loads, json_utf8
+from wireproto.codecs.serialization import json_loads, json_utf8
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
-from wireproto.errors import FrameTooLarge, InvalidField, InvalidTopic, ProtocolError
-from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
+from wireproto.errors import FrameTooLarge, InvalidField, ProtocolError
+from wireproto.hub import HubMessage
 from wireproto.payloads import json_from_payload, payload_from_value
-from wireproto.rpc import (
-    DEFAULT_REQUEST_TIMEOUT,
+from wireproto.protocols.rpc import (
     ConnectionClosed,
     PendingRequests,
     RequestFailed,
@@ -52,12 +36,9 @@ __all__ = [
     "NOT_FOUND",
     "TOO_MANY_REQUESTS",
     "Handler",
+    "payload_from_body",
     "HandlerRegistry",
     "UbrePeer",
-    "UbreServer",
-    "UbreServerProtocol",
-    "server_factory",
-    "payload_from_body",
 ]
 
 log = Logger()
@@ -95,7 +76,7 @@ def _json_value_of_payload(payload: bytes) -> Any:
     return json_loads(body_text, "body") if body_text else NO_BODY
 
 
-def _json_publish(topic: str, body_text: bytes) -> bytes:
+def json_publish(topic: str, body_text: bytes) -> bytes:
     head = b'{"publish":' + json_utf8(topic)
     return head + b',"body":' + body_text + b"}" if body_text else head + b"}"
 
@@ -110,7 +91,7 @@ def _encode_binary(message: HubMessage) -> tuple[bytes, bool] | None:
 def _encode_json_text(message: HubMessage) -> tuple[bytes, bool] | None:
     try:
         body_text = json_from_payload(message.payload)
-        return None if body_text is None else (_json_publish(message.topic, body_text), False)
+        return None if body_text is None else (json_publish(message.topic, body_text), False)
     except ProtocolError:
         return None
 
@@ -119,21 +100,21 @@ def _encode_json(message: HubMessage) -> tuple[bytes, bool] | None:
     return _encode_json_text(message) or _encode_binary(message)
 
 
-_ENCODERS = {
+HUB_ENCODERS = {
     JSON_FORMAT: _encode_json,
     JSON_TEXT_FORMAT: _encode_json_text,
     BINARY_FORMAT: _encode_binary,
 }
 
 
-def _incoming_body(body: Any, binary_format: bool) -> Any:
+def incoming_body(body: Any, binary_format: bool) -> Any:
     """What a handler or callback gets for a body: b"" or None when there is none."""
     if body is NO_BODY:
         return b"" if binary_format else None
     return body
 
 
-def _outgoing_body(value: Any, binary_format: bool) -> Any:
+def outgoing_body(value: Any, binary_format: bool) -> Any:
     """A handler's result (or a request's body) as a message body for the format. None is no
     body; the binary format takes bytes, str as UTF-8, anything else as JSON text."""
     if value is None or value is NO_BODY:
@@ -249,7 +230,7 @@ class UbrePeer(MessageProtocol):
         request_id = self.pending.next_id()
         try:
             data = ubre.encode(
-                Request(request_id, _outgoing_body(body, binary_format), name=name),
+                Request(request_id, outgoing_body(body, binary_format), name=name),
                 binary=binary_format,
             )
             self._check_size(data)
@@ -275,9 +256,9 @@ class UbrePeer(MessageProtocol):
             elif kind is Request:
                 self._answer(message, binary_format)
             elif kind is Success:
-                self.pending.resolve(message.id, _incoming_body(message.body, binary_format))
+                self.pending.resolve(message.id, incoming_body(message.body, binary_format))
             elif kind is Fail:
-                self.pending.reject(message.id, _incoming_body(message.body, binary_format))
+                self.pending.reject(message.id, incoming_body(message.body, binary_format))
             elif kind is Subscribe:
                 self.subscribeReceived(message, binary_format)
             else:
@@ -310,7 +291,7 @@ class UbrePeer(MessageProtocol):
             return
         working = run_handler(
             handler,
-            (_incoming_body(message.body, binary_format), self.handlerArgument()),
+            (incoming_body(message.body, binary_format), self.handlerArgument()),
             lambda value: self._reply(Success, message.id, value, binary_format),
             lambda failure: self._handler_failed(message, failure, binary_format),
             self.owner.observe_request,
@@ -341,12 +322,12 @@ class UbrePeer(MessageProtocol):
             return  # the requester is gone; so is its reply
         try:
             data = ubre.encode(
-                kind(request_id, _outgoing_body(result, binary_format)), binary=binary_format
+                kind(request_id, outgoing_body(result, binary_format)), binary=binary_format
             )
             self._check_size(data)
         except (ProtocolError, TypeError, ValueError) as error:
             log.warn("ubre: cannot send the reply to {id!r}: {error}", id=request_id, error=error)
-            body = _outgoing_body(error_body(error, debug=self.debug), binary_format)
+            body = outgoing_body(error_body(error, debug=self.debug), binary_format)
             data = ubre.encode(Fail(request_id, body), binary=binary_format)
         self._write(data, binary_format)
 
@@ -364,207 +345,3 @@ class UbrePeer(MessageProtocol):
         self.pending.fail_all(
             ConnectionClosed(f"the UBRE connection closed: {reason.getErrorMessage()}")
         )
-
-
-# -- the server role ------------------------------------------------------------------------------
-
-
-class UbreServerProtocol(UbrePeer):
-    """The broker's side of one UBRE connection; the `peer` that handlers and hooks get."""
-
-    session: Session | None = None
-
-    def __init__(self, server: UbreServer) -> None:
-        super().__init__(server)
-        self.server = server
-
-    def connectionMade(self) -> None:
-        wire_format = JSON_TEXT_FORMAT if self.text_only else JSON_FORMAT
-        self.session = self.server.hub.attach(
-            self.transport, protocol="ubre", wire_format=wire_format,
-            encode=_ENCODERS[wire_format],
-        )
-        self.server.peers[self] = None
-        if self.server.announce_topics:
-            for topic in self.server.hub.topics():
-                self.announce(Subscribe, topic)
-        self.server._hook("on_connect", self)
-
-    def _write(self, data: bytes, binary: bool) -> None:
-        # Through the session's queue, in order with publishes, bounded like them.
-        self.session.send(data, binary)
-
-    def _log_refusal(self, error: ProtocolError) -> None:
-        log_protocol_error("ubre", self.transport, error, self.session)
-
-    # -- what a client asks of the broker --------------------------------------------------------
-
-    def _check_topic(self, topic: str) -> None:
-        limit = self.server.max_topic_length
-        if len(topic) > limit:
-            raise InvalidTopic(
-                f"UBRE topic of {len(topic)} characters: this server takes at most {limit}"
-            )
-
-    def publishReceived(self, message: Publish, data: bytes, binary_format: bool) -> None:
-        self._check_topic(message.topic)
-        if binary_format:
-            payload = message.body if message.body is not NO_BODY else b""
-            encodings = {BINARY_FORMAT: (data, True)}
-        else:
-            payload = payload_from_body(message.body)
-            json_form = _json_publish(message.topic, payload)
-            encodings = {JSON_FORMAT: (json_form, False), JSON_TEXT_FORMAT: (json_form, False)}
-        self.session.publish(message.topic, payload, encodings=encodings)
-
-    def subscribeReceived(self, message: Subscribe, binary_format: bool) -> None:
-        self._check_topic(message.topic)
-        self._follow_format(binary_format)
-        self.session.subscribe(message.topic)
-        self.server._hook(
-            "on_subscribe", message.topic, _incoming_body(message.body, binary_format), self
-        )
-
-    def unsubscribeReceived(self, message: Unsubscribe, binary_format: bool) -> None:
-        if self.session.unsubscribe(message.topic):
-            self.server._hook(
-                "on_unsubscribe", message.topic, _incoming_body(message.body, binary_format), self
-            )
-
-    def _follow_format(self, binary_format: bool) -> None:
-        if binary_format == self.binary_format:
-            return
-        self.binary_format = binary_format
-        wire_format = BINARY_FORMAT if binary_format else JSON_FORMAT
-        self.session.set_wire_format(wire_format, _ENCODERS[wire_format])
-
-    # -- what the server sends this one client ---------------------------------------------------
-
-    def publish(self, topic: str, body: Any = NO_BODY) -> bool:
-        """Send a publish to this client alone, if it subscribes to `topic` (as ubre.js's
-        `ubre(target).publish`); False if it does not. Good for a topic's current value in an
-        `on_subscribe` hook."""
-        if self.session is None or topic not in self.session.topics:
-            return False
-        payload = payload_from_body(body)
-        message = HubMessage(topic, payload, protocol="ubre")
-        encoded = _ENCODERS[self.session.wire_format](message)
-        if encoded is None:
-            return False
-        self.session.send(*encoded)
-        return True
-
-    def announce(self, kind: type, topic: str) -> None:
-        """Tell this client the server now wants (Subscribe) or no longer wants (Unsubscribe)
-        `topic`, so a ubre.js client publishes on it."""
-        try:
-            self._write(ubre.encode(kind(topic), binary=self.binary_format), self.binary_format)
-        except ProtocolError:
-            pass  # a hub topic this format cannot name (longer than 65535 bytes)
-
-    def connectionLost(self, reason: Failure) -> None:
-        super().connectionLost(reason)
-        self.server.peers.pop(self, None)
-        if self.session is not None:
-            self.session.close(reason)
-            self.server._hook("on_disconnect", self, reason)
-
-
-class UbreServer(HandlerRegistry):
-    """The UBRE server role on a hub: request handlers, hooks, and a factory of connections.
-
-    Handlers are called as ``handler(body, peer)`` and may return a value, a Deferred, or be
-    coroutine functions. Hooks are plain attributes, in ubre.js's manner::
-
-        server.on_subscribe = lambda topic, body, peer: ...
-    """
-
-    def __init__(
-        self,
-        hub: Hub,
-        *,
-        announce_topics: bool = True,
-        max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
-        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
-        debug: bool = False,
-        reactor: Any = None,
-    ) -> None:
-        if reactor is None:
-            from twisted.internet import reactor
-        self.hub = hub
-        self.reactor = reactor
-        self.announce_topics = announce_topics
-        self.max_topic_length = max_topic_length
-        self.max_pending_requests = max_pending_requests
-        self.request_timeout = request_timeout
-        self.debug = debug
-        self.handlers: dict[str, Handler] = {}
-        self.default_handler: Handler | None = None
-        self.peers: dict[UbreServerProtocol, None] = {}
-        hub.add_topic_observer(self)
-
-    # -- hooks: replace them ---------------------------------------------------------------------
-
-    def on_connect(self, peer: UbreServerProtocol) -> None:
-        """A client connected."""
-
-    def on_disconnect(self, peer: UbreServerProtocol, reason: Failure) -> None:
-        """A client's connection closed."""
-
-    def on_subscribe(self, topic: str, body: Any, peer: UbreServerProtocol) -> None:
-        """A client subscribed to `topic`, with the subscribe's body (None, or b"" in binary,
-        when it has none)."""
-
-    def on_unsubscribe(self, topic: str, body: Any, peer: UbreServerProtocol) -> None:
-        """A client unsubscribed from `topic`."""
-
-    def on_topic_start(self, topic: str) -> None:
-        """`topic` gained its first subscriber on the hub, from any protocol."""
-
-    def on_topic_end(self, topic: str) -> None:
-        """`topic` lost its last subscriber on the hub."""
-
-    def _hook(self, name: str, *args: Any) -> None:
-        try:
-            getattr(self, name)(*args)
-        except Exception:
-            log.failure("ubre: the {hook} hook raised", hook=name)
-
-    # -- publishing ------------------------------------------------------------------------------
-
-    def publish(self, topic: str, body: Any = NO_BODY) -> int:
-        """Publish from the host to every subscriber of `topic`, on every protocol. Bytes go as
-        they are, anything else as JSON text. Returns how many got it."""
-        return self.hub.publish(HubMessage(topic, payload_from_body(body), protocol="ubre"))
-
-    # -- the hub's topic observer ----------------------------------------------------------------
-
-    def topic_started(self, topic: str) -> None:
-        self._hook("on_topic_start", topic)
-        if self.announce_topics:
-            for peer in tuple(self.peers):
-                peer.announce(Subscribe, topic)
-
-    def topic_ended(self, topic: str) -> None:
-        self._hook("on_topic_end", topic)
-        if self.announce_topics:
-            for peer in tuple(self.peers):
-                peer.announce(Unsubscribe, topic)
-
-    # -- connections -----------------------------------------------------------------------------
-
-    def __call__(self) -> UbreServerProtocol:
-        """A new connection's protocol: the server is the factory the transports take."""
-        return UbreServerProtocol(self)
-
-    def close(self) -> None:
-        """Stop following the hub's topics (connections are closed by their listeners)."""
-        self.hub.remove_topic_observer(self)
-
-
-def server_factory(hub: Hub, **options: Any) -> UbreServer:
-    """The UBRE server for `hub`; it is also the zero-argument protocol factory the transport
-    adapters take. `options` are UbreServer's."""
-    return UbreServer(hub, **options)
-

@@ -1,11 +1,11 @@
-"""The serializer helpers every codec shares (wireproto.codecs._common)."""
+"""The serializer helpers every codec shares (wireproto.codecs.serialization)."""
 
 import json
 
 import pytest
 
 from wireproto import errors
-from wireproto.codecs._common import (
+from wireproto.codecs.serialization import (
     json_dumps,
     json_loads,
     json_utf8,
@@ -63,7 +63,7 @@ def test_utf8_names_offending_byte():
 def test_unchecked_constructor_builds_equal_frozen_messages():
     from dataclasses import FrozenInstanceError, dataclass, field
 
-    from wireproto.codecs._common import unchecked_constructor
+    from wireproto.codecs.serialization import unchecked_constructor
 
     @dataclass(frozen=True, slots=True)
     class Sample:

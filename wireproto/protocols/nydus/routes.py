@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Match", "Router", "path_to_regexp", "decode_uri_component"]
+__all__ = ["Match", "RouteTable", "path_to_regexp", "decode_uri_component"]
 
 # -- pathToRegExp -------------------------------------------------------------------------------
 
@@ -224,7 +224,7 @@ def _decode_capture(value: str | None) -> str | None:
     return value if decoded is None else decoded
 
 
-# -- Router -------------------------------------------------------------------------------------
+# -- the route table ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -251,16 +251,16 @@ class Match:
     action: Any
     path: str = ""
     index: int = 0
-    _router: Router | None = field(default=None, repr=False, compare=False)
+    _table: RouteTable | None = field(default=None, repr=False, compare=False)
 
     def next(self) -> Match | None:
         """The next route after this one that matches the same path (ruta3's `next`)."""
-        if self._router is None:
+        if self._table is None:
             return None
-        return self._router.match(self.path, start=self.index + 1)
+        return self._table.match(self.path, start=self.index + 1)
 
 
-class Router:
+class RouteTable:
     """Routes tried in the order they were added; `match` returns the first that matches."""
 
     def __init__(self) -> None:

@@ -61,8 +61,8 @@ from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
 from wireproto.errors import FrameTooLarge, LimitExceeded, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import json_from_payload, payload_from_value
-from wireproto.routes import Router
-from wireproto.rpc import RequestFailed, run_handler
+from wireproto.protocols.nydus.routes import RouteTable
+from wireproto.protocols.rpc import RequestFailed, run_handler
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
@@ -297,7 +297,7 @@ class NydusServerProtocol(MessageProtocol):
         if self._answering >= server.max_pending_invokes:
             self._reply(Error, message.id, TOO_MANY_REQUESTS)
             return
-        match = server.router.match(message.path)
+        match = server.routes.match(message.path)
         if match is None:
             self._reply(Error, message.id, NOT_FOUND)
             return
@@ -397,7 +397,7 @@ class NydusServer:
         self.debug = debug
         self.max_pending_invokes = max_pending_invokes
         self.reactor = reactor
-        self.router = Router()
+        self.routes = RouteTable()
         self.clients: dict[str, NydusServerProtocol] = {}
         self._sessions: dict[Session, NydusServerProtocol] = {}
         if hub_routes:
@@ -430,11 +430,11 @@ class NydusServer:
         ``@server.register_route("/rooms/:room/join")``."""
         if handler is None:
             def register(fn: Handler) -> Handler:
-                self.router.add(pattern, fn)
+                self.routes.add(pattern, fn)
                 return fn
 
             return register
-        self.router.add(pattern, handler)
+        self.routes.add(pattern, handler)
         return handler
 
     # -- the hub routes ------------------------------------------------------------------------

@@ -61,8 +61,13 @@ from wireproto.errors import (
     ProtocolError,
     UnexpectedMessage,
 )
-from wireproto.protocols._client import ClientBase
-from wireproto.rpc import DEFAULT_REQUEST_TIMEOUT, ConnectionClosed, PendingRequests, RequestTimeout
+from wireproto.protocols.client import ClientBase
+from wireproto.protocols.rpc import (
+    DEFAULT_REQUEST_TIMEOUT,
+    ConnectionClosed,
+    PendingRequests,
+    RequestTimeout,
+)
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.reconnect import DEFAULT_RETRY
@@ -77,7 +82,7 @@ __all__ = [
     "RequestTimeout",
     "ConnectionClosed",
     "SubbleEvent",
-    "Listener",
+    "EventListener",
     "SubbleClient",
     "SubbleClientProtocol",
     "connect",
@@ -195,7 +200,7 @@ class SubbleEvent:
 EventCallback = Callable[[SubbleEvent], object]
 
 
-class Listener:
+class EventListener:
     """One callback for one event type; `cancel()` removes it."""
 
     def __init__(self, client: SubbleClient, event_type: str, callback: EventCallback) -> None:
@@ -474,7 +479,7 @@ class SubbleClient(ClientBase):
         self.handshake_timeout = handshake_timeout
         self.connect_options = connect_options
         self.response: HandshakeResponse | None = None
-        self._listeners: dict[str, list[Listener]] = {}
+        self._listeners: dict[str, list[EventListener]] = {}
         # Refused now, not on the first connection: a bad name, separator or version.
         subble.encode(self._handshake_request())
 
@@ -522,7 +527,7 @@ class SubbleClient(ClientBase):
 
     # -- events ----------------------------------------------------------------------------------
 
-    def listen(self, event_type: str, callback: EventCallback) -> Listener:
+    def listen(self, event_type: str, callback: EventCallback) -> EventListener:
         """Call `callback(event)` for each event of `event_type` (besides `on_event`). The type
         must be in the subscribe list: the host sends no other."""
         if event_type not in self.subscribe_list:
@@ -530,7 +535,7 @@ class SubbleClient(ClientBase):
                 f"{event_type!r} is not in the subscribe list {list(self.subscribe_list)!r}: the "
                 "host sends only the event types the handshake subscribed to"
             )
-        listener = Listener(self, event_type, callback)
+        listener = EventListener(self, event_type, callback)
         self._listeners.setdefault(event_type, []).append(listener)
         return listener
 

@@ -48,10 +48,10 @@ from twisted.python.failure import Failure
 from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result, Welcome
 from wireproto.errors import FrameTooLarge, InvalidField, ProtocolError
-from wireproto.protocols._client import ClientBase
-from wireproto.protocols.nydus import InvokeError, nanoid
-from wireproto.routes import Match, Router
-from wireproto.rpc import (
+from wireproto.protocols.client import ClientBase
+from wireproto.protocols.nydus.routes import Match, RouteTable
+from wireproto.protocols.nydus.server import InvokeError, nanoid
+from wireproto.protocols.rpc import (
     DEFAULT_REQUEST_TIMEOUT,
     ConnectionClosed,
     PendingRequests,
@@ -279,7 +279,7 @@ class NydusClient(ClientBase):
         self.engineio_options = engineio_options
         self.connect_options = connect_options
         self.welcome_timeout = welcome_timeout
-        self.router = Router()
+        self.routes = RouteTable()
 
     # -- hooks: replace them ---------------------------------------------------------------------
 
@@ -337,16 +337,16 @@ class NydusClient(ClientBase):
         route registered that matches wins. Without a handler, a decorator."""
         if handler is None:
             def register(fn: PublishHandler) -> PublishHandler:
-                self.router.add(pattern, fn)
+                self.routes.add(pattern, fn)
                 return fn
 
             return register
-        self.router.add(pattern, handler)
+        self.routes.add(pattern, handler)
         return handler
 
     def _published(self, message: Publish) -> None:
         data = None if message.data is NO_DATA else message.data
-        match = self.router.match(message.path)
+        match = self.routes.match(message.path)
         if match is None:
             self._hook("on_unhandled", message.path, data)
             return

@@ -54,24 +54,21 @@ behaviour where the spec is silent is decided here:
 - **Host code** publishes server events with `SubbleHost.publish`, its source a plugin name.
 - **Limits**, on by default: names per list (`max_names`, and no more than the hub's subscription
   limit), event type length (`max_event_type_length`), client ID length, the handshake timeout,
-  and the registry's size. Everything sent goes through the session's bounded send queue.
-"""
+  and the registry's size. Everything sent goes through the session's bounded send queue."""
+
 
 from __future__ import annotations
 
 import os
-import sqlite3
-import time
 import uuid
-from collections.abc import Callable, Iterable
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
+from collections.abc import Iterable
 from typing import Any
 
 from twisted.internet import task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from wireproto.codecs._common import json_loads, json_utf8, msgpack_dumps, msgpack_loads
+from wireproto.codecs.serialization import json_loads, json_utf8, msgpack_dumps, msgpack_loads
 from wireproto.codecs.subble import (
     PROTOCOL_VERSION,
     Event,
@@ -98,6 +95,15 @@ from wireproto.errors import (
 )
 from wireproto.hub import Hub, HubMessage, Session, describe_address, log_protocol_error
 from wireproto.peerlog import address_key
+from wireproto.protocols.subble.registry import (
+    DEFAULT_MAX_REGISTRY_IDS,
+    DEFAULT_NEW_IDS_PER_MINUTE,
+    DEFAULT_REGISTRY_TTL,
+    ClientRegistry,
+    NewIdBudget,
+    parse_networks,
+    peer_ip,
+)
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
@@ -106,12 +112,8 @@ __all__ = [
     "DEFAULT_MAX_EVENT_TYPE_LENGTH",
     "DEFAULT_MAX_CLIENT_ID_LENGTH",
     "DEFAULT_HANDSHAKE_TIMEOUT",
-    "DEFAULT_MAX_REGISTRY_IDS",
-    "DEFAULT_REGISTRY_TTL",
-    "DEFAULT_NEW_IDS_PER_MINUTE",
-    "ClientRegistry",
-    "SubbleHost",
     "SubbleHostProtocol",
+    "SubbleHost",
     "server_factory",
 ]
 
@@ -124,193 +126,8 @@ DEFAULT_MAX_NAMES = 1000
 DEFAULT_MAX_EVENT_TYPE_LENGTH = 1024
 DEFAULT_MAX_CLIENT_ID_LENGTH = 256
 DEFAULT_HANDSHAKE_TIMEOUT = 30.0
-DEFAULT_MAX_REGISTRY_IDS = 1_000_000
-# IDs a host learned on its own (registry not enforced) are forgotten after 30 days unseen.
-DEFAULT_REGISTRY_TTL = 30 * 24 * 3600.0
-# New client IDs one address may have the registry take, per minute.
-DEFAULT_NEW_IDS_PER_MINUTE = 60
 
 _CLIENT_EVENT_CODE = bytes((MessageCode.CLIENT_EVENT,))
-
-Network = IPv4Network | IPv6Network
-
-
-# -- the client registry --------------------------------------------------------------------------
-
-
-class ClientRegistry:
-    """The client IDs this host knows: in memory (`path` None) or in a sqlite file, so that
-    clients come back after a restart. At most `max_ids` IDs; past that, `add` and `new_id`
-    raise LimitExceeded, once IDs not seen for `ttl` seconds have been forgotten (None: never).
-
-    Each ID keeps when it was last seen (`add` and `seen`), in whole seconds of `clock`.
-    `expire()` forgets those older than `ttl`; `SubbleHost` calls it every `ttl / 10` seconds
-    (at most hourly). The sqlite file, new or not, is made readable by its owner only (`mode`).
-
-    sqlite runs on the reactor thread. That is acceptable for a file on a local disk: a lookup is
-    one indexed read, and a write one tiny row in WAL mode without an fsync per commit (a power
-    cut may lose the last IDs written; a crash of the process does not). Do not put the file on a
-    network filesystem.
-    """
-
-    def __init__(
-        self, path: str | os.PathLike | None = None, *, max_ids: int = DEFAULT_MAX_REGISTRY_IDS,
-        ttl: float | None = DEFAULT_REGISTRY_TTL, mode: int = 0o600,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.path = path
-        self.max_ids = max_ids
-        self.ttl = ttl
-        self.clock = clock
-        self._ids: dict[str, int] = {}
-        self._db: sqlite3.Connection | None = None
-        self._count = 0
-        if path is not None:
-            # sqlite gives its -wal and -shm files the database file's permissions.
-            os.close(os.open(os.fspath(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode))
-            os.chmod(path, mode)
-            # Autocommit: each add is its own tiny transaction.
-            db = sqlite3.connect(os.fspath(path), isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY) WITHOUT ROWID")
-            columns = {row[1] for row in db.execute("PRAGMA table_info(clients)")}
-            if "last_seen" not in columns:  # a registry from before IDs expired
-                db.execute("ALTER TABLE clients ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0")
-                db.execute("UPDATE clients SET last_seen = ?", (self._now(),))
-            (self._count,) = db.execute("SELECT count(*) FROM clients").fetchone()
-            self._db = db
-
-    def _now(self) -> int:
-        return int(self.clock())
-
-    def __contains__(self, client_id: str) -> bool:
-        if self._db is None:
-            if self.path is not None:
-                raise ValueError("the client registry is closed")
-            return client_id in self._ids
-        row = self._db.execute("SELECT 1 FROM clients WHERE id = ?", (client_id,)).fetchone()
-        return row is not None
-
-    def __len__(self) -> int:
-        return self._count if self.path is not None else len(self._ids)
-
-    def add(self, client_id: str) -> None:
-        """Remember `client_id`, seen now (a known one is only marked seen)."""
-        if client_id in self:
-            self.seen(client_id)
-            return
-        if len(self) >= self.max_ids:
-            self.expire()
-        if len(self) >= self.max_ids:
-            raise LimitExceeded(
-                f"the client registry is full: it holds at most {self.max_ids} client IDs"
-            )
-        if self._db is not None:
-            self._db.execute("INSERT OR IGNORE INTO clients (id, last_seen) VALUES (?, ?)",
-                             (client_id, self._now()))
-            self._count += 1
-        else:
-            self._ids[client_id] = self._now()
-
-    def seen(self, client_id: str) -> None:
-        """Mark a known `client_id` as seen now, so it does not expire."""
-        if self._db is not None:
-            self._db.execute("UPDATE clients SET last_seen = ? WHERE id = ?",
-                             (self._now(), client_id))
-        elif client_id in self._ids:
-            self._ids[client_id] = self._now()
-
-    def expire(self) -> int:
-        """Forget the IDs not seen for `ttl` seconds; how many were forgotten."""
-        if self.ttl is None:
-            return 0
-        cutoff = self._now() - self.ttl
-        if self._db is not None:
-            gone = self._db.execute("DELETE FROM clients WHERE last_seen < ?", (cutoff,)).rowcount
-            self._count -= gone
-            return gone
-        old = [client_id for client_id, seen in self._ids.items() if seen < cutoff]
-        for client_id in old:
-            del self._ids[client_id]
-        return len(old)
-
-    def new_id(self) -> str:
-        """A new unique ID (uuid4 text), added to the registry."""
-        while True:
-            client_id = str(uuid.uuid4())
-            if client_id not in self:
-                self.add(client_id)
-                return client_id
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-
-class _NewIdBudget:
-    """How many client IDs one address may add to the registry: `per_minute`, in a token
-    bucket that holds a minute's worth."""
-
-    # Addresses remembered at once; a full bucket is forgotten first.
-    MAX_ADDRESSES = 100_000
-
-    def __init__(self, per_minute: int, clock: Callable[[], float]) -> None:
-        self.per_minute = per_minute
-        self.clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def take(self, address: str) -> bool:
-        now = self.clock()
-        rate = self.per_minute / 60.0
-        tokens, then = self._buckets.get(address, (float(self.per_minute), now))
-        tokens = min(float(self.per_minute), tokens + (now - then) * rate)
-        if tokens < 1.0:
-            self._buckets[address] = (tokens, now)
-            return False
-        self._buckets[address] = (tokens - 1.0, now)
-        if len(self._buckets) > self.MAX_ADDRESSES:
-            self._forget_full(now, rate)
-        return True
-
-    def _forget_full(self, now: float, rate: float) -> None:
-        full = [address for address, (tokens, then) in self._buckets.items()
-                if tokens + (now - then) * rate >= self.per_minute]
-        for address in full:
-            del self._buckets[address]
-        while len(self._buckets) > self.MAX_ADDRESSES:  # still too many: forget the oldest
-            del self._buckets[next(iter(self._buckets))]
-
-
-# -- addresses ------------------------------------------------------------------------------------
-
-
-def _networks(cidrs: Iterable[str], what: str) -> tuple[Network, ...]:
-    if isinstance(cidrs, str):
-        raise ValueError(f"{what} is a list of CIDR networks, such as ['10.0.0.0/8'], not a str")
-    networks = []
-    for cidr in cidrs:
-        try:
-            networks.append(ip_network(cidr, strict=False))
-        except ValueError as e:
-            raise ValueError(f"{what}: {cidr!r} is not an IP network ({e})") from None
-    return tuple(networks)
-
-
-def _peer_ip(address: Any) -> IPv4Address | IPv6Address | None:
-    """The IP address of a peer, or None when it has none (a unix socket, a serial port)."""
-    host = getattr(address, "host", None)
-    if not isinstance(host, str):
-        return None
-    try:
-        ip = ip_address(host.split("%", 1)[0])  # without an IPv6 scope ("fe80::1%eth0")
-    except ValueError:
-        return None
-    if isinstance(ip, IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
 
 # -- payloads -------------------------------------------------------------------------------------
 
@@ -402,7 +219,7 @@ class SubbleHostProtocol(MessageProtocol):
         echo = request.request_data
         peer = self.transport.getPeer()
         if not host.address_allowed(peer):
-            ip = _peer_ip(peer)
+            ip = peer_ip(peer)
             self._refuseHandshake(
                 MessageCode.IP_NOT_ALLOWED,
                 f"address {ip if ip is not None else 'without an IP'} is not allowed",
@@ -611,14 +428,14 @@ class SubbleHost:
             else ClientRegistry(registry_path, max_ids=max_registry_ids, ttl=ttl,
                                 mode=registry_mode)
         )
-        self._new_ids = _NewIdBudget(new_ids_per_minute, reactor.seconds)
+        self._new_ids = NewIdBudget(new_ids_per_minute, reactor.seconds)
         self._expiring: task.LoopingCall | None = None
         if self.registry.ttl is not None:
             self._expiring = task.LoopingCall(self.registry.expire)
             self._expiring.clock = reactor
             self._expiring.start(min(self.registry.ttl / 10, 3600.0), now=False)
-        self.allow = _networks(allow, "allow")
-        self.deny = _networks(deny, "deny")
+        self.allow = parse_networks(allow, "allow")
+        self.deny = parse_networks(deny, "deny")
         self.max_names = max_names
         self.max_event_type_length = max_event_type_length
         self.max_client_id_length = max_client_id_length
@@ -654,7 +471,7 @@ class SubbleHost:
     def address_allowed(self, address: Any) -> bool:
         """Whether a peer at `address` (a Twisted address) may connect: deny wins; with an
         allow list only those; a peer without an IP only when there is no allow list."""
-        ip = _peer_ip(address)
+        ip = peer_ip(address)
         if ip is None:
             return not self.allow
         if any(ip in network for network in self.deny):

@@ -1,0 +1,258 @@
+"""UBRE over any message transport: the broker (server role).
+
+Implements shared/specs/ubre.md as settled by NOTES.md, section "UBRE". ubre.js, the reference,
+is peer to peer; wireproto's server is a broker on the hub:
+
+- a publish reaches every other subscriber of that exact topic, whatever protocol it came in on;
+- requests are answered by handlers registered by name (ubre.js's `{"request": name, "id": id}`),
+  or by one default handler for the spec's `{"request": id}` form and for binary requests;
+- UBRE is symmetric, so the server can send requests to a client, and a client answers them with
+  handlers of its own (see `wireproto.protocols.ubre_client`);
+- like a ubre.js peer, the server tells each client which topics it wants, with a subscribe
+  message per hub topic that has subscribers, because ubre.js publishes only on topics its peer
+  has subscribed to.
+
+JSON comes in WebSocket text frames or lines; the binary format in binary frames or a framing that
+marks message ends (length32, cobs). Each reply goes in the format of its request. A connection
+gets publishes in the format of its latest subscribe. docs/ubre.md says how bodies map to hub
+payloads and back."""
+
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from wireproto.codecs import ubre
+from wireproto.codecs.ubre import NO_BODY, Publish, Subscribe, Unsubscribe
+from wireproto.errors import InvalidTopic, ProtocolError
+from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
+from wireproto.protocols.rpc import (
+    DEFAULT_REQUEST_TIMEOUT,
+)
+from wireproto.protocols.ubre.peer import (
+    BINARY_FORMAT,
+    DEFAULT_MAX_PENDING_REQUESTS,
+    DEFAULT_MAX_TOPIC_LENGTH,
+    HUB_ENCODERS,
+    JSON_FORMAT,
+    JSON_TEXT_FORMAT,
+    Handler,
+    HandlerRegistry,
+    UbrePeer,
+    incoming_body,
+    json_publish,
+    payload_from_body,
+)
+
+__all__ = [
+    "UbreServerProtocol",
+    "UbreServer",
+    "server_factory",
+]
+
+log = Logger()
+
+# -- the server role ------------------------------------------------------------------------------
+
+
+class UbreServerProtocol(UbrePeer):
+    """The broker's side of one UBRE connection; the `peer` that handlers and hooks get."""
+
+    session: Session | None = None
+
+    def __init__(self, server: UbreServer) -> None:
+        super().__init__(server)
+        self.server = server
+
+    def connectionMade(self) -> None:
+        wire_format = JSON_TEXT_FORMAT if self.text_only else JSON_FORMAT
+        self.session = self.server.hub.attach(
+            self.transport, protocol="ubre", wire_format=wire_format,
+            encode=HUB_ENCODERS[wire_format],
+        )
+        self.server.peers[self] = None
+        if self.server.announce_topics:
+            for topic in self.server.hub.topics():
+                self.announce(Subscribe, topic)
+        self.server._hook("on_connect", self)
+
+    def _write(self, data: bytes, binary: bool) -> None:
+        # Through the session's queue, in order with publishes, bounded like them.
+        self.session.send(data, binary)
+
+    def _log_refusal(self, error: ProtocolError) -> None:
+        log_protocol_error("ubre", self.transport, error, self.session)
+
+    # -- what a client asks of the broker --------------------------------------------------------
+
+    def _check_topic(self, topic: str) -> None:
+        limit = self.server.max_topic_length
+        if len(topic) > limit:
+            raise InvalidTopic(
+                f"UBRE topic of {len(topic)} characters: this server takes at most {limit}"
+            )
+
+    def publishReceived(self, message: Publish, data: bytes, binary_format: bool) -> None:
+        self._check_topic(message.topic)
+        if binary_format:
+            payload = message.body if message.body is not NO_BODY else b""
+            encodings = {BINARY_FORMAT: (data, True)}
+        else:
+            payload = payload_from_body(message.body)
+            json_form = json_publish(message.topic, payload)
+            encodings = {JSON_FORMAT: (json_form, False), JSON_TEXT_FORMAT: (json_form, False)}
+        self.session.publish(message.topic, payload, encodings=encodings)
+
+    def subscribeReceived(self, message: Subscribe, binary_format: bool) -> None:
+        self._check_topic(message.topic)
+        self._follow_format(binary_format)
+        self.session.subscribe(message.topic)
+        self.server._hook(
+            "on_subscribe", message.topic, incoming_body(message.body, binary_format), self
+        )
+
+    def unsubscribeReceived(self, message: Unsubscribe, binary_format: bool) -> None:
+        if self.session.unsubscribe(message.topic):
+            self.server._hook(
+                "on_unsubscribe", message.topic, incoming_body(message.body, binary_format), self
+            )
+
+    def _follow_format(self, binary_format: bool) -> None:
+        if binary_format == self.binary_format:
+            return
+        self.binary_format = binary_format
+        wire_format = BINARY_FORMAT if binary_format else JSON_FORMAT
+        self.session.set_wire_format(wire_format, HUB_ENCODERS[wire_format])
+
+    # -- what the server sends this one client ---------------------------------------------------
+
+    def publish(self, topic: str, body: Any = NO_BODY) -> bool:
+        """Send a publish to this client alone, if it subscribes to `topic` (as ubre.js's
+        `ubre(target).publish`); False if it does not. Good for a topic's current value in an
+        `on_subscribe` hook."""
+        if self.session is None or topic not in self.session.topics:
+            return False
+        payload = payload_from_body(body)
+        message = HubMessage(topic, payload, protocol="ubre")
+        encoded = HUB_ENCODERS[self.session.wire_format](message)
+        if encoded is None:
+            return False
+        self.session.send(*encoded)
+        return True
+
+    def announce(self, kind: type, topic: str) -> None:
+        """Tell this client the server now wants (Subscribe) or no longer wants (Unsubscribe)
+        `topic`, so a ubre.js client publishes on it."""
+        try:
+            self._write(ubre.encode(kind(topic), binary=self.binary_format), self.binary_format)
+        except ProtocolError:
+            pass  # a hub topic this format cannot name (longer than 65535 bytes)
+
+    def connectionLost(self, reason: Failure) -> None:
+        super().connectionLost(reason)
+        self.server.peers.pop(self, None)
+        if self.session is not None:
+            self.session.close(reason)
+            self.server._hook("on_disconnect", self, reason)
+
+
+class UbreServer(HandlerRegistry):
+    """The UBRE server role on a hub: request handlers, hooks, and a factory of connections.
+
+    Handlers are called as ``handler(body, peer)`` and may return a value, a Deferred, or be
+    coroutine functions. Hooks are plain attributes, in ubre.js's manner::
+
+        server.on_subscribe = lambda topic, body, peer: ...
+    """
+
+    def __init__(
+        self,
+        hub: Hub,
+        *,
+        announce_topics: bool = True,
+        max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
+        max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
+        debug: bool = False,
+        reactor: Any = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        self.hub = hub
+        self.reactor = reactor
+        self.announce_topics = announce_topics
+        self.max_topic_length = max_topic_length
+        self.max_pending_requests = max_pending_requests
+        self.request_timeout = request_timeout
+        self.debug = debug
+        self.handlers: dict[str, Handler] = {}
+        self.default_handler: Handler | None = None
+        self.peers: dict[UbreServerProtocol, None] = {}
+        hub.add_topic_observer(self)
+
+    # -- hooks: replace them ---------------------------------------------------------------------
+
+    def on_connect(self, peer: UbreServerProtocol) -> None:
+        """A client connected."""
+
+    def on_disconnect(self, peer: UbreServerProtocol, reason: Failure) -> None:
+        """A client's connection closed."""
+
+    def on_subscribe(self, topic: str, body: Any, peer: UbreServerProtocol) -> None:
+        """A client subscribed to `topic`, with the subscribe's body (None, or b"" in binary,
+        when it has none)."""
+
+    def on_unsubscribe(self, topic: str, body: Any, peer: UbreServerProtocol) -> None:
+        """A client unsubscribed from `topic`."""
+
+    def on_topic_start(self, topic: str) -> None:
+        """`topic` gained its first subscriber on the hub, from any protocol."""
+
+    def on_topic_end(self, topic: str) -> None:
+        """`topic` lost its last subscriber on the hub."""
+
+    def _hook(self, name: str, *args: Any) -> None:
+        try:
+            getattr(self, name)(*args)
+        except Exception:
+            log.failure("ubre: the {hook} hook raised", hook=name)
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def publish(self, topic: str, body: Any = NO_BODY) -> int:
+        """Publish from the host to every subscriber of `topic`, on every protocol. Bytes go as
+        they are, anything else as JSON text. Returns how many got it."""
+        return self.hub.publish(HubMessage(topic, payload_from_body(body), protocol="ubre"))
+
+    # -- the hub's topic observer ----------------------------------------------------------------
+
+    def topic_started(self, topic: str) -> None:
+        self._hook("on_topic_start", topic)
+        if self.announce_topics:
+            for peer in tuple(self.peers):
+                peer.announce(Subscribe, topic)
+
+    def topic_ended(self, topic: str) -> None:
+        self._hook("on_topic_end", topic)
+        if self.announce_topics:
+            for peer in tuple(self.peers):
+                peer.announce(Unsubscribe, topic)
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def __call__(self) -> UbreServerProtocol:
+        """A new connection's protocol: the server is the factory the transports take."""
+        return UbreServerProtocol(self)
+
+    def close(self) -> None:
+        """Stop following the hub's topics (connections are closed by their listeners)."""
+        self.hub.remove_topic_observer(self)
+
+
+def server_factory(hub: Hub, **options: Any) -> UbreServer:
+    """The UBRE server for `hub`; it is also the zero-argument protocol factory the transport
+    adapters take. `options` are UbreServer's."""
+    return UbreServer(hub, **options)

@@ -1,0 +1,158 @@
+"""WEBSMQ over any message transport: the broker (server role).
+
+Implements shared/specs/websmq.md as settled by NOTES.md, section "WEBSMQ":
+
+- a publish goes to every other subscriber of its topic, never back to its sender;
+- a client's last will is published, with the LastWill (11) header, whenever it disconnects,
+  cleanly or not;
+- the broker sends only Publish and LastWill frames, never Subscribe or Unsubscribe;
+- topics are validated, and a malformed frame closes only the connection that sent it, with a
+  reason the peer can read.
+
+WEBSMQ topics are hub topics as they are, so `sensors/temp` here is `sensors/temp` for every other
+protocol on the hub. MQTT-style wildcard subscriptions (`+`, a last `#`) are an opt-in extension:
+see docs/websmq.md."""
+
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.python.failure import Failure
+
+from wireproto.codecs import websmq
+from wireproto.codecs.websmq import LastWill, Publish, Subscribe, Unsubscribe
+from wireproto.errors import BadEncoding, InvalidTopic, ProtocolError
+from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
+from wireproto.protocols.websmq.patterns import validate_websmq_pattern
+from wireproto.topics import is_pattern
+from wireproto.transports.base import MessageProtocol
+
+__all__ = [
+    "WIRE_FORMAT",
+    "encode_for_websmq",
+    "WebsmqServerProtocol",
+    "server_factory",
+]
+
+WIRE_FORMAT = "websmq"
+
+def encode_for_websmq(message: HubMessage) -> tuple[bytes, bool] | None:
+    """A hub message as a WEBSMQ frame, or None if its topic cannot be a WEBSMQ topic."""
+    try:
+        if message.will:
+            return websmq.encode(LastWill(message.topic, message.payload)), True
+        return websmq.encode_publish(message.topic, message.payload), True
+    except ProtocolError:
+        return None
+
+
+def _wildcard_topic(data: bytes) -> tuple[type, str] | None:
+    """A Subscribe or Unsubscribe frame whose topic is a valid pattern, else None."""
+    try:
+        message_type, length = websmq.decode_header(data)
+        if message_type not in (websmq.MessageType.SUBSCRIBE, websmq.MessageType.UNSUBSCRIBE):
+            return None
+        pattern = data[websmq.HEADER_SIZE : websmq.HEADER_SIZE + length].decode("ascii")
+        if len(pattern) != length or not is_pattern(pattern):
+            return None
+        validate_websmq_pattern(pattern)
+    except (ProtocolError, UnicodeDecodeError):
+        return None
+    kind = Subscribe if message_type == websmq.MessageType.SUBSCRIBE else Unsubscribe
+    return kind, pattern
+
+
+# Topics decode has accepted, by their raw bytes, so a Publish on a known topic skips decoding.
+# Bounded: a peer sending endless new topics only empties it now and then.
+_known_topics: dict[bytes, str] = {}
+_KNOWN_TOPICS_LIMIT = 4096
+
+
+def _remember_topic(frame: bytes, topic: str) -> None:
+    if len(_known_topics) >= _KNOWN_TOPICS_LIMIT:
+        _known_topics.clear()
+    _known_topics[frame[websmq.HEADER_SIZE : websmq.HEADER_SIZE + len(topic)]] = topic
+
+
+class WebsmqServerProtocol(MessageProtocol):
+    """The broker's side of one WEBSMQ connection."""
+
+    session: Session | None = None
+
+    def __init__(self, hub: Hub, *, wildcards: bool = False) -> None:
+        self.hub = hub
+        self.wildcards = wildcards
+        self._failed = False
+
+    def connectionMade(self) -> None:
+        self.session = self.hub.attach(
+            self.transport, protocol="websmq", wire_format=WIRE_FORMAT, encode=encode_for_websmq
+        )
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        # The common case first: a Publish on a topic this broker has already validated.
+        if binary and len(data) >= 2 and data[0] < 0x40 and not self._failed:
+            end = 2 + (data[0] << 8 | data[1])
+            topic = _known_topics.get(data[2:end])
+            if topic is not None and end <= len(data):
+                self.session.publish(topic, data[end:], (data, True))
+                return
+        if self._failed:
+            return
+        if not binary:
+            self._refuse(BadEncoding("WEBSMQ frames are binary: a text frame is not WEBSMQ"))
+            return
+        try:
+            message = websmq.decode(data)
+        except InvalidTopic as error:
+            wildcard = _wildcard_topic(data) if self.wildcards else None
+            if wildcard is None:
+                self._refuse(error)
+                return
+            self._wildcard(*wildcard)
+            return
+        except ProtocolError as error:
+            self._refuse(error)
+            return
+        session = self.session
+        kind = type(message)
+        try:
+            if kind is Publish:
+                _remember_topic(data, message.topic)
+                session.publish(message.topic, message.payload, encoded=(data, True))
+            elif self.wildcards and kind is not LastWill and is_pattern(message.topic):
+                self._wildcard(kind, message.topic)
+            elif kind is Subscribe:
+                session.subscribe(message.topic)
+            elif kind is Unsubscribe:
+                session.unsubscribe(message.topic)
+            else:
+                session.set_will(message.topic, message.payload)
+        except ProtocolError as error:
+            self._refuse(error)
+
+    def _wildcard(self, kind: type, pattern: str) -> None:
+        try:
+            if kind is Subscribe:
+                self.session.subscribe_pattern(pattern)
+            else:
+                self.session.unsubscribe_pattern(pattern)
+        except ProtocolError as error:
+            self._refuse(error)
+
+    def _refuse(self, error: ProtocolError) -> None:
+        """Close this one connection, telling the peer why; the rest of the broker carries on."""
+        self._failed = True
+        log_protocol_error("websmq", self.transport, error, self.session)
+        self.transport.loseConnection(error)
+
+    def connectionLost(self, reason: Failure) -> None:
+        super().connectionLost(reason)
+        if self.session is not None:
+            self.session.close(reason)
+
+
+def server_factory(hub: Hub, *, wildcards: bool = False) -> Callable[[], WebsmqServerProtocol]:
+    """The zero-argument protocol factory the transport adapters take."""
+    return lambda: WebsmqServerProtocol(hub, wildcards=wildcards)
