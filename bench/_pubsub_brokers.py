@@ -1,6 +1,6 @@
 """The bare WEBSMQ brokers that bench/pubsub.py measures wireproto against.
 
-Each does the least a WEBSMQ broker must (shared/specs/websmq.md): read the two-byte header far
+Each does the least a WEBSMQ broker must (docs/websmq.md): read the two-byte header far
 enough to tell Subscribe, Unsubscribe and Publish apart and to find the topic, keep a dict of topic
 to subscribed connections, and forward a Publish byte for byte to every other subscriber, framed
 once for all of them. No topic validation, no last will, no queue limits: a floor, not a broker.

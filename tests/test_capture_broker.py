@@ -24,6 +24,7 @@ from twisted.internet.task import deferLater
 from tests.support import eventually, wait_for
 from tests.test_cli import Child
 from wireproto import capture
+from wireproto.capture.wrapper import CapturingProtocol, CapturingTransport
 from wireproto.codecs import ubre, websmq
 from wireproto.config import (
     CaptureSettings,
@@ -38,7 +39,6 @@ from wireproto.hub import describe_address
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect as websmq_connect
 from wireproto.service import WireprotoService, make_service
-from wireproto.transports.capturing import CapturingProtocol, CapturingTransport
 
 LOCAL = "interface=127.0.0.1"
 TOPIC = "room/temp"
@@ -297,7 +297,7 @@ async def test_serve_capture_writes_the_records(tmp_path: Path) -> None:
 
 def test_capture_files_and_their_directory_are_the_owners_alone(tmp_path: Path) -> None:
     # Captured payloads were readable by every local user (0644).
-    from wireproto.transports.capturing import BrokerCapture
+    from wireproto.capture.wrapper import BrokerCapture
 
     directory = tmp_path / "made" / "here"
     for mode in (None, 0o640):

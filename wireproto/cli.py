@@ -25,6 +25,7 @@ config file. Every error is one line on stderr.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any, NoReturn
@@ -65,6 +66,9 @@ nydus+engineio@tcp:8765, nydus+lines@tcp:8768, subble+ws@tcp:8765 and subble+len
 on 127.0.0.1.
 See docs/running.md for the TOML config file.
 """
+
+# Each adds its subcommands with register(commands) and set_defaults(run=...).
+COMMAND_MODULES = ("wireproto.pipeline.command", "wireproto.tools.pubsub", "wireproto.tools.rpc")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,32 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "serves; exit 2 with the file, the key and what is wrong if it is bad.",
     )
     check.add_argument("file", metavar="FILE")
-    analyze = commands.add_parser(
-        "analyze",
-        help="analyze capture files on Spark",
-        description="Read capture files with Spark and write Parquet tables (messages, topic "
-                    "rates, RPC latency, malformed clients, windowed readings) and a report "
-                    "(report.md and PNG plots) under --out. Needs the spark extra and Java 17.",
-    )
-    analyze.add_argument("captures", metavar="CAPTURES", help="a capture directory or file")
-    analyze.add_argument("--out", required=True, metavar="DIR",
-                         help="where the tables, the report and the checkpoint go")
-    analyze.add_argument("--master", metavar="URL",
-                         help="Spark master (default: spark-submit's, else local[*])")
-    analyze.add_argument("--follow", action="store_true",
-                         help="run the streaming query and publish each finished window to the "
-                              "hub, until Ctrl-C")
-    analyze.add_argument("--hub", default="tcp:127.0.0.1:8766", metavar="ENDPOINT",
-                         help="with --follow: the broker's WEBSMQ length32 listener to "
-                              "publish to: tcp:HOST:PORT, ssl:HOST:PORT[:hostname=NAME]"
-                              "[:caCertsDir=DIR] or unix:PATH (default tcp:127.0.0.1:8766)")
-    analyze.add_argument("--checkpoint", metavar="DIR",
-                         help="with --follow: the streaming checkpoint (default OUT/checkpoint)")
-    analyze.add_argument("--available-now", action="store_true",
-                         help="with --follow: process what is there now, then stop")
-    from wireproto.tools import register_all
-
-    register_all(commands)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(commands)
     return parser
 
 
@@ -262,17 +242,6 @@ def check_config(path: str) -> int:
     return 0
 
 
-def analyze(args: argparse.Namespace) -> int:
-    """``wireproto analyze CAPTURES --out DIR`` (wireproto.pipeline.command): 0 when done, 1 when
-    Spark fails, 2 for bad usage, 130 when stopped."""
-    from wireproto.pipeline.command import run
-
-    def error(message: str) -> None:
-        print(f"{PROG} analyze: {message}", file=sys.stderr, flush=True)
-
-    return run(args, lambda lines: announce(lines, sys.stdout), error)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``wireproto`` command; returns its exit status."""
     args = build_parser().parse_args(argv)
@@ -280,8 +249,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "check-config":
         return check_config(args.file)
-    if args.command == "analyze":
-        return analyze(args)
     if hasattr(args, "run"):
         return int(args.run(args))
     raise AssertionError(f"unhandled command {args.command!r}")

@@ -56,6 +56,8 @@ __all__ = [
     "Hub",
     "Session",
     "LocalSubscriber",
+    "Subscriber",
+    "FrameSubscriber",
     "TopicObserver",
     "describe_address",
     "transport_name",
@@ -154,6 +156,34 @@ class TopicObserver(Protocol):
     def topic_ended(self, topic: str) -> None: ...
 
 
+class Subscriber(Protocol):
+    """What the hub delivers to: a connection's `Session`, or host code's `LocalSubscriber`.
+
+    `deliver(message, cache)` is the general path; `cache` holds the encodings and prepared
+    frames made so far for this publish, for other subscribers to share. A subscriber whose
+    `writes_now` is true at that moment is a `FrameSubscriber` and takes the fast path instead.
+    """
+
+    writes_now: bool
+
+    def deliver(self, message: HubMessage, cache: dict) -> None: ...
+
+
+class FrameSubscriber(Subscriber, Protocol):
+    """A subscriber that takes prepared frames (`Session`). While `writes_now` is true, the
+    publish loop finds the frame for its `frame_key` in the cache (or has `frame_from_cache`
+    frame the encoding there), counts it in `sent` and `sent_bytes`, and calls `write_frame`,
+    without building a `HubMessage`."""
+
+    frame_key: object
+    sent: int
+    sent_bytes: int
+
+    def frame_from_cache(self, cache: dict) -> tuple[Any, int] | None: ...
+
+    def write_frame(self, frame: Any) -> None: ...
+
+
 class Hub:
     """Subscriptions, fan-out, wills and send-queue policy for every protocol."""
 
@@ -184,14 +214,19 @@ class Hub:
         self.accepted: dict[tuple[str, str], int] = {}
         self.closed_stats: dict[str, SessionStats] = {}
         self._session_ids = itertools.count(1)
-        self._exact: dict[str, dict[Any, None]] = {}
+        self._exact: dict[str, dict[Subscriber, None]] = {}
         self._patterns = PatternTree()
         # (wire format, prepare key) -> a plain object, a cheaper fan-out cache key than the tuple
         self._prepared_keys: dict[tuple, object] = {}
         self._topic_observers: list[TopicObserver] = []
 
     def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
+        """The fan-out cache key of frames in `wire_format` prepared for transports of
+        `prepare_key`: one plain object per pair, cheaper to hash than the pair."""
         return self._prepared_keys.setdefault((wire_format, prepare_key), object())
+
+    def new_session_id(self) -> int:
+        return next(self._session_ids)
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -230,12 +265,12 @@ class Hub:
             stats = totals.get(session.protocol)
             if stats is None:
                 stats = totals[session.protocol] = SessionStats()
-            session._add_to(stats)
+            session.add_stats_to(stats)
         return totals
 
     # -- subscriptions --------------------------------------------------------------------------
 
-    def subscribe(self, subscriber: Any, topic: str) -> bool:
+    def subscribe(self, subscriber: Subscriber, topic: str) -> bool:
         """Subscribe to one exact topic. False if it was already subscribed."""
         subscribers = self._exact.get(topic)
         if subscribers is None:
@@ -248,7 +283,7 @@ class Hub:
         subscribers[subscriber] = None
         return True
 
-    def unsubscribe(self, subscriber: Any, topic: str) -> bool:
+    def unsubscribe(self, subscriber: Subscriber, topic: str) -> bool:
         subscribers = self._exact.get(topic)
         if subscribers is None or subscriber not in subscribers:
             return False
@@ -274,11 +309,11 @@ class Hub:
             except Exception:
                 log.failure("hub topic observer {observer!r} raised", observer=observer)
 
-    def subscribe_pattern(self, subscriber: Any, pattern: str) -> None:
+    def subscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
         validate_pattern(pattern)
         self._patterns.add(pattern, subscriber)
 
-    def unsubscribe_pattern(self, subscriber: Any, pattern: str) -> None:
+    def unsubscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
         self._patterns.remove(pattern, subscriber)
 
     def subscribe_callback(
@@ -293,12 +328,12 @@ class Hub:
             self.subscribe(subscriber, topic)
         return subscriber
 
-    def subscribers(self, topic: str) -> Iterable[Any]:
+    def subscribers(self, topic: str) -> Iterable[Subscriber]:
         """Everyone a message on `topic` would reach, each once."""
         exact = self._exact.get(topic)
         if not self._patterns.count:
             return tuple(exact) if exact else ()
-        found: dict[Any, None] = dict(exact) if exact else {}
+        found: dict[Subscriber, None] = dict(exact) if exact else {}
         self._patterns.match(topic, found)
         return tuple(found)
 
@@ -313,23 +348,24 @@ class Hub:
         `cache` may hold encodings the publisher already has, keyed by wire format, as
         `{wire_format: (data, binary)}`, so a frame can be forwarded as it came.
         """
-        return self._fan_out(
+        return self.fan_out(
             message.topic, message.payload, message.will, message.sender, message.protocol,
             {} if cache is None else cache, message,
         )
 
-    def _fan_out(
+    def fan_out(
         self, topic: str, payload: bytes, will: bool, sender: Any, protocol: str, cache: dict,
         message: HubMessage | None,
     ) -> int:
-        """The publish loop. `message` is built only if some subscriber needs it (to encode it
-        in another format, or a host callback), so forwarding a frame as it came builds none."""
+        """The publish loop, for `publish` and for `Session.publish` (which has no HubMessage).
+        `message` is built only if some subscriber needs it (to encode it in another format, or
+        a host callback), so forwarding a frame as it came builds none."""
         stats = self.stats
         stats.published += 1
         if will:
             stats.wills_published += 1
         if self._patterns.count:
-            targets: Iterable[Any] = self.subscribers(topic)
+            targets: Iterable[Any] = self.subscribers(topic)  # FrameSubscribers when writes_now
         else:
             exact = self._exact.get(topic)
             if not exact:
@@ -342,12 +378,12 @@ class Hub:
             delivered += 1
             # Session.deliver inlined for its common case, the broker's hottest loop: the frame
             # is already prepared and the session's transport takes writes now.
-            if subscriber._direct:
-                prepared = cache.get(subscriber._prepared_key) or subscriber._frame_cached(cache)
+            if subscriber.writes_now:
+                prepared = cache.get(subscriber.frame_key) or subscriber.frame_from_cache(cache)
                 if prepared is not None:
                     subscriber.sent += 1
                     subscriber.sent_bytes += prepared[1]
-                    subscriber._write(prepared[0])
+                    subscriber.write_frame(prepared[0])
                     continue
             if message is None:
                 message = _new_message(topic, payload, will, sender, protocol)
@@ -355,14 +391,15 @@ class Hub:
         stats.delivered += delivered
         return delivered
 
-    def _forget(self, session: Session) -> None:
+    def detach(self, session: Session) -> None:
+        """Forget a closed session (Session.close calls this)."""
         self.sessions.pop(session, None)
 
 
 class LocalSubscriber:
     """A subscription held by host code rather than by a connection."""
 
-    _direct = False  # always through deliver (see Hub.publish)
+    writes_now = False  # host callbacks always go through deliver
 
     def __init__(self, hub: Hub, topic: str, callback: Callable[[HubMessage], object]) -> None:
         self.hub = hub
@@ -391,10 +428,10 @@ class Session:
     """
 
     __slots__ = (
-        "hub", "transport", "protocol", "wire_format", "_encode", "_prepared_key", "_write",
+        "hub", "transport", "protocol", "wire_format", "_encode", "frame_key", "write_frame",
         "topics", "patterns", "subscription_bytes", "will", "queue_limit", "overflow", "_queue",
         "queued_bytes",
-        "_paused", "_direct", "closed", "received", "sent", "sent_bytes", "dropped_messages",
+        "_paused", "writes_now", "closed", "received", "sent", "sent_bytes", "dropped_messages",
         "dropped_bytes", "overflow_disconnects", "id", "peer", "transport_name", "client",
         "opened", "__weakref__",
     )
@@ -413,8 +450,8 @@ class Session:
         self.protocol = protocol
         self.wire_format = wire_format
         self._encode = encode
-        self._prepared_key = hub.prepared_key(wire_format, transport.prepareKey)
-        self._write = transport.sendPrepared
+        self.frame_key = hub.prepared_key(wire_format, transport.prepareKey)
+        self.write_frame = transport.sendPrepared
         self.topics: set[str] = set()
         self.patterns: set[str] = set()
         # The UTF-8 bytes of this session's subscribed topics and patterns.
@@ -426,11 +463,11 @@ class Session:
         self.queued_bytes = 0
         self._paused = False
         # True while nothing waits and the transport takes writes: deliver writes at once.
-        self._direct = True
+        self.writes_now = True
         self.closed = False
         self.received = self.sent = self.sent_bytes = 0
         self.dropped_messages = self.dropped_bytes = self.overflow_disconnects = 0
-        self.id = next(hub._session_ids)
+        self.id = hub.new_session_id()
         self.peer = describe_address(transport.getPeer())
         self.transport_name = transport_name(transport)
         self.client: str | None = None
@@ -453,7 +490,7 @@ class Session:
         """Messages waiting in the send queue."""
         return len(self._queue)
 
-    def _add_to(self, totals: SessionStats) -> None:
+    def add_stats_to(self, totals: SessionStats) -> None:
         totals.received += self.received
         totals.sent += self.sent
         totals.sent_bytes += self.sent_bytes
@@ -546,14 +583,14 @@ class Session:
             cache = dict(encodings)
         else:
             cache = {} if encoded is None else {self.wire_format: encoded}
-        return self.hub._fan_out(topic, payload, False, self, self.protocol, cache, None)
+        return self.hub.fan_out(topic, payload, False, self, self.protocol, cache, None)
 
     def set_wire_format(self, wire_format: Hashable, encode: Encoder) -> None:
         """Receive publishes in another format from now on (a UBRE connection follows the format
         of its latest subscribe)."""
         self.wire_format = wire_format
         self._encode = encode
-        self._prepared_key = self.hub.prepared_key(wire_format, self.transport.prepareKey)
+        self.frame_key = self.hub.prepared_key(wire_format, self.transport.prepareKey)
 
     def send(self, data: bytes, binary: bool) -> None:
         """Send one message of this connection's own (an announcement, not a publish) through
@@ -575,7 +612,7 @@ class Session:
         totals = hub.closed_stats.get(self.protocol)
         if totals is None:
             totals = hub.closed_stats[self.protocol] = SessionStats()
-        self._add_to(totals)
+        self.add_stats_to(totals)
         if reason is None:
             reason = "closed"
         elif not isinstance(reason, str):
@@ -589,7 +626,7 @@ class Session:
             dropped_messages=self.dropped_messages, dropped_bytes=self.dropped_bytes,
             duration=round(time.monotonic() - self.opened, 3),
         )
-        self._direct = False
+        self.writes_now = False
         for topic in self.topics:
             self.hub.unsubscribe(self, topic)
         for pattern in self.patterns:
@@ -600,7 +637,7 @@ class Session:
         self.subscription_bytes = 0
         self._queue.clear()
         self.queued_bytes = 0
-        self.hub._forget(self)
+        self.hub.detach(self)
         will, self.will = self.will, None
         if will is not None:
             delivered = self.hub.publish(will)
@@ -615,7 +652,7 @@ class Session:
 
     def deliver(self, message: HubMessage, cache: dict) -> None:
         """Send a published message, encoding and framing it only if no one did yet."""
-        prepared = cache.get(self._prepared_key)
+        prepared = cache.get(self.frame_key)
         if prepared is None:
             prepared = self._prepare(message, cache)
             if prepared is None:
@@ -626,29 +663,29 @@ class Session:
         if self.wire_format not in cache:
             # None, cached too, means the message cannot be said in this format.
             cache[self.wire_format] = self._encode(message)
-        return self._frame_cached(cache)
+        return self.frame_from_cache(cache)
 
-    def _frame_cached(self, cache: dict) -> tuple[Any, int] | None:
+    def frame_from_cache(self, cache: dict) -> tuple[Any, int] | None:
         """Frame the encoding already in `cache` for this transport, if there is one."""
         encoded = cache.get(self.wire_format)
         if encoded is None:
             return None
         data, binary = encoded
-        prepared = cache[self._prepared_key] = (self.transport.prepareMessage(data, binary),
+        prepared = cache[self.frame_key] = (self.transport.prepareMessage(data, binary),
                                                 len(data))
         return prepared
 
     def _send_prepared(self, prepared: tuple[Any, int]) -> None:
         """Write now if nothing waits and the transport takes writes, else queue."""
-        if self._direct:
+        if self.writes_now:
             self.sent += 1
             self.sent_bytes += prepared[1]
-            self._write(prepared[0])
+            self.write_frame(prepared[0])
             return
         if self.closed:
             return
         self._queue.append(prepared)
-        self._direct = False
+        self.writes_now = False
         self.queued_bytes += prepared[1]
         if self.queued_bytes > self.queue_limit:
             self._overflowed()
@@ -681,7 +718,7 @@ class Session:
 
     def pauseProducing(self) -> None:
         self._paused = True
-        self._direct = False
+        self.writes_now = False
 
     def resumeProducing(self) -> None:
         self._paused = False
@@ -691,8 +728,8 @@ class Session:
             self.queued_bytes -= size
             self.sent += 1
             self.sent_bytes += size
-            self._write(prepared)
-        self._direct = not (self._paused or self._queue or self.closed)
+            self.write_frame(prepared)
+        self.writes_now = not (self._paused or self._queue or self.closed)
 
     def stopProducing(self) -> None:
         self._queue.clear()

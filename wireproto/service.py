@@ -11,7 +11,7 @@
   same way: a USB device that is unplugged is retried until it comes back;
 - unless ``[metrics] enabled = false``, `service.metrics` (wireproto.metrics), served at
   ``[metrics] path`` on every HTTP listener's port;
-- with ``[capture] directory`` set, `service.capture` (wireproto.transports.capturing): every
+- with ``[capture] directory`` set, `service.capture` (wireproto.capture.wrapper): every
   message in and out of every listener's and attached link's connection goes to capture files.
 
 The same service runs under `wireproto serve`, under `twistd wireproto`, or inside another Twisted
@@ -37,6 +37,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto.capture.wrapper import BrokerCapture, CapturingProtocol
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import HTTP_TRANSPORTS, Attach, Config, Listener, PhylloLink, endpoint_type
 from wireproto.hub import Hub
@@ -44,7 +45,6 @@ from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import SERVER_PROTOCOLS
 from wireproto.transports.base import IMessageProtocol, go_away
-from wireproto.transports.capturing import BrokerCapture, CapturingProtocol
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
@@ -277,7 +277,7 @@ class WireprotoService(MultiService):
         from wireproto.transports.engineio import EngineIOOptions, engineio_resource
 
         settings = self.config.engineio
-        return engineio_resource(factory, EngineIOOptions(
+        return engineio_resource(factory, reactor=self.reactor, options=EngineIOOptions(
             ping_interval=settings.ping_interval,
             ping_timeout=settings.ping_timeout,
             max_payload=settings.max_payload,

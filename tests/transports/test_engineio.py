@@ -36,7 +36,7 @@ from wireproto.transports import (
     websocket_resource,
     websocket_site,
 )
-from wireproto.transports.engineio_client import engineio_url
+from wireproto.transports.engineio import SessionState, engineio_url
 from wireproto.transports.websocket import HandshakeFailed
 
 INTEROP = Path(__file__).resolve().parents[1] / "interop"
@@ -143,7 +143,7 @@ class EIO:
         if self.resource is not None:
             # Sessions that wait for a last GET to give it the close packet.
             for session in list(self.sessions.values()):
-                if session._state == "closing":
+                if session.state is SessionState.CLOSING:
                     session._finish()
 
 
@@ -365,7 +365,7 @@ async def test_dropping_the_held_poll_connection_ends_the_session(eio):
     waiting.transport.abortConnection()
     await wait_for(server.lost)
     assert server.reason.check(ConnectionLost)
-    assert sid not in eio.sessions or eio.sessions[sid]._state != "open"
+    assert sid not in eio.sessions or eio.sessions[sid].state is not SessionState.OPEN
 
 
 # -- ping and pong -------------------------------------------------------------------------------
@@ -532,7 +532,7 @@ async def test_a_closing_session_holds_no_slot(eio):
     await eio.start(Recorder, options)
     sid, server = await eio.handshake()
     server.transport.loseConnection()
-    assert eio.sessions[sid]._state == "closing"
+    assert eio.sessions[sid].state is SessionState.CLOSING
     _, other = await eio.handshake()
     assert other.connected
     assert (await eio.request("GET", eio.poll(sid))).body == b"1"
@@ -860,7 +860,7 @@ async def test_client_and_server_exchange_and_pings_keep_them_alive(eio):
     # Past a ping interval and timeout: both sides would have given up without pings and pongs.
     (session,) = eio.sessions.values()
     await sleep(0.7)
-    assert client.connected and server.connected and session._state == "open"
+    assert client.connected and server.connected and session.state is SessionState.OPEN
     prepared = client.transport.prepareMessage(b"prepared", False)
     client.transport.sendPrepared(prepared)
     await client.received(3)

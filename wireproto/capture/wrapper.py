@@ -22,7 +22,8 @@ from twisted.internet import defer, threads
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.capture import DEFAULT_FILE_MODE, DEFAULT_MAX_FILE_BYTES, Kind, ThreadedCaptureWriter
+from wireproto.capture.format import DEFAULT_MAX_FILE_BYTES, Kind
+from wireproto.capture.writer import DEFAULT_FILE_MODE, ThreadedCaptureWriter
 from wireproto.hub import describe_address, transport_name
 from wireproto.transports.base import IMessageProtocol, IMessageTransport
 

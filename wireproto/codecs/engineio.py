@@ -1,7 +1,7 @@
 """Engine.IO protocol 4 packets and HTTP long-polling payloads, sans-IO.
 
-Implements the Engine.IO 4 wire format as engine.io-parser 5 writes and reads it, settled by
-shared/specs/NOTES.md, section "nydus" (a capture between the real engine.io 6 server and client).
+Implements the Engine.IO 4 wire format as engine.io-parser 5 writes and reads it, described in
+docs/nydus.md, "Engine.IO 4" (a capture between the real engine.io 6 server and client).
 Not python-engineio: its Packet JSON-decodes message data and it pulls in simple-websocket, while
 this codec is 60 lines.
 

@@ -1,7 +1,7 @@
 """nydus-protocol 3.0.0: the nydus RPC and pub-sub message format, sans-IO.
 
-Implements shared/specs/nydus.md as corrected by the "nydus" section of NOTES.md, and mirrors
-what the reference `nydus-protocol` 3.0.0 (npm) really does wherever both are silent.
+Implements nydus as docs/nydus.md describes it ("The message model", "What we decided"), and
+mirrors what the reference `nydus-protocol` 3.0.0 (npm) really does wherever the spec is silent.
 
 A nydus message is one string, carried as one Engine.IO text packet::
 

@@ -1,8 +1,8 @@
 """SubbleSocket 1.0.0, as a sans-IO codec.
 
-Implements `specs/subblesocket.md` as settled by `specs/NOTES.md`, section "SubbleSocket". The
-reference is the C# `Subble/SocketCommunication` codec; where it and the spec differ, NOTES.md
-says which wins, and this module follows NOTES.md to the byte.
+Implements SubbleSocket as docs/subblesocket.md describes it. The reference is the C#
+`Subble/SocketCommunication` codec; where it and the spec differ, that page's "What we decided"
+says which wins, and this module follows it to the byte.
 
 A client connects and sends a handshake request; the server answers with a handshake response.
 After that the client produces events (code 27) and the server sends events (26, or 27 when it

@@ -1,7 +1,7 @@
 """UBRE, pub/sub and request/response messages as JSON or binary and back, sans-IO.
 
-Implements shared/specs/ubre.md as settled by NOTES.md, section "UBRE". Decisions the two
-leave open, and what ubre.js 0.0.23 (the reference) really sends, are in docs/ubre.md.
+Implements UBRE as docs/ubre.md describes it: the message model, what ubre.js 0.0.23 (the
+reference) really sends, and what we decided where the spec is silent.
 
 UBRE has six messages. Three are pub/sub and name a topic; three are request/response and carry
 an id. Any of them may carry a body:

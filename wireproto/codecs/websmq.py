@@ -1,7 +1,7 @@
 """WEBSMQ, the WebSocket Message Queue: frames as bytes and back, sans-IO.
 
-Implements shared/specs/websmq.md as settled by NOTES.md, section "WEBSMQ". Decisions the
-two leave open are in docs/websmq.md.
+Implements WEBSMQ as docs/websmq.md describes it: the message model, and what we decided where
+the spec is silent.
 
 Every WEBSMQ message is one binary WebSocket frame:
 

@@ -1,5 +1,5 @@
-"""Phyllo pub-sub as asynchronous, composable layers (specs/phyllo-pubsub.md; the bytes are in
-the "Phyllo" section of specs/NOTES.md).
+"""Phyllo pub-sub as asynchronous, composable layers (docs/phyllo.md, "The layers";
+the bytes are in its "What we decided").
 
 Each layer wraps the one below it, in the spirit of `twisted.protocols.policies.ProtocolWrapper`,
 and offers the service interface of its spec (`base.Layer`): `send(unit)`, `has_receive()` and
@@ -39,7 +39,7 @@ document) is dropped, counted on that layer (`Counters`: `crc_errors`, `framing_
 see it, and the stream resyncs at the next 0x00 delimiter.
 
 Not here: the standard stack's reliable buffer (0x23, Go-Back-N with a window of 8). It is
-optional in NOTES.md and no reference peer needs it; `build_stack("standard")` says so.
+optional (docs/phyllo.md) and no reference peer needs it; `build_stack("standard")` says so.
 """
 
 from wireproto.codecs.phyllo.codes import TypeCode

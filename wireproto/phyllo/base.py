@@ -1,10 +1,10 @@
 """The service interface every Phyllo layer offers, and how a layer wraps the one below it.
 
-specs/phyllo-pubsub.md gives each layer a "Service Interface": *send*, *has receive* and
-*receive*. `Layer` offers them to synchronous code, plus an `on_receive` callback and
+Phyllo gives each layer a service interface (docs/phyllo.md, "The service interface"): *send*, *has
+receive* and *receive*. `Layer` offers them to synchronous code, plus an `on_receive` callback and
 `next_receive()`, a Deferred for Twisted code. A layer wraps the layer below it, in the manner of
-`twisted.protocols.policies.ProtocolWrapper`: sending goes down through `below.send()`, and
-whatever the layer below decodes comes up through `below_received()`.
+`twisted.protocols.policies.ProtocolWrapper`: sending goes down through `below.send()`, and whatever
+the layer below decodes comes up through `below_received()`.
 
 A received unit goes to the first of these that is there:
 

@@ -44,6 +44,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto.capture.wrapper import IN, OUT, ConnectionCapture
 from wireproto.codecs import phyllo as phyllo_codec
 from wireproto.codecs.phyllo.codes import TypeCode
 from wireproto.codecs.phyllo.document import (
@@ -59,14 +60,13 @@ from wireproto.codecs.serialization import json_utf8
 from wireproto.errors import ProtocolError
 from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage, describe_address
 from wireproto.payloads import value_from_payload
-from wireproto.transports.capturing import IN, OUT, ConnectionCapture
 
 from .base import LayerBase
 from .links import ChunkedStream, MessageChunks
 from .presets import build_stack
 
 if TYPE_CHECKING:
-    from wireproto.transports.capturing import BrokerCapture
+    from wireproto.capture.wrapper import BrokerCapture
 
 __all__ = ["BridgeLayer", "BridgeStats", "HubBridge", "SEND_FORMATS", "hub_topic_error"]
 

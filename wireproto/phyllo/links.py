@@ -1,7 +1,7 @@
 """The transport layers of Phyllo as wrappers: chunked stream, frame, datagram, validated datagram.
 
-specs/NOTES.md "Phyllo" fixes their bytes, and `wireproto.codecs.phyllo` encodes and decodes
-them; these classes only join the codecs into layers:
+docs/phyllo.md ("What we decided") fixes their bytes, and `wireproto.codecs.phyllo` encodes and
+decodes them; these classes only join the codecs into layers:
 
 - `ChunkedStream` (0x12), the bottom over a byte stream: a Twisted `Protocol`, so it sits on a
   serial port (the ``serial:`` endpoint), a TCP stream or a pty. It cuts the stream into chunks at

@@ -1,6 +1,6 @@
 """The minimal and reduced Phyllo stacks, as compositions of the layers, and how to connect one.
 
-specs/NOTES.md "Phyllo", "Stacks": minimal is a datagram carrying 0x60; reduced is a datagram
+docs/phyllo.md, "Composing stacks": minimal is a datagram carrying 0x60; reduced is a datagram
 carrying 0x22 and a validated datagram carrying 0x60. Both sit on a frame over a chunked stream
 and end in a pub-sub message link. A preset is nothing but those layers built on each other;
 any other composition of the same layers is built the same way::

@@ -1,7 +1,7 @@
 """The pub-sub message link (0x60) and the pub-sub document link (0x40) as wrappers.
 
-specs/phyllo-pubsub.md, "Pub-Sub Message Link" and "Pub-Sub Document Link"; the bytes are in the
-"Phyllo" section of specs/NOTES.md and in `wireproto.codecs.phyllo`.
+docs/phyllo.md describes both links ("Message model") and their bytes ("What we decided");
+`wireproto.codecs.phyllo` encodes and decodes them.
 
 - `MessageLink` hands up `PubSubMessage`s: payload type, topic and payload. A message whose
   payload type is below 0x10 is the link's own and is never handed up. It filters no topics:

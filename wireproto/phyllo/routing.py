@@ -1,7 +1,7 @@
 """Endpoints, endpoint handlers and the router: who gets which pub-sub document.
 
-specs/phyllo-pubsub.md, "Endpoint", "Endpoint Handler", "Single Endpoint Handler" and "Router",
-shaped like phyllo-cpp 0.2.1's classes of the same names:
+docs/phyllo.md, "Documents, endpoints and the router", shaped like phyllo-cpp 0.2.1's classes of the
+same names:
 
 - `TopicFilter` matches a topic exactly or by prefix (phyllo-cpp's NameFilter).
 - `Endpoint` is a layer over a document link (or over a router) that passes only the documents

@@ -15,20 +15,19 @@
 
 Only small aggregates reach the driver; the messages table is never collected.
 
-Under spark-submit, run this module as the application:
-``spark-submit --master URL .../wireproto/pipeline/analyze.py CAPTURES --out DIR``.
+Under spark-submit, run `wireproto.pipeline.command` as the application:
+``spark-submit --master URL .../wireproto/pipeline/command.py CAPTURES --out DIR``.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Summary", "analyze", "TABLES", "main"]
+__all__ = ["Summary", "analyze", "TABLES"]
 
 TABLES = ("messages", "topic_rates", "rpc_latency", "rpc_latency_summary", "malformed", "windows")
 
@@ -398,17 +397,3 @@ def latency_histogram(pairs: Any) -> list[Any]:
     return (pairs.groupBy("protocol", "route", F.floor(F.log10(positive) * 20).alias("bin"))
             .agg(F.count(F.lit(1)).alias("count"))
             .orderBy("protocol", "route", "bin").collect())
-
-
-# -- command line -----------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``analyze.py CAPTURES --out DIR ...``, for spark-submit: the ``analyze`` subcommand."""
-    from wireproto.cli import main as cli_main
-
-    return cli_main(["analyze", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

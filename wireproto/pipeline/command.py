@@ -27,8 +27,9 @@ from typing import IO, Any
 
 from wireproto.capture import CaptureError, IncompleteCapture, capture_files, read_header
 
-__all__ = ["run", "check_captures", "Progress", "INTERRUPTED"]
+__all__ = ["register", "main", "run", "check_captures", "Progress", "INTERRUPTED"]
 
+PROG = "wireproto"
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 SPARK_MISSING = "install the spark extra: pip install 'wireproto[spark]'"
 
@@ -282,3 +283,61 @@ def _follow(spark: Any, args: argparse.Namespace, announce: Callable[[list[str]]
                 return 0
         query.stop()
     return 0
+
+
+# -- registration with the `wireproto` command, and spark-submit ----------------------------------
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``analyze`` to the ``wireproto`` parser (as the tools add theirs)."""
+    parser = commands.add_parser(
+        "analyze",
+        help="analyze capture files on Spark",
+        description="Read capture files with Spark and write Parquet tables (messages, topic "
+                    "rates, RPC latency, malformed clients, windowed readings) and a report "
+                    "(report.md and PNG plots) under --out. Needs the spark extra and Java 17.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(run=run_command)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("captures", metavar="CAPTURES", help="a capture directory or file")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="where the tables, the report and the checkpoint go")
+    parser.add_argument("--master", metavar="URL",
+                        help="Spark master (default: spark-submit's, else local[*])")
+    parser.add_argument("--follow", action="store_true",
+                        help="run the streaming query and publish each finished window to the "
+                             "hub, until Ctrl-C")
+    parser.add_argument("--hub", default="tcp:127.0.0.1:8766", metavar="ENDPOINT",
+                        help="with --follow: the broker's WEBSMQ length32 listener to "
+                             "publish to: tcp:HOST:PORT, ssl:HOST:PORT[:hostname=NAME]"
+                             "[:caCertsDir=DIR] or unix:PATH (default tcp:127.0.0.1:8766)")
+    parser.add_argument("--checkpoint", metavar="DIR",
+                        help="with --follow: the streaming checkpoint (default OUT/checkpoint)")
+    parser.add_argument("--available-now", action="store_true",
+                        help="with --follow: process what is there now, then stop")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run `args` (parsed by `register`'s parser), writing to stdout and stderr."""
+    def announce(lines: list[str]) -> None:
+        for line in lines:
+            print(f"{PROG}: {line}", flush=True)
+
+    def error(message: str) -> None:
+        print(f"{PROG} analyze: {message}", file=sys.stderr, flush=True)
+
+    return run(args, announce, error)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``command.py CAPTURES --out DIR ...`` under spark-submit: ``wireproto analyze``."""
+    parser = argparse.ArgumentParser(prog=f"{PROG} analyze")
+    add_arguments(parser)
+    return run_command(parser.parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,7 +9,7 @@ from wireproto.transports.base import (
 )
 from wireproto.transports.connect import client_endpoint, connect, default_framing
 from wireproto.transports.engineio import EngineIOOptions, engineio_resource
-from wireproto.transports.engineio_client import engineio_client_connect
+from wireproto.transports.engineio.client import engineio_client_connect
 from wireproto.transports.serial import (
     SerialAddress,
     SerialEndpoint,

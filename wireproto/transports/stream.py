@@ -305,7 +305,7 @@ class Length32MessageTransport(StreamMessageTransport, Int32StringReceiver):
     def captureReceived(self, capture: Any) -> bool:
         """From now on, call `capture.reading()` before handling each read and
         `capture.received_frames(frames)` after it, with the whole frames it delivered, as they
-        came (a ConnectionCapture of wireproto.transports.capturing). Returns True: this
+        came (a ConnectionCapture of wireproto.capture.wrapper). Returns True: this
         transport records what it receives itself."""
         reading, record = capture.reading, capture.received_frames
 

@@ -1,7 +1,7 @@
 """Phyllo pub-sub, sans-IO: every layer from the serial line up to the document.
 
-Implements specs/phyllo-pubsub.md and the "Phyllo" section of specs/NOTES.md, which fixes the
-bytes (multi-byte fields big-endian), as the references phyllo-python 0.2.0 and phyllo-cpp 0.2.1
+Implements Phyllo pub-sub as docs/phyllo.md describes it ("Message model", "What we decided": the
+bytes, multi-byte fields big-endian), as the references phyllo-python 0.2.0 and phyllo-cpp 0.2.1
 put them on the wire. One small module per layer, each with its own encode and decode, from the
 serial line up:
 

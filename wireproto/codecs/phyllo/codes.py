@@ -2,7 +2,7 @@
 
 From phyllo's type table (as phyllo-cpp 0.2.1 defines it). Codes 0x00-0x0f are a layer's own
 messages (control, version, ..., metrics; 0x09-0x0f are the layer's to define): they carry no
-application data and are never handed to the application (NOTES.md "Phyllo").
+application data and are never handed to the application (docs/phyllo.md, "What we decided").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The nydus client role: invoke with timeouts, routes for publishes, and optional reconnection.
 
-Implements the client side of shared/specs/nydus.md as settled by NOTES.md, section "nydus", and
-behaves as the reference client, nydus-client 5.3.1 (npm), does, except where said:
+Implements the client side of nydus as docs/nydus.md describes it, and behaves as the reference
+client, nydus-client 5.3.1 (npm), does, except where said:
 
 - the connection is up once the server's WELCOME has come: `connect` fires then. A WELCOME for
   another protocol version closes the connection with `IncompatibleVersion`, and, unlike
@@ -292,8 +292,7 @@ class NydusClient(ClientBase):
         factory = lambda: NydusClientProtocol(self)  # noqa: E731
         if not self.engineio:
             return connect_messages(self.reactor, self.address, factory, **self.connect_options)
-        # Imported here: the Engine.IO transport is needed only by Engine.IO clients.
-        from wireproto.transports.engineio_client import engineio_client_connect
+        from wireproto.transports import engineio_client_connect
 
         options = dict(self.connect_options)
         if self.engineio_options is not None:

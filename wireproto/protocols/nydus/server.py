@@ -1,7 +1,7 @@
 """nydus over any message transport: the server role, on the hub.
 
-Implements the server side of shared/specs/nydus.md as settled by NOTES.md, section "nydus", and
-behaves as the reference server, nydus 5.3.2 (npm), does:
+Implements the server side of nydus as docs/nydus.md describes it, and behaves as the reference
+server, nydus 5.3.2 (npm), does:
 
 - each connection gets WELCOME (``0|3``) at once;
 - only INVOKE from a client is acted on; a client's WELCOME, RESULT, ERROR or PUBLISH is ignored;

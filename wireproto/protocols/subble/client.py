@@ -1,8 +1,7 @@
 """The SubbleSocket client role: the handshake, events to callbacks, and produce with its echo.
 
-Implements the client side of shared/specs/subblesocket.md ("Handshake", "Events", "Produce
-events", "Error Handling", "Client ID") as settled by NOTES.md, section "SubbleSocket", on
-`wireproto.codecs.subble`:
+Implements the client side of SubbleSocket as docs/subblesocket.md describes it (the handshake,
+events, produce events, errors and client IDs), on `wireproto.codecs.subble`:
 
 - `connect` sends the handshake request and fires with the client once the host answers 2 (the
   client ID is known) or 3 (the host made one: ``client.client_id`` is it). A refusal (10, 11,

@@ -1,9 +1,9 @@
 """SubbleSocket 1.0.0 over any message transport: the host (server role), on the hub.
 
-Implements shared/specs/subblesocket.md ("Handshake", "Handshake Response", "Events", "Produce
-events", "Error Handling", "Client ID", "Subble Codes") as settled by NOTES.md, section
-"SubbleSocket". The reference (C# `Subble/SocketCommunication`) is a codec only; this host's
-behaviour where the spec is silent is decided here:
+Implements SubbleSocket as docs/subblesocket.md describes it (the handshake and its response,
+events, produce events, errors, client IDs and the Subble codes). The reference (C#
+`Subble/SocketCommunication`) is a codec only; this host's behaviour where the spec is silent is
+decided here:
 
 - **Transports.** Request data runs to the end of a message, so SubbleSocket needs message
   boundaries: TCP (or TLS, unix) with the ``length32`` framing, or WebSocket binary frames. A text

@@ -1,7 +1,7 @@
 """UBRE over any message transport: the broker (server role).
 
-Implements shared/specs/ubre.md as settled by NOTES.md, section "UBRE". ubre.js, the reference,
-is peer to peer; wireproto's server is a broker on the hub:
+Implements UBRE as docs/ubre.md describes it. ubre.js, the reference, is peer to peer; wireproto's
+server is a broker on the hub:
 
 - a publish reaches every other subscriber of that exact topic, whatever protocol it came in on;
 - requests are answered by handlers registered by name (ubre.js's `{"request": name, "id": id}`),

@@ -1,6 +1,6 @@
 """WEBSMQ over any message transport: the broker (server role).
 
-Implements shared/specs/websmq.md as settled by NOTES.md, section "WEBSMQ":
+Implements WEBSMQ as docs/websmq.md describes it ("What we decided"):
 
 - a publish goes to every other subscriber of its topic, never back to its sender;
 - a client's last will is published, with the LastWill (11) header, whenever it disconnects,

@@ -33,13 +33,8 @@ from wireproto.transports.base import (
     IMessageProtocol,
 )
 from wireproto.transports.connect import websocket_client
-from wireproto.transports.engineio import (
-    DEFAULT_PATH,
-    EngineIOOptions,
-    _deliver,
-    _Outgoing,
-    _prepare,
-)
+from wireproto.transports.engineio.options import DEFAULT_PATH, EngineIOOptions
+from wireproto.transports.engineio.packets import Outgoing, deliver, prepare_outgoing
 from wireproto.transports.websocket import (
     HandshakeFailed,
     WebSocketClientAdapter,
@@ -105,7 +100,7 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
             return
         packet_type = packet.type
         if packet_type == PacketType.MESSAGE:
-            _deliver(self.wrapped, packet)
+            deliver(self.wrapped, packet)
         elif packet_type == PacketType.PING:
             if self._canSend():
                 # The pong carries the ping's data back, as "2probe" gets "3probe".
@@ -155,12 +150,12 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
                 f"Engine.IO message of {len(data)} bytes is over the server's limit of "
                 f"{self.maxMessageSize} bytes (its maxPayload, less the type digit)"
             )
-        self.sendPrepared(_prepare(data, binary))
+        self.sendPrepared(prepare_outgoing(data, binary))
 
-    def prepareMessage(self, data: bytes, binary: bool = True) -> _Outgoing:
-        return _prepare(data, binary)
+    def prepareMessage(self, data: bytes, binary: bool = True) -> Outgoing:
+        return prepare_outgoing(data, binary)
 
-    def sendPrepared(self, prepared: _Outgoing) -> None:
+    def sendPrepared(self, prepared: Outgoing) -> None:
         if self._canSend():
             WebSocketClientAdapter.sendMessage(self, prepared.frame, prepared.binary)
 

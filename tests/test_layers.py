@@ -1,0 +1,234 @@
+"""The layers of wireproto, read from the import graph (docs/architecture.md draws them).
+
+Every ``import`` in ``wireproto/`` counts, including those inside functions; only imports under
+``if TYPE_CHECKING:`` do not, since they never run. The codecs are also checked at run time: a
+fresh interpreter imports each one and must not have loaded Twisted or any networking module.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+import wireproto
+import wireproto.codecs
+
+PACKAGE = Path(wireproto.__file__).parent
+
+
+def module_files(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _runs(node: ast.AST) -> bool:
+    return not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+
+
+def imports_of(name: str, source: str, modules: Mapping[str, Path]) -> set[str]:
+    """The wireproto modules that module `name` imports: ``from a import b`` is a.b when that is
+    a module, else a."""
+    is_package = modules[name].name == "__init__.py"
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if not _runs(child):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    package = name.split(".") if is_package else name.split(".")[:-1]
+                    package = package[: len(package) - child.level + 1]
+                    base = ".".join(package + ([base] if base else []))
+                for alias in child.names:
+                    target = f"{base}.{alias.name}"
+                    found.add(target if target in modules else base)
+            visit(child)
+
+    visit(ast.parse(source))
+    return {target for target in found if target in modules and target != name}
+
+
+def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
+    return {name: imports_of(name, path.read_text(), modules) for name, path in modules.items()}
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def within(name: str, *packages: str) -> bool:
+    return any(name == package or name.startswith(package + ".") for package in packages)
+
+
+# What each layer may import of wireproto; everything else of wireproto is refused.
+FOUNDATION = ("wireproto.errors", "wireproto.peerlog", "wireproto.topics")
+TRANSPORT_INTERFACE = (
+    "wireproto.transports",  # the package's public names
+    "wireproto.transports.base",  # what a protocol implements and is given
+    "wireproto.transports.connect",  # how a client reaches a peer
+    "wireproto.transports.reconnect",
+)
+def _allowed(*prefixes: str, exact: Iterable[str] = ()) -> Callable[[str], bool]:
+    exact = frozenset(exact)
+    return lambda target: target in exact or within(target, *prefixes)
+
+
+RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "wireproto.codecs": (
+        "codecs import only codecs and errors",
+        _allowed("wireproto.codecs", "wireproto.errors"),
+    ),
+    "wireproto.transports": (
+        "transports import neither the hub, nor capture, nor protocols, config or service",
+        _allowed("wireproto.transports", "wireproto.codecs", *FOUNDATION),
+    ),
+    "wireproto.protocols": (
+        "protocols import the transports only through their interface",
+        lambda target: (
+            not within(target, "wireproto.transports") or target in TRANSPORT_INTERFACE
+        ) and not within(target, "wireproto.config", "wireproto.service", "wireproto.cli",
+                         "wireproto.tools", "wireproto.pipeline", "wireproto.capture"),
+    ),
+    "wireproto.pipeline": (
+        "the pipeline imports neither the CLI nor the service, nor any transport",
+        lambda target: not within(target, "wireproto.cli", "wireproto.service",
+                                  "wireproto.transports", "wireproto.tools"),
+    ),
+}
+
+
+def violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    found = []
+    for name, targets in sorted(graph.items()):
+        for layer, (rule, allowed) in RULES.items():
+            if not within(name, layer):
+                continue
+            for target in sorted(targets):
+                if not allowed(target):
+                    found.append(f"{name} imports {target}: {rule}")
+    return found
+
+
+GRAPH = import_graph(module_files())
+
+
+def test_no_import_cycles():
+    assert cycles(GRAPH) == []
+
+
+def test_each_layer_imports_only_what_it_may():
+    assert violations(GRAPH) == []
+
+
+def test_the_checks_can_fail():
+    graph = {
+        "wireproto.codecs.x": {"wireproto.hub"},
+        "wireproto.transports.y": {"wireproto.hub", "wireproto.transports.base"},
+        "wireproto.protocols.z": {"wireproto.transports.stream", "wireproto.transports.base"},
+        "wireproto.pipeline.w": {"wireproto.cli"},
+        "wireproto.cli": {"wireproto.pipeline.w"},
+    }
+    assert cycles(graph) == [["wireproto.cli", "wireproto.pipeline.w"]]
+    assert [line.split(":")[0] for line in violations(graph)] == [
+        "wireproto.codecs.x imports wireproto.hub",
+        "wireproto.pipeline.w imports wireproto.cli",
+        "wireproto.protocols.z imports wireproto.transports.stream",
+        "wireproto.transports.y imports wireproto.hub",
+    ]
+
+
+def test_the_graph_sees_imports_inside_functions_and_relative_ones(tmp_path):
+    package = tmp_path / "wireproto"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from wireproto.sub import b\n")
+    (package / "sub" / "__init__.py").write_text("from . import b\n")
+    (package / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import wireproto.a\n"
+        "from ..a import f\n"
+    )
+    graph = import_graph(module_files(package))
+    assert graph["wireproto.a"] == {"wireproto.sub.b"}
+    assert graph["wireproto.sub"] == {"wireproto.sub.b"}
+    assert graph["wireproto.sub.b"] == {"wireproto.a"}
+
+
+# -- the codecs at run time -----------------------------------------------------------------------
+
+CODECS = sorted(module.name for module in pkgutil.iter_modules(wireproto.codecs.__path__))
+SPEC_CODECS = [name for name in CODECS if name != "serialization"]
+IO_MODULES = ("twisted", "autobahn", "serial", "socket", "asyncio", "selectors")
+
+
+def _loaded_io_modules(module: str) -> str:
+    probe = (
+        "import sys, importlib\n"
+        f"importlib.import_module({module!r})\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {IO_MODULES!r})))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True)
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_codec_imports_no_io(name):
+    assert _loaded_io_modules(f"wireproto.codecs.{name}") == ""
+
+
+def test_the_probe_sees_an_io_import():
+    assert "twisted" in _loaded_io_modules("twisted.internet.protocol").split(",")
+
+
+@pytest.mark.parametrize("name", SPEC_CODECS)
+def test_codec_exposes_encode_and_decode(name):
+    module = importlib.import_module(f"wireproto.codecs.{name}")
+    assert callable(module.encode) and callable(module.decode)

@@ -1,0 +1,210 @@
+"""Reading capture files: the header, records one by one or in batches, and the files of a
+directory. Every reader stops cleanly at a torn last record (a file still being written)."""
+
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wireproto.capture.format import (
+    HEADER_SIZE,
+    LENGTH_CRC,
+    PREAMBLE,
+    RECORD_FIELDS,
+    RECORD_HEADER,
+    CaptureError,
+    CaptureHeader,
+    CorruptCapture,
+    IncompleteCapture,
+    NotACapture,
+    Record,
+    decode_file_header,
+    record_from_fields,
+)
+
+__all__ = [
+    "Scan",
+    "Batch",
+    "read_header",
+    "scan_offsets",
+    "iter_records",
+    "read_batch",
+    "capture_files",
+]
+
+# -- reading files --------------------------------------------------------------------------------
+
+# Why a scan stopped: at the exact end of the bytes, at the record limit, or before bytes that do
+# not (yet) make a whole record: a torn last record, or one still being written.
+END, LIMIT, PARTIAL = "end", "limit", "partial"
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Record boundaries: `starts` of whole records, `end` the boundary after the last of them
+    (where the next scan starts) and `stop`: "end", "limit" or "partial"."""
+
+    starts: list[int]
+    end: int
+    stop: str
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Columns of whole records. `headers` is their 32-byte headers back to back, for a
+    vectorised decoder (numpy.frombuffer, Arrow); the other columns are lists."""
+
+    offset: list[int]
+    timestamp_ns: list[int]
+    connection: list[int]
+    kind: list[int]
+    protocol: list[int]
+    transport: list[int]
+    flags: list[int]
+    data: list[bytes]
+    headers: bytes
+    end: int
+    stop: str
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+
+@contextmanager
+def _mapped(path: str | os.PathLike[str]) -> Iterator[bytes | mmap.mmap]:
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            yield mapped
+
+
+def _scan(buf: Any, start: int, end: int, limit: int | None, path: str) -> Scan:
+    """Chain the record lengths from `start`, checking every CRC."""
+    starts: list[int] = []
+    offset = start
+    unpack = LENGTH_CRC.unpack_from
+    crc32 = zlib.crc32
+    with memoryview(buf) as view:
+        while True:
+            if limit is not None and len(starts) >= limit:
+                return Scan(starts, offset, LIMIT)
+            if offset == end:
+                return Scan(starts, offset, END)
+            if end - offset < HEADER_SIZE:
+                return Scan(starts, offset, PARTIAL)
+            length, crc = unpack(view, offset)
+            stop = offset + HEADER_SIZE + length
+            if stop > end:
+                return Scan(starts, offset, PARTIAL)
+            if crc32(view[offset + 8:stop]) != crc:
+                # A torn tail ends the bytes, or is followed only by zeros (a file extended but
+                # not written, after a power loss). Anything else after it is corruption.
+                if stop == end or not view[stop:end].tobytes().strip(b"\0"):
+                    return Scan(starts, offset, PARTIAL)
+                raise CorruptCapture(
+                    f"{path}: record at offset {offset}: CRC mismatch with {end - stop} bytes "
+                    "after it: the file is corrupt, not torn", path=path, offset=offset)
+            starts.append(offset)
+            offset = stop
+
+
+def _open_scan(buf: Any, path: str, start: int | None, available: int | None
+               ) -> tuple[int, int] | None:
+    """(start, end) for a scan of `buf`, or None for a file whose header is not complete."""
+    end = len(buf) if available is None else min(available, len(buf))
+    try:
+        header = decode_file_header(buf[:end] if end < PREAMBLE.size else buf)
+    except IncompleteCapture:
+        return None
+    except NotACapture as error:
+        raise NotACapture(f"{path}: {error}") from None
+    if header.data_offset > end:
+        return None
+    if start is None:
+        start = header.data_offset
+    if not header.data_offset <= start <= end:
+        raise ValueError(f"{path}: start offset {start} is outside the records "
+                         f"({header.data_offset} to {end})")
+    return start, end
+
+
+def read_header(path: str | os.PathLike[str]) -> CaptureHeader:
+    """The file header; `IncompleteCapture` if the file is shorter than it."""
+    with _mapped(path) as buf:
+        try:
+            return decode_file_header(buf)
+        except CaptureError as error:
+            raise type(error)(f"{os.fspath(path)}: {error}") from None
+
+
+def scan_offsets(path: str | os.PathLike[str], start: int | None = None,
+                 limit: int | None = None, available: int | None = None) -> Scan:
+    """The offsets of whole records from `start` (a record boundary; by default the first
+    record), at most `limit` of them, reading at most `available` bytes of the file (a size seen
+    earlier: a file being written may end mid-record). A file whose header is not complete yet
+    scans as no records, stop "partial", end 0."""
+    name = os.fspath(path)
+    with _mapped(path) as buf:
+        bounds = _open_scan(buf, name, start, available)
+        if bounds is None:
+            return Scan([], 0, PARTIAL)
+        return _scan(buf, bounds[0], bounds[1], limit, name)
+
+
+def iter_records(path: str | os.PathLike[str], start: int | None = None,
+                 available: int | None = None) -> Iterator[Record]:
+    """Every whole record, in order, stopping cleanly at a torn last one. A CRC mismatch that is
+    not at the tail raises `CorruptCapture`, naming the file and the offset."""
+    name = os.fspath(path)
+    with _mapped(path) as buf:
+        bounds = _open_scan(buf, name, start, available)
+        if bounds is None:
+            return
+        scan = _scan(buf, bounds[0], bounds[1], None, name)
+        for offset in scan.starts:
+            length, _, ts, conn, kind, proto, trans, flags, _ = RECORD_HEADER.unpack_from(
+                buf, offset)
+            data = buf[offset + HEADER_SIZE:offset + HEADER_SIZE + length]
+            yield record_from_fields(offset, ts, conn, kind, proto, trans, flags, data)
+
+
+def read_batch(path: str | os.PathLike[str], start_offset: int | None = None,
+               max_records: int | None = None, available: int | None = None) -> Batch:
+    """Up to `max_records` whole records from `start_offset`, as columns: one scan chains the
+    lengths and checks CRCs, then one `struct.iter_unpack` decodes every header."""
+    name = os.fspath(path)
+    with _mapped(path) as buf:
+        bounds = _open_scan(buf, name, start_offset, available)
+        scan = (Scan([], 0, PARTIAL) if bounds is None
+                else _scan(buf, bounds[0], bounds[1], max_records, name))
+        headers = b"".join([buf[offset:offset + HEADER_SIZE] for offset in scan.starts])
+        rows = list(RECORD_HEADER.iter_unpack(headers))
+        columns = list(zip(*rows, strict=True)) if rows else [()] * len(RECORD_FIELDS)
+        lengths = columns[0]
+        data = [buf[offset + HEADER_SIZE:offset + HEADER_SIZE + length]
+                for offset, length in zip(scan.starts, lengths, strict=True)]
+    return Batch(
+        offset=scan.starts, timestamp_ns=list(columns[2]), connection=list(columns[3]),
+        kind=list(columns[4]), protocol=list(columns[5]), transport=list(columns[6]),
+        flags=list(columns[7]), data=data, headers=headers, end=scan.end, stop=scan.stop,
+    )
+
+
+def capture_files(directory: str | os.PathLike[str], prefix: str = "wirecapture") -> list[Path]:
+    """The capture files a writer with `prefix` wrote in `directory`, oldest first."""
+    pattern = _file_pattern(prefix)
+    return sorted(path for path in Path(directory).iterdir() if pattern.match(path.name))
+
+
+def _file_pattern(prefix: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(prefix)}-\d{{8}}T\d{{6}}-(\d{{6,}})\.wpcap$")

@@ -1,0 +1,523 @@
+"""Writing capture files: rotated, append-only files, written in batches by `CaptureWriter`, or by
+`ThreadedCaptureWriter` on one background thread so that its caller never blocks on disk."""
+
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from wireproto import __version__
+from wireproto.capture.format import (
+    CONFIG_FILE_BYTES,
+    CRC_COVERED,
+    DEFAULT_MAX_FILE_BYTES,
+    FLAG_BATCH,
+    FLAG_BINARY,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    LENGTH_CRC,
+    MAX_FILE_BYTES,
+    MIN_FILE_BYTES,
+    PROTOCOLS,
+    RECORD_FIELDS,
+    RECORD_HEADER,
+    TRANSPORTS,
+    Kind,
+    MiB,
+    encode_file_header,
+    encode_record,
+)
+from wireproto.capture.reader import _file_pattern
+
+__all__ = [
+    "CaptureCounters",
+    "DEFAULT_FILE_MODE",
+    "CaptureWriter",
+    "ThreadedCaptureWriter",
+]
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CaptureCounters:
+    """`records`, `bytes` (headers included) and `files` written; batches and records dropped
+    because the writer thread's queue was full or a write failed."""
+
+    records: int = 0
+    bytes: int = 0
+    files: int = 0
+    dropped_batches: int = 0
+    dropped_records: int = 0
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """Bytes for one file; `new` if they start it (file header and repeated opens first)."""
+
+    path: Path
+    new: bool
+    data: bytearray = field(default_factory=bytearray)
+    records: int = 0
+
+
+class _CaptureLog:
+    """Sans-IO core of both writers: encodes records, decides rotation, collects chunks."""
+
+    def __init__(self, directory: Path, max_file_bytes: int, prefix: str,
+                 clock: Callable[[], int]) -> None:
+        self.directory = directory
+        self.max_file_bytes = max_file_bytes
+        self.prefix = prefix
+        self.clock = clock
+        self.host = socket.gethostname()
+        existing = [int(match[1]) for path in directory.iterdir()
+                    if (match := _file_pattern(prefix).match(path.name))]
+        self.sequence = max(existing, default=0)
+        # connection id -> (its encoded open record, protocol code, transport code)
+        self.connections: dict[int, tuple[bytes, int, int]] = {}
+        self.pending: list[_Chunk] = []
+        self.pending_bytes = 0
+        self.path: Path | None = None
+        self.file_bytes = 0
+        self.file_has_records = False
+        self.rotate = True
+        self.dropped_batches = 0
+        self.dropped_records = 0
+
+    def open_connection(self, conn_id: int, peer: str, protocol: str, transport: str,
+                        timestamp_ns: int | None, extra: dict[str, Any]) -> None:
+        info = {"peer": peer, "protocol": protocol, "transport": transport, **extra}
+        proto, trans = PROTOCOLS.get(protocol, 0), TRANSPORTS.get(transport, 0)
+        record = encode_record(
+            Kind.OPEN, conn_id, _json(info), protocol=proto, transport=trans,
+            timestamp_ns=self.clock() if timestamp_ns is None else timestamp_ns)
+        self._append(record)
+        self.connections[conn_id] = (record, proto, trans)
+
+    def message(self, conn_id: int, direction: str | Kind, data: bytes | str, binary: bool,
+                timestamp_ns: int | None, batch: bool = False) -> None:
+        kind = _DIRECTIONS.get(direction)
+        if kind is None:
+            raise ValueError(f"capture direction {direction!r}: use 'in' or 'out'")
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        _, proto, trans = self.connections.get(conn_id, _UNKNOWN_CONNECTION)
+        covered = CRC_COVERED.pack(
+            self.clock() if timestamp_ns is None else timestamp_ns, conn_id, kind, proto, trans,
+            (FLAG_BINARY if binary else 0) | (FLAG_BATCH if batch else 0), 0)
+        self._append(LENGTH_CRC.pack(len(data), zlib.crc32(data, zlib.crc32(covered)))
+                     + covered + data)
+
+    def batches(self, batches: list[tuple[int, int, bytes, bool, int]]) -> None:
+        """Batch records: (conn_id, kind, data, binary, timestamp_ns) each, data made by
+        `encode_batch` or with the length32 framing."""
+        if not batches:
+            return
+        connections = self.connections
+        pack_covered = CRC_COVERED.pack
+        pack_head = LENGTH_CRC.pack
+        crc32 = zlib.crc32
+        total = HEADER_SIZE * len(batches) + sum(len(batch[2]) for batch in batches)
+        # Most calls fit in the file as it is: one buffer, counted once. Else record by record.
+        whole = not self.rotate and self.file_bytes + total <= self.max_file_bytes
+        if whole:
+            out = self._reserve(total)
+            self.pending[-1].records += len(batches) - 1
+        for conn_id, kind, data, binary, timestamp_ns in batches:
+            _, proto, trans = connections.get(conn_id, _UNKNOWN_CONNECTION)
+            covered = pack_covered(timestamp_ns, conn_id, kind, proto, trans,
+                                   FLAG_BATCH | FLAG_BINARY if binary else FLAG_BATCH, 0)
+            if not whole:
+                out = self._reserve(HEADER_SIZE + len(data))
+            # Straight into the buffer: a batch can be large, and this copies it once.
+            out += pack_head(len(data), crc32(data, crc32(covered)))
+            out += covered
+            out += data
+
+    def close_connection(self, conn_id: int, reason: str | None,
+                         timestamp_ns: int | None) -> None:
+        _, proto, trans = self.connections.get(conn_id, (b"", 0, 0))
+        self._append(encode_record(
+            Kind.CLOSE, conn_id, _json({} if reason is None else {"reason": reason}),
+            protocol=proto, transport=trans,
+            timestamp_ns=self.clock() if timestamp_ns is None else timestamp_ns))
+        self.connections.pop(conn_id, None)
+
+    def _append(self, record: bytes) -> None:
+        self._reserve(len(record)).extend(record)
+
+    def _reserve(self, size: int) -> bytearray:
+        """Count a record of `size` bytes, rotating first if it is due; returns the buffer the
+        caller appends the record's bytes to."""
+        if self.rotate or (
+            self.file_has_records and self.file_bytes + size > self.max_file_bytes
+        ):
+            self._start_file()
+        chunk = self.pending[-1] if self.pending else None
+        if chunk is None or chunk.path is not self.path:
+            chunk = _Chunk(self.path, False)  # type: ignore[arg-type]
+            self.pending.append(chunk)
+        chunk.records += 1
+        self.pending_bytes += size
+        self.file_bytes += size
+        self.file_has_records = True
+        return chunk.data
+
+    def _start_file(self) -> None:
+        now = self.clock()
+        self.sequence += 1
+        stamp = datetime.fromtimestamp(now // 1_000_000_000, UTC).strftime("%Y%m%dT%H%M%S")
+        self.path = self.directory / f"{self.prefix}-{stamp}-{self.sequence:06d}.wpcap"
+        chunk = _Chunk(self.path, True, bytearray(encode_file_header(self._info(now))))
+        for record, _, _ in self.connections.values():
+            chunk.data += record
+            chunk.records += 1
+        self.pending.append(chunk)
+        self.pending_bytes += len(chunk.data)
+        self.file_bytes = len(chunk.data)
+        self.file_has_records = False
+        self.rotate = False
+
+    def _info(self, now: int) -> dict[str, Any]:
+        return {
+            "format": "wirecapture",
+            "version": FORMAT_VERSION,
+            "created_ns": now,
+            "host": self.host,
+            "pid": os.getpid(),
+            "writer": f"wireproto {__version__}",
+            "sequence": self.sequence,
+            "max_file_bytes": self.max_file_bytes,
+            "record_header": RECORD_HEADER.format,
+            "fields": list(RECORD_FIELDS),
+            "crc": "zlib.crc32 of record bytes 8 to 32 and the data",
+            "kinds": {kind.name.lower(): kind.value for kind in Kind},
+            "protocols": PROTOCOLS,
+            "transports": TRANSPORTS,
+            "flags": {"binary": FLAG_BINARY, "batch": FLAG_BATCH},
+            "dropped_batches": self.dropped_batches,
+            "dropped_records": self.dropped_records,
+        }
+
+    def take(self) -> list[_Chunk]:
+        chunks, self.pending, self.pending_bytes = self.pending, [], 0
+        return chunks
+
+    def lost(self, records: int) -> None:
+        """A batch was dropped or failed: start a new file, so every file stays whole."""
+        self.dropped_batches += 1
+        self.dropped_records += records
+        self.rotate = True
+
+
+def _json(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+_DIRECTIONS: dict[Any, int] = {"in": Kind.IN.value, "out": Kind.OUT.value,
+                               Kind.IN: Kind.IN.value, Kind.OUT: Kind.OUT.value}
+_UNKNOWN_CONNECTION = (b"", 0, 0)
+
+
+# Capture files hold payloads: readable by their owner only, unless configured otherwise.
+DEFAULT_FILE_MODE = 0o600
+
+class _FileSink:
+    """Writes chunks: one write per chunk, files created exclusively and only appended to."""
+
+    def __init__(self, fsync: bool, mode: int) -> None:
+        self.fsync = fsync
+        self.mode = mode
+        self.fd: int | None = None
+        self.path: Path | None = None
+
+    def write(self, chunk: _Chunk) -> int:
+        """Write `chunk`; returns 1 if it started a file. A chunk for a file that is not open (its
+        start was dropped or failed) raises, so nothing lands after a torn or missing part."""
+        started = 0
+        if chunk.new:
+            self.close()
+            self.fd = os.open(chunk.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+                              | os.O_CLOEXEC, self.mode)
+            self.path = chunk.path
+            started = 1
+        elif self.path != chunk.path or self.fd is None:
+            raise OSError(f"capture file {chunk.path} is not open for writing")
+        try:
+            view = memoryview(chunk.data)
+            while view:
+                view = view[os.write(self.fd, view):]
+            if self.fsync:
+                os.fsync(self.fd)
+        except BaseException:
+            self.close()
+            raise
+        return started
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = None
+        self.path = None
+
+
+class _WriterBase:
+    def __init__(self, directory: str | os.PathLike[str], *, max_file_bytes: int,
+                 prefix: str, clock: Callable[[], int], fsync: bool, file_mode: int) -> None:
+        if not MIN_FILE_BYTES <= max_file_bytes <= MAX_FILE_BYTES:
+            raise ValueError(f"max_file_bytes {max_file_bytes}: use {MIN_FILE_BYTES} to "
+                             f"{MAX_FILE_BYTES} (configuration allows {CONFIG_FILE_BYTES[0]} to "
+                             f"{CONFIG_FILE_BYTES[1]})")
+        self.directory = Path(directory)
+        # Captured payloads are the owner's to read: the directory it makes, and every file.
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._log = _CaptureLog(self.directory, max_file_bytes, prefix, clock)
+        self._sink = _FileSink(fsync, file_mode)
+        self._counters = CaptureCounters()
+        self._closed = False
+
+    def _write(self, chunks: list[_Chunk]) -> None:
+        """Write chunks in order; on a failure, count the rest as dropped and re-raise."""
+        for index, chunk in enumerate(chunks):
+            try:
+                self._counters.files += self._sink.write(chunk)
+            except Exception:
+                lost = sum(chunk.records for chunk in chunks[index:])
+                self._lost(lost)
+                raise
+            self._counters.records += chunk.records
+            self._counters.bytes += len(chunk.data)
+
+    def _lost(self, records: int) -> None:
+        self._counters.dropped_batches += 1
+        self._counters.dropped_records += records
+        self._log.lost(records)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the capture writer is closed")
+
+
+class CaptureWriter(_WriterBase):
+    """Records go to an in-memory buffer; `flush()` writes it (one write per file) and, with
+    `fsync`, syncs. The buffer is also flushed when it reaches `buffer_bytes`. The caller does
+    the I/O: in a reactor, use `ThreadedCaptureWriter`. Not thread-safe.
+
+    Files are ``{prefix}-{UTC YYYYmmddTHHMMSS}-{sequence:06d}.wpcap`` in `directory`, the
+    sequence continuing from the files already there. A file is rotated when the next record
+    would take it past `max_file_bytes`; a file holding only its header and repeated opens takes
+    one record whatever its size. `clock` gives nanoseconds since the epoch."""
+
+    def __init__(self, directory: str | os.PathLike[str], *,
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: str = "wirecapture",
+                 clock: Callable[[], int] = time.time_ns, fsync: bool = False,
+                 buffer_bytes: int = MiB, file_mode: int = DEFAULT_FILE_MODE) -> None:
+        super().__init__(directory, max_file_bytes=max_file_bytes, prefix=prefix, clock=clock,
+                         fsync=fsync, file_mode=file_mode)
+        self._buffer_bytes = buffer_bytes
+
+    def open_connection(self, conn_id: int, peer: str, protocol: str, transport: str, *,
+                        timestamp_ns: int | None = None, **extra: Any) -> None:
+        self._check_open()
+        self._log.open_connection(conn_id, peer, protocol, transport, timestamp_ns, extra)
+        self._maybe_flush()
+
+    def message(self, conn_id: int, direction: str | Kind, data: bytes | str, binary: bool,
+                timestamp_ns: int | None = None, *, batch: bool = False) -> None:
+        """Record one message in or out (`direction` "in" or "out"), or with `batch` several:
+        `data` is then what `encode_batch` makes of them."""
+        self._check_open()
+        self._log.message(conn_id, direction, data, binary, timestamp_ns, batch)
+        self._maybe_flush()
+
+    def batches(self, batches: list[tuple[int, int, bytes, bool, int]]) -> None:
+        """Several batch records at once, each (conn_id, kind, data, binary, timestamp_ns):
+        `kind` is `Kind.IN` or `Kind.OUT`, `data` what `encode_batch` makes."""
+        self._check_open()
+        self._log.batches(batches)
+        self._maybe_flush()
+
+    def close_connection(self, conn_id: int, reason: str | None = None, *,
+                         timestamp_ns: int | None = None) -> None:
+        self._check_open()
+        self._log.close_connection(conn_id, reason, timestamp_ns)
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if self._log.pending_bytes >= self._buffer_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        self._write(self._log.take())
+
+    @property
+    def counters(self) -> CaptureCounters:
+        return CaptureCounters(**{name: getattr(self._counters, name)
+                                  for name in CaptureCounters.__slots__})
+
+    @property
+    def path(self) -> Path | None:
+        """The file records go to now (it may not be written yet)."""
+        return self._log.path
+
+    def close(self) -> None:
+        """Flush and close the file. Connections still open get no close record."""
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            self._sink.close()
+
+    def __enter__(self) -> CaptureWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ThreadedCaptureWriter(_WriterBase):
+    """The same records and files as `CaptureWriter`, written by one background thread, so the
+    caller (the reactor) never waits for I/O. Records are encoded in the caller and batched; a
+    batch is queued when it reaches `flush_bytes`, and the thread queues what is buffered when
+    it has been idle for `flush_interval` seconds. The queue holds at most `queue_bytes` (a batch
+    is always taken into an empty queue): when a batch does not fit it is dropped whole and
+    counted, and the next record starts a new file, so every file still stands alone.
+
+    `close()` queues what is left and returns after the thread's last write. `error` holds the
+    last write error; its batch is counted as dropped."""
+
+    def __init__(self, directory: str | os.PathLike[str], *,
+                 max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: str = "wirecapture",
+                 clock: Callable[[], int] = time.time_ns, fsync: bool = False,
+                 flush_interval: float = 1.0, flush_bytes: int = MiB,
+                 queue_bytes: int = 64 * MiB, file_mode: int = DEFAULT_FILE_MODE,
+                 _before_write: Callable[[], None] | None = None) -> None:
+        super().__init__(directory, max_file_bytes=max_file_bytes, prefix=prefix, clock=clock,
+                         fsync=fsync, file_mode=file_mode)
+        self._flush_interval = flush_interval
+        self._flush_bytes = flush_bytes
+        self._queue_bytes = queue_bytes
+        self._before_write = _before_write  # tests only: runs in the thread before each write
+        self._cond = threading.Condition()
+        self._queue: deque[list[_Chunk]] = deque()
+        self._queued = 0  # bytes queued or being written
+        self._closing = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="wireproto-capture", daemon=True)
+        self._thread.start()
+
+    def open_connection(self, conn_id: int, peer: str, protocol: str, transport: str, *,
+                        timestamp_ns: int | None = None, **extra: Any) -> None:
+        with self._cond:
+            self._check_open()
+            self._log.open_connection(conn_id, peer, protocol, transport, timestamp_ns, extra)
+            self._maybe_queue()
+
+    def message(self, conn_id: int, direction: str | Kind, data: bytes | str, binary: bool,
+                timestamp_ns: int | None = None, *, batch: bool = False) -> None:
+        """As `CaptureWriter.message`."""
+        with self._cond:
+            self._check_open()
+            self._log.message(conn_id, direction, data, binary, timestamp_ns, batch)
+            self._maybe_queue()
+
+    def batches(self, batches: list[tuple[int, int, bytes, bool, int]]) -> None:
+        """As `CaptureWriter.batches`."""
+        with self._cond:
+            self._check_open()
+            self._log.batches(batches)
+            self._maybe_queue()
+
+    def close_connection(self, conn_id: int, reason: str | None = None, *,
+                         timestamp_ns: int | None = None) -> None:
+        with self._cond:
+            self._check_open()
+            self._log.close_connection(conn_id, reason, timestamp_ns)
+            self._maybe_queue()
+
+    def _maybe_queue(self) -> None:
+        if self._log.pending_bytes >= self._flush_bytes:
+            self._queue_pending(force=False)
+
+    def _queue_pending(self, *, force: bool) -> None:
+        """Move the buffer to the queue, or drop it if the queue is full. Called with the lock
+        held, so the queue's order is the order records were made in."""
+        chunks = self._log.take()
+        if not chunks:
+            return
+        size = sum(len(chunk.data) for chunk in chunks)
+        if not force and self._queued and self._queued + size > self._queue_bytes:
+            self._lost(sum(chunk.records for chunk in chunks))
+            return
+        self._queue.append(chunks)
+        self._queued += size
+        self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Queue what is buffered now, even past `queue_bytes`, without waiting for the write."""
+        with self._cond:
+            self._queue_pending(force=True)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and not self._closing:
+                    self._cond.wait(self._flush_interval)
+                if not self._queue:
+                    self._queue_pending(force=True)
+                if not self._queue:
+                    if self._closing:
+                        break
+                    continue
+                chunks = self._queue.popleft()
+            try:
+                if self._before_write is not None:
+                    self._before_write()
+                self._write(chunks)
+            except Exception as error:  # noqa: BLE001 - counted as dropped, kept in .error
+                self.error = error
+            finally:
+                with self._cond:
+                    self._queued -= sum(len(chunk.data) for chunk in chunks)
+                    self._cond.notify_all()
+        self._sink.close()
+
+    def _lost(self, records: int) -> None:
+        with self._cond:  # reentrant from the caller's side: Condition wraps an RLock
+            super()._lost(records)
+
+    @property
+    def counters(self) -> CaptureCounters:
+        with self._cond:
+            return CaptureCounters(**{name: getattr(self._counters, name)
+                                      for name in CaptureCounters.__slots__})
+
+    def close(self) -> None:
+        """Queue what is buffered, wait for the thread to write everything and stop."""
+        with self._cond:
+            if not self._closed:
+                self._closed = True
+                self._closing = True
+                self._queue_pending(force=True)
+                self._cond.notify_all()
+        self._thread.join()
+
+    def __enter__(self) -> ThreadedCaptureWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

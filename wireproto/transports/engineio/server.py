@@ -1,0 +1,256 @@
+"""The Engine.IO server: its sessions and slots, the handshake, request routing, and the
+twisted.web resource."""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from autobahn.util import wildcards2patterns
+from twisted.logger import Logger
+from twisted.web.iweb import IRequest
+from twisted.web.pages import notFound
+from twisted.web.resource import IResource, Resource
+from twisted.web.server import NOT_DONE_YET
+
+from wireproto import peerlog
+from wireproto.codecs.engineio import (
+    encode_handshake,
+)
+from wireproto.peerlog import address_key, describe_address
+from wireproto.transports.base import (
+    IMessageProtocol,
+)
+from wireproto.transports.engineio.options import (
+    BAD_HANDSHAKE_METHOD,
+    BAD_REQUEST,
+    CLOSE_NORMAL,
+    FORBIDDEN,
+    POLLING,
+    UNKNOWN_SID,
+    UNKNOWN_TRANSPORT,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    WEBSOCKET,
+    EngineIOOptions,
+)
+from wireproto.transports.engineio.packets import close_websocket
+from wireproto.transports.engineio.polling import refuse, respond
+from wireproto.transports.engineio.session import EngineIOSession
+from wireproto.transports.engineio.websocket import ServerWebSocket, ServerWebSocketFactory
+from wireproto.transports.websocket import (
+    _MessageWebSocketResource,
+)
+
+__all__ = [
+    "origin_allowed",
+    "query_value",
+    "EngineIOServer",
+    "EngineIOResource",
+    "engineio_resource",
+]
+
+log = Logger()
+
+def origin_allowed(request: IRequest, allowed: tuple[str, ...] | None) -> bool:
+    """Whether a handshake's Origin header matches `allowed` (None: any origin)."""
+    origin = request.getHeader(b"origin")
+    if allowed is None or origin is None:
+        return True
+    try:
+        parts = urlsplit(origin.decode("ascii"))
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme.lower())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    if not parts.hostname or port is None:  # "null" (a sandboxed page, a file) and the like
+        return False
+    text = f"{parts.scheme.lower()}://{parts.hostname}:{port}"
+    return any(pattern.match(text) for pattern in wildcards2patterns(allowed))
+
+
+# -- the resource ---------------------------------------------------------------------------------
+
+
+def query_value(request: Any, name: bytes) -> str | None:
+    values = request.args.get(name)
+    # URLSearchParams, as engine.io reads the query: the last value wins.
+    return values[-1].decode("utf-8", "replace") if values else None
+
+
+class EngineIOServer:
+    """Every session of one engineio_resource, and the request handling."""
+
+    def __init__(
+        self, protocol_factory: Callable[[], IMessageProtocol], options: EngineIOOptions,
+        reactor: Any,
+    ) -> None:
+        self.protocol_factory = protocol_factory
+        self.options = options
+        self.reactor = reactor
+        # Every session until it is forgotten, open or closing (waiting to give a GET the close
+        # packet); only open ones take a slot.
+        self.sessions: dict[str, EngineIOSession] = {}
+        self.open_sessions = 0
+        self._open_by_address: Counter[str] = Counter()
+        self.ws_factory = ServerWebSocketFactory(self)
+        self.ws_resource = _MessageWebSocketResource(self.ws_factory)
+
+    def _slot_refusal(self, address: str) -> str | None:
+        """Why a new session from `address` cannot have a slot, or None if it can."""
+        options = self.options
+        if self.open_sessions >= options.max_connections:
+            return f"already {options.max_connections} sessions (max_connections)"
+        if self._open_by_address[address] >= options.max_sessions_per_address:
+            return (f"already {options.max_sessions_per_address} sessions from that address "
+                    "(max_sessions_per_address)")
+        return None
+
+    def _add_session(self, session: EngineIOSession) -> None:
+        self.sessions[session.sid] = session
+        self.open_sessions += 1
+        self._open_by_address[session.address] += 1
+
+    def session_closing(self, session: EngineIOSession) -> None:
+        """`session` left the open state: its slot is free."""
+        self.open_sessions -= 1
+        left = self._open_by_address[session.address] - 1
+        if left > 0:
+            self._open_by_address[session.address] = left
+        else:
+            del self._open_by_address[session.address]
+
+    def _new_sid(self) -> str:
+        # engine.io's base64id: 15 random bytes, URL-safe base64.
+        while True:
+            sid = secrets.token_urlsafe(15)
+            if sid not in self.sessions:
+                return sid
+
+    def handle(self, request: Any) -> Any:
+        if request.postpath != [b""]:
+            # engine.io's path is "/engine.io/", trailing slash included.
+            return notFound().render(request)
+        transport = query_value(request, b"transport")
+        sid = query_value(request, b"sid")
+        version = query_value(request, b"EIO")
+        upgrade = (request.getHeader(b"upgrade") or b"").lower() == b"websocket"
+        if transport not in (POLLING, WEBSOCKET):
+            return refuse(request, UNKNOWN_TRANSPORT)
+        if sid:
+            session = self.sessions.get(sid)
+            if session is None:
+                return refuse(request, UNKNOWN_SID)
+            if version != "4":
+                return refuse(request, BAD_REQUEST)
+            if upgrade:
+                if transport != WEBSOCKET or not self.options.upgrades or not session.canUpgrade:
+                    return refuse(request, BAD_REQUEST)
+                return self._websocket(request, upgrade_of=session)
+            if transport != session.transportName:
+                return refuse(request, BAD_REQUEST)
+            if request.method == b"GET":
+                return session._on_poll(request)
+            if request.method == b"POST":
+                return session._on_post(request)
+            return refuse(request, BAD_REQUEST)
+        if request.method != b"GET":
+            return refuse(request, BAD_HANDSHAKE_METHOD)
+        if (transport == WEBSOCKET) != upgrade:
+            return refuse(request, BAD_REQUEST)
+        if not origin_allowed(request, self.options.allowed_origins):
+            log.info("refused an Engine.IO handshake from {peer}: origin {origin} is not allowed",
+                     peer=request.getClientAddress(), origin=request.getHeader(b"origin"))
+            return refuse(request, FORBIDDEN)
+        allow = self.options.allow_request
+        if allow is not None and not allow(request):
+            return refuse(request, FORBIDDEN)
+        if version != "4":
+            return refuse(request, UNSUPPORTED_PROTOCOL_VERSION)
+        peer = request.getClientAddress()
+        refusal = self._slot_refusal(address_key(peer))
+        if refusal is not None:
+            peerlog.warn(log, address_key(peer), "refused an Engine.IO handshake from {peer}: "
+                         "{why}", peer=describe_address(peer), why=refusal)
+            respond(request, 503, b"Too many Engine.IO sessions", b"text/plain")
+            return NOT_DONE_YET
+        if upgrade:
+            return self._websocket(request, upgrade_of=None)
+        return self._polling_handshake(request)
+
+    def _polling_handshake(self, request: Any) -> Any:
+        protocol = self.protocol_factory()
+        sid = self._new_sid()
+        session = EngineIOSession(self, sid, request.getClientAddress(), request.getHost())
+        self._add_session(session)
+        upgrades = (WEBSOCKET,) if self.options.upgrades else ()
+        body = "0" + encode_handshake(self.options._handshake(sid, upgrades))
+        respond(request, 200, body.encode("utf-8"), b"text/plain; charset=UTF-8", no_store=True)
+        # After the answer, as engine.io: what the protocol sends now goes with the next GET.
+        session._start(protocol)
+        return NOT_DONE_YET
+
+    def _websocket(self, request: Any, upgrade_of: EngineIOSession | None) -> Any:
+        self.ws_factory.upgrade_of = upgrade_of
+        try:
+            return self.ws_resource.render(request)
+        finally:
+            self.ws_factory.upgrade_of = None
+
+    def _open_websocket_session(self, ws: ServerWebSocket) -> None:
+        if self._slot_refusal(address_key(ws.transport.getPeer())) is not None:
+            close_websocket(ws, CLOSE_NORMAL, "too many Engine.IO sessions")
+            return
+        protocol = self.protocol_factory()
+        sid = self._new_sid()
+        session = EngineIOSession(self, sid, ws.transport.getPeer(), ws.transport.getHost())
+        session._ws = ws
+        ws.session = session
+        self._add_session(session)
+        open_packet = "0" + encode_handshake(self.options._handshake(sid, ()))
+        ws.sendMessage(open_packet.encode("utf-8"), False)
+        session._start(protocol)
+
+
+class EngineIOResource(Resource):
+    isLeaf = True
+
+    def __init__(self, engine: EngineIOServer) -> None:
+        super().__init__()
+        # Not "server": twisted.web gives every Resource a `server` attribute of its own.
+        self.engine = engine
+        # A polling POST's payload: a GuardedSite refuses a larger body before reading it.
+        self.max_request_body = engine.options.max_payload
+
+    def render(self, request: Any) -> Any:
+        return self.engine.handle(request)
+
+    def render_content_too_large(self, request: Any) -> None:
+        """A GuardedSite's answer to a POST over max_payload, which it did not read: 413, and
+        the session that sent it is closed, as engine.io does."""
+        session = self.engine.sessions.get(query_value(request, b"sid") or "")
+        if session is not None and request.method == b"POST":
+            session._post_too_large(request)
+        else:
+            respond(request, 413, b"", b"text/html")
+
+
+DEFAULT_OPTIONS = EngineIOOptions()
+
+
+def engineio_resource(
+    protocol_factory: Callable[[], IMessageProtocol],
+    options: EngineIOOptions = DEFAULT_OPTIONS,
+    *,
+    reactor: Any = None,
+) -> IResource:
+    """A twisted.web resource serving `protocol_factory()` protocols over Engine.IO 4, timing
+    its pings and deadlines on `reactor` (the global reactor if None).
+
+    Mount it as the child b"engine.io" of a Site's root (or at "/engine.io/" with
+    `websocket_site`); it answers at "/engine.io/", trailing slash included.
+    """
+    if reactor is None:
+        from twisted.internet import reactor
+    return EngineIOResource(EngineIOServer(protocol_factory, options, reactor))
