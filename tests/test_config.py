@@ -19,7 +19,7 @@ from wireproto.config import (
     ConfigError,
     HubSettings,
     Listener,
-    StreamLimits,
+    StreamOptions,
     WebsmqSettings,
     build_config,
     config_from_toml,
@@ -29,7 +29,7 @@ from wireproto.config import (
     parse_attach,
     parse_listen,
 )
-from wireproto.protocols import SERVER_PROTOCOLS
+from wireproto.protocols import server_protocols
 from wireproto.transports import WebSocketOptions
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -52,7 +52,7 @@ def test_defaults_listen_on_loopback_only() -> None:
     assert config.hub == HubSettings(queue_bytes=1 << 20, overflow="drop-oldest",
                                      max_subscriptions=1000)
     assert config.websocket == WebSocketOptions()
-    assert config.stream == StreamLimits(max_message_size=1 << 20, max_connections=10_000)
+    assert config.stream == StreamOptions(max_message_size=1 << 20, max_connections=10_000)
     assert config.protocol_options("websmq") == {"wildcards": False}
 
 
@@ -240,7 +240,7 @@ FULL_CONFIG = Config(
         auto_ping_timeout=5.0, allowed_origins=("https://example.com:443", "https://*.example.com:*"),
         per_message_deflate=True, max_connections=100,
     ),
-    stream=StreamLimits(max_message_size=2048, max_connections=10),
+    stream=StreamOptions(max_message_size=2048, max_connections=10),
     websmq=WebsmqSettings(wildcards=True),
 )
 
@@ -491,14 +491,31 @@ def test_port_zero_is_ephemeral() -> None:
 
 
 def test_the_tables_follow_the_option_classes() -> None:
-    """A field added to WebSocketOptions (or the others) must be readable from TOML too."""
-    from wireproto import config as module
+    """A field added to WebSocketOptions (or the others) must be readable from TOML too, or be
+    marked as no config key."""
+    from wireproto.config.tables import config_tables
+    from wireproto.settings import table_readers
 
-    for name, (kind, readers) in module._TABLES.items():
-        assert list(readers) == [item.name for item in fields(kind)], name
-    for spec in SERVER_PROTOCOLS.values():
+    for name, kind in config_tables().items():
+        not_keys = [item.name for item in fields(kind) if not item.metadata.get("in_config", True)]
+        assert sorted([*table_readers(kind), *not_keys]) == sorted(
+            item.name for item in fields(kind)), name
+    for spec in server_protocols().values():
         assert spec.transports <= set(TRANSPORTS)
         assert hasattr(Config(), spec.name), f"no [{spec.name}] table for {spec.name}'s options"
+
+
+def test_a_key_whose_type_says_too_little_needs_a_reader() -> None:
+    from dataclasses import dataclass
+
+    from wireproto.settings import table_readers
+
+    @dataclass(frozen=True)
+    class Settings:
+        ports: list[int] = ()  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match="'ports'.*needs setting"):
+        table_readers(Settings)
 
 
 def test_the_toml_example_in_the_docs_is_valid() -> None:

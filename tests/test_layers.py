@@ -109,7 +109,10 @@ def within(name: str, *packages: str) -> bool:
 
 
 # What each layer may import of wireproto; everything else of wireproto is refused.
-FOUNDATION = ("wireproto.errors", "wireproto.peerlog", "wireproto.topics")
+FOUNDATION = (
+    "wireproto.errors", "wireproto.peerlog", "wireproto.topics", "wireproto.settings",
+    "wireproto.payloads",
+)
 TRANSPORT_INTERFACE = (
     "wireproto.transports",  # the package's public names
     "wireproto.transports.base",  # what a protocol implements and is given
@@ -122,6 +125,8 @@ def _allowed(*prefixes: str, exact: Iterable[str] = ()) -> Callable[[str], bool]
 
 
 RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
+    **{module: ("the foundation imports only the foundation and the codecs",
+                _allowed("wireproto.codecs", exact=FOUNDATION)) for module in FOUNDATION},
     "wireproto.codecs": (
         "codecs import only codecs and errors",
         _allowed("wireproto.codecs", "wireproto.errors"),

@@ -24,7 +24,7 @@ from wireproto.codecs import subble, websmq
 from wireproto.config import (
     Attach,
     Config,
-    StreamLimits,
+    StreamOptions,
     WebsmqSettings,
     config_from_toml,
     parse_listen,
@@ -361,7 +361,7 @@ async def _in_thread(function: Any, *args: Any) -> Any:
 async def test_stream_limits_come_from_the_config(broker: Broker) -> None:
     service, bound = await broker.start(
         f"websmq+length32@tcp:0:{LOCAL}",
-        stream=StreamLimits(max_message_size=64, max_connections=2),
+        stream=StreamOptions(max_message_size=64, max_connections=2),
     )
     first = await broker.client(bound[0].address)
     second = await broker.client(bound[0].address)

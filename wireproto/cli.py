@@ -30,6 +30,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any, NoReturn
 
+from wireproto.config.options import add_serve_options
+
 __all__ = ["main", "build_parser", "announce"]
 
 PROG = "wireproto"
@@ -91,24 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=LISTEN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--listen", action="append", default=[], metavar="SPEC",
-                       help="serve a protocol on an endpoint (see below)")
-    serve.add_argument("--attach", action="append", default=[], metavar="SPEC",
-                       help="serve a protocol on a client endpoint, e.g. a serial port")
-    serve.add_argument("--phyllo", action="append", default=[], metavar="SPEC",
-                       help="bridge a Phyllo device (serial, TCP, ws://) to the hub")
-    serve.add_argument("--config", metavar="FILE",
-                       help="TOML config file; options given here override it")
-    serve.add_argument("--queue-bytes", type=int, metavar="N",
-                       help="per-connection send queue limit in bytes (default 1048576)")
-    serve.add_argument("--overflow", choices=["drop-oldest", "disconnect"],
-                       help="when a send queue is full: drop its oldest messages (default) or "
-                            "disconnect that client")
-    serve.add_argument("--wildcards", action="store_true", default=None,
-                       help="let WEBSMQ clients subscribe to MQTT-style patterns (+ and #)")
-    serve.add_argument("--capture", metavar="DIR",
-                       help="record every message in and out in capture files in DIR "
-                            "(docs/pipeline.md)")
+    add_serve_options(serve)
     serve.add_argument("-v", "--verbose", action="store_true",
                        help="log connections and other events (default: warnings and errors)")
     check = commands.add_parser(
@@ -167,20 +152,10 @@ def _start_logging(settings: Any, verbose: bool) -> None:
 def serve(args: argparse.Namespace) -> int:
     from twisted.internet import reactor
 
-    from wireproto.config import ConfigError, build_config
+    from wireproto.config import ConfigError, config_from_options
 
     try:
-        config = build_config(
-            listen=args.listen,
-            attach=args.attach,
-            phyllo=args.phyllo,
-            config_file=args.config,
-            queue_bytes=args.queue_bytes,
-            overflow=args.overflow,
-            wildcards=args.wildcards,
-            capture=args.capture,
-            reactor=reactor,
-        )
+        config = config_from_options(vars(args), reactor=reactor)
     except ConfigError as error:
         for problem in error.problems:
             print(f"{PROG} serve: {problem}", file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -28,7 +29,7 @@ from twisted.web.resource import Resource
 from wireproto import peerlog
 from wireproto.hub import SessionStats
 
-__all__ = ["BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS"]
+__all__ = ["MetricsSettings", "BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS"]
 
 # Handlers on the broker often answer in well under a millisecond: finer buckets than the
 # client library's default at the low end.
@@ -68,6 +69,18 @@ _PHYLLO_COUNTERS = {
     "unmapped": "Messages whose topic has no counterpart on the other side.",
     "unsendable": "Hub payloads the link's send format or frame size cannot carry.",
 }
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """The [metrics] table: Prometheus metrics, served on every HTTP listener's port at `path`."""
+
+    enabled: bool = True
+    path: str = "/metrics"
+
+    def __post_init__(self) -> None:
+        if not self.path.startswith("/"):
+            raise ValueError(f"path {self.path!r} must start with '/'")
 
 
 class BrokerCollector(Collector):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from twisted.application.internet import ClientService, StreamServerEndpointService, backoffPolicy
@@ -43,7 +43,7 @@ from wireproto.config import HTTP_TRANSPORTS, Attach, Config, Listener, PhylloLi
 from wireproto.hub import Hub
 from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
-from wireproto.protocols import SERVER_PROTOCOLS
+from wireproto.protocols import protocol as server_protocol
 from wireproto.transports.base import IMessageProtocol, go_away
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
@@ -205,9 +205,8 @@ class WireprotoService(MultiService):
         listeners: for UBRE, the `UbreServer` to register handlers and hooks on."""
         made = self._servers.get(protocol)
         if made is None:
-            spec = SERVER_PROTOCOLS[protocol]
-            made = self._servers[protocol] = spec.make_factory(
-                self.hub, **self.config.protocol_options(protocol)
+            made = self._servers[protocol] = server_protocol(protocol).make_server(
+                self.hub, self.config.tables.get(protocol)
             )
             if self.metrics is not None:
                 self.metrics.instrument(protocol, made)
@@ -248,7 +247,7 @@ class WireprotoService(MultiService):
             first = group[0][1]
             if first.transport in HTTP_TRANSPORTS:
                 routes = {
-                    listener.path or SERVER_PROTOCOLS[listener.protocol].default_path:
+                    listener.path or server_protocol(listener.protocol).default_path:
                         self._http_resource(listener)
                     for _, listener in group
                 }
@@ -274,31 +273,15 @@ class WireprotoService(MultiService):
         factory = self._protocol_factory(listener.protocol)
         if listener.transport == "ws":
             return websocket_resource(factory, self.config.websocket)
-        from wireproto.transports.engineio import EngineIOOptions, engineio_resource
+        from wireproto.transports.engineio import engineio_resource
 
-        settings = self.config.engineio
-        return engineio_resource(factory, reactor=self.reactor, options=EngineIOOptions(
-            ping_interval=settings.ping_interval,
-            ping_timeout=settings.ping_timeout,
-            max_payload=settings.max_payload,
-            max_connections=settings.max_connections,
-            max_sessions_per_address=settings.max_sessions_per_address,
-            first_request_timeout=settings.first_request_timeout,
-            allowed_origins=self.config.websocket.allowed_origins,
-            websocket=self.config.websocket,
-        ))
+        websocket = self.config.websocket
+        options = replace(self.config.engineio, allowed_origins=websocket.allowed_origins,
+                          websocket=websocket)
+        return engineio_resource(factory, options, reactor=self.reactor)
 
     def _stream_options(self, framing: str) -> StreamOptions:
-        limits = self.config.stream
-        return StreamOptions(
-            framing=framing,
-            max_message_size=limits.max_message_size,
-            max_connections=limits.max_connections,
-            keepalive_idle=limits.keepalive_idle,
-            keepalive_interval=limits.keepalive_interval,
-            keepalive_count=limits.keepalive_count,
-            idle_timeout=limits.idle_timeout,
-        )
+        return replace(self.config.stream, framing=framing)
 
     def _add_endpoint(
         self, group: tuple[tuple[int, Listener], ...], endpoint: IStreamServerEndpoint,
@@ -467,14 +450,7 @@ def make_service(
     """
     if reactor is None:
         from twisted.internet import reactor
-    hub = Hub(
-        queue_bytes=config.hub.queue_bytes,
-        overflow=config.hub.overflow,
-        max_subscriptions=config.hub.max_subscriptions,
-        max_topic_length=config.hub.max_topic_length,
-        max_subscription_bytes=config.hub.max_subscription_bytes,
-        max_total_subscription_bytes=config.hub.max_total_subscription_bytes,
-    )
+    hub = Hub(**asdict(config.hub))
     service = WireprotoService(config, hub, reactor)
     service.add_listeners(config.listeners)
     for link in config.attach:

@@ -1,7 +1,9 @@
 """twistd plugin: ``twistd -n wireproto --listen ...`` runs the same broker as ``wireproto serve``.
 
-Kept small, and wireproto is imported only when the plugin is used, so ``twistd --help`` stays
-fast. No ``__init__.py`` here or in ``twisted/``: Twisted finds this file through its plugin path.
+Kept small: its options come from the table `wireproto serve` uses too
+(wireproto.config.options, which imports nothing else), and the broker is imported only when
+the plugin is used, so ``twistd --help`` stays fast. No ``__init__.py`` here or in
+``twisted/``: Twisted finds this file through its plugin path.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from twisted.application.service import IServiceMaker
 from twisted.plugin import IPlugin
 from twisted.python import usage
 from zope.interface import implementer
+
+from wireproto.config.options import SERVE_OPTIONS, twistd_option_lists
 
 
 class Options(usage.Options):
@@ -27,15 +31,8 @@ class Options(usage.Options):
         "nydus+engineio@tcp:8765, nydus+lines@tcp:8768, subble+ws@tcp:8765 and "
         "subble+length32@tcp:8769 on 127.0.0.1. See docs/running.md."
     )
-    optParameters = [
-        ["config", "c", None, "TOML config file; options given here override it."],
-        ["queue-bytes", None, None, "Per-connection send queue limit in bytes.", int],
-        ["overflow", None, None, "When a send queue is full: drop-oldest or disconnect."],
-        ["capture", None, None, "Record every message in and out in capture files in DIR."],
-    ]
-    optFlags = [
-        ["wildcards", None, "Let WEBSMQ clients subscribe to MQTT-style patterns (+ and #)."],
-    ]
+    # The options of `wireproto serve`, from its one table (wireproto.config.options).
+    optParameters, optFlags = twistd_option_lists()
 
     def parseOptions(self, options: Any = None) -> None:
         # A bad option is one line and status 2, as with `wireproto serve`, not twistd's
@@ -50,38 +47,30 @@ class Options(usage.Options):
 
     def __init__(self) -> None:
         super().__init__()
-        self["listen"] = []
-        self["attach"] = []
-        self["phyllo"] = []
-
-    def opt_listen(self, spec: str) -> None:
-        """Serve PROTOCOL+TRANSPORT[/PATH]@ENDPOINT (repeatable; replaces the defaults)."""
-        self["listen"].append(spec)
-
-    def opt_attach(self, spec: str) -> None:
-        """Serve PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. a serial port (repeatable)."""
-        self["attach"].append(spec)
-
-    def opt_phyllo(self, spec: str) -> None:
-        """Bridge a Phyllo device NAME[+STACK]@ADDRESS to the hub (repeatable)."""
-        self["phyllo"].append(spec)
+        for option in SERVE_OPTIONS:
+            if option.repeat:
+                self[option.name] = []
 
     def postOptions(self) -> None:
-        from wireproto.config import ConfigError, build_config
+        from wireproto.config import ConfigError, config_from_options
 
         try:
-            self["wireproto"] = build_config(
-                listen=self["listen"],
-                attach=self["attach"],
-                phyllo=self["phyllo"],
-                config_file=self["config"],
-                queue_bytes=self["queue-bytes"],
-                overflow=self["overflow"],
-                wildcards=bool(self["wildcards"]) or None,
-                capture=self["capture"],
-            )
+            self["wireproto"] = config_from_options(self)
         except ConfigError as error:
             raise usage.UsageError("\n".join(error.problems)) from None
+
+
+def _repeated(name: str, help: str) -> Any:
+    def opt(self: Options, value: str) -> None:
+        self[name].append(value)
+
+    opt.__doc__ = f"{help[0].upper()}{help[1:]} (repeatable)."
+    return opt
+
+
+for _option in SERVE_OPTIONS:
+    if _option.repeat:
+        setattr(Options, f"opt_{_option.dest}", _repeated(_option.name, _option.help))
 
 
 @implementer(IServiceMaker, IPlugin)

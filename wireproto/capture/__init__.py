@@ -51,6 +51,7 @@ from wireproto.capture.reader import (
 from wireproto.capture.writer import (
     DEFAULT_FILE_MODE,
     CaptureCounters,
+    CaptureSettings,
     CaptureWriter,
     ThreadedCaptureWriter,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "FLAG_BATCH",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_FILE_MODE",
+    "CaptureSettings",
     "CONFIG_FILE_BYTES",
     "MIN_FILE_BYTES",
     "MAX_FILE_BYTES",

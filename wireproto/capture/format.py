@@ -9,9 +9,12 @@ import json
 import mmap
 import struct
 import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
+
+from wireproto.protocols import PROTOCOLS as PROTOCOL_REGISTRY
 
 __all__ = [
     "MAGIC",
@@ -66,12 +69,45 @@ class Kind(IntEnum):
     CLOSE = 3
 
 
-PROTOCOLS = {"websmq": 1, "ubre": 2, "nydus": 3, "subble": 4, "phyllo": 5}
+class _ProtocolCodes(Mapping[str, int]):
+    """Protocol name -> the code records carry, read live from the protocol registry (each
+    `ProtocolDescriptor.capture_code`), so a protocol registered later is captured too."""
+
+    def __getitem__(self, name: str) -> int:
+        descriptor = PROTOCOL_REGISTRY.get(name)
+        if descriptor is None:
+            raise KeyError(name)
+        return descriptor.capture_code
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PROTOCOL_REGISTRY)
+
+    def __len__(self) -> int:
+        return len(PROTOCOL_REGISTRY)
+
+
+class _ProtocolNames(Mapping[int, str]):
+    """The code records carry -> protocol name, read live from the protocol registry."""
+
+    def __getitem__(self, code: int) -> str:
+        for name, descriptor in PROTOCOL_REGISTRY.items():
+            if descriptor.capture_code == code:
+                return name
+        raise KeyError(code)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([descriptor.capture_code for descriptor in PROTOCOL_REGISTRY.values()])
+
+    def __len__(self) -> int:
+        return len(PROTOCOL_REGISTRY)
+
+
+PROTOCOLS: Mapping[str, int] = _ProtocolCodes()
 # "stream": Phyllo's chunked serial stream; "chunks": Phyllo message chunks (one per message).
 TRANSPORTS = {
     "ws": 1, "engineio": 2, "length32": 3, "lines": 4, "cobs": 5, "stream": 6, "chunks": 7,
 }
-PROTOCOL_NAMES = {code: name for name, code in PROTOCOLS.items()}
+PROTOCOL_NAMES: Mapping[int, str] = _ProtocolNames()
 TRANSPORT_NAMES = {code: name for name, code in TRANSPORTS.items()}
 FLAG_BINARY = 1
 # The data is several messages, each a 4-byte big-endian length and the message.

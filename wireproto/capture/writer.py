@@ -39,8 +39,10 @@ from wireproto.capture.format import (
     encode_record,
 )
 from wireproto.capture.reader import _file_pattern
+from wireproto.settings import file_mode, integer, setting
 
 __all__ = [
+    "CaptureSettings",
     "CaptureCounters",
     "DEFAULT_FILE_MODE",
     "CaptureWriter",
@@ -204,7 +206,7 @@ class _CaptureLog:
             "fields": list(RECORD_FIELDS),
             "crc": "zlib.crc32 of record bytes 8 to 32 and the data",
             "kinds": {kind.name.lower(): kind.value for kind in Kind},
-            "protocols": PROTOCOLS,
+            "protocols": dict(PROTOCOLS),
             "transports": TRANSPORTS,
             "flags": {"binary": FLAG_BINARY, "batch": FLAG_BATCH},
             "dropped_batches": self.dropped_batches,
@@ -233,6 +235,7 @@ _UNKNOWN_CONNECTION = (b"", 0, 0)
 
 # Capture files hold payloads: readable by their owner only, unless configured otherwise.
 DEFAULT_FILE_MODE = 0o600
+
 
 class _FileSink:
     """Writes chunks: one write per chunk, files created exclusively and only appended to."""
@@ -271,6 +274,24 @@ class _FileSink:
             os.close(self.fd)
         self.fd = None
         self.path = None
+
+
+def _config_file_bytes(value: Any) -> int:
+    low, high = CONFIG_FILE_BYTES  # 64 to 256 MiB: files small enough to give Spark many tasks
+    if not low <= integer(value) <= high:
+        raise ValueError(f"must be {low} to {high} bytes (64 to 256 MiB), not {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """The [capture] table: capture files of every message in and out; `directory` "" is off."""
+
+    directory: str = ""
+    max_file_bytes: int = setting(DEFAULT_MAX_FILE_BYTES, read=_config_file_bytes)  # 128 MiB
+    flush_interval: float = 0.5
+    # Capture files' permissions: the owner's alone unless set otherwise.
+    file_mode: int = setting(DEFAULT_FILE_MODE, read=file_mode)
 
 
 class _WriterBase:

@@ -27,22 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wireproto.protocols import PROTOCOLS, RequestPairing
+
 __all__ = ["Summary", "analyze", "TABLES"]
 
 TABLES = ("messages", "topic_rates", "rpc_latency", "rpc_latency_summary", "malformed", "windows")
 
-# Request (in) -> answers (out), by protocol; pairs on (connection, request_id).
-RPC_ANSWERS = {
-    "ubre": ("request", ("success", "fail")),
-    "nydus": ("invoke", ("result", "error")),
-}
-SUBBLE_ECHO_CODE = 27  # CLIENT_EVENT: the producer's own event, the answer to its produce
-# Answers that mean the call worked, and those that mean it failed.
-OK_OUTCOMES = ("success", "result", "event")
-FAIL_OUTCOMES = ("fail", "error", "event_error")
+# Which protocols have requests, how they pair with answers, and which answers mean the call
+# worked, all come from the protocol descriptors (wireproto.protocols).
 # An answer later than this came after the clients gave up (UbreClient's and nydus's default).
 REQUEST_TIMEOUT_MS = 30_000.0
-READING_TYPES = ("publish", "last_will", "produce_event", "event", "document")
 WINDOW = "1 minute"
 
 READINGS_SCHEMA = "timestamp timestamp, protocol string, topic string, field string, value double"
@@ -180,31 +174,36 @@ def topic_rates(rows: Any, span_seconds: float) -> Any:
     )
 
 
+def _pairings() -> dict[str, RequestPairing]:
+    return {name: d.requests for name, d in PROTOCOLS.items() if d.requests is not None}
+
+
+def _ok_outcomes() -> list[str]:
+    return sorted({ok for pairing in _pairings().values() for ok in pairing.ok})
+
+
+def _fail_outcomes() -> list[str]:
+    return sorted({answer for pairing in _pairings().values() for answer in pairing.answers
+                   if answer not in pairing.ok})
+
+
+def _reading_types() -> list[str]:
+    return sorted({kind for d in PROTOCOLS.values() for kind in d.reading_types})
+
+
 def rpc_pairs(rows: Any) -> Any:
     """Each request with its answer: protocol, connection, request_id, route, outcome (the
-    answer's message type), requested, answered and latency_ms. UBRE requests and nydus invokes
-    pair with the first answer on their connection with their id; a SubbleSocket produce pairs
-    with the producer's next own event (code 27) or event error, in order (see `_subble_pairs`)."""
-    from pyspark.sql import Window
+    answer's message type), requested, answered and latency_ms, for every protocol whose
+    descriptor has a `RequestPairing`. By id (UBRE requests, nydus invokes), a request pairs
+    with the first answer on its connection with its id; in order (a SubbleSocket produce), the
+    n-th request of a connection pairs with its n-th answer (see `_pairs_in_order`)."""
     from pyspark.sql import functions as F
 
-    frames = []
-    for protocol, (request_type, answer_types) in RPC_ANSWERS.items():
-        of_protocol = rows.where((F.col("protocol") == protocol) & F.col("request_id").isNotNull())
-        requests = of_protocol.where(
-            (F.col("kind") == "in") & (F.col("message_type") == request_type)
-        ).select("protocol", "connection", "request_id", F.col("topic").alias("route"),
-                 F.col("timestamp").alias("requested"))
-        answers = of_protocol.where(
-            (F.col("kind") == "out") & F.col("message_type").isin(*answer_types)
-        ).select("connection", "request_id", F.col("message_type").alias("outcome"),
-                 F.col("timestamp").alias("answered"))
-        joined = requests.join(answers, ["connection", "request_id"]).where(
-            F.col("answered") >= F.col("requested"))
-        first = Window.partitionBy("connection", "request_id", "requested").orderBy("answered")
-        frames.append(joined.withColumn("rank", F.row_number().over(first))
-                      .where(F.col("rank") == 1).drop("rank"))
-    frames.append(_subble_pairs(rows))
+    frames = [
+        _pairs_by_id(rows, protocol, pairing) if pairing.by == "id"
+        else _pairs_in_order(rows, protocol, pairing)
+        for protocol, pairing in _pairings().items()
+    ]
     pairs = frames[0]
     for frame in frames[1:]:
         pairs = pairs.unionByName(frame)
@@ -214,45 +213,75 @@ def rpc_pairs(rows: Any) -> Any:
         "latency_ms")
 
 
-def _subble_pairs(rows: Any) -> Any:
-    """SubbleSocket has no request ids. The host answers every produce request on its
-    connection, in order, with exactly one message: the producer's own event (code 27) or an
-    event error (51, 52). So the n-th produce of a connection pairs with its n-th such answer;
-    request_id is that n (from 1) and the route is the event type."""
+def _answers(rows: Any, pairing: RequestPairing) -> Any:
+    """The out rows that answer `pairing`'s requests (an answer type with a code counts only
+    when the message's first byte is that code)."""
+    from pyspark.sql import functions as F
+
+    wanted = F.lit(False)
+    codes = dict(pairing.answer_codes)
+    for answer in pairing.answers:
+        condition = F.col("message_type") == answer
+        if answer in codes:
+            condition = condition & (
+                F.substring("data", 1, 1) == F.lit(bytes([codes[answer]])))
+        wanted = wanted | condition
+    return rows.where((F.col("kind") == "out") & wanted)
+
+
+def _pairs_by_id(rows: Any, protocol: str, pairing: RequestPairing) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    subble = rows.where((F.col("protocol") == "subble") & F.col("decode_error").isNull())
+    of_protocol = rows.where((F.col("protocol") == protocol) & F.col("request_id").isNotNull())
+    requests = of_protocol.where(
+        (F.col("kind") == "in") & (F.col("message_type") == pairing.request)
+    ).select("protocol", "connection", "request_id", F.col("topic").alias("route"),
+             F.col("timestamp").alias("requested"))
+    answers = _answers(of_protocol, pairing).select(
+        "connection", "request_id", F.col("message_type").alias("outcome"),
+        F.col("timestamp").alias("answered"))
+    joined = requests.join(answers, ["connection", "request_id"]).where(
+        F.col("answered") >= F.col("requested"))
+    first = Window.partitionBy("connection", "request_id", "requested").orderBy("answered")
+    return (joined.withColumn("rank", F.row_number().over(first))
+            .where(F.col("rank") == 1).drop("rank"))
+
+
+def _pairs_in_order(rows: Any, protocol: str, pairing: RequestPairing) -> Any:
+    """A protocol without request ids whose server answers every request on its connection,
+    in order, with exactly one answer (SubbleSocket: the producer's own event, code 27, or an
+    event error). So the n-th request of a connection pairs with its n-th answer; request_id
+    is that n (from 1) and the route is the request's topic."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    of_protocol = rows.where((F.col("protocol") == protocol) & F.col("decode_error").isNull())
     order = Window.partitionBy("connection").orderBy("timestamp", "file", "offset",
                                                      "message_index")
-    produced = (
-        subble.where((F.col("kind") == "in") & (F.col("message_type") == "produce_event"))
+    requests = (
+        of_protocol.where((F.col("kind") == "in") & (F.col("message_type") == pairing.request))
         .withColumn("request_id", F.row_number().over(order).cast("string"))
         .select("protocol", "connection", "request_id", F.col("topic").alias("route"),
                 F.col("timestamp").alias("requested"))
     )
-    own_event = (F.col("message_type") == "event") & (
-        F.substring("data", 1, 1) == F.lit(bytes([SUBBLE_ECHO_CODE])))
     answers = (
-        subble.where((F.col("kind") == "out")
-                     & (own_event | (F.col("message_type") == "event_error")))
+        _answers(of_protocol, pairing)
         .withColumn("request_id", F.row_number().over(order).cast("string"))
         .select("connection", "request_id", F.col("message_type").alias("outcome"),
                 F.col("timestamp").alias("answered"))
     )
-    return produced.join(answers, ["connection", "request_id"])
+    return requests.join(answers, ["connection", "request_id"])
 
 
 def requests(rows: Any) -> Any:
     """Every request (protocol, connection, route), paired or not."""
     from pyspark.sql import functions as F
 
-    request_types = {protocol: request for protocol, (request, _) in RPC_ANSWERS.items()}
-    request_types["subble"] = "produce_event"
     wanted = F.lit(False)
-    for protocol, request_type in request_types.items():
+    for protocol, pairing in _pairings().items():
         wanted = wanted | ((F.col("protocol") == protocol)
-                           & (F.col("message_type") == request_type))
+                           & (F.col("message_type") == pairing.request))
     return rows.where((F.col("kind") == "in") & wanted).select(
         "protocol", F.col("topic").alias("route"))
 
@@ -265,12 +294,12 @@ def latency_summary(rows: Any, pairs: Any) -> Any:
     from pyspark.sql import functions as F
 
     late = F.col("latency_ms") > F.lit(REQUEST_TIMEOUT_MS)
-    ok = F.col("outcome").isin(*OK_OUTCOMES) & ~late
+    ok = F.col("outcome").isin(*_ok_outcomes()) & ~late
     ok_latency = F.when(ok, F.col("latency_ms"))
     stats = pairs.groupBy("protocol", "route").agg(
         F.count(F.lit(1)).alias("paired"),
         F.count(F.when(ok, 1)).alias("ok"),
-        F.count(F.when(F.col("outcome").isin(*FAIL_OUTCOMES) & ~late, 1)).alias("fail"),
+        F.count(F.when(F.col("outcome").isin(*_fail_outcomes()) & ~late, 1)).alias("fail"),
         F.count(F.when(late, 1)).alias("timeout"),
         F.percentile(ok_latency, F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("p"),
         F.max(ok_latency).alias("max_ms"),
@@ -325,7 +354,7 @@ def windows(rows: Any) -> Any:
 
     candidates = rows.where(
         (F.col("kind") == "in") & F.col("decode_error").isNull()
-        & F.col("message_type").isin(*READING_TYPES)
+        & F.col("message_type").isin(*_reading_types())
     ).select("timestamp", "protocol", "topic", "kind", "binary", "data")
     readings = candidates.mapInArrow(_readings_batches, READINGS_SCHEMA)
     return (

@@ -18,10 +18,10 @@ import pyarrow as pa
 
 from wireproto import capture
 from wireproto.pipeline.decode import KIND_NAMES, Decoded, decode_message, error_row
+from wireproto.protocols import PROTOCOLS
 
 __all__ = ["SCHEMA", "ARROW_SCHEMA", "decode_batch"]
 
-_PROTOCOL_NAMES = {code: name for name, code in capture.PROTOCOLS.items()}
 _TRANSPORT_NAMES = {code: name for name, code in capture.TRANSPORTS.items()}
 
 # One row per message, named by (file, offset, message_index): `message_index` counts the
@@ -64,26 +64,43 @@ def _names(names: dict[int, str]) -> pa.Array:
 
 
 _KIND_LOOKUP = _names(KIND_NAMES)
-_PROTOCOL_LOOKUP = _names(_PROTOCOL_NAMES)
 _TRANSPORT_LOOKUP = _names(_TRANSPORT_NAMES)
 _MESSAGE_KINDS = (capture.Kind.IN.value, capture.Kind.OUT.value)
 
 
-_UBRE = capture.PROTOCOLS["ubre"]
-_SUBBLE = capture.PROTOCOLS["subble"]
+# The registry as (name, code, what its columns read) for each protocol, and what was made of it.
+_registry_seen: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+_protocol_lookup: pa.Array = _names({})
+_reads_direction: frozenset[int] = frozenset()
+_reads_binary: frozenset[int] = frozenset()
+
+
+def _follow_registry() -> None:
+    """Rebuild the protocol lookups if a protocol was registered since they were made."""
+    global _registry_seen, _protocol_lookup, _reads_direction, _reads_binary
+    seen = tuple((d.name, d.capture_code, d.decoding_reads) for d in PROTOCOLS.values())
+    if seen == _registry_seen:
+        return
+    _registry_seen = seen
+    _protocol_lookup = _names({code: name for name, code, _ in seen})
+    _reads_direction = frozenset(code for _, code, reads in seen if "direction" in reads)
+    _reads_binary = frozenset(code for _, code, reads in seen if "binary" in reads)
 
 
 def _decoding_key(protocol: int, kind: int, binary: int) -> tuple[int, int, int]:
-    """What a message's columns depend on besides its bytes: a UBRE message on the binary flag
-    (a text frame holds only JSON), a SubbleSocket one on the direction, others on neither."""
+    """What a message's columns depend on besides its bytes: the binary flag or the direction,
+    for the protocols whose descriptors say their columns read them (UBRE: a text frame holds
+    only JSON; SubbleSocket: each side has its own messages); for others, neither."""
     if kind not in _MESSAGE_KINDS:
         return (protocol, kind, binary)
-    return (protocol, kind if protocol == _SUBBLE else -1, binary if protocol == _UBRE else -1)
+    return (protocol, kind if protocol in _reads_direction else -1,
+            binary if protocol in _reads_binary else -1)
 
 
 def decode_batch(path: str, batch: capture.Batch) -> pa.RecordBatch:
     """The rows of a `capture.Batch` read from file `path`, as an Arrow record batch of
     `ARROW_SCHEMA`: one row per message, each decoded."""
+    _follow_registry()
     distinct: list[Decoded] = []  # each distinct message's columns ...
     distinct_data: list[bytes] = []  # ... and bytes
     tables: dict[tuple[int, int, int], dict[bytes, int]] = {}  # by (protocol, kind, binary)
@@ -157,7 +174,7 @@ def _columns(path: str, batch: capture.Batch, codes: array[int], counts: array[i
             ARROW_SCHEMA.field("timestamp").type),
         pa.array(per_row("connection"), pa.int64()),
         _KIND_LOOKUP.take(pa.array(per_row("kind"))),
-        _PROTOCOL_LOOKUP.take(pa.array(per_row("protocol"))),
+        _protocol_lookup.take(pa.array(per_row("protocol"))),
         _TRANSPORT_LOOKUP.take(pa.array(per_row("transport"))),
         pa.array((per_row("flags") & capture.FLAG_BINARY).astype(bool), pa.bool_()),
         pa.array(distinct_data, pa.binary()).take(take),

@@ -9,7 +9,8 @@ own codecs, takes the document it carries and returns its numbers as ``[(field, 
 - booleans are not numbers, lists are skipped, and so are NaN and the infinities;
 - a message that carries no document, or one that cannot be read, gives ``[]``. It never raises.
 
-Where the document is, by protocol:
+Where the document is, by protocol (each protocol's analysis module, named by its descriptor in
+`wireproto.protocols`, says; its ``value`` function reads it):
 
 | protocol | messages | document |
 |---|---|---|
@@ -27,25 +28,18 @@ number 7, and ``b"a"`` is nothing, not 97.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
-import msgpack
-
 from wireproto import capture
-from wireproto.codecs import nydus, subble, ubre, websmq
-from wireproto.codecs import phyllo as phyllo_codec
+from wireproto.payloads import NO_VALUE, sniff_value
+from wireproto.phyllo.analysis import document_value
+from wireproto.protocols import PROTOCOLS
 
 __all__ = ["numeric_values", "payload_values", "document_values", "numeric_fields"]
 
 Reading = tuple[str, float]
 
-_NOTHING = object()
-_MSGPACK = 0x11
-_CBOR = 0x12
-_JSON = 0x50
-_DOCUMENT = 0x40
 _MAX_DEPTH = 16  # nested maps deeper than this are not followed
 
 
@@ -57,7 +51,7 @@ def numeric_values(
     try:
         incoming = kind in ("in", capture.Kind.IN)
         value = _message_value(protocol, bytes(data), binary, incoming)
-        return [] if value is _NOTHING else numeric_fields(value)
+        return [] if value is NO_VALUE else numeric_fields(value)
     except Exception:  # a malformed message holds no readings; the row already says why
         return []
 
@@ -65,8 +59,8 @@ def numeric_values(
 def payload_values(payload: bytes) -> list[Reading]:
     """The readings in a payload of unknown format: JSON text, else one msgpack document."""
     try:
-        value = _sniff(bytes(payload))
-        return [] if value is _NOTHING else numeric_fields(value)
+        value = sniff_value(bytes(payload))
+        return [] if value is NO_VALUE else numeric_fields(value)
     except Exception:
         return []
 
@@ -74,8 +68,8 @@ def payload_values(payload: bytes) -> list[Reading]:
 def document_values(document: bytes) -> list[Reading]:
     """The readings in a Phyllo document (``format u8 | schema u8 | body``)."""
     try:
-        value = _phyllo_document(bytes(document))
-        return [] if value is _NOTHING else numeric_fields(value)
+        value = document_value(bytes(document))
+        return [] if value is NO_VALUE else numeric_fields(value)
     except Exception:
         return []
 
@@ -104,68 +98,7 @@ def _collect(value: Any, prefix: str, readings: list[Reading], depth: int) -> No
 
 
 def _message_value(protocol: str | None, data: bytes, binary: bool, incoming: bool) -> Any:
-    if protocol == "websmq":
-        message = websmq.decode(data)
-        if isinstance(message, (websmq.Publish, websmq.LastWill)):
-            return _sniff(message.payload)
-    elif protocol == "ubre":
-        message = ubre.decode(data) if binary else ubre.decode_json(data)
-        if isinstance(message, ubre.Publish) and message.body is not ubre.NO_BODY:
-            body = message.body
-            return _sniff(bytes(body)) if isinstance(body, (bytes, bytearray, memoryview)) else body
-    elif protocol == "nydus":
-        message = nydus.decode(data)
-        if isinstance(message, nydus.Publish) and message.data is not nydus.NO_DATA:
-            return message.data
-    elif protocol == "subble":
-        sender = subble.Sender.CLIENT if incoming else subble.Sender.SERVER
-        message = subble.decode(data, sender=sender)
-        if isinstance(message, (subble.ProduceEvent, subble.Event)):
-            return _subble_payload(message.payload, int(message.format))
-    elif protocol == "phyllo":
-        received = phyllo_codec.decode(data)
-        if (isinstance(received, phyllo_codec.PubSubMessage)
-                and received.payload_type == _DOCUMENT):
-            return _phyllo_document(received.payload)
-    return _NOTHING
-
-
-def _subble_payload(payload: bytes, format: int) -> Any:
-    if format == subble.SerializationFormat.MSGPACK:
-        return _msgpack_whole(payload)
-    if format == subble.SerializationFormat.JSON:
-        return json.loads(payload)
-    return _NOTHING  # an implementor's own format
-
-
-def _phyllo_document(document: bytes) -> Any:
-    if len(document) < 2:
-        return _NOTHING
-    format, body = document[0], document[2:]
-    if format == _MSGPACK:
-        return _msgpack_whole(body)
-    if format == _JSON:
-        return json.loads(body)
-    if format == _CBOR:
-        import cbor2
-
-        return cbor2.loads(body)
-    return _NOTHING
-
-
-def _sniff(payload: bytes) -> Any:
-    try:
-        return json.loads(payload)
-    except ValueError:  # not UTF-8, or not JSON
-        pass
-    if len(payload) == 1 and payload[0] < 0x80:
-        return _NOTHING  # one byte of text, not a msgpack positive fixint
-    try:
-        return _msgpack_whole(payload)
-    except Exception:
-        return _NOTHING
-
-
-def _msgpack_whole(data: bytes) -> Any:
-    """One msgpack document that fills `data` exactly; raises otherwise."""
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)  # ExtraData if more follows
+    descriptor = PROTOCOLS.get(protocol or "")
+    if descriptor is None or descriptor.analysis is None:
+        return NO_VALUE
+    return descriptor.analysis_module().value(data, binary, incoming)

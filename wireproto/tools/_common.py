@@ -27,11 +27,13 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import IO, Any
 from urllib.parse import urlsplit
 
 from twisted.internet import defer, error, task
+
+from wireproto.protocols import PROTOCOLS
 
 __all__ = [
     "EXIT_FAILED",
@@ -60,8 +62,16 @@ EXIT_REFUSED = 4
 EXIT_TIMEOUT = 5
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
-# A ws:// or http:// URL's path names its protocol, as the default listeners serve them.
-_PATH_PROTOCOLS = {"websmq": "websmq", "ubre": "ubre", "engine.io": "nydus", "subble": "subble"}
+def _path_protocols() -> dict[str, str]:
+    """A ws:// or http:// URL's last path segment -> the protocol served there by default: each
+    descriptor's default path, and engine.io for the protocol that runs over Engine.IO."""
+    found = {}
+    for name, descriptor in PROTOCOLS.items():
+        if descriptor.default_path:
+            found[descriptor.default_path.strip("/").split("/")[-1]] = name
+        if "engineio" in descriptor.transports:
+            found["engine.io"] = name
+    return found
 
 
 class ToolError(Exception):
@@ -72,14 +82,14 @@ class ToolError(Exception):
         self.code = code
 
 
-def protocol_of(address: str, given: str | None, allowed: tuple[str, ...]) -> str:
+def protocol_of(address: str, given: str | None, allowed: Sequence[str]) -> str:
     """The protocol to speak at `address`: `given` (--protocol), else the one a URL's path
     names (``ws://host:8765/ubre``), else phyllo on a ``serial:`` port if allowed."""
     if given is not None:
         protocol = given
     elif "://" in address:
         path = urlsplit(address).path.strip("/").split("/")
-        protocol = _PATH_PROTOCOLS.get(path[-1] if path else "", "")
+        protocol = _path_protocols().get(path[-1] if path else "", "")
     elif address.startswith("serial:") and "phyllo" in allowed:
         protocol = "phyllo"
     else:

@@ -30,6 +30,7 @@ from twisted.internet import defer, error, task
 from twisted.python.failure import Failure
 
 from wireproto.payloads import value_from_payload
+from wireproto.protocols import PROTOCOLS, load
 from wireproto.tools._common import (
     EXIT_OK,
     EXIT_TIMEOUT,
@@ -45,9 +46,7 @@ from wireproto.tools._common import (
     stdin_lines,
 )
 
-__all__ = ["PROTOCOLS", "register"]
-
-PROTOCOLS = ("websmq", "ubre", "phyllo")
+__all__ = ["WebsmqLink", "UbreLink", "PhylloLink", "links", "register"]
 CLOSE_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
@@ -195,7 +194,7 @@ def _reason_text(reason: Any) -> str:
     return str(value).strip() or type(value).__name__
 
 
-class _WebsmqLink(_Link):
+class WebsmqLink(_Link):
     protocol = "websmq"
 
     def __init__(self, client: Any) -> None:
@@ -243,7 +242,7 @@ class _WebsmqLink(_Link):
         )
 
 
-class _UbreLink(_Link):
+class UbreLink(_Link):
     protocol = "ubre"
 
     def __init__(self, client: Any) -> None:
@@ -288,7 +287,7 @@ class _UbreLink(_Link):
         return self.client.close()
 
 
-class _PhylloLink(_Link):
+class PhylloLink(_Link):
     protocol = "phyllo"
 
     def __init__(self, top: Any, send_format: str) -> None:
@@ -391,12 +390,15 @@ def _phyllo_received(topic: str, message: Any) -> Received:
     return Received(topic, payload, value) if _is_json(value) else Received(topic, payload)
 
 
-LINKS: dict[str, Any] = {"websmq": _WebsmqLink, "ubre": _UbreLink, "phyllo": _PhylloLink}
+def links() -> dict[str, type[_Link]]:
+    """The protocols the tools publish and subscribe in, each with its link class (the
+    `pubsub_link` of its descriptor in wireproto.protocols)."""
+    return {name: load(d.pubsub_link) for name, d in PROTOCOLS.items() if d.pubsub_link}
 
 
 async def _open(run: _Run, reactor: Any, args: argparse.Namespace, protocol: str,
                 topics: list[str], timeout: float | None) -> _Link:
-    opening = LINKS[protocol].open(reactor, args, topics)
+    opening = links()[protocol].open(reactor, args, topics)
     if timeout is not None:
         opening.addTimeout(timeout, reactor)
     try:
@@ -424,8 +426,8 @@ async def _close(link: _Link, reactor: Any, timeout: float) -> BaseException | N
 
 def pub(args: argparse.Namespace) -> int:
     async def main(reactor: Any) -> int:
-        protocol = protocol_of(args.address, args.protocol, PROTOCOLS)
-        LINKS[protocol].check_topics([args.topic], patterns=False)
+        protocol = protocol_of(args.address, args.protocol, list(links()))
+        links()[protocol].check_topics([args.topic], patterns=False)
         run = _Run(reactor)
         link: _Link | None = None
         try:
@@ -485,8 +487,8 @@ def sub(args: argparse.Namespace) -> int:
     async def main(reactor: Any) -> int:
         from wireproto.topics import is_pattern
 
-        protocol = protocol_of(args.address, args.protocol, PROTOCOLS)
-        LINKS[protocol].check_topics(topics, patterns=True)
+        protocol = protocol_of(args.address, args.protocol, list(links()))
+        links()[protocol].check_topics(topics, patterns=True)
         run = _Run(reactor)
         received = 0
 
@@ -592,7 +594,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "message is written and the connection closed cleanly.",
         epilog="See docs/tools.md.",
     )
-    add_common_options(publish, PROTOCOLS)
+    add_common_options(publish, list(links()))
     _option(publish, "--timeout").help = "give up connecting or closing after this long " \
                                          "(default 10)"
     publish.add_argument("-t", "--topic", required=True, help="the topic to publish on")
@@ -618,7 +620,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "until -C COUNT messages, --timeout, or Ctrl-C.",
         epilog="See docs/tools.md.",
     )
-    add_common_options(follow, PROTOCOLS)
+    add_common_options(follow, list(links()))
     follow.set_defaults(timeout=None)
     _option(follow, "--timeout").help = (
         "stop after this long in all: exit 5 if fewer than COUNT messages came, else 0 "

@@ -32,6 +32,7 @@ from zope.interface import implementer
 from wireproto import peerlog
 from wireproto.errors import BadEncoding, FrameTooLarge, ProtocolError
 from wireproto.peerlog import address_key, describe_address
+from wireproto.settings import seconds_or_never, setting
 from wireproto.transports.base import ByteTransportDelegate, IMessageProtocol, IMessageTransport
 
 __all__ = [
@@ -49,21 +50,22 @@ log = Logger()
 
 @dataclass(frozen=True)
 class StreamOptions:
-    """Settings for a framed stream. Limits are on by default."""
+    """Settings for a framed stream. Limits are on by default. The [stream] table holds them
+    for every stream listener and attached link; the framing is chosen per listener."""
 
-    framing: str = "length32"
+    framing: str = setting("length32", in_config=False)
     max_message_size: int = 1_048_576
     max_connections: int = 10_000
     # TCP keepalive on every TCP (and TLS) connection, so that a peer that vanished without a
     # FIN or RST (a network partition) is noticed: probes start after keepalive_idle seconds
     # of silence, every keepalive_interval seconds, and keepalive_count unanswered probes
     # drop the connection (at the defaults, within 60 s). keepalive_idle 0 turns it off.
-    keepalive_idle: float = 30.0
+    keepalive_idle: float = setting(30.0, read=seconds_or_never)
     keepalive_interval: float = 10.0
     keepalive_count: int = 3
     # A connection that sends nothing for this long is closed (0: never). It is checked every
     # idle_timeout seconds, so a silent peer goes after idle_timeout to twice that.
-    idle_timeout: float = 0.0
+    idle_timeout: float = setting(0.0, read=seconds_or_never)
 
     def __post_init__(self) -> None:
         if self.framing not in FRAMINGS:

@@ -40,6 +40,7 @@ from twisted.web.server import Site
 from zope.interface import implementer
 
 from wireproto.errors import FrameTooLarge, ProtocolError
+from wireproto.settings import seconds_or_never, setting, strings
 from wireproto.transports.base import (
     ByteTransportDelegate,
     IMessageProtocol,
@@ -70,7 +71,8 @@ _ERROR_CLOSE_CODES = frozenset({1002, 1003, 1006, 1007, 1008, 1009, 1010, 1011, 
 
 @dataclass(frozen=True)
 class WebSocketOptions:
-    """Settings for WebSocket servers and clients. Limits are on by default."""
+    """Settings for WebSocket servers and clients (the [websocket] table). Limits are on by
+    default."""
 
     # Caps both a whole message and a single frame, in bytes.
     max_message_size: int = 1_048_576
@@ -79,11 +81,11 @@ class WebSocketOptions:
     # Liveness: ping each peer this often and drop it when no pong comes within the timeout, so
     # a peer that vanished without closing (a network partition) is gone, and its will
     # published, within interval + timeout (45 s at the defaults). None or 0 turns it off.
-    auto_ping_interval: float | None = 25.0
-    auto_ping_timeout: float | None = 20.0
+    auto_ping_interval: float | None = setting(25.0, read=seconds_or_never)
+    auto_ping_timeout: float | None = setting(20.0, read=seconds_or_never)
     # None accepts any Origin; otherwise Autobahn's allowedOrigins patterns, which are matched
     # against "scheme://host:port", port included: ("https://example.com:443", "http://*:8080").
-    allowed_origins: tuple[str, ...] | None = None
+    allowed_origins: tuple[str, ...] | None = setting(None, read=strings)
     # Off by default: compression costs CPU per connection and opens the door to zip bombs.
     per_message_deflate: bool = False
     max_connections: int = 10_000

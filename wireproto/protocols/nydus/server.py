@@ -47,7 +47,7 @@ import base64
 import os
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from inspect import iscoroutine
 from typing import Any
@@ -66,6 +66,8 @@ from wireproto.protocols.rpc import RequestFailed, run_handler
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
+    "serve",
+    "NydusSettings",
     "WIRE_FORMAT",
     "DEFAULT_MAX_PENDING_INVOKES",
     "NOT_FOUND",
@@ -92,6 +94,18 @@ _INTERNAL_ERROR = HTTPStatus.INTERNAL_SERVER_ERROR
 
 
 HUB_ROUTES = "/_hub"
+
+
+@dataclass(frozen=True)
+class NydusSettings:
+    """The [nydus] table: how the broker serves nydus."""
+
+    # Failed handlers' messages and stacks go to the client (nydus's development mode).
+    debug: bool = False
+    # Invokes from one connection that its handlers may work on at once; more get 429.
+    max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES
+    # /_hub/subscribe, /_hub/unsubscribe and /_hub/publish, for clients of a plain broker.
+    hub_routes: bool = True
 
 
 def nanoid() -> str:
@@ -579,3 +593,8 @@ def server_factory(hub: Hub, **options: Any) -> NydusServer:
     """The nydus server for `hub`; it is also the zero-argument protocol factory the transport
     adapters take. `options` are NydusServer's."""
     return NydusServer(hub, **options)
+
+
+def serve(hub: Hub, settings: NydusSettings) -> NydusServer:
+    """The broker's nydus server, as its [nydus] table says."""
+    return NydusServer(hub, **asdict(settings))

@@ -62,6 +62,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from twisted.internet import task
@@ -104,9 +105,12 @@ from wireproto.protocols.subble.registry import (
     parse_networks,
     peer_ip,
 )
+from wireproto.settings import file_mode, networks, seconds_or_never, setting
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
+    "serve",
+    "SubbleSettings",
     "WIRE_FORMAT",
     "DEFAULT_MAX_NAMES",
     "DEFAULT_MAX_EVENT_TYPE_LENGTH",
@@ -128,6 +132,27 @@ DEFAULT_MAX_CLIENT_ID_LENGTH = 256
 DEFAULT_HANDSHAKE_TIMEOUT = 30.0
 
 _CLIENT_EVENT_CODE = bytes((MessageCode.CLIENT_EVENT,))
+
+@dataclass(frozen=True)
+class SubbleSettings:
+    """The [subble] table: how the broker hosts SubbleSocket."""
+
+    # An empty client ID gets a new one (code 3); false refuses it (code 11).
+    allow_new_clients: bool = True
+    # Only IDs in the registry may connect (code 12 for others).
+    enforce_registry: bool = False
+    # The registry's sqlite file, so clients come back after a restart; "" keeps it in memory.
+    registry: str = ""
+    # IDs not seen for this long are forgotten (seconds; 0 never). Not with enforce_registry.
+    registry_ttl: float = setting(DEFAULT_REGISTRY_TTL, read=seconds_or_never)
+    # The registry file's permissions.
+    registry_mode: int = setting(0o600, read=file_mode)
+    # New client IDs one address may have the registry take, per minute (then code 25).
+    new_ids_per_minute: int = DEFAULT_NEW_IDS_PER_MINUTE
+    # Peer addresses, as CIDR: deny wins; with an allow list only those connect (code 10).
+    allow: tuple[str, ...] = setting((), read=networks)
+    deny: tuple[str, ...] = setting((), read=networks)
+
 
 # -- payloads -------------------------------------------------------------------------------------
 
@@ -620,3 +645,11 @@ def server_factory(hub: Hub, **options: Any) -> SubbleHost:
     """The SubbleSocket host for `hub`; it is also the zero-argument protocol factory the
     transport adapters take. `options` are SubbleHost's."""
     return SubbleHost(hub, **options)
+
+
+def serve(hub: Hub, settings: SubbleSettings) -> SubbleHost:
+    """The broker's SubbleSocket host, as its [subble] table says; `registry` names the sqlite
+    file ("" keeps the registry in memory)."""
+    options = asdict(settings)
+    registry = options.pop("registry")
+    return SubbleHost(hub, registry_path=registry or None, **options)

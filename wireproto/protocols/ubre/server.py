@@ -20,6 +20,7 @@ payloads and back."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from twisted.logger import Logger
@@ -48,6 +49,8 @@ from wireproto.protocols.ubre.peer import (
 )
 
 __all__ = [
+    "serve",
+    "UbreSettings",
     "UbreServerProtocol",
     "UbreServer",
     "server_factory",
@@ -56,6 +59,21 @@ __all__ = [
 log = Logger()
 
 # -- the server role ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UbreSettings:
+    """The [ubre] table: how the broker serves UBRE."""
+
+    # Tell each client which topics have subscribers: ubre.js publishes only on those.
+    announce_topics: bool = True
+    max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH
+    # Requests from one connection that its handlers may work on at once.
+    max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
+    # For requests the server sends to a client.
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    # Failed handlers' stacks go to the client: for development only.
+    debug: bool = False
 
 
 class UbreServerProtocol(UbrePeer):
@@ -256,3 +274,8 @@ def server_factory(hub: Hub, **options: Any) -> UbreServer:
     """The UBRE server for `hub`; it is also the zero-argument protocol factory the transport
     adapters take. `options` are UbreServer's."""
     return UbreServer(hub, **options)
+
+
+def serve(hub: Hub, settings: UbreSettings) -> UbreServer:
+    """The broker's UBRE server, as its [ubre] table says."""
+    return UbreServer(hub, **asdict(settings))

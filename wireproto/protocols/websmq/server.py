@@ -17,6 +17,7 @@ see docs/websmq.md."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from twisted.python.failure import Failure
 
@@ -29,6 +30,8 @@ from wireproto.topics import is_pattern
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
+    "serve",
+    "WebsmqSettings",
     "WIRE_FORMAT",
     "encode_for_websmq",
     "WebsmqServerProtocol",
@@ -36,6 +39,14 @@ __all__ = [
 ]
 
 WIRE_FORMAT = "websmq"
+
+@dataclass(frozen=True)
+class WebsmqSettings:
+    """The [websmq] table: how the broker serves WEBSMQ."""
+
+    # MQTT-style `+` and `#` subscriptions: an extension to the spec, so off unless asked for.
+    wildcards: bool = False
+
 
 def encode_for_websmq(message: HubMessage) -> tuple[bytes, bool] | None:
     """A hub message as a WEBSMQ frame, or None if its topic cannot be a WEBSMQ topic."""
@@ -156,3 +167,8 @@ class WebsmqServerProtocol(MessageProtocol):
 def server_factory(hub: Hub, *, wildcards: bool = False) -> Callable[[], WebsmqServerProtocol]:
     """The zero-argument protocol factory the transport adapters take."""
     return lambda: WebsmqServerProtocol(hub, wildcards=wildcards)
+
+
+def serve(hub: Hub, settings: WebsmqSettings) -> Callable[[], WebsmqServerProtocol]:
+    """The broker's factory for WEBSMQ connections, as its [websmq] table says."""
+    return server_factory(hub, wildcards=settings.wildcards)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.web.iweb import IRequest
@@ -11,6 +11,7 @@ from twisted.web.iweb import IRequest
 from wireproto.codecs.engineio import (
     Handshake,
 )
+from wireproto.settings import setting
 from wireproto.transports.websocket import (
     WebSocketOptions,
 )
@@ -51,6 +52,8 @@ CLOSE_TOO_BIG = WebSocketProtocol.CLOSE_STATUS_CODE_MESSAGE_TOO_BIG
 @dataclass(frozen=True)
 class EngineIOOptions:
     """Settings for Engine.IO servers; the defaults are engine.io 6's. Times are in seconds.
+    The [engineio] table holds those a config file may set; the broker takes the origins and
+    the WebSocket settings from [websocket].
 
     The client uses only `websocket`: its ping timing comes from the server's open packet.
     """
@@ -60,7 +63,7 @@ class EngineIOOptions:
     # Caps a POST body and a WebSocket frame, in bytes (engine.io's maxHttpBufferSize).
     max_payload: int = 1_000_000
     # Offer the upgrade from polling to WebSocket in the handshake.
-    upgrades: bool = True
+    upgrades: bool = setting(True, in_config=False)
     # Open sessions at once, polling or WebSocket; a handshake past it gets 503...
     max_connections: int = 10_000
     # ...and past this many open sessions from the handshake's address.
@@ -70,18 +73,18 @@ class EngineIOOptions:
     first_request_timeout: float = 10.0
     # Called with the twisted.web request of each handshake (polling GET or WebSocket without a
     # sid); False refuses it with 403.
-    allow_request: Callable[[IRequest], bool] | None = None
+    allow_request: Callable[[IRequest], bool] | None = setting(None, in_config=False)
     # None accepts any Origin; else patterns matched against "scheme://host:port", as
     # WebSocketOptions.allowed_origins (the broker passes those).
-    allowed_origins: tuple[str, ...] | None = None
+    allowed_origins: tuple[str, ...] | None = setting(None, in_config=False)
     # For the WebSockets. Its max_message_size is raised to max_payload if it is lower.
-    websocket: WebSocketOptions = field(default_factory=WebSocketOptions)
+    websocket: WebSocketOptions = setting(default_factory=WebSocketOptions, in_config=False)
     # A WebSocket that has not finished the upgrade dance by then is closed (engine.io's).
-    upgrade_timeout: float = 10.0
+    upgrade_timeout: float = setting(10.0, in_config=False)
     # Queued bytes waiting for a polling GET above which a registered producer is paused...
-    poll_high_water: int = 1_048_576
+    poll_high_water: int = setting(1_048_576, in_config=False)
     # ...and above which the session is closed (a poller that does not poll, no producer).
-    max_poll_buffer: int = 16_777_216
+    max_poll_buffer: int = setting(16_777_216, in_config=False)
 
     def __post_init__(self) -> None:
         for name in ("ping_interval", "ping_timeout", "upgrade_timeout", "first_request_timeout"):

@@ -1,0 +1,281 @@
+"""The forms a listener, an attached link and a Phyllo device take, on the command line and in
+a file, and the checks each must pass.
+
+- ``--listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT``, e.g. ``websmq+ws@tcp:8765`` or
+  ``websmq+length32@unix:/tmp/websmq.sock``: serve PROTOCOL on a Twisted server endpoint string;
+- ``--attach PROTOCOL[+FRAMING]@CLIENT_ENDPOINT``, e.g. ``websmq@serial:/dev/ttyACM0``: open a
+  client endpoint (a device on a serial line) and serve PROTOCOL on it in the server role;
+- ``--phyllo NAME[+STACK]@ADDRESS``, e.g. ``dev1@serial:/dev/ttyACM0``: open a Phyllo device
+  (serial, TCP or ``ws://``) and bridge its topics to the hub under ``phyllo/NAME/``.
+
+The protocols and where each may run come from their descriptors (`wireproto.protocols`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
+from wireproto.config.endpoints import (
+    client_endpoint_problem,
+    default_reactor,
+    endpoint_type,
+    is_ephemeral,
+    server_endpoint_problem,
+    with_default_interface,
+)
+from wireproto.config.model import Attach, ConfigError, Listener, PhylloLink
+from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
+from wireproto.phyllo.presets import PRESETS
+from wireproto.protocols import ProtocolDescriptor, server_protocols
+from wireproto.settings import one_of
+from wireproto.transports.stream import FRAMINGS
+
+__all__ = [
+    "TRANSPORTS",
+    "HTTP_TRANSPORTS",
+    "ENGINEIO_PATH",
+    "LISTEN_SYNTAX",
+    "ATTACH_SYNTAX",
+    "PHYLLO_SYNTAX",
+    "Invalid",
+    "Located",
+    "check_listener",
+    "check_attach",
+    "check_phyllo",
+    "check_shared_endpoints",
+    "check_phyllo_links",
+    "parse_listen",
+    "parse_attach",
+    "parse_phyllo",
+]
+
+TRANSPORTS = ("ws", "engineio", *FRAMINGS)
+# Served by a twisted.web Site, each at its path: listeners of these share an endpoint.
+HTTP_TRANSPORTS = ("ws", "engineio")
+ENGINEIO_PATH = "/engine.io/"
+LISTEN_SYNTAX = "PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, e.g. websmq+ws@tcp:8765"
+ATTACH_SYNTAX = "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0"
+PHYLLO_SYNTAX = "NAME[+STACK]@ADDRESS, e.g. dev1@serial:/dev/ttyACM0 or dev1+minimal@tcp:host:2000"
+
+
+class Invalid(Exception):
+    """One problem with one key; the caller says where the key came from."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+def _protocol_spec(name: str) -> ProtocolDescriptor:
+    served = server_protocols()
+    spec = served.get(name)
+    if spec is None:
+        raise Invalid("protocol", f"unknown protocol {name!r}; use {one_of(served)}")
+    return spec
+
+
+def check_listener(
+    protocol: str, transport: str, endpoint: str, path: str | None, reactor: Any
+) -> Listener:
+    spec = _protocol_spec(protocol)
+    if transport not in TRANSPORTS:
+        raise Invalid(
+            "transport", f"unknown transport {transport!r}; use {one_of(TRANSPORTS)}"
+        )
+    if transport not in spec.transports:
+        allowed = [name for name in TRANSPORTS if name in spec.transports]
+        raise Invalid(
+            "transport", f"{protocol} does not run over {transport}; use {one_of(allowed)}"
+        )
+    if not endpoint:
+        raise Invalid("endpoint", "no endpoint given, e.g. tcp:8765")
+    endpoint = with_default_interface(endpoint)
+    problem = server_endpoint_problem(endpoint, reactor)
+    if problem is not None:
+        raise Invalid("endpoint", problem)
+    if transport in HTTP_TRANSPORTS:
+        if path is None:
+            path = ENGINEIO_PATH if transport == "engineio" else spec.default_path
+        if not path.startswith("/"):
+            raise Invalid("path", f"path {path!r} must start with '/'")
+        if transport == "engineio" and not path.endswith("/"):
+            path += "/"  # engine.io's paths end with a slash, and its clients ask for one
+    elif path is not None:
+        raise Invalid("path", f"a path is only for ws and engineio listeners, not {transport}")
+    return Listener(protocol, transport, endpoint, path)
+
+
+def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any) -> Attach:
+    spec = _protocol_spec(protocol)
+    if not endpoint:
+        raise Invalid("endpoint", "no endpoint given, e.g. serial:/dev/ttyACM0")
+    if framing is None:
+        # Serial links carry COBS (a zero byte ends every frame, so a receiver can resynchronise).
+        framing = "cobs" if endpoint_type(endpoint) == "serial" else spec.default_framing
+    allowed = [name for name in FRAMINGS if name in spec.transports]
+    if framing == "ws":
+        raise Invalid(
+            "framing", f"an attached link needs a framing, not ws; use {one_of(allowed)}"
+        )
+    if framing not in FRAMINGS:
+        raise Invalid("framing", f"unknown framing {framing!r}; use {one_of(FRAMINGS)}")
+    if framing not in spec.transports:
+        raise Invalid("framing", f"{protocol} does not run over {framing}; use {one_of(allowed)}")
+    problem = client_endpoint_problem(endpoint, reactor)
+    if problem is not None:
+        raise Invalid("endpoint", problem)
+    return Attach(protocol, endpoint, framing)
+
+
+def check_phyllo(
+    name: str, endpoint: str, stack: str | None, prefix: str | None, send_format: str | None,
+    reactor: Any, max_chunk_length: int = MAX_CHUNK_LENGTH,
+) -> PhylloLink:
+    if not name or not all(char.isalnum() or char in "-_." for char in name):
+        raise Invalid(
+            "name", f"a Phyllo link name is letters, digits, '-', '_' and '.', not {name!r}"
+        )
+    if not endpoint:
+        raise Invalid("endpoint", "no endpoint given, e.g. serial:/dev/ttyACM0")
+    if endpoint.lower().startswith(("ws://", "wss://")):
+        from autobahn.websocket.util import parse_url
+
+        try:
+            parse_url(endpoint)
+        except Exception as error:  # Autobahn raises bare Exception for a bad URL
+            raise Invalid("endpoint", f"bad WebSocket URL {endpoint!r}: {error}") from None
+    else:
+        problem = client_endpoint_problem(endpoint, reactor)
+        if problem is not None:
+            raise Invalid("endpoint", problem)
+    stack = stack or "reduced"
+    if stack not in PRESETS:
+        raise Invalid(
+            "stack", f"unknown Phyllo stack {stack!r}; use {one_of(PRESETS)} (the "
+            "standard stack, with the reliable buffer, is not implemented)"
+        )
+    prefix = f"phyllo/{name}" if prefix is None else prefix.rstrip("/")
+    problem = hub_topic_error(prefix)
+    if problem is not None:
+        raise Invalid("prefix", f"prefix {prefix!r} cannot be a hub topic: {problem}")
+    send_format = send_format or "msgpack"
+    if send_format not in SEND_FORMATS:
+        raise Invalid(
+            "send_format", f"unknown send_format {send_format!r}; use {one_of(SEND_FORMATS)}"
+        )
+    if not 16 <= max_chunk_length <= MAX_CHUNK_LENGTH:
+        raise Invalid(
+            "max_chunk_length", f"must be 16 to {MAX_CHUNK_LENGTH} bytes, not {max_chunk_length}"
+        )
+    return PhylloLink(name, endpoint, stack, prefix, send_format, max_chunk_length)
+
+
+def check_phyllo_links(links: Sequence[PhylloLink], labels: Sequence[str]) -> None:
+    """Names and prefixes are unique, and no prefix lies under another's."""
+    for index, link in enumerate(links):
+        for first in range(index):
+            other = links[first]
+            if other.name == link.name:
+                raise Located(index, "name", f"{link.name!r} is already the name of "
+                               f"{labels[first]}")
+            nested = (f"{link.prefix}/".startswith(f"{other.prefix}/")
+                      or f"{other.prefix}/".startswith(f"{link.prefix}/"))
+            if nested:
+                raise Located(index, "prefix", f"prefix {link.prefix!r} overlaps "
+                               f"{labels[first]}'s {other.prefix!r}")
+
+
+
+
+def check_shared_endpoints(listeners: Sequence[Listener], labels: Sequence[str]) -> None:
+    """Only ws and engineio listeners may share an endpoint (one site, one path each). A stream
+    listener on port 0 is never shared: it gets a port of its own."""
+    owners: dict[str, int] = {}
+    paths: dict[tuple[str, str | None], int] = {}
+    for index, listener in enumerate(listeners):
+        websocket = listener.transport in HTTP_TRANSPORTS
+        if not websocket and is_ephemeral(listener.endpoint):
+            continue
+        first = owners.setdefault(listener.endpoint, index)
+        other = listeners[first]
+        if first != index and not (websocket and other.transport in HTTP_TRANSPORTS):
+            raise Located(
+                index, "endpoint",
+                f"{listener.endpoint} is already used by {labels[first]} "
+                f"({other.describe()}); only ws and engineio listeners may share an endpoint",
+            )
+        if websocket:
+            same_path = paths.setdefault((listener.endpoint, listener.path), index)
+            if same_path != index:
+                raise Located(
+                    index, "path",
+                    f"{listener.path} on {listener.endpoint} is already served by "
+                    f"{labels[same_path]}",
+                )
+
+
+class Located(Exception):
+    def __init__(self, index: int, key: str, message: str) -> None:
+        super().__init__(message)
+        self.index, self.key, self.message = index, key, message
+
+
+# -- the command-line forms -----------------------------------------------------------------------
+
+
+def _split_spec(spec: str, option: str, syntax: str) -> tuple[str, str | None, str]:
+    """'A+B@C' -> ('A', 'B', 'C'); 'A@C' -> ('A', None, 'C')."""
+    head, at, endpoint = spec.partition("@")
+    if not at:
+        raise ConfigError(f"{option} {spec!r}: no '@' before the endpoint; use {syntax}")
+    protocol, plus, rest = head.partition("+")
+    if not protocol:
+        raise ConfigError(f"{option} {spec!r}: no protocol before '+'/'@'; use {syntax}")
+    return protocol, rest if plus else None, endpoint
+
+
+def parse_listen(spec: str, *, reactor: Any = None) -> Listener:
+    """A `Listener` from ``PROTOCOL+TRANSPORT[/PATH]@ENDPOINT``.
+
+    ``websmq+ws@tcp:8765`` serves WEBSMQ over WebSocket at its default path (/websmq) on
+    127.0.0.1:8765; ``websmq+ws/mq/v1@tcp:8765`` at /mq/v1; ``websmq+cobs@unix:/tmp/mq.sock``
+    over COBS-framed unix sockets.
+    """
+    protocol, transport_path, endpoint = _split_spec(spec, "--listen", LISTEN_SYNTAX)
+    if transport_path is None:
+        raise ConfigError(
+            f"--listen {spec!r}: no transport; use {LISTEN_SYNTAX} "
+            f"(transports: {one_of(TRANSPORTS)})"
+        )
+    transport, slash, path = transport_path.partition("/")
+    try:
+        return check_listener(
+            protocol, transport, endpoint, slash + path if slash else None,
+            default_reactor(reactor),
+        )
+    except Invalid as problem:
+        raise ConfigError(f"--listen {spec!r}: {problem.message}") from None
+
+
+def parse_attach(spec: str, *, reactor: Any = None) -> Attach:
+    """An `Attach` from ``PROTOCOL[+FRAMING]@CLIENT_ENDPOINT``; the framing defaults to cobs
+    for ``serial:`` and to the protocol's default framing (length32) otherwise."""
+    protocol, framing, endpoint = _split_spec(spec, "--attach", ATTACH_SYNTAX)
+    try:
+        return check_attach(protocol, endpoint, framing, default_reactor(reactor))
+    except Invalid as problem:
+        raise ConfigError(f"--attach {spec!r}: {problem.message}") from None
+
+
+def parse_phyllo(spec: str, *, reactor: Any = None) -> PhylloLink:
+    """A `PhylloLink` from ``NAME[+STACK]@ADDRESS``: ``dev1@serial:/dev/ttyACM0`` bridges the
+    device's topics to ``phyllo/dev1/...`` over the reduced stack."""
+    name, stack, endpoint = _split_spec(spec, "--phyllo", PHYLLO_SYNTAX)
+    try:
+        return check_phyllo(name, endpoint, stack, None, None, default_reactor(reactor))
+    except Invalid as problem:
+        raise ConfigError(f"--phyllo {spec!r}: {problem.message}") from None
+

@@ -1,0 +1,162 @@
+"""The run configuration of a broker, as values: listeners, attached links, Phyllo devices, and
+one settings object per table.
+
+The tables' classes are declared by the code each configures (`wireproto.config.tables` lists
+them), so this module imports none of it: a `Config` looks its tables up when it is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Any
+
+from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
+
+__all__ = [
+    "ConfigError",
+    "Listener",
+    "Attach",
+    "PhylloLink",
+    "DEFAULT_LISTENERS",
+    "Config",
+]
+
+
+class ConfigError(ValueError):
+    """A bad option or configuration file; the message says where and what is wrong. A file
+    with several problems has them all in `problems`, one line each."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+ConfigError.__module__ = "wireproto.config"  # where users import it from, as tracebacks show it
+
+
+@dataclass(frozen=True)
+class Listener:
+    """Serve `protocol` on a server endpoint string, over a WebSocket ("ws", at `path`),
+    Engine.IO ("engineio", at `path`) or a framed stream ("length32", "lines" or "cobs")."""
+
+    protocol: str
+    transport: str
+    endpoint: str
+    path: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.protocol} over {self.transport}"
+
+
+@dataclass(frozen=True)
+class Attach:
+    """Open a client endpoint (a serial device, or a TCP peer) and serve `protocol` on it in the
+    server role, reopening it whenever it fails or closes."""
+
+    protocol: str
+    endpoint: str
+    framing: str
+
+    def describe(self) -> str:
+        return f"{self.protocol} over {self.framing}"
+
+
+@dataclass(frozen=True)
+class PhylloLink:
+    """A Phyllo device on a client address (``serial:``, ``tcp:``, ``ws://``...), reopened
+    whenever it fails or closes, its topics bridged to the hub under `prefix`."""
+
+    name: str
+    endpoint: str
+    stack: str = "reduced"
+    prefix: str = ""
+    send_format: str = "msgpack"
+    # The longest chunk the device takes (phyllo-cpp's buffers; 80 suits an Arduino Uno).
+    max_chunk_length: int = MAX_CHUNK_LENGTH
+
+    def describe(self) -> str:
+        return f"phyllo link {self.name} ({self.stack} stack, hub topics {self.prefix}/...)"
+
+
+DEFAULT_LISTENERS = (
+    Listener("websmq", "ws", "tcp:8765:interface=127.0.0.1", "/websmq"),
+    Listener("websmq", "length32", "tcp:8766:interface=127.0.0.1"),
+    Listener("ubre", "ws", "tcp:8765:interface=127.0.0.1", "/ubre"),
+    Listener("ubre", "lines", "tcp:8767:interface=127.0.0.1"),
+    Listener("nydus", "engineio", "tcp:8765:interface=127.0.0.1", "/engine.io/"),
+    Listener("nydus", "lines", "tcp:8768:interface=127.0.0.1"),
+    Listener("subble", "ws", "tcp:8765:interface=127.0.0.1", "/subble"),
+    Listener("subble", "length32", "tcp:8769:interface=127.0.0.1"),
+)
+
+
+class Config:
+    """A whole configuration: `listeners`, `attach`, `phyllo`, and each table by name
+    (``config.hub``, ``config.websocket``, ``config.ubre``...), defaults where none is given.
+
+    Immutable; `replace` makes a changed copy. ``Config(hub=HubSettings(queue_bytes=4096))``
+    sets one table and leaves the others at their defaults.
+    """
+
+    __slots__ = ("listeners", "attach", "phyllo", "tables")
+
+    listeners: tuple[Listener, ...]
+    attach: tuple[Attach, ...]
+    phyllo: tuple[PhylloLink, ...]
+    tables: Mapping[str, Any]
+
+    def __init__(
+        self,
+        listeners: tuple[Listener, ...] = DEFAULT_LISTENERS,
+        attach: tuple[Attach, ...] = (),
+        phyllo: tuple[PhylloLink, ...] = (),
+        **tables: Any,
+    ) -> None:
+        from wireproto.config.tables import config_tables
+
+        kinds = config_tables()
+        unknown = sorted(set(tables) - set(kinds))
+        if unknown:
+            raise TypeError(f"unknown config tables {unknown}; the tables are {list(kinds)}")
+        values = {name: tables[name] if name in tables else kind()
+                  for name, kind in kinds.items()}
+        object.__setattr__(self, "listeners", tuple(listeners))
+        object.__setattr__(self, "attach", tuple(attach))
+        object.__setattr__(self, "phyllo", tuple(phyllo))
+        object.__setattr__(self, "tables", MappingProxyType(values))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return object.__getattribute__(self, "tables")[name]
+        except KeyError:
+            raise AttributeError(f"no config table {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Config is immutable: use config.replace(...)")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Config):
+            return NotImplemented
+        return (self.listeners, self.attach, self.phyllo, dict(self.tables)) == (
+            other.listeners, other.attach, other.phyllo, dict(other.tables))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        tables = ", ".join(f"{name}={value!r}" for name, value in self.tables.items())
+        return (f"Config(listeners={self.listeners!r}, attach={self.attach!r}, "
+                f"phyllo={self.phyllo!r}, {tables})")
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with `changes`: listeners, attach, phyllo or whole tables by name."""
+        values: dict[str, Any] = {"listeners": self.listeners, "attach": self.attach,
+                                  "phyllo": self.phyllo, **self.tables}
+        values.update(changes)
+        return Config(**values)
+
+    def protocol_options(self, protocol: str) -> dict[str, Any]:
+        """`protocol`'s own table ([websmq], [ubre]...) as keyword values ({} if it has none)."""
+        settings = self.tables.get(protocol)
+        return asdict(settings) if settings is not None else {}

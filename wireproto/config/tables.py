@@ -1,0 +1,57 @@
+"""The tables of a config file, each declared once by the code it configures.
+
+A table's class is a frozen dataclass whose fields are its keys (`wireproto.settings` says how
+each is read); each protocol's own table comes from its descriptor (`wireproto.protocols`), so
+a protocol registered later has its table too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from wireproto.settings import choice, setting
+
+__all__ = ["config_tables", "LogSettings", "LOG_LEVELS", "LOG_FORMATS"]
+
+LOG_LEVELS = ("debug", "info", "warn", "error")
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """The [log] table: what the broker logs, and where: `file` "" is stderr. Declared here:
+    the front ends (`wireproto serve`, the twistd plugin) set logging up from it."""
+
+    level: str = setting("warn", read=choice(LOG_LEVELS))
+    format: str = setting("text", read=choice(LOG_FORMATS))
+    file: str = ""
+
+
+
+
+
+def config_tables() -> dict[str, type]:
+    """Every table by name, in the order a config file shows them."""
+    from wireproto.capture.writer import CaptureSettings
+    from wireproto.hub import HubSettings
+    from wireproto.metrics import MetricsSettings
+    from wireproto.protocols import PROTOCOLS
+    from wireproto.transports.engineio.options import EngineIOOptions
+    from wireproto.transports.http import HTTPLimits
+    from wireproto.transports.stream import StreamOptions
+    from wireproto.transports.websocket import WebSocketOptions
+
+    tables: dict[str, Any] = {
+        "hub": HubSettings,
+        "websocket": WebSocketOptions,
+        "http": HTTPLimits,
+        "stream": StreamOptions,
+    }
+    for name, descriptor in PROTOCOLS.items():
+        kind = descriptor.settings_class()
+        if kind is not None:
+            tables[name] = kind
+    tables.update(engineio=EngineIOOptions, log=LogSettings, metrics=MetricsSettings,
+                  capture=CaptureSettings)
+    return tables

@@ -1,0 +1,290 @@
+"""Config files: TOML read into a `Config` and written back.
+
+A file has ``[[listen]]``, ``[[attach]]`` and ``[[phyllo]]`` tables (or lists of the option
+strings), and one table per settings class (`wireproto.config.tables`): ``[hub]``,
+``[websocket]``, ``[http]``, ``[stream]``, one per protocol (``[websmq]``...), ``[engineio]``,
+``[log]``, ``[metrics]`` and ``[capture]``. How each key is read comes from its class's
+declaration (`wireproto.settings`). TOML has no null: leave an optional key out.
+
+Every problem is a `ConfigError` naming the file, the key and what is wrong; a file with several
+problems has them all.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
+from wireproto.config.endpoints import default_reactor
+from wireproto.config.forms import (
+    HTTP_TRANSPORTS,
+    Invalid,
+    Located,
+    check_attach,
+    check_listener,
+    check_phyllo,
+    check_phyllo_links,
+    check_shared_endpoints,
+    parse_attach,
+    parse_listen,
+    parse_phyllo,
+)
+from wireproto.config.model import Attach, Config, ConfigError, Listener, PhylloLink
+from wireproto.config.tables import config_tables
+from wireproto.settings import integer, one_of, shown, table_readers, toml_value
+
+__all__ = [
+    "config_from_toml",
+    "load_config",
+    "config_to_toml",
+    "check_something_to_do",
+    "check_metrics_path",
+    "unknown_key",
+]
+
+LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
+ATTACH_KEYS = ("protocol", "endpoint", "framing")
+PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length")
+
+
+def unknown_key(key: str, known: Iterable[str]) -> str:
+    known = list(known)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.7) or [
+        name for name in known if name.startswith(key)
+    ]
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown key; use {one_of(known)}{hint}"
+
+
+
+def _read_table(where: str, name: str, table: Any, kind: type) -> Any:
+    readers = table_readers(kind)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {shown(table)}")
+    values = {}
+    problems = []
+    for key, value in table.items():
+        reader = readers.get(key)
+        if reader is None:
+            problems.append(f"{where}: {name}.{key}: {unknown_key(key, readers)}")
+            continue
+        try:
+            values[key] = reader(value)
+        except ValueError as error:
+            problems.append(f"{where}: {name}.{key}: {error}")
+    if problems:
+        raise ConfigError(*problems)
+    try:
+        return kind(**values)
+    except ValueError as error:  # checks across keys, made by the options class itself
+        raise ConfigError(f"{where}: {name}: {error}") from None
+
+
+def _read_entries(where: str, name: str, value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(
+            f"{where}: {name}: expected [[{name}]] tables or a list of strings, got {shown(value)}"
+        )
+    return value
+
+
+def _read_listener(where: str, label: str, entry: Any, reactor: Any) -> Listener:
+    if isinstance(entry, str):
+        try:
+            return parse_listen(entry, reactor=reactor)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--listen ')}") from None
+    values = _string_fields(where, label, entry, LISTEN_KEYS, required=("protocol", "transport",
+                                                                          "endpoint"))
+    try:
+        return check_listener(
+            values["protocol"], values["transport"], values["endpoint"], values.get("path"),
+            reactor,
+        )
+    except Invalid as problem:
+        raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
+
+
+def _read_attach(where: str, label: str, entry: Any, reactor: Any) -> Attach:
+    if isinstance(entry, str):
+        try:
+            return parse_attach(entry, reactor=reactor)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--attach ')}") from None
+    values = _string_fields(where, label, entry, ATTACH_KEYS, required=("protocol", "endpoint"))
+    try:
+        return check_attach(
+            values["protocol"], values["endpoint"], values.get("framing"), reactor
+        )
+    except Invalid as problem:
+        raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
+
+
+def _read_phyllo(where: str, label: str, entry: Any, reactor: Any) -> PhylloLink:
+    if isinstance(entry, str):
+        try:
+            return parse_phyllo(entry, reactor=reactor)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--phyllo ')}") from None
+    if isinstance(entry, dict) and "max_chunk_length" in entry:
+        entry = dict(entry)
+        try:
+            max_chunk_length = integer(entry.pop("max_chunk_length"))
+        except ValueError as error:
+            raise ConfigError(f"{where}: {label}.max_chunk_length: {error}") from None
+    else:
+        max_chunk_length = MAX_CHUNK_LENGTH
+    values = _string_fields(where, label, entry, PHYLLO_KEYS, required=("name", "endpoint"))
+    try:
+        return check_phyllo(
+            values["name"], values["endpoint"], values.get("stack"), values.get("prefix"),
+            values.get("send_format"), reactor, max_chunk_length,
+        )
+    except Invalid as problem:
+        raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
+
+
+def _string_fields(
+    where: str, label: str, entry: Any, keys: Sequence[str], required: Sequence[str]
+) -> dict[str, str]:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: {label}: expected a table or a string, got {shown(entry)}")
+    for key, value in entry.items():
+        if key not in keys:
+            raise ConfigError(f"{where}: {label}.{key}: {unknown_key(key, keys)}")
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {label}.{key}: expected a string, got {shown(value)}")
+    for key in required:
+        if key not in entry:
+            raise ConfigError(f"{where}: {label}: missing key {key!r}")
+    return entry
+
+
+def _read_list(
+    source: str, name: str, value: Any, read: Callable[[str, str, Any, Any], Any],
+    check: Callable[[Sequence[Any], Sequence[str]], None] | None, reactor: Any,
+) -> tuple[Any, ...]:
+    """The ``[[name]]`` tables (or option strings), each read by `read`, then `check`ed
+    together; errors name the file and the entry, counted from 1 as a reader counts them."""
+    entries = _read_entries(source, name, value)
+    labels = [f"{name}[{number}]" for number in range(1, len(entries) + 1)]
+    items = []
+    problems: list[str] = []
+    for label, entry in zip(labels, entries, strict=True):
+        try:
+            items.append(read(source, label, entry, reactor))
+        except ConfigError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise ConfigError(*problems)
+    if check is not None:
+        try:
+            check(items, labels)
+        except Located as problem:
+            raise ConfigError(
+                f"{source}: {labels[problem.index]}.{problem.key}: {problem.message}"
+            ) from None
+    return tuple(items)
+
+
+def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) -> Config:
+    """A `Config` from TOML text; `source` names it in error messages."""
+    reactor = default_reactor(reactor)
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: not valid TOML: {error}") from None
+    # Every problem in the file is reported, not only the first.
+    tables = config_tables()
+    top_keys = ("listen", "attach", "phyllo", *tables)
+    problems = [f"{source}: {key}: {unknown_key(key, top_keys)}"
+                for key in document if key not in top_keys]
+    sections: dict[str, Any] = {}
+
+    def read(field_name: str, reading: Callable[[], Any]) -> None:
+        try:
+            sections[field_name] = reading()
+        except ConfigError as error:
+            problems.extend(error.problems)
+
+    if "listen" in document:
+        read("listeners", lambda: _read_list(source, "listen", document["listen"],
+                                             _read_listener, check_shared_endpoints, reactor))
+    if "attach" in document:
+        read("attach", lambda: _read_list(source, "attach", document["attach"], _read_attach,
+                                          None, reactor))
+    if "phyllo" in document:
+        read("phyllo", lambda: _read_list(source, "phyllo", document["phyllo"], _read_phyllo,
+                                          check_phyllo_links, reactor))
+    for name, kind in tables.items():
+        if name in document:
+            read(name, lambda name=name, kind=kind: _read_table(source, name, document[name],
+                                                                kind))
+    if problems:
+        raise ConfigError(*problems)
+    config = Config().replace(**sections)
+    check_something_to_do(config, source)
+    return config
+
+
+def load_config(path: str | Path, *, reactor: Any = None) -> Config:
+    """Read a TOML config file; every error names the file, the key and what is wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the config file: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text: {error.reason}") from None
+    return config_from_toml(text, source=str(path), reactor=reactor)
+
+
+def check_something_to_do(config: Config, where: str) -> None:
+    if not config.listeners and not config.attach and not config.phyllo:
+        raise ConfigError(f"{where}: no listeners and nothing attached: nothing to serve")
+    check_metrics_path(config, where)
+
+
+def check_metrics_path(config: Config, where: str) -> None:
+    """The metrics path is served on every HTTP listener's port: no listener may sit there."""
+    if not config.metrics.enabled:
+        return
+    metrics = config.metrics.path.rstrip("/") or "/"
+    for number, listener in enumerate(config.listeners, 1):
+        if listener.transport not in HTTP_TRANSPORTS or listener.path is None:
+            path = None
+        else:
+            path = listener.path.rstrip("/") or "/"
+        if path is not None and (path == metrics or path.startswith(metrics.rstrip("/") + "/")):
+            raise ConfigError(
+                f"{where}: listen[{number}].path: {listener.path} is where [metrics] path "
+                f"{config.metrics.path} is served; move one of them"
+            )
+
+
+def config_to_toml(config: Config) -> str:
+    """`config` as TOML that `config_from_toml` reads back to an equal `Config`."""
+    lines: list[str] = []
+
+    def table(header: str, values: dict[str, Any]) -> None:
+        lines.append(header)
+        lines.extend(
+            f"{key} = {toml_value(value)}" for key, value in values.items() if value is not None
+        )
+        lines.append("")
+
+    for listener in config.listeners:
+        table("[[listen]]", asdict(listener))
+    if not config.listeners:
+        lines.extend(["listen = []", ""])
+    for link in config.attach:
+        table("[[attach]]", asdict(link))
+    for phyllo in config.phyllo:
+        table("[[phyllo]]", asdict(phyllo))
+    for name, settings in config.tables.items():
+        table(f"[{name}]", {key: getattr(settings, key) for key in table_readers(type(settings))})
+    return "\n".join(lines)

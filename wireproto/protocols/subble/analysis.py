@@ -1,0 +1,43 @@
+"""SubbleSocket messages as analysis columns and readings, for the capture pipeline (sans-IO).
+
+In records come from the client, out records from the broker (the host): the direction says
+which side's codec reads a message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wireproto.codecs import subble
+from wireproto.payloads import NO_VALUE, whole_msgpack
+
+__all__ = ["columns", "value"]
+
+_TYPES = {
+    subble.HandshakeRequest: "handshake_request", subble.HandshakeResponse: "handshake_response",
+    subble.ProduceEvent: "produce_event", subble.Event: "event", subble.EventError: "event_error",
+}
+
+
+def _decode(data: bytes, incoming: bool) -> Any:
+    sender = subble.Sender.CLIENT if incoming else subble.Sender.SERVER
+    return subble.decode(data, sender=sender)
+
+
+def columns(data: bytes, binary: bool, incoming: bool) -> tuple[str, str | None, None, int]:
+    message = _decode(data, incoming)
+    topic = getattr(message, "event_type", None)
+    size = len(getattr(message, "payload", b""))
+    return _TYPES[type(message)], topic, None, size
+
+
+def value(data: bytes, binary: bool, incoming: bool) -> Any:
+    message = _decode(data, incoming)
+    if not isinstance(message, (subble.ProduceEvent, subble.Event)):
+        return NO_VALUE
+    if message.format == subble.SerializationFormat.MSGPACK:
+        return whole_msgpack(message.payload)
+    if message.format == subble.SerializationFormat.JSON:
+        return json.loads(message.payload)
+    return NO_VALUE  # an implementor's own format

@@ -1,0 +1,51 @@
+"""UBRE messages as analysis columns and readings, for the capture pipeline (sans-IO)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wireproto.codecs import ubre
+from wireproto.payloads import NO_VALUE, sniff_value
+
+__all__ = ["columns", "value"]
+
+_TYPES = {
+    ubre.Subscribe: "subscribe", ubre.Publish: "publish", ubre.Unsubscribe: "unsubscribe",
+    ubre.Request: "request", ubre.Success: "success", ubre.Fail: "fail",
+}
+# json.dumps(body, separators=(",", ":"), ensure_ascii=False), without a new encoder per call.
+_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _decode(data: bytes, binary: bool) -> Any:
+    # A text frame (or a line) can only hold JSON; a binary frame holds either format.
+    return ubre.decode(data) if binary else ubre.decode_json(data)
+
+
+def columns(data: bytes, binary: bool, incoming: bool) -> tuple[str, str | None, str | None, int]:
+    """A body's size is its bytes, or a JSON body's compact JSON."""
+    message = _decode(data, binary)
+    kind = _TYPES[type(message)]
+    body = message.body
+    if body is ubre.NO_BODY:
+        size = 0
+    elif isinstance(body, (bytes, bytearray, memoryview)):
+        size = len(body)
+    else:
+        text = _compact_json(body)
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    if isinstance(message, (ubre.Subscribe, ubre.Publish, ubre.Unsubscribe)):
+        return kind, message.topic, None, size
+    topic = message.name if isinstance(message, ubre.Request) else None
+    return kind, topic, str(message.id), size
+
+
+def value(data: bytes, binary: bool, incoming: bool) -> Any:
+    message = _decode(data, binary)
+    if isinstance(message, ubre.Publish) and message.body is not ubre.NO_BODY:
+        body = message.body
+        if isinstance(body, (bytes, bytearray, memoryview)):
+            return sniff_value(bytes(body))
+        return body
+    return NO_VALUE

@@ -1,0 +1,42 @@
+"""WEBSMQ messages as analysis columns and readings, for the capture pipeline (sans-IO)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wireproto.codecs import websmq
+from wireproto.payloads import NO_VALUE, sniff_value
+
+__all__ = ["columns", "value"]
+
+_TYPES = {
+    websmq.Publish: "publish", websmq.Subscribe: "subscribe",
+    websmq.Unsubscribe: "unsubscribe", websmq.LastWill: "last_will",
+}
+_TYPE_NAMES = ("publish", "subscribe", "unsubscribe", "last_will")
+# Topic bytes the codec has accepted, and the topic it made of them; cleared when full.
+_known_topics: dict[bytes, str] = {}
+_KNOWN_TOPICS_MAX = 65536
+
+
+def columns(data: bytes, binary: bool, incoming: bool) -> tuple[str, str | None, None, int]:
+    # Fast path: a frame whose topic the codec has accepted before needs only its header read.
+    if len(data) >= 2:
+        header = data[0] << 8 | data[1]
+        end = 2 + (header & websmq.MAX_TOPIC_LENGTH)
+        if 2 < end <= len(data):
+            topic = _known_topics.get(data[2:end])
+            if topic is not None:
+                return _TYPE_NAMES[header >> 14], topic, None, len(data) - end
+    message = websmq.decode(data)
+    if len(_known_topics) >= _KNOWN_TOPICS_MAX:
+        _known_topics.clear()
+    _known_topics[data[2:len(data) - len(message.payload)]] = message.topic
+    return _TYPES[type(message)], message.topic, None, len(message.payload)
+
+
+def value(data: bytes, binary: bool, incoming: bool) -> Any:
+    message = websmq.decode(data)
+    if isinstance(message, (websmq.Publish, websmq.LastWill)):
+        return sniff_value(message.payload)
+    return NO_VALUE
