@@ -582,12 +582,15 @@ async def test_deferred_and_coroutine_initial_data(host, peers, way):
     later: defer.Deferred = defer.Deferred()
     assert server.subscribe_client(peer.remote, "/later", later)
 
+    ready: defer.Deferred = defer.Deferred()
+
     async def computed() -> Any:
-        await sleep(0.01)
+        await ready  # the test says when: a timed wait would race a loaded machine
         return [1, 2]
 
     assert server.subscribe_client(peer.remote, "/computed", computed())
     assert await peer.sync() == []
+    ready.callback(None)
     assert await peer.read_one() == "4~/computed|[1,2]"
     later.callback("now")
     assert await peer.sync() == ['4~/later|"now"']

@@ -171,7 +171,7 @@ register_protocol(ProtocolDescriptor(
     default_path="/websmq",
     analysis="wireproto.protocols.websmq.analysis",
     reading_types=("publish", "last_will"),
-    pubsub_link="wireproto.tools.pubsub:WebsmqLink",
+    pubsub_link="wireproto.tools.links:WebsmqLink",
 ))
 register_protocol(ProtocolDescriptor(
     name="ubre",
@@ -186,7 +186,7 @@ register_protocol(ProtocolDescriptor(
     decoding_reads=("binary",),  # a text frame (or a line) holds only JSON
     requests=RequestPairing("request", ("success", "fail"), ok=("success",)),
     reading_types=("publish",),
-    pubsub_link="wireproto.tools.pubsub:UbreLink",
+    pubsub_link="wireproto.tools.links:UbreLink",
 ))
 register_protocol(ProtocolDescriptor(
     name="nydus",
@@ -224,5 +224,5 @@ register_protocol(ProtocolDescriptor(
     # Bridged from devices (--phyllo), not served: see wireproto.phyllo.bridge.
     analysis="wireproto.phyllo.analysis",
     reading_types=("document",),
-    pubsub_link="wireproto.tools.pubsub:PhylloLink",
+    pubsub_link="wireproto.tools.links:PhylloLink",
 ))

@@ -23,14 +23,10 @@ import argparse
 import base64
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet import defer, error, task
-from twisted.python.failure import Failure
+from twisted.internet import defer, task
 
-from wireproto.payloads import value_from_payload
-from wireproto.protocols import PROTOCOLS, load
 from wireproto.tools._common import (
     EXIT_OK,
     EXIT_TIMEOUT,
@@ -38,15 +34,24 @@ from wireproto.tools._common import (
     EXIT_USAGE,
     ToolError,
     add_common_options,
-    connect_options,
     emit,
     payload_text,
     protocol_of,
     run_tool,
     stdin_lines,
 )
+from wireproto.tools.links import (
+    NO_VALUE,
+    Link,
+    Received,
+    close_link,
+    links,
+    open_link,
+    reason_text,
+)
 
-__all__ = ["WebsmqLink", "UbreLink", "PhylloLink", "links", "register"]
+__all__ = ["register"]
+
 CLOSE_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
@@ -103,324 +108,6 @@ class _Run:
             self._timer.cancel()
 
 
-# -- what a tool receives, and payloads as values ------------------------------------------------
-
-
-_NO_VALUE = object()
-
-
-@dataclass(frozen=True)
-class Received:
-    topic: str
-    payload: bytes
-    value: Any = _NO_VALUE
-    """The decoded JSON or msgpack value, for UBRE and Phyllo documents."""
-    will: bool = False
-
-
-def _json_value(payload: bytes) -> Any:
-    """A payload as a JSON value (see `value_from_payload`); ToolError for bytes that are not
-    UTF-8."""
-    value = value_from_payload(payload)
-    if isinstance(value, bytes):
-        raise ToolError("a payload that is not UTF-8 cannot be a JSON value", EXIT_USAGE)
-    return value
-
-
-def _value_payload(value: Any) -> bytes | None:
-    """What sub prints for a value: a string as its text, bytes as they are, None (no body) as
-    nothing, anything else as compact JSON; None if JSON cannot say it."""
-    from wireproto.codecs.serialization import json_utf8
-    from wireproto.errors import ProtocolError
-
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace")
-    if value is None:
-        return b""
-    try:
-        return json_utf8(value)
-    except ProtocolError:
-        return None
-
-
-def _is_json(value: Any) -> bool:
-    from wireproto.codecs.serialization import json_utf8
-    from wireproto.errors import ProtocolError
-
-    try:
-        json_utf8(value)
-    except ProtocolError:
-        return False
-    return True
-
-
-# -- one connection, whatever the protocol -------------------------------------------------------
-
-
-class _Link:
-    """A connection of one protocol: publish, subscribe, lost, close."""
-
-    protocol = ""
-
-    def __init__(self) -> None:
-        self.closing = False
-        self._lost: list[Callable[[str], object]] = []
-
-    def on_lost(self, callback: Callable[[str], object]) -> None:
-        """Call `callback(why)` if the connection is lost before `close()`."""
-        self._lost.append(callback)
-
-    def _was_lost(self, why: str) -> None:
-        if not self.closing:
-            for callback in self._lost:
-                callback(why)
-
-    async def publish(self, topic: str, payload: bytes) -> None:
-        raise NotImplementedError
-
-    def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
-        raise NotImplementedError
-
-    def close(self) -> defer.Deferred:
-        """Close after everything written; fires with None, or the reason for an unclean
-        close."""
-        raise NotImplementedError
-
-
-def _reason_text(reason: Any) -> str:
-    value = reason.value if isinstance(reason, Failure) else reason
-    return str(value).strip() or type(value).__name__
-
-
-class WebsmqLink(_Link):
-    protocol = "websmq"
-
-    def __init__(self, client: Any) -> None:
-        super().__init__()
-        self.client = client
-        client.when_closed().addCallback(lambda reason: self._was_lost(_reason_text(reason)))
-
-    @classmethod
-    def check_topics(cls, topics: list[str], patterns: bool) -> None:
-        from wireproto.codecs import websmq
-        from wireproto.protocols.websmq.server import validate_websmq_pattern
-        from wireproto.topics import is_pattern
-
-        for topic in topics:
-            if patterns and is_pattern(topic):
-                validate_websmq_pattern(topic)
-            else:
-                websmq.validate_topic(topic)
-
-    @classmethod
-    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
-        from wireproto.protocols import websmq
-        from wireproto.topics import is_pattern
-
-        wildcards = any(map(is_pattern, topics))
-        return websmq.connect(reactor, args.address, wildcards=wildcards,
-                              **connect_options(args)).addCallback(cls)
-
-    async def publish(self, topic: str, payload: bytes) -> None:
-        await self.client.publish(topic, payload)
-
-    def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
-        from wireproto.codecs.websmq import LastWill
-
-        self.client.on_message = lambda message: deliver(Received(
-            message.topic, message.payload, will=isinstance(message, LastWill)
-        ))
-        for topic in topics:
-            self.client.subscribe(topic)
-
-    def close(self) -> defer.Deferred:
-        self.closing = True
-        return self.client.disconnect().addCallback(
-            lambda reason: None if isinstance(reason, error.ConnectionDone) else reason
-        )
-
-
-class UbreLink(_Link):
-    protocol = "ubre"
-
-    def __init__(self, client: Any) -> None:
-        super().__init__()
-        self.client = client
-        client.on_disconnect = lambda reason: self._was_lost(_reason_text(reason))
-
-    @classmethod
-    def check_topics(cls, topics: list[str], patterns: bool) -> None:
-        pass  # any text is a UBRE topic
-
-    @classmethod
-    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
-        from wireproto.protocols.ubre import client as ubre_client
-
-        return ubre_client.connect(reactor, args.address,
-                                   **connect_options(args)).addCallback(cls)
-
-    async def publish(self, topic: str, payload: bytes) -> None:
-        from wireproto.codecs.ubre import NO_BODY
-        from wireproto.protocols.rpc import ConnectionClosed
-
-        value = _json_value(payload)
-        try:
-            await self.client.publish(topic, NO_BODY if value is None else value)
-        except ConnectionClosed as closed:
-            raise ToolError(str(closed), EXIT_UNREACHABLE) from None
-
-    def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
-        def received(message: Any) -> None:
-            payload = _value_payload(message.body)
-            if isinstance(message.body, bytes) or payload is None:
-                deliver(Received(message.topic, payload or b""))
-            else:
-                deliver(Received(message.topic, payload, message.body))
-
-        for topic in dict.fromkeys(topics):
-            self.client.subscribe(topic, received)
-
-    def close(self) -> defer.Deferred:
-        self.closing = True
-        return self.client.close()
-
-
-class PhylloLink(_Link):
-    protocol = "phyllo"
-
-    def __init__(self, top: Any, send_format: str) -> None:
-        super().__init__()
-        self.top = top
-        self.send_format = send_format
-        top.when_lost().addCallback(lambda _: self._was_lost(_reason_text(top.lost_reason)))
-
-    @classmethod
-    def check_topics(cls, topics: list[str], patterns: bool) -> None:
-        from wireproto.codecs.phyllo.message import MAX_TOPIC_LENGTH
-        from wireproto.topics import is_pattern, validate_pattern
-
-        for topic in topics:
-            if patterns and is_pattern(topic):
-                validate_pattern(topic)
-            elif not topic or len(topic.encode("utf-8")) > MAX_TOPIC_LENGTH:
-                raise ToolError(
-                    f"Phyllo topic {topic!r}: a device topic is 1 to {MAX_TOPIC_LENGTH} bytes",
-                    EXIT_USAGE,
-                )
-
-    @classmethod
-    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
-        from wireproto.phyllo import build_stack, connect_stack
-        from wireproto.phyllo.links import MessageChunks
-        from wireproto.transports.connect import client_endpoint, connect, is_websocket_address
-
-        options = connect_options(args)
-        send_format = "bytes" if getattr(args, "bytes", False) else "msgpack"
-        if is_websocket_address(args.address):
-            # A device behind a WebSocket: one chunk per binary message, as the broker's
-            # --phyllo ws:// links carry it.
-            built: list[Any] = []
-
-            def chunks() -> MessageChunks:
-                bottom = MessageChunks()
-                built.append(build_stack(args.stack, bottom))
-                return bottom
-
-            opening = connect(reactor, args.address, chunks, **options)
-            return opening.addCallback(lambda _bottom: cls(built[-1], send_format))
-        if "headers" in options:
-            raise ToolError("-H is for WebSocket URLs", EXIT_USAGE)
-        endpoint = client_endpoint(reactor, args.address, **options)
-        return connect_stack(endpoint, lambda: build_stack(args.stack)).addCallback(
-            cls, send_format
-        )
-
-    async def publish(self, topic: str, payload: bytes) -> None:
-        from wireproto.phyllo.bridge import device_message
-
-        self.top.send(device_message(topic.encode("utf-8"), payload, self.send_format))
-
-    def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
-        from wireproto.topics import is_pattern, pattern_matches
-
-        exact = {topic for topic in topics if not is_pattern(topic)}
-        patterns = [topic for topic in topics if is_pattern(topic)]
-
-        def received(message: Any) -> None:
-            topic = message.topic.decode("utf-8", "backslashreplace")
-            if topic in exact or any(pattern_matches(p, topic) for p in patterns):
-                deliver(_phyllo_received(topic, message))
-
-        self.top.on_receive = received
-
-    def close(self) -> defer.Deferred:
-        self.closing = True
-        if self.top.lost_reason is None:
-            self.top.lose_connection()
-        return self.top.when_lost().addCallback(lambda _: _unclean(self.top.lost_reason))
-
-
-def _unclean(reason: Failure | None) -> BaseException | None:
-    if reason is None or reason.check(error.ConnectionDone):
-        return None
-    return reason.value
-
-
-def _phyllo_received(topic: str, message: Any) -> Received:
-    """A device message: a msgpack or JSON document by its value, anything else by its
-    payload (a CBOR document by its body)."""
-    from wireproto.codecs.phyllo.codes import TypeCode
-    from wireproto.codecs.phyllo.document import Format, decode_document, deserialize
-    from wireproto.errors import ProtocolError
-
-    if message.payload_type != TypeCode.DOCUMENT:
-        return Received(topic, message.payload)
-    try:
-        document = decode_document(message.payload)
-        if document.format not in (Format.MSGPACK, Format.JSON):
-            return Received(topic, document.body)
-        value = deserialize(document)
-    except ProtocolError:
-        return Received(topic, message.payload)
-    payload = _value_payload(value)
-    if payload is None:
-        return Received(topic, document.body)
-    return Received(topic, payload, value) if _is_json(value) else Received(topic, payload)
-
-
-def links() -> dict[str, type[_Link]]:
-    """The protocols the tools publish and subscribe in, each with its link class (the
-    `pubsub_link` of its descriptor in wireproto.protocols)."""
-    return {name: load(d.pubsub_link) for name, d in PROTOCOLS.items() if d.pubsub_link}
-
-
-async def _open(run: _Run, reactor: Any, args: argparse.Namespace, protocol: str,
-                topics: list[str], timeout: float | None) -> _Link:
-    opening = links()[protocol].open(reactor, args, topics)
-    if timeout is not None:
-        opening.addTimeout(timeout, reactor)
-    try:
-        return await run.wait(opening)
-    except defer.TimeoutError:
-        raise ToolError(f"no connection to {args.address} within {timeout:g} s",
-                        EXIT_TIMEOUT) from None
-    except (error.ConnectionRefusedError, error.DNSLookupError, error.NoRouteError) as failed:
-        raise ToolError(f"cannot reach {args.address}: {_reason_text(failed)}",
-                        EXIT_UNREACHABLE) from None
-
-
-async def _close(link: _Link, reactor: Any, timeout: float) -> BaseException | None:
-    closing = link.close()
-    closing.addTimeout(timeout, reactor)
-    try:
-        return await closing
-    except defer.TimeoutError:
-        raise ToolError(f"the connection did not close within {timeout:g} s",
-                        EXIT_TIMEOUT) from None
-
-
 # -- pub -----------------------------------------------------------------------------------------
 
 
@@ -429,11 +116,11 @@ def pub(args: argparse.Namespace) -> int:
         protocol = protocol_of(args.address, args.protocol, list(links()))
         links()[protocol].check_topics([args.topic], patterns=False)
         run = _Run(reactor)
-        link: _Link | None = None
+        link: Link | None = None
         try:
             whole = _whole_message(args)
             lines = stdin_lines(reactor) if whole is None else None
-            link = await _open(run, reactor, args, protocol, [args.topic], args.timeout)
+            link = await open_link(run, reactor, args, protocol, [args.topic], args.timeout)
             link.on_lost(lambda why: run.end(ToolError(
                 f"the connection closed before every message was sent: {why}", EXIT_UNREACHABLE
             )))
@@ -448,9 +135,9 @@ def pub(args: argparse.Namespace) -> int:
         finally:
             try:
                 if link is not None:
-                    closed = await _close(link, reactor, args.timeout)
+                    closed = await close_link(link, reactor, args.timeout)
                     if closed is not None and run.outcome is None:
-                        run.end(ToolError(f"the connection closed badly: {_reason_text(closed)}"))
+                        run.end(ToolError(f"the connection closed badly: {reason_text(closed)}"))
             finally:
                 run.release()
         return run.result()
@@ -510,7 +197,7 @@ def sub(args: argparse.Namespace) -> int:
             if args.count is not None and received >= args.count:
                 run.end(EXIT_OK)
 
-        link: _Link | None = None
+        link: Link | None = None
         gone: defer.Deferred | None = None
 
         def lost(why: str) -> None:
@@ -526,7 +213,7 @@ def sub(args: argparse.Namespace) -> int:
             if args.timeout is not None:
                 run.end_after(args.timeout, timed_out)
             connect_timeout = None if args.timeout is not None else DEFAULT_CONNECT_TIMEOUT
-            link = await _open(run, reactor, args, protocol, topics, connect_timeout)
+            link = await open_link(run, reactor, args, protocol, topics, connect_timeout)
             attempt = 0
             while True:
                 gone = defer.Deferred()
@@ -541,7 +228,8 @@ def sub(args: argparse.Namespace) -> int:
                     await run.wait(task.deferLater(reactor, min(30.0, 2.0 ** attempt), lambda: 0))
                     attempt += 1
                     try:
-                        link = await _open(run, reactor, args, protocol, topics, connect_timeout)
+                        link = await open_link(run, reactor, args, protocol, topics,
+                                               connect_timeout)
                     except ToolError:
                         link = None
                 attempt = 0
@@ -550,7 +238,7 @@ def sub(args: argparse.Namespace) -> int:
         finally:
             try:
                 if link is not None and not link.closing:
-                    await _close(link, reactor, CLOSE_TIMEOUT)
+                    await close_link(link, reactor, CLOSE_TIMEOUT)
             finally:
                 run.release()
         return run.result()
@@ -569,7 +257,7 @@ def _print(message: Received, protocol: str, as_json: bool, payload_only: bool =
     except UnicodeDecodeError:
         record["payload_base64"] = base64.b64encode(message.payload).decode("ascii")
     record["protocol"] = protocol
-    if message.value is not _NO_VALUE:
+    if message.value is not NO_VALUE:
         record["value"] = message.value
     if message.will:
         record["will"] = True

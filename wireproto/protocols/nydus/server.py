@@ -43,12 +43,8 @@ gives its handler ``body=None``.
 
 from __future__ import annotations
 
-import base64
-import os
-import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from http import HTTPStatus
+from dataclasses import asdict, dataclass
 from inspect import iscoroutine
 from typing import Any
 
@@ -60,7 +56,20 @@ from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
 from wireproto.errors import FrameTooLarge, LimitExceeded, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
-from wireproto.payloads import json_from_payload, payload_from_value
+from wireproto.payloads import payload_from_value
+from wireproto.protocols.nydus.invocation import (
+    Handler,
+    Invocation,
+    InvokeError,
+    error_data,
+)
+from wireproto.protocols.nydus.paths import (
+    encode_for_nydus,
+    nanoid,
+    path_of_topic,
+    publish_head,
+    topic_of_path,
+)
 from wireproto.protocols.nydus.routes import RouteTable
 from wireproto.protocols.rpc import RequestFailed, run_handler
 from wireproto.transports.base import MessageProtocol
@@ -72,16 +81,9 @@ __all__ = [
     "DEFAULT_MAX_PENDING_INVOKES",
     "NOT_FOUND",
     "TOO_MANY_REQUESTS",
-    "InvokeError",
-    "Invocation",
-    "Handler",
     "NydusServer",
     "NydusServerProtocol",
     "server_factory",
-    "nanoid",
-    "topic_of_path",
-    "path_of_topic",
-    "encode_for_nydus",
 ]
 
 log = Logger()
@@ -90,7 +92,6 @@ WIRE_FORMAT = "nydus"
 DEFAULT_MAX_PENDING_INVOKES = 1000
 NOT_FOUND = {"message": "Not Found", "status": 404}
 TOO_MANY_REQUESTS = {"message": "Too Many Requests", "status": 429}
-_INTERNAL_ERROR = HTTPStatus.INTERNAL_SERVER_ERROR
 
 
 HUB_ROUTES = "/_hub"
@@ -106,122 +107,6 @@ class NydusSettings:
     max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES
     # /_hub/subscribe, /_hub/unsubscribe and /_hub/publish, for clients of a plain broker.
     hub_routes: bool = True
-
-
-def nanoid() -> str:
-    """A random id of 21 characters from ``[A-Za-z0-9_-]`` (126 bits), as nanoid makes them."""
-    return base64.urlsafe_b64encode(os.urandom(16))[:21].decode("ascii")
-
-
-# -- paths and hub topics -------------------------------------------------------------------------
-
-
-def topic_of_path(path: str) -> str:
-    """The hub topic of a nydus path: the path without its leading ``/``."""
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError(
-            f"nydus path {path!r} has no hub topic: only paths that start with '/' map onto "
-            "hub topics ('/chat/room' is the topic 'chat/room')"
-        )
-    return path[1:]
-
-
-def path_of_topic(topic: str) -> str:
-    """The nydus path of a hub topic: ``/`` and the topic."""
-    return "/" + topic
-
-
-def _publish_head(path: str) -> bytes:
-    """``4~path|``, the path written as encodeURI writes it; InvalidTopic for a bad path."""
-    return nydus.encode(Publish(path)).encode("utf-8")
-
-
-def encode_for_nydus(message: HubMessage) -> tuple[bytes, bool] | None:
-    """A hub message as a nydus PUBLISH text message, or None when JSON cannot carry its payload
-    or its topic makes no nydus path."""
-    try:
-        body = json_from_payload(message.payload)
-        if body is None:
-            return None
-        return _publish_head(path_of_topic(message.topic)) + body, False
-    except ProtocolError:
-        return None
-
-
-# -- what handlers get and raise -----------------------------------------------------------------
-
-
-class InvokeError(Exception):
-    """An INVOKE failed with an HTTP-like `status`, a `message` and an optional `body`.
-
-    Raised by a server handler, it becomes the ERROR ``{"message", "status"[, "body"]}``; a
-    `NydusClient` fails an invoke with it when the ERROR has a numeric status and a string message.
-    `message` defaults to the status's HTTP reason phrase; a `body` of None is left out.
-    """
-
-    def __init__(self, status: int, message: str | None = None, body: Any = None) -> None:
-        if not isinstance(status, int) or isinstance(status, bool):
-            raise TypeError(f"an InvokeError status is an int, not {status!r}")
-        if message is None:
-            try:
-                message = HTTPStatus(status).phrase
-            except ValueError:
-                message = "Error"
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.body = body
-
-    def __str__(self) -> str:
-        return f"{self.status} {self.message}"
-
-    def __repr__(self) -> str:
-        body = "" if self.body is None else f", body={self.body!r}"
-        return f"InvokeError({self.status!r}, {self.message!r}{body})"
-
-    def to_data(self) -> dict[str, Any]:
-        """The ERROR data nydus sends for this error: message, status, and body if there is one."""
-        data: dict[str, Any] = {"message": self.message, "status": self.status}
-        if self.body is not None:
-            data["body"] = self.body
-        return data
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """One INVOKE, as its handler gets it (nydus's handler data).
-
-    `path` is the path the client invoked, decoded; `route` the pattern that matched it (what
-    nydus calls `path`); `params` and `splats` its captures (wireproto.routes); `body` the
-    INVOKE's data, None when it had none. `client` is the connection, to subscribe or to reply
-    to later; `server` the NydusServer.
-    """
-
-    server: NydusServer
-    client: NydusServerProtocol
-    path: str
-    route: str
-    params: dict[str, str | None] = field(default_factory=dict)
-    splats: list[str | None] = field(default_factory=list)
-    body: Any = None
-    id: str = ""
-
-
-# handler(invocation) -> result, a Deferred of one, or a coroutine. Raise InvokeError to fail.
-Handler = Callable[[Invocation], Any]
-
-
-def _error_data(error: BaseException, debug: bool) -> Any:
-    """What an ERROR says for `error`, as nydus's defaultErrorConverter says it."""
-    if isinstance(error, InvokeError):
-        return error.to_data()
-    if isinstance(error, RequestFailed):
-        return NO_DATA if error.body is NO_DATA else error.body
-    data: dict[str, Any] = {"message": _INTERNAL_ERROR.phrase, "status": 500}
-    if debug:
-        data["message"] = str(error) or type(error).__name__
-        data["body"] = "".join(traceback.format_exception(error))
-    return data
 
 
 # -- one connection ------------------------------------------------------------------------------
@@ -339,7 +224,7 @@ class NydusServerProtocol(MessageProtocol):
         if not isinstance(error, (InvokeError, RequestFailed)):
             log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
                         path=invocation.path, route=invocation.route)
-        self._reply(Error, invocation.id, _error_data(error, self.server.debug))
+        self._reply(Error, invocation.id, error_data(error, self.server.debug))
         limit = error if isinstance(error, LimitExceeded) else error.__cause__
         if isinstance(limit, LimitExceeded):
             # The ERROR says why; then the connection closes.
@@ -357,10 +242,10 @@ class NydusServerProtocol(MessageProtocol):
         except (ProtocolError, TypeError, ValueError) as error:
             log.warn("nydus: cannot send the reply to {id!r}: {error}", id=invoke_id, error=error)
             try:
-                encoded = self._encode(Error(invoke_id, _error_data(error, self.server.debug)))
+                encoded = self._encode(Error(invoke_id, error_data(error, self.server.debug)))
             except (ProtocolError, TypeError, ValueError):
                 # Even the error is too big for this connection: say only that it failed.
-                encoded = self._encode(Error(invoke_id, _error_data(error, False)))
+                encoded = self._encode(Error(invoke_id, error_data(error, False)))
         self.session.send(encoded, False)
 
     def _encode(self, message: nydus.Message) -> bytes:
@@ -497,7 +382,7 @@ class NydusServer:
         """
         try:
             topic = topic_of_path(path)
-            _publish_head(path)
+            publish_head(path)
         except ValueError:
             _discard(initial_data)
             raise
@@ -563,7 +448,7 @@ class NydusServer:
         Raises InvalidField for data that is not JSON (bytes go into the hub as they are),
         ValueError or InvalidTopic for a path without a topic."""
         topic = topic_of_path(path)
-        head = _publish_head(path)
+        head = publish_head(path)
         payload = b"" if data is NO_DATA else payload_from_value(data)
         cache = {}
         if not isinstance(data, (bytes, bytearray, memoryview)):

@@ -32,8 +32,6 @@ from __future__ import annotations
 import secrets
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from twisted.internet import defer
@@ -67,21 +65,33 @@ from wireproto.protocols.rpc import (
     PendingRequests,
     RequestTimeout,
 )
+from wireproto.protocols.subble.events import (
+    EVENT_ERRORS,
+    READABLE_FORMATS,
+    EventCallback,
+    EventFailed,
+    EventForbidden,
+    EventListener,
+    EventRefused,
+    HandshakeRefused,
+    SubbleEvent,
+    parse_format,
+)
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.reconnect import DEFAULT_RETRY
 
 __all__ = [
-    "DEFAULT_HANDSHAKE_TIMEOUT",
-    "DEFAULT_REQUEST_TIMEOUT",
     "HandshakeRefused",
     "EventRefused",
     "EventForbidden",
     "EventFailed",
-    "RequestTimeout",
-    "ConnectionClosed",
     "SubbleEvent",
     "EventListener",
+    "DEFAULT_HANDSHAKE_TIMEOUT",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "RequestTimeout",
+    "ConnectionClosed",
     "SubbleClient",
     "SubbleClientProtocol",
     "connect",
@@ -92,143 +102,6 @@ log = Logger()
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 
 _OK_CODES = frozenset({MessageCode.OK, MessageCode.OK_NEW_CLIENT_ID})
-_FORMAT_NAMES = {"msgpack": SerializationFormat.MSGPACK, "json": SerializationFormat.JSON}
-_READABLE_FORMATS = frozenset({SerializationFormat.MSGPACK, SerializationFormat.JSON})
-
-
-# -- errors --------------------------------------------------------------------------------------
-
-
-class HandshakeRefused(Exception):
-    """The host refused the handshake: `code` is 10, 11, 12 or 25 and `message` its reason.
-
-    `request_data` is what the host echoed of the handshake's request data.
-    """
-
-    def __init__(self, code: int, message: str = "", request_data: bytes = b"") -> None:
-        super().__init__(code, message)
-        self.code = _code(code)
-        self.message = message
-        self.request_data = request_data
-
-    def __str__(self) -> str:
-        name = self.code.name if isinstance(self.code, MessageCode) else "code"
-        detail = f": {self.message}" if self.message else ""
-        return f"SubbleSocket handshake refused with {int(self.code)} ({name}){detail}"
-
-
-class EventRefused(Exception):
-    """The host answered a produce with an event error (51 or 52).
-
-    `message` is the host's, `request_data` the produce's request data as the host echoed it,
-    and `event_type` the type produced (None when not known).
-    """
-
-    code: int = 0
-
-    def __init__(
-        self, message: str = "", request_data: bytes = b"", *, event_type: str | None = None
-    ) -> None:
-        super().__init__(message, request_data)
-        self.message = message
-        self.request_data = request_data
-        self.event_type = event_type
-
-    def __str__(self) -> str:
-        what = f"producing {self.event_type!r}" if self.event_type is not None else "producing"
-        detail = f": {self.message}" if self.message else ""
-        return f"{what} failed with {int(self.code)}{detail}"
-
-
-class EventForbidden(EventRefused):
-    """51, Event not declared: the type is not in the produce list sent in the handshake."""
-
-    code = MessageCode.EVENT_NOT_DECLARED
-
-
-class EventFailed(EventRefused):
-    """52, Unknown server error: the host did not create the event."""
-
-    code = MessageCode.UNKNOWN_SERVER_ERROR
-
-
-_EVENT_ERRORS: dict[int, type[EventRefused]] = {51: EventForbidden, 52: EventFailed}
-
-
-def _code(value: int) -> MessageCode | int:
-    try:
-        return MessageCode(value)
-    except ValueError:
-        return value
-
-
-# -- events --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SubbleEvent:
-    """An event the host sent: 26 (an event this client subscribed to) or 27 (the echo of one
-    it produced).
-
-    `payload` is decoded from msgpack or JSON; for an implementor-defined format (51 to 255) it
-    is the raw bytes, as `raw_payload` always is. `datetime` is an aware UTC datetime.
-    """
-
-    type: str
-    guid: str
-    source: str
-    datetime: datetime
-    format: SerializationFormat | int
-    payload: Any
-    raw_payload: bytes
-    request_data: bytes = b""
-    code: MessageCode = MessageCode.SERVER_EVENT
-
-    @classmethod
-    def from_message(cls, message: Event) -> SubbleEvent:
-        """The event `message` carries, its payload decoded; raises ProtocolError for a date
-        time out of range or a payload that is not what its format says."""
-        raw = message.payload
-        payload = subble.unpack_payload(raw, message.format) if (
-            message.format in _READABLE_FORMATS
-        ) else raw
-        return cls(message.event_type, message.guid, message.source, message.datetime,
-                   message.format, payload, raw, message.request_data, message.code)
-
-
-EventCallback = Callable[[SubbleEvent], object]
-
-
-class EventListener:
-    """One callback for one event type; `cancel()` removes it."""
-
-    def __init__(self, client: SubbleClient, event_type: str, callback: EventCallback) -> None:
-        self.client = client
-        self.event_type = event_type
-        self.callback = callback
-
-    def cancel(self) -> None:
-        listeners = self.client._listeners.get(self.event_type)
-        if listeners is not None and self in listeners:
-            listeners.remove(self)
-            if not listeners:
-                del self.client._listeners[self.event_type]
-
-
-def _format(value: str | int) -> SerializationFormat | int:
-    if isinstance(value, str):
-        try:
-            return _FORMAT_NAMES[value]
-        except KeyError:
-            raise ValueError(
-                f"unknown SubbleSocket format {value!r}: use 'msgpack', 'json', a "
-                "SerializationFormat, or an int from 51 to 255 with a bytes payload"
-            ) from None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"a SubbleSocket format is a str or an int, not {type(value).__name__}")
-    if value in _READABLE_FORMATS:
-        return SerializationFormat(value)
-    return value
 
 
 # -- one connection ------------------------------------------------------------------------------
@@ -426,7 +299,7 @@ class SubbleClientProtocol(MessageProtocol):
 
 def _answered(answer: Event | EventError, event_type: str) -> SubbleEvent:
     if type(answer) is EventError:
-        raise _EVENT_ERRORS[answer.code](answer.message, answer.request_data,
+        raise EVENT_ERRORS[answer.code](answer.message, answer.request_data,
                                          event_type=event_type)
     return SubbleEvent.from_message(answer)
 
@@ -578,14 +451,14 @@ class SubbleClient(ClientBase):
         seconds (None: never), ConnectionClosed (not connected, or the connection closed
         first), or a ProtocolError for a payload or a message the protocol cannot carry.
         """
-        chosen = _format(format)
+        chosen = parse_format(format)
         if request_data is not None:
             if not isinstance(request_data, (bytes, bytearray, memoryview)):
                 raise TypeError(
                     f"request_data is bytes, not {type(request_data).__name__}"
                 )
             request_data = bytes(request_data)
-        if chosen in _READABLE_FORMATS:
+        if chosen in READABLE_FORMATS:
             try:
                 raw = subble.pack_payload(payload, chosen)
             except ProtocolError as error:

@@ -69,33 +69,36 @@ from twisted.internet import task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from wireproto.codecs.serialization import json_loads, json_utf8, msgpack_dumps, msgpack_loads
+from wireproto.codecs.serialization import json_loads, msgpack_dumps
 from wireproto.codecs.subble import (
     PROTOCOL_VERSION,
     Event,
-    EventError,
     HandshakeRequest,
-    HandshakeResponse,
     MessageCode,
     ProduceEvent,
-    Sender,
     SerializationFormat,
     Version,
-    decode,
     encode,
     pack_payload,
-    supports_version,
 )
 from wireproto.errors import (
-    BadEncoding,
     InvalidField,
     InvalidTopic,
     LimitExceeded,
     ProtocolError,
-    UnexpectedMessage,
 )
-from wireproto.hub import Hub, HubMessage, Session, describe_address, log_protocol_error
-from wireproto.peerlog import address_key
+from wireproto.hub import Hub, HubMessage
+from wireproto.protocols.subble.connection import (
+    CLIENT_EVENT_CODE,
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_CLIENT_ID_LENGTH,
+    DEFAULT_MAX_EVENT_TYPE_LENGTH,
+    DEFAULT_MAX_NAMES,
+    WIRE_FORMAT,
+    SubbleHostProtocol,
+    format_of,
+    hub_payload,
+)
 from wireproto.protocols.subble.registry import (
     DEFAULT_MAX_REGISTRY_IDS,
     DEFAULT_NEW_IDS_PER_MINUTE,
@@ -106,32 +109,15 @@ from wireproto.protocols.subble.registry import (
     peer_ip,
 )
 from wireproto.settings import file_mode, networks, seconds_or_never, setting
-from wireproto.transports.base import MessageProtocol
 
 __all__ = [
     "serve",
     "SubbleSettings",
-    "WIRE_FORMAT",
-    "DEFAULT_MAX_NAMES",
-    "DEFAULT_MAX_EVENT_TYPE_LENGTH",
-    "DEFAULT_MAX_CLIENT_ID_LENGTH",
-    "DEFAULT_HANDSHAKE_TIMEOUT",
-    "SubbleHostProtocol",
     "SubbleHost",
     "server_factory",
 ]
 
 log = Logger()
-
-# The hub wire format of every Subble connection: all of them take the same event bytes.
-WIRE_FORMAT = "subble"
-
-DEFAULT_MAX_NAMES = 1000
-DEFAULT_MAX_EVENT_TYPE_LENGTH = 1024
-DEFAULT_MAX_CLIENT_ID_LENGTH = 256
-DEFAULT_HANDSHAKE_TIMEOUT = 30.0
-
-_CLIENT_EVENT_CODE = bytes((MessageCode.CLIENT_EVENT,))
 
 @dataclass(frozen=True)
 class SubbleSettings:
@@ -152,253 +138,6 @@ class SubbleSettings:
     # Peer addresses, as CIDR: deny wins; with an allow list only those connect (code 10).
     allow: tuple[str, ...] = setting((), read=networks)
     deny: tuple[str, ...] = setting((), read=networks)
-
-
-# -- payloads -------------------------------------------------------------------------------------
-
-
-def _hub_payload(payload: bytes, format: SerializationFormat | int) -> bytes:
-    """What the other protocols get for a Subble payload: the JSON text of the decoded value
-    where JSON can say it, the bytes of a msgpack bin, else the payload as it is. Raises
-    ProtocolError if a msgpack or JSON payload is not valid in its format."""
-    if format == SerializationFormat.JSON:
-        return json_utf8(json_loads(payload, "SubbleSocket JSON payload"))
-    if format != SerializationFormat.MSGPACK:
-        return payload  # the implementor's own format: nothing to read it with
-    value = msgpack_loads(payload, "SubbleSocket msgpack payload")
-    if isinstance(value, bytes):
-        return value
-    try:
-        return json_utf8(value)
-    except (ProtocolError, TypeError, ValueError):
-        return payload  # bytes inside, NaN, ...: JSON cannot say it
-
-
-def _format_of(format: SerializationFormat | int) -> SerializationFormat | int:
-    return SerializationFormat(format) if format in (0, 1) else int(format)
-
-
-# -- one connection -------------------------------------------------------------------------------
-
-
-class SubbleHostProtocol(MessageProtocol):
-    """The host's side of one SubbleSocket connection; the `client` that hooks get.
-
-    After the handshake, `client_id` is its ID, `subscribe` the event types it gets (in the
-    handshake's order, without repeats), `produce` those it may produce, `handshake` the request
-    itself and `session` its place in the hub.
-    """
-
-    client_id: str | None = None
-    session: Session | None = None
-    handshake: HandshakeRequest | None = None
-    subscribe: tuple[str, ...] = ()
-    produce: frozenset[str] = frozenset()
-    _handshaken = False
-    _failed = False
-    _timeout: Any = None
-
-    def __init__(self, host: SubbleHost) -> None:
-        self.host = host
-
-    def __repr__(self) -> str:
-        return f"<SubbleHostProtocol {self.client_id!r}>"
-
-    def connectionMade(self) -> None:
-        timeout = self.host.handshake_timeout
-        if timeout is not None:
-            self._timeout = self.host.reactor.callLater(timeout, self._handshakeTimedOut)
-
-    # -- receiving ------------------------------------------------------------------------------
-
-    def messageReceived(self, data: bytes, binary: bool) -> None:
-        if self._failed:
-            return
-        if not binary:
-            self._refuse(BadEncoding("SubbleSocket is binary: a text message is not SubbleSocket"))
-            return
-        try:
-            message = decode(data, sender=Sender.CLIENT)
-        except ProtocolError as error:
-            self._refuse(error)
-            return
-        if type(message) is HandshakeRequest:
-            if self._handshaken:
-                self._refuse(UnexpectedMessage("a second SubbleSocket handshake request"))
-            else:
-                self._handshaken = True
-                self._handshake(message)
-        elif self.session is None:
-            self._refuse(UnexpectedMessage(
-                "a SubbleSocket produce request (27) before the handshake: the handshake "
-                "request (1) comes first"
-            ))
-        else:
-            self._produce(message)
-
-    # -- the handshake --------------------------------------------------------------------------
-
-    def _handshake(self, request: HandshakeRequest) -> None:
-        self._cancelTimeout()
-        host = self.host
-        echo = request.request_data
-        peer = self.transport.getPeer()
-        if not host.address_allowed(peer):
-            ip = peer_ip(peer)
-            self._refuseHandshake(
-                MessageCode.IP_NOT_ALLOWED,
-                f"address {ip if ip is not None else 'without an IP'} is not allowed",
-                echo,
-            )
-            return
-        if not supports_version(request.version, host.version):
-            self._refuseHandshake(
-                MessageCode.UNKNOWN_HANDSHAKE_ERROR,
-                f"unsupported version {request.version}; this host speaks SubbleSocket "
-                f"{host.version.major}.x.y from {host.version}",
-                echo,
-            )
-            return
-        problem = host._check_limits(request)
-        if problem is not None:
-            self._refuseHandshake(MessageCode.UNKNOWN_HANDSHAKE_ERROR, problem, echo)
-            return
-        try:
-            code, message = host._identify(request.client_id, address_key(peer))
-        except ProtocolError as error:
-            code, message = MessageCode.UNKNOWN_HANDSHAKE_ERROR, str(error)
-        except Exception:
-            log.failure("subble: the client registry failed")
-            code = MessageCode.UNKNOWN_HANDSHAKE_ERROR
-            message = "the host could not check the client ID"
-        if code not in (MessageCode.OK, MessageCode.OK_NEW_CLIENT_ID):
-            self._refuseHandshake(code, message, echo)
-            return
-        self._accept(request, code, message)
-
-    def _accept(self, request: HandshakeRequest, code: MessageCode, message: str) -> None:
-        host = self.host
-        client_id = message if code == MessageCode.OK_NEW_CLIENT_ID else request.client_id
-        self.client_id = client_id
-        self.handshake = request
-        self.subscribe = tuple(dict.fromkeys(request.subscribe))
-        self.produce = frozenset(request.produce)
-        older = host.clients.get(client_id)
-        if older is not None:
-            older._replaced()
-        host.clients[client_id] = self
-        self.session = host.hub.attach(
-            self.transport, protocol="subble", wire_format=WIRE_FORMAT,
-            encode=host._encode_hub_message, client=client_id,
-        )
-        self._send(encode(HandshakeResponse(code, message, request.request_data)))
-        for event_type in self.subscribe:
-            self.session.subscribe(event_type)
-        host._hook("on_handshake", self)
-
-    def _refuseHandshake(self, code: MessageCode, message: str, echo: bytes) -> None:
-        """Answer with a refusal, then close: nothing more is read from this connection."""
-        self._failed = True
-        log.warn(
-            "subble: refused {peer}: {code} {message}", event="handshake_refused",
-            protocol="subble", peer=describe_address(self.transport.getPeer()), code=int(code),
-            message=message,
-        )
-        data = encode(HandshakeResponse(code, message, echo))
-        if len(data) > self.transport.maxMessageSize:
-            data = encode(HandshakeResponse(code, message))  # too big with the echo
-        self.transport.sendMessage(data, True)
-        self.transport.loseConnection()
-
-    def _replaced(self) -> None:
-        """A newer connection took this client ID: no more events here, and close."""
-        log.info(
-            "subble: client {client_id!r} connected again; closing its older connection "
-            "from {peer}", client_id=self.client_id, peer=self.transport.getPeer(),
-        )
-        self._failed = True
-        if self.session is not None:
-            self.session.close("replaced by a newer connection with the same client ID")
-        self.transport.loseConnection()
-
-    def _handshakeTimedOut(self) -> None:
-        self._timeout = None
-        self._refuse(LimitExceeded(
-            f"no SubbleSocket handshake within {self.host.handshake_timeout:g} s"
-        ))
-
-    def _cancelTimeout(self) -> None:
-        if self._timeout is not None:
-            if self._timeout.active():
-                self._timeout.cancel()
-            self._timeout = None
-
-    # -- producing ------------------------------------------------------------------------------
-
-    def _produce(self, request: ProduceEvent) -> None:
-        echo = request.request_data
-        if request.client_id != self.client_id:
-            self._eventError(
-                MessageCode.EVENT_NOT_DECLARED,
-                f"client ID {request.client_id!r} is not this connection's: a client produces "
-                "under its own ID only",
-                echo,
-            )
-            return
-        if request.event_type not in self.produce:
-            self._eventError(
-                MessageCode.EVENT_NOT_DECLARED,
-                f"event type {request.event_type!r} is not in this client's produce list",
-                echo,
-            )
-            return
-        try:
-            self.host._create_event(self, request)
-        except ProtocolError as error:
-            self._eventError(
-                MessageCode.UNKNOWN_SERVER_ERROR,
-                f"event {request.event_type!r} was not created: {error}",
-                echo,
-            )
-        except Exception as error:
-            log.failure("subble: creating an event of type {type!r} failed",
-                        type=request.event_type)
-            self._eventError(
-                MessageCode.UNKNOWN_SERVER_ERROR,
-                f"event {request.event_type!r} was not created: the host failed "
-                f"({type(error).__name__})",
-                echo,
-            )
-
-    def _eventError(self, code: MessageCode, message: str, echo: bytes) -> None:
-        data = encode(EventError(code, message, echo))
-        if len(data) > self.transport.maxMessageSize:
-            data = encode(EventError(code, message))  # too big with the echo
-        self._send(data)
-
-    # -- sending and closing --------------------------------------------------------------------
-
-    def _send(self, data: bytes) -> None:
-        # Through the session's queue, in order with events, bounded like them.
-        self.session.send(data, True)
-
-    def _refuse(self, error: ProtocolError) -> None:
-        """Close this one connection, telling the peer why; the host carries on."""
-        self._failed = True
-        self._cancelTimeout()
-        log_protocol_error("subble", self.transport, error, self.session)
-        self.transport.loseConnection(error)
-
-    def connectionLost(self, reason: Failure) -> None:
-        super().connectionLost(reason)
-        self._cancelTimeout()
-        if self.session is None:
-            return
-        self.session.close(reason)
-        host = self.host
-        if host.clients.get(self.client_id) is self:
-            del host.clients[self.client_id]
-        host._hook("on_disconnect", self, reason)
 
 
 # -- the host -------------------------------------------------------------------------------------
@@ -558,21 +297,21 @@ class SubbleHost:
 
     def _create_event(self, client: SubbleHostProtocol, request: ProduceEvent) -> None:
         """Publish an authorized event and send the producer its copy; raises if it cannot."""
-        hub_payload = _hub_payload(request.payload, request.format)
+        payload = hub_payload(request.payload, request.format)
         self.on_event(client, request.event_type, request.payload, request.format)
         data = encode(Event(
             MessageCode.SERVER_EVENT, request.format, self._now_ms(), request.event_type,
             str(uuid.uuid4()), client.client_id, request.payload,
         ))
         # The producer's copy differs only in its code (the first byte) and the request data.
-        own = _CLIENT_EVENT_CODE + data[1:] + request.request_data
+        own = CLIENT_EVENT_CODE + data[1:] + request.request_data
         limit = client.transport.maxMessageSize
         if len(own) > limit:
             raise LimitExceeded(
                 f"the event would be {len(own)} bytes, over this connection's limit of {limit}"
             )
         client.session.publish(
-            request.event_type, hub_payload, encodings={WIRE_FORMAT: (data, True)}
+            request.event_type, payload, encodings={WIRE_FORMAT: (data, True)}
         )
         client._send(own)
 
@@ -609,7 +348,7 @@ class SubbleHost:
                 f"event type of {len(event_type)} characters: this host takes at most "
                 f"{self.max_event_type_length}"
             )
-        format = _format_of(format)
+        format = format_of(format)
         if format not in (0, 1) and not 51 <= format <= 255:
             raise InvalidField(
                 f"serialization format {format} is not allowed (0 msgpack, 1 JSON, 51 to 255 "
@@ -623,7 +362,7 @@ class SubbleHost:
             MessageCode.SERVER_EVENT, format, self._now_ms(), event_type, str(uuid.uuid4()),
             source, data,
         ))
-        message = HubMessage(event_type, _hub_payload(data, format), protocol="subble")
+        message = HubMessage(event_type, hub_payload(data, format), protocol="subble")
         return self.hub.publish(message, {WIRE_FORMAT: (data_event, True)})
 
     # -- connections -----------------------------------------------------------------------------

@@ -1,0 +1,301 @@
+"""The hub: the one place where topics live, shared by every protocol and every connection.
+
+A server protocol attaches each connection to the hub as a `Session`, giving it a way to encode
+a `HubMessage` into its own wire format. Publishing fans a message out to every subscriber of
+its topic except the sender, encoding once per wire format and framing once per kind of
+transport (a WebSocket prepared message, a length-prefixed frame), however many subscribers
+share them.
+
+Topics are plain strings. A subscription matches a topic exactly, or, when a protocol opts in, by
+an MQTT-style pattern over `/`-separated levels (see `wireproto.topics`): `+` matches one level,
+and `#` as the last level matches its parent and everything below it.
+
+Each session has a send queue bounded in bytes. While the socket underneath keeps up, messages go
+straight to it. When it fills, Twisted pauses the session (it is registered as the transport's
+producer) and messages wait in the queue. If the queue would pass its limit, the overflow policy
+decides: `drop-oldest` discards the oldest queued messages, `disconnect` aborts the connection.
+Both are counted.
+
+A session may leave a will: a message published, marked as a will, when the session closes for any
+reason.
+
+The hub logs each connection's life as structured events (namespace ``wireproto.hub``, a stable
+`event` field): ``connect``, ``disconnect`` (with the reason and the session's counts), ``will``
+and ``protocol_error``. It keeps each protocol's counts after its sessions close
+(`Hub.protocol_stats`), for wireproto.metrics.
+
+
+The package: `message` (what travels and what is counted), `subscribers` (who is delivered
+to), `session` (one connection's place), and `Hub` itself here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from twisted.logger import Logger
+
+from wireproto.hub.message import (
+    DEFAULT_MAX_SUBSCRIPTION_BYTES,
+    DEFAULT_MAX_SUBSCRIPTIONS,
+    DEFAULT_MAX_TOPIC_LENGTH,
+    DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES,
+    DEFAULT_QUEUE_BYTES,
+    Encoder,
+    HubMessage,
+    HubSettings,
+    HubStats,
+    Overflow,
+    SessionStats,
+    new_message,
+)
+from wireproto.hub.session import Session, log_protocol_error, transport_name
+from wireproto.hub.subscribers import (
+    FrameSubscriber,
+    LocalSubscriber,
+    Subscriber,
+    TopicObserver,
+)
+from wireproto.peerlog import describe_address
+from wireproto.topics import PatternTree, is_pattern, validate_pattern
+from wireproto.transports.base import IMessageTransport
+
+__all__ = [
+    "DEFAULT_QUEUE_BYTES",
+    "DEFAULT_MAX_SUBSCRIPTIONS",
+    "DEFAULT_MAX_TOPIC_LENGTH",
+    "DEFAULT_MAX_SUBSCRIPTION_BYTES",
+    "DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES",
+    "Overflow",
+    "HubMessage",
+    "HubSettings",
+    "HubStats",
+    "SessionStats",
+    "Encoder",
+    "Hub",
+    "Session",
+    "LocalSubscriber",
+    "Subscriber",
+    "FrameSubscriber",
+    "TopicObserver",
+    "describe_address",
+    "transport_name",
+    "log_protocol_error",
+]
+
+log = Logger(namespace="wireproto.hub")
+
+
+class Hub:
+    """Subscriptions, fan-out, wills and send-queue policy for every protocol."""
+
+    def __init__(
+        self,
+        *,
+        queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        overflow: Overflow | str = Overflow.DROP_OLDEST,
+        max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
+        max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
+        max_subscription_bytes: int = DEFAULT_MAX_SUBSCRIPTION_BYTES,
+        max_total_subscription_bytes: int = DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES,
+    ) -> None:
+        if queue_bytes <= 0:
+            raise ValueError("queue_bytes must be positive")
+        self.queue_bytes = queue_bytes
+        self.overflow = Overflow(overflow)
+        self.max_subscriptions = max_subscriptions
+        self.max_topic_length = max_topic_length
+        self.max_subscription_bytes = max_subscription_bytes
+        self.max_total_subscription_bytes = max_total_subscription_bytes
+        # The UTF-8 bytes of every connection's subscribed topics and patterns.
+        self.subscription_bytes = 0
+        self.stats = HubStats()
+        self.sessions: dict[Session, None] = {}
+        # Connections ever attached, by (protocol, transport); counts of closed sessions, by
+        # protocol: neither is lost when a connection goes.
+        self.accepted: dict[tuple[str, str], int] = {}
+        self.closed_stats: dict[str, SessionStats] = {}
+        self._session_ids = itertools.count(1)
+        self._exact: dict[str, dict[Subscriber, None]] = {}
+        self._patterns = PatternTree()
+        # (wire format, prepare key) -> a plain object, a cheaper fan-out cache key than the tuple
+        self._prepared_keys: dict[tuple, object] = {}
+        self._topic_observers: list[TopicObserver] = []
+
+    def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
+        """The fan-out cache key of frames in `wire_format` prepared for transports of
+        `prepare_key`: one plain object per pair, cheaper to hash than the pair."""
+        return self._prepared_keys.setdefault((wire_format, prepare_key), object())
+
+    def new_session_id(self) -> int:
+        return next(self._session_ids)
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def attach(
+        self,
+        transport: IMessageTransport,
+        *,
+        protocol: str,
+        wire_format: Hashable,
+        encode: Encoder,
+        client: str | None = None,
+    ) -> Session:
+        """Give a new connection its session. `wire_format` names what `encode` produces, so
+        sessions that share it share one encoding per published message. `client` is the
+        protocol's own name for the peer (a nydus id, a SubbleSocket client ID), for the log."""
+        session = Session(
+            self, transport, protocol=protocol, wire_format=wire_format, encode=encode
+        )
+        session.client = client
+        self.sessions[session] = None
+        key = (protocol, session.transport_name)
+        self.accepted[key] = self.accepted.get(key, 0) + 1
+        log.info(
+            "{protocol} session {session} opened by {peer} over {transport}"
+            + (" as client {client}" if client is not None else ""),
+            event="connect", protocol=protocol, transport=session.transport_name,
+            peer=session.peer, session=session.id, client=client,
+        )
+        return session
+
+    def protocol_stats(self) -> dict[str, SessionStats]:
+        """Each protocol's session counters, those of closed sessions included; `dropped_*` and
+        `overflow_disconnects` add up to the hub's own."""
+        totals = {protocol: replace(stats) for protocol, stats in self.closed_stats.items()}
+        for session in self.sessions:
+            stats = totals.get(session.protocol)
+            if stats is None:
+                stats = totals[session.protocol] = SessionStats()
+            session.add_stats_to(stats)
+        return totals
+
+    # -- subscriptions --------------------------------------------------------------------------
+
+    def subscribe(self, subscriber: Subscriber, topic: str) -> bool:
+        """Subscribe to one exact topic. False if it was already subscribed."""
+        subscribers = self._exact.get(topic)
+        if subscribers is None:
+            self._exact[topic] = {subscriber: None}
+            if self._topic_observers:
+                self._tell_observers("topic_started", topic)
+            return True
+        if subscriber in subscribers:
+            return False
+        subscribers[subscriber] = None
+        return True
+
+    def unsubscribe(self, subscriber: Subscriber, topic: str) -> bool:
+        subscribers = self._exact.get(topic)
+        if subscribers is None or subscriber not in subscribers:
+            return False
+        del subscribers[subscriber]
+        if not subscribers:
+            del self._exact[topic]
+            if self._topic_observers:
+                self._tell_observers("topic_ended", topic)
+        return True
+
+    def add_topic_observer(self, observer: TopicObserver) -> None:
+        """Have `observer.topic_started(topic)` called when an exact topic gains its first
+        subscriber, and `observer.topic_ended(topic)` when it loses its last one."""
+        self._topic_observers.append(observer)
+
+    def remove_topic_observer(self, observer: TopicObserver) -> None:
+        self._topic_observers.remove(observer)
+
+    def _tell_observers(self, event: str, topic: str) -> None:
+        for observer in tuple(self._topic_observers):
+            try:
+                getattr(observer, event)(topic)
+            except Exception:
+                log.failure("hub topic observer {observer!r} raised", observer=observer)
+
+    def subscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
+        validate_pattern(pattern)
+        self._patterns.add(pattern, subscriber)
+
+    def unsubscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
+        self._patterns.remove(pattern, subscriber)
+
+    def subscribe_callback(
+        self, topic: str, callback: Callable[[HubMessage], object]
+    ) -> LocalSubscriber:
+        """Host code's own subscription: `callback(message)` for each message on `topic`, or on
+        every topic a pattern matches when `topic` contains `+` or a last `#`."""
+        subscriber = LocalSubscriber(self, topic, callback)
+        if is_pattern(topic):
+            self.subscribe_pattern(subscriber, topic)
+        else:
+            self.subscribe(subscriber, topic)
+        return subscriber
+
+    def subscribers(self, topic: str) -> Iterable[Subscriber]:
+        """Everyone a message on `topic` would reach, each once."""
+        exact = self._exact.get(topic)
+        if not self._patterns.count:
+            return tuple(exact) if exact else ()
+        found: dict[Subscriber, None] = dict(exact) if exact else {}
+        self._patterns.match(topic, found)
+        return tuple(found)
+
+    def topics(self) -> list[str]:
+        return list(self._exact)
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    def publish(self, message: HubMessage, cache: dict | None = None) -> int:
+        """Deliver `message` to every matching subscriber but its sender; return how many.
+
+        `cache` may hold encodings the publisher already has, keyed by wire format, as
+        `{wire_format: (data, binary)}`, so a frame can be forwarded as it came.
+        """
+        return self.fan_out(
+            message.topic, message.payload, message.will, message.sender, message.protocol,
+            {} if cache is None else cache, message,
+        )
+
+    def fan_out(
+        self, topic: str, payload: bytes, will: bool, sender: Any, protocol: str, cache: dict,
+        message: HubMessage | None,
+    ) -> int:
+        """The publish loop, for `publish` and for `Session.publish` (which has no HubMessage).
+        `message` is built only if some subscriber needs it (to encode it in another format, or
+        a host callback), so forwarding a frame as it came builds none."""
+        stats = self.stats
+        stats.published += 1
+        if will:
+            stats.wills_published += 1
+        if self._patterns.count:
+            targets: Iterable[Any] = self.subscribers(topic)  # FrameSubscribers when writes_now
+        else:
+            exact = self._exact.get(topic)
+            if not exact:
+                return 0
+            targets = tuple(exact)
+        delivered = 0
+        for subscriber in targets:
+            if subscriber is sender:
+                continue
+            delivered += 1
+            # Session.deliver inlined for its common case, the broker's hottest loop: the frame
+            # is already prepared and the session's transport takes writes now.
+            if subscriber.writes_now:
+                prepared = cache.get(subscriber.frame_key) or subscriber.frame_from_cache(cache)
+                if prepared is not None:
+                    subscriber.sent += 1
+                    subscriber.sent_bytes += prepared[1]
+                    subscriber.write_frame(prepared[0])
+                    continue
+            if message is None:
+                message = new_message(topic, payload, will, sender, protocol)
+            subscriber.deliver(message, cache)
+        stats.delivered += delivered
+        return delivered
+
+    def detach(self, session: Session) -> None:
+        """Forget a closed session (Session.close calls this)."""
+        self.sessions.pop(session, None)

@@ -1,0 +1,375 @@
+"""One connection's place in the hub (`Session`): its subscriptions, its will, its send queue and
+its counters, and the log lines about its peer."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from wireproto import peerlog
+from wireproto.errors import LimitExceeded
+from wireproto.hub.message import (
+    Encoder,
+    HubMessage,
+    Overflow,
+    SessionStats,
+)
+from wireproto.peerlog import address_key, describe_address
+from wireproto.topics import validate_pattern
+from wireproto.transports.base import IMessageTransport
+
+if TYPE_CHECKING:
+    from wireproto.hub import Hub
+
+__all__ = [
+    "Session",
+    "transport_name",
+    "log_protocol_error",
+]
+
+log = Logger(namespace="wireproto.hub")
+
+def transport_name(transport: IMessageTransport) -> str:
+    """The transport as a listener names it: ``ws``, ``engineio``, or a stream's framing."""
+    return getattr(transport, "framing", "") or transport.kind
+
+
+def log_protocol_error(
+    protocol: str, transport: IMessageTransport, error: Exception,
+    session: Session | None = None,
+) -> None:
+    """Log the event for a connection closed because its peer broke `protocol` (within the
+    peers' log budget, wireproto.peerlog)."""
+    peer = transport.getPeer()
+    peerlog.warn(
+        log, address_key(peer),
+        "{protocol}: closing the connection from {peer} over {transport}: {error}",
+        event="protocol_error", protocol=protocol, transport=transport_name(transport),
+        peer=describe_address(peer), error=str(error),
+        session=None if session is None else session.id,
+        client=None if session is None else session.client,
+    )
+
+
+
+@implementer(IPushProducer)
+class Session:
+    """One connection's place in the hub: its subscriptions, its will and its send queue.
+
+    The session registers itself as its transport's streaming producer, so Twisted pauses it when
+    the socket's buffer is full and resumes it when the buffer drains.
+    """
+
+    __slots__ = (
+        "hub", "transport", "protocol", "wire_format", "_encode", "frame_key", "write_frame",
+        "topics", "patterns", "subscription_bytes", "will", "queue_limit", "overflow", "_queue",
+        "queued_bytes",
+        "_paused", "writes_now", "closed", "received", "sent", "sent_bytes", "dropped_messages",
+        "dropped_bytes", "overflow_disconnects", "id", "peer", "transport_name", "client",
+        "opened", "__weakref__",
+    )
+
+    def __init__(
+        self,
+        hub: Hub,
+        transport: IMessageTransport,
+        *,
+        protocol: str,
+        wire_format: Hashable,
+        encode: Encoder,
+    ) -> None:
+        self.hub = hub
+        self.transport = transport
+        self.protocol = protocol
+        self.wire_format = wire_format
+        self._encode = encode
+        self.frame_key = hub.prepared_key(wire_format, transport.prepareKey)
+        self.write_frame = transport.sendPrepared
+        self.topics: set[str] = set()
+        self.patterns: set[str] = set()
+        # The UTF-8 bytes of this session's subscribed topics and patterns.
+        self.subscription_bytes = 0
+        self.will: HubMessage | None = None
+        self.queue_limit = hub.queue_bytes
+        self.overflow = hub.overflow
+        self._queue: deque[tuple[Any, int]] = deque()
+        self.queued_bytes = 0
+        self._paused = False
+        # True while nothing waits and the transport takes writes: deliver writes at once.
+        self.writes_now = True
+        self.closed = False
+        self.received = self.sent = self.sent_bytes = 0
+        self.dropped_messages = self.dropped_bytes = self.overflow_disconnects = 0
+        self.id = hub.new_session_id()
+        self.peer = describe_address(transport.getPeer())
+        self.transport_name = transport_name(transport)
+        self.client: str | None = None
+        self.opened = time.monotonic()
+        transport.registerProducer(self, True)
+
+    def __repr__(self) -> str:
+        return f"<Session {self.protocol} {self.transport.kind} {self.transport.getPeer()}>"
+
+    @property
+    def stats(self) -> SessionStats:
+        """This session's counters, as of now."""
+        return SessionStats(
+            self.received, self.sent, self.sent_bytes, self.dropped_messages,
+            self.dropped_bytes, self.overflow_disconnects,
+        )
+
+    @property
+    def queued_messages(self) -> int:
+        """Messages waiting in the send queue."""
+        return len(self._queue)
+
+    def add_stats_to(self, totals: SessionStats) -> None:
+        totals.received += self.received
+        totals.sent += self.sent
+        totals.sent_bytes += self.sent_bytes
+        totals.dropped_messages += self.dropped_messages
+        totals.dropped_bytes += self.dropped_bytes
+        totals.overflow_disconnects += self.overflow_disconnects
+
+    # -- what the protocol asks of the hub ------------------------------------------------------
+
+    def subscribe(self, topic: str) -> bool:
+        """Subscribe to one exact topic. False if this session already was. LimitExceeded past
+        the hub's limits on subscriptions (count, topic length, bytes)."""
+        if topic in self.topics:
+            return False
+        self._hold(topic)
+        self.topics.add(topic)
+        return self.hub.subscribe(self, topic)
+
+    def unsubscribe(self, topic: str) -> bool:
+        if topic not in self.topics:
+            return False
+        self.topics.discard(topic)
+        self._release(topic)
+        return self.hub.unsubscribe(self, topic)
+
+    def subscribe_pattern(self, pattern: str) -> bool:
+        if pattern in self.patterns:
+            return False
+        validate_pattern(pattern)
+        self._hold(pattern)
+        self.hub.subscribe_pattern(self, pattern)
+        self.patterns.add(pattern)
+        return True
+
+    def unsubscribe_pattern(self, pattern: str) -> bool:
+        if pattern not in self.patterns:
+            return False
+        self.patterns.discard(pattern)
+        self._release(pattern)
+        self.hub.unsubscribe_pattern(self, pattern)
+        return True
+
+    def _check_topic_length(self, topic: str) -> None:
+        if len(topic) > self.hub.max_topic_length:
+            raise LimitExceeded(
+                f"topic of {len(topic)} characters: this broker takes at most "
+                f"{self.hub.max_topic_length} ([hub] max_topic_length)"
+            )
+
+    def _hold(self, topic: str) -> None:
+        """Count one more subscription against the limits, or raise LimitExceeded."""
+        hub = self.hub
+        if len(self.topics) + len(self.patterns) >= hub.max_subscriptions:
+            raise LimitExceeded(
+                f"more than {hub.max_subscriptions} subscriptions on one connection"
+            )
+        self._check_topic_length(topic)
+        size = len(topic.encode("utf-8", "surrogatepass"))
+        if self.subscription_bytes + size > hub.max_subscription_bytes:
+            raise LimitExceeded(
+                f"subscriptions of more than {hub.max_subscription_bytes} topic bytes on one "
+                "connection ([hub] max_subscription_bytes)"
+            )
+        if hub.subscription_bytes + size > hub.max_total_subscription_bytes:
+            raise LimitExceeded(
+                f"the broker holds {hub.max_total_subscription_bytes} bytes of subscribed "
+                "topics in all ([hub] max_total_subscription_bytes)"
+            )
+        self.subscription_bytes += size
+        hub.subscription_bytes += size
+
+    def _release(self, topic: str) -> None:
+        size = len(topic.encode("utf-8", "surrogatepass"))
+        self.subscription_bytes -= size
+        self.hub.subscription_bytes -= size
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        encoded: tuple[bytes, bool] | None = None,
+        *,
+        encodings: dict[Hashable, tuple[bytes, bool]] | None = None,
+    ) -> int:
+        """Publish from this connection: everyone subscribed but this session gets it.
+        `encoded` is the message already in this session's wire format, forwarded as it is;
+        `encodings` holds it in several formats, as `{wire_format: (data, binary)}`."""
+        self.received += 1
+        if encodings is not None:
+            cache = dict(encodings)
+        else:
+            cache = {} if encoded is None else {self.wire_format: encoded}
+        return self.hub.fan_out(topic, payload, False, self, self.protocol, cache, None)
+
+    def set_wire_format(self, wire_format: Hashable, encode: Encoder) -> None:
+        """Receive publishes in another format from now on (a UBRE connection follows the format
+        of its latest subscribe)."""
+        self.wire_format = wire_format
+        self._encode = encode
+        self.frame_key = self.hub.prepared_key(wire_format, self.transport.prepareKey)
+
+    def send(self, data: bytes, binary: bool) -> None:
+        """Send one message of this connection's own (an announcement, not a publish) through
+        the send queue, behind whatever already waits there."""
+        if not self.closed:
+            self._send_prepared((self.transport.prepareMessage(data, binary), len(data)))
+
+    def set_will(self, topic: str, payload: bytes) -> None:
+        self._check_topic_length(topic)
+        self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
+
+    def close(self, reason: Any = None) -> None:
+        """Leave the hub: drop every subscription and the queue, then publish the will.
+        `reason`, a Failure or text, says why in the log."""
+        if self.closed:
+            return
+        self.closed = True
+        hub = self.hub
+        totals = hub.closed_stats.get(self.protocol)
+        if totals is None:
+            totals = hub.closed_stats[self.protocol] = SessionStats()
+        self.add_stats_to(totals)
+        if reason is None:
+            reason = "closed"
+        elif not isinstance(reason, str):
+            reason = reason.getErrorMessage().rstrip(".")
+        log.info(
+            "{protocol} session {session} from {peer} closed: {reason} ({received} in, {sent} "
+            "out, {dropped_messages} dropped)",
+            event="disconnect", protocol=self.protocol, transport=self.transport_name,
+            peer=self.peer, session=self.id, client=self.client, reason=reason,
+            received=self.received, sent=self.sent, sent_bytes=self.sent_bytes,
+            dropped_messages=self.dropped_messages, dropped_bytes=self.dropped_bytes,
+            duration=round(time.monotonic() - self.opened, 3),
+        )
+        self.writes_now = False
+        for topic in self.topics:
+            self.hub.unsubscribe(self, topic)
+        for pattern in self.patterns:
+            self.hub.unsubscribe_pattern(self, pattern)
+        self.topics.clear()
+        self.patterns.clear()
+        self.hub.subscription_bytes -= self.subscription_bytes
+        self.subscription_bytes = 0
+        self._queue.clear()
+        self.queued_bytes = 0
+        self.hub.detach(self)
+        will, self.will = self.will, None
+        if will is not None:
+            delivered = self.hub.publish(will)
+            log.info(
+                "{protocol} session {session} from {peer}: will published on {topic!r} to "
+                "{delivered} subscribers",
+                event="will", protocol=self.protocol, peer=self.peer, session=self.id,
+                client=self.client, topic=will.topic, delivered=delivered,
+            )
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def deliver(self, message: HubMessage, cache: dict) -> None:
+        """Send a published message, encoding and framing it only if no one did yet."""
+        prepared = cache.get(self.frame_key)
+        if prepared is None:
+            prepared = self._prepare(message, cache)
+            if prepared is None:
+                return
+        self._send_prepared(prepared)
+
+    def _prepare(self, message: HubMessage, cache: dict) -> tuple[Any, int] | None:
+        if self.wire_format not in cache:
+            # None, cached too, means the message cannot be said in this format.
+            cache[self.wire_format] = self._encode(message)
+        return self.frame_from_cache(cache)
+
+    def frame_from_cache(self, cache: dict) -> tuple[Any, int] | None:
+        """Frame the encoding already in `cache` for this transport, if there is one."""
+        encoded = cache.get(self.wire_format)
+        if encoded is None:
+            return None
+        data, binary = encoded
+        prepared = cache[self.frame_key] = (self.transport.prepareMessage(data, binary),
+                                                len(data))
+        return prepared
+
+    def _send_prepared(self, prepared: tuple[Any, int]) -> None:
+        """Write now if nothing waits and the transport takes writes, else queue."""
+        if self.writes_now:
+            self.sent += 1
+            self.sent_bytes += prepared[1]
+            self.write_frame(prepared[0])
+            return
+        if self.closed:
+            return
+        self._queue.append(prepared)
+        self.writes_now = False
+        self.queued_bytes += prepared[1]
+        if self.queued_bytes > self.queue_limit:
+            self._overflowed()
+
+    def _overflowed(self) -> None:
+        hub_stats = self.hub.stats
+        if self.overflow is Overflow.DISCONNECT:
+            self.overflow_disconnects += 1
+            hub_stats.overflow_disconnects += 1
+            log.warn(
+                "{protocol} session {session} from {peer}: send queue passed {limit} bytes; "
+                "disconnecting (policy 'disconnect')",
+                event="overflow_disconnect", protocol=self.protocol, peer=self.peer,
+                session=self.id, limit=self.queue_limit,
+            )
+            self._queue.clear()
+            self.queued_bytes = 0
+            self.transport.abortConnection()
+            self.close(f"send queue passed {self.queue_limit} bytes")
+            return
+        while self.queued_bytes > self.queue_limit and self._queue:
+            _, size = self._queue.popleft()
+            self.queued_bytes -= size
+            self.dropped_messages += 1
+            self.dropped_bytes += size
+            hub_stats.dropped_messages += 1
+            hub_stats.dropped_bytes += size
+
+    # -- IPushProducer: called by the transport underneath ---------------------------------------
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+        self.writes_now = False
+
+    def resumeProducing(self) -> None:
+        self._paused = False
+        queue = self._queue
+        while queue and not self._paused and not self.closed:
+            prepared, size = queue.popleft()
+            self.queued_bytes -= size
+            self.sent += 1
+            self.sent_bytes += size
+            self.write_frame(prepared)
+        self.writes_now = not (self._paused or self._queue or self.closed)
+
+    def stopProducing(self) -> None:
+        self._queue.clear()
+        self.queued_bytes = 0
