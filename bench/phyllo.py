@@ -48,10 +48,15 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from twisted.internet import defer, error, protocol, reactor, task
+from twisted.internet import defer, error, protocol, reactor
 
 from wireproto.phyllo import DocumentLink, PubSubDocument, connect_stack, reduced_stack
 from wireproto.transports import SerialEndpoint
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # for bench/'s shared harness
+    sys.path.append(str(Path(__file__).resolve().parent))
+import _harness as harness  # noqa: E402
+from _harness import BenchError  # noqa: E402
 
 BENCH = Path(__file__).resolve()
 PEER = BENCH.parent.parent / "tests" / "phyllo" / "phyllo_python.py"
@@ -60,10 +65,6 @@ VALUE = {"t": 21.5, "rh": 40}
 LINE_RATE = 115200 // 10  # bytes a second: 8N1 is 10 bits a byte
 SPEED_GOAL = 5.0  # wireproto's rate over phyllo-python's, at least
 LINE_GOAL = 0.95  # of line rate, at least
-
-
-class BenchError(Exception):
-    """The run cannot be trusted: a message lost or changed, a stall, a process that failed."""
 
 
 def wire_of(value: Any = VALUE) -> bytes:
@@ -485,23 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["line"]:
         return run_line(argv[1:])
-    options = parse_args(argv)
-    failures: list[str] = []
-
-    async def bench(_reactor: Any) -> None:
-        try:
-            await run(options)
-        except BenchError as e:
-            failures.append(str(e))
-
-    try:
-        task.react(lambda r: defer.ensureDeferred(bench(r)))
-    except SystemExit as e:
-        if e.code:
-            return int(e.code)
-    for failure in failures:
-        print(f"bench/phyllo.py: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+    return harness.main("phyllo.py", run, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -45,15 +45,16 @@ from wireproto import capture
 from wireproto.codecs import nydus, subble, ubre, websmq
 from wireproto.pipeline.rows import ARROW_SCHEMA, decode_batch
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # for bench/'s shared harness
+    sys.path.append(str(Path(__file__).resolve().parent))
+import _harness as harness  # noqa: E402
+from _harness import BenchError  # noqa: E402
+
 DEFAULT_BATCH_SIZE = None  # the data source's own default
 SPEEDUP_GOAL = 1.7
 RATE_GOAL = 1_500_000
 TINY_MESSAGES = 2000
 COLUMNS = ", ".join(ARROW_SCHEMA.names)
-
-
-class BenchError(Exception):
-    """The run cannot be trusted: a reader saw a different number of rows than were written."""
 
 
 # --- The capture ---------------------------------------------------------------------------------
@@ -468,13 +469,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(argv)
-    try:
-        run(options)
-    except BenchError as error:
-        print(f"bench/pipeline.py: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return harness.main("pipeline.py", run, parse_args(argv), reactor=False)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,11 @@ from twisted.python.failure import Failure
 
 from wireproto.codecs import websmq
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # for bench/'s shared harness
+    sys.path.append(str(Path(__file__).resolve().parent))
+import _harness as harness  # noqa: E402
+from _harness import BenchError  # noqa: E402
+
 BENCH = Path(__file__).resolve().parent
 TOPIC = "bench/pubsub"
 PAYLOAD = bytes(range(32, 96))  # 64 bytes, as in bench/codecs.py
@@ -70,10 +75,6 @@ PROBE = b"probe".ljust(len(PAYLOAD), b".")
 MARKER = b"start".ljust(len(PAYLOAD), b".")
 LISTEN = "tcp:0:interface=127.0.0.1"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-class BenchError(Exception):
-    """The run cannot be trusted: a broker lost, added or changed a delivery, or stalled."""
 
 
 class BrokerUnavailable(Exception):
@@ -973,24 +974,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(argv)
-
-    failures: list[str] = []
-
-    async def bench(_reactor: Any) -> None:
-        try:
-            await run(options)
-        except BenchError as e:
-            failures.append(str(e))
-
-    try:
-        task.react(lambda r: defer.ensureDeferred(bench(r)))
-    except SystemExit as e:
-        if e.code:
-            return int(e.code)
-    for failure in failures:
-        print(f"bench/pubsub.py: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+    return harness.main("pubsub.py", run, parse_args(argv))
 
 
 if __name__ == "__main__":

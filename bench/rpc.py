@@ -61,6 +61,11 @@ from twisted.python.failure import Failure
 from wireproto.codecs import ubre
 from wireproto.protocols.ubre.client import UbreClient
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # for bench/'s shared harness
+    sys.path.append(str(Path(__file__).resolve().parent))
+import _harness as harness  # noqa: E402
+from _harness import BenchError  # noqa: E402
+
 BENCH = Path(__file__).resolve().parent
 SERVERS = BENCH / "_rpc_servers.py"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -68,10 +73,6 @@ PLACEMENTS = ("same-core", "split", "any")
 GOAL = ("ubre binary (raw client)", "bare echo", 1.5)  # (row, baseline, at most this p50 ratio)
 # Printable ASCII with no character that JSON escapes, so a body is the same size in both formats.
 BODY_ALPHABET = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
-
-
-class BenchError(Exception):
-    """The run cannot be trusted: a wrong or missing reply, a stall, a server that died."""
 
 
 def body_of(size: int) -> bytes:
@@ -572,23 +573,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(argv)
-    failures: list[str] = []
-
-    async def bench(_reactor: Any) -> None:
-        try:
-            await run(options)
-        except BenchError as e:
-            failures.append(str(e))
-
-    try:
-        task.react(lambda r: defer.ensureDeferred(bench(r)))
-    except SystemExit as e:
-        if e.code:
-            return int(e.code)
-    for failure in failures:
-        print(f"bench/rpc.py: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+    return harness.main("rpc.py", run, parse_args(argv))
 
 
 if __name__ == "__main__":

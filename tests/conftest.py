@@ -1,6 +1,7 @@
 import os
 
 import pytest
+import pytest_twisted
 from hypothesis import HealthCheck, settings
 
 # CI runs a fixed, derandomized set of examples so a red build is reproducible;
@@ -31,6 +32,18 @@ def full_log_budget():
     from wireproto.peerlog import BUDGET
 
     BUDGET.reset()
+
+
+@pytest_twisted.async_yield_fixture
+async def broker():
+    """A `tests.brokers.Broker`: the services and clients a test starts, all stopped after it."""
+    from tests.brokers import Broker
+
+    running = Broker()
+    try:
+        yield running
+    finally:
+        await running.close()
 
 
 # Shared by every test directory: a serial cable made of two cross-connected pty pairs, and a

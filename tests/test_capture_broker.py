@@ -21,6 +21,7 @@ from twisted.internet.endpoints import clientFromString, connectProtocol
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 
+from tests.brokers import LOCAL, start_service
 from tests.support import eventually, wait_for
 from tests.test_cli import Child
 from wireproto import capture
@@ -38,9 +39,8 @@ from wireproto.config import (
 from wireproto.hub import describe_address
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect as websmq_connect
-from wireproto.service import WireprotoService, make_service
+from wireproto.service import WireprotoService
 
-LOCAL = "interface=127.0.0.1"
 TOPIC = "room/temp"
 COUNT = 7
 
@@ -59,9 +59,7 @@ def by_connection(records: list[capture.Record]) -> dict[int, list[capture.Recor
 
 
 async def start(config: Config) -> tuple[WireprotoService, list[str]]:
-    service = make_service(config, reactor)
-    service.startService()
-    bound = await wait_for(service.when_listening())
+    service, bound = await start_service(config)
     return service, [entry.address for entry in bound]
 
 

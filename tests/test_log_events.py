@@ -6,17 +6,17 @@ from __future__ import annotations
 import re
 import socket
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest_twisted
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
+from tests.brokers import Broker
 from tests.support import eventually, wait_for
 from tests.test_cli import children
 from tests.test_metrics import http_base, scrape
-from tests.test_service import Broker
 
 __all__ = ["children"]  # the fixture, from tests.test_cli
 
@@ -24,15 +24,6 @@ LOCAL = "interface=127.0.0.1"
 # A length32 frame holding a WEBSMQ LastWill whose topic length runs past its end.
 BROKEN = struct.pack(">I", 2) + b"\xff\xff"
 EVENTS = ("connect", "disconnect", "will", "protocol_error", "link_up", "link_down")
-
-
-@pytest_twisted.async_yield_fixture
-async def broker() -> AsyncIterator[Broker]:
-    running = Broker()
-    try:
-        yield running
-    finally:
-        await running.close()
 
 
 @contextmanager

@@ -4,7 +4,6 @@ listeners share, parsed with prometheus_client's own parser, and checked count f
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +14,8 @@ from twisted.internet import defer, protocol, reactor
 from twisted.web.client import Agent
 from twisted.web.http_headers import Headers
 
+from tests.brokers import Broker
 from tests.support import eventually, failure_of, wait_for
-from tests.test_service import Broker
 from wireproto.codecs import websmq
 from wireproto.codecs.phyllo.document import Format, Schema, message_from_document, serialize
 from wireproto.codecs.phyllo.stack import REDUCED, StackDecoder
@@ -27,15 +26,6 @@ from wireproto.protocols.rpc import RequestFailed
 from wireproto.protocols.ubre.client import connect as ubre_connect
 
 LOCAL = "interface=127.0.0.1"
-
-
-@pytest_twisted.async_yield_fixture
-async def broker() -> AsyncIterator[Broker]:
-    running = Broker()
-    try:
-        yield running
-    finally:
-        await running.close()
 
 
 class Scrape:

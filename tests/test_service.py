@@ -8,7 +8,6 @@ import os
 import socket
 import struct
 import tty
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from cobs import cobs
 from twisted.internet import error, protocol, reactor
 from twisted.internet.ssl import Certificate, optionsForClientTLS
 
+from tests.brokers import LOCAL, Broker
 from tests.support import eventually, failure_of, sleep, wait_for
 from wireproto.codecs import subble, websmq
 from wireproto.config import (
@@ -34,56 +34,14 @@ from wireproto.protocols.nydus.server import InvokeError
 from wireproto.protocols.rpc import RequestFailed
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import WebsmqClientProtocol, connect
-from wireproto.service import BoundListener, ListenFailed, WireprotoService, make_service
+from wireproto.service import ListenFailed, WireprotoService, make_service
 from wireproto.transports import HandshakeFailed
 from wireproto.transports.serial import serial_endpoint_from_string
-
-LOCAL = "interface=127.0.0.1"
-
-
-class Broker:
-    """Starts services and clients for one test, and stops every one of them at its end."""
-
-    def __init__(self) -> None:
-        self.services: list[WireprotoService] = []
-        self.clients: list[WebsmqClientProtocol] = []
-
-    async def start(
-        self, *listeners: str, **config: Any
-    ) -> tuple[WireprotoService, list[BoundListener]]:
-        retry_policy = config.pop("retry_policy", None)
-        settings = Config(listeners=tuple(parse_listen(spec) for spec in listeners), **config)
-        options = {"retry_policy": retry_policy} if retry_policy else {}
-        service = make_service(settings, reactor, **options)
-        self.services.append(service)
-        service.startService()
-        return service, await wait_for(service.when_listening())
-
-    async def client(self, address: str, **options: Any) -> WebsmqClientProtocol:
-        client = await wait_for(connect(reactor, address, **options))
-        self.clients.append(client)
-        return client
-
-    async def close(self) -> None:
-        for client in self.clients:
-            await wait_for(client.disconnect(), timeout=10)
-        for service in self.services:
-            if service.running:
-                await wait_for(service.stopService(), timeout=10)
 
 
 async def closed(client: WebsmqClientProtocol) -> BaseException:
     """Wait until `client`'s connection is gone; why it closed."""
     return await wait_for(client.when_closed(), timeout=10)
-
-
-@pytest_twisted.async_yield_fixture
-async def broker() -> AsyncIterator[Broker]:
-    running = Broker()
-    try:
-        yield running
-    finally:
-        await running.close()
 
 
 async def subscribe(service: WireprotoService, client: WebsmqClientProtocol, topic: str) -> list:

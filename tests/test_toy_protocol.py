@@ -19,6 +19,7 @@ from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.protocols.basic import LineOnlyReceiver
 
+from tests.brokers import start_service
 from tests.support import eventually, wait_for
 from wireproto import capture
 from wireproto.config import ConfigError, config_from_toml, config_to_toml
@@ -28,7 +29,6 @@ from wireproto.payloads import NO_VALUE
 from wireproto.pipeline.decode import decode_record
 from wireproto.pipeline.values import numeric_values
 from wireproto.protocols import ProtocolDescriptor, register_protocol, unregister_protocol
-from wireproto.service import make_service
 from wireproto.transports.base import MessageProtocol
 
 TOY_CODE = 200
@@ -147,10 +147,8 @@ async def test_the_toy_is_served_captured_and_decoded(toy, tmp_path: Path):
         "[toy]\nshout = true\n"
         f'[capture]\ndirectory = "{tmp_path}"\nflush_interval = 0.05\n'
     )
-    service = make_service(config, reactor)
-    service.startService()
+    service, (bound,) = await start_service(config)
     try:
-        (bound,) = await wait_for(service.when_listening())
         port = int(bound.address.rsplit(":", 1)[1])
         endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", port)
         subscriber = await wait_for(connectProtocol(endpoint, LineClient()))

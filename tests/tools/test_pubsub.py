@@ -15,6 +15,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
+from tests.brokers import start_service
 from tests.phyllo.test_bridge import PtyDevice, document
 from tests.support import eventually, sleep, wait_for
 from tests.test_cli import Child
@@ -56,9 +57,7 @@ class Broker:
             specs["ubre_ssl"] = f"ubre+lines@{secure}"
         config = Config(listeners=tuple(parse_listen(spec) for spec in specs.values()),
                         websmq=WebsmqSettings(wildcards=wildcards))
-        self.service = make_service(config, reactor)
-        self.service.startService()
-        bound = await wait_for(self.service.when_listening())
+        self.service, bound = await start_service(config)
         return {name: entry.address for name, entry in zip(specs, bound, strict=True)}
 
     def run(self, *args: str, stdin: str | None = None) -> Tool:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest_twisted
 from twisted.internet import defer, reactor
 
+from tests.brokers import LOCAL, Broker
 from tests.support import Inbox, eventually, wait_for
 from tests.test_cli import Child
-from tests.test_service import LOCAL, Broker
 from wireproto.config import NydusSettings, SubbleSettings
 from wireproto.protocols.nydus.server import InvokeError
 from wireproto.protocols.ubre.client import connect as ubre_connect

@@ -9,6 +9,8 @@ import struct
 import pytest
 import pytest_twisted
 from cobs import cobs
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet import reactor
 from twisted.internet.error import ConnectionLost
 
@@ -232,3 +234,70 @@ def test_options_refuse_unknown_framing_and_bad_limits():
         StreamOptions(max_message_size=2**32)
     with pytest.raises(ValueError, match="max_connections"):
         StreamOptions(max_connections=0)
+
+
+class FrameLog:
+    """An IFrameObserver that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.frames: list[bytes] = []
+
+    def readStarting(self) -> None:
+        self.reads += 1
+
+    def framesReceived(self, frames: bytes) -> None:
+        self.frames.append(frames)
+
+
+class Messages:
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        self.received.append(data)
+
+
+def length32_transport(max_message_size: int = 64):
+    from twisted.internet.testing import StringTransport
+
+    from wireproto.transports.base import ILengthPrefixedFrames
+    from wireproto.transports.stream import Length32MessageTransport
+
+    transport = Length32MessageTransport(max_message_size)
+    assert ILengthPrefixedFrames.providedBy(transport)
+    transport.transport = StringTransport()
+    transport.wrapped = Messages()
+    observer = FrameLog()
+    transport.observeFrames(observer)
+    return transport, observer
+
+
+@given(
+    messages=st.lists(st.binary(max_size=40), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
+)
+def test_length32_frames_cut_anywhere_come_out_whole_and_are_observed_as_they_came(
+    messages, cuts
+):
+    stream = length32(*messages)
+    points = sorted({cut % (len(stream) + 1) for cut in cuts} | {0, len(stream)})
+    pieces = [stream[a:b] for a, b in zip(points, points[1:], strict=False)]
+    transport, observer = length32_transport()
+    for piece in pieces:
+        transport.dataReceived(piece)
+    assert transport.wrapped.received == messages
+    assert b"".join(observer.frames) == stream
+    assert observer.reads == len(pieces)
+    assert all(frames for frames in observer.frames)
+
+
+def test_an_oversized_length32_frame_stops_delivery_after_the_frames_before_it():
+    transport, observer = length32_transport(max_message_size=8)
+    good = length32(b"one", b"two")
+    transport.dataReceived(good + struct.pack(">I", 9) + b"x" * 9 + length32(b"three"))
+    assert transport.wrapped.received == [b"one", b"two"]
+    assert observer.frames == [good]
+    assert transport.paused and transport.transport.disconnecting
+    transport.dataReceived(length32(b"four"))
+    assert transport.wrapped.received == [b"one", b"two"]

@@ -25,7 +25,12 @@ from zope.interface import implementer
 from wireproto.capture.format import DEFAULT_MAX_FILE_BYTES, Kind
 from wireproto.capture.writer import DEFAULT_FILE_MODE, ThreadedCaptureWriter
 from wireproto.hub import describe_address, transport_name
-from wireproto.transports.base import IMessageProtocol, IMessageTransport
+from wireproto.transports.base import (
+    IFrameObserver,
+    ILengthPrefixedFrames,
+    IMessageProtocol,
+    IMessageTransport,
+)
 
 __all__ = ["BrokerCapture", "ConnectionCapture", "CapturingTransport", "CapturingProtocol"]
 
@@ -110,6 +115,7 @@ class BrokerCapture:
             self.writer.batches([(conn_id, _KINDS[direction], data, binary, timestamp_ns)])
 
 
+@implementer(IFrameObserver)
 class ConnectionCapture:
     """One connection's messages not recorded yet: for each direction (IN, OUT) a list of parts
     that join into a batch record's data, and the batch's binary flag and start time."""
@@ -134,9 +140,11 @@ class ConnectionCapture:
         parts.append(_pack_length(len(data)))
         parts.append(data)
 
-    def reading(self) -> None:
-        """A read of length32 frames is about to be handled: stamp the in batch now, before its
-        messages are handled (and answered)."""
+    # -- IFrameObserver, for transports whose frames are a batch's parts already ------------------
+
+    def readStarting(self) -> None:
+        """A read of length-prefixed frames is about to be handled: stamp the in batch now,
+        before its messages are handled (and answered)."""
         parts = self.parts[IN]
         if parts and not self.binary[IN]:
             self.record(IN)
@@ -144,8 +152,8 @@ class ConnectionCapture:
             self.binary[IN] = True
             self.capture.begin(self, IN)
 
-    def received_frames(self, frames: bytes) -> None:
-        """The whole length32 frames of the read just handled: a batch's parts already."""
+    def framesReceived(self, frames: bytes) -> None:
+        """The whole frames of the read just handled: a batch's parts already."""
         self.parts[IN].append(frames)
 
     def record(self, direction: int) -> None:
@@ -166,16 +174,16 @@ class CapturingTransport:
     it to `inner`.
 
     A prepared message is made once for all subscribers, so its batch part is made there too:
-    over a length32 stream the inner prepared message (the frame) is that part already, and
-    `sendPrepared` is a closure that appends it and writes it; elsewhere the prepared message is
-    (inner's, part, binary). Since every connection of a capturing service is wrapped, the
-    prepareKey stays the inner one."""
+    over a transport whose frames are length-prefixed (`ILengthPrefixedFrames`) the inner
+    prepared message (the frame) is that part already, and `sendPrepared` is a closure that
+    appends it and writes it; elsewhere the prepared message is (inner's, part, binary). Since
+    every connection of a capturing service is wrapped, the prepareKey stays the inner one."""
 
     def __init__(self, inner: IMessageTransport, connection: ConnectionCapture) -> None:
         self.inner = inner
         self.connection = connection
         self.connection_id = connection.connection_id
-        self._framed = getattr(inner, "framing", None) == "length32"
+        self._framed = ILengthPrefixedFrames.providedBy(inner)
         if self._framed:
             self.sendPrepared = self._framed_sender()
 
@@ -246,10 +254,10 @@ class CapturingProtocol:
         conn_id = self.connection_id = self.capture.next_id()
         self.connection = ConnectionCapture(self.capture, conn_id)
         self.transport = CapturingTransport(transport, self.connection)
-        capture_received = getattr(transport, "captureReceived", None)
-        if capture_received is not None and capture_received(self.connection):
-            # The transport records what it receives in whole frames: deliveries skip this
-            # wrapper.
+        if ILengthPrefixedFrames.providedBy(transport):
+            # Its frames are a batch's parts already: they are recorded as they came, and
+            # deliveries skip this wrapper.
+            transport.observeFrames(self.connection)
             self.messageReceived = self.wrapped.messageReceived  # type: ignore[method-assign]
         self.connectionMade()
         # The protocol's own connectionMade runs in here, and may already send.

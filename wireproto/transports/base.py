@@ -17,6 +17,8 @@ from wireproto.errors import ProtocolError
 
 __all__ = [
     "IMessageTransport",
+    "ILengthPrefixedFrames",
+    "IFrameObserver",
     "IMessageProtocol",
     "MessageProtocol",
     "ByteTransportDelegate",
@@ -64,6 +66,27 @@ class IMessageTransport(IConsumer, IPushProducer):
 
     def getHost() -> Any:
         """This side's address."""
+
+
+class IFrameObserver(Interface):
+    """Sees the frames an `ILengthPrefixedFrames` transport receives, as they came."""
+
+    def readStarting() -> None:
+        """A read is about to be handled: the messages it holds are delivered next."""
+
+    def framesReceived(frames: bytes) -> None:
+        """The whole frames that read delivered, as received: each a 4-byte big-endian length
+        and the message."""
+
+
+class ILengthPrefixedFrames(IMessageTransport):
+    """A message transport whose frames, both ways, are a 4-byte big-endian length and then the
+    message (the length32 framing). Its prepared messages are such frames, and an observer can
+    see the frames it receives without their being cut apart and joined again: what capture
+    files store is the same layout."""
+
+    def observeFrames(observer: IFrameObserver) -> None:
+        """From now on, tell `observer` of each read and of the whole frames it delivered."""
 
 
 class IMessageProtocol(Interface):

@@ -2,7 +2,7 @@
 
 A stream has no message boundaries of its own, so each connection uses one named framing:
 
-- ``length32``: a 4-byte big-endian length, then the message (Twisted's Int32StringReceiver).
+- ``length32``: a 4-byte big-endian length, then the message.
 - ``lines``: one message per line, ended by ``b"\\n"`` (a ``b"\\r"`` before it is dropped);
   messages arrive with ``binary=False`` and may not contain ``b"\\n"``.
 - ``cobs``: each message COBS-encoded and ended by a zero byte, as serial links use.
@@ -25,7 +25,7 @@ from twisted.internet.error import ConnectionLost
 from twisted.internet.interfaces import IAddress, ISSLTransport
 from twisted.internet.protocol import ClientFactory, Factory, Protocol, ServerFactory
 from twisted.logger import Logger
-from twisted.protocols.basic import Int32StringReceiver, LineOnlyReceiver
+from twisted.protocols.basic import LineOnlyReceiver
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -33,7 +33,13 @@ from wireproto import peerlog
 from wireproto.errors import BadEncoding, FrameTooLarge, ProtocolError
 from wireproto.peerlog import address_key, describe_address
 from wireproto.settings import seconds_or_never, setting
-from wireproto.transports.base import ByteTransportDelegate, IMessageProtocol, IMessageTransport
+from wireproto.transports.base import (
+    ByteTransportDelegate,
+    IFrameObserver,
+    ILengthPrefixedFrames,
+    IMessageProtocol,
+    IMessageTransport,
+)
 
 __all__ = [
     "FRAMINGS",
@@ -228,8 +234,8 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     def _stopDelivery(self) -> None:
         """Deliver nothing more from this connection, not even what is already buffered.
 
-        `paused` is the flag Int32StringReceiver's parsing loop checks; the other framings check
-        it too. Pausing the peer (pauseProducing) does not set it: that only stops reading.
+        `paused` is the flag every framing's parsing loop checks. Pausing the peer
+        (pauseProducing) does not set it: that only stops reading.
         """
         self.paused = True
 
@@ -274,29 +280,53 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
 
 
 
-_pack_length32 = struct.Struct(">I").pack
+_length32 = struct.Struct(">I")
+_pack_length32 = _length32.pack
+_unpack_length32 = _length32.unpack_from
 
 
-class Length32MessageTransport(StreamMessageTransport, Int32StringReceiver):
-    """Frames: a 4-byte big-endian length, then the message."""
+@implementer(ILengthPrefixedFrames)
+class Length32MessageTransport(StreamMessageTransport):
+    """Frames: a 4-byte big-endian length, then the message.
+
+    The frames are cut here rather than by Twisted's Int32StringReceiver so that an observer
+    (`observeFrames`) can be handed the whole frames of each read as they came."""
 
     framing = "length32"
     prepareKey = ("stream", "length32")
 
     def __init__(self, max_message_size: int) -> None:
         super().__init__(max_message_size)
-        self.MAX_LENGTH = max_message_size
+        self._buffer = b""
+        self._observer: IFrameObserver | None = None
 
-    def stringReceived(self, data: bytes) -> None:
-        self.wrapped.messageReceived(data, True)
-
-    def lengthLimitExceeded(self, length: int) -> None:
-        self._frameError(
-            FrameTooLarge(
-                f"length32 frame of {length} bytes is over the limit of "
-                f"{self.max_message_size} bytes (StreamOptions.max_message_size)"
-            )
-        )
+    def dataReceived(self, data: bytes) -> None:
+        buffer = self._buffer + data if self._buffer else data
+        observer = self._observer
+        if observer is not None:
+            observer.readStarting()
+        end = len(buffer)
+        offset = 0
+        limit = self.max_message_size
+        while end - offset >= 4 and not self.paused:
+            (length,) = _unpack_length32(buffer, offset)
+            if length > limit:
+                self._buffer = b""
+                self._frameError(FrameTooLarge(
+                    f"length32 frame of {length} bytes is over the limit of {limit} bytes "
+                    "(StreamOptions.max_message_size)"
+                ))
+                break
+            frame_end = offset + 4 + length
+            if frame_end > end:
+                break
+            message = buffer[offset + 4:frame_end]
+            offset = frame_end
+            self.wrapped.messageReceived(message, True)
+        if observer is not None and offset:
+            observer.framesReceived(buffer[:offset])
+        if not self.paused:
+            self._buffer = buffer[offset:]
 
     def sendMessage(self, data: bytes, binary: bool = True) -> None:
         self.transport.write(_pack_length32(len(data)) + data)
@@ -304,27 +334,8 @@ class Length32MessageTransport(StreamMessageTransport, Int32StringReceiver):
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         return _pack_length32(len(data)) + data
 
-    def captureReceived(self, capture: Any) -> bool:
-        """From now on, call `capture.reading()` before handling each read and
-        `capture.received_frames(frames)` after it, with the whole frames it delivered, as they
-        came (a ConnectionCapture of wireproto.capture.wrapper). Returns True: this
-        transport records what it receives itself."""
-        reading, record = capture.reading, capture.received_frames
-
-        def data_received(data: bytes) -> None:
-            before = self._unprocessed
-            reading()
-            Int32StringReceiver.dataReceived(self, data)
-            # Int32StringReceiver keeps what follows the last frame it took in _unprocessed; on
-            # an oversized frame it keeps everything there, and that frame's offset in
-            # _compatibilityOffset (0 otherwise).
-            taken = (len(before) + len(data) - len(self._unprocessed)
-                     + self._compatibilityOffset)
-            if taken:
-                record((before + data if before else data)[:taken])
-
-        self.dataReceived = data_received
-        return True
+    def observeFrames(self, observer: IFrameObserver) -> None:
+        self._observer = observer
 
 
 class LinesMessageTransport(StreamMessageTransport, LineOnlyReceiver):

@@ -313,14 +313,11 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
                 text = close_reason(error)
             close_websocket(ws, close_code(error), text)
             self._finish()
-        else:
-            self._queue.append(CLOSE)
-            if self._poll is not None:
-                self._answer_poll(self._poll)  # which finishes the session
-            else:
-                self._linger = self._reactor.callLater(
-                    self.server.options.ping_timeout, self._finish
-                )
+        elif not self._queue_close():
+            # Wait a little for the client's next GET, to give it the close packet.
+            self._linger = self._reactor.callLater(
+                self.server.options.ping_timeout, self._finish
+            )
         self._closed(reason)
 
     def _abort(self, reason: Failure) -> None:
@@ -334,12 +331,8 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
         if ws is not None:
             ws.dropConnection(abort=True)
             self._finish()
-        else:
-            self._queue.append(CLOSE)
-            if self._poll is not None:
-                self._answer_poll(self._poll)  # which finishes the session
-            else:
-                self._finish()
+        elif not self._queue_close():
+            self._finish()
         self._closed(reason)
 
     def _closed_by_peer(self, reason: Failure) -> None:
@@ -391,6 +384,15 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
         protocol, self.protocol = self.protocol, None
         if protocol is not None:
             protocol.connectionLost(reason)
+
+    def _queue_close(self) -> bool:
+        """Queue the close packet for polling, and answer a held GET with it (which finishes
+        the session). False if no GET is held."""
+        self._queue.append(CLOSE)
+        if self._poll is None:
+            return False
+        self._answer_poll(self._poll)
+        return True
 
     def _drop_queue(self) -> None:
         self._queue.clear()
