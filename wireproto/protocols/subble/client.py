@@ -77,6 +77,7 @@ from wireproto.protocols.subble.events import (
     SubbleEvent,
     parse_format,
 )
+from wireproto.protocols.subble.state import HandshakeState
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.reconnect import DEFAULT_RETRY
@@ -111,8 +112,9 @@ class SubbleClientProtocol(MessageProtocol):
     """One connection of a `SubbleClient`. `handshaken` fires with it once the host accepted
     the handshake, or fails with HandshakeRefused, RequestTimeout or ConnectionClosed."""
 
-    _ready = False
-    _failed = False
+    state: HandshakeState = HandshakeState.AWAITING
+    # Whether the host accepted this connection (it may have ENDED since).
+    accepted = False
     _timer: IDelayedCall | None = None
 
     def __init__(self, client: SubbleClient) -> None:
@@ -148,7 +150,7 @@ class SubbleClientProtocol(MessageProtocol):
         self.transport.abortConnection()
 
     def _handshakeFailed(self, error: Exception) -> None:
-        self._failed = True
+        self.state = HandshakeState.ENDED
         self._stopTimer()
         if not self.handshaken.called:
             self.handshaken.errback(error)
@@ -161,14 +163,14 @@ class SubbleClientProtocol(MessageProtocol):
     # -- receiving -------------------------------------------------------------------------------
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
-        if self._failed:
+        if self.state is HandshakeState.ENDED:
             return
         try:
             if not binary:
                 raise BadEncoding("SubbleSocket is binary: the host sent a text message")
             message = subble.decode(data, sender=subble.Sender.SERVER)
             kind = type(message)
-            if not self._ready:
+            if self.state is HandshakeState.AWAITING:
                 if kind is not HandshakeResponse:
                     raise UnexpectedMessage(
                         f"SubbleSocket code {message.code} before the handshake response"
@@ -203,7 +205,8 @@ class SubbleClientProtocol(MessageProtocol):
             raise InvalidField(
                 f"SubbleSocket handshake response {int(response.code)} gives no client ID"
             )
-        self._ready = True
+        self.state = HandshakeState.OPEN
+        self.accepted = True
         self.client._accepted(self, client_id, response)
         if not self.handshaken.called:
             self.handshaken.callback(self)
@@ -283,7 +286,7 @@ class SubbleClientProtocol(MessageProtocol):
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)
         self._stopTimer()
-        if self._ready:
+        if self.accepted:
             # The client first, so code that a failing produce resumes sees it disconnected.
             self.client._disconnected(self, reason)
         else:

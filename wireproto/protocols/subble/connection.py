@@ -32,6 +32,7 @@ from wireproto.peerlog import address_key
 from wireproto.protocols.subble.registry import (
     peer_ip,
 )
+from wireproto.protocols.subble.state import HandshakeState
 from wireproto.transports.base import MessageProtocol
 
 if TYPE_CHECKING:
@@ -103,8 +104,7 @@ class SubbleHostProtocol(MessageProtocol):
     handshake: HandshakeRequest | None = None
     subscribe: tuple[str, ...] = ()
     produce: frozenset[str] = frozenset()
-    _handshaken = False
-    _failed = False
+    state: HandshakeState = HandshakeState.AWAITING
     _timeout: Any = None
 
     def __init__(self, host: SubbleHost) -> None:
@@ -121,7 +121,7 @@ class SubbleHostProtocol(MessageProtocol):
     # -- receiving ------------------------------------------------------------------------------
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
-        if self._failed:
+        if self.state is HandshakeState.ENDED:
             return
         if not binary:
             self._refuse(BadEncoding("SubbleSocket is binary: a text message is not SubbleSocket"))
@@ -132,12 +132,12 @@ class SubbleHostProtocol(MessageProtocol):
             self._refuse(error)
             return
         if type(message) is HandshakeRequest:
-            if self._handshaken:
-                self._refuse(UnexpectedMessage("a second SubbleSocket handshake request"))
-            else:
-                self._handshaken = True
+            if self.state is HandshakeState.AWAITING:
+                self.state = HandshakeState.ANSWERING
                 self._handshake(message)
-        elif self.session is None:
+            else:
+                self._refuse(UnexpectedMessage("a second SubbleSocket handshake request"))
+        elif self.state is not HandshakeState.OPEN:
             self._refuse(UnexpectedMessage(
                 "a SubbleSocket produce request (27) before the handshake: the handshake "
                 "request (1) comes first"
@@ -196,6 +196,7 @@ class SubbleHostProtocol(MessageProtocol):
         if older is not None:
             older._replaced()
         host.clients[client_id] = self
+        self.state = HandshakeState.OPEN
         self.session = host.hub.attach(
             self.transport, protocol="subble", wire_format=WIRE_FORMAT,
             encode=host._encode_hub_message, client=client_id,
@@ -207,7 +208,7 @@ class SubbleHostProtocol(MessageProtocol):
 
     def _refuseHandshake(self, code: MessageCode, message: str, echo: bytes) -> None:
         """Answer with a refusal, then close: nothing more is read from this connection."""
-        self._failed = True
+        self.state = HandshakeState.ENDED
         log.warn(
             "subble: refused {peer}: {code} {message}", event="handshake_refused",
             protocol="subble", peer=describe_address(self.transport.getPeer()), code=int(code),
@@ -225,7 +226,7 @@ class SubbleHostProtocol(MessageProtocol):
             "subble: client {client_id!r} connected again; closing its older connection "
             "from {peer}", client_id=self.client_id, peer=self.transport.getPeer(),
         )
-        self._failed = True
+        self.state = HandshakeState.ENDED
         if self.session is not None:
             self.session.close("replaced by a newer connection with the same client ID")
         self.transport.loseConnection()
@@ -293,7 +294,7 @@ class SubbleHostProtocol(MessageProtocol):
 
     def _refuse(self, error: ProtocolError) -> None:
         """Close this one connection, telling the peer why; the host carries on."""
-        self._failed = True
+        self.state = HandshakeState.ENDED
         self._cancelTimeout()
         log_protocol_error("subble", self.transport, error, self.session)
         self.transport.loseConnection(error)
