@@ -6,7 +6,7 @@
 - `wireproto.pipeline.rows`: capture records as Arrow rows, one per message (needs pyarrow).
 - `wireproto.pipeline.datasource`: `WireCaptureDataSource`, the PySpark Python data source
   named ``wirecapture``, for batch reads and streams.
-- `wireproto.pipeline.session`, `analyze`, `report`: ``wireproto analyze``, its Parquet tables
+- `wireproto.pipeline.spark`, `analyze`, `report`: ``wireproto analyze``, its Parquet tables
   and its report; `wireproto.pipeline.follow`: ``wireproto analyze --follow``.
 
 All but `decode` and `values` need the ``spark`` extra (``pip install 'wireproto[spark]'``), so

@@ -69,7 +69,7 @@ def quiet_spark(master: str | None, log_path: Path) -> Any:
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    from wireproto.pipeline.session import spark_session
+    from wireproto.pipeline.spark import spark_session
 
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     if SparkContext._gateway is None:
