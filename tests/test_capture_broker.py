@@ -307,3 +307,30 @@ def test_capture_files_and_their_directory_are_the_owners_alone(tmp_path: Path) 
         (path,) = (directory / oct(mode or 0)).iterdir()
         assert stat.S_IMODE(path.stat().st_mode) == (mode or 0o600)
     assert stat.S_IMODE((directory / "0o0").stat().st_mode) == 0o700
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_message_the_transport_refuses_is_not_captured(tmp_path: Path) -> None:
+    from wireproto.errors import FrameTooLarge
+    from wireproto.transports.websocket import WebSocketOptions
+
+    config = Config(
+        listeners=(parse_listen(f"websmq+ws@tcp:0:{LOCAL}"),),
+        websocket=WebSocketOptions(max_message_size=100),
+        capture=CaptureSettings(directory=str(tmp_path), flush_interval=0.05),
+    )
+    service, (address,) = await start(config)
+    try:
+        client = await wait_for(websmq_connect(reactor, address))
+        await eventually(lambda: service._connections)
+        (protocol,) = list(service._connections)
+        with pytest.raises(FrameTooLarge):
+            protocol.transport.sendMessage(websmq.encode_publish("t", b"x" * 200), True)
+        fits = websmq.encode_publish("t", b"ok")
+        protocol.transport.sendMessage(fits, True)
+        await wait_for(client.disconnect())
+    finally:
+        await wait_for(service.stopService(), timeout=10)
+    sent = [data for record in records_in(tmp_path) if record.kind == capture.Kind.OUT
+            for data in record.messages()]
+    assert sent == [fits]

@@ -142,6 +142,12 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         ) and not within(target, "wireproto.config", "wireproto.service", "wireproto.cli",
                          "wireproto.tools", "wireproto.pipeline", "wireproto.capture"),
     ),
+    "wireproto.phyllo": (
+        "the Phyllo layers and bridge import neither capture, config, the service nor the tools",
+        lambda target: not within(target, "wireproto.capture", "wireproto.config",
+                                  "wireproto.service", "wireproto.cli", "wireproto.tools",
+                                  "wireproto.pipeline"),
+    ),
     "wireproto.pipeline": (
         "the pipeline imports neither the CLI nor the service, nor any transport",
         lambda target: not within(target, "wireproto.cli", "wireproto.service",

@@ -212,19 +212,28 @@ class WireprotoService(MultiService):
                 self.metrics.instrument(protocol, made)
         return made
 
+    def _connection_wrapper(
+        self, protocol: str
+    ) -> Callable[[IMessageProtocol], IMessageProtocol] | None:
+        """What wraps each connection's protocol of `protocol`: capture, when it is on."""
+        capture = self.capture
+        if capture is None:
+            return None
+        return lambda wrapped: CapturingProtocol(wrapped, capture, protocol)
+
     def _protocol_factory(self, protocol: str) -> Callable[[], IMessageProtocol]:
         make = self.server(protocol)
         connections = self._connections
-        capture, name = self.capture, protocol
-        if capture is not None:
+        wrap = self._connection_wrapper(protocol)
+        if wrap is not None:
 
-            def build_captured() -> IMessageProtocol:
-                # Records the connection around the protocol, on a CapturingTransport.
+            def build_wrapped() -> IMessageProtocol:
+                # Capture records the connection around the protocol.
                 protocol = make()
                 connections.add(protocol)
-                return CapturingProtocol(protocol, capture, name)
+                return wrap(protocol)
 
-            return build_captured
+            return build_wrapped
 
         def build() -> IMessageProtocol:
             # Remembered (weakly) so stopService can close what is still open.
@@ -313,7 +322,7 @@ class WireprotoService(MultiService):
             send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
             max_chunk_length=link.max_chunk_length,
             max_frame_payload=min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2),
-            capture=self.capture,
+            protocol_wrapper=self._connection_wrapper("phyllo"),
         )
         endpoint: Any
         if is_websocket_address(link.endpoint):

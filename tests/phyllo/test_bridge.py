@@ -315,6 +315,32 @@ async def test_a_captured_link_records_its_messages_both_ways(harness, device, t
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_captured_link_records_what_was_sent_not_what_its_frames_refused(
+    harness, device, tmp_path
+) -> None:
+    """The link is captured through the same wrapper as every connection; a message the stack
+    refuses (too large for a frame) never went out, so it is not in the capture."""
+    directory = tmp_path / "capture"
+    address = await harness.start(
+        parse_phyllo(f"dev1@{device.endpoint}"),
+        capture=CaptureSettings(directory=str(directory), flush_interval=0.05))
+    bridge = harness.service.phyllo["dev1"]
+    await eventually(lambda: bridge.top is not None)
+    browser = await harness.browser(address)
+    await browser.publish("phyllo/dev1/blob", b'"' + b"x" * 400 + b'"')  # over 253 bytes
+    await browser.publish("phyllo/dev1/led", b"1")
+    (sent,) = await eventually(device.poll)
+    assert bridge.stats.unsendable == 1
+    await harness.close()
+
+    records = [record for path in capture.capture_files(directory)
+               for record in capture.iter_records(path) if record.protocol_name == "phyllo"]
+    out = [decode(data) for record in records if record.kind == capture.Kind.OUT
+           for data in record.messages()]
+    assert out == [sent] == [document("led", 1)]
+
+
+@pytest_twisted.ensureDeferred
 async def test_the_firmware_peer_and_a_websmq_browser_through_the_broker(harness, device):
     """The same, with the device played by the firmware process written from the byte formats."""
     from tests.phyllo.test_firmware import as_value, spawn

@@ -192,8 +192,9 @@ class CapturingTransport:
         return self.inner.prepareKey
 
     def sendMessage(self, data: bytes, binary: bool = True) -> None:
-        self.connection.add(OUT, data, binary)
+        # Recorded once sent: a message the transport refuses (too large) is not in the capture.
         self.inner.sendMessage(data, binary)
+        self.connection.add(OUT, data, binary)
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> Any:
         if self._framed:

@@ -6,6 +6,11 @@ port, the TCP stream, the WebSocket), it builds a new stack (`build_protocol` fo
 `build_message_protocol` for WebSocket binary) and puts a `BridgeLayer` on top of it. The bridge
 holds one hub subscription, ``PREFIX/#``, for the life of the link.
 
+Each carrier connection is also a message connection like any listener's: a `LinkTransport` (an
+`IMessageTransport` whose messages are pub-sub messages in their minimal-stack bytes) under a
+`BridgeConnection` (the `IMessageProtocol` that hands them to the bridge). So a service that
+wraps every connection's protocol (capture does) wraps these too, through `protocol_wrapper`.
+
 Topics: a device topic is bytes; it maps to the hub as its UTF-8 text after ``PREFIX/``. A topic
 that is not UTF-8, is empty, or holds ``+``, ``#`` or NUL cannot be a hub topic: the message is
 dropped and counted in `unmapped`. A hub topic maps back by removing ``PREFIX/`` (the prefix
@@ -37,14 +42,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.capture.wrapper import IN, OUT, ConnectionCapture
 from wireproto.codecs import phyllo as phyllo_codec
 from wireproto.codecs.phyllo.codes import TypeCode
 from wireproto.codecs.phyllo.document import (
@@ -58,17 +62,26 @@ from wireproto.codecs.phyllo.document import (
 from wireproto.codecs.phyllo.message import MAX_TOPIC_LENGTH, PubSubMessage
 from wireproto.codecs.serialization import json_utf8
 from wireproto.errors import ProtocolError
-from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage, describe_address
+from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage
 from wireproto.payloads import value_from_payload
+from wireproto.transports.base import IMessageTransport, MessageProtocol
 
 from .base import LayerBase
 from .links import ChunkedStream, MessageChunks
 from .presets import build_stack
 
 if TYPE_CHECKING:
-    from wireproto.capture.wrapper import BrokerCapture
+    from wireproto.transports.base import IMessageProtocol
 
-__all__ = ["BridgeLayer", "BridgeStats", "HubBridge", "SEND_FORMATS", "hub_topic_error"]
+__all__ = [
+    "BridgeLayer",
+    "BridgeStats",
+    "BridgeConnection",
+    "LinkTransport",
+    "HubBridge",
+    "SEND_FORMATS",
+    "hub_topic_error",
+]
 
 log = Logger(namespace="wireproto.phyllo")
 
@@ -127,12 +140,16 @@ class BridgeLayer(LayerBase):
 
     name: ClassVar[str] = "hub bridge"
 
+    # The message protocol this carrier connection delivers to (see HubBridge.link_made).
+    connection: IMessageProtocol | None = None
+
     def __init__(self, below: LayerBase, bridge: HubBridge) -> None:
         self.bridge = bridge
         super().__init__(below)
 
     def below_received(self, message: PubSubMessage) -> None:
-        self.bridge.from_device(message)
+        if self.connection is not None:
+            self.connection.messageReceived(phyllo_codec.encode(message), True)
 
     def link_made(self) -> None:
         self.bridge.link_made(self)
@@ -143,6 +160,78 @@ class BridgeLayer(LayerBase):
 
     def send(self, message: PubSubMessage) -> None:
         self.send_below(message)
+
+
+class BridgeConnection(MessageProtocol):
+    """A carrier connection's message protocol: each message is one pub-sub message from the
+    device, in its minimal-stack bytes, for the bridge."""
+
+    def __init__(self, bridge: HubBridge) -> None:
+        self.bridge = bridge
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        self.bridge.from_device(phyllo_codec.decode(data))
+
+
+@implementer(IMessageTransport)
+class LinkTransport:
+    """The top of a bridged stack as a message transport: each message is one pub-sub message
+    in its minimal-stack bytes (`wireproto.codecs.phyllo.encode`), sent down the stack. Named,
+    as capture names a transport, by its carrier: "stream" (a byte stream) or "chunks"
+    (WebSocket binary messages, one chunk each)."""
+
+    prepareKey = ("phyllo",)
+    textOnly = False
+    maxMessageSize = 1 << 16
+
+    def __init__(self, top: BridgeLayer, carrier: Any) -> None:
+        self.top = top
+        self.carrier = carrier
+        self.framing = "chunks" if isinstance(top.bottom, MessageChunks) else "stream"
+        self.kind = getattr(carrier, "kind", "serial")
+
+    def sendMessage(self, data: bytes, binary: bool = True) -> None:
+        self.top.send(phyllo_codec.decode(data))
+
+    def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
+        return data
+
+    def sendPrepared(self, prepared: bytes) -> None:
+        self.sendMessage(prepared)
+
+    def write(self, data: bytes) -> None:
+        self.sendMessage(data)
+
+    def loseConnection(self, error: ProtocolError | None = None) -> None:
+        self.top.lose_connection()
+
+    def abortConnection(self) -> None:
+        self.top.lose_connection()
+
+    def getPeer(self) -> Any:
+        return self.carrier.getPeer() if self.carrier is not None else self.top.bridge.name
+
+    def getHost(self) -> Any:
+        return self.carrier.getHost() if self.carrier is not None else self.top.bridge.name
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        if self.carrier is not None:
+            self.carrier.registerProducer(producer, streaming)
+
+    def unregisterProducer(self) -> None:
+        if self.carrier is not None:
+            self.carrier.unregisterProducer()
+
+    def pauseProducing(self) -> None:
+        if self.carrier is not None:
+            self.carrier.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        if self.carrier is not None:
+            self.carrier.resumeProducing()
+
+    def stopProducing(self) -> None:
+        self.top.lose_connection()
 
 
 @implementer(IPushProducer)
@@ -158,7 +247,7 @@ class HubBridge:
         stack: str = "reduced",
         send_format: str = "msgpack",
         queue_bytes: int = DEFAULT_QUEUE_BYTES,
-        capture: BrokerCapture | None = None,
+        protocol_wrapper: Callable[[IMessageProtocol], IMessageProtocol] | None = None,
         **stack_limits: int,
     ) -> None:
         prefix = f"phyllo/{name}" if prefix is None else prefix
@@ -185,10 +274,10 @@ class HubBridge:
         self._paused = False
         self._link_waiters: list[Callable[[BridgeLayer], object]] = []
         self._subscription = hub.subscribe_callback(f"{self.prefix}/#", self.from_hub)
-        # With capture on, each connection of the link is recorded as a connection of protocol
-        # "phyllo": its pub-sub messages in and out, each as minimal-stack bytes.
-        self.capture = capture
-        self._captured: ConnectionCapture | None = None
+        # Wraps each carrier connection's message protocol, as the service wraps every
+        # listener's (capture records the link as a connection of protocol "phyllo").
+        self.protocol_wrapper = protocol_wrapper
+        self.connection: IMessageProtocol | None = None
 
     def __repr__(self) -> str:
         return f"<HubBridge {self.name!r} at {self.prefix!r}>"
@@ -230,8 +319,11 @@ class HubBridge:
         transport = getattr(top.bottom, "transport", None)
         if transport is not None:
             transport.registerProducer(self, True)
-        if self.capture is not None:
-            self._start_capture(top, transport)
+        connection: IMessageProtocol = BridgeConnection(self)
+        if self.protocol_wrapper is not None:
+            connection = self.protocol_wrapper(connection)
+        top.connection = self.connection = connection
+        connection.makeConnection(LinkTransport(top, transport))
         log.info("Phyllo link {link} is up ({stack} stack, hub topics {prefix}/...)",
                  event="link_up", protocol=PROTOCOL_NAME, link=self.name, stack=self.stack,
                  prefix=self.prefix, connections=self.stats.connections)
@@ -247,11 +339,9 @@ class HubBridge:
         if top is not self.top:
             return
         self.top = None
-        if self._captured is not None:
-            self._captured.record_all()
-            self.capture.closed(self._captured.connection_id,  # type: ignore[union-attr]
-                                reason.getErrorMessage())
-            self._captured = None
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.connectionLost(reason)
         lost = len(self._queue)
         self._queue.clear()
         self._queued_bytes = 0
@@ -288,8 +378,6 @@ class HubBridge:
     # -- device to hub --------------------------------------------------------------------------
 
     def from_device(self, message: PubSubMessage) -> None:
-        if self._captured is not None:
-            self._captured.add(IN, phyllo_codec.encode(message), True)
         try:
             topic = message.topic.decode("utf-8")
         except UnicodeDecodeError:
@@ -331,26 +419,15 @@ class HubBridge:
             self._send(message)
 
     def _send(self, message: PubSubMessage) -> None:
-        assert self.top is not None
+        assert self.top is not None and self.connection is not None
         try:
-            self.top.send(message)
+            self.connection.transport.sendMessage(phyllo_codec.encode(message), True)
         except ProtocolError as error:  # larger than a frame or chunk can hold
             self.stats.unsendable += 1
             log.warn("Phyllo link {name}: cannot send on {topic!r}: {error}", name=self.name,
                      topic=message.topic, error=error)
             return
         self.stats.to_device += 1
-        if self._captured is not None:
-            self._captured.add(OUT, phyllo_codec.encode(message), True)
-
-    def _start_capture(self, top: BridgeLayer, transport: object) -> None:
-        capture = self.capture
-        assert capture is not None
-        conn_id = capture.next_id()
-        peer = describe_address(transport.getPeer()) if transport is not None else self.name
-        carrier = "chunks" if isinstance(top.bottom, MessageChunks) else "stream"
-        capture.opened(conn_id, peer, PROTOCOL_NAME, carrier)
-        self._captured = ConnectionCapture(capture, conn_id)
 
     def _enqueue(self, message: PubSubMessage) -> None:
         size = len(message.topic) + len(message.payload)

@@ -85,7 +85,8 @@ class ProtocolDescriptor:
       once per distinct bytes and these.
     - `requests`: how the pipeline pairs its requests with answers, if it has requests.
     - `reading_types`: the message types whose documents the pipeline reads numbers from.
-    - `pubsub_link`: the ``wireproto pub``/``sub`` link class for it, if the tools speak it.
+    - `pubsub_link`: the ``wireproto pub``/``sub`` link class for it, if the tools speak it;
+      `caller`: the ``wireproto call`` class for it, if it has requests the tool can make.
     """
 
     name: str
@@ -100,6 +101,7 @@ class ProtocolDescriptor:
     requests: RequestPairing | None = None
     reading_types: tuple[str, ...] = ()
     pubsub_link: Any = None
+    caller: Any = None
 
     def settings_class(self) -> type | None:
         return load(self.settings)
@@ -187,6 +189,7 @@ register_protocol(ProtocolDescriptor(
     requests=RequestPairing("request", ("success", "fail"), ok=("success",)),
     reading_types=("publish",),
     pubsub_link="wireproto.tools.links:UbreLink",
+    caller="wireproto.tools.rpc:UbreCaller",
 ))
 register_protocol(ProtocolDescriptor(
     name="nydus",
@@ -200,6 +203,7 @@ register_protocol(ProtocolDescriptor(
     analysis="wireproto.protocols.nydus.analysis",
     requests=RequestPairing("invoke", ("result", "error"), ok=("result",)),
     reading_types=("publish",),
+    caller="wireproto.tools.rpc:NydusCaller",
 ))
 register_protocol(ProtocolDescriptor(
     name="subble",

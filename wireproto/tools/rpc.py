@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from twisted.internet import defer, error
 
+from wireproto.protocols import PROTOCOLS, load
 from wireproto.tools._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -38,9 +39,16 @@ from wireproto.tools._common import (
     stdin_lines,
 )
 
-__all__ = ["register", "parse_data", "compact_json", "event_record"]
+__all__ = [
+    "register",
+    "parse_data",
+    "compact_json",
+    "event_record",
+    "call_protocols",
+    "UbreCaller",
+    "NydusCaller",
+]
 
-CALL_PROTOCOLS = ("ubre", "nydus")
 SUBBLE_PROTOCOLS = ("subble",)
 CONNECT_TIMEOUT = 10.0  # for `events`, whose --timeout is off unless given
 
@@ -208,40 +216,25 @@ def _failure_text(failure: Exception) -> tuple[Any, str]:
 
 
 async def _call(reactor: Any, args: argparse.Namespace) -> int:
-    from wireproto.codecs.nydus import NO_DATA
-    from wireproto.codecs.ubre import NO_BODY
-    from wireproto.protocols.nydus.client import NydusClient
-    from wireproto.protocols.nydus.server import InvokeError
-    from wireproto.protocols.rpc import ConnectionClosed, RequestFailed
-    from wireproto.protocols.ubre.client import UbreClient
+    from wireproto.protocols.rpc import ConnectionClosed
 
-    protocol = protocol_of(args.address, args.protocol, CALL_PROTOCOLS)
+    callers = call_protocols()
+    protocol = protocol_of(args.address, args.protocol, list(callers))
     timeout = _positive(args.timeout)
     assert timeout is not None
     data = _call_data(args.data)
     target = args.target
     _check_address(reactor, args.address)
-    client: Any
-    if protocol == "ubre":
-        client = UbreClient(reactor, args.address, request_timeout=timeout,
-                            **connect_options(args))
-    else:
-        client = NydusClient(reactor, args.address, welcome_timeout=timeout,
-                             **connect_options(args))
+    caller = callers[protocol](reactor, args.address, timeout, **connect_options(args))
+    client = caller.client
     try:
         await _connect(reactor, client, timeout)
         started = time.monotonic()
         try:
-            if protocol == "ubre":
-                asked = client.request(target, NO_BODY if data is _NOTHING else data,
-                                       timeout=timeout)
-            else:
-                asked = client.invoke(target, NO_DATA if data is _NOTHING else data,
-                                      timeout=timeout)
-            result = await asked
+            result = await caller.ask(target, None if data is _NOTHING else (data,), timeout)
         except TimeoutError:
             raise ToolError(f"{target}: no answer within {timeout:g} s", EXIT_TIMEOUT) from None
-        except (RequestFailed, InvokeError) as failed:
+        except caller.failures as failed:
             said, text = _failure_text(failed)
             if args.json:
                 emit(True, {"error": _jsonable(said), "ms": _ms(started)}, "")
@@ -253,6 +246,45 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         await _close(reactor, client)
+
+
+def call_protocols() -> dict[str, Any]:
+    """The protocols ``wireproto call`` speaks, each with its caller class (the `caller` of its
+    descriptor in wireproto.protocols)."""
+    return {name: load(d.caller) for name, d in PROTOCOLS.items() if d.caller}
+
+
+class UbreCaller:
+    """``wireproto call`` over UBRE: a request to a named handler."""
+
+    def __init__(self, reactor: Any, address: str, timeout: float, **options: Any) -> None:
+        from wireproto.protocols.rpc import RequestFailed
+        from wireproto.protocols.ubre.client import UbreClient
+
+        self.client = UbreClient(reactor, address, request_timeout=timeout, **options)
+        self.failures: tuple[type[Exception], ...] = (RequestFailed,)
+
+    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> Any:
+        from wireproto.codecs.ubre import NO_BODY
+
+        return self.client.request(target, NO_BODY if data is None else data[0], timeout=timeout)
+
+
+class NydusCaller:
+    """``wireproto call`` over nydus: an INVOKE of a route."""
+
+    def __init__(self, reactor: Any, address: str, timeout: float, **options: Any) -> None:
+        from wireproto.protocols.nydus.client import NydusClient
+        from wireproto.protocols.nydus.invocation import InvokeError
+        from wireproto.protocols.rpc import RequestFailed
+
+        self.client = NydusClient(reactor, address, welcome_timeout=timeout, **options)
+        self.failures = (RequestFailed, InvokeError)
+
+    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> Any:
+        from wireproto.codecs.nydus import NO_DATA
+
+        return self.client.invoke(target, NO_DATA if data is None else data[0], timeout=timeout)
 
 
 # -- produce --------------------------------------------------------------------------------------
@@ -429,7 +461,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "text (text that is not JSON is a string); without DATA, stdin is read "
                     "whole unless it is a terminal. A failed call exits 1.",
     )
-    add_common_options(call, CALL_PROTOCOLS)
+    add_common_options(call, list(call_protocols()))
     call.add_argument("target", metavar="TOPIC_OR_PATH",
                       help="the UBRE request's name, or the nydus path")
     call.add_argument("data", metavar="DATA", nargs="?",

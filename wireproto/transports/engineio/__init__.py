@@ -47,7 +47,8 @@ The package is split as python-engineio splits its server:
 
 - `options`: `EngineIOOptions` and engine.io's names for transports and refusals;
 - `packets`: packets ready for either carrier;
-- `session`: `EngineIOSession`, the message transport, its pings and its end;
+- `session`: `EngineIOSession`, the message transport and its end;
+- `heartbeat`: the server's pings of one session;
 - `state`: `SessionState`, where a session is in its life;
 - `polling`: the long-polling side of a session, and engine.io's HTTP answers;
 - `websocket`: the server's WebSockets, a session's frames, and the upgrade;

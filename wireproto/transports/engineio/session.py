@@ -29,6 +29,7 @@ from wireproto.transports.base import (
     IMessageTransport,
     close_reason,
 )
+from wireproto.transports.engineio.heartbeat import Heartbeat
 from wireproto.transports.engineio.options import POLLING, WEBSOCKET
 from wireproto.transports.engineio.packets import (
     CLOSE,
@@ -90,9 +91,9 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
         self._producer_paused = False
         self._reading_paused = False
         self._held_post: tuple[Any, bytes] | None = None
-        self._ping_call: IDelayedCall | None = None
-        self._pong_deadline: IDelayedCall | None = None
-        self._pong_deadline_extended = False
+        options = server.options
+        self._heartbeat = Heartbeat(server.reactor, options.ping_interval, options.ping_timeout,
+                                    lambda: self._transmit(PING), self._ping_timed_out)
 
     def __repr__(self) -> str:
         return f"<EngineIOSession {self.sid} {self.transportName} {self.state.value}>"
@@ -112,7 +113,7 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
 
     def _start(self, protocol: IMessageProtocol) -> None:
         self.protocol = protocol
-        self._schedule_ping()
+        self._heartbeat.start()
         if self._ws is None:
             self._first_request_deadline = self._reactor.callLater(
                 self.server.options.first_request_timeout, self._never_requested
@@ -239,21 +240,9 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
 
     def _on_packet(self, packet: Packet) -> None:
         packet_type = packet.type
-        if (
-            self._pong_deadline is not None
-            and not self._pong_deadline_extended
-            and packet_type != PacketType.PONG
-        ):
-            # A busy client whose pong is behind other packets gets one more ping_timeout.
-            self._pong_deadline_extended = True
-            self._pong_deadline.reset(self.server.options.ping_timeout)
+        self._heartbeat.packet_received(packet_type == PacketType.PONG)
         if packet_type == PacketType.MESSAGE:
             deliver(self.protocol, packet)
-        elif packet_type == PacketType.PONG:
-            if self._pong_deadline is not None:
-                self._pong_deadline.cancel()
-                self._pong_deadline = None
-                self._schedule_ping()
         elif packet_type == PacketType.CLOSE:
             self._closed_by_peer(
                 Failure(ConnectionDone("the Engine.IO client sent a close packet"))
@@ -264,21 +253,7 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
             ))
         # open, upgrade and noop are ignored, as engine.io does.
 
-    # -- pings -----------------------------------------------------------------------------------
-
-    def _schedule_ping(self) -> None:
-        self._ping_call = self._reactor.callLater(self.server.options.ping_interval, self._ping)
-
-    def _ping(self) -> None:
-        self._ping_call = None
-        self._pong_deadline_extended = False
-        self._pong_deadline = self._reactor.callLater(
-            self.server.options.ping_timeout, self._ping_timed_out
-        )
-        self._transmit(PING)
-
     def _ping_timed_out(self) -> None:
-        self._pong_deadline = None
         timeout = self.server.options.ping_timeout
         self._close(Failure(ConnectionLost(
             f"no pong within {timeout:g} s of a ping (Engine.IO ping timeout)"
@@ -364,10 +339,7 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
         self.state = SessionState.CLOSING
         self.server.session_closing(self)
         self._requested()
-        for call in (self._ping_call, self._pong_deadline):
-            if call is not None and call.active():
-                call.cancel()
-        self._ping_call = self._pong_deadline = None
+        self._heartbeat.stop()
         if self._upgrading is not None:
             self._abandon_upgrade("the session is closing")
         return True
