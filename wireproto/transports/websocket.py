@@ -58,6 +58,11 @@ __all__ = [
     "websocket_client_factory",
     "websocket_resource",
     "websocket_site",
+    "MessageWebSocketResource",
+    "common_options",
+    "accept_deflate_offer",
+    "accept_nothing",
+    "close_failure",
 ]
 
 log = Logger()
@@ -112,7 +117,8 @@ class HandshakeFailed(ConnectError):
     """WebSocket opening handshake failed"""
 
 
-def _common_options(options: WebSocketOptions) -> dict[str, Any]:
+def common_options(options: WebSocketOptions) -> dict[str, Any]:
+    """Autobahn's protocol options for `options`, the same for servers and clients."""
     return {
         "maxFramePayloadSize": options.max_message_size,
         "maxMessagePayloadSize": options.max_message_size,
@@ -126,7 +132,8 @@ def _common_options(options: WebSocketOptions) -> dict[str, Any]:
     }
 
 
-def _accept_deflate_offer(offers: list[Any]) -> PerMessageDeflateOfferAccept | None:
+def accept_deflate_offer(offers: list[Any]) -> PerMessageDeflateOfferAccept | None:
+    """Accept a client's permessage-deflate offer (with per_message_deflate on)."""
     for offer in offers:
         if isinstance(offer, PerMessageDeflateOffer):
             return PerMessageDeflateOfferAccept(offer)
@@ -139,11 +146,13 @@ def _accept_deflate_response(response: Any) -> PerMessageDeflateResponseAccept |
     return None
 
 
-def _accept_nothing(_offers: Any) -> None:
+def accept_nothing(_offers: Any) -> None:
+    """Accept no compression offer (the default)."""
     return None
 
 
-def _close_failure(was_clean: bool, code: int | None, reason: str | None) -> Failure:
+def close_failure(was_clean: bool, code: int | None, reason: str | None) -> Failure:
+    """Why a WebSocket closed, as the Failure a protocol's connectionLost gets."""
     message = f"WebSocket closed with code {code}" if code else "WebSocket closed without a code"
     if reason:
         message += f": {reason}"
@@ -189,7 +198,7 @@ class _MessageTransportMixin(ByteTransportDelegate):
         if not self._attached:
             return
         self._attached = False
-        self.wrapped.connectionLost(_close_failure(wasClean, code, reason))
+        self.wrapped.connectionLost(close_failure(wasClean, code, reason))
 
     # -- IMessageTransport -------------------------------------------------------------------
 
@@ -308,13 +317,13 @@ class _MessageWebSocketServerFactory(WebSocketServerFactory):
         self.options = options
         any_origin = options.allowed_origins is None
         self.setProtocolOptions(
-            **_common_options(options),
+            **common_options(options),
             allowedOrigins=["*"] if any_origin else list(options.allowed_origins),
             # Browsers send "Origin: null" from sandboxed pages; only "any origin" admits them.
             allowNullOrigin=any_origin,
             maxConnections=options.max_connections,
             perMessageCompressionAccept=(
-                _accept_deflate_offer if options.per_message_deflate else _accept_nothing
+                accept_deflate_offer if options.per_message_deflate else accept_nothing
             ),
             # A plain GET gets "426 Upgrade Required", not Autobahn's status page.
             webStatus=False,
@@ -337,9 +346,9 @@ class _MessageWebSocketClientFactory(WebSocketClientFactory):
         self.options = options
         deflate = options.per_message_deflate
         self.setProtocolOptions(
-            **_common_options(options),
+            **common_options(options),
             perMessageCompressionOffers=[PerMessageDeflateOffer()] if deflate else [],
-            perMessageCompressionAccept=_accept_deflate_response if deflate else _accept_nothing,
+            perMessageCompressionAccept=_accept_deflate_response if deflate else accept_nothing,
         )
 
 
@@ -366,7 +375,7 @@ def websocket_client_factory(
     return _MessageWebSocketClientFactory(url, protocol_factory, options, reactor, headers)
 
 
-class _MessageWebSocketResource(WebSocketResource):
+class MessageWebSocketResource(WebSocketResource):
     """WebSocketResource that hands the connection's producer slot over to the adapter.
 
     twisted.web's HTTPChannel registers itself as its connection's producer and never lets go,
@@ -405,7 +414,7 @@ def websocket_resource(
 
     Beyond `options.max_connections` open WebSockets, the opening handshake gets HTTP 503.
     """
-    return _MessageWebSocketResource(_MessageWebSocketServerFactory(protocol_factory, options, url))
+    return MessageWebSocketResource(_MessageWebSocketServerFactory(protocol_factory, options, url))
 
 
 class _Directory(Resource):

@@ -41,7 +41,7 @@ from wireproto.transports.engineio.polling import refuse, respond
 from wireproto.transports.engineio.session import EngineIOSession
 from wireproto.transports.engineio.websocket import ServerWebSocket, ServerWebSocketFactory
 from wireproto.transports.websocket import (
-    _MessageWebSocketResource,
+    MessageWebSocketResource,
 )
 
 __all__ = [
@@ -95,7 +95,7 @@ class EngineIOServer:
         self.open_sessions = 0
         self._open_by_address: Counter[str] = Counter()
         self.ws_factory = ServerWebSocketFactory(self)
-        self.ws_resource = _MessageWebSocketResource(self.ws_factory)
+        self.ws_resource = MessageWebSocketResource(self.ws_factory)
 
     def _slot_refusal(self, address: str) -> str | None:
         """Why a new session from `address` cannot have a slot, or None if it can."""

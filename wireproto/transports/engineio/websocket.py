@@ -19,10 +19,10 @@ from wireproto.errors import (
 from wireproto.transports.engineio.options import CLOSE_NORMAL
 from wireproto.transports.engineio.packets import PROBE_PONG, Outgoing, close_websocket
 from wireproto.transports.websocket import (
-    _accept_deflate_offer,
-    _accept_nothing,
-    _close_failure,
-    _common_options,
+    accept_deflate_offer,
+    accept_nothing,
+    close_failure,
+    common_options,
 )
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class ServerWebSocket(WebSocketServerProtocol):
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
         session, self.session = self.session, None
         if session is not None:
-            session._ws_closed(self, _close_failure(wasClean, code, reason))
+            session._ws_closed(self, close_failure(wasClean, code, reason))
 
     def sendPacket(self, packet: Outgoing) -> None:
         if self.state == WebSocketProtocol.STATE_OPEN:
@@ -85,10 +85,10 @@ class ServerWebSocketFactory(WebSocketServerFactory):
         self.upgrade_of: EngineIOSession | None = None
         options = server.options.websocket
         self.setProtocolOptions(
-            **_common_options(options),
+            **common_options(options),
             maxConnections=options.max_connections,
             perMessageCompressionAccept=(
-                _accept_deflate_offer if options.per_message_deflate else _accept_nothing
+                accept_deflate_offer if options.per_message_deflate else accept_nothing
             ),
             webStatus=False,
         )
