@@ -36,11 +36,9 @@ class Broker:
         self, *listeners: str, **config: Any
     ) -> tuple[WireprotoService, list[BoundListener]]:
         """A broker on `listeners` (``--listen`` forms) with `config`'s tables."""
-        return await self.start_config(
-            Config(listeners=tuple(parse_listen(spec) for spec in listeners),
-                   **{k: v for k, v in config.items() if k != "retry_policy"}),
-            retry_policy=config.get("retry_policy"),
-        )
+        retry_policy = config.pop("retry_policy", None)
+        listening = tuple(parse_listen(spec) for spec in listeners)
+        return await self.start_config(Config(listeners=listening, **config), retry_policy)
 
     async def start_config(
         self, config: Config, retry_policy: Any = None

@@ -10,6 +10,8 @@ Each carrier connection is also a message connection like any listener's: a `Lin
 `IMessageTransport` whose messages are pub-sub messages in their minimal-stack bytes) under a
 `BridgeConnection` (the `IMessageProtocol` that hands them to the bridge). So a service that
 wraps every connection's protocol (capture does) wraps these too, through `protocol_wrapper`.
+Without a wrapper, nothing needs the bytes: messages go between the stack and the bridge as
+they are.
 
 Topics: a device topic is bytes; it maps to the hub as its UTF-8 text after ``PREFIX/``. A topic
 that is not UTF-8, is empty, or holds ``+``, ``#`` or NUL cannot be a hub topic: the message is
@@ -140,7 +142,8 @@ class BridgeLayer(LayerBase):
 
     name: ClassVar[str] = "hub bridge"
 
-    # The message protocol this carrier connection delivers to (see HubBridge.link_made).
+    # The wrapped message protocol this carrier connection delivers to, if the bridge has a
+    # protocol_wrapper (see HubBridge.link_made); otherwise messages go to the bridge as they are.
     connection: IMessageProtocol | None = None
 
     def __init__(self, below: LayerBase, bridge: HubBridge) -> None:
@@ -150,6 +153,8 @@ class BridgeLayer(LayerBase):
     def below_received(self, message: PubSubMessage) -> None:
         if self.connection is not None:
             self.connection.messageReceived(phyllo_codec.encode(message), True)
+        else:
+            self.bridge.from_device(message)
 
     def link_made(self) -> None:
         self.bridge.link_made(self)
@@ -319,11 +324,10 @@ class HubBridge:
         transport = getattr(top.bottom, "transport", None)
         if transport is not None:
             transport.registerProducer(self, True)
-        connection: IMessageProtocol = BridgeConnection(self)
         if self.protocol_wrapper is not None:
-            connection = self.protocol_wrapper(connection)
-        top.connection = self.connection = connection
-        connection.makeConnection(LinkTransport(top, transport))
+            connection = self.protocol_wrapper(BridgeConnection(self))
+            top.connection = self.connection = connection
+            connection.makeConnection(LinkTransport(top, transport))
         log.info("Phyllo link {link} is up ({stack} stack, hub topics {prefix}/...)",
                  event="link_up", protocol=PROTOCOL_NAME, link=self.name, stack=self.stack,
                  prefix=self.prefix, connections=self.stats.connections)
@@ -419,9 +423,12 @@ class HubBridge:
             self._send(message)
 
     def _send(self, message: PubSubMessage) -> None:
-        assert self.top is not None and self.connection is not None
+        assert self.top is not None
         try:
-            self.connection.transport.sendMessage(phyllo_codec.encode(message), True)
+            if self.connection is None:
+                self.top.send(message)
+            else:
+                self.connection.transport.sendMessage(phyllo_codec.encode(message), True)
         except ProtocolError as error:  # larger than a frame or chunk can hold
             self.stats.unsendable += 1
             log.warn("Phyllo link {name}: cannot send on {topic!r}: {error}", name=self.name,
