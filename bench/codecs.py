@@ -36,7 +36,7 @@ class Case:
     roundtrip: Callable[[], Any]  # returns what it decoded, which must equal `expected`
     expected: Any
     envelope: dict[str, Any]
-    baseline: str  # the bare serializer the codec stands on: "msgpack" or "json"
+    baseline: str  # the bare serializer the codec stands on: "msgpack" or "orjson"
 
 
 def _text_envelope(envelope: dict[str, Any]) -> dict[str, Any]:
@@ -71,12 +71,12 @@ def cases() -> list[Case]:
     add(
         "ubre publish (JSON)", ubre.encode, ubre.decode,
         ubre.Publish(TOPIC, body),
-        {"publish": TOPIC, "body": body}, "json",
+        {"publish": TOPIC, "body": body}, "orjson",
     )
     add(
         "ubre request (JSON)", ubre.encode, ubre.decode,
         ubre.Request(17, [1, 2], name="add"),
-        {"request": "add", "id": 17, "body": [1, 2]}, "json",
+        {"request": "add", "id": 17, "body": [1, 2]}, "orjson",
     )
     add(
         "ubre publish (binary)", lambda m: ubre.encode(m, binary=True), ubre.decode,
@@ -88,18 +88,18 @@ def cases() -> list[Case]:
         "nydus invoke", nydus.encode, nydus.decode,
         nydus.Invoke("V1StGXR8_Z5jdHi6B-myT", "/rooms/living/temp", body),
         {"type": 1, "id": "V1StGXR8_Z5jdHi6B-myT", "path": "/rooms/living/temp", "data": body},
-        "json",
+        "orjson",
     )
     add(
         "nydus publish", nydus.encode, nydus.decode,
         nydus.Publish("/rooms/living/temp", body),
-        {"type": 4, "path": "/rooms/living/temp", "data": body}, "json",
+        {"type": 4, "path": "/rooms/living/temp", "data": body}, "orjson",
     )
 
     add(
         "engineio message", engineio.encode, engineio.decode,
         engineio.Packet(engineio.PacketType.MESSAGE, PAYLOAD.decode("ascii")),
-        {"type": 4, "data": PAYLOAD}, "json",
+        {"type": 4, "data": PAYLOAD}, "orjson",
     )
 
     event = subble.Event(

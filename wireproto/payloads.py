@@ -10,12 +10,11 @@ text, else one whole msgpack document), or `NO_VALUE`.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import msgpack
 
-from wireproto.codecs.serialization import json_loads, json_utf8
+from wireproto.codecs.serialization import json_loads, json_parse, json_utf8
 from wireproto.errors import ProtocolError
 
 __all__ = [
@@ -71,7 +70,7 @@ def sniff_value(payload: bytes) -> Any:
     """The document in a payload of unknown format: JSON text, else one whole msgpack document;
     `NO_VALUE` if it is neither."""
     try:
-        return json.loads(payload)
+        return json_parse(payload)
     except ValueError:  # not UTF-8, or not JSON
         pass
     if len(payload) == 1 and payload[0] < 0x80:

@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wireproto import errors
 from wireproto.codecs.serialization import (
@@ -97,3 +99,167 @@ def test_json_loads_names_an_integer_too_long_to_read():
     with pytest.raises(errors.BadJSON, match="more than 4300 digits") as info:
         json_loads("[" + "9" * 5000 + "]", "body")
     assert "set_int_max_str_digits" not in info.value.message
+
+
+# JSON through orjson keeps what the standard library gave: the same values, the same errors. The
+# references below are the standard-library helpers these replaced.
+
+def _stdlib_loads(text, what):
+    def reject(name):
+        raise ValueError(f"{name} is not JSON")
+
+    if isinstance(text, bytes):
+        text = utf8(text, what)
+    try:
+        return json.JSONDecoder(parse_constant=reject).decode(text)
+    except json.JSONDecodeError as e:
+        raise errors.BadJSON(f"{what}: invalid JSON at character {e.pos}: {e.msg}") from None
+    except ValueError as e:
+        raise errors.BadJSON(f"{what}: {e}") from None
+    except RecursionError:
+        raise errors.BadJSON(f"{what}: JSON nested too deeply") from None
+
+
+def _outcome(read, text):
+    try:
+        value = read(text, "body")
+    except errors.ProtocolError as e:
+        return type(e), e.message
+    return "value", repr(value)  # repr tells 1 from 1.0 and -0.0 from 0.0
+
+
+@pytest.mark.parametrize("text", [
+    b'18446744073709551616', b'[-9223372036854775809]', b'{"n":123456789012345678901234567890}',
+    b'"id 1234567890123456789012"', b'[1e400]', b'-1e400', b'"\\ud800"', b'["\\udc00x"]',
+    b'{"a":1,"a":2}', b' [1] ', b'[1,]', b'"\xff"', b'\xef\xbb\xbf[1]', b'1.5e', b'-0', b'-0.0',
+    b'[1E2, 1e-5, 0.1]', b'"\\u0000"', b'"\x01"', b"[" * 1100 + b"]" * 1100, b'', b'nul',
+    b'{"a" : [true, false, null]}', b'9223372036854775807', b'18446744073709551615',
+])
+def test_json_loads_reads_as_the_standard_library_did(text):
+    assert _outcome(json_loads, text) == _outcome(_stdlib_loads, text)
+    assert _outcome(json_loads, text.decode("utf-8", "replace")) == _outcome(
+        _stdlib_loads, text.decode("utf-8", "replace"))
+
+
+def test_json_loads_keeps_integers_beyond_64_bits_exact():
+    assert json_loads(b'[18446744073709551616, -9223372036854775809]', "b") == [
+        18446744073709551616, -9223372036854775809]
+    assert type(json_loads(b'{"big":100000000000000000000}', "b")["big"]) is int
+
+
+def test_json_parse_is_json_loads():
+    from wireproto.codecs.serialization import json_parse
+
+    for text in [b'[NaN, Infinity]', b'{"a":18446744073709551616}', '"\\ud800"', b'[1.0]']:
+        assert repr(json_parse(text)) == repr(json.loads(text))
+    for text in [b'[1,]', b'\xff', b'']:
+        with pytest.raises(ValueError):
+            json_parse(text)
+        with pytest.raises(ValueError):
+            json.loads(text)
+
+
+def _nested(depth):
+    value = []
+    for _ in range(depth):  # deeper than orjson writes
+        value = [value]
+    return value
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    def __repr__(self):
+        return "not how JSON writes it"
+
+
+@pytest.mark.parametrize("value", [
+    {"a": [1, "é", None, True, 1.5]}, {1: "int key", None: "n", False: "f"}, [2 ** 64],
+    [-2 ** 63 - 1],
+    {"deep": _nested(300)},
+    [_Text("sub"), _Number(7), (1, 2)], ["a\ud800"], "x" * 300, {"null": "null"},
+])
+def test_json_utf8_writes_the_same_json_values(value):
+    written = json_utf8(value)
+    today = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    assert json.loads(written) == json.loads(today)
+    assert json_dumps(value).encode("utf-8", "backslashreplace") == written
+
+
+@pytest.mark.parametrize("value", [
+    float("nan"), [float("inf")], {"x": -float("inf")}, {1.5j: 1}, b"bytes", {1, 2}, object(),
+])
+def test_json_utf8_refuses_what_the_standard_library_refused(value):
+    with pytest.raises(errors.InvalidField, match="cannot be written as JSON"):
+        json_utf8(value)
+
+
+def test_json_utf8_refuses_dataclasses_and_datetimes_which_orjson_would_write():
+    import datetime
+    from dataclasses import dataclass
+
+    @dataclass
+    class Point:
+        x: int
+
+    for value in [Point(1), datetime.datetime(2026, 1, 1), datetime.date(2026, 1, 1)]:
+        with pytest.raises(errors.InvalidField):
+            json_utf8({"v": value})
+
+
+def test_json_utf8_refuses_a_circular_value():
+    loop = []
+    loop.append(loop)
+    with pytest.raises(errors.InvalidField, match="Circular"):
+        json_utf8(loop)
+
+
+def test_json_utf8_writes_uuid_and_enum_values_a_decision():
+    # orjson writes these, the standard library refused them: docs/performance.md says why this
+    # widening stands.
+    import enum
+    import uuid
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    assert json_utf8([uuid.UUID(int=1), Colour.RED]) == (
+        b'["00000000-0000-0000-0000-000000000001","red"]')
+
+
+def test_json_dumps_with_allow_nan_and_default_is_json_dumps():
+    value = {"n": float("nan"), "b": b"raw", "x": [1.5, "é"]}
+    assert json_dumps(value, allow_nan=True, default=repr) == json.dumps(
+        value, ensure_ascii=False, separators=(",", ":"), default=repr)
+
+
+def test_json_spells_small_floats_as_javascript_does():
+    # The one visible difference from the standard library (which wrote 1e-05): the same value.
+    assert json_utf8([1e-05, 1e16, 0.1]) == b"[0.00001,1e+16,0.1]"
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2 ** 70, max_value=2 ** 70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_values, st.data())
+def test_json_loads_agrees_with_the_standard_library_on_texts_and_their_mutations(value, data):
+    text = json.dumps(value, ensure_ascii=data.draw(st.booleans())).encode("utf-8", "surrogatepass")
+    assert _outcome(json_loads, text) == _outcome(_stdlib_loads, text)
+    if text:
+        at = data.draw(st.integers(0, len(text) - 1))
+        mutated = text[:at] + bytes([data.draw(st.integers(0, 255))]) + text[at + 1:]
+        assert _outcome(json_loads, mutated) == _outcome(_stdlib_loads, mutated)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_values)
+def test_json_utf8_round_trips_every_value(value):
+    assert json_loads(json_utf8(value), "v") == value

@@ -5,7 +5,6 @@ docs/pipeline.md, "Capture files", describes the layout byte by byte."""
 
 from __future__ import annotations
 
-import json
 import mmap
 import struct
 import zlib
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from wireproto.codecs.serialization import json_parse, json_utf8
 from wireproto.protocols import PROTOCOLS as PROTOCOL_REGISTRY
 
 __all__ = [
@@ -192,11 +192,11 @@ class Record:
         """The JSON object of an open or close record."""
         if self.kind not in (Kind.OPEN, Kind.CLOSE):
             raise TypeError(f"a {self.kind.name.lower()} record holds a message, not JSON")
-        return json.loads(self.data) if self.data else {}
+        return json_parse(self.data) if self.data else {}
 
 
 def encode_file_header(info: dict[str, Any]) -> bytes:
-    text = json.dumps(info, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text = json_utf8(info, allow_nan=True)
     return PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(text)) + text
 
 
@@ -218,7 +218,7 @@ def decode_file_header(data: bytes | memoryview | mmap.mmap) -> CaptureHeader:
     if len(data) < end:
         raise IncompleteCapture(f"capture file header needs {end} bytes, the file has {len(data)}")
     try:
-        info = json.loads(bytes(data[PREAMBLE.size:end]).decode("utf-8"))
+        info = json_parse(bytes(data[PREAMBLE.size:end]))
     except (UnicodeDecodeError, ValueError) as error:
         raise NotACapture(f"capture file header is not UTF-8 JSON: {error}") from None
     if not isinstance(info, dict) or info.get("format") != "wirecapture":

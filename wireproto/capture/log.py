@@ -4,7 +4,6 @@ repeats."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import zlib
@@ -31,6 +30,7 @@ from wireproto.capture.format import (
     encode_record,
 )
 from wireproto.capture.reader import _file_pattern
+from wireproto.codecs.serialization import json_utf8
 
 __all__ = [
     "Chunk",
@@ -199,7 +199,7 @@ class CaptureLog:
 
 
 def encode_json(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return json_utf8(value, allow_nan=True)
 
 
 DIRECTIONS: dict[Any, int] = {"in": Kind.IN.value, "out": Kind.OUT.value,

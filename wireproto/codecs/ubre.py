@@ -269,19 +269,18 @@ def decode(data: bytes | bytearray | memoryview | str) -> Message:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"UBRE message must be bytes or str, not {type(data).__name__}")
         data = bytes(data)
-    try:
-        cls = _BINARY_TYPES[data[0]]
-    except IndexError:
-        raise TruncatedFrame("UBRE message is empty", offset=0) from None
-    except KeyError:
-        if data[0] in _JSON_FIRST_BYTES:
-            return _decode_json(data)
-        raise UnknownType(
-            f"UBRE message starts with byte 0x{data[0]:02x}: neither '{{' (JSON) nor a binary "
-            f"type (S P R s f U)",
-            offset=0,
-        ) from None
-    return _decode_binary(data, cls)
+    if not data:
+        raise TruncatedFrame("UBRE message is empty", offset=0)
+    cls = _BINARY_TYPES.get(data[0])
+    if cls is not None:
+        return _decode_binary(data, cls)
+    if data[0] in _JSON_FIRST_BYTES:
+        return _decode_json(data)
+    raise UnknownType(
+        f"UBRE message starts with byte 0x{data[0]:02x}: neither '{{' (JSON) nor a binary "
+        f"type (S P R s f U)",
+        offset=0,
+    )
 
 
 def decode_json(data: bytes | bytearray | memoryview | str) -> Message:

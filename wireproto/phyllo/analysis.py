@@ -6,10 +6,10 @@ message. A document (payload type 0x40) is ``format u8 | schema u8 | body``.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from wireproto.codecs import phyllo as phyllo_codec
+from wireproto.codecs.serialization import json_parse
 from wireproto.payloads import NO_VALUE, whole_msgpack
 
 __all__ = ["columns", "value", "document_value"]
@@ -48,7 +48,7 @@ def document_value(document: bytes) -> Any:
     if format == _MSGPACK:
         return whole_msgpack(body)
     if format == _JSON:
-        return json.loads(body)
+        return json_parse(body)
     if format == _CBOR:
         import cbor2
 

@@ -16,7 +16,6 @@ Needs the ``spark`` extra.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import ssl
@@ -29,6 +28,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from wireproto.codecs import websmq
+from wireproto.codecs.serialization import json_utf8
 from wireproto.errors import InvalidTopic
 from wireproto.pipeline.datasource import WireCaptureDataSource
 from wireproto.topics import is_pattern
@@ -153,7 +153,7 @@ class HubPublisher:
             }
             published.append(websmq.Publish(
                 rate_topic(self.topic_prefix, row.protocol, row.topic),
-                json.dumps(payload, separators=(",", ":")).encode("utf-8")))
+                json_utf8(payload, allow_nan=True)))
         return published
 
     def send(self, messages: list[websmq.Publish]) -> None:

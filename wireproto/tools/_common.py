@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import sys
 import threading
@@ -33,6 +32,7 @@ from urllib.parse import urlsplit
 
 from twisted.internet import defer, error, task
 
+from wireproto.codecs.serialization import json_dumps
 from wireproto.protocols import PROTOCOLS
 
 __all__ = [
@@ -184,7 +184,7 @@ def payload_text(payload: bytes) -> str:
 def emit(as_json: bool, record: dict[str, Any], human: str, out: IO[str] | None = None) -> None:
     """Print one received thing: `record` as a JSON line, or `human` text; flushed at once."""
     stream = out if out is not None else sys.stdout
-    stream.write((json.dumps(record, ensure_ascii=False) if as_json else human) + "\n")
+    stream.write((json_dumps(record, allow_nan=True) if as_json else human) + "\n")
     stream.flush()
 
 

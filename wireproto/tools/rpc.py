@@ -12,7 +12,6 @@ DATA is JSON text; text that is not JSON is sent as a string. Exit codes: see `_
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import IO, Any
 
 from twisted.internet import defer, error
 
+from wireproto.codecs.serialization import json_dumps, json_parse
 from wireproto.protocols import PROTOCOLS, load
 from wireproto.tools._common import (
     EXIT_FAILED,
@@ -73,7 +73,7 @@ _NOTHING = object()  # a call without data
 def parse_data(text: str) -> Any:
     """DATA as a value: JSON text, or the text itself as a string when it is not JSON."""
     try:
-        return json.loads(text)
+        return json_parse(text)
     except ValueError:
         return text
 
@@ -86,11 +86,11 @@ def _json_default(value: Any) -> Any:
 
 def compact_json(value: Any) -> str:
     """`value` as JSON on one line; bytes as their text (or ``base64:...``)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    return json_dumps(value, allow_nan=True, default=_json_default)
 
 
 def _jsonable(value: Any) -> Any:
-    return json.loads(compact_json(value))
+    return json_parse(compact_json(value))
 
 
 def _positive(seconds: float | None) -> float | None:

@@ -6,10 +6,10 @@ which side's codec reads a message.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from wireproto.codecs import subble
+from wireproto.codecs.serialization import json_parse
 from wireproto.payloads import NO_VALUE, whole_msgpack
 
 __all__ = ["columns", "value"]
@@ -39,5 +39,5 @@ def value(data: bytes, binary: bool, incoming: bool) -> Any:
     if message.format == subble.SerializationFormat.MSGPACK:
         return whole_msgpack(message.payload)
     if message.format == subble.SerializationFormat.JSON:
-        return json.loads(message.payload)
+        return json_parse(message.payload)
     return NO_VALUE  # an implementor's own format

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from wireproto.codecs import ubre
+from wireproto.codecs.serialization import json_dumps
 from wireproto.payloads import NO_VALUE, sniff_value
 
 __all__ = ["columns", "value"]
@@ -14,8 +14,6 @@ _TYPES = {
     ubre.Subscribe: "subscribe", ubre.Publish: "publish", ubre.Unsubscribe: "unsubscribe",
     ubre.Request: "request", ubre.Success: "success", ubre.Fail: "fail",
 }
-# json.dumps(body, separators=(",", ":"), ensure_ascii=False), without a new encoder per call.
-_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _decode(data: bytes, binary: bool) -> Any:
@@ -33,7 +31,7 @@ def columns(data: bytes, binary: bool, incoming: bool) -> tuple[str, str | None,
     elif isinstance(body, (bytes, bytearray, memoryview)):
         size = len(body)
     else:
-        text = _compact_json(body)
+        text = json_dumps(body, allow_nan=True)
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if isinstance(message, (ubre.Subscribe, ubre.Publish, ubre.Unsubscribe)):
         return kind, message.topic, None, size
