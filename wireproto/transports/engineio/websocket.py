@@ -19,6 +19,7 @@ from wireproto.errors import (
 from wireproto.transports.engineio.options import CLOSE_NORMAL
 from wireproto.transports.engineio.packets import PROBE_PONG, Outgoing, close_websocket
 from wireproto.transports.websocket import (
+    DirectFrames,
     accept_deflate_offer,
     accept_nothing,
     close_failure,
@@ -39,7 +40,7 @@ __all__ = [
 # -- the server's WebSockets ----------------------------------------------------------------------
 
 
-class ServerWebSocket(WebSocketServerProtocol):
+class ServerWebSocket(DirectFrames, WebSocketServerProtocol):
     """A WebSocket at /engine.io/: a session of its own (no sid) or one being upgraded."""
 
     factory: ServerWebSocketFactory
@@ -52,6 +53,7 @@ class ServerWebSocket(WebSocketServerProtocol):
         super().connectionMade()
 
     def onOpen(self) -> None:
+        self.start_direct_frames()
         if self._upgrade_of is not None:
             self._upgrade_of._begin_upgrade(self)
         else:
@@ -73,7 +75,7 @@ class ServerWebSocket(WebSocketServerProtocol):
 
     def sendPacket(self, packet: Outgoing) -> None:
         if self.state == WebSocketProtocol.STATE_OPEN:
-            self.sendMessage(packet.frame, packet.binary)
+            self.send_whole(packet.frame, packet.binary)
 
 
 class ServerWebSocketFactory(WebSocketServerFactory):
