@@ -46,7 +46,7 @@ def test_ids_count_per_instance():
     assert second.next_id() == 1
 
 
-def test_resolve_fires_the_request_once_and_stops_its_timer():
+def test_resolve_fires_the_request_once_and_its_timeout_never():
     clock = Clock()
     pending = PendingRequests(clock)
     d = pending.add(1, timeout=5)
@@ -54,8 +54,49 @@ def test_resolve_fires_the_request_once_and_stops_its_timer():
     assert pending.resolve(1, {"sum": 3}) is True
     assert outcome(d) == {"sum": 3}
     assert len(pending) == 0
-    assert clock.getDelayedCalls() == []
     assert pending.resolve(1, "again") is False
+    fired = []
+    d.addBoth(fired.append)
+    clock.advance(5)  # the shared timer finds nothing to expire, and stops
+    assert fired == [None] and clock.getDelayedCalls() == []
+
+
+def test_requests_share_one_timer_and_each_times_out_at_its_own_deadline():
+    clock = Clock()
+    pending = PendingRequests(clock)
+    late = pending.add(1, timeout=10, what="late")
+    clock.advance(1)
+    early = pending.add(2, timeout=2, what="early")  # due before the first: the timer moves
+    answered = pending.add(3, timeout=2.5)
+    same_time = pending.add(4, timeout=2)
+    assert len(clock.getDelayedCalls()) == 1
+    pending.resolve(3, "ok")
+    clock.advance(1.999)
+    assert not early.called and not same_time.called
+    clock.advance(0.001)
+    error = error_of(early)
+    assert isinstance(error, RequestTimeout) and "'early'" in str(error)
+    assert isinstance(error_of(same_time), RequestTimeout)
+    assert outcome(answered) == "ok" and not late.called
+    clock.advance(6.5)
+    assert not late.called
+    clock.advance(0.5)
+    error = error_of(late)
+    assert isinstance(error, RequestTimeout) and "10 s" in str(error)
+    assert clock.getDelayedCalls() == [] and len(pending) == 0
+
+
+def test_answered_requests_leave_no_deadlines_behind():
+    # A client answered at once, for a long time, must not pile up deadlines until they fall due.
+    clock = Clock()
+    pending = PendingRequests(clock)
+    for request_id in range(100_000):
+        pending.add(request_id, timeout=30)
+        pending.resolve(request_id, None)
+    assert len(pending._deadlines) <= 1024 + 1
+    waiting = pending.add("still", timeout=30)
+    clock.advance(30)
+    assert isinstance(error_of(waiting), RequestTimeout)
 
 
 def test_a_reply_id_matches_by_its_text():
@@ -122,7 +163,7 @@ def test_no_timeout_means_no_timer():
     assert not d.called
 
 
-def test_fail_all_fails_every_request_and_cancels_their_timers():
+def test_fail_all_fails_every_request_and_cancels_the_timer():
     clock = Clock()
     pending = PendingRequests(clock)
     ds = [pending.add(i, timeout=5) for i in (1, 2, 3)]
@@ -137,15 +178,16 @@ def test_fail_all_fails_every_request_and_cancels_their_timers():
     assert error_of(d) is closed
 
 
-def test_cancelling_a_request_forgets_it_and_its_timer():
+def test_cancelling_a_request_forgets_it_and_its_timeout():
     clock = Clock()
     pending = PendingRequests(clock)
     d = pending.add(1, timeout=5)
     d.cancel()
     assert isinstance(error_of(d), defer.CancelledError)
     assert len(pending) == 0
-    assert clock.getDelayedCalls() == []
     assert pending.resolve(1, "late") is False
+    clock.advance(5)
+    assert clock.getDelayedCalls() == []
     # The id can be waited for again.
     pending.add(1, timeout=None)
 

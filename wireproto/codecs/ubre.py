@@ -86,6 +86,8 @@ __all__ = [
     "encode",
     "decode",
     "decode_json",
+    "decode_binary_answer",
+    "encode_binary_regular",
     "is_json",
 ]
 
@@ -256,6 +258,38 @@ def encode(message: Message, *, binary: bool = False) -> bytes:
     else:
         body_length = size
     return b"".join((_HEADER.pack(code, len(name_bytes), body_length), name_bytes, body))
+
+
+def encode_binary_regular(cls: type, name: int | str, body: bytes) -> bytes:
+    """`encode(cls(name, body or NO_BODY), binary=True)`, the same bytes, for the hot paths of
+    requests and replies (Request, Success, Fail): a str or int id and a bytes body (b"" for
+    none), not streaming. What this cannot write goes through `encode`, for its errors."""
+    kind = type(name) if cls in _ID_TYPES else None
+    try:
+        name_bytes = name.encode() if kind is str else str(name).encode() if kind is int else None
+    except UnicodeEncodeError:
+        name_bytes = None
+    if name_bytes is None or len(name_bytes) > MAX_NAME_LENGTH or len(body) > MAX_BODY_LENGTH:
+        return encode(cls(name, body or NO_BODY), binary=True)
+    return _HEADER.pack(_TYPES[cls][1], len(name_bytes), len(body)) + name_bytes + body
+
+
+def decode_binary_answer(data: bytes) -> tuple[bool, str, bytes] | None:
+    """A regular binary success or fail as (succeeded, id, body), b"" for no body, without
+    building the message; None for anything else, which `decode` then reads (or refuses)."""
+    if len(data) < HEADER_SIZE:
+        return None
+    code, name_length, body_length = _HEADER.unpack_from(data)
+    name_end = HEADER_SIZE + name_length
+    if (code != 0x73 and code != 0x66) or name_end + body_length != len(data) or (
+        body_length == STREAMING_BODY_LENGTH
+    ):
+        return None
+    try:
+        name = data[HEADER_SIZE:name_end].decode()
+    except UnicodeDecodeError:
+        return None
+    return code == 0x73, name, data[name_end:]
 
 
 # Decoding -----------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 from inspect import iscoroutine
 from time import perf_counter
 from typing import Any
@@ -69,13 +70,19 @@ class PendingRequests:
     """Requests sent and not yet answered, by id: 1, 2, 3... per connection or client.
 
     Ids are matched by their text, so a reply that says "7" answers request 7 (binary formats
-    carry ids as text).
+    carry ids as text). Timeouts share one timer, set for the earliest deadline, so a request
+    and its reply cost no timer of their own: deadlines wait in a heap, and those of answered
+    requests are dropped when they come up, or sooner once they outnumber the waiting ones.
     """
 
     def __init__(self, clock: IReactorTime) -> None:
         self.clock = clock
         self._last_id = 0
-        self._waiting: dict[str, tuple[defer.Deferred, IDelayedCall | None, Any]] = {}
+        # key -> (Deferred, its deadline's heap entry or None, what)
+        self._waiting: dict[str, tuple[defer.Deferred, tuple | None, Any]] = {}
+        self._deadlines: list[tuple[float, int, str, float]] = []  # (at, seq, key, timeout)
+        self._timer: IDelayedCall | None = None
+        self._added = 0  # orders deadlines that fall at the same time
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -87,18 +94,28 @@ class PendingRequests:
     def add(self, request_id: Any, *, timeout: float | None, what: Any = None) -> defer.Deferred:
         """A Deferred for the reply to `request_id`; `what` names the request in errors."""
         key = str(request_id)
-        if key in self._waiting:
+        waiting = self._waiting
+        if key in waiting:
             raise ValueError(f"request id {request_id!r} is already waiting for a reply")
         d: defer.Deferred = defer.Deferred(lambda _: self._forget(key))
-        timer = None
+        deadline = None
         if timeout is not None:
-            timer = self.clock.callLater(timeout, self._timed_out, key, timeout)
-        self._waiting[key] = (d, timer, what)
+            self._added += 1
+            deadline = (self.clock.seconds() + timeout, self._added, key, timeout)
+            heappush(self._deadlines, deadline)
+            timer = self._timer
+            if timer is None:
+                self._timer = self.clock.callLater(timeout, self._expire)
+            elif deadline[0] < timer.getTime():
+                timer.reset(timeout)
+            if len(self._deadlines) > 2 * len(waiting) + 1024:
+                self._compact()
+        waiting[key] = (d, deadline, what)
         return d
 
     def resolve(self, request_id: Any, body: Any) -> bool:
         """Fire the request's Deferred with `body`. False if no such request waits."""
-        entry = self._take(str(request_id))
+        entry = self._waiting.pop(str(request_id), None)
         if entry is None:
             return False
         entry[0].callback(body)
@@ -106,7 +123,7 @@ class PendingRequests:
 
     def reject(self, request_id: Any, body: Any) -> bool:
         """Fail the request's Deferred with RequestFailed(body). False if none waits."""
-        entry = self._take(str(request_id))
+        entry = self._waiting.pop(str(request_id), None)
         if entry is None:
             return False
         entry[0].errback(RequestFailed(body, request=entry[2]))
@@ -114,25 +131,39 @@ class PendingRequests:
 
     def fail_all(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, {}
-        for d, timer, _ in waiting.values():
-            if timer is not None and timer.active():
-                timer.cancel()
+        self._deadlines = []
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        for d, _, _ in waiting.values():
             d.errback(error)
 
-    def _take(self, key: str) -> tuple[defer.Deferred, IDelayedCall | None, Any] | None:
-        entry = self._waiting.pop(key, None)
-        if entry is not None and entry[1] is not None and entry[1].active():
-            entry[1].cancel()
-        return entry
-
     def _forget(self, key: str) -> None:
-        self._take(key)
+        self._waiting.pop(key, None)
 
-    def _timed_out(self, key: str, timeout: float) -> None:
-        entry = self._waiting.pop(key, None)
-        if entry is not None:
-            what = f" {entry[2]!r}" if entry[2] is not None else ""
-            entry[0].errback(RequestTimeout(f"request{what} got no reply within {timeout:g} s"))
+    def _compact(self) -> None:
+        """Drop the deadlines of requests already answered."""
+        self._deadlines = [entry[1] for entry in self._waiting.values() if entry[1] is not None]
+        heapify(self._deadlines)
+
+    def _expire(self) -> None:
+        self._timer = None
+        now = self.clock.seconds()
+        deadlines, waiting = self._deadlines, self._waiting
+        expired = []
+        while deadlines and deadlines[0][0] <= now:
+            deadline = heappop(deadlines)
+            entry = waiting.get(deadline[2])
+            if entry is not None and entry[1] is deadline:
+                del waiting[deadline[2]]
+                expired.append((entry, deadline[3]))
+        while deadlines and deadlines[0][2] not in waiting:
+            heappop(deadlines)
+        if deadlines:
+            self._timer = self.clock.callLater(max(0.0, deadlines[0][0] - now), self._expire)
+        for (d, _, what), timeout in expired:
+            named = f" {what!r}" if what is not None else ""
+            d.errback(RequestTimeout(f"request{named} got no reply within {timeout:g} s"))
 
 
 def run_handler(

@@ -54,6 +54,8 @@ DEFAULT_MAX_PENDING_REQUESTS = 1000
 NOT_FOUND = "NotFound"  # ubre.js's fail body for a request no handler takes
 TOO_MANY_REQUESTS = "TooManyRequests"
 
+_BINARY_ANSWERS = (b"s", b"f")
+
 # handler(body, peer) -> reply body, a Deferred of one, or a coroutine; raise to fail.
 Handler = Callable[[Any, Any], Any]
 
@@ -229,10 +231,13 @@ class UbrePeer(MessageProtocol):
             timeout = self.request_timeout
         request_id = self.pending.next_id()
         try:
-            data = ubre.encode(
-                Request(request_id, outgoing_body(body, binary_format), name=name),
-                binary=binary_format,
-            )
+            if binary_format and type(body) is bytes:
+                data = ubre.encode_binary_regular(Request, request_id, body)
+            else:
+                data = ubre.encode(
+                    Request(request_id, outgoing_body(body, binary_format), name=name),
+                    binary=binary_format,
+                )
             self._check_size(data)
         except ProtocolError as error:
             return defer.fail(error)
@@ -247,6 +252,15 @@ class UbrePeer(MessageProtocol):
             return
         if not binary and not data.strip():
             return  # an empty line (someone pressing Enter in nc), or an empty text frame
+        if binary and data[:1] in _BINARY_ANSWERS:
+            answer = ubre.decode_binary_answer(data)
+            if answer is not None:  # the requester's hot path: no message object
+                succeeded, request_id, body = answer
+                if succeeded:
+                    self.pending.resolve(request_id, body)
+                else:
+                    self.pending.reject(request_id, body)
+                return
         try:
             message = ubre.decode(data) if binary else ubre.decode_json(data)
             binary_format = not ubre.is_json(data)
@@ -321,9 +335,12 @@ class UbrePeer(MessageProtocol):
         if not self.connected or self._failed:
             return  # the requester is gone; so is its reply
         try:
-            data = ubre.encode(
-                kind(request_id, outgoing_body(result, binary_format)), binary=binary_format
-            )
+            if binary_format and type(result) is bytes:
+                data = ubre.encode_binary_regular(kind, request_id, result)
+            else:
+                data = ubre.encode(
+                    kind(request_id, outgoing_body(result, binary_format)), binary=binary_format
+                )
             self._check_size(data)
         except (ProtocolError, TypeError, ValueError) as error:
             log.warn("ubre: cannot send the reply to {id!r}: {error}", id=request_id, error=error)
