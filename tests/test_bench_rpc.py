@@ -52,6 +52,10 @@ async def test_every_row_does_every_round_trip_and_prints_a_table():
         assert re.fullmatch(r"\d+\.\d\dx", cells[6]), row
     assert re.search(r"ubre binary \(raw client\): p50 \d+\.\d\dx bare echo \(goal at most"
                      r" 1\.5x\)  (ok|MISSED)", table)
+    assert re.search(r"ubre binary \(UbreClient\): p50 \d+\.\d\dx bare echo \(goal at most"
+                     r" 1\.25x\)  (ok|MISSED)", table)
+    assert re.search(r"ubre json lines \(UbreClient\): p50 \d+\.\d\dx bare echo \(goal at"
+                     r" most 1\.35x\)  (ok|MISSED)", table)
     assert "placement same-core" in table
 
 
