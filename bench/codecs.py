@@ -135,9 +135,8 @@ def cases() -> list[Case]:
     add("phyllo message, reduced", phyllo.REDUCED.encode, phyllo.REDUCED.decode, message,
         phyllo_envelope, "msgpack")
     add("phyllo document, minimal",
-        lambda value: phyllo.MINIMAL.encode(
-            phyllo.message_from_document(b"temp", phyllo.serialize(value))),
-        lambda d: phyllo.deserialize(phyllo.document_from_message(phyllo.MINIMAL.decode(d))),
+        lambda value: phyllo.MINIMAL.encode_document(b"temp", phyllo.serialize(value)),
+        lambda d: phyllo.deserialize(phyllo.MINIMAL.decode_document(d)[1]),
         body, {"type": 0x40, "topic": b"temp", "body": body}, "msgpack")
     return result
 

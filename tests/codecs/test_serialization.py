@@ -1,10 +1,13 @@
 """The serializer helpers every codec shares (wireproto.codecs.serialization)."""
 
 import json
+import threading
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import msgpack
 
 from wireproto import errors
 from wireproto.codecs.serialization import (
@@ -43,6 +46,50 @@ def test_json_dumps_is_compact_and_keeps_unicode():
 
 def test_msgpack_keeps_str_and_bytes_apart():
     assert msgpack_loads(msgpack_dumps(["s", b"b"]), "x") == ["s", b"b"]
+
+
+_msgpack_integers = st.integers(-(2**63), 2**64 - 1)
+_msgpack_values = st.recursive(
+    st.none() | st.booleans() | _msgpack_integers | st.floats() | st.text() | st.binary(),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=4) | _msgpack_integers, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_msgpack_values)
+def test_msgpack_dumps_writes_what_packb_writes(value):
+    assert msgpack_dumps(value) == msgpack.packb(value, use_bin_type=True)
+
+
+def test_msgpack_dumps_after_a_failure_writes_only_the_next_value():
+    with pytest.raises(errors.InvalidField, match="cannot be written as msgpack"):
+        msgpack_dumps([b"x" * 1000, object()])  # fails after the bytes went into the buffer
+    assert msgpack_dumps([1, 2]) == b"\x92\x01\x02"
+
+
+def test_msgpack_dumps_after_a_large_value_writes_small_ones_alike():
+    large = msgpack_dumps(b"x" * (2 * 1024 * 1024))
+    assert msgpack_loads(large, "x") == b"x" * (2 * 1024 * 1024)
+    assert msgpack_dumps({"a": 1}) == b"\x81\xa1a\x01"
+
+
+def test_msgpack_dumps_in_threads_at_once_keeps_each_value_whole():
+    values = [[i, "x" * (i % 50), b"y" * (i % 70)] for i in range(400)]
+    results: dict[int, list[bytes]] = {}
+    start = threading.Barrier(4)
+
+    def pack(worker: int) -> None:
+        start.wait()
+        results[worker] = [msgpack_dumps(value) for value in values * 20]
+
+    threads = [threading.Thread(target=pack, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expected = [msgpack.packb(value, use_bin_type=True) for value in values * 20]
+    assert all(results[n] == expected for n in range(4))
 
 
 @pytest.mark.parametrize("data", [b"\xc1", b"\x92\x01", b"\x01\x02", b"\xd9\x05ab"])

@@ -7,6 +7,7 @@ error says where the problem is.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any, TypeVar
@@ -153,12 +154,28 @@ def json_parse(text: str | bytes | bytearray | memoryview) -> Any:
     return json.loads(bytes(text) if isinstance(text, (bytearray, memoryview)) else text)
 
 
+# msgpack.packb builds a Packer on every call, which costs as much as packing a small map. One
+# Packer per thread is reused instead: a Packer is not safe to share between threads, and it
+# empties its buffer when a pack fails. Its buffer keeps the size of the largest value packed,
+# so a Packer that grew past its initial size, or failed, is let go.
+_packers = threading.local()
+_PACKER_BUFFER = 256 * 1024  # msgpack's default buf_size
+
+
 def msgpack_dumps(value: Any) -> bytes:
     """msgpack with str and bytes kept distinct (use_bin_type)."""
     try:
-        return msgpack.packb(value, use_bin_type=True)
+        packer = _packers.packer
+    except AttributeError:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True, buf_size=_PACKER_BUFFER)
+    try:
+        packed = packer.pack(value)
     except (TypeError, ValueError, OverflowError) as e:
+        del _packers.packer  # it may have grown before it failed
         raise InvalidField(f"value cannot be written as msgpack: {e}") from None
+    if len(packed) > _PACKER_BUFFER:
+        del _packers.packer
+    return packed
 
 
 def msgpack_loads(data: bytes, what: str) -> Any:

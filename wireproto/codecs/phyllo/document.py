@@ -79,6 +79,9 @@ class Schema(IntEnum):
 
 
 _DOCUMENT = int(TypeCode.DOCUMENT)
+_MSGPACK = int(Format.MSGPACK)
+_JSON = int(Format.JSON)
+_SCHEMALESS = int(Schema.SCHEMALESS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,26 +116,27 @@ def decode_document(data: bytes) -> Document:
     return _build_document(data[0], data[1], data[2:])
 
 
-def serialize(
-    value: Any, format: int = Format.MSGPACK, schema: int = Schema.SCHEMALESS
-) -> Document:
+def serialize(value: Any, format: int = _MSGPACK, schema: int = _SCHEMALESS) -> Document:
     """A document holding `value` serialized in `format`."""
-    if format == Format.MSGPACK:
-        body = msgpack_dumps(value)
-    elif format == Format.JSON:
-        body = json_utf8(value)
+    if format == _MSGPACK:
+        body, format = msgpack_dumps(value), _MSGPACK
+    elif format == _JSON:
+        body, format = json_utf8(value), _JSON
     else:
         raise _unreadable(format)
-    return _build_document(int(format), int(schema), body)  # encode_document checks the bytes
+    if type(schema) is not int:
+        schema = int(schema)
+    return _build_document(format, schema, body)  # encode_document checks the schema byte
 
 
 def deserialize(document: Document) -> Any:
     """The value in a document's body; raises BadEncoding/BadJSON if the body is not valid."""
-    if document.format == Format.MSGPACK:
+    format = document.format
+    if format == _MSGPACK:
         return msgpack_loads(document.body, "Phyllo msgpack document")
-    if document.format == Format.JSON:
+    if format == _JSON:
         return json_loads(document.body, "Phyllo JSON document")
-    raise _unreadable(document.format)
+    raise _unreadable(format)
 
 
 def _unreadable(format: int) -> InvalidField | UnknownType:

@@ -9,6 +9,9 @@ the layer above it, up to the pub-sub message (0x60):
 These two interoperate with phyllo-python and phyllo-cpp today. A transport layer message (type
 below 0x10) stops the climb and is surfaced as that layer's own dataclass; any other type that is
 not the next layer's is an error.
+
+Both take a fused path (`fused`) for a well-formed message, and the layers, one after another,
+for everything else: the layered path is the reference, and the fused one must agree with it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from .datagram import (
     _unpack_datagram,
     _unpack_validated_datagram,
 )
+from .document import Document, document_from_message, message_from_document
 from .frame import MAX_FRAME_PAYLOAD, decode_frame, encode_frame
+from .fused import FusedPath, fused_path
 from .message import PubSubMessage, _pack_message, decode_message
 
 __all__ = [
@@ -78,13 +83,26 @@ class Stack:
     max_chunk_length: int = MAX_CHUNK_LENGTH
     max_frame_payload: int = MAX_FRAME_PAYLOAD
     _carries: tuple[tuple[TransportLayer, int], ...] = field(init=False, repr=False, compare=False)
+    fused: FusedPath | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         above = [int(layer.type_code) for layer in self.layers[1:]] + [int(TypeCode.PUBSUB)]
         object.__setattr__(self, "_carries", tuple(zip(self.layers, above, strict=True)))
+        codes = tuple(int(layer.type_code) for layer in self.layers)
+        fused = fused_path(codes, self.max_frame_payload, self.max_chunk_length)
+        object.__setattr__(self, "fused", fused)
 
     def encode(self, message: PubSubMessage) -> bytes:
         """The wire bytes of one pub-sub message, delimiters included."""
+        fused = self.fused
+        if fused is not None:
+            wire = fused.encode(message.payload_type, message.topic, message.payload)
+            if wire is not None:
+                return wire
+        return self.encode_layered(message)
+
+    def encode_layered(self, message: PubSubMessage) -> bytes:
+        """`encode` through each layer in turn: the reference the fused path agrees with."""
         data = _pack_message(message.payload_type, message.topic, message.payload)
         for layer, carried in reversed(self._carries):
             data = layer.pack(carried, data)
@@ -102,6 +120,15 @@ class Stack:
         Returns a `PubSubMessage`, or the `Datagram`/`ValidatedDatagram` of a transport layer's
         own message. For a stream, use `StackDecoder`.
         """
+        fused = self.fused
+        if fused is not None and type(data) is bytes:
+            # COBS refuses a 0x00 inside the chunk, so the fused path needs no search for one.
+            message = fused.decode_chunk(data.strip(DELIMITER))
+            if message is not None:
+                return message
+        return self.decode_chunk_layered(self._one_chunk(data))
+
+    def _one_chunk(self, data: bytes) -> bytes:
         if type(data) is not bytes:
             data = binary(data, f"Phyllo {self.name} stack")
         chunk = data.strip(DELIMITER)
@@ -114,10 +141,21 @@ class Stack:
                 f"{inner} of the chunk); feed a stream to a StackDecoder",
                 offset=inner,
             )
-        return self.decode_chunk(chunk)
+        return chunk
 
     def decode_chunk(self, chunk: bytes) -> Received:
         """Like `decode`, for a chunk as `ChunkSplitter` gives it (no delimiters)."""
+        if type(chunk) is not bytes:
+            chunk = binary(chunk, f"Phyllo {self.name} stack")
+        fused = self.fused
+        if fused is not None:
+            message = fused.decode_chunk(chunk)
+            if message is not None:
+                return message
+        return self.decode_chunk_layered(chunk)
+
+    def decode_chunk_layered(self, chunk: bytes) -> Received:
+        """`decode_chunk` through each layer in turn: the reference for the fused path."""
         if type(chunk) is not bytes:
             chunk = binary(chunk, f"Phyllo {self.name} stack")
         if len(chunk) > self.max_chunk_length:
@@ -137,6 +175,35 @@ class Stack:
                 )
             data = payload
         return decode_message(data)
+
+    def encode_document(self, topic: bytes | str, document: Document) -> bytes:
+        """The wire bytes of the pub-sub message that carries `document` on `topic`."""
+        fused = self.fused
+        if fused is not None:
+            wire = fused.encode_document(topic, document)
+            if wire is not None:
+                return wire
+        return self.encode_layered(message_from_document(topic, document))
+
+    def decode_document(self, data: bytes) -> tuple[bytes, Document]:
+        """The topic and document in the wire bytes of one chunk (delimiters optional); refuses
+        a message that carries anything else."""
+        fused = self.fused
+        if fused is not None and type(data) is bytes:
+            found = fused.decode_document_chunk(data.strip(DELIMITER))
+            if found is not None:
+                return found
+        return self.decode_document_layered(data)
+
+    def decode_document_layered(self, data: bytes) -> tuple[bytes, Document]:
+        """`decode_document` through each layer in turn: the reference for the fused path."""
+        received = self.decode_chunk_layered(self._one_chunk(data))
+        if not isinstance(received, PubSubMessage):
+            raise UnknownType(
+                f"Phyllo {self.name} stack: a {type(received).__name__} of payload type "
+                f"{type_name(received.payload_type)} is a layer's own message, not a document"
+            )
+        return received.topic, document_from_message(received)
 
 
 MINIMAL = Stack("minimal", (DATAGRAM_LAYER,))
