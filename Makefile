@@ -8,7 +8,7 @@ SERVE_STAMP := $(VENV)/.installed-serve
 STAMP  := $(VENV)/.installed
 NPM_STAMP := tests/interop/node_modules/.installed
 
-.PHONY: serve install test lint bench fuzz java clean
+.PHONY: serve install test lint bench fuzz java mosquitto clean
 
 # The package, editable, and a .pth naming this checkout: twistd finds plugins in the
 # twisted/plugins directories of sys.path entries, and this checkout's is at its top.
@@ -37,19 +37,29 @@ $(NPM_STAMP): tests/interop/package.json tests/interop/package-lock.json
 serve: $(SERVE_STAMP)
 	$(BIN)/wireproto serve
 
-# Spark's tests need Java 17: installed here when missing and root, else named.
-java:
-	@if ! command -v java >/dev/null 2>&1; then \
+# Debian packages: installed when missing and root, else named, and the target fails.
+# $(1) the command to look for (also in /usr/sbin), $(2) the package, $(3) what it is for.
+define debian_package
+	@if ! PATH="$$PATH:/usr/sbin:/usr/local/sbin" command -v $(1) >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "make: installing Java 17 for Spark (openjdk-17-jre-headless)"; \
-	    apt-get update -q && apt-get install -y -q openjdk-17-jre-headless; \
+	    echo "make: installing $(2) for $(3)"; \
+	    apt-get update -q && apt-get install -y -q $(2); \
 	  else \
-	    echo "make test: Java 17 is missing; install it: apt-get install openjdk-17-jre-headless" >&2; \
+	    echo "make: $(1) is missing, needed for $(3); install it: apt-get install $(2)" >&2; \
 	    exit 1; \
 	  fi; \
 	fi
+endef
 
-test: $(STAMP) $(NPM_STAMP) java
+# Spark's tests need Java 17.
+java:
+	$(call debian_package,java,openjdk-17-jre-headless,Spark)
+
+# The pub/sub benchmark runs mosquitto beside wireproto, and its test drives it.
+mosquitto:
+	$(call debian_package,mosquitto,mosquitto,the pub/sub benchmark)
+
+test: $(STAMP) $(NPM_STAMP) java mosquitto
 	$(BIN)/ruff check wireproto tests bench twisted examples
 	@# pytest exits 5 when it collects nothing: a suite that tests nothing must fail loudly.
 	@$(BIN)/python -m pytest; rc=$$?; \
@@ -58,7 +68,7 @@ test: $(STAMP) $(NPM_STAMP) java
 lint: $(STAMP)
 	$(BIN)/ruff check wireproto tests bench twisted examples
 
-bench: $(STAMP)
+bench: $(STAMP) mosquitto
 	$(BIN)/python bench/codecs.py
 	$(BIN)/python bench/pubsub.py
 	$(BIN)/python bench/rpc.py
