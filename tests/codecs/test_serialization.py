@@ -3,11 +3,10 @@
 import json
 import threading
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import msgpack
 
 from wireproto import errors
 from wireproto.codecs.serialization import (
