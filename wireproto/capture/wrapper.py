@@ -185,6 +185,7 @@ class CapturingTransport:
         self.connection_id = connection.connection_id
         self._framed = ILengthPrefixedFrames.providedBy(inner)
         if self._framed:
+            self.prepareMessage = inner.prepareMessage  # its frame is the batch part already
             self.sendPrepared = self._framed_sender()
 
     @property
@@ -197,8 +198,6 @@ class CapturingTransport:
         self.connection.add(OUT, data, binary)
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> Any:
-        if self._framed:
-            return self.inner.prepareMessage(data, binary)
         return self.inner.prepareMessage(data, binary), _pack_length(len(data)) + data, binary
 
     def sendPrepared(self, prepared: tuple[Any, bytes, bool]) -> None:
