@@ -252,7 +252,8 @@ async def test_packets_queued_between_polls_come_joined_by_the_separator(eio):
 
 @pytest_twisted.ensureDeferred
 async def test_what_the_protocol_sends_at_connection_made_goes_with_the_next_poll(eio):
-    await eio.start(Echo)
+    # Pings far apart: on a loaded machine a 0.2 s ping could join the poll's answer.
+    await eio.start(Echo, EngineIOOptions(ping_interval=5, ping_timeout=5))
 
     class Greeter(Recorder):
         def connectionMade(self) -> None:
