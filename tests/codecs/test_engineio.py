@@ -176,3 +176,25 @@ def test_base64_packets_with_non_ascii_text_are_protocol_errors(frame):
     # Found by the coverage-guided fuzzer (tests/fuzz): base64 of a str raised ValueError.
     with pytest.raises(InvalidField, match="not valid base64"):
         decode_payload(frame)
+
+
+def _encoded_the_general_way(packet: Packet) -> object:
+    from wireproto.codecs.engineio import _is_binary_message, _text
+
+    try:
+        return packet.data if _is_binary_message(packet) else _text(packet)
+    except InvalidField as error:
+        return ("error", str(error))
+
+
+@given(
+    st.sampled_from(list(PacketType)) | st.integers(0, 9) | st.booleans(),
+    st.text(alphabet=st.sampled_from("ab\x1eé")) | st.binary(max_size=8),
+)
+def test_the_text_fast_path_encodes_as_the_general_path(packet_type, data):
+    packet = Packet(packet_type, data)
+    try:
+        encoded: object = encode_packet(packet)
+    except InvalidField as error:
+        encoded = ("error", str(error))
+    assert encoded == _encoded_the_general_way(packet)

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from wireproto.codecs.serialization import json_dumps, json_loads, utf8
+from wireproto.codecs.serialization import json_dumps, json_loads, unchecked_constructor, utf8
 from wireproto.errors import BadJSON, InvalidField, TruncatedFrame, UnknownType
 
 __all__ = [
@@ -72,10 +72,17 @@ class Packet:
         return isinstance(self.data, bytes)
 
 
+def _type_name(packet_type: object) -> str:
+    try:
+        return PacketType(packet_type).name  # type: ignore[arg-type]
+    except ValueError:
+        return f"type {packet_type!r}"
+
+
 def _text(packet: Packet) -> str:
     if not isinstance(packet.data, str):
         raise InvalidField(
-            f"Engine.IO {PacketType(packet.type).name} packet cannot carry "
+            f"Engine.IO {_type_name(packet.type)} packet cannot carry "
             f"{type(packet.data).__name__}: only a message packet carries bytes"
         )
     if SEPARATOR in packet.data:
@@ -90,27 +97,36 @@ def _is_binary_message(packet: Packet) -> bool:
     return isinstance(packet.data, bytes) and packet.type == PacketType.MESSAGE
 
 
+_DIGIT_OF_TYPE = {t: str(int(t)) for t in PacketType}
+_build_packet = unchecked_constructor(Packet)  # Packet checks nothing, so nothing is skipped
+
+
 def encode_packet(packet: Packet) -> str | bytes:
     """One WebSocket frame: str for a text frame, bytes for a binary one."""
+    data = packet.data
+    if type(data) is str and SEPARATOR not in data:
+        digit = _DIGIT_OF_TYPE.get(packet.type)
+        if digit is not None:
+            return digit + data
     return packet.data if _is_binary_message(packet) else _text(packet)
 
 
 def decode_packet(frame: str | bytes) -> Packet:
     """One WebSocket frame: str from a text frame, bytes from a binary one (a binary message)."""
     if isinstance(frame, (bytes, bytearray, memoryview)):
-        return Packet(PacketType.MESSAGE, bytes(frame))
+        return _build_packet(PacketType.MESSAGE, bytes(frame))
     if not frame:
         raise TruncatedFrame("Engine.IO packet is empty: it needs a type digit 0-6")
     first = frame[0]
     if first == "b":
         try:
-            return Packet(PacketType.MESSAGE, base64.b64decode(frame[1:], validate=True))
+            return _build_packet(PacketType.MESSAGE, base64.b64decode(frame[1:], validate=True))
         except ValueError as e:  # binascii.Error, or non-ASCII text in a str
             raise InvalidField(f"Engine.IO binary packet is not valid base64: {e}") from None
     packet_type = _TYPE_OF_DIGIT.get(first)
     if packet_type is None:
         raise UnknownType(f"Engine.IO packet type {first!r} is not one of 0-6 (or b for base64)")
-    return Packet(packet_type, frame[1:])
+    return _build_packet(packet_type, frame[1:])
 
 
 # Every wireproto codec has encode and decode: here, one packet as one WebSocket frame.
