@@ -13,6 +13,7 @@ import sys
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.error import ConnectionDone
+from twisted.internet.task import deferLater
 
 from tests.support import eventually, need_interop_peer, wait_for
 from tests.test_cli import LISTENER_LINE, Child, children
@@ -51,6 +52,10 @@ async def test_sigterm_answers_a_held_engineio_poll_with_the_close_packet(
                          env=os.environ)
     try:
         await eventually(lambda: node.of("message"), timeout=10)  # nydus's welcome: polling
+        # The poll the close packet answers: sent after the welcome, then given time to arrive
+        # (without it, a loaded machine could stop the broker before the poll reached it).
+        await eventually(lambda: node.polls_after_first_message(), timeout=10)
+        await deferLater(reactor, 0.5)
         child.process.send_signal(signal.SIGTERM)
         assert await child.exit_code() == 0, child.output()
         await eventually(lambda: node.of("close"), timeout=10)

@@ -8,7 +8,8 @@
 // stdin, one command per line:  send TEXT | sendbin HEX | close
 // stdout, one JSON object per line: {"event":"open","transport":..}, {"event":"upgrade",
 // "transport":..}, {"event":"message","text":..} or {"event":"message","hex":..},
-// {"event":"close","reason":..}, {"event":"error","message":..}
+// {"event":"poll"} (a long-poll request sent, while polling), {"event":"close","reason":..},
+// {"event":"error","message":..}
 "use strict";
 const { Socket } = require("engine.io-client");
 const readline = require("readline");
@@ -16,7 +17,11 @@ const readline = require("readline");
 const out = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
 const options = process.argv[3] ? { transports: process.argv[3].split(",") } : {};
 const socket = new Socket(process.argv[2], options);
-socket.on("open", () => out({ event: "open", transport: socket.transport.name }));
+socket.on("open", () => {
+  out({ event: "open", transport: socket.transport.name });
+  // Each long-poll GET as it is sent, so a test can wait for one to be outstanding.
+  socket.transport.on("poll", () => out({ event: "poll" }));
+});
 socket.on("upgrade", (transport) => out({ event: "upgrade", transport: transport.name }));
 socket.on("message", (data) => {
   if (typeof data === "string") out({ event: "message", text: data });
