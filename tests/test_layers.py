@@ -127,6 +127,10 @@ def _allowed(*prefixes: str, exact: Iterable[str] = ()) -> Callable[[str], bool]
 RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
     **{module: ("the foundation imports only the foundation and the codecs",
                 _allowed("wireproto.codecs", exact=FOUNDATION)) for module in FOUNDATION},
+    "wireproto.access": (
+        "the access policy is sans-IO: it imports only itself, topics and errors",
+        _allowed("wireproto.access", exact=("wireproto.topics", "wireproto.errors")),
+    ),
     "wireproto.codecs": (
         "codecs import only codecs and errors",
         _allowed("wireproto.codecs", "wireproto.errors"),
@@ -233,6 +237,10 @@ def _loaded_io_modules(module: str) -> str:
 @pytest.mark.parametrize("name", CODECS)
 def test_codec_imports_no_io(name):
     assert _loaded_io_modules(f"wireproto.codecs.{name}") == ""
+
+
+def test_the_access_policy_imports_no_io():
+    assert _loaded_io_modules("wireproto.access") == ""
 
 
 def test_the_probe_sees_an_io_import():

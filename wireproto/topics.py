@@ -11,7 +11,7 @@ from typing import Any
 
 from wireproto.errors import InvalidTopic
 
-__all__ = ["validate_pattern", "is_pattern", "pattern_matches", "PatternTree"]
+__all__ = ["validate_pattern", "is_pattern", "pattern_matches", "pattern_covers", "PatternTree"]
 
 
 def validate_pattern(pattern: str) -> None:
@@ -40,6 +40,26 @@ def pattern_matches(pattern: str, topic: str) -> bool:
         if level != "+" and level != topic_levels[index]:
             return False
     return len(pattern_levels) == len(topic_levels)
+
+
+def pattern_covers(outer: str, inner: str) -> bool:
+    """Whether every topic that `inner` matches is matched by `outer` (both valid patterns; a
+    topic is a pattern that matches itself)."""
+    outer_levels = outer.split("/")
+    inner_levels = inner.split("/")
+    for index, level in enumerate(outer_levels):
+        if level == "#":
+            return True  # whatever inner has from here on, its parent included
+        if index >= len(inner_levels):
+            return False  # inner stops here; outer needs more levels
+        inner_level = inner_levels[index]
+        if inner_level == "#":
+            # Inner goes on without end, and matches its parent level too; only "+/#" covers
+            # that, and only as the whole pattern: every topic has at least one level.
+            return index == 0 and outer_levels == ["+", "#"]
+        if level != "+" and (inner_level == "+" or inner_level != level):
+            return False
+    return len(outer_levels) == len(inner_levels)
 
 
 class PatternNode:

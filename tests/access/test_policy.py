@@ -1,0 +1,110 @@
+"""The access policy, sans-IO: rules, placeholders, wildcard subscriptions, narrowing, caching."""
+
+from __future__ import annotations
+
+import pytest
+
+from wireproto.access import ANONYMOUS, AccessRule, Action, Policy, Principal
+from wireproto.errors import InvalidTopic
+
+PUBLISH, SUBSCRIBE, CALL, SERVE = Action.PUBLISH, Action.SUBSCRIBE, Action.CALL, Action.SERVE
+ALICE = Principal("alice", roles=["ops"], client_id="phone-1")
+
+
+def test_an_open_policy_allows_everything_to_everyone():
+    grants = Policy.open().grants(ANONYMOUS)
+    assert all(grants.allows(action, "any/topic") for action in Action)
+    assert grants.allows(SUBSCRIBE, "#")
+
+
+def test_with_rules_what_no_rule_allows_is_denied():
+    grants = Policy([]).grants(ALICE)
+    assert not any(grants.allows(action, "a") for action in Action)
+
+
+def test_rules_apply_to_their_principal_their_role_or_everyone():
+    policy = Policy([
+        AccessRule(publish=["public/#"]),
+        AccessRule(principal="alice", publish=["alice/#"]),
+        AccessRule(role="ops", publish=["ops/#"]),
+    ])
+    alice, bob, anonymous = (policy.grants(p) for p in (ALICE, Principal("bob"), ANONYMOUS))
+    assert [g.allows(PUBLISH, "public/news") for g in (alice, bob, anonymous)] == [True] * 3
+    assert [g.allows(PUBLISH, "alice/x") for g in (alice, bob, anonymous)] == [True, False, False]
+    assert [g.allows(PUBLISH, "ops/deploy") for g in (alice, bob, anonymous)] == [
+        True, False, False]
+
+
+def test_each_action_is_granted_on_its_own():
+    grants = Policy([AccessRule(publish=["a"], call=["add"], serve=["sum"])]).grants(ALICE)
+    assert grants.allows(PUBLISH, "a") and not grants.allows(SUBSCRIBE, "a")
+    assert grants.allows(CALL, "add") and not grants.allows(SERVE, "add")
+    assert grants.allows(SERVE, "sum") and not grants.allows(CALL, "sum")
+
+
+def test_placeholders_stand_for_the_principal_and_its_client_id():
+    policy = Policy([AccessRule(subscribe=["users/%u/#", "devices/%c", "100%%/%u"])])
+    grants = policy.grants(ALICE)
+    assert grants.allows(SUBSCRIBE, "users/alice/inbox")
+    assert not grants.allows(SUBSCRIBE, "users/bob/inbox")
+    assert grants.allows(SUBSCRIBE, "devices/phone-1")
+    assert grants.allows(SUBSCRIBE, "100%/alice")
+
+
+@pytest.mark.parametrize("name", ["a/b", "+", "#", "x+y", ""])
+def test_a_name_can_never_widen_a_rule(name):
+    grants = Policy([AccessRule(subscribe=["users/%u"])]).grants(Principal(name))
+    assert not grants.allows(SUBSCRIBE, f"users/{name}")
+    assert not grants.allows(SUBSCRIBE, "users/+")
+    assert grants.patterns[SUBSCRIBE] == ()
+
+
+def test_a_placeholder_without_a_value_grants_nothing():
+    policy = Policy([AccessRule(publish=["users/%u", "devices/%c"])])
+    assert policy.grants(ANONYMOUS).patterns[PUBLISH] == ()
+    assert policy.grants(Principal("bob")).patterns[PUBLISH] == ("users/bob",)
+
+
+def test_a_wildcard_subscription_needs_one_pattern_covering_all_it_can_match():
+    grants = Policy([AccessRule(subscribe=["sensors/+/temp", "a", "a/+/#"])]).grants(ALICE)
+    assert grants.allows(SUBSCRIBE, "sensors/kitchen/temp")
+    assert grants.allows(SUBSCRIBE, "sensors/+/temp")
+    assert not grants.allows(SUBSCRIBE, "sensors/#")
+    assert not grants.allows(SUBSCRIBE, "sensors/+/+")
+    # "a" and "a/+/#" together cover "a/#", but no one pattern does: denied, by design.
+    assert not grants.allows(SUBSCRIBE, "a/#")
+
+
+def test_a_narrowed_principal_gets_only_what_its_narrowing_covers():
+    narrowed = Principal("alice", narrowed_to=("chat/#",))
+    grants = Policy([AccessRule(publish=["#"], subscribe=["#"])]).grants(narrowed)
+    assert grants.allows(PUBLISH, "chat/room1")
+    assert not grants.allows(PUBLISH, "admin/reset")
+    assert grants.allows(SUBSCRIBE, "chat/+")
+    assert not grants.allows(SUBSCRIBE, "#")
+
+
+def test_decisions_are_cached_within_a_bound():
+    grants = Policy([AccessRule(publish=["even/#"])], cache_size=8).grants(ALICE)
+    for n in range(200):
+        topic = f"{'even' if n % 2 == 0 else 'odd'}/{n}"
+        assert grants.allows(PUBLISH, topic) is (n % 2 == 0)
+        assert len(grants._decided) <= 8
+    assert grants.allows(PUBLISH, "even/0") and not grants.allows(PUBLISH, "odd/1")
+
+
+@pytest.mark.parametrize(("rule", "match"), [
+    (dict(publish=["a/%x"]), "no placeholder"),
+    (dict(publish=["a/#/b"]), "'#' must be a whole level"),
+    (dict(subscribe=["a+"]), "'\\+' must be a whole level"),
+    (dict(publish="a/b"), "a list of patterns"),
+    (dict(principal="alice", role="ops"), "not both"),
+])
+def test_a_bad_rule_is_refused_with_what_is_wrong(rule, match):
+    with pytest.raises((ValueError, InvalidTopic), match=match):
+        AccessRule(**rule)
+
+
+def test_a_bad_narrowing_pattern_is_refused():
+    with pytest.raises(InvalidTopic):
+        Principal("alice", narrowed_to=("a/#/b",))
