@@ -70,7 +70,10 @@ See docs/running.md for the TOML config file.
 """
 
 # Each adds its subcommands with register(commands) and set_defaults(run=...).
-COMMAND_MODULES = ("wireproto.pipeline.command", "wireproto.tools.pubsub", "wireproto.tools.rpc")
+COMMAND_MODULES = (
+    "wireproto.pipeline.command", "wireproto.tools.pubsub", "wireproto.tools.rpc",
+    "wireproto.tools.passwd",
+)
 
 
 class _Parser(argparse.ArgumentParser):
