@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import time
 
@@ -72,8 +74,6 @@ def test_alg_none_is_refused():
 def test_an_hs256_token_signed_with_the_rsa_public_key_is_refused():
     header = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=")
     body = base64.urlsafe_b64encode(json.dumps(claims()).encode()).rstrip(b"=")
-    import hashlib
-    import hmac
     signature = hmac.new(RSA_PEM, header + b"." + body, hashlib.sha256).digest()
     token = (header + b"." + body + b"." + base64.urlsafe_b64encode(signature).rstrip(b"="))
     assert refused(TokenVerifier(("RS256",), public_key=RSA_PEM), token.decode()) == "algorithm"

@@ -77,11 +77,14 @@ def _parse_hash(text: str) -> _Hash:
     return _Hash(log2_n, r, p, salt, digest)
 
 
-def check_password(password: str, encoded: str) -> bool:
-    """Whether `password` is the one `encoded` (a PHC string) was made from."""
-    stored = _parse_hash(encoded)
+def _matches(password: str, stored: _Hash) -> bool:
     digest = _scrypt(password, stored.salt, stored.log2_n, stored.r, stored.p, len(stored.digest))
     return hmac.compare_digest(digest, stored.digest)
+
+
+def check_password(password: str, encoded: str) -> bool:
+    """Whether `password` is the one `encoded` (a PHC string) was made from."""
+    return _matches(password, _parse_hash(encoded))
 
 
 # Checked against when the user is unknown, so that costs what a known user costs.
@@ -89,13 +92,10 @@ _STAND_IN = _Hash(_DEFAULT_LOG2_N, _R, _P, b"\0" * _SALT_BYTES, b"\0" * _HASH_BY
 
 
 class PasswordFile:
-    """Users and their hashes, as read from a file (`load`) or built in memory."""
+    """Users and their hashes, as read from a file (`load`) or set in memory (`set`)."""
 
-    def __init__(self, hashes: dict[str, str] | None = None) -> None:
-        self._hashes: dict[str, _Hash] = {}
-        self._lines: dict[str, str] = {}
-        for user, encoded in (hashes or {}).items():
-            self._add(user, encoded)
+    def __init__(self) -> None:
+        self._lines: dict[str, str] = {}  # each user's PHC string, as the file holds it
 
     @classmethod
     def load(cls, path: str | Path) -> PasswordFile:
@@ -114,7 +114,7 @@ class PasswordFile:
             match = _LINE.match(line)
             if match is None:
                 raise PasswordFileError(f"{path}:{number}: not a user:$scrypt$... line")
-            if match[1] in passwords._hashes:
+            if match[1] in passwords._lines:
                 raise PasswordFileError(f"{path}:{number}: user {match[1]!r} appears twice")
             try:
                 passwords._add(match[1], match[2])
@@ -124,30 +124,25 @@ class PasswordFile:
 
     def _add(self, user: str, encoded: str) -> None:
         _check_user(user)
-        self._hashes[user] = _parse_hash(encoded)
+        _parse_hash(encoded)  # refused here, not at the first check
         self._lines[user] = encoded
 
     def __contains__(self, user: object) -> bool:
-        return user in self._hashes
+        return user in self._lines
 
     def __len__(self) -> int:
-        return len(self._hashes)
+        return len(self._lines)
 
     def check(self, user: str, password: str) -> bool:
         """Whether `user` exists and `password` is theirs; slow on purpose (see the module)."""
-        stored = self._hashes.get(user)
-        known = stored is not None
-        if stored is None:
-            stored = _STAND_IN
-        digest = _scrypt(password, stored.salt, stored.log2_n, stored.r, stored.p,
-                         len(stored.digest))
-        return hmac.compare_digest(digest, stored.digest) and known
+        encoded = self._lines.get(user)
+        stored = _STAND_IN if encoded is None else _parse_hash(encoded)
+        return _matches(password, stored) and encoded is not None
 
     def set(self, user: str, password: str, *, log2_n: int = _DEFAULT_LOG2_N) -> None:
         self._add(user, hash_password(password, log2_n=log2_n))
 
     def remove(self, user: str) -> None:
-        self._hashes.pop(user, None)
         self._lines.pop(user, None)
 
     def save(self, path: str | Path) -> None:

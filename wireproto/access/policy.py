@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 from wireproto.errors import InvalidTopic
@@ -67,12 +67,10 @@ class AccessRule:
     subscribe: tuple[str, ...] = ()
     call: tuple[str, ...] = ()
     serve: tuple[str, ...] = ()
-    _by_action: dict[Action, tuple[str, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.principal is not None and self.role is not None:
             raise ValueError("an access rule is for a principal or for a role, not both")
-        by_action = {}
         for action in Action:
             patterns = getattr(self, action.value)
             if isinstance(patterns, str):
@@ -82,8 +80,6 @@ class AccessRule:
                 _check_placeholders(pattern)
                 validate_pattern(_substitute(pattern, "x", "x"))  # type: ignore[arg-type]
             object.__setattr__(self, action.value, patterns)
-            by_action[action] = patterns
-        object.__setattr__(self, "_by_action", by_action)
 
     def applies_to(self, principal: Principal) -> bool:
         if self.principal is not None:
@@ -93,7 +89,7 @@ class AccessRule:
         return True
 
     def patterns(self, action: Action) -> tuple[str, ...]:
-        return self._by_action[action]
+        return getattr(self, action.value)  # type: ignore[no-any-return]
 
 
 def _check_placeholders(pattern: str) -> None:
@@ -129,17 +125,16 @@ class Policy:
     """The rules of a broker. `grants(principal)` gives what a connection may do; a session
     keeps it, so each topic is decided once per connection."""
 
-    def __init__(self, rules: Iterable[AccessRule], *, cache_size: int = 1024) -> None:
+    def __init__(self, rules: Iterable[AccessRule], *, cache_size: int = 1024,
+                 allows_everything: bool = False) -> None:
         self.rules = tuple(rules)
         self.cache_size = cache_size
-        self.allows_everything = False
+        self.allows_everything = allows_everything
 
     @classmethod
     def open(cls) -> Policy:
         """No authentication configured: everyone may do everything."""
-        policy = cls(())
-        policy.allows_everything = True
-        return policy
+        return cls((), allows_everything=True)
 
     def grants(self, principal: Principal) -> Grants:
         if self.allows_everything:
@@ -157,10 +152,6 @@ class Policy:
             principal, {action: tuple(found) for action, found in patterns.items()},
             self.cache_size,
         )
-
-    def allows(self, principal: Principal, action: Action, topic: str) -> bool:
-        """One decision, without a cache: `grants(principal).allows(...)` for many."""
-        return self.grants(principal).allows(action, topic)
 
 
 class Grants:

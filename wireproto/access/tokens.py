@@ -207,6 +207,7 @@ class TokenVerifier:
 def _public_key(pem: bytes, algorithms: Iterable[str]) -> Any:
     """The key object of a PEM public key, checked to fit every algorithm allowed."""
     implementations = get_default_algorithms()
+    keys = []
     for algorithm in algorithms:
         try:
             key = implementations[algorithm].prepare_key(pem)
@@ -214,4 +215,5 @@ def _public_key(pem: bytes, algorithms: Iterable[str]) -> Any:
             raise ValueError(f"the public key does not fit {algorithm}: {error}") from None
         if not hasattr(key, "public_bytes") or hasattr(key, "private_bytes"):
             raise ValueError("the key must be a public key, not a private one")
-    return implementations[next(iter(algorithms))].prepare_key(pem)
+        keys.append(key)
+    return keys[0]  # one key, and it fits every algorithm allowed

@@ -108,7 +108,7 @@ def encode_packet(packet: Packet) -> str | bytes:
         digit = _DIGIT_OF_TYPE.get(packet.type)
         if digit is not None:
             return digit + data
-    return packet.data if _is_binary_message(packet) else _text(packet)
+    return data if _is_binary_message(packet) else _text(packet)
 
 
 def decode_packet(frame: str | bytes) -> Packet:
