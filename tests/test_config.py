@@ -345,16 +345,17 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, hub, websocket, http, "
-                       "stream, websmq, ubre, nydus, subble, engineio, log, metrics or capture "
-                       "(did you mean 'listen'?)"),
+        ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, acl, hub, websocket, "
+                       "http, stream, websmq, ubre, nydus, subble, engineio, log, metrics, "
+                       "capture or auth (did you mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',
          "listen[2].transport: unknown transport 'wss'; use ws, engineio, length32, lines or cobs"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"',
          "listen[1]: missing key 'endpoint'"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\nport=3',
-         "listen[1].port: unknown key; use protocol, transport, endpoint or path"),
+         "listen[1].port: unknown key; use protocol, transport, endpoint, path, identity or "
+         "principal"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint=8765',
          "listen[1].endpoint: expected a string, got 8765"),
         ('[[listen]]\nprotocol="websmq"\ntransport="lines"\nendpoint="tcp:1"',
@@ -382,7 +383,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
          "attach[1].framing: an attached link needs a framing, not ws; use length32 or cobs"),
         ('[[attach]]\nendpoint="serial:/dev/x"', "attach[1]: missing key 'protocol'"),
         ('[[attach]]\nprotocol="websmq"\nendpoint="serial:/dev/x"\nbaudrate=9600',
-         "attach[1].baudrate: unknown key; use protocol, endpoint or framing"),
+         "attach[1].baudrate: unknown key; use protocol, endpoint, framing or principal"),
         ("[hub]\nqueue_bytes = 'lots'", 'hub.queue_bytes: expected an integer, got "lots"'),
         ("[hub]\nqueue_bytes = true", "hub.queue_bytes: expected an integer, got true"),
         ("[hub]\nqueue_bytes = 0", "hub.queue_bytes: must be a positive integer, not 0"),

@@ -89,8 +89,10 @@ def test_the_example_has_every_table_and_key() -> None:
     for table in ("listen", "attach", "phyllo"):
         assert f"\n[[{table}]]\n" in text, table
     for name in SETTINGS_TABLES:
-        assert re.search(rf"^\[{name}\]", text, re.MULTILINE), f"no [{name}] table"
-        section = re.split(r"^\[", text.split(f"\n[{name}]", 1)[1], maxsplit=1,
+        # [auth] turns authentication on, so the example shows it commented out.
+        header = "# [auth]" if name == "auth" else f"[{name}]"
+        assert re.search(rf"^{re.escape(header)}", text, re.MULTILINE), f"no [{name}] table"
+        section = re.split(r"^(# )?\[", text.split(f"\n{header}", 1)[1], maxsplit=1,
                            flags=re.MULTILINE)[0]
         for key in table_readers(type(getattr(Config(), name))):
             # A key that is off by default (TOML has no null) may be shown commented out.
@@ -168,10 +170,11 @@ def toml_fences(page: str) -> list[str]:
 def test_the_toml_examples_in_the_docs_load(
     page: str, tmp_path: Path, tls_files: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Their TLS listeners name key.pem and cert.pem in the directory the broker runs in.
+    # Their TLS listeners name key.pem, cert.pem (and ca.pem) in the directory the broker runs in.
     shutil.copy(tls_files.key, tmp_path / "key.pem")
     shutil.copy(tls_files.cert, tmp_path / "cert.pem")
     shutil.copy(tls_files.cert, tmp_path / "chain.pem")
+    shutil.copy(tls_files.cert, tmp_path / "ca.pem")  # the CA of mtls: client certificates
     monkeypatch.chdir(tmp_path)
     examples = toml_fences(page)
     assert examples, f"docs/{page} has ```toml examples"

@@ -172,7 +172,11 @@ def serve(args: argparse.Namespace) -> int:
         print(f"{PROG} serve: log file {config.log.file}: {error.strerror}", file=sys.stderr,
               flush=True)
         return 2
-    service = make_service(config, reactor)
+    try:
+        service = make_service(config, reactor)
+    except ConfigError as error:
+        print(f"{PROG} serve: {error}", file=sys.stderr, flush=True)
+        return 2
     service.log_listen_errors = False  # reported below, in one line
     exit_code = 0
 
@@ -193,6 +197,19 @@ def serve(args: argparse.Namespace) -> int:
     def stop() -> Any:
         return service.stopService() if service.running else None
 
+    def reload() -> None:
+        # The same options and file again: new [[acl]] rules, and the [auth] files reread.
+        try:
+            rules = config_from_options(vars(args), reactor=reactor).acl
+        except ConfigError as error:
+            print(f"{PROG} serve: reload failed, keeping the old rules: {error}",
+                  file=sys.stderr, flush=True)
+            return
+        service.reload_auth(rules)
+
+    import signal
+
+    signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(reload))
     reactor.callWhenRunning(start)
     reactor.addSystemEventTrigger("before", "shutdown", stop)
     # Twisted's own SIGINT/SIGTERM handlers stop the reactor, which stops the service first.
@@ -202,10 +219,15 @@ def serve(args: argparse.Namespace) -> int:
 
 def check_config(path: str) -> int:
     """``wireproto check-config FILE``: 0 and a summary if FILE is good, else 2 and the error."""
+    from wireproto.authentication import check_auth_files
     from wireproto.config import ConfigError, load_config
 
     try:
         config = load_config(path)
+        try:
+            check_auth_files(config.auth, config.acl)
+        except ValueError as error:
+            raise ConfigError(f"{path}: auth.{error}") from None
     except ConfigError as error:
         for problem in error.problems:  # every problem of the file, one line each
             print(f"{PROG} check-config: {problem}", file=sys.stderr, flush=True)
@@ -216,6 +238,8 @@ def check_config(path: str) -> int:
               for listener in config.listeners]
     lines += [f"attach: {link.describe()} on {link.endpoint}" for link in config.attach]
     lines += [f"phyllo: {link.describe()} on {link.endpoint}" for link in config.phyllo]
+    if config.auth.enabled:
+        lines.append(f"auth: on, {len(config.acl)} access rules")
     announce(lines, sys.stdout)
     return 0
 

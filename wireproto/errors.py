@@ -21,6 +21,7 @@ __all__ = [
     "BadJSON",
     "BadChecksum",
     "LimitExceeded",
+    "Forbidden",
     "UnexpectedMessage",
 ]
 
@@ -79,6 +80,19 @@ class BadChecksum(ProtocolError):
 
 class LimitExceeded(ProtocolError):
     """The peer went past a configured limit (subscriptions, connections, queue bytes)."""
+
+
+class Forbidden(ProtocolError):
+    """The peer's principal may not do this: `action` (publish, subscribe, call, serve) on
+    `topic`. A protocol answers it in its own words where it has them; one that does not catch
+    it closes the connection, as for any other ProtocolError."""
+
+    def __init__(self, action: str, topic: str, principal: str | None) -> None:
+        who = "an anonymous client" if principal is None else repr(principal)
+        super().__init__(f"{who} may not {action} {topic!r}")
+        self.action = action
+        self.topic = topic
+        self.principal = principal
 
 
 class UnexpectedMessage(ProtocolError):

@@ -68,6 +68,7 @@ _PHYLLO_COUNTERS = {
     "offline": "Hub messages for the device while it was away.",
     "unmapped": "Messages whose topic has no counterpart on the other side.",
     "unsendable": "Hub payloads the link's send format or frame size cannot carry.",
+    "denied": "Device messages on topics the link's principal may not publish on.",
 }
 
 
@@ -109,11 +110,30 @@ class BrokerCollector(Collector):
         yield from self._phyllo(self.service.phyllo)
         yield from self._capture(self.service.capture)
         yield from self._refusals(self.service.http_sites)
+        yield from self._access(hub, self.service.auth)
         yield CounterMetricFamily(
             "wireproto_log_lines_suppressed",
             "Warnings about peers held back by the log budget (and summed up in one line).",
             value=peerlog.BUDGET.suppressed_total,
         )
+
+    def _access(self, hub: Any, auth: Any) -> Iterator[Metric]:
+        if auth is None:
+            return
+        outcomes = CounterMetricFamily(
+            "wireproto_authentications",
+            "Handshakes authenticated (ok) or refused, by reason.", labels=["outcome"],
+        )
+        for outcome, count in sorted({"ok": 0, **auth.outcomes}.items()):
+            outcomes.add_metric([outcome], count)
+        yield outcomes
+        denied = CounterMetricFamily(
+            "wireproto_denied", "Messages the access rules refused, by protocol and action.",
+            labels=["protocol", "action"],
+        )
+        for (protocol, action), count in sorted(hub.denied.items()):
+            denied.add_metric([protocol, action], count)
+        yield denied
 
     def _refusals(self, sites: list[Any]) -> Iterator[Metric]:
         reasons: Counter[str] = Counter(dict.fromkeys(

@@ -30,22 +30,33 @@ from twisted.application.internet import ClientService, StreamServerEndpointServ
 from twisted.application.service import MultiService
 from twisted.internet import defer, task
 from twisted.internet.address import UNIXAddress
-from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamClientEndpoint, IStreamServerEndpoint
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto.access import ANONYMOUS, AccessRule, Principal
+from wireproto.authentication import Authentication, default_identity, strip_credentials
 from wireproto.capture.wrapper import BrokerCapture, CapturingProtocol
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
-from wireproto.config import HTTP_TRANSPORTS, Attach, Config, Listener, PhylloLink, endpoint_type
+from wireproto.config import (
+    HTTP_TRANSPORTS,
+    Attach,
+    Config,
+    ConfigError,
+    Listener,
+    PhylloLink,
+    endpoint_type,
+)
 from wireproto.hub import Hub
 from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import protocol as server_protocol
 from wireproto.transports.base import IMessageProtocol, go_away
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
+from wireproto.transports.http import HTTPRefusal, Identify
+from wireproto.transports.identity import peer_certificate_name, server_endpoint, unix_peer_user
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
@@ -182,6 +193,12 @@ class WireprotoService(MultiService):
             flush_interval=settings.flush_interval, file_mode=settings.file_mode,
             reactor=self.reactor,
         ) if settings.directory else None
+        # With [auth]: the credentials and rules; the hub checks its policy.
+        self.auth = Authentication(config.auth, config.acl, reactor) if config.auth.enabled \
+            else None
+        if self.auth is not None:
+            hub.policy = self.auth.policy
+            hub.max_denials = config.auth.close_after_denials
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
 
     # The log observer for the application this service joins, if it has none (the twistd
@@ -272,22 +289,88 @@ class WireprotoService(MultiService):
                 self.http_sites.append(factory)
             else:
                 factory = stream_server_factory(
-                    self._protocol_factory(first.protocol), self._stream_options(first.transport)
+                    self._protocol_factory(first.protocol), self._stream_options(first.transport),
+                    identify=self._stream_identity(first.principal, first.identity,
+                                                   first.endpoint),
                 )
+                factory.identify_after_handshake = endpoint_type(first.endpoint) == "mtls"
             self._add_endpoint(
-                tuple(group), serverFromString(self.reactor, first.endpoint), factory
+                tuple(group), server_endpoint(self.reactor, first.endpoint), factory
             )
 
     def _http_resource(self, listener: Listener) -> Any:
         factory = self._protocol_factory(listener.protocol)
+        identify = self._http_identity(listener)
         if listener.transport == "ws":
-            return websocket_resource(factory, self.config.websocket)
+            return websocket_resource(factory, self.config.websocket, identify=identify)
         from wireproto.transports.engineio import engineio_resource
 
         websocket = self.config.websocket
         options = replace(self.config.engineio, allowed_origins=websocket.allowed_origins,
                           websocket=websocket)
-        return engineio_resource(factory, options, reactor=self.reactor)
+        return engineio_resource(factory, options, reactor=self.reactor, identify=identify)
+
+    def _http_identity(self, listener: Listener) -> Identify | None:
+        """How an HTTP listener's handshakes get their principal (None without [auth])."""
+        auth = self.auth
+        if auth is None:
+            return None
+        fixed = self._fixed_principal(listener.principal, listener.identity)
+        if fixed is not None:
+            def as_fixed(request: Any) -> defer.Deferred[Principal]:
+                strip_credentials(request)
+                return defer.succeed(fixed)
+
+            return as_fixed
+        identity = listener.identity or default_identity(listener.endpoint, stream=False)
+        if identity == "certificate":
+            def by_certificate(request: Any) -> defer.Deferred[Principal]:
+                strip_credentials(request)
+                principal = self._certificate_principal(request.channel.transport)
+                if principal is None:
+                    return defer.fail(HTTPRefusal(403, "certificate", "no principal name in "
+                                                  "the client certificate"))
+                return defer.succeed(principal)
+
+            return by_certificate
+        return auth.authenticate_http
+
+    @staticmethod
+    def _fixed_principal(name: str | None, identity: str | None) -> Principal | None:
+        """The one principal of a listener or link that names it, or anonymous by choice."""
+        if name is not None:
+            return Principal(name)
+        if identity == "anonymous":
+            return ANONYMOUS
+        return None
+
+    def _stream_identity(self, principal: str | None, identity: str | None,
+                         endpoint: str = "") -> Callable[[Any], Principal | None] | None:
+        """How a stream listener's or link's connections get their principal."""
+        if self.auth is None:
+            return None
+        fixed = self._fixed_principal(principal, identity)
+        if fixed is not None:
+            return lambda transport: fixed
+        identity = identity or default_identity(endpoint, stream=True)
+        if identity == "certificate":
+            return self._certificate_principal
+        if identity == "unix-peer":
+            def unix_peer(transport: Any) -> Principal | None:
+                name = unix_peer_user(transport)
+                return None if name is None else Principal(name)
+
+            return unix_peer
+        return lambda transport: ANONYMOUS
+
+    def _certificate_principal(self, transport: Any) -> Principal | None:
+        name = peer_certificate_name(transport, self.config.auth.certificate_name)
+        if name is None:
+            log.warn("auth: refused {peer}: its certificate has no {which}",
+                     event="auth_failed", peer=transport.getPeer(),
+                     which=self.config.auth.certificate_name, reason="certificate")
+            return None
+        return Principal(name)
 
     def _stream_options(self, framing: str) -> StreamOptions:
         return replace(self.config.stream, framing=framing)
@@ -307,7 +390,8 @@ class WireprotoService(MultiService):
     def add_attach(self, link: Attach, retry_policy: Callable[[int], float]) -> None:
         endpoint = _LoggingClientEndpoint(client_endpoint(self.reactor, link.endpoint), link)
         factory = stream_client_factory(
-            self._protocol_factory(link.protocol), self._stream_options(link.framing)
+            self._protocol_factory(link.protocol), self._stream_options(link.framing),
+            identify=self._stream_identity(link.principal, None),
         )
         link_service = ClientService(
             endpoint, factory, retryPolicy=retry_policy, clock=self.reactor
@@ -323,6 +407,7 @@ class WireprotoService(MultiService):
             max_chunk_length=link.max_chunk_length,
             max_frame_payload=min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2),
             protocol_wrapper=self._connection_wrapper("phyllo"),
+            principal=link.principal,
         )
         endpoint: Any
         if is_websocket_address(link.endpoint):
@@ -339,6 +424,27 @@ class WireprotoService(MultiService):
         link_service.setServiceParent(self)
         self.phyllo[link.name] = bridge
         return bridge
+
+    # -- reloading --------------------------------------------------------------------------------
+
+    def reload_auth(self, rules: tuple[AccessRule, ...] | None = None) -> bool:
+        """Reread the [auth] key and password files and take `rules` (the same rules if None),
+        as SIGHUP does; every subscription the new rules forbid is ended. False, with the old
+        files and rules kept and the reason logged, if a file is bad."""
+        auth = self.auth
+        if auth is None:
+            log.warn("reload: no [auth] table, so nothing to reload")
+            return False
+        old_rules = auth.rules
+        if rules is not None:
+            auth.rules = rules
+        if not auth.reload():
+            auth.rules = old_rules
+            return False
+        ended = self.hub.set_policy(auth.policy)
+        log.info("reload: {rules} access rules; {ended} subscriptions ended",
+                 event="auth_reloaded", rules=len(auth.rules), ended=ended)
+        return True
 
     # -- reporting bound listeners --------------------------------------------------------------
 
@@ -460,7 +566,10 @@ def make_service(
     if reactor is None:
         from twisted.internet import reactor
     hub = Hub(**asdict(config.hub))
-    service = WireprotoService(config, hub, reactor)
+    try:
+        service = WireprotoService(config, hub, reactor)
+    except ValueError as error:  # an [auth] file that cannot be read or used
+        raise ConfigError(f"auth: {error}") from None
     service.add_listeners(config.listeners)
     for link in config.attach:
         service.add_attach(link, retry_policy)

@@ -1,9 +1,10 @@
 // The real, unmodified nydus-client (npm `nydus-client` 5.3.1, over engine.io-client 6), a child
 // process of tests/protocols/test_nydus_interop.py, against wireproto's nydus server.
 //
-//   node nydus_client.mjs URL [MODE]   MODE "websocket": transports ['websocket'] only; "polling":
-//                                      ['polling'] only; otherwise the defaults (HTTP
-//                                      long-polling, then the upgrade to WebSocket)
+//   node nydus_client.mjs URL [MODE [TOKEN]]   MODE "websocket": transports ['websocket'] only;
+//                                      "polling": ['polling'] only; otherwise the defaults (HTTP
+//                                      long-polling, then the upgrade to WebSocket). TOKEN goes in
+//                                      an Authorization: Bearer header (engine.io's extraHeaders)
 // Client routes: /news/:topic and /files/* print {"event":"publish",...} with params and splats.
 // stdin, one command per line:  invoke ID PATH [JSON]  |  close  |  raw TEXT (sent as it is, as one
 //   Engine.IO message, through the client's own connection: nydus-client's encodeURI would turn a
@@ -16,9 +17,10 @@ import readline from "node:readline";
 import nydusClient from "nydus-client";
 
 const out = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
-const [url, mode] = process.argv.slice(2);
+const [url, mode, token] = process.argv.slice(2);
 const options = { reconnectionAttempts: 1 };
 if (mode === "websocket" || mode === "polling") options.transports = [mode];
+if (token) options.extraHeaders = { Authorization: `Bearer ${token}` };
 const client = nydusClient(url, options);
 
 client.on("connect", () => {

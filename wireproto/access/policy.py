@@ -155,8 +155,8 @@ class Policy:
 
 
 class Grants:
-    """One principal's patterns per action, with the decisions made so far (at most
-    `cache_size`, forgotten all at once when full, so a client that names endless topics
+    """One principal's patterns per action, with the decisions made so far, per action (at most
+    `cache_size` each, forgotten all at once when full, so a client that names endless topics
     cannot grow them)."""
 
     __slots__ = ("principal", "patterns", "_decided", "_cache_size")
@@ -165,23 +165,32 @@ class Grants:
                  cache_size: int) -> None:
         self.principal = principal
         self.patterns = patterns  # None: everything is allowed
-        self._decided: dict[tuple[Action, str], bool] = {}
+        self._decided: dict[Action, dict[str, bool]] = {action: {} for action in Action}
         self._cache_size = cache_size
+
+    @property
+    def allows_everything(self) -> bool:
+        return self.patterns is None
 
     def allows(self, action: Action, topic: str) -> bool:
         """Whether the principal may `action` on `topic` (a subscription may be a pattern)."""
-        if self.patterns is None:
-            return True
-        key = (action, topic)
-        decided = self._decided.get(key)
-        if decided is None:
-            decided = self._decide(action, topic)
-            if len(self._decided) >= self._cache_size:
-                self._decided.clear()
-            self._decided[key] = decided
-        return decided
+        decided = self._decided[action]
+        allowed = decided.get(topic)
+        if allowed is None:
+            allowed = self._decide(action, topic)
+            if len(decided) >= self._cache_size:
+                decided.clear()
+            decided[topic] = allowed
+        return allowed
+
+    def decisions(self, action: Action) -> dict[str, bool]:
+        """The decisions on `action` made so far, by topic: a caller on a hot path looks here
+        first and calls `allows` only for a topic it does not find."""
+        return self._decided[action]
 
     def _decide(self, action: Action, topic: str) -> bool:
+        if self.patterns is None:
+            return True
         narrowed = self.principal.narrowed_to
         if narrowed is not None and not any(pattern_covers(p, topic) for p in narrowed):
             return False

@@ -29,11 +29,12 @@ def endpoint_type(endpoint: str) -> str:
 
 
 # Loopback unless an interface is named: a broker must not be reachable from elsewhere by accident.
-_LOOPBACK = {"tcp": "127.0.0.1", "ssl": "127.0.0.1", "tcp6": "\\:\\:1"}
+_LOOPBACK = {"tcp": "127.0.0.1", "ssl": "127.0.0.1", "mtls": "127.0.0.1", "tcp6": "\\:\\:1"}
 
 
 def with_default_interface(endpoint: str) -> str:
-    """`endpoint`, plus ``interface=`` loopback if it is a tcp:, ssl: or tcp6: naming none."""
+    """`endpoint`, plus ``interface=`` loopback if it is a tcp:, ssl:, mtls: or tcp6: naming
+    none."""
     args, kwargs = split_endpoint(endpoint)
     kind = args[0].lower() if args else ""
     loopback = _LOOPBACK.get(kind)
@@ -54,10 +55,10 @@ def _endpoint_problem(error: Exception) -> str:
 
 def server_endpoint_problem(endpoint: str, reactor: Any) -> str | None:
     """What is wrong with a server endpoint string, or None."""
-    from twisted.internet.endpoints import serverFromString
+    from wireproto.transports.identity import server_endpoint
 
     try:
-        serverFromString(reactor, endpoint)
+        server_endpoint(reactor, endpoint)
     except Exception as error:
         return f"bad server endpoint {endpoint!r}: {_endpoint_problem(error)}"
     problem = _address_problem(endpoint)
@@ -71,7 +72,7 @@ def _address_problem(endpoint: str) -> str | None:
     without binding it (Twisted takes tcp:70000 and interface=nonsense until it binds)."""
     args, kwargs = split_endpoint(endpoint)
     kind = args[0].lower() if args else ""
-    if kind not in ("tcp", "ssl", "tcp6"):
+    if kind not in ("tcp", "ssl", "mtls", "tcp6"):
         return None
     port = kwargs.get("port", args[1] if len(args) > 1 else "")
     if not port.isdigit() or not 0 <= int(port) <= 65535:

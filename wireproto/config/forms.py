@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from wireproto.authentication import IDENTITIES
 from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
 from wireproto.config.endpoints import (
     client_endpoint_problem,
@@ -78,7 +79,8 @@ def _protocol_spec(name: str) -> ProtocolDescriptor:
 
 
 def check_listener(
-    protocol: str, transport: str, endpoint: str, path: str | None, reactor: Any
+    protocol: str, transport: str, endpoint: str, path: str | None, reactor: Any,
+    identity: str | None = None, principal: str | None = None,
 ) -> Listener:
     spec = _protocol_spec(protocol)
     if transport not in TRANSPORTS:
@@ -105,10 +107,40 @@ def check_listener(
             path += "/"  # engine.io's paths end with a slash, and its clients ask for one
     elif path is not None:
         raise Invalid("path", f"a path is only for ws and engineio listeners, not {transport}")
-    return Listener(protocol, transport, endpoint, path)
+    _check_identity(transport, endpoint, identity, principal)
+    return Listener(protocol, transport, endpoint, path, identity, principal)
 
 
-def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any) -> Attach:
+def _check_identity(
+    transport: str, endpoint: str, identity: str | None, principal: str | None
+) -> None:
+    if principal is not None:
+        if identity is not None:
+            raise Invalid("principal", "a listener has an identity or a principal, not both")
+        check_principal_name(principal)
+        return
+    if identity is None:
+        return
+    if identity not in IDENTITIES:
+        raise Invalid("identity", f"unknown identity {identity!r}; use {one_of(IDENTITIES)}")
+    kind = endpoint_type(endpoint)
+    if identity == "credentials" and transport not in HTTP_TRANSPORTS:
+        raise Invalid("identity", "credentials come with a ws or engineio handshake; a "
+                      f"{transport} listener's clients have no way to send them")
+    if identity == "certificate" and kind != "mtls":
+        raise Invalid("identity", "client certificates need an mtls: endpoint, e.g. "
+                      "mtls:8883:privateKey=key.pem:certKey=cert.pem:caCerts=ca.pem")
+    if identity == "unix-peer" and kind != "unix":
+        raise Invalid("identity", "the peer's uid is known on unix: endpoints only")
+
+
+def check_principal_name(name: str) -> None:
+    if not name or not name.isprintable():
+        raise Invalid("principal", f"a principal is a printable name, not {name!r}")
+
+
+def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any,
+                 principal: str | None = None) -> Attach:
     spec = _protocol_spec(protocol)
     if not endpoint:
         raise Invalid("endpoint", "no endpoint given, e.g. serial:/dev/ttyACM0")
@@ -127,12 +159,14 @@ def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any
     problem = client_endpoint_problem(endpoint, reactor)
     if problem is not None:
         raise Invalid("endpoint", problem)
-    return Attach(protocol, endpoint, framing)
+    if principal is not None:
+        check_principal_name(principal)
+    return Attach(protocol, endpoint, framing, principal)
 
 
 def check_phyllo(
     name: str, endpoint: str, stack: str | None, prefix: str | None, send_format: str | None,
-    reactor: Any, max_chunk_length: int = MAX_CHUNK_LENGTH,
+    reactor: Any, max_chunk_length: int = MAX_CHUNK_LENGTH, principal: str | None = None,
 ) -> PhylloLink:
     if not name or not all(char.isalnum() or char in "-_." for char in name):
         raise Invalid(
@@ -170,7 +204,9 @@ def check_phyllo(
         raise Invalid(
             "max_chunk_length", f"must be 16 to {MAX_CHUNK_LENGTH} bytes, not {max_chunk_length}"
         )
-    return PhylloLink(name, endpoint, stack, prefix, send_format, max_chunk_length)
+    if principal is not None:
+        check_principal_name(principal)
+    return PhylloLink(name, endpoint, stack, prefix, send_format, max_chunk_length, principal)
 
 
 def check_phyllo_links(links: Sequence[PhylloLink], labels: Sequence[str]) -> None:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any
 
+from wireproto.access import AccessRule
 from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
 
 __all__ = [
@@ -45,6 +46,11 @@ class Listener:
     transport: str
     endpoint: str
     path: str | None = None
+    # With [auth]: how connections get their principal (wireproto.authentication.IDENTITIES;
+    # None: credentials over HTTP, the certificate on mtls:, the uid on unix:, else anonymous),
+    # or the one principal every connection here is.
+    identity: str | None = None
+    principal: str | None = None
 
     def describe(self) -> str:
         return f"{self.protocol} over {self.transport}"
@@ -58,6 +64,8 @@ class Attach:
     protocol: str
     endpoint: str
     framing: str
+    # With [auth]: the principal the link is (None: anonymous).
+    principal: str | None = None
 
     def describe(self) -> str:
         return f"{self.protocol} over {self.framing}"
@@ -75,6 +83,8 @@ class PhylloLink:
     send_format: str = "msgpack"
     # The longest chunk the device takes (phyllo-cpp's buffers; 80 suits an Arduino Uno).
     max_chunk_length: int = MAX_CHUNK_LENGTH
+    # With [auth]: the principal the device is (None: anonymous).
+    principal: str | None = None
 
     def describe(self) -> str:
         return f"phyllo link {self.name} ({self.stack} stack, hub topics {self.prefix}/...)"
@@ -93,18 +103,20 @@ DEFAULT_LISTENERS = (
 
 
 class Config:
-    """A whole configuration: `listeners`, `attach`, `phyllo`, and each table by name
+    """A whole configuration: `listeners`, `attach`, `phyllo`, the access rules `acl`, and each
+    table by name
     (``config.hub``, ``config.websocket``, ``config.ubre``...), defaults where none is given.
 
     Immutable; `replace` makes a changed copy. ``Config(hub=HubSettings(queue_bytes=4096))``
     sets one table and leaves the others at their defaults.
     """
 
-    __slots__ = ("listeners", "attach", "phyllo", "tables")
+    __slots__ = ("listeners", "attach", "phyllo", "acl", "tables")
 
     listeners: tuple[Listener, ...]
     attach: tuple[Attach, ...]
     phyllo: tuple[PhylloLink, ...]
+    acl: tuple[AccessRule, ...]
     tables: Mapping[str, Any]
 
     def __init__(
@@ -112,6 +124,7 @@ class Config:
         listeners: tuple[Listener, ...] = DEFAULT_LISTENERS,
         attach: tuple[Attach, ...] = (),
         phyllo: tuple[PhylloLink, ...] = (),
+        acl: tuple[AccessRule, ...] = (),
         **tables: Any,
     ) -> None:
         from wireproto.config.tables import config_tables
@@ -125,6 +138,7 @@ class Config:
         object.__setattr__(self, "listeners", tuple(listeners))
         object.__setattr__(self, "attach", tuple(attach))
         object.__setattr__(self, "phyllo", tuple(phyllo))
+        object.__setattr__(self, "acl", tuple(acl))
         object.__setattr__(self, "tables", MappingProxyType(values))
 
     def __getattr__(self, name: str) -> Any:
@@ -139,20 +153,20 @@ class Config:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Config):
             return NotImplemented
-        return (self.listeners, self.attach, self.phyllo, dict(self.tables)) == (
-            other.listeners, other.attach, other.phyllo, dict(other.tables))
+        return (self.listeners, self.attach, self.phyllo, self.acl, dict(self.tables)) == (
+            other.listeners, other.attach, other.phyllo, other.acl, dict(other.tables))
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         tables = ", ".join(f"{name}={value!r}" for name, value in self.tables.items())
         return (f"Config(listeners={self.listeners!r}, attach={self.attach!r}, "
-                f"phyllo={self.phyllo!r}, {tables})")
+                f"phyllo={self.phyllo!r}, acl={self.acl!r}, {tables})")
 
     def replace(self, **changes: Any) -> Config:
-        """A copy with `changes`: listeners, attach, phyllo or whole tables by name."""
+        """A copy with `changes`: listeners, attach, phyllo, acl or whole tables by name."""
         values: dict[str, Any] = {"listeners": self.listeners, "attach": self.attach,
-                                  "phyllo": self.phyllo, **self.tables}
+                                  "phyllo": self.phyllo, "acl": self.acl, **self.tables}
         values.update(changes)
         return Config(**values)
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import difflib
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from wireproto.access import AccessRule, Action
 from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
 from wireproto.config.endpoints import default_reactor
 from wireproto.config.forms import (
@@ -36,7 +37,8 @@ from wireproto.config.forms import (
 )
 from wireproto.config.model import Attach, Config, ConfigError, Listener, PhylloLink
 from wireproto.config.tables import config_tables
-from wireproto.settings import integer, one_of, shown, table_readers, toml_value
+from wireproto.errors import InvalidTopic
+from wireproto.settings import integer, one_of, shown, string, strings, table_readers, toml_value
 
 __all__ = [
     "config_from_toml",
@@ -47,9 +49,11 @@ __all__ = [
     "unknown_key",
 ]
 
-LISTEN_KEYS = ("protocol", "transport", "endpoint", "path")
-ATTACH_KEYS = ("protocol", "endpoint", "framing")
-PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length")
+LISTEN_KEYS = ("protocol", "transport", "endpoint", "path", "identity", "principal")
+ATTACH_KEYS = ("protocol", "endpoint", "framing", "principal")
+PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length",
+               "principal")
+ACL_KEYS = ("principal", "role", *(action.value for action in Action))
 
 
 def unknown_key(key: str, known: Iterable[str]) -> str:
@@ -104,7 +108,7 @@ def _read_listener(where: str, label: str, entry: Any, reactor: Any) -> Listener
     try:
         return check_listener(
             values["protocol"], values["transport"], values["endpoint"], values.get("path"),
-            reactor,
+            reactor, values.get("identity"), values.get("principal"),
         )
     except Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
@@ -119,7 +123,8 @@ def _read_attach(where: str, label: str, entry: Any, reactor: Any) -> Attach:
     values = _string_fields(where, label, entry, ATTACH_KEYS, required=("protocol", "endpoint"))
     try:
         return check_attach(
-            values["protocol"], values["endpoint"], values.get("framing"), reactor
+            values["protocol"], values["endpoint"], values.get("framing"), reactor,
+            values.get("principal"),
         )
     except Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
@@ -143,10 +148,31 @@ def _read_phyllo(where: str, label: str, entry: Any, reactor: Any) -> PhylloLink
     try:
         return check_phyllo(
             values["name"], values["endpoint"], values.get("stack"), values.get("prefix"),
-            values.get("send_format"), reactor, max_chunk_length,
+            values.get("send_format"), reactor, max_chunk_length, values.get("principal"),
         )
     except Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
+
+
+def _read_rule(where: str, label: str, entry: Any, reactor: Any) -> AccessRule:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: {label}: expected a table ([[acl]]), got {shown(entry)}")
+    values: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key not in ACL_KEYS:
+            raise ConfigError(f"{where}: {label}.{key}: {unknown_key(key, ACL_KEYS)}")
+        try:
+            values[key] = string(value) if key in ("principal", "role") else strings(value)
+        except ValueError as error:
+            raise ConfigError(f"{where}: {label}.{key}: {error}") from None
+    try:
+        rule = AccessRule(**values)
+    except (ValueError, InvalidTopic) as error:
+        raise ConfigError(f"{where}: {label}: {error}") from None
+    if not any(rule.patterns(action) for action in Action):
+        raise ConfigError(f"{where}: {label}: grants nothing; give it publish, subscribe, call "
+                          "or serve patterns")
+    return rule
 
 
 def _string_fields(
@@ -201,7 +227,7 @@ def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) 
         raise ConfigError(f"{source}: not valid TOML: {error}") from None
     # Every problem in the file is reported, not only the first.
     tables = config_tables()
-    top_keys = ("listen", "attach", "phyllo", *tables)
+    top_keys = ("listen", "attach", "phyllo", "acl", *tables)
     problems = [f"{source}: {key}: {unknown_key(key, top_keys)}"
                 for key in document if key not in top_keys]
     sections: dict[str, Any] = {}
@@ -221,13 +247,19 @@ def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) 
     if "phyllo" in document:
         read("phyllo", lambda: _read_list(source, "phyllo", document["phyllo"], _read_phyllo,
                                           check_phyllo_links, reactor))
+    if "acl" in document:
+        read("acl", lambda: _read_list(source, "acl", document["acl"], _read_rule, None,
+                                       reactor))
     for name, kind in tables.items():
         if name in document:
             read(name, lambda name=name, kind=kind: _read_table(source, name, document[name],
                                                                 kind))
+    if "auth" in sections:
+        sections["auth"] = replace(sections["auth"], enabled=True)  # [auth] turns it on
     if problems:
         raise ConfigError(*problems)
     config = Config().replace(**sections)
+    check_auth(config, source)
     check_something_to_do(config, source)
     return config
 
@@ -247,6 +279,21 @@ def check_something_to_do(config: Config, where: str) -> None:
     if not config.listeners and not config.attach and not config.phyllo:
         raise ConfigError(f"{where}: no listeners and nothing attached: nothing to serve")
     check_metrics_path(config, where)
+
+
+def check_auth(config: Config, where: str) -> None:
+    """[[acl]] rules without [auth] would be silently ignored; a rule for a role needs a
+    credential that carries roles."""
+    if config.acl and not config.auth.enabled:
+        raise ConfigError(f"{where}: acl: [[acl]] rules take effect with an [auth] table; add "
+                          "[auth] (an empty one will do)")
+    if not config.auth.takes_tokens:
+        for number, rule in enumerate(config.acl, 1):
+            if rule.role is not None:
+                raise ConfigError(
+                    f"{where}: acl[{number}].role: can never match: roles come only in JWT "
+                    "claims, and [auth] takes no tokens (jwt_algorithms)"
+                )
 
 
 def check_metrics_path(config: Config, where: str) -> None:
@@ -285,6 +332,10 @@ def config_to_toml(config: Config) -> str:
         table("[[attach]]", asdict(link))
     for phyllo in config.phyllo:
         table("[[phyllo]]", asdict(phyllo))
+    for rule in config.acl:
+        table("[[acl]]", {key: value for key, value in asdict(rule).items() if value})
     for name, settings in config.tables.items():
+        if name == "auth" and not settings.enabled:
+            continue  # no [auth]: no authentication
         table(f"[{name}]", {key: getattr(settings, key) for key in table_readers(type(settings))})
     return "\n".join(lines)

@@ -38,6 +38,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from wireproto.access import Policy
 from wireproto.hub.message import (
     DEFAULT_MAX_SUBSCRIPTION_BYTES,
     DEFAULT_MAX_SUBSCRIPTIONS,
@@ -124,6 +125,12 @@ class Hub:
         # (wire format, prepare key) -> a plain object, a cheaper fan-out cache key than the tuple
         self._prepared_keys: dict[tuple, object] = {}
         self._topic_observers: list[TopicObserver] = []
+        # Who may do what (wireproto.access); open unless the broker has an [auth] table.
+        self.policy = Policy.open()
+        # Refusals one connection may earn before it is closed (0: never closed for them).
+        self.max_denials = 0
+        # Refusals by (protocol, action).
+        self.denied: dict[tuple[str, str], int] = {}
 
     def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
         """The fan-out cache key of frames in `wire_format` prepared for transports of
@@ -151,6 +158,7 @@ class Hub:
             self, transport, protocol=protocol, wire_format=wire_format, encode=encode
         )
         session.client = client
+        session.identify(session.principal)
         self.sessions[session] = None
         key = (protocol, session.transport_name)
         self.accepted[key] = self.accepted.get(key, 0) + 1
@@ -159,8 +167,20 @@ class Hub:
             + (" as client {client}" if client is not None else ""),
             event="connect", protocol=protocol, transport=session.transport_name,
             peer=session.peer, session=session.id, client=client,
+            principal=session.principal.name,
         )
         return session
+
+    def set_policy(self, policy: Policy) -> int:
+        """Check every connection against `policy` from now on (a reload): each session's
+        grants are made again, and every subscription the new rules forbid is ended. Returns
+        how many were ended."""
+        self.policy = policy
+        ended = 0
+        for session in tuple(self.sessions):
+            session.identify(session.principal)
+            ended += session.end_forbidden_subscriptions()
+        return ended
 
     def protocol_stats(self) -> dict[str, SessionStats]:
         """Each protocol's session counters, those of closed sessions included; `dropped_*` and

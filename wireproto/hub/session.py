@@ -13,7 +13,8 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from wireproto import peerlog
-from wireproto.errors import LimitExceeded
+from wireproto.access import ANONYMOUS, Action, Grants, Principal
+from wireproto.errors import Forbidden, LimitExceeded
 from wireproto.hub.message import (
     Encoder,
     HubMessage,
@@ -72,7 +73,7 @@ class Session:
         "queued_bytes",
         "_paused", "writes_now", "closed", "received", "sent", "sent_bytes", "dropped_messages",
         "dropped_bytes", "overflow_disconnects", "id", "peer", "transport_name", "client",
-        "opened", "__weakref__",
+        "opened", "principal", "grants", "publish_decisions", "denials", "__weakref__",
     )
 
     def __init__(
@@ -111,6 +112,12 @@ class Session:
         self.transport_name = transport_name(transport)
         self.client: str | None = None
         self.opened = time.monotonic()
+        # Who the transport says the peer is; what it may do (None: everything).
+        self.principal: Principal = getattr(transport, "principal", None) or ANONYMOUS
+        self.grants: Grants | None = None
+        # The grants' publish decisions so far, which a publish looks up first.
+        self.publish_decisions: dict[str, bool] | None = None
+        self.denials = 0
         transport.registerProducer(self, True)
 
     def __repr__(self) -> str:
@@ -144,6 +151,8 @@ class Session:
         the hub's limits on subscriptions (count, topic length, bytes)."""
         if topic in self.topics:
             return False
+        if self.grants is not None:
+            self.check(Action.SUBSCRIBE, topic)
         self._hold(topic)
         self.topics.add(topic)
         return self.hub.subscribe(self, topic)
@@ -159,6 +168,8 @@ class Session:
         if pattern in self.patterns:
             return False
         validate_pattern(pattern)
+        if self.grants is not None:
+            self.check(Action.SUBSCRIBE, pattern)
         self._hold(pattern)
         self.hub.subscribe_pattern(self, pattern)
         self.patterns.add(pattern)
@@ -171,6 +182,77 @@ class Session:
         self._release(pattern)
         self.hub.unsubscribe_pattern(self, pattern)
         return True
+
+    # -- access ---------------------------------------------------------------------------------
+
+    def identify(self, principal: Principal) -> None:
+        """Act as `principal` (with this session's client id) under the hub's policy."""
+        if principal.client_id is None and self.client is not None:
+            principal = Principal(principal.name, principal.roles, self.client,
+                                  principal.narrowed_to)
+        self.principal = principal
+        grants = self.hub.policy.grants(principal)
+        if grants.allows_everything:
+            self.grants = self.publish_decisions = None
+        else:
+            self.grants = grants
+            self.publish_decisions = grants.decisions(Action.PUBLISH)
+
+    def end_forbidden_subscriptions(self) -> int:
+        """Unsubscribe from every topic and pattern the grants no longer allow (after a
+        reload); returns how many."""
+        if self.grants is None:
+            return 0
+        ended = 0
+        for topic in tuple(self.topics):
+            if not self.grants.allows(Action.SUBSCRIBE, topic):
+                self.unsubscribe(topic)
+                ended += 1
+                self._log_revoked(topic)
+        for pattern in tuple(self.patterns):
+            if not self.grants.allows(Action.SUBSCRIBE, pattern):
+                self.unsubscribe_pattern(pattern)
+                ended += 1
+                self._log_revoked(pattern)
+        return ended
+
+    def _log_revoked(self, topic: str) -> None:
+        log.info(
+            "{protocol} session {session} from {peer}: subscription to {topic!r} ended: the "
+            "rules no longer allow it", event="subscription_revoked", protocol=self.protocol,
+            peer=self.peer, session=self.id, client=self.client,
+            principal=self.principal.name, topic=topic,
+        )
+
+    def may(self, action: Action, topic: str) -> bool:
+        """Whether this session's principal may `action` on `topic`; asks, counts nothing."""
+        return self.grants is None or self.grants.allows(action, topic)
+
+    def check(self, action: Action, topic: str) -> None:
+        """Forbidden, counted and logged, unless this session's principal may `action` on
+        `topic`; LimitExceeded instead once it has been refused more than the hub's
+        `max_denials` times, so the protocol closes the connection."""
+        if self.grants is None or self.grants.allows(action, topic):
+            return
+        self.denials += 1
+        hub = self.hub
+        key = (self.protocol, action.value)
+        hub.denied[key] = hub.denied.get(key, 0) + 1
+        name = self.principal.name
+        peerlog.warn(
+            log, address_key(self.transport.getPeer()),
+            "{protocol} session {session} from {peer}: {who} may not {action} {topic!r}",
+            event="denied", protocol=self.protocol, transport=self.transport_name,
+            peer=self.peer, session=self.id, client=self.client, principal=name,
+            who="anonymous" if name is None else repr(name), action=action.value,
+            topic=topic,
+        )
+        if hub.max_denials and self.denials > hub.max_denials:
+            raise LimitExceeded(
+                f"{self.denials} refused requests on one connection; closing it "
+                "([auth] close_after_denials)"
+            )
+        raise Forbidden(action.value, topic, name)
 
     def _check_topic_length(self, topic: str) -> None:
         if len(topic) > self.hub.max_topic_length:
@@ -216,8 +298,12 @@ class Session:
     ) -> int:
         """Publish from this connection: everyone subscribed but this session gets it.
         `encoded` is the message already in this session's wire format, forwarded as it is;
-        `encodings` holds it in several formats, as `{wire_format: (data, binary)}`."""
+        `encodings` holds it in several formats, as `{wire_format: (data, binary)}`.
+        Forbidden if this session's principal may not publish on `topic`."""
         self.received += 1
+        decided = self.publish_decisions
+        if decided is not None and not decided.get(topic):
+            self.check(Action.PUBLISH, topic)
         if encodings is not None:
             cache = dict(encodings)
         else:
@@ -239,6 +325,8 @@ class Session:
 
     def set_will(self, topic: str, payload: bytes) -> None:
         self._check_topic_length(topic)
+        if self.grants is not None:
+            self.check(Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
 
     def close(self, reason: Any = None) -> None:
@@ -278,6 +366,16 @@ class Session:
         self.queued_bytes = 0
         self.hub.detach(self)
         will, self.will = self.will, None
+        if will is not None and self.grants is not None and not self.grants.allows(
+            Action.PUBLISH, will.topic
+        ):
+            log.info(
+                "{protocol} session {session} from {peer}: its will on {topic!r} is no longer "
+                "allowed; not published", event="will_forbidden", protocol=self.protocol,
+                peer=self.peer, session=self.id, principal=self.principal.name,
+                topic=will.topic,
+            )
+            will = None
         if will is not None:
             delivered = self.hub.publish(will)
             log.info(

@@ -51,6 +51,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto.access import ANONYMOUS, Action, Grants, Principal
 from wireproto.codecs import phyllo as phyllo_codec
 from wireproto.codecs.phyllo.codes import TypeCode
 from wireproto.codecs.phyllo.document import (
@@ -118,6 +119,8 @@ class BridgeStats:
     """Hub messages for the device while it was away."""
     dropped: int = 0
     """Hub messages dropped from a full send queue (oldest first)."""
+    denied: int = 0
+    """Device messages on topics the link's principal may not publish on."""
     # The stack's own counters, summed over its layers and over every connection.
     crc_errors: int = 0
     framing_errors: int = 0
@@ -253,6 +256,7 @@ class HubBridge:
         send_format: str = "msgpack",
         queue_bytes: int = DEFAULT_QUEUE_BYTES,
         protocol_wrapper: Callable[[IMessageProtocol], IMessageProtocol] | None = None,
+        principal: str | None = None,
         **stack_limits: int,
     ) -> None:
         prefix = f"phyllo/{name}" if prefix is None else prefix
@@ -283,6 +287,9 @@ class HubBridge:
         # listener's (capture records the link as a connection of protocol "phyllo").
         self.protocol_wrapper = protocol_wrapper
         self.connection: IMessageProtocol | None = None
+        # Who the device is, under the hub's policy (its grants follow a reloaded policy).
+        self.principal = Principal(principal) if principal is not None else ANONYMOUS
+        self._grants: tuple[Any, Grants] | None = None
 
     def __repr__(self) -> str:
         return f"<HubBridge {self.name!r} at {self.prefix!r}>"
@@ -393,11 +400,27 @@ class HubBridge:
             log.warn("Phyllo link {name}: device topic {topic} cannot be a hub topic: {problem}",
                      name=self.name, topic=topic, problem=problem)
             return
+        hub_topic = f"{self.prefix}/{topic}"
+        if not self._may_publish(hub_topic):
+            return
         self.stats.to_hub += 1
         self.hub.publish(HubMessage(
-            f"{self.prefix}/{topic}", hub_payload(message), sender=self._subscription,
-            protocol=PROTOCOL_NAME,
+            hub_topic, hub_payload(message), sender=self._subscription, protocol=PROTOCOL_NAME,
         ))
+
+    def _may_publish(self, topic: str) -> bool:
+        policy = self.hub.policy
+        if self._grants is None or self._grants[0] is not policy:
+            self._grants = (policy, policy.grants(self.principal))
+        if self._grants[1].allows(Action.PUBLISH, topic):
+            return True
+        self.stats.denied += 1
+        key = (PROTOCOL_NAME, Action.PUBLISH.value)
+        self.hub.denied[key] = self.hub.denied.get(key, 0) + 1
+        log.warn("Phyllo link {name}: {principal} may not publish {topic!r}", event="denied",
+                 protocol=PROTOCOL_NAME, name=self.name, principal=self.principal.name,
+                 action="publish", topic=topic)
+        return False
 
     # -- hub to device --------------------------------------------------------------------------
 

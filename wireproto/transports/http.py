@@ -23,17 +23,79 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
 from twisted.web.resource import IResource
-from twisted.web.server import Request, Site
+from twisted.web.server import NOT_DONE_YET, Request, Site
 
-__all__ = ["HTTPLimits", "GuardedSite", "max_request_body"]
+__all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit"]
 
 log = Logger()
+
+
+class HTTPRefusal(Exception):
+    """A handshake refused before any session exists: HTTP `status` (401 without credentials
+    or with bad ones, 403 for a principal not allowed here, 503 when too busy to check), a
+    `reason` code for the counters, and a message for the log; the client gets the status and
+    `challenge` (a WWW-Authenticate value) only."""
+
+    def __init__(self, status: int, reason: str, message: str, challenge: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.challenge = challenge
+
+
+# A handshake's principal from its request (credentials, the TLS peer); fails with HTTPRefusal.
+Identify = Callable[[Any], "defer.Deferred[Any]"]
+
+_REFUSAL_PHRASES = {401: b"Unauthorized", 403: b"Forbidden", 503: b"Service Unavailable"}
+
+
+def admit(request: Any, identify: Identify, proceed: Callable[[Any], Any],
+          answer_refusal: Callable[[Any, HTTPRefusal], object] | None = None) -> Any:
+    """Render `request` by `proceed(principal)` once `identify` gives its principal, or answer
+    with the refusal's status (or by `answer_refusal(request, refusal)`, for a protocol with
+    its own way to say no). `proceed` returns a body or NOT_DONE_YET, as render does."""
+
+    def identified(principal: Any) -> None:
+        if getattr(request, "_disconnected", False):
+            return  # gave up while its credentials were checked
+        body = proceed(principal)
+        if body is not NOT_DONE_YET:
+            request.write(body)
+            request.finish()
+
+    def refused(failure: Failure) -> None:
+        if getattr(request, "_disconnected", False):
+            return
+        error = failure.value
+        if not isinstance(error, HTTPRefusal):
+            log.failure("authenticating an HTTP handshake failed", failure)
+            error = HTTPRefusal(503, "error", "authentication failed")
+        if answer_refusal is not None and error.status in (401, 403):
+            answer_refusal(request, error)
+            return
+        request.setResponseCode(error.status, _REFUSAL_PHRASES.get(error.status))
+        if error.challenge:
+            request.setHeader(b"www-authenticate", error.challenge.encode("ascii"))
+        body = b"%d %s\n" % (error.status, _REFUSAL_PHRASES.get(error.status, b"Refused"))
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        request.setHeader(b"content-length", b"%d" % len(body))
+        request.setHeader(b"cache-control", b"no-store")
+        request.write(body)
+        request.finish()
+
+    defer.maybeDeferred(identify, request).addCallbacks(identified, refused).addErrback(
+        lambda failure: log.failure("answering an HTTP handshake failed", failure)
+    )
+    return NOT_DONE_YET
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 from cobs import cobs
 from twisted.internet.address import UNIXAddress
 from twisted.internet.error import ConnectionLost
-from twisted.internet.interfaces import IAddress, ISSLTransport
+from twisted.internet.interfaces import IAddress, IHandshakeListener, ISSLTransport
 from twisted.internet.protocol import ClientFactory, Factory, Protocol, ServerFactory
 from twisted.logger import Logger
 from twisted.protocols.basic import LineOnlyReceiver
@@ -129,7 +129,7 @@ def _carrier_kind(transport: Any) -> str:
     return "serial" if getattr(host, "type", None) == "SERIAL" else "tcp"
 
 
-@implementer(IMessageTransport)
+@implementer(IMessageTransport, IHandshakeListener)
 class StreamMessageTransport(ByteTransportDelegate, Protocol):
     """The part of every framed stream adapter that does not depend on the framing.
 
@@ -143,6 +143,9 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     prepareKey: tuple[str, str] = ("stream", "")
     factory: _StreamFactory
     wrapped: IMessageProtocol | None = None
+    # Who the peer is (None: anonymous).
+    principal: Any = None
+    _awaitingHandshake = False
     paused = False
     # Set when this connection is closed because of a ProtocolError (ours or the wrapped one's).
     _error: ProtocolError | None = None
@@ -183,10 +186,31 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         # A prepared message is the framed bytes: the fan-out path writes them with no frame of
         # Python in between.
         self.sendPrepared = self.transport.write
-        self.wrapped = factory.protocol_factory()
-        self.wrapped.makeConnection(self)
+        if factory.identify is not None and factory.identify_after_handshake:
+            # The peer's certificate is known once the TLS handshake is done: until then no
+            # message can arrive, and the protocol is not connected.
+            self._awaitingHandshake = True
+        else:
+            self._connectWrapped()
         if factory.options.idle_timeout:
             self._watchIdle(factory.options.idle_timeout)
+
+    def handshakeCompleted(self) -> None:
+        """IHandshakeListener: TLS is up, so the peer's certificate can be read."""
+        if self._awaitingHandshake:
+            self._awaitingHandshake = False
+            self._connectWrapped()
+
+    def _connectWrapped(self) -> None:
+        factory = self.factory
+        if factory.identify is not None:
+            self.principal = factory.identify(self.transport)
+            if self.principal is None:
+                self._refused = True
+                self.abortConnection()
+                return
+        self.wrapped = factory.protocol_factory()
+        self.wrapped.makeConnection(self)
 
     def _watchIdle(self, timeout: float) -> None:
         """Close the connection once a whole `timeout` passes with nothing received. Only then
@@ -202,7 +226,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
             reading(data)
 
         def check() -> None:
-            if self.wrapped is None:
+            if self.wrapped is None and not self._awaitingHandshake:
                 return
             if not self._active:
                 log.info("closing an idle {framing} connection from {peer}: nothing in "
@@ -448,12 +472,17 @@ class _StreamFactory(Factory):
     # None: no limit and no counting (clients).
     max_connections: int | None = None
     connection_count = 0
+    # identify reads the peer's TLS certificate, so it waits for the handshake.
+    identify_after_handshake = False
 
     def __init__(
-        self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions
+        self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions,
+        identify: Callable[[Any], Any] | None = None,
     ) -> None:
         self.protocol_factory = protocol_factory
         self.options = options
+        # identify(byte transport) -> the peer's principal, or None to refuse it.
+        self.identify = identify
         self._transport_class = _TRANSPORTS[options.framing]
 
     def buildProtocol(self, addr: IAddress) -> StreamMessageTransport:
@@ -466,9 +495,10 @@ class StreamServerFactory(_StreamFactory, ServerFactory):
     """Server side: counts connections and refuses those beyond `max_connections`."""
 
     def __init__(
-        self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions
+        self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions,
+        identify: Callable[[Any], Any] | None = None,
     ) -> None:
-        super().__init__(protocol_factory, options)
+        super().__init__(protocol_factory, options, identify)
         self.max_connections = options.max_connections
 
 
@@ -477,17 +507,22 @@ class StreamClientFactory(_StreamFactory, ClientFactory):
 
 
 def stream_server_factory(
-    protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions()
+    protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions(),
+    *, identify: Callable[[Any], Any] | None = None,
 ) -> StreamServerFactory:
     """A factory to listen with on any stream endpoint (``tcp:``, ``ssl:``, ``unix:``).
 
-    Each connection gets a new ``protocol_factory()`` message protocol.
+    Each connection gets a new ``protocol_factory()`` message protocol. With `identify`, each
+    connection is first given the principal ``identify(byte_transport)`` returns, or closed if
+    it returns None.
     """
-    return StreamServerFactory(protocol_factory, options)
+    return StreamServerFactory(protocol_factory, options, identify)
 
 
 def stream_client_factory(
-    protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions()
+    protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions(),
+    *, identify: Callable[[Any], Any] | None = None,
 ) -> StreamClientFactory:
-    """A factory to connect with to a stream endpoint (or a serial port)."""
-    return StreamClientFactory(protocol_factory, options)
+    """A factory to connect with to a stream endpoint (or a serial port); `identify` as for
+    `stream_server_factory` (an attached link is the principal its config names)."""
+    return StreamClientFactory(protocol_factory, options, identify)

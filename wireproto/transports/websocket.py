@@ -47,7 +47,7 @@ from wireproto.transports.base import (
     IMessageTransport,
     close_reason,
 )
-from wireproto.transports.http import GuardedSite, HTTPLimits
+from wireproto.transports.http import GuardedSite, HTTPLimits, Identify, admit
 from wireproto.transports.websocket_frames import frame, whole_frame
 
 __all__ = [
@@ -230,6 +230,8 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
     transport: Any
     state: int
     wrapped: IMessageProtocol | None = None
+    # Who the peer is, as the handshake established it (None: anonymous).
+    principal: Any = None
     # The close code and reason of this connection's end, once it ended (for logs and tests).
     closeCode: int | None = None
     closeReason: str | None = None
@@ -369,6 +371,13 @@ class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
 
 class _MessageWebSocketServerFactory(WebSocketServerFactory):
     protocol = WebSocketServerAdapter
+    # The principal of the handshake being handed over (MessageWebSocketResource.upgrade).
+    next_principal: Any = None
+
+    def buildProtocol(self, addr: Any) -> Any:
+        protocol = super().buildProtocol(addr)
+        protocol.principal = self.next_principal
+        return protocol
 
     def __init__(
         self,
@@ -447,6 +456,10 @@ class MessageWebSocketResource(WebSocketResource):
     adapter's registerProducer raise and would take the transport's pause/resume calls.
     """
 
+    def __init__(self, factory: Any, identify: Identify | None = None) -> None:
+        super().__init__(factory)
+        self.identify = identify
+
     def render(self, request: Any) -> Any:
         if (request.getHeader(b"upgrade") or b"").lower() != b"websocket":
             # A plain HTTP request (a browser, a probe): answered here, with nothing logged;
@@ -458,10 +471,21 @@ class MessageWebSocketResource(WebSocketResource):
             request.setHeader(b"content-type", b"text/plain; charset=utf-8")
             request.setHeader(b"content-length", b"%d" % len(body))
             return body
+        if self.identify is not None:
+            return admit(request, self.identify, lambda principal: self.upgrade(request,
+                                                                                principal))
+        return self.upgrade(request, None)
+
+    def upgrade(self, request: Any, principal: Any) -> Any:
+        """Hand the connection to Autobahn, its adapter acting as `principal`."""
         transport = request.channel.transport
         if transport is not None:
             transport.unregisterProducer()
-        result = super().render(request)
+        self._factory.next_principal = principal
+        try:
+            result = super().render(request)
+        finally:
+            self._factory.next_principal = None
         if transport is not None and request.channel.transport is not None:
             # Not taken over (Autobahn answered with an HTTP error): give it back to HTTP.
             transport.registerProducer(request.channel, True)
@@ -473,12 +497,17 @@ def websocket_resource(
     options: WebSocketOptions = WebSocketOptions(),
     *,
     url: str | None = None,
+    identify: Identify | None = None,
 ) -> IResource:
     """A twisted.web resource that serves `protocol_factory()` protocols over WebSocket.
 
     Beyond `options.max_connections` open WebSockets, the opening handshake gets HTTP 503.
+    With `identify`, each handshake's principal comes from it first (wireproto.authentication),
+    and a refused one gets its HTTP status without any WebSocket being made.
     """
-    return MessageWebSocketResource(_MessageWebSocketServerFactory(protocol_factory, options, url))
+    return MessageWebSocketResource(
+        _MessageWebSocketServerFactory(protocol_factory, options, url), identify
+    )
 
 
 class _Directory(Resource):

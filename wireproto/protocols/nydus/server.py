@@ -52,9 +52,10 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from wireproto.access import Action
 from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
-from wireproto.errors import FrameTooLarge, LimitExceeded, ProtocolError
+from wireproto.errors import Forbidden, FrameTooLarge, LimitExceeded, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import payload_from_value
 from wireproto.protocols.nydus.invocation import (
@@ -92,6 +93,7 @@ WIRE_FORMAT = "nydus"
 DEFAULT_MAX_PENDING_INVOKES = 1000
 NOT_FOUND = {"message": "Not Found", "status": 404}
 TOO_MANY_REQUESTS = {"message": "Too Many Requests", "status": 429}
+FORBIDDEN = {"message": "Forbidden", "status": 403}
 
 
 HUB_ROUTES = "/_hub"
@@ -200,6 +202,16 @@ class NydusServerProtocol(MessageProtocol):
         if match is None:
             self._reply(Error, message.id, NOT_FOUND)
             return
+        if match.action not in server.hub_route_handlers:
+            try:
+                self.session.check(Action.CALL, call_name(message.path))
+            except Forbidden:
+                self._reply(Error, message.id, FORBIDDEN)
+                return
+            except LimitExceeded as error:
+                self._reply(Error, message.id, FORBIDDEN)
+                self._over_limit(error)
+                return
         invocation = Invocation(
             server, self, message.path, match.route, match.params, match.splats,
             None if message.data is NO_DATA else message.data, message.id,
@@ -299,7 +311,12 @@ class NydusServer:
         self.routes = RouteTable()
         self.clients: dict[str, NydusServerProtocol] = {}
         self._sessions: dict[Session, NydusServerProtocol] = {}
+        # The hub routes are subscribe and publish, checked as such rather than as calls.
+        self.hub_route_handlers: tuple[Handler, ...] = ()
         if hub_routes:
+            self.hub_route_handlers = (
+                self._route_subscribe, self._route_unsubscribe, self._route_publish,
+            )
             self.register_route(f"{HUB_ROUTES}/subscribe", self._route_subscribe)
             self.register_route(f"{HUB_ROUTES}/unsubscribe", self._route_unsubscribe)
             self.register_route(f"{HUB_ROUTES}/publish", self._route_publish)
@@ -349,6 +366,8 @@ class NydusServer:
             self.subscribe_client(invocation.client, self._path_in(invocation.body))
         except LimitExceeded as error:
             raise InvokeError(400, str(error)) from error  # and the connection closes
+        except Forbidden:
+            raise InvokeError(403, "Forbidden") from None
         except (ValueError, ProtocolError) as error:
             raise InvokeError(400, str(error)) from None
 
@@ -362,6 +381,10 @@ class NydusServer:
         path = self._path_in(body["path"])
         try:
             delivered = self.publish(path, body.get("data", NO_DATA), sender=invocation.client)
+        except LimitExceeded as error:
+            raise InvokeError(400, str(error)) from error
+        except Forbidden:
+            raise InvokeError(403, "Forbidden") from None
         except (ValueError, ProtocolError) as error:
             raise InvokeError(400, str(error)) from None
         return {"delivered": delivered}
@@ -446,9 +469,12 @@ class NydusServer:
         """Publish `data` on `path` to every subscriber of its hub topic, on every protocol
         (but `sender`, a client publishing through the server). Returns how many got it.
         Raises InvalidField for data that is not JSON (bytes go into the hub as they are),
-        ValueError or InvalidTopic for a path without a topic."""
+        ValueError or InvalidTopic for a path without a topic, and Forbidden if `sender` may
+        not publish there."""
         topic = topic_of_path(path)
         head = publish_head(path)
+        if sender is not None and sender.session is not None:
+            sender.session.check(Action.PUBLISH, topic)
         payload = b"" if data is NO_DATA else payload_from_value(data)
         cache = {}
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -466,6 +492,12 @@ class NydusServer:
         """Close every connection (as nydus's close does); listeners are stopped by their owner."""
         for client in tuple(self.clients.values()):
             client.close()
+
+
+def call_name(path: str) -> str:
+    """What an INVOKE of `path` is checked as: its hub topic (the path without its leading
+    ``/``), or the path itself where it has none."""
+    return path[1:] if path.startswith("/") else path
 
 
 def _discard(initial_data: Any) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from wireproto.access import Action
 from wireproto.codecs.serialization import json_loads, json_utf8, msgpack_loads
 from wireproto.codecs.subble import (
     EventError,
@@ -23,6 +24,7 @@ from wireproto.codecs.subble import (
 )
 from wireproto.errors import (
     BadEncoding,
+    Forbidden,
     LimitExceeded,
     ProtocolError,
     UnexpectedMessage,
@@ -188,23 +190,48 @@ class SubbleHostProtocol(MessageProtocol):
     def _accept(self, request: HandshakeRequest, code: MessageCode, message: str) -> None:
         host = self.host
         client_id = message if code == MessageCode.OK_NEW_CLIENT_ID else request.client_id
+        subscribe = tuple(dict.fromkeys(request.subscribe))
+        session = host.hub.attach(
+            self.transport, protocol="subble", wire_format=WIRE_FORMAT,
+            encode=host._encode_hub_message, client=client_id,
+        )
+        older = host.clients.get(client_id)
+        refusal = self._access_refusal(session, subscribe, older)
+        if refusal is not None:
+            session.close(f"handshake refused: {refusal[1]}")
+            self._refuseHandshake(*refusal, request.request_data)
+            return
         self.client_id = client_id
         self.handshake = request
-        self.subscribe = tuple(dict.fromkeys(request.subscribe))
+        self.subscribe = subscribe
         self.produce = frozenset(request.produce)
-        older = host.clients.get(client_id)
         if older is not None:
             older._replaced()
         host.clients[client_id] = self
         self.state = HandshakeState.OPEN
-        self.session = host.hub.attach(
-            self.transport, protocol="subble", wire_format=WIRE_FORMAT,
-            encode=host._encode_hub_message, client=client_id,
-        )
+        self.session = session
         self._send(encode(HandshakeResponse(code, message, request.request_data)))
         for event_type in self.subscribe:
             self.session.subscribe(event_type)
         host._hook("on_handshake", self)
+
+    @staticmethod
+    def _access_refusal(
+        session: Session, subscribe: tuple[str, ...], older: SubbleHostProtocol | None
+    ) -> tuple[MessageCode, str] | None:
+        """Why the handshake's principal may not have it: a type it may not subscribe to (10),
+        or a client ID connected as another principal (12); None if it may."""
+        for event_type in subscribe:
+            try:
+                session.check(Action.SUBSCRIBE, event_type)
+            except ProtocolError as error:  # Forbidden, or LimitExceeded after too many
+                return MessageCode.IP_NOT_ALLOWED, str(error)
+        if older is not None and older.session is not None and (
+            older.session.principal.name != session.principal.name
+        ):
+            return (MessageCode.INVALID_CLIENT_ID,
+                    "this client ID is connected as another principal")
+        return None
 
     def _refuseHandshake(self, code: MessageCode, message: str, echo: bytes) -> None:
         """Answer with a refusal, then close: nothing more is read from this connection."""
@@ -261,6 +288,14 @@ class SubbleHostProtocol(MessageProtocol):
                 f"event type {request.event_type!r} is not in this client's produce list",
                 echo,
             )
+            return
+        try:
+            self.session.check(Action.PUBLISH, request.event_type)
+        except Forbidden as error:
+            self._eventError(MessageCode.EVENT_FORBIDDEN, str(error), echo)
+            return
+        except LimitExceeded as error:
+            self._refuse(error)
             return
         try:
             self.host._create_event(self, request)

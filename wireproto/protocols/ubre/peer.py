@@ -15,7 +15,7 @@ from twisted.python.failure import Failure
 from wireproto.codecs import ubre
 from wireproto.codecs.serialization import json_loads, json_utf8
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
-from wireproto.errors import FrameTooLarge, InvalidField, ProtocolError
+from wireproto.errors import Forbidden, FrameTooLarge, InvalidField, ProtocolError
 from wireproto.hub import HubMessage
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.protocols.rpc import (
@@ -53,6 +53,7 @@ DEFAULT_MAX_TOPIC_LENGTH = 1024
 DEFAULT_MAX_PENDING_REQUESTS = 1000
 NOT_FOUND = "NotFound"  # ubre.js's fail body for a request no handler takes
 TOO_MANY_REQUESTS = "TooManyRequests"
+FORBIDDEN = "Forbidden"  # the fail body for a request this peer may not make
 
 _BINARY_ANSWERS = (b"s", b"f")
 
@@ -277,6 +278,8 @@ class UbrePeer(MessageProtocol):
                 self.subscribeReceived(message, binary_format)
             else:
                 self.unsubscribeReceived(message, binary_format)
+        except Forbidden:
+            pass  # UBRE has no word for a refused publish or subscribe; the refusal is counted
         except ProtocolError as error:
             self._refuse(error)
 
@@ -293,9 +296,17 @@ class UbrePeer(MessageProtocol):
         """What a handler gets as its second argument: the peer that asked."""
         return self
 
+    def checkCall(self, name: str) -> None:
+        """Forbidden if the peer may not make the request `name` ("" for one without a name)."""
+
     def _answer(self, message: Request, binary_format: bool) -> None:
         if self._answering >= self.max_pending_requests:
             self._reply(Fail, message.id, TOO_MANY_REQUESTS, binary_format)
+            return
+        try:
+            self.checkCall("" if message.name is None else message.name)
+        except Forbidden:
+            self._reply(Fail, message.id, FORBIDDEN, binary_format)
             return
         handler = (
             self.handlers.get(message.name) if message.name is not None else self.default_handler

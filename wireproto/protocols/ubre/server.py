@@ -26,6 +26,7 @@ from typing import Any
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from wireproto.access import Action
 from wireproto.codecs import ubre
 from wireproto.codecs.ubre import NO_BODY, Publish, Subscribe, Unsubscribe
 from wireproto.errors import InvalidTopic, ProtocolError
@@ -105,6 +106,9 @@ class UbreServerProtocol(UbrePeer):
         log_protocol_error("ubre", self.transport, error, self.session)
 
     # -- what a client asks of the broker --------------------------------------------------------
+
+    def checkCall(self, name: str) -> None:
+        self.session.check(Action.CALL, name)
 
     def _check_topic(self, topic: str) -> None:
         limit = self.server.max_topic_length

@@ -23,7 +23,7 @@ from twisted.python.failure import Failure
 
 from wireproto.codecs import websmq
 from wireproto.codecs.websmq import LastWill, Publish, Subscribe, Unsubscribe
-from wireproto.errors import BadEncoding, InvalidTopic, ProtocolError
+from wireproto.errors import BadEncoding, Forbidden, InvalidTopic, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.protocols.websmq.patterns import validate_websmq_pattern
 from wireproto.topics import is_pattern
@@ -107,7 +107,10 @@ class WebsmqServerProtocol(MessageProtocol):
             end = 2 + (data[0] << 8 | data[1])
             topic = _known_topics.get(data[2:end])
             if topic is not None and end <= len(data):
-                self.session.publish(topic, data[end:], (data, True))
+                try:
+                    self.session.publish(topic, data[end:], (data, True))
+                except ProtocolError as error:
+                    self._refused(error)
                 return
         if self._failed:
             return
@@ -141,7 +144,7 @@ class WebsmqServerProtocol(MessageProtocol):
             else:
                 session.set_will(message.topic, message.payload)
         except ProtocolError as error:
-            self._refuse(error)
+            self._refused(error)
 
     def _wildcard(self, kind: type, pattern: str) -> None:
         try:
@@ -150,6 +153,13 @@ class WebsmqServerProtocol(MessageProtocol):
             else:
                 self.session.unsubscribe_pattern(pattern)
         except ProtocolError as error:
+            self._refused(error)
+
+    def _refused(self, error: ProtocolError) -> None:
+        """WEBSMQ has no error message: a forbidden publish, subscribe or will is not done (the
+        hub counted it, and closes the connection of a repeat offender); anything else
+        closes the connection."""
+        if not isinstance(error, Forbidden):
             self._refuse(error)
 
     def _refuse(self, error: ProtocolError) -> None:

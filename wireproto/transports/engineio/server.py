@@ -40,6 +40,7 @@ from wireproto.transports.engineio.packets import close_websocket
 from wireproto.transports.engineio.polling import refuse, respond
 from wireproto.transports.engineio.session import EngineIOSession
 from wireproto.transports.engineio.websocket import ServerWebSocket, ServerWebSocketFactory
+from wireproto.transports.http import Identify, admit
 from wireproto.transports.websocket import (
     MessageWebSocketResource,
 )
@@ -84,9 +85,10 @@ class EngineIOServer:
 
     def __init__(
         self, protocol_factory: Callable[[], IMessageProtocol], options: EngineIOOptions,
-        reactor: Any,
+        reactor: Any, identify: Identify | None = None,
     ) -> None:
         self.protocol_factory = protocol_factory
+        self.identify = identify
         self.options = options
         self.reactor = reactor
         # Every session until it is forgotten, open or closing (waiting to give a GET the close
@@ -168,6 +170,16 @@ class EngineIOServer:
             return refuse(request, FORBIDDEN)
         if version != "4":
             return refuse(request, UNSUPPORTED_PROTOCOL_VERSION)
+        if self.identify is not None:
+            # Refused credentials get engine.io's own 403, which nydus-client reports as
+            # "unauthorized" (and stops retrying); on a 401 it would retry forever.
+            return admit(request, self.identify,
+                         lambda principal: self._handshake(request, upgrade, principal),
+                         lambda request, refusal: refuse(request, FORBIDDEN))
+        return self._handshake(request, upgrade, None)
+
+    def _handshake(self, request: Any, upgrade: bool, principal: Any) -> Any:
+        """A new session for `principal`, on a WebSocket or polling, if there is a slot."""
         peer = request.getClientAddress()
         refusal = self._slot_refusal(address_key(peer))
         if refusal is not None:
@@ -176,13 +188,14 @@ class EngineIOServer:
             respond(request, 503, b"Too many Engine.IO sessions", b"text/plain")
             return NOT_DONE_YET
         if upgrade:
-            return self._websocket(request, upgrade_of=None)
-        return self._polling_handshake(request)
+            return self._websocket(request, upgrade_of=None, principal=principal)
+        return self._polling_handshake(request, principal)
 
-    def _polling_handshake(self, request: Any) -> Any:
+    def _polling_handshake(self, request: Any, principal: Any) -> Any:
         protocol = self.protocol_factory()
         sid = self._new_sid()
         session = EngineIOSession(self, sid, request.getClientAddress(), request.getHost())
+        session.principal = principal
         self._add_session(session)
         upgrades = (WEBSOCKET,) if self.options.upgrades else ()
         body = "0" + encode_handshake(self.options._handshake(sid, upgrades))
@@ -191,10 +204,11 @@ class EngineIOServer:
         session._start(protocol)
         return NOT_DONE_YET
 
-    def _websocket(self, request: Any, upgrade_of: EngineIOSession | None) -> Any:
+    def _websocket(self, request: Any, upgrade_of: EngineIOSession | None,
+                   principal: Any = None) -> Any:
         self.ws_factory.upgrade_of = upgrade_of
         try:
-            return self.ws_resource.render(request)
+            return self.ws_resource.upgrade(request, principal)
         finally:
             self.ws_factory.upgrade_of = None
 
@@ -205,6 +219,7 @@ class EngineIOServer:
         protocol = self.protocol_factory()
         sid = self._new_sid()
         session = EngineIOSession(self, sid, ws.transport.getPeer(), ws.transport.getHost())
+        session.principal = ws.principal
         session._ws = ws
         ws.session = session
         self._add_session(session)
@@ -244,13 +259,16 @@ def engineio_resource(
     options: EngineIOOptions = DEFAULT_OPTIONS,
     *,
     reactor: Any = None,
+    identify: Identify | None = None,
 ) -> IResource:
     """A twisted.web resource serving `protocol_factory()` protocols over Engine.IO 4, timing
     its pings and deadlines on `reactor` (the global reactor if None).
 
     Mount it as the child b"engine.io" of a Site's root (or at "/engine.io/" with
-    `websocket_site`); it answers at "/engine.io/", trailing slash included.
+    `websocket_site`); it answers at "/engine.io/", trailing slash included. With `identify`,
+    each handshake's principal comes from it first, and a refused one gets its HTTP status
+    (nydus-client fires "unauthorized" on 403) without any session being made.
     """
     if reactor is None:
         from twisted.internet import reactor
-    return EngineIOResource(EngineIOServer(protocol_factory, options, reactor))
+    return EngineIOResource(EngineIOServer(protocol_factory, options, reactor, identify))

@@ -63,6 +63,9 @@ class EngineIOSession(PollingCarrier, WebSocketCarrier):
     textOnly = False
     protocol: IMessageProtocol | None = None
 
+    # Who the handshake said the peer is (None: anonymous).
+    principal: Any = None
+
     def __init__(self, server: EngineIOServer, sid: str, peer: Any, host: Any) -> None:
         self.server = server
         self.sid = sid

@@ -3,7 +3,7 @@ from polling to WebSocket."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
 from autobahn.websocket.protocol import WebSocketProtocol
@@ -46,10 +46,13 @@ class ServerWebSocket(DirectFrames, WebSocketServerProtocol):
     factory: ServerWebSocketFactory
     session: EngineIOSession | None = None
     _upgrade_of: EngineIOSession | None = None
+    # Who the handshake said the peer is (a session of its own only).
+    principal: Any = None
 
     def connectionMade(self) -> None:
         # The resource set this just before handing the connection over, in the same call.
         self._upgrade_of = self.factory.upgrade_of
+        self.principal = self.factory.next_principal
         super().connectionMade()
 
     def onOpen(self) -> None:
@@ -85,6 +88,7 @@ class ServerWebSocketFactory(WebSocketServerFactory):
         super().__init__()
         self.server = server
         self.upgrade_of: EngineIOSession | None = None
+        self.next_principal: Any = None
         options = server.options.websocket
         self.setProtocolOptions(
             **common_options(options),

@@ -1,0 +1,378 @@
+"""Authentication as a broker runs it: the [auth] table, the credentials it loads (a JWT key, a
+password file), the access rules, and how each kind of connection gets its principal.
+
+- WebSocket and Engine.IO handshakes carry ``Authorization: Bearer TOKEN``, an ``access_token``
+  query parameter (browsers cannot set headers), or HTTP Basic against the password file.
+  `Authentication.authenticate_http` checks them before any session exists: a request without
+  credentials, or with bad ones, gets 401, and one whose principal may not use the listener 403.
+  Password checks (scrypt, slow on purpose) run on a small thread pool of their own, a bounded
+  number at a time.
+- ``mtls:`` listeners take the principal from the client certificate's subject or SAN
+  (wireproto.transports.tls); ``unix:`` listeners from the peer's uid; a listener may also name a
+  fixed principal, or make every connection anonymous. Serial lines, attached links and Phyllo
+  devices are the principal their config names.
+
+`Authentication.load` reads every file at once, so a bad one is found before anything listens,
+and `reload` rereads them (SIGHUP), keeping the old ones if any new one is bad. docs/security.md
+describes the model.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from wireproto import peerlog
+from wireproto.access import ANONYMOUS, AccessRule, Policy, Principal
+from wireproto.access.passwords import PasswordFile, PasswordFileError
+from wireproto.access.tokens import AuthenticationFailed, TokenVerifier
+from wireproto.peerlog import address_key, describe_address
+from wireproto.settings import boolean, choice, integer, seconds_or_never, setting, strings
+from wireproto.transports.http import HTTPRefusal
+
+__all__ = [
+    "AuthSettings",
+    "IDENTITIES",
+    "CERTIFICATE_NAMES",
+    "Authentication",
+    "check_auth_files",
+    "default_identity",
+    "http_credentials",
+    "strip_credentials",
+]
+
+log = Logger(namespace="wireproto.auth")
+
+# How a listener's connections get their principal.
+IDENTITIES = ("credentials", "certificate", "unix-peer", "anonymous")
+# Where a client certificate's principal name comes from.
+CERTIFICATE_NAMES = ("cn", "san-dns", "san-email", "san-uri")
+JWT_ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384",
+                  "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+def default_identity(endpoint: str, *, stream: bool) -> str:
+    """How a listener's connections get their principal when it does not say: the client
+    certificate on ``mtls:``, the peer's uid on a ``unix:`` stream, credentials in a ws or
+    engineio handshake, else anonymous."""
+    kind = endpoint.split(":", 1)[0].lower()
+    if kind == "mtls":
+        return "certificate"
+    if not stream:
+        return "credentials"
+    return "unix-peer" if kind == "unix" else "anonymous"
+
+
+def _count_or_never(value: Any) -> int:
+    if integer(value) < 0:
+        raise ValueError(f"expected a count (0: never), got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """The [auth] table. Its presence turns authentication on: from then on, what no [[acl]]
+    rule allows is denied."""
+
+    # Set by the presence of [auth] in a file (or by a caller), never as a key.
+    enabled: bool = setting(False, in_config=False)
+    # Connections without credentials get in as the anonymous principal (only rules for
+    # everyone apply to them); off, they are refused.
+    anonymous: bool = setting(False, read=boolean)
+    password_file: str = ""
+    jwt_algorithms: tuple[str, ...] = setting((), read=strings)
+    jwt_secret_file: str = ""
+    jwt_public_key_file: str = ""
+    jwt_jwks_file: str = ""
+    jwt_audience: str = ""
+    jwt_issuer: str = ""
+    jwt_leeway: float = setting(0.0, read=seconds_or_never)
+    roles_claim: str = "roles"
+    topics_claim: str = "topics"
+    certificate_name: str = setting("cn", read=choice(CERTIFICATE_NAMES, "certificate name"))
+    # Refusals one connection may earn before it is closed (0: never).
+    close_after_denials: int = setting(20, read=_count_or_never)
+    # Threads for password checks, and how many checks may wait for one.
+    password_threads: int = 2
+    max_pending_password_checks: int = 64
+
+    def __post_init__(self) -> None:
+        for algorithm in self.jwt_algorithms:
+            if algorithm not in JWT_ALGORITHMS:
+                raise ValueError(f"jwt_algorithms: unknown algorithm {algorithm!r}")
+        keys = [name for name in ("jwt_secret_file", "jwt_public_key_file", "jwt_jwks_file")
+                if getattr(self, name)]
+        if len(keys) > 1:
+            raise ValueError(f"give one JWT key, not {' and '.join(keys)}")
+        if keys and not self.jwt_algorithms:
+            raise ValueError(f"{keys[0]} needs jwt_algorithms, e.g. [\"RS256\"]")
+        if self.jwt_algorithms and not keys:
+            raise ValueError(
+                "jwt_algorithms needs a key: jwt_secret_file, jwt_public_key_file or "
+                "jwt_jwks_file"
+            )
+
+    @property
+    def takes_tokens(self) -> bool:
+        return bool(self.jwt_algorithms)
+
+    @property
+    def takes_passwords(self) -> bool:
+        return bool(self.password_file)
+
+
+def http_credentials(request: Any) -> tuple[str, str] | None:
+    """The credentials of an HTTP request: ("bearer", token), ("basic", "user:password"), or
+    None. The Authorization header wins over the ``access_token`` query parameter."""
+    raw = request.getHeader(b"authorization")
+    if raw:
+        header = raw.decode("latin-1")
+        scheme, _, value = header.strip().partition(" ")
+        scheme = scheme.lower()
+        if scheme == "bearer":
+            return "bearer", value.strip()
+        if scheme == "basic":
+            try:
+                decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                return "basic", ""
+            return "basic", decoded
+        return scheme or "unknown", ""
+    tokens = request.args.get(b"access_token")
+    if tokens:
+        return "bearer", tokens[-1].decode("utf-8", "replace")
+    return None
+
+
+def strip_credentials(request: Any) -> None:
+    """Take the credentials out of `request` before anything else reads or logs it: the
+    Authorization header, and the ``access_token`` query parameter from the URI."""
+    request.requestHeaders.removeHeader(b"authorization")
+    if b"access_token" not in request.args:
+        return
+    del request.args[b"access_token"]
+    path, question, query = request.uri.partition(b"?")
+    if question:
+        kept = [part for part in query.split(b"&")
+                if part.split(b"=", 1)[0] != b"access_token"]
+        request.uri = path + (b"?" + b"&".join(kept) if kept else b"")
+
+
+@dataclass(frozen=True)
+class _Credentials:
+    """What the [auth] files hold, read together."""
+
+    verifier: TokenVerifier | None
+    passwords: PasswordFile | None
+    policy: Policy
+
+
+class Authentication:
+    """A broker's authentication and access rules, loaded from its [auth] table and [[acl]]
+    rules. `policy` is what the hub checks; `authenticate_http` admits HTTP handshakes."""
+
+    def __init__(self, settings: AuthSettings, rules: tuple[AccessRule, ...],
+                 reactor: Any = None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor
+        self.settings = settings
+        self.rules = rules
+        self.reactor = reactor
+        self._loaded = self._load(settings, rules)
+        self._checks = defer.DeferredSemaphore(settings.password_threads)
+        self._waiting = 0
+        self._pool: Any = None
+        # Authentications by outcome ("ok" or a refusal's reason), for /metrics.
+        self.outcomes: dict[str, int] = {}
+
+    @property
+    def policy(self) -> Policy:
+        return self._loaded.policy
+
+    @staticmethod
+    def _load(settings: AuthSettings, rules: tuple[AccessRule, ...]) -> _Credentials:
+        """Everything the files say; ValueError naming the file and the problem."""
+        verifier = None
+        if settings.takes_tokens:
+            jwks_text = _read(settings.jwt_jwks_file, "jwt_jwks_file")
+            try:
+                jwks = None if jwks_text is None else json.loads(jwks_text)
+            except ValueError as error:
+                raise ValueError(f"jwt_jwks_file: {settings.jwt_jwks_file} is not JSON: "
+                                 f"{error}") from None
+            secret = _read(settings.jwt_secret_file, "jwt_secret_file", binary=True)
+            public_key = _read(settings.jwt_public_key_file, "jwt_public_key_file",
+                               binary=True)
+            key_name = ("jwt_secret_file" if secret is not None else "jwt_public_key_file"
+                        if public_key is not None else "jwt_jwks_file")
+            try:
+                verifier = TokenVerifier(
+                    algorithms=settings.jwt_algorithms, secret=secret, public_key=public_key,
+                    jwks=jwks, audience=settings.jwt_audience or None,
+                    issuer=settings.jwt_issuer or None, leeway=settings.jwt_leeway,
+                    roles_claim=settings.roles_claim,
+                    topics_claim=settings.topics_claim or None,
+                )
+            except ValueError as error:
+                raise ValueError(f"{key_name}: {error}") from None
+        passwords = None
+        if settings.takes_passwords:
+            try:
+                passwords = PasswordFile.load(settings.password_file)
+            except (OSError, PasswordFileError) as error:
+                raise ValueError(f"password_file: {error}") from None
+        return _Credentials(verifier, passwords, Policy(rules))
+
+    def reload(self) -> bool:
+        """Reread the key and password files; False, with the old ones kept and the reason
+        logged, if one is bad."""
+        try:
+            self._loaded = self._load(self.settings, self.rules)
+        except ValueError as error:
+            log.error("auth: reload failed, keeping the old credentials and rules: {error}",
+                      event="auth_reload_failed", error=str(error))
+            return False
+        return True
+
+    def replace_rules(self, rules: tuple[AccessRule, ...]) -> None:
+        self.rules = rules
+        self._loaded = _Credentials(self._loaded.verifier, self._loaded.passwords,
+                                    Policy(rules))
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    @property
+    def challenge(self) -> str:
+        """The WWW-Authenticate value of a 401: the schemes this broker takes."""
+        schemes = []
+        if self.settings.takes_tokens:
+            schemes.append('Bearer realm="wireproto"')
+        if self.settings.takes_passwords:
+            schemes.append('Basic realm="wireproto", charset="UTF-8"')
+        return ", ".join(schemes)
+
+    # -- HTTP handshakes ------------------------------------------------------------------------
+
+    def authenticate_http(self, request: Any) -> defer.Deferred[Principal]:
+        """The principal of an HTTP handshake, from its credentials (which are then taken out
+        of the request); fails with HTTPRefusal. Each outcome is counted and logged, without
+        the credentials."""
+        peer = request.getClientAddress()
+        d = self._authenticate_http(request)
+
+        def ok(principal: Principal) -> Principal:
+            self.count("ok")
+            log.info("auth: {peer} is {principal}", event="authenticated",
+                     peer=describe_address(peer), principal=principal.name)
+            return principal
+
+        def refused(failure: Any) -> Any:
+            error = failure.value
+            if isinstance(error, HTTPRefusal):
+                self.count(error.reason)
+                if error.status == 401:
+                    error.challenge = self.challenge
+                peerlog.warn(log, address_key(peer),
+                             "auth: refused {peer} ({status}): {why}", event="auth_failed",
+                             peer=describe_address(peer), status=error.status,
+                             reason=error.reason, why=str(error))
+            return failure
+
+        return d.addCallbacks(ok, refused)
+
+    def _authenticate_http(self, request: Any) -> defer.Deferred[Principal]:
+        credentials = http_credentials(request)
+        strip_credentials(request)
+        try:
+            if credentials is None:
+                if not self.settings.anonymous:
+                    raise HTTPRefusal(401, "missing", "no credentials")
+                return defer.succeed(ANONYMOUS)
+            scheme, value = credentials
+            if scheme == "bearer":
+                return defer.succeed(self._token_principal(value))
+            if scheme == "basic":
+                return self._password_principal(value)
+            raise HTTPRefusal(401, "scheme", f"unknown authorization scheme {scheme!r}")
+        except HTTPRefusal as refusal:
+            return defer.fail(refusal)
+
+    def _token_principal(self, token: str) -> Principal:
+        verifier = self._loaded.verifier
+        if verifier is None:
+            raise HTTPRefusal(401, "scheme", "a bearer token, but [auth] takes no tokens")
+        try:
+            return verifier.principal(token)
+        except AuthenticationFailed as failed:
+            raise HTTPRefusal(401, failed.reason, str(failed)) from None
+
+    def _password_principal(self, user_password: str) -> defer.Deferred[Principal]:
+        passwords = self._loaded.passwords
+        if passwords is None:
+            raise HTTPRefusal(401, "scheme", "a password, but [auth] has no password_file")
+        user, colon, password = user_password.partition(":")
+        if not colon or not user:
+            raise HTTPRefusal(401, "malformed", "HTTP Basic credentials that are not user:password")
+        if self._waiting >= self.settings.max_pending_password_checks:
+            raise HTTPRefusal(503, "busy", "too many password checks waiting")
+        self._waiting += 1
+
+        def check() -> defer.Deferred[bool]:
+            from twisted.internet.threads import deferToThreadPool
+
+            return deferToThreadPool(self.reactor, self._thread_pool(), passwords.check, user,
+                                     password)
+
+        def checked(ok: bool) -> Principal:
+            if not ok:
+                raise HTTPRefusal(401, "bad_password", f"wrong user or password for {user!r}")
+            return Principal(user)
+
+        def done(result: Any) -> Any:
+            self._waiting -= 1
+            return result
+
+        return self._checks.run(check).addBoth(done).addCallback(checked)
+
+    def _thread_pool(self) -> Any:
+        if self._pool is None:
+            from twisted.python.threadpool import ThreadPool
+
+            self._pool = ThreadPool(0, self.settings.password_threads, "wireproto-passwords")
+            self._pool.start()
+            self.reactor.addSystemEventTrigger("during", "shutdown", self.stop)
+        return self._pool
+
+    def stop(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.stop()
+
+
+def check_auth_files(settings: AuthSettings, rules: tuple[AccessRule, ...]) -> None:
+    """ValueError naming the key and the file if an [auth] file cannot be read or used."""
+    if settings.enabled:
+        Authentication._load(settings, rules)
+
+
+def _read(path: str, key: str, *, binary: bool = False) -> Any:
+    if not path:
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise ValueError(f"{key}: cannot read {path}: {error.strerror}") from None
+    if binary:
+        return data.rstrip(b"\r\n")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{key}: {path} is not UTF-8 text") from None

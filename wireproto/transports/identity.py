@@ -1,0 +1,144 @@
+"""Who the peer of a connection is, as its carrier knows it: the ``mtls:`` server endpoint
+(TLS that requires a client certificate signed by a given CA), the principal name in such a
+certificate, and the uid of a ``unix:`` socket's peer.
+
+``mtls:PORT:privateKey=key.pem[:certKey=cert.pem]:caCerts=ca.pem[:interface=...]`` is Twisted's
+``ssl:`` endpoint plus ``caCerts``, a PEM file of the CAs whose certificates clients must show;
+a client without one, with one another CA signed, or with an expired one fails the TLS
+handshake and never reaches a protocol. Twisted finds the parser as a plugin; `server_endpoint`
+parses ``mtls:`` itself too, so it works wherever the plugin scan does not.
+"""
+
+from __future__ import annotations
+
+import pwd
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.endpoints import SSL4ServerEndpoint, serverFromString
+from twisted.internet.interfaces import IStreamServerEndpointStringParser
+from twisted.plugin import IPlugin
+from zope.interface import implementer
+
+from wireproto.transports.connect import split_endpoint
+
+__all__ = [
+    "MutualTLSServerParser",
+    "mtls_server_endpoint",
+    "server_endpoint",
+    "certificate_name",
+    "peer_certificate_name",
+    "unix_peer_user",
+]
+
+CERTIFICATE_NAMES = ("cn", "san-dns", "san-email", "san-uri")
+
+
+def _certificates(path: str) -> list[Any]:
+    from cryptography import x509
+    from OpenSSL import crypto
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise ValueError(f"mtls: cannot read {path}: {error.strerror}") from None
+    try:
+        found = x509.load_pem_x509_certificates(data)
+    except ValueError as error:
+        raise ValueError(f"mtls: {path} holds no PEM certificate: {error}") from None
+    return [crypto.X509.from_cryptography(certificate) for certificate in found]
+
+
+def mtls_server_endpoint(
+    reactor: Any, port: str, privateKey: str | None = None, certKey: str | None = None,
+    caCerts: str | None = None, interface: str = "", backlog: str = "50",
+    extraCertChain: str | None = None,
+) -> SSL4ServerEndpoint:
+    """A TLS server endpoint that requires client certificates signed by a CA in `caCerts`."""
+    from twisted.internet import ssl
+
+    if not privateKey:
+        raise ValueError("mtls: needs privateKey=KEY.pem (and certKey=CERT.pem if apart)")
+    if not caCerts:
+        raise ValueError("mtls: needs caCerts=CA.pem, the CAs that sign client certificates")
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from OpenSSL import crypto
+
+    try:
+        key_pem = Path(privateKey).read_bytes()
+    except OSError as error:
+        raise ValueError(f"mtls: cannot read {error.filename}: {error.strerror}") from None
+    try:
+        key = crypto.PKey.from_cryptography_key(load_pem_private_key(key_pem, None))
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"mtls: privateKey {privateKey}: {error}") from None
+    certificate = _certificates(certKey or privateKey)[0]
+    chain = _certificates(extraCertChain) if extraCertChain else None
+    options = ssl.CertificateOptions(
+        privateKey=key, certificate=certificate, extraCertChain=chain,
+        verify=True, requireCertificate=True, caCerts=_certificates(caCerts),
+    )
+    return SSL4ServerEndpoint(reactor, int(port), options, backlog=int(backlog),
+                              interface=interface)
+
+
+@implementer(IPlugin, IStreamServerEndpointStringParser)
+class MutualTLSServerParser:
+    """The ``mtls:`` server endpoint string, for Twisted's plugin system."""
+
+    prefix = "mtls"
+
+    def parseStreamServer(self, reactor: Any, *args: str, **kwargs: str) -> SSL4ServerEndpoint:
+        return mtls_server_endpoint(reactor, *args, **kwargs)
+
+
+def server_endpoint(reactor: Any, description: str) -> Any:
+    """`serverFromString`, with ``mtls:`` parsed here."""
+    args, kwargs = split_endpoint(description)
+    if args and args[0].lower() == "mtls":
+        return mtls_server_endpoint(reactor, *args[1:], **kwargs)
+    return serverFromString(reactor, description)
+
+
+def certificate_name(certificate: Any, which: str = "cn") -> str | None:
+    """The principal name in a peer certificate (a pyOpenSSL X509): its subject's common name,
+    or its first DNS name, e-mail address or URI in the subject alternative names."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    cert = certificate.to_cryptography()
+    if which == "cn":
+        names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        value = names[0].value if names else None
+        return value if isinstance(value, str) and value else None
+    kind = {"san-dns": x509.DNSName, "san-email": x509.RFC822Name,
+            "san-uri": x509.UniformResourceIdentifier}[which]
+    try:
+        alternatives = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return None
+    values = alternatives.value.get_values_for_type(kind)
+    return values[0] if values else None
+
+
+def peer_certificate_name(transport: Any, which: str = "cn") -> str | None:
+    """The principal name in the certificate `transport`'s TLS peer showed, or None."""
+    get = getattr(transport, "getPeerCertificate", None)
+    certificate = get() if get is not None else None
+    return None if certificate is None else certificate_name(certificate, which)
+
+
+def unix_peer_user(transport: Any) -> str | None:
+    """The user name (or ``uid:N`` for a uid without one) of a unix socket's peer process."""
+    try:
+        handle = transport.getHandle()
+        raw = handle.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (AttributeError, OSError):
+        return None
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid:{uid}"
