@@ -103,7 +103,7 @@ class HTTPAnswer:
 async def http_handshake(port: int, target: str, headers: dict[str, str] | None = None,
                          websocket: bool = True) -> HTTPAnswer:
     """Send one GET (a WebSocket upgrade unless `websocket` is false) and read the answer's
-    head."""
+    head; status 0 if the connection closed without one."""
     lines = [f"GET {target} HTTP/1.1", f"Host: 127.0.0.1:{port}"]
     if websocket:
         lines += ["Upgrade: websocket", "Connection: Upgrade",
@@ -115,6 +115,8 @@ async def http_handshake(port: int, target: str, headers: dict[str, str] | None 
     client.transport.write(request)
     await eventually(lambda: _complete(client.received) or client.closed)
     client.transport.loseConnection()
+    if not client.received:
+        return HTTPAnswer(0, {}, b"")  # closed without an answer
     head = client.received.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
     answer_headers = {}
     for line in head[1:]:

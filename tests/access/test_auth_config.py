@@ -3,7 +3,6 @@ examples."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,13 +93,3 @@ def test_check_config_reads_the_key_and_password_files(auth_files: AuthFiles) ->
     bad_passwords.write_text(auth_files.auth_table(password_file=str(broken)))
     done = check_config(bad_passwords)
     assert done.returncode == 2 and "auth.password_file:" in done.stderr
-
-
-@pytest.mark.parametrize("page", ["security.md", "configuration.md"])
-def test_the_docs_auth_examples_read(page: str) -> None:
-    text = (ROOT / "docs" / page).read_text()
-    blocks = [block for block in re.findall(r"```toml\n(.*?)```", text, re.DOTALL)
-              if "[auth]" in block]
-    assert blocks
-    for block in blocks:
-        assert read(block).auth.enabled

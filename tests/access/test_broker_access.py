@@ -56,6 +56,10 @@ subscribe = ["#"]
 call = ["#"]
 
 [[acl]]
+principal = "carol"
+call = ["echo"]
+
+[[acl]]
 subscribe = ["public/#"]
 
 [websmq]
@@ -439,3 +443,52 @@ async def test_metrics_count_authentications_and_denials(
     assert samples[("wireproto_authentications_total", (("outcome", "missing"),))] == 1
     assert samples[("wireproto_denied_total", (("action", "publish"),
                                                ("protocol", "websmq")))] == 1
+
+
+# -- the command-line tools take credentials ---------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_call_tool_sends_a_token_or_a_user_and_password(
+    broker: Any, auth_files: AuthFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_cli import Child
+
+    addresses = await start(broker, auth_files)
+    url = addresses["ubre"]
+    call = (sys.executable, "-m", "wireproto", "call", url, "echo", '{"a":1}')
+    with_token = Child(*call, "--token", auth_files.token())
+    assert await with_token.exit_code() == 0, with_token.output()
+    assert with_token.stdout == ['{"a":1}']
+    monkeypatch.setenv("WIREPROTO_PASSWORD", "carol's password")
+    with_password = Child(*call, "--user", "carol")
+    assert await with_password.exit_code() == 0, with_password.output()
+    monkeypatch.setenv("WIREPROTO_TOKEN", auth_files.token("root", roles=["admin"]))
+    from_environment = Child(sys.executable, "-m", "wireproto", "call", url, "secret")
+    assert await from_environment.exit_code() == 0, from_environment.output()
+    assert from_environment.stdout == ['"the secret"']
+    monkeypatch.delenv("WIREPROTO_TOKEN")
+    without = Child(*call)
+    assert await without.exit_code() != 0
+    assert "401" in without.output()
+    forbidden = Child(sys.executable, "-m", "wireproto", "call", url, "secret", "--token",
+                      auth_files.token())
+    assert await forbidden.exit_code() != 0
+    assert "Forbidden" in forbidden.output()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_megabyte_token_is_refused_unread(broker: Any, auth_files: AuthFiles) -> None:
+    addresses = await start(broker, auth_files)
+    port = port_of(addresses["websmq"])
+    service = addresses["service"]
+    huge = auth_files.token(padding="x" * (1 << 20))
+    as_header = await http_handshake(port, "/websmq", {"Authorization": "Bearer " + huge})
+    as_query = await http_handshake(port, "/websmq?access_token=" + huge)
+    just_over = auth_files.token(padding="x" * 9000)  # fits HTTP's limits, not the verifier's
+    over_limit = await http_handshake(port, "/websmq", {"Authorization": "Bearer " + just_over})
+    # Refused by HTTP's own limits on a request's head, before any credential is read.
+    assert as_header.status in (0, 400, 431) and as_query.status in (0, 400, 414)
+    assert over_limit.status == 401
+    assert service.hub.sessions == {}
+    assert service.auth.outcomes.get("too_large") == 1

@@ -123,6 +123,15 @@ def add_common_options(parser: argparse.ArgumentParser, protocols: tuple[str, ..
                         help="do not verify the server's certificate (wss://, ssl:)")
     parser.add_argument("-H", "--header", action="append", default=[], metavar="NAME:VALUE",
                         help="a header for the WebSocket handshake; repeatable")
+    parser.add_argument("--token", metavar="JWT",
+                        help="a token for the broker's [auth] (default: $WIREPROTO_TOKEN), "
+                             "sent as Authorization: Bearer")
+    parser.add_argument("--user", metavar="USER",
+                        help="a user of the broker's password file (default: $WIREPROTO_USER); "
+                             "the password from --password or $WIREPROTO_PASSWORD")
+    parser.add_argument("--password", metavar="PASSWORD",
+                        help="USER's password (prefer $WIREPROTO_PASSWORD: an argument shows "
+                             "in the process list)")
 
 
 def connect_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -140,9 +149,35 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
         if not colon or not name.strip():
             raise ToolError(f"-H {header!r}: write it as NAME:VALUE", EXIT_USAGE)
         headers[name.strip()] = value.strip()
+    authorization = credentials_header(args)
+    if authorization is not None:
+        if any(name.lower() == "authorization" for name in headers):
+            raise ToolError("-H Authorization and --token/--user: give one of them", EXIT_USAGE)
+        headers["Authorization"] = authorization
     if headers:
         options["headers"] = headers
     return options
+
+
+def credentials_header(args: argparse.Namespace) -> str | None:
+    """The Authorization header --token or --user ask for (or their environment variables)."""
+    token = args.token or os.environ.get("WIREPROTO_TOKEN")
+    user = args.user or os.environ.get("WIREPROTO_USER")
+    if token and user:
+        raise ToolError("--token and --user: give one of them", EXIT_USAGE)
+    if token:
+        return f"Bearer {token}"
+    if user:
+        password = args.password if args.password is not None else os.environ.get(
+            "WIREPROTO_PASSWORD")
+        if password is None:
+            raise ToolError("--user needs a password: --password or $WIREPROTO_PASSWORD",
+                            EXIT_USAGE)
+        pair = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        return f"Basic {pair}"
+    if args.password is not None:
+        raise ToolError("--password without --user", EXIT_USAGE)
+    return None
 
 
 def stdin_lines(reactor: Any) -> defer.DeferredQueue:
