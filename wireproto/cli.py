@@ -197,19 +197,11 @@ def serve(args: argparse.Namespace) -> int:
     def stop() -> Any:
         return service.stopService() if service.running else None
 
-    def reload() -> None:
-        # The same options and file again: new [[acl]] rules, and the [auth] files reread.
-        try:
-            rules = config_from_options(vars(args), reactor=reactor).acl
-        except ConfigError as error:
-            print(f"{PROG} serve: reload failed, keeping the old rules: {error}",
-                  file=sys.stderr, flush=True)
-            return
-        service.reload_auth(rules)
+    from wireproto.service import reload_on_sighup
 
-    import signal
-
-    signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(reload))
+    # The same options and file again: new [[acl]] rules, and the [auth] files reread.
+    reload_on_sighup(service, lambda: config_from_options(vars(args), reactor=reactor).acl,
+                     reactor)
     reactor.callWhenRunning(start)
     reactor.addSystemEventTrigger("before", "shutdown", stop)
     # Twisted's own SIGINT/SIGTERM handlers stop the reactor, which stops the service first.

@@ -60,7 +60,14 @@ from wireproto.transports.identity import peer_certificate_name, server_endpoint
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
-__all__ = ["BoundListener", "ListenFailed", "WireprotoService", "make_service", "ATTACH_RETRY"]
+__all__ = [
+    "BoundListener",
+    "ListenFailed",
+    "WireprotoService",
+    "make_service",
+    "reload_on_sighup",
+    "ATTACH_RETRY",
+]
 
 log = Logger()
 
@@ -550,6 +557,28 @@ class WireprotoService(MultiService):
         for protocol in list(self._connections):
             if protocol.connected and protocol.transport is not None:
                 protocol.transport.abortConnection()
+
+
+def reload_on_sighup(
+    service: WireprotoService, reread_rules: Callable[[], tuple[AccessRule, ...]],
+    reactor: Any,
+) -> None:
+    """On SIGHUP, take the rules `reread_rules()` gives (it reads the config file again) and
+    reread the [auth] files, as mosquitto does; a file that cannot be read or used (a
+    ConfigError) changes nothing and is logged. For `wireproto serve` and twistd; a host
+    application calls `service.reload_auth` itself, on its own signal."""
+    import signal
+
+    def reload() -> None:
+        try:
+            rules = reread_rules()
+        except ConfigError as error:
+            log.error("reload failed, keeping the old rules: {error}", event="auth_reload_failed",
+                      error=str(error))
+            return
+        service.reload_auth(rules)
+
+    signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(reload))
 
 
 def make_service(

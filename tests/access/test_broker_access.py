@@ -372,23 +372,31 @@ async def test_subble_handshake_and_events_follow_the_rules(
 # -- reloading on SIGHUP ----------------------------------------------------------------------
 
 
-async def in_stderr(child: Any, pattern: str) -> None:
+async def in_output(child: Any, pattern: str) -> None:
+    """`pattern` in a line of the log (stderr for `wireproto serve`, stdout under twistd -n)."""
     found = re.compile(pattern)
-    await eventually(lambda: any(map(found.search, child.stderr)), timeout=15)
+    await eventually(lambda: any(map(found.search, child.stderr + child.stdout)), timeout=15)
 
 
+TWISTD = str(Path(sys.executable).parent / "twistd")
+
+
+@pytest.mark.parametrize("runner", ["serve", "twistd"])
 @pytest_twisted.ensureDeferred
 async def test_sighup_rereads_the_rules_and_ends_a_revoked_subscription(
-    auth_files: AuthFiles,
+    auth_files: AuthFiles, runner: str
 ) -> None:
     from tests.test_cli import LISTENER_LINE, Child
 
     config = auth_files.directory / "wireproto.toml"
     listen = '[[listen]]\nprotocol = "websmq"\ntransport = "length32"\nendpoint = "tcp:0"\n'
-    listen += 'principal = "alice"\n'
+    listen += 'principal = "alice"\n[log]\nlevel = "info"\n'
     allowed = '[[acl]]\nprincipal = "alice"\npublish = ["chat/#"]\nsubscribe = ["chat/#"]\n'
     config.write_text(listen + auth_files.auth_table() + allowed)
-    child = Child(sys.executable, "-m", "wireproto", "serve", "--config", str(config), "-v")
+    if runner == "serve":
+        child = Child(sys.executable, "-m", "wireproto", "serve", "--config", str(config))
+    else:
+        child = Child(TWISTD, "-n", "--pidfile=", "wireproto", "--config", str(config))
     try:
         address = (await child.line(LISTENER_LINE)).group(3)
         subscriber = await wait_for(connect(reactor, address, framing="length32"))
@@ -405,11 +413,11 @@ async def test_sighup_rereads_the_rules_and_ends_a_revoked_subscription(
         # A bad file first: the old rules stay.
         config.write_text(listen + auth_files.auth_table() + "[[acl]]\nprincipal = 'alice'\n")
         child.process.send_signal(signal.SIGHUP)
-        await in_stderr(child, r"reload failed, keeping the old rules.*grants nothing")
+        await in_output(child, r"reload failed, keeping the old rules.*grants nothing")
         config.write_text(listen + auth_files.auth_table()
                           + '[[acl]]\nprincipal = "alice"\npublish = ["chat/#"]\n')
         child.process.send_signal(signal.SIGHUP)
-        await in_stderr(child, r"reload: 1 access rules; 1 subscriptions ended")
+        await in_output(child, r"reload: 1 access rules; 1 subscriptions ended")
         count = len(received.messages)
         publisher.publish("chat/room", b"after")
         await sleep(0.3)

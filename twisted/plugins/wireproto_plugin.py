@@ -81,10 +81,15 @@ class WireprotoServiceMaker:
 
     def makeService(self, options: Options) -> Any:
         from wireproto.cli import announce, banner
-        from wireproto.service import ListenFailed, make_service
+        from wireproto.config import config_from_options
+        from wireproto.service import ListenFailed, make_service, reload_on_sighup
 
         config = options["wireproto"]
         service = make_service(config)
+        from twisted.internet import reactor
+
+        # SIGHUP rereads the file's [[acl]] rules and the [auth] files, as under `wireproto serve`.
+        reload_on_sighup(service, lambda: config_from_options(options).acl, reactor)
         twistd_options = getattr(options, "parent", None)
         if twistd_options is not None:
             service.parent_log_observer = _twistd_log_observer(twistd_options, config.log.level)
