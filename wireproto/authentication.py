@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,16 @@ from wireproto.access.passwords import PasswordFile, PasswordFileError
 from wireproto.access.tokens import AuthenticationFailed, TokenVerifier
 from wireproto.peerlog import address_key, describe_address
 from wireproto.settings import boolean, choice, integer, seconds_or_never, setting, strings
-from wireproto.transports.http import HTTPRefusal
+from wireproto.transports.http import HTTPRefusal, Identify
+from wireproto.transports.identity import (
+    CERTIFICATE_NAMES,
+    peer_certificate_name,
+    unix_peer_user,
+)
 
 __all__ = [
     "AuthSettings",
     "IDENTITIES",
-    "CERTIFICATE_NAMES",
     "Authentication",
     "check_auth_files",
     "default_identity",
@@ -52,10 +57,17 @@ log = Logger(namespace="wireproto.auth")
 
 # How a listener's connections get their principal.
 IDENTITIES = ("credentials", "certificate", "unix-peer", "anonymous")
-# Where a client certificate's principal name comes from.
-CERTIFICATE_NAMES = ("cn", "san-dns", "san-email", "san-uri")
 JWT_ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384",
                   "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+def _fixed_principal(name: str | None, identity: str | None) -> Principal | None:
+    """The one principal of a listener or link that names it, or anonymous by choice."""
+    if name is not None:
+        return Principal(name)
+    if identity == "anonymous":
+        return ANONYMOUS
+    return None
 
 
 def default_identity(endpoint: str, *, stream: bool) -> str:
@@ -241,11 +253,6 @@ class Authentication:
             return False
         return True
 
-    def replace_rules(self, rules: tuple[AccessRule, ...]) -> None:
-        self.rules = rules
-        self._loaded = _Credentials(self._loaded.verifier, self._loaded.passwords,
-                                    Policy(rules))
-
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
@@ -258,6 +265,61 @@ class Authentication:
         if self.settings.takes_passwords:
             schemes.append('Basic realm="wireproto", charset="UTF-8"')
         return ", ".join(schemes)
+
+    # -- how a listener's or link's connections get their principal ------------------------------
+
+    def identify_http(self, principal: str | None, identity: str | None,
+                      endpoint: str) -> Identify:
+        """How a ws or engineio listener's handshakes get their principal: `principal` for all
+        of them, anonymous, the TLS client certificate, or (the default) their credentials."""
+        fixed = _fixed_principal(principal, identity)
+        if fixed is not None:
+            def as_fixed(request: Any) -> defer.Deferred[Principal]:
+                strip_credentials(request)
+                return defer.succeed(fixed)
+
+            return as_fixed
+        if (identity or default_identity(endpoint, stream=False)) == "certificate":
+            def by_certificate(request: Any) -> defer.Deferred[Principal]:
+                strip_credentials(request)
+                found = self.certificate_principal(request.channel.transport)
+                if found is None:
+                    return defer.fail(HTTPRefusal(403, "certificate", "no principal name in "
+                                                  "the client certificate"))
+                return defer.succeed(found)
+
+            return by_certificate
+        return self.authenticate_http
+
+    def identify_stream(self, principal: str | None, identity: str | None,
+                        endpoint: str) -> Callable[[Any], Principal | None]:
+        """How a stream listener's or an attached link's connections get their principal, from
+        their byte transport (None refuses one)."""
+        fixed = _fixed_principal(principal, identity)
+        if fixed is not None:
+            return lambda transport: fixed
+        identity = identity or default_identity(endpoint, stream=True)
+        if identity == "certificate":
+            return self.certificate_principal
+        if identity == "unix-peer":
+            def unix_peer(transport: Any) -> Principal | None:
+                name = unix_peer_user(transport)
+                return None if name is None else Principal(name)
+
+            return unix_peer
+        return lambda transport: ANONYMOUS
+
+    def certificate_principal(self, transport: Any) -> Principal | None:
+        """The principal the TLS peer's certificate names, or None (logged) if it names none."""
+        name = peer_certificate_name(transport, self.settings.certificate_name)
+        if name is not None:
+            return Principal(name)
+        self.count("certificate")
+        peer = transport.getPeer()
+        peerlog.warn(log, address_key(peer), "auth: refused {peer}: its certificate has no "
+                     "{which}", event="auth_failed", peer=describe_address(peer),
+                     which=self.settings.certificate_name, reason="certificate")
+        return None
 
     # -- HTTP handshakes ------------------------------------------------------------------------
 

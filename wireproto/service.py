@@ -36,8 +36,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.access import ANONYMOUS, AccessRule, Principal
-from wireproto.authentication import Authentication, default_identity, strip_credentials
+from wireproto.access import AccessRule, Principal
+from wireproto.authentication import Authentication
 from wireproto.capture.wrapper import BrokerCapture, CapturingProtocol
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import (
@@ -55,8 +55,7 @@ from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import protocol as server_protocol
 from wireproto.transports.base import IMessageProtocol, go_away
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
-from wireproto.transports.http import HTTPRefusal, Identify
-from wireproto.transports.identity import peer_certificate_name, server_endpoint, unix_peer_user
+from wireproto.transports.identity import server_endpoint
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
@@ -201,9 +200,12 @@ class WireprotoService(MultiService):
             reactor=self.reactor,
         ) if settings.directory else None
         # With [auth]: the credentials and rules; the hub checks its policy.
-        self.auth = Authentication(config.auth, config.acl, reactor) if config.auth.enabled \
-            else None
-        if self.auth is not None:
+        self.auth = None
+        if config.auth.enabled:
+            try:
+                self.auth = Authentication(config.auth, config.acl, reactor)
+            except ValueError as error:  # an [auth] file that cannot be read or used
+                raise ConfigError(f"auth: {error}") from None
             hub.policy = self.auth.policy
             hub.max_denials = config.auth.close_after_denials
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
@@ -300,14 +302,15 @@ class WireprotoService(MultiService):
                     identify=self._stream_identity(first.principal, first.identity,
                                                    first.endpoint),
                 )
-                factory.identify_after_handshake = endpoint_type(first.endpoint) == "mtls"
             self._add_endpoint(
                 tuple(group), server_endpoint(self.reactor, first.endpoint), factory
             )
 
     def _http_resource(self, listener: Listener) -> Any:
         factory = self._protocol_factory(listener.protocol)
-        identify = self._http_identity(listener)
+        identify = None if self.auth is None else self.auth.identify_http(
+            listener.principal, listener.identity, listener.endpoint
+        )
         if listener.transport == "ws":
             return websocket_resource(factory, self.config.websocket, identify=identify)
         from wireproto.transports.engineio import engineio_resource
@@ -317,67 +320,10 @@ class WireprotoService(MultiService):
                           websocket=websocket)
         return engineio_resource(factory, options, reactor=self.reactor, identify=identify)
 
-    def _http_identity(self, listener: Listener) -> Identify | None:
-        """How an HTTP listener's handshakes get their principal (None without [auth])."""
-        auth = self.auth
-        if auth is None:
-            return None
-        fixed = self._fixed_principal(listener.principal, listener.identity)
-        if fixed is not None:
-            def as_fixed(request: Any) -> defer.Deferred[Principal]:
-                strip_credentials(request)
-                return defer.succeed(fixed)
-
-            return as_fixed
-        identity = listener.identity or default_identity(listener.endpoint, stream=False)
-        if identity == "certificate":
-            def by_certificate(request: Any) -> defer.Deferred[Principal]:
-                strip_credentials(request)
-                principal = self._certificate_principal(request.channel.transport)
-                if principal is None:
-                    return defer.fail(HTTPRefusal(403, "certificate", "no principal name in "
-                                                  "the client certificate"))
-                return defer.succeed(principal)
-
-            return by_certificate
-        return auth.authenticate_http
-
-    @staticmethod
-    def _fixed_principal(name: str | None, identity: str | None) -> Principal | None:
-        """The one principal of a listener or link that names it, or anonymous by choice."""
-        if name is not None:
-            return Principal(name)
-        if identity == "anonymous":
-            return ANONYMOUS
-        return None
-
     def _stream_identity(self, principal: str | None, identity: str | None,
-                         endpoint: str = "") -> Callable[[Any], Principal | None] | None:
-        """How a stream listener's or link's connections get their principal."""
-        if self.auth is None:
-            return None
-        fixed = self._fixed_principal(principal, identity)
-        if fixed is not None:
-            return lambda transport: fixed
-        identity = identity or default_identity(endpoint, stream=True)
-        if identity == "certificate":
-            return self._certificate_principal
-        if identity == "unix-peer":
-            def unix_peer(transport: Any) -> Principal | None:
-                name = unix_peer_user(transport)
-                return None if name is None else Principal(name)
-
-            return unix_peer
-        return lambda transport: ANONYMOUS
-
-    def _certificate_principal(self, transport: Any) -> Principal | None:
-        name = peer_certificate_name(transport, self.config.auth.certificate_name)
-        if name is None:
-            log.warn("auth: refused {peer}: its certificate has no {which}",
-                     event="auth_failed", peer=transport.getPeer(),
-                     which=self.config.auth.certificate_name, reason="certificate")
-            return None
-        return Principal(name)
+                         endpoint: str) -> Callable[[Any], Principal | None] | None:
+        return None if self.auth is None else self.auth.identify_stream(principal, identity,
+                                                                        endpoint)
 
     def _stream_options(self, framing: str) -> StreamOptions:
         return replace(self.config.stream, framing=framing)
@@ -398,7 +344,7 @@ class WireprotoService(MultiService):
         endpoint = _LoggingClientEndpoint(client_endpoint(self.reactor, link.endpoint), link)
         factory = stream_client_factory(
             self._protocol_factory(link.protocol), self._stream_options(link.framing),
-            identify=self._stream_identity(link.principal, None),
+            identify=self._stream_identity(link.principal, None, link.endpoint),
         )
         link_service = ClientService(
             endpoint, factory, retryPolicy=retry_policy, clock=self.reactor
@@ -595,10 +541,7 @@ def make_service(
     if reactor is None:
         from twisted.internet import reactor
     hub = Hub(**asdict(config.hub))
-    try:
-        service = WireprotoService(config, hub, reactor)
-    except ValueError as error:  # an [auth] file that cannot be read or used
-        raise ConfigError(f"auth: {error}") from None
+    service = WireprotoService(config, hub, reactor)
     service.add_listeners(config.listeners)
     for link in config.attach:
         service.add_attach(link, retry_policy)

@@ -17,6 +17,7 @@ from twisted.internet.protocol import Factory, Protocol
 
 from tests.support import eventually, wait_for
 from wireproto.access.passwords import PasswordFile
+from wireproto.settings import toml_value
 
 SECRET = secrets.token_bytes(32)
 
@@ -41,17 +42,7 @@ class AuthFiles:
             "password_file": str(self.passwords),
             **overrides,
         }
-        lines = ["[auth]"]
-        for key, value in values.items():
-            if isinstance(value, bool):
-                text = "true" if value else "false"
-            elif isinstance(value, (list, tuple)):
-                text = "[" + ", ".join(f'"{item}"' for item in value) + "]"
-            elif isinstance(value, int):
-                text = str(value)
-            else:
-                text = f'"{value}"'
-            lines.append(f"{key} = {text}")
+        lines = ["[auth]", *(f"{key} = {toml_value(value)}" for key, value in values.items())]
         return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from twisted.logger import globalLogPublisher
 from tests.access.conftest import AuthFiles, basic, http_handshake
 from tests.node_peer import NodePeers
 from tests.support import Inbox, eventually, need_interop_peer, sleep, wait_for
+from wireproto.access import Action
 from wireproto.codecs.subble import MessageCode
 from wireproto.config import config_from_toml
 from wireproto.protocols.rpc import RequestFailed
@@ -67,20 +69,25 @@ wildcards = true
 """
 
 
-async def start(broker: Any, auth_files: AuthFiles, **auth: Any) -> dict[str, str]:
+@dataclass
+class Running:
+    """A broker with [auth] on the listeners above: its service and each protocol's address."""
+
+    service: Any
+    addresses: dict[str, str]
+
+    def port(self, protocol: str) -> int:
+        return int(self.addresses[protocol].split(":")[2].split("/")[0])
+
+
+async def start(broker: Any, auth_files: AuthFiles, **auth: Any) -> Running:
     text = LISTEN + auth_files.auth_table(**auth) + RULES
     config = config_from_toml(text, reactor=reactor)
     service, bound = await broker.start_config(config)
     ubre = service.server("ubre")
     ubre.handle("echo", lambda body, peer: body)
     ubre.handle("secret", lambda body, peer: "the secret")
-    addresses = {b.listener.protocol: b.address for b in bound}
-    addresses["service"] = service  # type: ignore[assignment]
-    return addresses
-
-
-def port_of(address: str) -> int:
-    return int(address.split(":")[2].split("/")[0])
+    return Running(service, {b.listener.protocol: b.address for b in bound})
 
 
 # -- who gets in ------------------------------------------------------------------------------
@@ -90,9 +97,9 @@ def port_of(address: str) -> int:
 async def test_a_websocket_handshake_without_good_credentials_is_refused_with_401(
     broker: Any, auth_files: AuthFiles
 ) -> None:
-    addresses = await start(broker, auth_files)
-    port = port_of(addresses["websmq"])
-    service = addresses["service"]
+    running = await start(broker, auth_files)
+    port = running.port("websmq")
+    service = running.service
     cases = {
         "none": {},
         "a wrong key": {"Authorization": "Bearer " + auth_files.token(key=b"k" * 32)},
@@ -117,15 +124,15 @@ async def test_a_websocket_handshake_without_good_credentials_is_refused_with_40
 async def test_good_credentials_open_a_websocket_as_their_principal(
     broker: Any, auth_files: AuthFiles
 ) -> None:
-    addresses = await start(broker, auth_files)
-    service = addresses["service"]
+    running = await start(broker, auth_files)
+    service = running.service
     by_header = await broker.client(
-        addresses["websmq"], headers={"Authorization": "Bearer " + auth_files.token()}
+        running.addresses["websmq"], headers={"Authorization": "Bearer " + auth_files.token()}
     )
-    by_query = await broker.client(addresses["websmq"] + "?access_token="
+    by_query = await broker.client(running.addresses["websmq"] + "?access_token="
                                    + auth_files.token("bob"))
     by_password = await broker.client(
-        addresses["websmq"], headers={"Authorization": basic("carol", "carol's password")}
+        running.addresses["websmq"], headers={"Authorization": basic("carol", "carol's password")}
     )
     await eventually(lambda: len(service.hub.sessions) == 3)
     names = sorted(session.principal.name for session in service.hub.sessions)
@@ -138,22 +145,16 @@ async def test_good_credentials_open_a_websocket_as_their_principal(
 async def test_anonymous_connections_get_in_only_when_the_auth_table_says_so(
     broker: Any, auth_files: AuthFiles
 ) -> None:
-    addresses = await start(broker, auth_files, anonymous=True)
-    service = addresses["service"]
-    client = await broker.client(addresses["websmq"])
+    running = await start(broker, auth_files, anonymous=True)
+    service = running.service
+    client = await broker.client(running.addresses["websmq"])
     await eventually(lambda: len(service.hub.sessions) == 1)
     (session,) = service.hub.sessions
     assert session.principal.name is None
     # Only the rule for everyone applies.
-    assert session.may(_subscribe(), "public/news")
-    assert not session.may(_subscribe(), "chat/room")
+    assert session.may(Action.SUBSCRIBE, "public/news")
+    assert not session.may(Action.SUBSCRIBE, "chat/room")
     assert client.connected
-
-
-def _subscribe() -> Any:
-    from wireproto.access import Action
-
-    return Action.SUBSCRIBE
 
 
 @pytest_twisted.ensureDeferred
@@ -161,13 +162,13 @@ async def test_the_token_never_reaches_the_log(broker: Any, auth_files: AuthFile
     events: list[dict[str, Any]] = []
     globalLogPublisher.addObserver(events.append)
     try:
-        addresses = await start(broker, auth_files)
+        running = await start(broker, auth_files)
         good = auth_files.token()
         expired = auth_files.token(lifetime=-60)
-        client = await broker.client(addresses["websmq"] + "?access_token=" + good)
+        client = await broker.client(running.addresses["websmq"] + "?access_token=" + good)
         await client.subscribe("users/alice/inbox")
-        await http_handshake(port_of(addresses["websmq"]), "/websmq?access_token=" + expired)
-        await http_handshake(port_of(addresses["websmq"]), "/websmq",
+        await http_handshake(running.port("websmq"), "/websmq?access_token=" + expired)
+        await http_handshake(running.port("websmq"), "/websmq",
                              {"Authorization": basic("carol", "carol's password")})
         await sleep(0.2)
     finally:
@@ -185,9 +186,9 @@ async def test_the_token_never_reaches_the_log(broker: Any, auth_files: AuthFile
 
 @pytest_twisted.ensureDeferred
 async def test_websmq_does_only_what_the_rules_allow(broker: Any, auth_files: AuthFiles) -> None:
-    addresses = await start(broker, auth_files)
-    service = addresses["service"]
-    address = addresses["websmq"]
+    running = await start(broker, auth_files)
+    service = running.service
+    address = running.addresses["websmq"]
     alice = await broker.client(address, wildcards=True, headers={
         "Authorization": "Bearer " + auth_files.token()})
     admin = await broker.client(address, wildcards=True, headers={
@@ -219,8 +220,8 @@ async def test_websmq_does_only_what_the_rules_allow(broker: Any, auth_files: Au
 async def test_a_repeat_offender_is_closed_after_close_after_denials(
     broker: Any, auth_files: AuthFiles
 ) -> None:
-    addresses = await start(broker, auth_files, close_after_denials=3)
-    alice = await broker.client(addresses["websmq"], headers={"Authorization": "Bearer "
+    running = await start(broker, auth_files, close_after_denials=3)
+    alice = await broker.client(running.addresses["websmq"], headers={"Authorization": "Bearer "
                                                                + auth_files.token()})
     for number in range(3):
         alice.publish(f"admin/{number}", b"x")
@@ -237,9 +238,9 @@ async def test_a_repeat_offender_is_closed_after_close_after_denials(
 async def test_ubre_requests_and_subscriptions_follow_the_rules(
     broker: Any, auth_files: AuthFiles
 ) -> None:
-    addresses = await start(broker, auth_files)
-    service = addresses["service"]
-    url = addresses["ubre"] + "?access_token=" + auth_files.token()
+    running = await start(broker, auth_files)
+    service = running.service
+    url = running.addresses["ubre"] + "?access_token=" + auth_files.token()
     client = UbreClient(reactor, url)
     await wait_for(client.connect())
     try:
@@ -284,12 +285,12 @@ def nydus_url(address: str) -> str:
 async def test_nydus_client_with_a_token_calls_subscribes_and_is_refused_what_it_may_not(
     broker: Any, auth_files: AuthFiles, node: Any, mode: str
 ) -> None:
-    addresses = await start(broker, auth_files)
-    service = addresses["service"]
+    running = await start(broker, auth_files)
+    service = running.service
     nydus = service.server("nydus")
     nydus.register_route("/echo", lambda call: call.body)
     nydus.register_route("/secret", lambda call: "the secret")
-    client = await node(NYDUS_CLIENT, nydus_url(addresses["nydus"]), mode,
+    client = await node(NYDUS_CLIENT, nydus_url(running.addresses["nydus"]), mode,
                         auth_files.token(), ready="connect")
     client.command('invoke 1 /echo {"a":1}')
     client.command("invoke 2 /secret")
@@ -317,25 +318,25 @@ async def test_nydus_client_with_a_token_calls_subscribes_and_is_refused_what_it
 async def test_nydus_client_without_a_token_hears_unauthorized(
     broker: Any, auth_files: AuthFiles, node: Any
 ) -> None:
-    addresses = await start(broker, auth_files)
-    client = await node(NYDUS_CLIENT, nydus_url(addresses["nydus"]), "default",
+    running = await start(broker, auth_files)
+    client = await node(NYDUS_CLIENT, nydus_url(running.addresses["nydus"]), "default",
                         ready="unauthorized")
     assert client.of("connect") == []
-    answer = await http_handshake(port_of(addresses["nydus"]),
+    answer = await http_handshake(running.port("nydus"),
                                   "/engine.io/?EIO=4&transport=polling", websocket=False)
     assert answer.status == 403
     assert answer.raw.endswith(b'{"code":4,"message":"Forbidden"}')
-    assert addresses["service"].hub.sessions == {}
+    assert running.service.hub.sessions == {}
 
 
 @pytest_twisted.ensureDeferred
 async def test_an_engineio_handshake_takes_the_token_in_the_query_too(
     broker: Any, auth_files: AuthFiles, node: Any
 ) -> None:
-    addresses = await start(broker, auth_files)
-    url = nydus_url(addresses["nydus"]) + "?access_token=" + auth_files.token("bob")
+    running = await start(broker, auth_files)
+    url = nydus_url(running.addresses["nydus"]) + "?access_token=" + auth_files.token("bob")
     await node(NYDUS_CLIENT, url, "polling", ready="connect")
-    (session,) = addresses["service"].hub.sessions
+    (session,) = running.service.hub.sessions
     assert session.principal.name == "bob"
 
 
@@ -435,13 +436,13 @@ async def test_metrics_count_authentications_and_denials(
 ) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    addresses = await start(broker, auth_files)
-    port = port_of(addresses["websmq"])
+    running = await start(broker, auth_files)
+    port = running.port("websmq")
     await http_handshake(port, "/websmq")
-    alice = await broker.client(addresses["websmq"], headers={"Authorization": "Bearer "
+    alice = await broker.client(running.addresses["websmq"], headers={"Authorization": "Bearer "
                                                                + auth_files.token()})
     alice.publish("admin/x", b"no")
-    service = addresses["service"]
+    service = running.service
     await eventually(lambda: service.hub.denied.get(("websmq", "publish")) == 1)
     answer = await http_handshake(port, "/metrics", websocket=False)
     text = answer.raw.partition(b"\r\n\r\n")[2].decode()
@@ -462,8 +463,8 @@ async def test_the_call_tool_sends_a_token_or_a_user_and_password(
 ) -> None:
     from tests.test_cli import Child
 
-    addresses = await start(broker, auth_files)
-    url = addresses["ubre"]
+    running = await start(broker, auth_files)
+    url = running.addresses["ubre"]
     call = (sys.executable, "-m", "wireproto", "call", url, "echo", '{"a":1}')
     with_token = Child(*call, "--token", auth_files.token())
     assert await with_token.exit_code() == 0, with_token.output()
@@ -487,9 +488,9 @@ async def test_the_call_tool_sends_a_token_or_a_user_and_password(
 
 @pytest_twisted.ensureDeferred
 async def test_a_megabyte_token_is_refused_unread(broker: Any, auth_files: AuthFiles) -> None:
-    addresses = await start(broker, auth_files)
-    port = port_of(addresses["websmq"])
-    service = addresses["service"]
+    running = await start(broker, auth_files)
+    port = running.port("websmq")
+    service = running.service
     huge = auth_files.token(padding="x" * (1 << 20))
     as_header = await http_handshake(port, "/websmq", {"Authorization": "Bearer " + huge})
     as_query = await http_handshake(port, "/websmq?access_token=" + huge)

@@ -22,6 +22,7 @@ from twisted.internet import reactor, ssl
 from twisted.internet.endpoints import SSL4ClientEndpoint
 
 from tests.support import eventually, wait_for
+from wireproto.access import Action
 from wireproto.config import config_from_toml
 from wireproto.protocols.websmq.client import WebsmqClientProtocol
 from wireproto.transports.stream import StreamOptions, stream_client_factory
@@ -90,15 +91,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     return PKI(directory, directory / "ca.pem", directory / "server.key",
                directory / "server.pem", clients)
 
-async def mtls_client(pki: PKI, port: int, client: str) -> WebsmqClientProtocol:
+async def tls_connect(pki: PKI, port: int, client: str | None) -> Any:
+    """A WEBSMQ length32 connection over TLS that trusts the test CA and shows the certificate
+    of `client` (none if None); the client's stream adapter."""
     trust = ssl.Certificate.loadPEM(pki.ca.read_bytes())
-    options = ssl.optionsForClientTLS("localhost", trustRoot=trust,
-                                      clientCertificate=pki.clients[client])
+    certificate = pki.clients[client] if client is not None else None
+    options = ssl.optionsForClientTLS("localhost", trustRoot=trust, clientCertificate=certificate)
     endpoint = SSL4ClientEndpoint(reactor, "127.0.0.1", port, options)
     factory = stream_client_factory(WebsmqClientProtocol, StreamOptions(framing="length32"))
-    adapter = await wait_for(endpoint.connect(factory))
-    await eventually(lambda: adapter.wrapped is not None or not adapter.transport.connected)
-    return adapter
+    return await wait_for(endpoint.connect(factory))
+
 
 RULES = """
 [[acl]]
@@ -117,12 +119,12 @@ async def test_a_client_certificate_signed_by_the_ca_is_its_principal(
     broker: Any, pki: PKI
 ) -> None:
     service, port = await start_mtls(broker, pki)
-    adapter = await mtls_client(pki, port, "device-1")
+    adapter = await tls_connect(pki, port, "device-1")
     await eventually(lambda: len(service.hub.sessions) == 1)
     (session,) = service.hub.sessions
     assert session.principal.name == "device-1"
-    assert session.may(_publish(), "devices/device-1/temperature")
-    assert not session.may(_publish(), "devices/device-2/temperature")
+    assert session.may(Action.PUBLISH, "devices/device-1/temperature")
+    assert not session.may(Action.PUBLISH, "devices/device-2/temperature")
     adapter.loseConnection()
 
 @pytest_twisted.ensureDeferred
@@ -130,7 +132,7 @@ async def test_the_principal_can_come_from_the_subject_alternative_name(
     broker: Any, pki: PKI
 ) -> None:
     service, port = await start_mtls(broker, pki, 'certificate_name = "san-dns"')
-    adapter = await mtls_client(pki, port, "device-1")
+    adapter = await tls_connect(pki, port, "device-1")
     await eventually(lambda: len(service.hub.sessions) == 1)
     (session,) = service.hub.sessions
     assert session.principal.name == "device-1.devices.example"
@@ -142,34 +144,20 @@ async def test_an_untrusted_or_expired_certificate_never_reaches_a_protocol(
     broker: Any, pki: PKI, client: str
 ) -> None:
     service, port = await start_mtls(broker, pki)
-    trust = ssl.Certificate.loadPEM(pki.ca.read_bytes())
-    options = ssl.optionsForClientTLS("localhost", trustRoot=trust,
-                                      clientCertificate=pki.clients[client])
-    endpoint = SSL4ClientEndpoint(reactor, "127.0.0.1", port, options)
-    factory = stream_client_factory(WebsmqClientProtocol, StreamOptions(framing="length32"))
-    adapter = await wait_for(endpoint.connect(factory))
-    # The client sends once TLS is up; the broker refuses the certificate in the handshake.
-    adapter.sendMessage(b"\x02\x00\x05topic")
+    adapter = await tls_connect(pki, port, client)
+    # The broker refuses the certificate in the TLS handshake: no protocol, no session.
     await eventually(lambda: not adapter.transport.connected)
     assert service.hub.sessions == {}
     assert sum(service.hub.accepted.values()) == 0
 
+
 @pytest_twisted.ensureDeferred
 async def test_a_client_without_a_certificate_is_refused(broker: Any, pki: PKI) -> None:
     service, port = await start_mtls(broker, pki)
-    trust = ssl.Certificate.loadPEM(pki.ca.read_bytes())
-    endpoint = SSL4ClientEndpoint(reactor, "127.0.0.1", port,
-                                  ssl.optionsForClientTLS("localhost", trustRoot=trust))
-    factory = stream_client_factory(WebsmqClientProtocol, StreamOptions(framing="length32"))
-    adapter = await wait_for(endpoint.connect(factory))
-    adapter.sendMessage(b"\x02\x00\x05topic")
+    adapter = await tls_connect(pki, port, None)
     await eventually(lambda: not adapter.transport.connected)
     assert sum(service.hub.accepted.values()) == 0
 
-def _publish() -> Any:
-    from wireproto.access import Action
-
-    return Action.PUBLISH
 
 # -- unix: the peer's uid ------------------------------------------------------------------------
 

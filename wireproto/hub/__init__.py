@@ -38,6 +38,7 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from wireproto import peerlog
 from wireproto.access import Policy
 from wireproto.hub.message import (
     DEFAULT_MAX_SUBSCRIPTION_BYTES,
@@ -170,6 +171,18 @@ class Hub:
             principal=session.principal.name,
         )
         return session
+
+    def note_denial(self, protocol: str, action: str, topic: str, principal: str | None,
+                    peer_key: str, **fields: Any) -> None:
+        """Count a refusal by protocol and action, and log it as a `denied` event within the
+        peers' log budget (wireproto.peerlog)."""
+        key = (protocol, action)
+        self.denied[key] = self.denied.get(key, 0) + 1
+        peerlog.warn(
+            log, peer_key, "{protocol}: {who} may not {action} {topic!r}", event="denied",
+            protocol=protocol, principal=principal, action=action, topic=topic,
+            who="anonymous" if principal is None else repr(principal), **fields,
+        )
 
     def set_policy(self, policy: Policy) -> int:
         """Check every connection against `policy` from now on (a reload): each session's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.interfaces import IPushProducer
@@ -188,8 +189,7 @@ class Session:
     def identify(self, principal: Principal) -> None:
         """Act as `principal` (with this session's client id) under the hub's policy."""
         if principal.client_id is None and self.client is not None:
-            principal = Principal(principal.name, principal.roles, self.client,
-                                  principal.narrowed_to)
+            principal = replace(principal, client_id=self.client)
         self.principal = principal
         grants = self.hub.policy.grants(principal)
         if grants.allows_everything:
@@ -236,16 +236,10 @@ class Session:
             return
         self.denials += 1
         hub = self.hub
-        key = (self.protocol, action.value)
-        hub.denied[key] = hub.denied.get(key, 0) + 1
         name = self.principal.name
-        peerlog.warn(
-            log, address_key(self.transport.getPeer()),
-            "{protocol} session {session} from {peer}: {who} may not {action} {topic!r}",
-            event="denied", protocol=self.protocol, transport=self.transport_name,
-            peer=self.peer, session=self.id, client=self.client, principal=name,
-            who="anonymous" if name is None else repr(name), action=action.value,
-            topic=topic,
+        hub.note_denial(
+            self.protocol, action.value, topic, name, address_key(self.transport.getPeer()),
+            transport=self.transport_name, peer=self.peer, session=self.id, client=self.client,
         )
         if hub.max_denials and self.denials > hub.max_denials:
             raise LimitExceeded(

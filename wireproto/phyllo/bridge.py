@@ -415,11 +415,8 @@ class HubBridge:
         if self._grants[1].allows(Action.PUBLISH, topic):
             return True
         self.stats.denied += 1
-        key = (PROTOCOL_NAME, Action.PUBLISH.value)
-        self.hub.denied[key] = self.hub.denied.get(key, 0) + 1
-        log.warn("Phyllo link {name}: {principal} may not publish {topic!r}", event="denied",
-                 protocol=PROTOCOL_NAME, name=self.name, principal=self.principal.name,
-                 action="publish", topic=topic)
+        self.hub.note_denial(PROTOCOL_NAME, Action.PUBLISH.value, topic, self.principal.name,
+                             f"phyllo/{self.name}", link=self.name)
         return False
 
     # -- hub to device --------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from zope.interface import implementer
 from wireproto.transports.connect import split_endpoint
 
 __all__ = [
+    "CERTIFICATE_NAMES",
     "MutualTLSServerParser",
     "mtls_server_endpoint",
     "server_endpoint",
@@ -33,6 +34,7 @@ __all__ = [
     "unix_peer_user",
 ]
 
+# Where a client certificate names its principal.
 CERTIFICATE_NAMES = ("cn", "san-dns", "san-email", "san-uri")
 
 

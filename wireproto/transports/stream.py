@@ -186,8 +186,8 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         # A prepared message is the framed bytes: the fan-out path writes them with no frame of
         # Python in between.
         self.sendPrepared = self.transport.write
-        if factory.identify is not None and factory.identify_after_handshake:
-            # The peer's certificate is known once the TLS handshake is done: until then no
+        if factory.identify is not None and ISSLTransport.providedBy(self.transport):
+            # A TLS peer's certificate is known once the handshake is done: until then no
             # message can arrive, and the protocol is not connected.
             self._awaitingHandshake = True
         else:
@@ -472,8 +472,6 @@ class _StreamFactory(Factory):
     # None: no limit and no counting (clients).
     max_connections: int | None = None
     connection_count = 0
-    # identify reads the peer's TLS certificate, so it waits for the handshake.
-    identify_after_handshake = False
 
     def __init__(
         self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions,

@@ -110,7 +110,7 @@ class WebsmqServerProtocol(MessageProtocol):
                 try:
                     self.session.publish(topic, data[end:], (data, True))
                 except ProtocolError as error:
-                    self._refused(error)
+                    self._answer_error(error)
                 return
         if self._failed:
             return
@@ -144,7 +144,7 @@ class WebsmqServerProtocol(MessageProtocol):
             else:
                 session.set_will(message.topic, message.payload)
         except ProtocolError as error:
-            self._refused(error)
+            self._answer_error(error)
 
     def _wildcard(self, kind: type, pattern: str) -> None:
         try:
@@ -153,9 +153,9 @@ class WebsmqServerProtocol(MessageProtocol):
             else:
                 self.session.unsubscribe_pattern(pattern)
         except ProtocolError as error:
-            self._refused(error)
+            self._answer_error(error)
 
-    def _refused(self, error: ProtocolError) -> None:
+    def _answer_error(self, error: ProtocolError) -> None:
         """WEBSMQ has no error message: a forbidden publish, subscribe or will is not done (the
         hub counted it, and closes the connection of a repeat offender); anything else
         closes the connection."""
