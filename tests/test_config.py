@@ -347,15 +347,15 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
     [
         ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, acl, hub, websocket, "
                        "http, stream, websmq, ubre, nydus, subble, engineio, log, metrics, "
-                       "capture or auth (did you mean 'listen'?)"),
+                       "capture, auth or limits (did you mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',
          "listen[2].transport: unknown transport 'wss'; use ws, engineio, length32, lines or cobs"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"',
          "listen[1]: missing key 'endpoint'"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\nport=3',
-         "listen[1].port: unknown key; use protocol, transport, endpoint, path, identity or "
-         "principal"),
+         "listen[1].port: unknown key; use protocol, transport, endpoint, path, identity, "
+         "principal or allow"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint=8765',
          "listen[1].endpoint: expected a string, got 8765"),
         ('[[listen]]\nprotocol="websmq"\ntransport="lines"\nendpoint="tcp:1"',

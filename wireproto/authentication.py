@@ -70,6 +70,13 @@ def _fixed_principal(name: str | None, identity: str | None) -> Principal | None
     return None
 
 
+def _admitted(principal: Principal, allow: tuple[str, ...]) -> bool:
+    """Whether a listener's `allow` list names `principal` or one of its roles."""
+    if principal.name is not None and principal.name in allow:
+        return True
+    return any(f"role:{role}" in allow for role in principal.roles)
+
+
 def default_identity(endpoint: str, *, stream: bool) -> str:
     """How a listener's connections get their principal when it does not say: the client
     certificate on ``mtls:``, the peer's uid on a ``unix:`` stream, credentials in a ws or
@@ -269,9 +276,36 @@ class Authentication:
     # -- how a listener's or link's connections get their principal ------------------------------
 
     def identify_http(self, principal: str | None, identity: str | None,
-                      endpoint: str) -> Identify:
+                      endpoint: str, allow: tuple[str, ...] = ()) -> Identify:
         """How a ws or engineio listener's handshakes get their principal: `principal` for all
-        of them, anonymous, the TLS client certificate, or (the default) their credentials."""
+        of them, anonymous, the TLS client certificate, or (the default) their credentials;
+        with `allow`, one it does not name (or name a role of) is refused with 403."""
+        identify = self._identify_http(principal, identity, endpoint)
+        if not allow:
+            return identify
+
+        def allowed_here(request: Any) -> defer.Deferred[Principal]:
+            peer = request.getClientAddress()
+
+            def check(found: Principal) -> Principal:
+                if not _admitted(found, allow):
+                    self.count("listener")
+                    self._log_not_here(peer, found)
+                    raise HTTPRefusal(403, "listener", "this principal may not use this "
+                                      "listener")
+                return found
+
+            return identify(request).addCallback(check)
+
+        return allowed_here
+
+    def _log_not_here(self, peer: Any, principal: Principal) -> None:
+        peerlog.warn(log, address_key(peer), "auth: refused {peer}: {principal} may not use "
+                     "this listener", event="auth_failed", peer=describe_address(peer),
+                     principal=principal.name, reason="listener", status=403)
+
+    def _identify_http(self, principal: str | None, identity: str | None,
+                       endpoint: str) -> Identify:
         fixed = _fixed_principal(principal, identity)
         if fixed is not None:
             def as_fixed(request: Any) -> defer.Deferred[Principal]:
@@ -292,9 +326,26 @@ class Authentication:
         return self.authenticate_http
 
     def identify_stream(self, principal: str | None, identity: str | None,
-                        endpoint: str) -> Callable[[Any], Principal | None]:
+                        endpoint: str, allow: tuple[str, ...] = ()
+                        ) -> Callable[[Any], Principal | None]:
         """How a stream listener's or an attached link's connections get their principal, from
-        their byte transport (None refuses one)."""
+        their byte transport (None refuses one, as it does one `allow` does not name)."""
+        identify = self._identify_stream(principal, identity, endpoint)
+        if not allow:
+            return identify
+
+        def allowed_here(transport: Any) -> Principal | None:
+            found = identify(transport)
+            if found is None or _admitted(found, allow):
+                return found
+            self.count("listener")
+            self._log_not_here(transport.getPeer(), found)
+            return None
+
+        return allowed_here
+
+    def _identify_stream(self, principal: str | None, identity: str | None,
+                         endpoint: str) -> Callable[[Any], Principal | None]:
         fixed = _fixed_principal(principal, identity)
         if fixed is not None:
             return lambda transport: fixed

@@ -111,6 +111,7 @@ class BrokerCollector(Collector):
         yield from self._capture(self.service.capture)
         yield from self._refusals(self.service.http_sites)
         yield from self._access(hub, self.service.auth)
+        yield from self._limits(hub.limits)
         yield CounterMetricFamily(
             "wireproto_log_lines_suppressed",
             "Warnings about peers held back by the log budget (and summed up in one line).",
@@ -134,6 +135,22 @@ class BrokerCollector(Collector):
         for (protocol, action), count in sorted(hub.denied.items()):
             denied.add_metric([protocol, action], count)
         yield denied
+
+    def _limits(self, limits: Any) -> Iterator[Metric]:
+        limited = CounterMetricFamily(
+            "wireproto_limited",
+            "Connections and subscriptions refused, and connections paused for their rate, "
+            "because a principal reached its [limits], by protocol and limit.",
+            labels=["protocol", "limit"],
+        )
+        for (protocol, limit), count in sorted(limits.exceeded.items()):
+            limited.add_metric([protocol, limit], count)
+        yield limited
+        yield GaugeMetricFamily(
+            "wireproto_principals",
+            "Principals (anonymous clients: addresses) whose usage the broker keeps.",
+            value=len(limits),
+        )
 
     def _refusals(self, sites: list[Any]) -> Iterator[Metric]:
         reasons: Counter[str] = Counter(dict.fromkeys(

@@ -37,6 +37,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from wireproto.access import AccessRule, Principal
+from wireproto.access.quotas import PrincipalLimits
 from wireproto.authentication import Authentication
 from wireproto.capture.wrapper import BrokerCapture, CapturingProtocol
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
@@ -50,6 +51,7 @@ from wireproto.config import (
     endpoint_type,
 )
 from wireproto.hub import Hub
+from wireproto.limits import LimitingProtocol
 from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import protocol as server_protocol
@@ -208,6 +210,7 @@ class WireprotoService(MultiService):
                 raise ConfigError(f"auth: {error}") from None
             hub.policy = self.auth.policy
             hub.max_denials = config.auth.close_after_denials
+        hub.limits = PrincipalLimits(config.limits)
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
 
     # The log observer for the application this service joins, if it has none (the twistd
@@ -248,24 +251,19 @@ class WireprotoService(MultiService):
         return lambda wrapped: CapturingProtocol(wrapped, capture, protocol)
 
     def _protocol_factory(self, protocol: str) -> Callable[[], IMessageProtocol]:
+        """Each connection's protocol of `protocol`: counted against its principal's [limits]
+        outermost, then captured when capture is on."""
         make = self.server(protocol)
         connections = self._connections
-        wrap = self._connection_wrapper(protocol)
-        if wrap is not None:
-
-            def build_wrapped() -> IMessageProtocol:
-                # Capture records the connection around the protocol.
-                protocol = make()
-                connections.add(protocol)
-                return wrap(protocol)
-
-            return build_wrapped
+        capture = self._connection_wrapper(protocol)
+        limits, reactor = self.hub.limits, self.reactor
 
         def build() -> IMessageProtocol:
+            made = make()
             # Remembered (weakly) so stopService can close what is still open.
-            protocol = make()
-            connections.add(protocol)
-            return protocol
+            connections.add(made)
+            inner = made if capture is None else capture(made)
+            return LimitingProtocol(inner, limits, protocol, reactor)
 
         return build
 
@@ -300,7 +298,7 @@ class WireprotoService(MultiService):
                 factory = stream_server_factory(
                     self._protocol_factory(first.protocol), self._stream_options(first.transport),
                     identify=self._stream_identity(first.principal, first.identity,
-                                                   first.endpoint),
+                                                   first.endpoint, first.allow),
                 )
             self._add_endpoint(
                 tuple(group), server_endpoint(self.reactor, first.endpoint), factory
@@ -309,7 +307,7 @@ class WireprotoService(MultiService):
     def _http_resource(self, listener: Listener) -> Any:
         factory = self._protocol_factory(listener.protocol)
         identify = None if self.auth is None else self.auth.identify_http(
-            listener.principal, listener.identity, listener.endpoint
+            listener.principal, listener.identity, listener.endpoint, listener.allow
         )
         if listener.transport == "ws":
             return websocket_resource(factory, self.config.websocket, identify=identify)
@@ -320,10 +318,11 @@ class WireprotoService(MultiService):
                           websocket=websocket)
         return engineio_resource(factory, options, reactor=self.reactor, identify=identify)
 
-    def _stream_identity(self, principal: str | None, identity: str | None,
-                         endpoint: str) -> Callable[[Any], Principal | None] | None:
+    def _stream_identity(self, principal: str | None, identity: str | None, endpoint: str,
+                         allow: tuple[str, ...] = ()
+                         ) -> Callable[[Any], Principal | None] | None:
         return None if self.auth is None else self.auth.identify_stream(principal, identity,
-                                                                        endpoint)
+                                                                        endpoint, allow)
 
     def _stream_options(self, framing: str) -> StreamOptions:
         return replace(self.config.stream, framing=framing)

@@ -32,7 +32,23 @@ def test_an_auth_table_turns_authentication_on_and_rules_read_back() -> None:
     assert "[auth]" not in config_to_toml(read(""))
 
 
+LISTENER = '[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n'
+
+
+def test_a_listeners_allow_list_reads_back() -> None:
+    config = read(LISTENER + 'allow = ["carol", "role:admin"]\n[auth]\n')
+    assert config.listeners[0].allow == ("carol", "role:admin")
+    assert read(config_to_toml(config)) == config
+    listen_table = config_to_toml(read(LISTENER)).split("[[listen]]")[1].split("\n\n")[0]
+    assert "endpoint" in listen_table and "allow" not in listen_table
+
+
 @pytest.mark.parametrize(("text", "message"), [
+    (LISTENER + 'allow = ["carol"]\n', "w.toml: listen[1].allow: takes effect with an [auth]"),
+    (LISTENER + 'allow = "carol"\n[auth]\n', "w.toml: listen[1].allow: expected a list"),
+    (LISTENER + 'allow = ["role:"]\n[auth]\n', "w.toml: listen[1].allow: a principal is a"),
+    (LISTENER + 'principal = "lan"\nallow = ["carol"]\n[auth]\n',
+     "w.toml: listen[1].allow: a listener whose connections are one principal"),
     ('[[acl]]\nsubscribe = ["a"]', "w.toml: acl: [[acl]] rules take effect with an [auth] table"),
     ('[auth]\n[[acl]]\nprincipal = "a"', "w.toml: acl[1]: grants nothing"),
     ('[auth]\n[[acl]]\nrole = "admin"\nsubscribe = ["#"]',

@@ -80,8 +80,8 @@ class Running:
         return int(self.addresses[protocol].split(":")[2].split("/")[0])
 
 
-async def start(broker: Any, auth_files: AuthFiles, **auth: Any) -> Running:
-    text = LISTEN + auth_files.auth_table(**auth) + RULES
+async def start(broker: Any, auth_files: AuthFiles, extra: str = "", **auth: Any) -> Running:
+    text = LISTEN + auth_files.auth_table(**auth) + RULES + extra
     config = config_from_toml(text, reactor=reactor)
     service, bound = await broker.start_config(config)
     ubre = service.server("ubre")
@@ -158,11 +158,15 @@ async def test_anonymous_connections_get_in_only_when_the_auth_table_says_so(
 
 
 @pytest_twisted.ensureDeferred
-async def test_the_token_never_reaches_the_log(broker: Any, auth_files: AuthFiles) -> None:
+async def test_the_token_never_reaches_the_log_or_a_capture(
+    broker: Any, auth_files: AuthFiles, tmp_path: Path
+) -> None:
+    captures = tmp_path / "captures"
     events: list[dict[str, Any]] = []
     globalLogPublisher.addObserver(events.append)
     try:
-        running = await start(broker, auth_files)
+        running = await start(broker, auth_files, f'[capture]\ndirectory = "{captures}"\n'
+                                                  "flush_interval = 0.05\n")
         good = auth_files.token()
         expired = auth_files.token(lifetime=-60)
         client = await broker.client(running.addresses["websmq"] + "?access_token=" + good)
@@ -171,11 +175,15 @@ async def test_the_token_never_reaches_the_log(broker: Any, auth_files: AuthFile
         await http_handshake(running.port("websmq"), "/websmq",
                              {"Authorization": basic("carol", "carol's password")})
         await sleep(0.2)
+        await wait_for(running.service.stopService())  # writes out the capture
     finally:
         globalLogPublisher.removeObserver(events.append)
     text = repr(events)
     assert good not in text and expired not in text
     assert "carol's password" not in text
+    captured = b"".join(path.read_bytes() for path in captures.iterdir())
+    assert b"users/alice/inbox" in captured  # the capture has the connection's messages ...
+    assert good.encode() not in captured and b"access_token" not in captured  # ... no token
     assert any(event.get("event") == "auth_failed" for event in events)
     assert any(event.get("event") == "authenticated" and event.get("principal") == "alice"
                for event in events)
@@ -452,6 +460,28 @@ async def test_metrics_count_authentications_and_denials(
     assert samples[("wireproto_authentications_total", (("outcome", "missing"),))] == 1
     assert samples[("wireproto_denied_total", (("action", "publish"),
                                                ("protocol", "websmq")))] == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_listener_admits_only_the_principals_it_allows_403_for_the_others(
+    broker: Any, auth_files: AuthFiles
+) -> None:
+    text = ('[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n'
+            'allow = ["carol", "role:admin"]\n' + auth_files.auth_table() + RULES)
+    service, bound = await broker.start_config(config_from_toml(text, reactor=reactor))
+    port = int(bound[0].address.split(":")[2].split("/")[0])
+    alice = {"Authorization": "Bearer " + auth_files.token()}
+    admin = {"Authorization": "Bearer " + auth_files.token("root", roles=["admin"])}
+    carol = {"Authorization": basic("carol", "carol's password")}
+    refused = await http_handshake(port, "/websmq", alice)
+    assert refused.status == 403
+    assert "www-authenticate" not in refused.headers  # known, just not here: no challenge
+    assert (await http_handshake(port, "/websmq", {})).status == 401
+    assert service.hub.sessions == {}
+    for headers in (admin, carol):
+        await broker.client(bound[0].address, headers=headers)
+    await eventually(lambda: len(service.hub.sessions) == 2)
+    assert service.auth.outcomes["listener"] == 1
 
 
 # -- the command-line tools take credentials ---------------------------------------------------

@@ -7,6 +7,7 @@ import datetime
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
                             dns=f"{name}.devices.example")
         pem = cert.public_bytes(serialization.Encoding.PEM) + _pem_key(key)
         clients[name] = ssl.PrivateCertificate.loadPEM(pem)
+        # For the tools: the certificate and its key in files of their own.
+        (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (directory / f"{name}.key").write_bytes(_pem_key(key))
     return PKI(directory, directory / "ca.pem", directory / "server.key",
                directory / "server.pem", clients)
 
@@ -108,9 +112,10 @@ principal = "device-1"
 publish = ["devices/%u/#"]
 """
 
-async def start_mtls(broker: Any, pki: PKI, auth: str = "") -> tuple[Any, int]:
+async def start_mtls(broker: Any, pki: PKI, auth: str = "",
+                     listener: str = "") -> tuple[Any, int]:
     text = (f'[[listen]]\nprotocol = "websmq"\ntransport = "length32"\n'
-            f'endpoint = "{pki.endpoint()}"\n[auth]\n{auth}\n{RULES}')
+            f'endpoint = "{pki.endpoint()}"\n{listener}[auth]\n{auth}\n{RULES}')
     service, bound = await broker.start_config(config_from_toml(text, reactor=reactor))
     return service, int(bound[0].address.rsplit(":", 1)[1])
 
@@ -157,6 +162,17 @@ async def test_a_client_without_a_certificate_is_refused(broker: Any, pki: PKI) 
     adapter = await tls_connect(pki, port, None)
     await eventually(lambda: not adapter.transport.connected)
     assert sum(service.hub.accepted.values()) == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stream_listener_closes_a_good_certificate_it_does_not_allow(
+    broker: Any, pki: PKI
+) -> None:
+    service, port = await start_mtls(broker, pki, listener='allow = ["device-2"]\n')
+    adapter = await tls_connect(pki, port, "device-1")
+    await eventually(lambda: not adapter.transport.connected)
+    assert sum(service.hub.accepted.values()) == 0
+    assert service.auth.outcomes == {"listener": 1}
 
 
 # -- unix: the peer's uid ------------------------------------------------------------------------
@@ -229,3 +245,49 @@ def test_a_phyllo_device_publishes_only_where_its_principal_may() -> None:
     assert [message.topic for message in seen.messages] == ["phyllo/hall/temp"]
     assert (bridge.stats.denied, anonymous.stats.denied) == (1, 1)
     assert hub.denied[("phyllo", "publish")] == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_tools_show_a_client_certificate_with_cert_and_key(
+    broker: Any, pki: PKI
+) -> None:
+    from tests.test_cli import Child
+
+    text = (f'[[listen]]\nprotocol = "websmq"\ntransport = "length32"\n'
+            f'endpoint = "{pki.endpoint()}"\n'
+            '[[listen]]\nprotocol = "websmq"\ntransport = "length32"\n'
+            'endpoint = "tcp:0:interface=127.0.0.1"\nprincipal = "watcher"\n'
+            f'[auth]\n{RULES}\n[[acl]]\nprincipal = "watcher"\nsubscribe = ["#"]\n')
+    service, bound = await broker.start_config(config_from_toml(text, reactor=reactor))
+    port = int(bound[0].address.rsplit(":", 1)[1])
+    watcher = await broker.client(bound[1].address)
+    received: list[Any] = []
+    await wait_for(watcher.subscribe("devices/device-1/temperature", received.append))
+    await eventually(lambda: service.hub.subscribers("devices/device-1/temperature"))
+    pub = (sys.executable, "-m", "wireproto", "pub", f"ssl:host=localhost:port={port}",
+           "-p", "websmq", "-t", "devices/device-1/temperature", "-m", "21.5",
+           "--cafile", str(pki.ca))
+    directory = pki.directory
+    shown = Child(*pub, "--cert", str(directory / "device-1.pem"),
+                  "--key", str(directory / "device-1.key"))
+    assert await shown.exit_code() == 0, shown.output()
+    await eventually(lambda: received)
+    assert received[0].payload == b"21.5"
+    untrusted = Child(*pub, "--cert", str(directory / "untrusted.pem"),
+                      "--key", str(directory / "untrusted.key"))
+    without = Child(*pub)
+    for refused in (untrusted, without):
+        assert await refused.exit_code() != 0
+    assert len(received) == 1
+    key_alone = Child(*pub, "--key", str(directory / "device-1.key"))
+    assert await key_alone.exit_code() == 2
+    assert "--key without --cert" in key_alone.output()
+
+
+def test_a_certificate_file_without_its_key_is_named(pki: PKI) -> None:
+    from wireproto.transports.connect import tls_client_options
+
+    with pytest.raises(ValueError, match="not a PEM certificate and its private key"):
+        tls_client_options("localhost", certfile=str(pki.directory / "device-1.pem"))
+    with pytest.raises(ValueError, match="without its certificate"):
+        tls_client_options("localhost", keyfile=str(pki.directory / "device-1.key"))

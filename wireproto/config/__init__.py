@@ -56,6 +56,8 @@ _WHERE = {
     "SubbleSettings": "wireproto.protocols.subble.server",
     "MetricsSettings": "wireproto.metrics",
     "CaptureSettings": "wireproto.capture.writer",
+    "AuthSettings": "wireproto.authentication",
+    "LimitSettings": "wireproto.access.quotas",
 }
 
 __all__ = sorted(_WHERE)

@@ -80,7 +80,7 @@ def _protocol_spec(name: str) -> ProtocolDescriptor:
 
 def check_listener(
     protocol: str, transport: str, endpoint: str, path: str | None, reactor: Any,
-    identity: str | None = None, principal: str | None = None,
+    identity: str | None = None, principal: str | None = None, allow: Any = (),
 ) -> Listener:
     spec = _protocol_spec(protocol)
     if transport not in TRANSPORTS:
@@ -108,7 +108,20 @@ def check_listener(
     elif path is not None:
         raise Invalid("path", f"a path is only for ws and engineio listeners, not {transport}")
     _check_identity(transport, endpoint, identity, principal)
-    return Listener(protocol, transport, endpoint, path, identity, principal)
+    return Listener(protocol, transport, endpoint, path, identity, principal,
+                    _check_allow(allow, identity, principal))
+
+
+def _check_allow(allow: Any, identity: str | None, principal: str | None) -> tuple[str, ...]:
+    if not isinstance(allow, list | tuple) or not all(isinstance(name, str) for name in allow):
+        raise Invalid("allow", f"expected a list of principals and \"role:NAME\"s, got "
+                      f"{allow!r}")
+    for name in allow:
+        check_principal_name(name.removeprefix("role:"), "allow")
+    if allow and (principal is not None or identity == "anonymous"):
+        raise Invalid("allow", "a listener whose connections are one principal, or anonymous, "
+                      "has no one else to allow")
+    return tuple(allow)
 
 
 def _check_identity(
@@ -134,9 +147,9 @@ def _check_identity(
         raise Invalid("identity", "the peer's uid is known on unix: endpoints only")
 
 
-def check_principal_name(name: str) -> None:
+def check_principal_name(name: str, key: str = "principal") -> None:
     if not name or not name.isprintable():
-        raise Invalid("principal", f"a principal is a printable name, not {name!r}")
+        raise Invalid(key, f"a principal is a printable name, not {name!r}")
 
 
 def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any,

@@ -51,6 +51,9 @@ class Listener:
     # or the one principal every connection here is.
     identity: str | None = None
     principal: str | None = None
+    # With [auth]: the only principals (names, or "role:NAME") this listener admits; empty:
+    # everyone the identity admits. Others get 403, or a stream is closed.
+    allow: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return f"{self.protocol} over {self.transport}"

@@ -33,6 +33,7 @@ class LogSettings:
 
 def config_tables() -> dict[str, type]:
     """Every table by name, in the order a config file shows them."""
+    from wireproto.access.quotas import LimitSettings
     from wireproto.authentication import AuthSettings
     from wireproto.capture.writer import CaptureSettings
     from wireproto.hub import HubSettings
@@ -54,5 +55,5 @@ def config_tables() -> dict[str, type]:
         if kind is not None:
             tables[name] = kind
     tables.update(engineio=EngineIOOptions, log=LogSettings, metrics=MetricsSettings,
-                  capture=CaptureSettings, auth=AuthSettings)
+                  capture=CaptureSettings, auth=AuthSettings, limits=LimitSettings)
     return tables

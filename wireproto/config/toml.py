@@ -49,7 +49,7 @@ __all__ = [
     "unknown_key",
 ]
 
-LISTEN_KEYS = ("protocol", "transport", "endpoint", "path", "identity", "principal")
+LISTEN_KEYS = ("protocol", "transport", "endpoint", "path", "identity", "principal", "allow")
 ATTACH_KEYS = ("protocol", "endpoint", "framing", "principal")
 PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length",
                "principal")
@@ -103,12 +103,14 @@ def _read_listener(where: str, label: str, entry: Any, reactor: Any) -> Listener
             return parse_listen(entry, reactor=reactor)
         except ConfigError as error:
             raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--listen ')}") from None
+    allow = entry.get("allow", ()) if isinstance(entry, dict) else ()
     values = _string_fields(where, label, entry, LISTEN_KEYS, required=("protocol", "transport",
-                                                                          "endpoint"))
+                                                                          "endpoint"),
+                            other_types=("allow",))
     try:
         return check_listener(
             values["protocol"], values["transport"], values["endpoint"], values.get("path"),
-            reactor, values.get("identity"), values.get("principal"),
+            reactor, values.get("identity"), values.get("principal"), allow,
         )
     except Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
@@ -176,14 +178,16 @@ def _read_rule(where: str, label: str, entry: Any, reactor: Any) -> AccessRule:
 
 
 def _string_fields(
-    where: str, label: str, entry: Any, keys: Sequence[str], required: Sequence[str]
+    where: str, label: str, entry: Any, keys: Sequence[str], required: Sequence[str],
+    other_types: Sequence[str] = (),
 ) -> dict[str, str]:
+    """`entry`'s keys, each a string but those in `other_types` (which the caller checks)."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: {label}: expected a table or a string, got {shown(entry)}")
     for key, value in entry.items():
         if key not in keys:
             raise ConfigError(f"{where}: {label}.{key}: {unknown_key(key, keys)}")
-        if not isinstance(value, str):
+        if not isinstance(value, str) and key not in other_types:
             raise ConfigError(f"{where}: {label}.{key}: expected a string, got {shown(value)}")
     for key in required:
         if key not in entry:
@@ -287,6 +291,10 @@ def check_auth(config: Config, where: str) -> None:
     if config.acl and not config.auth.enabled:
         raise ConfigError(f"{where}: acl: [[acl]] rules take effect with an [auth] table; add "
                           "[auth] (an empty one will do)")
+    for number, listener in enumerate(config.listeners, 1):
+        if listener.allow and not config.auth.enabled:
+            raise ConfigError(f"{where}: listen[{number}].allow: takes effect with an [auth] "
+                              "table; add [auth]")
     if not config.auth.takes_tokens:
         for number, rule in enumerate(config.acl, 1):
             if rule.role is not None:
@@ -325,7 +333,8 @@ def config_to_toml(config: Config) -> str:
         lines.append("")
 
     for listener in config.listeners:
-        table("[[listen]]", asdict(listener))
+        table("[[listen]]", {key: value for key, value in asdict(listener).items()
+                             if key != "allow" or value})
     if not config.listeners:
         lines.extend(["listen = []", ""])
     for link in config.attach:

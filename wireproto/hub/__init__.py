@@ -40,6 +40,7 @@ from twisted.logger import Logger
 
 from wireproto import peerlog
 from wireproto.access import Policy
+from wireproto.access.quotas import PrincipalLimits
 from wireproto.hub.message import (
     DEFAULT_MAX_SUBSCRIPTION_BYTES,
     DEFAULT_MAX_SUBSCRIPTIONS,
@@ -132,6 +133,8 @@ class Hub:
         self.max_denials = 0
         # Refusals by (protocol, action).
         self.denied: dict[tuple[str, str], int] = {}
+        # What each principal holds and sends, against the [limits] table.
+        self.limits = PrincipalLimits()
 
     def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
         """The fan-out cache key of frames in `wire_format` prepared for transports of

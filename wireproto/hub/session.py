@@ -74,7 +74,7 @@ class Session:
         "queued_bytes",
         "_paused", "writes_now", "closed", "received", "sent", "sent_bytes", "dropped_messages",
         "dropped_bytes", "overflow_disconnects", "id", "peer", "transport_name", "client",
-        "opened", "principal", "grants", "publish_decisions", "denials", "__weakref__",
+        "opened", "principal", "grants", "publish_decisions", "denials", "usage", "__weakref__",
     )
 
     def __init__(
@@ -119,6 +119,9 @@ class Session:
         # The grants' publish decisions so far, which a publish looks up first.
         self.publish_decisions: dict[str, bool] | None = None
         self.denials = 0
+        # What this session counts against its principal's [limits].
+        limits = hub.limits
+        self.usage = limits.acquire(limits.key(self.principal, address_key(transport.getPeer())))
         transport.registerProducer(self, True)
 
     def __repr__(self) -> str:
@@ -274,6 +277,9 @@ class Session:
                 f"the broker holds {hub.max_total_subscription_bytes} bytes of subscribed "
                 "topics in all ([hub] max_total_subscription_bytes)"
             )
+        problem = hub.limits.hold_subscription(self.usage, self.protocol)
+        if problem is not None:
+            raise LimitExceeded(problem)
         self.subscription_bytes += size
         hub.subscription_bytes += size
 
@@ -281,6 +287,7 @@ class Session:
         size = len(topic.encode("utf-8", "surrogatepass"))
         self.subscription_bytes -= size
         self.hub.subscription_bytes -= size
+        self.hub.limits.release_subscription(self.usage)
 
     def publish(
         self,
@@ -352,6 +359,8 @@ class Session:
             self.hub.unsubscribe(self, topic)
         for pattern in self.patterns:
             self.hub.unsubscribe_pattern(self, pattern)
+        self.usage.subscriptions -= len(self.topics) + len(self.patterns)
+        self.hub.limits.release(self.usage)
         self.topics.clear()
         self.patterns.clear()
         self.hub.subscription_bytes -= self.subscription_bytes

@@ -121,6 +121,11 @@ def add_common_options(parser: argparse.ArgumentParser, protocols: tuple[str, ..
                              "(default: the system's trust roots)")
     parser.add_argument("--insecure", action="store_true",
                         help="do not verify the server's certificate (wss://, ssl:)")
+    parser.add_argument("--cert", metavar="FILE",
+                        help="this client's certificate (PEM), for a broker's mtls: listener; "
+                             "its private key too unless --key names it")
+    parser.add_argument("--key", metavar="FILE",
+                        help="the private key (PEM) of --cert's certificate")
     parser.add_argument("-H", "--header", action="append", default=[], metavar="NAME:VALUE",
                         help="a header for the WebSocket handshake; repeatable")
     parser.add_argument("--token", metavar="JWT",
@@ -135,12 +140,17 @@ def add_common_options(parser: argparse.ArgumentParser, protocols: tuple[str, ..
 
 
 def connect_options(args: argparse.Namespace) -> dict[str, Any]:
-    """What --cafile, --insecure and -H ask of a client's connection (only what was given)."""
+    """What --cafile, --insecure, --cert, --key, -H and the credentials ask of a client's
+    connection (only what was given)."""
     options: dict[str, Any] = {}
-    if args.cafile is not None:
-        if not os.path.isfile(args.cafile):
-            raise ToolError(f"--cafile {args.cafile!r}: no such file", EXIT_USAGE)
-        options["cafile"] = args.cafile
+    for flag, option in (("cafile", "cafile"), ("cert", "certfile"), ("key", "keyfile")):
+        path = getattr(args, flag)
+        if path is not None:
+            if not os.path.isfile(path):
+                raise ToolError(f"--{flag} {path!r}: no such file", EXIT_USAGE)
+            options[option] = path
+    if args.key is not None and args.cert is None:
+        raise ToolError("--key without --cert", EXIT_USAGE)
     if args.insecure:
         options["insecure"] = True
     headers = {}

@@ -57,28 +57,55 @@ def split_endpoint(endpoint: str) -> tuple[list[str], dict[str, str]]:
     return args, kwargs
 
 
-def tls_client_options(host: str, *, cafile: str | None = None, insecure: bool = False) -> Any:
+def tls_client_options(host: str, *, cafile: str | None = None, insecure: bool = False,
+                       certfile: str | None = None, keyfile: str | None = None) -> Any:
     """TLS client options for `host`: its certificate verified against the system's trust roots,
-    or against the certificates in `cafile` (PEM); `insecure` verifies nothing."""
+    or against the certificates in `cafile` (PEM); `insecure` verifies nothing. `certfile`
+    (PEM) is this client's own certificate, for a server that asks for one (``mtls:``), with
+    its private key in `keyfile` or, without one, in `certfile` too."""
     from cryptography.hazmat.primitives.serialization import Encoding
     from cryptography.x509 import load_pem_x509_certificates
-    from twisted.internet.ssl import Certificate, CertificateOptions, trustRootFromCertificates
+    from twisted.internet.ssl import (
+        Certificate,
+        CertificateOptions,
+        PrivateCertificate,
+        trustRootFromCertificates,
+    )
 
-    if insecure:
-        return CertificateOptions()
-    if cafile is None:
-        return optionsForClientTLS(host)
-    with open(cafile, "rb") as file:
+    own = None
+    if certfile is not None:
         try:
-            loaded = load_pem_x509_certificates(file.read())
-        except ValueError:
-            raise ValueError(f"{cafile!r} holds no PEM certificate") from None
+            own = PrivateCertificate.loadPEM(_read_pem(certfile)
+                                             + (b"" if keyfile is None else _read_pem(keyfile)))
+        except Exception as error:  # pyOpenSSL's errors say little: name the files instead
+            raise ValueError(f"{certfile!r}{'' if keyfile is None else f' and {keyfile!r}'}: "
+                             f"not a PEM certificate and its private key ({error})") from None
+    elif keyfile is not None:
+        raise ValueError("a private key file without its certificate file")
+    if insecure:
+        if own is None:
+            return CertificateOptions()
+        return CertificateOptions(privateKey=own.privateKey.original,
+                                  certificate=own.original)
+    if cafile is None:
+        return optionsForClientTLS(host, clientCertificate=own)
+    try:
+        loaded = load_pem_x509_certificates(_read_pem(cafile))
+    except ValueError:
+        raise ValueError(f"{cafile!r} holds no PEM certificate") from None
     certificates = [Certificate.load(certificate.public_bytes(Encoding.DER))
                     for certificate in loaded]
-    return optionsForClientTLS(host, trustRoot=trustRootFromCertificates(certificates))
+    return optionsForClientTLS(host, trustRoot=trustRootFromCertificates(certificates),
+                               clientCertificate=own)
 
 
-def _ssl_endpoint(reactor: Any, address: str, cafile: str | None, insecure: bool) -> Any:
+def _read_pem(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+def _ssl_endpoint(reactor: Any, address: str, cafile: str | None, insecure: bool,
+                  certfile: str | None = None, keyfile: str | None = None) -> Any:
     """An ``ssl:`` client endpoint that verifies the server unless told not to.
 
     Twisted's ``ssl:`` string verifies nothing without ``hostname=``; here `hostname` defaults
@@ -92,7 +119,7 @@ def _ssl_endpoint(reactor: Any, address: str, cafile: str | None, insecure: bool
     if verify not in ("yes", "no"):
         raise ValueError(f"verify={verify} in {address!r}: use verify=yes or verify=no")
     insecure = insecure or verify == "no"
-    if not insecure and cafile is None:
+    if not insecure and cafile is None and certfile is None:
         if "hostname" in kwargs:
             return clientFromString(reactor, address)
         return clientFromString(reactor, address + ":hostname=" + host.replace(":", "\\:"))
@@ -100,9 +127,9 @@ def _ssl_endpoint(reactor: Any, address: str, cafile: str | None, insecure: bool
         raise ValueError(f"{address!r} needs a host and a port")
     if {"certKey", "privateKey", "caCertsDir"} & set(kwargs):
         raise ValueError(f"{address!r}: certKey, privateKey and caCertsDir go without "
-                         "verify=no and a CA file")
+                         "verify=no, a CA file and a certificate file")
     options = tls_client_options(kwargs.get("hostname", host), cafile=cafile,
-                                 insecure=insecure)
+                                 insecure=insecure, certfile=certfile, keyfile=keyfile)
     return wrapClientTLS(options, HostnameEndpoint(reactor, host, int(port)))
 
 
@@ -117,7 +144,8 @@ def default_framing(address: str) -> str:
 
 
 def client_endpoint(
-    reactor: Any, address: str, *, cafile: str | None = None, insecure: bool = False
+    reactor: Any, address: str, *, cafile: str | None = None, insecure: bool = False,
+    certfile: str | None = None, keyfile: str | None = None,
 ) -> Any:
     """The Twisted client endpoint for a stream address, with a clear error for a bad one.
 
@@ -129,9 +157,10 @@ def client_endpoint(
         if address.startswith("serial:"):
             return serial_endpoint_from_string(reactor, address)
         if address.lower().startswith("ssl:"):
-            return _ssl_endpoint(reactor, address, cafile, insecure)
-        if cafile is not None or insecure:
-            raise ValueError("a CA file and insecure are for ssl: endpoints and wss:// URLs")
+            return _ssl_endpoint(reactor, address, cafile, insecure, certfile, keyfile)
+        if cafile is not None or insecure or certfile is not None or keyfile is not None:
+            raise ValueError("a CA file, a certificate file and insecure are for ssl: endpoints "
+                             "and wss:// URLs")
         return clientFromString(reactor, address)
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(
@@ -151,10 +180,13 @@ def websocket_client(
     cafile: str | None = None,
     insecure: bool = False,
     headers: dict[str, str] | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
 ) -> tuple[Any, Any]:
     """The client endpoint and the Autobahn factory that connect to a ``ws://`` or ``wss://``
     `address`; each connection's message protocol is a new ``protocol_factory()``. `headers`
-    go with the opening handshake; `cafile` and `insecure` are as `tls_client_options`."""
+    go with the opening handshake; `cafile`, `insecure`, `certfile` and `keyfile` are as
+    `tls_client_options`."""
     try:
         factory = websocket_client_factory(address, protocol_factory, websocket, reactor=reactor,
                                            headers=headers)
@@ -163,10 +195,11 @@ def websocket_client(
     endpoint: Any = HostnameEndpoint(reactor, factory.host, factory.port)
     if factory.isSecure:
         tls = context_factory if context_factory is not None else tls_client_options(
-            factory.host, cafile=cafile, insecure=insecure
+            factory.host, cafile=cafile, insecure=insecure, certfile=certfile, keyfile=keyfile
         )
         endpoint = wrapClientTLS(tls, endpoint)
-    elif context_factory is not None or cafile is not None or insecure:
+    elif (context_factory is not None or cafile is not None or insecure
+          or certfile is not None or keyfile is not None):
         raise ValueError(f"TLS options are for wss:// URLs, not {address!r}")
     return endpoint, factory
 
@@ -183,6 +216,8 @@ def connect(
     cafile: str | None = None,
     insecure: bool = False,
     headers: dict[str, str] | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
 ) -> Deferred[IMessageProtocol]:
     """Connect a new ``protocol_factory()`` protocol to `address`.
 
@@ -193,15 +228,17 @@ def connect(
     `framing` (for stream addresses) overrides `stream.framing`. `context_factory` is the TLS
     client options for ``wss://``, e.g. ``optionsForClientTLS("host", trustRoot=...)``; the
     default verifies the server against the system's trust roots, or against `cafile`'s
-    certificates (``wss://`` and ``ssl:``); `insecure` turns verification off. `headers` go
-    with a WebSocket's opening handshake.
+    certificates (``wss://`` and ``ssl:``); `insecure` turns verification off. `certfile` and
+    `keyfile` are this client's certificate and key for a server that asks for one. `headers`
+    go with a WebSocket's opening handshake.
     """
     if is_websocket_address(address):
         if framing is not None or stream is not None:
             raise ValueError(f"{address!r} is a WebSocket URL: framing and stream do not apply")
         endpoint, factory = websocket_client(
             reactor, address, protocol_factory, websocket, context_factory,
-            cafile=cafile, insecure=insecure, headers=headers,
+            cafile=cafile, insecure=insecure, headers=headers, certfile=certfile,
+            keyfile=keyfile,
         )
         opening = endpoint.connect(factory)
         opening.addCallback(lambda adapter: adapter.opened)
@@ -218,7 +255,8 @@ def connect(
         stream = replace(stream, framing=framing)
     if headers:
         raise ValueError(f"headers are for WebSocket URLs, not {address!r}")
-    endpoint = client_endpoint(reactor, address, cafile=cafile, insecure=insecure)
+    endpoint = client_endpoint(reactor, address, cafile=cafile, insecure=insecure,
+                               certfile=certfile, keyfile=keyfile)
     connecting = endpoint.connect(stream_client_factory(protocol_factory, stream))
     connecting.addCallback(lambda adapter: adapter.wrapped)
     return connecting

@@ -259,7 +259,8 @@ class NydusClient(ClientBase):
                     f"{address!r}; for the lines framing pass an endpoint string without "
                     "engineio=True"
                 )
-            unknown = set(connect_options) - {"context_factory", "cafile", "insecure", "headers"}
+            unknown = set(connect_options) - {"context_factory", "cafile", "insecure", "headers",
+                                             "certfile", "keyfile"}
             if unknown:
                 raise ValueError(
                     f"{', '.join(sorted(unknown))}: options for raw WebSocket and stream "

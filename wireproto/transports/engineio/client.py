@@ -186,6 +186,8 @@ def engineio_client_connect(
     cafile: str | None = None,
     insecure: bool = False,
     headers: dict[str, str] | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
 ) -> Deferred[IMessageProtocol]:
     """Connect a new ``protocol_factory()`` protocol to the Engine.IO server at `url`
     (``ws://host:port[/path]`` or ``wss://``), over WebSocket.
@@ -194,12 +196,13 @@ def engineio_client_connect(
     ConnectionRefusedError, `HandshakeFailed` (a refused WebSocket, e.g. 403 from the
     server's allow_request, or no open packet)... `context_factory` is the TLS client options
     for ``wss://``; the default verifies the server against the system's trust roots (or
-    `cafile`'s certificates; `insecure` verifies nothing). `headers` go with the handshake.
+    `cafile`'s certificates; `insecure` verifies nothing); `certfile` and `keyfile` are this
+    client's own, for a server that asks for one. `headers` go with the handshake.
     """
     full_url = engineio_url(url)
     endpoint, factory = websocket_client(
         reactor, full_url, protocol_factory, options.websocket, context_factory,
-        cafile=cafile, insecure=insecure, headers=headers,
+        cafile=cafile, insecure=insecure, headers=headers, certfile=certfile, keyfile=keyfile,
     )
     factory.protocol = EngineIOClientAdapter
     connecting = endpoint.connect(factory)

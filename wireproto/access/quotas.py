@@ -1,0 +1,222 @@
+"""What one principal may make the broker hold and carry, sans-IO: its connections, its
+subscriptions, and the messages and bytes per second it sends (token buckets).
+
+A principal's connections share one budget, whichever listener and protocol they came in on.
+Anonymous connections have no name to share, so each address is counted on its own instead: one
+host without credentials cannot take every connection slot. `PrincipalLimits` keeps the usage of
+every principal with a connection open, and of a bounded number that recently closed their last
+one, so reconnecting does not refill a bucket in debt.
+
+A bucket lets a message through even when it has too few tokens, and says how long its sender
+must wait before the debt is paid: the connection stops reading for that long (TCP then holds the
+peer back), so nothing already sent is lost. Refused connections and subscriptions, and each
+pause, are counted by protocol and limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from wireproto.access.policy import Principal
+from wireproto.settings import integer, setting, shown
+
+__all__ = [
+    "LIMITS",
+    "LimitSettings",
+    "PrincipalLimits",
+    "PrincipalUsage",
+    "TokenBucket",
+]
+
+# The names each refusal and pause is counted under.
+LIMITS = ("connections", "subscriptions", "messages", "bytes")
+
+# Principals without a connection whose usage is kept (their buckets may be in debt).
+REMEMBERED_IDLE = 10_000
+
+
+def _count_or_off(value: Any) -> int:
+    if integer(value) < 0:
+        raise ValueError(f"expected a count (0: no limit), got {value}")
+    return value
+
+
+def _rate_or_off(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"expected a rate per second (0: no limit), got {shown(value)}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class LimitSettings:
+    """The [limits] table: what each principal may hold and send, across all its connections
+    (anonymous ones: each address). 0 turns a limit off; a burst of 0 is one second's worth."""
+
+    connections: int = setting(1000, read=_count_or_off)
+    subscriptions: int = setting(10_000, read=_count_or_off)
+    messages_per_second: float = setting(0.0, read=_rate_or_off)
+    message_burst: int = setting(0, read=_count_or_off)
+    bytes_per_second: float = setting(0.0, read=_rate_or_off)
+    byte_burst: int = setting(0, read=_count_or_off)
+
+    @property
+    def metered(self) -> bool:
+        """Whether messages are counted against a rate at all."""
+        return bool(self.messages_per_second or self.bytes_per_second)
+
+
+class TokenBucket:
+    """`rate` tokens a second, up to `capacity`. `take` always takes, and returns how long the
+    taker must wait for the bucket to be out of debt (0.0 when it is not in debt)."""
+
+    __slots__ = ("rate", "capacity", "tokens", "stamp")
+
+    def __init__(self, rate: float, capacity: float, now: float) -> None:
+        self.rate = rate
+        self.capacity = capacity
+        self.tokens = capacity
+        self.stamp = now
+
+    def take(self, amount: float, now: float) -> float:
+        tokens = self.tokens + (now - self.stamp) * self.rate
+        if tokens > self.capacity:
+            tokens = self.capacity
+        tokens -= amount
+        self.tokens = tokens
+        self.stamp = now
+        return 0.0 if tokens >= 0 else -tokens / self.rate
+
+
+class PrincipalUsage:
+    """One principal's (or anonymous address's) connections, subscriptions and buckets."""
+
+    __slots__ = ("key", "holders", "connections", "subscriptions", "messages", "bytes")
+
+    def __init__(self, key: Hashable, messages: TokenBucket | None,
+                 bytes_: TokenBucket | None) -> None:
+        self.key = key
+        self.holders = 0
+        self.connections = 0
+        self.subscriptions = 0
+        self.messages = messages
+        self.bytes = bytes_
+
+    def __repr__(self) -> str:
+        return (f"<PrincipalUsage {self.key!r} {self.connections} connections, "
+                f"{self.subscriptions} subscriptions>")
+
+
+def describe_key(key: Hashable) -> str:
+    kind, value = key  # type: ignore[misc]
+    return repr(value) if kind == "principal" else f"anonymous clients from {value}"
+
+
+class PrincipalLimits:
+    """Every principal's usage against one `LimitSettings`. Whoever counts something against a
+    principal holds its usage (`acquire`, then `release`)."""
+
+    def __init__(self, settings: LimitSettings | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 remember_idle: int = REMEMBERED_IDLE) -> None:
+        self.settings = settings or LimitSettings()
+        self.clock = clock
+        self.remember_idle = remember_idle
+        self._usage: dict[Hashable, PrincipalUsage] = {}
+        self._idle: OrderedDict[Hashable, None] = OrderedDict()
+        # Refusals and pauses by (protocol, limit), for /metrics.
+        self.exceeded: dict[tuple[str, str], int] = {}
+
+    @property
+    def metered(self) -> bool:
+        return self.settings.metered
+
+    @staticmethod
+    def key(principal: Principal, peer_key: str) -> Hashable:
+        """Whose budget a connection spends: its principal's, or, anonymous, its address's."""
+        if principal.name is not None:
+            return ("principal", principal.name)
+        return ("address", peer_key)
+
+    def usage(self, key: Hashable) -> PrincipalUsage | None:
+        return self._usage.get(key)
+
+    def __len__(self) -> int:
+        return len(self._usage)
+
+    def acquire(self, key: Hashable) -> PrincipalUsage:
+        usage = self._usage.get(key)
+        if usage is None:
+            settings, now = self.settings, self.clock()
+            messages = bytes_ = None
+            if settings.messages_per_second:
+                messages = TokenBucket(settings.messages_per_second,
+                                       settings.message_burst or settings.messages_per_second,
+                                       now)
+            if settings.bytes_per_second:
+                bytes_ = TokenBucket(settings.bytes_per_second,
+                                     settings.byte_burst or settings.bytes_per_second, now)
+            usage = self._usage[key] = PrincipalUsage(key, messages, bytes_)
+        elif not usage.holders:
+            self._idle.pop(key, None)
+        usage.holders += 1
+        return usage
+
+    def release(self, usage: PrincipalUsage) -> None:
+        usage.holders -= 1
+        if usage.holders:
+            return
+        if usage.messages is None and usage.bytes is None:
+            del self._usage[usage.key]
+            return
+        idle = self._idle
+        idle[usage.key] = None
+        while len(idle) > self.remember_idle:
+            forgotten, _ = idle.popitem(last=False)
+            del self._usage[forgotten]
+
+    def count(self, protocol: str, limit: str) -> None:
+        key = (protocol, limit)
+        self.exceeded[key] = self.exceeded.get(key, 0) + 1
+
+    # -- what each limit allows -----------------------------------------------------------------
+
+    def open_connection(self, usage: PrincipalUsage, protocol: str) -> str | None:
+        """Count one more connection, or say why not (counted)."""
+        limit = self.settings.connections
+        if limit and usage.connections >= limit:
+            self.count(protocol, "connections")
+            return (f"{describe_key(usage.key)}: already {usage.connections} connections "
+                    "([limits] connections)")
+        usage.connections += 1
+        return None
+
+    def close_connection(self, usage: PrincipalUsage) -> None:
+        usage.connections -= 1
+
+    def hold_subscription(self, usage: PrincipalUsage, protocol: str) -> str | None:
+        """Count one more subscription, or say why not (counted)."""
+        limit = self.settings.subscriptions
+        if limit and usage.subscriptions >= limit:
+            self.count(protocol, "subscriptions")
+            return (f"{describe_key(usage.key)}: already {usage.subscriptions} subscriptions "
+                    "([limits] subscriptions)")
+        usage.subscriptions += 1
+        return None
+
+    def release_subscription(self, usage: PrincipalUsage) -> None:
+        usage.subscriptions -= 1
+
+    def charge(self, usage: PrincipalUsage, size: int) -> float:
+        """Take one message of `size` bytes from the buckets; the seconds its sender must now
+        wait (0.0 when it need not)."""
+        now = self.clock()
+        wait = 0.0
+        if usage.messages is not None:
+            wait = usage.messages.take(1, now)
+        if usage.bytes is not None:
+            wait = max(wait, usage.bytes.take(size, now))
+        return wait

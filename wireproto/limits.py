@@ -1,0 +1,121 @@
+"""A principal's connection and rate limits, kept at the message-transport boundary, whatever the
+protocol (wireproto.access.quotas says what they are).
+
+The service wraps each connection's protocol in a `LimitingProtocol`. A connection past its
+principal's `[limits] connections` is closed with LimitExceeded before its protocol sees it, so
+it costs no session. With a rate configured, every message received is charged to the
+principal's buckets; one that leaves them in debt is still handled, and the connection stops
+reading until the debt is paid, so the peer is slowed by TCP and nothing it sent is lost. What
+the transport had already read when it paused (one read's worth) waits here, and is handled, in
+order and charged in turn, once the debt is paid.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from wireproto import peerlog
+from wireproto.access import ANONYMOUS
+from wireproto.access.quotas import PrincipalLimits, PrincipalUsage
+from wireproto.errors import LimitExceeded
+from wireproto.peerlog import address_key, describe_address
+from wireproto.transports.base import IMessageProtocol, IMessageTransport
+
+__all__ = ["LimitingProtocol"]
+
+log = Logger(namespace="wireproto.limits")
+
+
+@implementer(IMessageProtocol)
+class LimitingProtocol:
+    """Counts the connection against its principal's limits around the protocol `wrapped`."""
+
+    def __init__(self, wrapped: IMessageProtocol, limits: PrincipalLimits, protocol: str,
+                 reactor: Any) -> None:
+        self.wrapped = wrapped
+        self.limits = limits
+        self.protocol = protocol
+        self.reactor = reactor
+        self.transport: IMessageTransport | None = None
+        self.usage: PrincipalUsage | None = None
+        self.admitted = False
+        self._resume: Any = None
+        # Messages received while reading is paused, if it is.
+        self._held: deque[tuple[bytes, bool]] | None = None
+
+    def makeConnection(self, transport: IMessageTransport) -> None:
+        self.transport = transport
+        limits = self.limits
+        peer = transport.getPeer()
+        principal = getattr(transport, "principal", None) or ANONYMOUS
+        usage = self.usage = limits.acquire(limits.key(principal, address_key(peer)))
+        problem = limits.open_connection(usage, self.protocol)
+        if problem is not None:
+            peerlog.warn(log, address_key(peer),
+                         "{protocol}: refused a connection from {peer}: {problem}",
+                         event="limited", limit="connections", protocol=self.protocol,
+                         peer=describe_address(peer), principal=principal.name,
+                         problem=problem)
+            transport.loseConnection(LimitExceeded(problem))
+            return
+        self.admitted = True
+        self.wrapped.makeConnection(transport)
+        if not limits.metered:
+            # Deliveries skip this wrapper (a wrapper inside may have just done the same).
+            self.messageReceived = self.wrapped.messageReceived  # type: ignore[method-assign]
+
+    def connectionMade(self) -> None:
+        """Never called: makeConnection hands the connection on."""
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        if not self.admitted:
+            return
+        held = self._held
+        if held is not None:
+            # Read before the transport paused (one read's worth at most): handled in order
+            # once the debt is paid.
+            held.append((data, binary))
+            return
+        self._handle(data, binary)
+
+    def _handle(self, data: bytes, binary: bool) -> None:
+        self.wrapped.messageReceived(data, binary)
+        wait = self.limits.charge(self.usage, len(data))  # type: ignore[arg-type]
+        if wait and self.admitted:
+            self.limits.count(self.protocol, self._limit_in_debt())
+            self._held = deque()
+            self.transport.pauseProducing()  # type: ignore[union-attr]
+            self._resume = self.reactor.callLater(wait, self._debt_paid)
+
+    def _limit_in_debt(self) -> str:
+        messages = self.usage.messages  # type: ignore[union-attr]
+        return "messages" if messages is not None and messages.tokens < 0 else "bytes"
+
+    def _debt_paid(self) -> None:
+        self._resume = None
+        held, self._held = self._held, None
+        while held and self.admitted:
+            self._handle(*held.popleft())
+            if self._held is not None:  # in debt again: the rest waits, in order
+                self._held = held
+                return
+        if self.admitted:
+            self.transport.resumeProducing()  # type: ignore[union-attr]
+
+    def connectionLost(self, reason: Failure) -> None:
+        self._held = None
+        resume, self._resume = self._resume, None
+        if resume is not None and resume.active():
+            resume.cancel()
+        usage, self.usage = self.usage, None
+        if self.admitted:
+            self.admitted = False
+            self.limits.close_connection(usage)  # type: ignore[arg-type]
+            self.wrapped.connectionLost(reason)
+        if usage is not None:
+            self.limits.release(usage)
