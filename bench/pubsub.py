@@ -747,6 +747,28 @@ def start_wireproto_with_auth(name: str) -> RunningBroker:
     return start_broker(name, command, lambda _: Length32Websmq(), cleanup=folder.cleanup)
 
 
+# Rates far above what this bench reaches: every message is metered, none is held back.
+LIMITS_CONFIG = f"""
+[[listen]]
+protocol = "websmq"
+transport = "length32"
+endpoint = "{LISTEN}"
+
+[limits]
+messages_per_second = 1e9
+bytes_per_second = 1e12
+"""
+
+
+def start_wireproto_with_limits(name: str) -> RunningBroker:
+    """wireproto over TCP with [limits] rates on: every message is charged to its buckets."""
+    folder = tempfile.TemporaryDirectory(prefix="bench-limits-")
+    config = Path(folder.name) / "wireproto.toml"
+    config.write_text(LIMITS_CONFIG)
+    command = [sys.executable, "-m", "wireproto", "serve", "--config", str(config)]
+    return start_broker(name, command, lambda _: Length32Websmq(), cleanup=folder.cleanup)
+
+
 BARE = str(BENCH / "_pubsub_brokers.py")
 SYSTEMS = [
     System("bare forwarder tcp", _python_broker([BARE, "forwarder", "--listen", "LISTEN"],
@@ -757,6 +779,7 @@ SYSTEMS = [
            baseline="bare forwarder tcp", goal=1.5),
     System("wireproto tcp capture", start_wireproto_capturing),
     System("wireproto tcp auth", start_wireproto_with_auth),
+    System("wireproto tcp limits", start_wireproto_with_limits),
     System("bare autobahn ws", _python_broker([BARE, "autobahn", "--listen", "LISTEN"],
                                               WebSocketWebsmq)),
     System("wireproto ws",
@@ -771,6 +794,8 @@ RATE_GOAL = ("wireproto tcp", "mosquitto tcp")
 CAPTURE_GOAL = ("wireproto tcp capture", "wireproto tcp", 0.9)
 # Checking permissions on the publish path costs at most 10% of the deliveries per second.
 AUTH_GOAL = ("wireproto tcp auth", "wireproto tcp", 0.9)
+# Metering each message against its principal's rates costs at most 10% as well.
+LIMITS_GOAL = ("wireproto tcp limits", "wireproto tcp", 0.9)
 
 
 class Profiler:
@@ -964,7 +989,7 @@ def goal_lines(report: Report, systems: list[System], measured: set[str]) -> lis
             verdict = _verdict(ratio, ratio > 1)
             lines.append(f"  {ours}, {subscribers} subs: deliveries/s {ratio:.2f}x {theirs}"
                          f" (goal more than 1x)  {verdict}")
-    for slower, plain, least in (CAPTURE_GOAL, AUTH_GOAL):
+    for slower, plain, least in (CAPTURE_GOAL, AUTH_GOAL, LIMITS_GOAL):
         if {slower, plain} <= measured:
             for subscribers in report.subscribers:
                 ratio = _paired_ratio(report, slower, plain, subscribers, lambda m: m.rate)

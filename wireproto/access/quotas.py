@@ -212,11 +212,36 @@ class PrincipalLimits:
 
     def charge(self, usage: PrincipalUsage, size: int) -> float:
         """Take one message of `size` bytes from the buckets; the seconds its sender must now
-        wait (0.0 when it need not)."""
+        wait (0.0 when it need not). TokenBucket.take inlined: this runs for every message."""
         now = self.clock()
         wait = 0.0
-        if usage.messages is not None:
-            wait = usage.messages.take(1, now)
-        if usage.bytes is not None:
-            wait = max(wait, usage.bytes.take(size, now))
+        bucket = usage.messages
+        if bucket is not None:
+            tokens = bucket.tokens + (now - bucket.stamp) * bucket.rate
+            if tokens > bucket.capacity:
+                tokens = bucket.capacity
+            bucket.tokens = tokens = tokens - 1
+            bucket.stamp = now
+            if tokens < 0:
+                wait = -tokens / bucket.rate
+        bucket = usage.bytes
+        if bucket is not None:
+            tokens = bucket.tokens + (now - bucket.stamp) * bucket.rate
+            if tokens > bucket.capacity:
+                tokens = bucket.capacity
+            bucket.tokens = tokens = tokens - size
+            bucket.stamp = now
+            if tokens < 0 and -tokens / bucket.rate > wait:
+                wait = -tokens / bucket.rate
+        return wait
+
+    def debt(self, usage: PrincipalUsage) -> float:
+        """The seconds until `usage`'s buckets are out of debt (0.0 if they are not in it)."""
+        now = self.clock()
+        wait = 0.0
+        for bucket in (usage.messages, usage.bytes):
+            if bucket is not None:
+                tokens = bucket.tokens + (now - bucket.stamp) * bucket.rate
+                if tokens < 0 and -tokens / bucket.rate > wait:
+                    wait = -tokens / bucket.rate
         return wait
