@@ -738,13 +738,16 @@ subscribe = ["bench/#"]
 """
 
 
-def start_wireproto_with_auth(name: str) -> RunningBroker:
-    """wireproto over TCP with [auth] on: every publish is checked against the access rules."""
-    folder = tempfile.TemporaryDirectory(prefix="bench-auth-")
-    config = Path(folder.name) / "wireproto.toml"
-    config.write_text(AUTH_CONFIG)
-    command = [sys.executable, "-m", "wireproto", "serve", "--config", str(config)]
-    return start_broker(name, command, lambda _: Length32Websmq(), cleanup=folder.cleanup)
+def _wireproto_with_config(text: str) -> Callable[[str], RunningBroker]:
+    """wireproto serving the config file `text`, written to a directory removed afterwards."""
+    def start(name: str) -> RunningBroker:
+        folder = tempfile.TemporaryDirectory(prefix="bench-config-")
+        config = Path(folder.name) / "wireproto.toml"
+        config.write_text(text)
+        command = [sys.executable, "-m", "wireproto", "serve", "--config", str(config)]
+        return start_broker(name, command, lambda _: Length32Websmq(), cleanup=folder.cleanup)
+
+    return start
 
 
 # Rates far above what this bench reaches: every message is metered, none is held back.
@@ -760,15 +763,6 @@ bytes_per_second = 1e12
 """
 
 
-def start_wireproto_with_limits(name: str) -> RunningBroker:
-    """wireproto over TCP with [limits] rates on: every message is charged to its buckets."""
-    folder = tempfile.TemporaryDirectory(prefix="bench-limits-")
-    config = Path(folder.name) / "wireproto.toml"
-    config.write_text(LIMITS_CONFIG)
-    command = [sys.executable, "-m", "wireproto", "serve", "--config", str(config)]
-    return start_broker(name, command, lambda _: Length32Websmq(), cleanup=folder.cleanup)
-
-
 BARE = str(BENCH / "_pubsub_brokers.py")
 SYSTEMS = [
     System("bare forwarder tcp", _python_broker([BARE, "forwarder", "--listen", "LISTEN"],
@@ -778,8 +772,10 @@ SYSTEMS = [
                           lambda _: Length32Websmq()),
            baseline="bare forwarder tcp", goal=1.5),
     System("wireproto tcp capture", start_wireproto_capturing),
-    System("wireproto tcp auth", start_wireproto_with_auth),
-    System("wireproto tcp limits", start_wireproto_with_limits),
+    # [auth] on: every publish is checked against the access rules.
+    System("wireproto tcp auth", _wireproto_with_config(AUTH_CONFIG)),
+    # [limits] rates on: every message is charged to its buckets.
+    System("wireproto tcp limits", _wireproto_with_config(LIMITS_CONFIG)),
     System("bare autobahn ws", _python_broker([BARE, "autobahn", "--listen", "LISTEN"],
                                               WebSocketWebsmq)),
     System("wireproto ws",

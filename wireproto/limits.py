@@ -75,29 +75,22 @@ class LimitingProtocol:
     def messageReceived(self, data: bytes, binary: bool) -> None:
         held = self._held
         if held is None:
-            # _handle inlined: this runs for every message.
             if self.admitted:
                 self.wrapped.messageReceived(data, binary)
-                if self.limits.charge(self.usage, len(data)) and self.admitted:  # type: ignore[arg-type]
-                    self._pause()
+                wait = self.limits.charge(self.usage, len(data))  # type: ignore[arg-type]
+                if wait and self.admitted:
+                    self._pause(wait)
         elif self.admitted:
             # Read before the transport paused (one read's worth at most): handled in order
             # once the debt is paid.
             held.append((data, binary))
 
-    def _handle(self, data: bytes, binary: bool) -> None:
-        if not self.admitted:
-            return
-        self.wrapped.messageReceived(data, binary)
-        if self.limits.charge(self.usage, len(data)) and self.admitted:  # type: ignore[arg-type]
-            self._pause()
-
-    def _pause(self) -> None:
-        """Stop reading until the buckets are out of debt."""
+    def _pause(self, wait: float) -> None:
+        """Stop reading for `wait` seconds, until the buckets are out of debt."""
         self.limits.count(self.protocol, self._limit_in_debt())
         self._held = deque()
         self.transport.pauseProducing()  # type: ignore[union-attr]
-        self._resume = self.reactor.callLater(self.limits.debt(self.usage), self._debt_paid)
+        self._resume = self.reactor.callLater(wait, self._debt_paid)
 
     def _limit_in_debt(self) -> str:
         messages = self.usage.messages  # type: ignore[union-attr]
@@ -107,7 +100,7 @@ class LimitingProtocol:
         self._resume = None
         held, self._held = self._held, None
         while held and self.admitted:
-            self._handle(*held.popleft())
+            self.messageReceived(*held.popleft())
             if self._held is not None:  # in debt again: the rest waits, in order
                 self._held = held
                 return

@@ -14,7 +14,7 @@ from tests.access.conftest import AuthFiles
 from tests.brokers import LOCAL
 from tests.support import eventually, wait_for
 from wireproto.access import Principal
-from wireproto.access.quotas import LimitSettings, PrincipalLimits, TokenBucket
+from wireproto.access.quotas import LimitSettings, PrincipalLimits
 from wireproto.config import ConfigError, config_from_toml
 from wireproto.protocols.nydus.client import connect as nydus_connect
 from wireproto.protocols.ubre.client import connect as ubre_connect
@@ -24,13 +24,19 @@ from wireproto.protocols.websmq.client import connect
 
 
 def test_a_bucket_lets_a_burst_through_then_says_how_long_to_wait() -> None:
-    bucket = TokenBucket(rate=10, capacity=3, now=0.0)
-    assert [bucket.take(1, 0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert bucket.take(1, 0.0) == pytest.approx(0.1)  # one token in debt: a tenth of a second
-    assert bucket.take(1, 0.0) == pytest.approx(0.2)
-    assert bucket.take(1, 0.5) == pytest.approx(0.0)  # 0.5 s paid 5 tokens: 2 in debt -> 2 left
-    assert bucket.tokens == pytest.approx(2.0)
-    assert bucket.take(0, 100.0) == 0.0 and bucket.tokens == 3  # never above its capacity
+    now = [0.0]
+    limits = PrincipalLimits(LimitSettings(messages_per_second=10, message_burst=3,
+                                           bytes_per_second=100, byte_burst=100),
+                             clock=lambda: now[0])
+    usage = limits.acquire(("principal", "p"))
+    assert [limits.charge(usage, 0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert limits.charge(usage, 0) == pytest.approx(0.1)  # one token in debt: 0.1 s
+    assert limits.charge(usage, 0) == pytest.approx(0.2)
+    now[0] = 0.5  # paid 5 tokens: 2 in debt -> 3, capped at the burst, then one taken
+    assert limits.charge(usage, 0) == 0.0 and usage.messages.tokens == pytest.approx(2.0)
+    now[0] = 100.0
+    assert limits.charge(usage, 150) == pytest.approx(0.5)  # the byte bucket: 50 in debt
+    assert usage.messages.tokens == pytest.approx(2.0)  # never above its burst
 
 
 def test_usage_is_shared_by_principal_and_by_address_when_anonymous() -> None:

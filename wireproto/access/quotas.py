@@ -70,8 +70,8 @@ class LimitSettings:
 
 
 class TokenBucket:
-    """`rate` tokens a second, up to `capacity`. `take` always takes, and returns how long the
-    taker must wait for the bucket to be out of debt (0.0 when it is not in debt)."""
+    """`rate` tokens a second, up to `capacity`; `tokens` below 0 is a debt. Taken from by
+    `PrincipalLimits.charge`."""
 
     __slots__ = ("rate", "capacity", "tokens", "stamp")
 
@@ -80,15 +80,6 @@ class TokenBucket:
         self.capacity = capacity
         self.tokens = capacity
         self.stamp = now
-
-    def take(self, amount: float, now: float) -> float:
-        tokens = self.tokens + (now - self.stamp) * self.rate
-        if tokens > self.capacity:
-            tokens = self.capacity
-        tokens -= amount
-        self.tokens = tokens
-        self.stamp = now
-        return 0.0 if tokens >= 0 else -tokens / self.rate
 
 
 class PrincipalUsage:
@@ -211,8 +202,9 @@ class PrincipalLimits:
         usage.subscriptions -= 1
 
     def charge(self, usage: PrincipalUsage, size: int) -> float:
-        """Take one message of `size` bytes from the buckets; the seconds its sender must now
-        wait (0.0 when it need not). TokenBucket.take inlined: this runs for every message."""
+        """Take one message of `size` bytes from the buckets, which always take (a bucket may go
+        into debt); the seconds its sender must now wait (0.0 when it need not). Each bucket's
+        refill is written out rather than a method call: this runs for every message."""
         now = self.clock()
         wait = 0.0
         bucket = usage.messages
@@ -233,15 +225,4 @@ class PrincipalLimits:
             bucket.stamp = now
             if tokens < 0 and -tokens / bucket.rate > wait:
                 wait = -tokens / bucket.rate
-        return wait
-
-    def debt(self, usage: PrincipalUsage) -> float:
-        """The seconds until `usage`'s buckets are out of debt (0.0 if they are not in it)."""
-        now = self.clock()
-        wait = 0.0
-        for bucket in (usage.messages, usage.bytes):
-            if bucket is not None:
-                tokens = bucket.tokens + (now - bucket.stamp) * bucket.rate
-                if tokens < 0 and -tokens / bucket.rate > wait:
-                    wait = -tokens / bucket.rate
         return wait
