@@ -192,11 +192,13 @@ class Peers:
         self.peers.append(peer)
         if way == "ws":
             await wait_for(protocol.opened)
-        local_port = protocol.transport.getHost().port
+        # Two clients of different server ports may share a local port: match both ends.
+        ends = (protocol.transport.getHost().port, self.host.port(way))
 
         def attached() -> NydusServerProtocol | None:
             for remote in self.host.server.clients.values():
-                if remote.transport.getPeer().port == local_port:
+                transport = remote.transport
+                if (transport.getPeer().port, transport.getHost().port) == ends:
                     return remote
             return None
 

@@ -233,11 +233,13 @@ class Peers:
         self.raw_peers.append(peer)
         if way == "ws":
             await wait_for(protocol.opened)
-        local_port = protocol.transport.getHost().port
+        # Two clients of different server ports may share a local port: match both ends.
+        ends = (protocol.transport.getHost().port, self.broker.port(way))
 
         def attached() -> UbreServerProtocol | None:
             for remote in self.broker.server.peers:
-                if remote.transport.getPeer().port == local_port:
+                transport = remote.transport
+                if (transport.getPeer().port, transport.getHost().port) == ends:
                     return remote
             return None
 
