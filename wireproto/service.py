@@ -40,6 +40,7 @@ from wireproto.access import AccessRule, Principal
 from wireproto.access.quotas import PrincipalLimits
 from wireproto.authentication import Authentication
 from wireproto.capture.wrapper import BrokerCapture, CapturingProtocol
+from wireproto.cluster.link import ClusterLink
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import (
     HTTP_TRANSPORTS,
@@ -211,6 +212,13 @@ class WireprotoService(MultiService):
             hub.policy = self.auth.policy
             hub.max_denials = config.auth.close_after_denials
         hub.limits = PrincipalLimits(config.limits)
+        # With [cluster] url: the other broker processes, through NATS.
+        self.cluster: ClusterLink | None = None
+        if config.cluster.enabled:
+            try:
+                self.cluster = ClusterLink(hub, config.cluster, reactor)
+            except (OSError, ValueError) as error:  # a credentials file, a server URL
+                raise ConfigError(f"cluster: {error}") from None
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
 
     # The log observer for the application this service joins, if it has none (the twistd
@@ -458,9 +466,12 @@ class WireprotoService(MultiService):
         super().startService()
 
     def _start_capture(self) -> None:
-        # Before any connection: the writer makes the directory and its thread.
+        # Before any connection: the writer makes the directory and its thread, and the hub
+        # is joined to the cluster's other processes.
         if self.capture is not None:
             self.capture.start()
+        if self.cluster is not None:
+            self.cluster.start()
 
     @defer.inlineCallbacks
     def stopService(self) -> Any:
@@ -477,6 +488,9 @@ class WireprotoService(MultiService):
         self._bound_order.clear()
         self.listen_errors.clear()
         yield self.close_connections()
+        if self.cluster is not None:
+            # After the connections: their wills reach the other processes.
+            yield self.cluster.stop()
         if self.capture is not None:
             yield self.capture.close(self.reactor)
 

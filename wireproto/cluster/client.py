@@ -306,6 +306,10 @@ class NatsClient:
         self._connecting: defer.Deferred | None = None
         self.stopped = True
         self.published = self.dropped = self.received = self.reconnects = 0
+        # The largest message the server takes (its INFO says; a larger one would close the
+        # connection, so it is dropped here and counted in `too_large`).
+        self.max_payload = 1 << 20
+        self.too_large = 0
         self.last_error: str | None = None
         # Told of each connection made and lost: on_ready(), on_lost(reason text).
         self.on_ready: Callable[[], object] | None = None
@@ -358,6 +362,10 @@ class NatsClient:
             self.dropped += 1
             return False
         data = pub_command(subject, payload, reply, headers)
+        if len(payload) + (len(headers) if headers else 0) > self.max_payload:
+            self.dropped += 1
+            self.too_large += 1
+            return False
         backlog = connection.backlog
         if backlog is not None:
             if backlog + len(data) > self.options.max_pending_bytes:
@@ -488,6 +496,7 @@ class NatsClient:
         if commands:
             connection.transport.write(b"".join(commands))
         self._learn(connection.info)
+        self.max_payload = int(connection.info.get("max_payload") or self.max_payload)
         log.info("connected to NATS server {server}" + ("" if first else " again"),
                  event="cluster_connected", server=self._describe(connection.server))
         waiting, self._waiting_ready = self._waiting_ready, []

@@ -36,6 +36,7 @@ def config_tables() -> dict[str, type]:
     from wireproto.access.quotas import LimitSettings
     from wireproto.authentication import AuthSettings
     from wireproto.capture.writer import CaptureSettings
+    from wireproto.cluster.settings import ClusterSettings
     from wireproto.hub import HubSettings
     from wireproto.metrics import MetricsSettings
     from wireproto.protocols import PROTOCOLS
@@ -55,5 +56,6 @@ def config_tables() -> dict[str, type]:
         if kind is not None:
             tables[name] = kind
     tables.update(engineio=EngineIOOptions, log=LogSettings, metrics=MetricsSettings,
-                  capture=CaptureSettings, auth=AuthSettings, limits=LimitSettings)
+                  capture=CaptureSettings, auth=AuthSettings, limits=LimitSettings,
+                  cluster=ClusterSettings)
     return tables

@@ -135,6 +135,11 @@ class Hub:
         self.denied: dict[tuple[str, str], int] = {}
         # What each principal holds and sends, against the [limits] table.
         self.limits = PrincipalLimits()
+        # Each pattern's count of subscribers, for the observers told when one starts or ends.
+        self._pattern_counts: dict[str, int] = {}
+        # The other broker processes (wireproto.cluster.link), when there are any: it is sent
+        # every publish made here, and publishes what the others send as their sender.
+        self.cluster: Any = None
 
     def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
         """The fan-out cache key of frames in `wire_format` prepared for transports of
@@ -237,7 +242,8 @@ class Hub:
 
     def add_topic_observer(self, observer: TopicObserver) -> None:
         """Have `observer.topic_started(topic)` called when an exact topic gains its first
-        subscriber, and `observer.topic_ended(topic)` when it loses its last one."""
+        subscriber, and `observer.topic_ended(topic)` when it loses its last one; and, if it
+        has them, `pattern_started(pattern)` and `pattern_ended(pattern)` likewise."""
         self._topic_observers.append(observer)
 
     def remove_topic_observer(self, observer: TopicObserver) -> None:
@@ -245,17 +251,30 @@ class Hub:
 
     def _tell_observers(self, event: str, topic: str) -> None:
         for observer in tuple(self._topic_observers):
+            told = getattr(observer, event, None)
+            if told is None:
+                continue
             try:
-                getattr(observer, event)(topic)
+                told(topic)
             except Exception:
                 log.failure("hub topic observer {observer!r} raised", observer=observer)
 
     def subscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
         validate_pattern(pattern)
         self._patterns.add(pattern, subscriber)
+        counts = self._pattern_counts
+        counts[pattern] = counts.get(pattern, 0) + 1
+        if counts[pattern] == 1 and self._topic_observers:
+            self._tell_observers("pattern_started", pattern)
 
     def unsubscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
         self._patterns.remove(pattern, subscriber)
+        counts = self._pattern_counts
+        counts[pattern] -= 1
+        if not counts[pattern]:
+            del counts[pattern]
+            if self._topic_observers:
+                self._tell_observers("pattern_ended", pattern)
 
     def subscribe_callback(
         self, topic: str, callback: Callable[[HubMessage], object]
@@ -281,6 +300,10 @@ class Hub:
     def topics(self) -> list[str]:
         return list(self._exact)
 
+    def patterns(self) -> list[str]:
+        """Every pattern someone subscribes to."""
+        return list(self._pattern_counts)
+
     # -- publishing -----------------------------------------------------------------------------
 
     def publish(self, message: HubMessage, cache: dict | None = None) -> int:
@@ -302,9 +325,13 @@ class Hub:
         `message` is built only if some subscriber needs it (to encode it in another format, or
         a host callback), so forwarding a frame as it came builds none."""
         stats = self.stats
-        stats.published += 1
-        if will:
-            stats.wills_published += 1
+        cluster = self.cluster
+        if cluster is None or sender is not cluster:
+            stats.published += 1
+            if will:
+                stats.wills_published += 1
+            if cluster is not None:
+                cluster.forward(topic, payload, will, protocol)
         if self._patterns.count:
             targets: Iterable[Any] = self.subscribers(topic)  # FrameSubscribers when writes_now
         else:

@@ -1,0 +1,151 @@
+"""Broker processes joined through a real nats-server: one topic space, in every protocol,
+exactly once and in order, with interest-based NATS subscriptions.
+
+Each broker here is a whole service with its own hub and its own NATS connection, as a worker
+process has; they share this test's reactor only to keep the tests quick (tests/cluster/
+test_workers.py runs them as real processes)."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+
+from tests.brokers import LOCAL, Broker
+from tests.support import eventually, sleep, wait_for
+from wireproto.cluster.settings import ClusterSettings
+from wireproto.codecs import websmq
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.websmq.server import WebsmqSettings
+from wireproto.service import WireprotoService
+
+
+async def cluster_broker(broker: Broker, nats, **tables) -> tuple[WireprotoService, dict]:
+    service, bound = await broker.start(
+        f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}",
+        f"ubre+lines@tcp:0:{LOCAL}",
+        cluster=ClusterSettings(url=nats.url if hasattr(nats, "url") else nats,
+                                heartbeat_interval=0.2, dead_after=1.0),
+        websmq=WebsmqSettings(wildcards=True), **tables)
+    await wait_for(service.cluster.when_ready(), 10)
+    addresses = {entry.listener.protocol + "+" + entry.listener.transport: entry.address
+                 for entry in bound}
+    return service, addresses
+
+
+async def websmq_subscriber(broker, service, address, topic, *, wildcards=False):
+    client = await broker.client(address, wildcards=wildcards)
+    received: list = []
+    client.subscribe(topic, received.append)
+    await eventually(lambda: topic in service.hub.topics() or topic in service.hub.patterns())
+    return client, received
+
+
+async def interest_reaches_nats(*services) -> None:
+    for service in services:
+        await wait_for(service.cluster.client.flush())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_publish_reaches_every_process_once_in_every_protocol(broker, nats):
+    first, at_first = await cluster_broker(broker, nats)
+    second, at_second = await cluster_broker(broker, nats)
+    _, local = await websmq_subscriber(broker, first, at_first["websmq+ws"], "sensors/t")
+    _, remote = await websmq_subscriber(broker, second, at_second["websmq+length32"], "sensors/t")
+    ubre = await wait_for(ubre_connect(reactor, at_second["ubre+lines"]))
+    try:
+        via_ubre: list = []
+        ubre.subscribe("sensors/t", via_ubre.append)
+        await eventually(lambda: len(second.hub.subscribers("sensors/t")) == 2)
+        await interest_reaches_nats(second)
+        publisher = await broker.client(at_first["websmq+length32"])
+        for index in range(100):
+            publisher.publish("sensors/t", b"%d" % index)
+        await eventually(lambda: len(remote) == 100 and len(via_ubre) == 100 and len(local) == 100)
+        await sleep(0.2)
+        expected = [websmq.Publish("sensors/t", b"%d" % index) for index in range(100)]
+        assert local == expected and remote == expected
+        assert [message.body for message in via_ubre] == list(range(100))
+        assert first.hub.stats.published == 100 and second.hub.stats.published == 0
+        assert second.cluster.received == 100 and first.cluster.forwarded == 100
+    finally:
+        await wait_for(ubre.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_overlapping_subscriptions_on_one_process_get_one_copy(broker, nats):
+    first, at_first = await cluster_broker(broker, nats)
+    second, at_second = await cluster_broker(broker, nats)
+    _, exact = await websmq_subscriber(broker, second, at_second["websmq+ws"], "a/b")
+    _, pattern = await websmq_subscriber(broker, second, at_second["websmq+ws"], "a/+",
+                                         wildcards=True)
+    _, everything = await websmq_subscriber(broker, second, at_second["websmq+ws"], "#",
+                                            wildcards=True)
+    await interest_reaches_nats(second)
+    assert sorted(second.cluster.interest()) == [
+        "wireproto.topic.>", "wireproto.topic.a.*", "wireproto.topic.a.b"]
+    publisher = await broker.client(at_first["websmq+ws"])
+    for index in range(20):
+        publisher.publish("a/b", b"%d" % index)
+    await eventually(lambda: len(exact) == len(pattern) == len(everything) == 20)
+    await sleep(0.2)
+    assert len(exact) == len(pattern) == len(everything) == 20
+    assert second.cluster.duplicates == 40
+
+
+@pytest_twisted.ensureDeferred
+async def test_only_topics_with_subscribers_are_subscribed_on_nats(broker, nats):
+    first, at_first = await cluster_broker(broker, nats)
+    assert first.cluster.interest() == []
+    client, _ = await websmq_subscriber(broker, first, at_first["websmq+ws"], "x/#",
+                                        wildcards=True)
+    assert sorted(first.cluster.interest()) == ["wireproto.topic.x", "wireproto.topic.x.>"]
+    client.unsubscribe("x/#")
+    await eventually(lambda: first.cluster.interest() == [])
+
+
+@pytest.mark.parametrize("topic", ["a.b/c d", "*", ">/x", "", "a//b/", "%2E", "ünï/cödé"])
+@pytest_twisted.ensureDeferred
+async def test_any_topic_crosses_as_itself(broker, nats, topic):
+    first, at_first = await cluster_broker(broker, nats)
+    second, at_second = await cluster_broker(broker, nats)
+    subscriber = await wait_for(ubre_connect(reactor, at_second["ubre+lines"]))
+    publisher = await wait_for(ubre_connect(reactor, at_first["ubre+lines"]))
+    try:
+        remote: list = []
+        subscriber.subscribe(topic, remote.append)
+        await eventually(lambda: topic in second.hub.topics())
+        await interest_reaches_nats(second)
+        publisher.publish(topic, "as itself")
+        await eventually(lambda: remote)
+        assert [(message.topic, message.body) for message in remote] == [(topic, "as itself")]
+    finally:
+        await wait_for(subscriber.close())
+        await wait_for(publisher.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_restarted_nats_server_drops_what_was_published_meanwhile_never_twice(
+        broker, nats):
+    first, at_first = await cluster_broker(broker, nats)
+    second, at_second = await cluster_broker(broker, nats)
+    _, remote = await websmq_subscriber(broker, second, at_second["websmq+ws"], "r")
+    _, local = await websmq_subscriber(broker, first, at_first["websmq+ws"], "r")
+    await interest_reaches_nats(second)
+    publisher = await broker.client(at_first["websmq+ws"])
+    publisher.publish("r", b"before")
+    await eventually(lambda: remote)
+    nats.stop()
+    await eventually(lambda: not first.cluster.client.connected)
+    publisher.publish("r", b"during")
+    await eventually(lambda: len(local) == 2)
+    assert first.cluster.client.dropped == 1
+    nats.start()
+    await eventually(lambda: first.cluster.client.connected and second.cluster.client.connected,
+                     timeout=15)
+    await interest_reaches_nats(second)
+    publisher.publish("r", b"after")
+    await eventually(lambda: len(remote) == 2)
+    await sleep(0.3)
+    assert [message.payload for message in remote] == [b"before", b"after"]
+    assert [message.payload for message in local] == [b"before", b"during", b"after"]

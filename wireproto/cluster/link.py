@@ -1,0 +1,204 @@
+"""One broker process's link to the others, through NATS (docs/cluster.md).
+
+The hub sends the link every publish made in this process (`forward`); the link publishes it on
+the topic's subject. The link subscribes on NATS to exactly the topics and patterns this
+process's hub has subscribers for, and publishes what arrives into the hub with itself as the
+sender, so it is never sent back out. NATS does not send a client its own messages (``echo``
+is off), so a publish reaches this process's subscribers once, through the hub.
+
+Each message carries a ``Wp`` header: the publishing process (its `origin`, fresh each time a
+process starts), a sequence number, whether it is a will, and the protocol it came in on. One
+process may hold two NATS subscriptions that both match a subject (``a/b`` and ``a/+``); NATS
+then sends it the message twice, in order, and the sequence number drops the second copy.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from typing import Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from wireproto import peerlog
+from wireproto.cluster.client import NatsClient, NatsOptions
+from wireproto.cluster.settings import ClusterSettings
+from wireproto.cluster.subjects import SubjectError, Subjects
+from wireproto.hub import Hub
+
+__all__ = ["ClusterLink", "nats_options"]
+
+log = Logger(namespace="wireproto.cluster")
+
+WP_HEADER = b"\r\nWp: "
+# The most origins whose last sequence number is remembered (processes seen publishing).
+MAX_ORIGINS = 10_000
+
+
+def _read_secret(path: str) -> str | None:
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as file:
+        return file.read().strip()
+
+
+def nats_options(settings: ClusterSettings, name: str) -> NatsOptions:
+    """The NATS client's options from the [cluster] table; OSError if a file is unreadable."""
+    return NatsOptions(
+        servers=settings.servers(), name=name, user=settings.user or None,
+        password=_read_secret(settings.password_file), token=_read_secret(settings.token_file),
+        nkey_seed_file=settings.nkey_seed_file or None,
+        creds_file=settings.creds_file or None, cafile=settings.cafile or None,
+        certfile=settings.certfile or None, keyfile=settings.keyfile or None,
+    )
+
+
+class ClusterLink:
+    """The hub's link to the other broker processes of its cluster."""
+
+    def __init__(self, hub: Hub, settings: ClusterSettings, reactor: Any) -> None:
+        self.hub = hub
+        self.settings = settings
+        self.reactor = reactor
+        self.subjects = Subjects(settings.subject_prefix)
+        self.node = settings.node or f"{socket.gethostname()}:{os.getpid()}"
+        # No spaces: it is a field of the Wp header.
+        self.origin = "".join("_" if c.isspace() else c for c in self.node) + \
+            "/" + secrets.token_hex(4)
+        self.client = NatsClient(reactor, nats_options(settings, name=f"wireproto {self.node}"))
+        # subject -> [sid, how many of the hub's topics and patterns need it]
+        self._interest: dict[str, list[int]] = {}
+        self._header_start = b"NATS/1.0" + WP_HEADER + self.origin.encode() + b" "
+        self._header_ends: dict[tuple[bool, str], bytes] = {}
+        self._sequence = 0
+        self._last_seen: dict[bytes, int] = {}
+        self._topic_of: dict[str, str] = {}
+        self.forwarded = self.received = self.duplicates = self.refused = 0
+        self.running = False
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self.running = True
+        hub = self.hub
+        hub.cluster = self
+        hub.add_topic_observer(self)
+        for topic in hub.topics():
+            self.topic_started(topic)
+        for pattern in hub.patterns():
+            self.pattern_started(pattern)
+        self.client.start()
+
+    def when_ready(self) -> defer.Deferred:
+        return self.client.when_ready()
+
+    @defer.inlineCallbacks
+    def stop(self) -> Any:
+        """Send what waits (the wills of connections closed on the way out), then close."""
+        if not self.running:
+            return
+        self.running = False
+        if self.client.connected:
+            try:
+                yield self.client.flush().addTimeout(2.0, self.reactor)
+            except Exception:  # a server gone or slow: nothing more to do on the way out
+                pass
+        self.hub.remove_topic_observer(self)
+        if self.hub.cluster is self:
+            self.hub.cluster = None
+        yield self.client.stop()
+
+    # -- interest ---------------------------------------------------------------------------------
+
+    def topic_started(self, topic: str) -> None:
+        self._want((self.subjects.topic(topic),))
+
+    def topic_ended(self, topic: str) -> None:
+        self._unwant((self.subjects.topic(topic),))
+
+    def pattern_started(self, pattern: str) -> None:
+        self._want(self.subjects.pattern(pattern))
+
+    def pattern_ended(self, pattern: str) -> None:
+        self._unwant(self.subjects.pattern(pattern))
+
+    def _want(self, subjects: tuple[str, ...]) -> None:
+        for subject in subjects:
+            held = self._interest.get(subject)
+            if held is None:
+                self._interest[subject] = [self.client.subscribe(subject, self._received), 1]
+            else:
+                held[1] += 1
+
+    def _unwant(self, subjects: tuple[str, ...]) -> None:
+        for subject in subjects:
+            held = self._interest.get(subject)
+            if held is None:
+                continue
+            held[1] -= 1
+            if not held[1]:
+                del self._interest[subject]
+                self.client.unsubscribe(held[0])
+
+    def interest(self) -> list[str]:
+        """The subjects this process subscribes to on NATS."""
+        return list(self._interest)
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    def forward(self, topic: str, payload: bytes, will: bool, protocol: str) -> None:
+        """Publish a message made in this process to the others (the hub calls this)."""
+        self._sequence += 1
+        end = self._header_ends.get((will, protocol))
+        if end is None:
+            end = self._header_ends[(will, protocol)] = (
+                (b" w " if will else b" - ") + (protocol or "-").encode() + b"\r\n\r\n")
+        headers = self._header_start + str(self._sequence).encode() + end
+        if self.client.publish(self.subjects.topic(topic), payload, headers=headers):
+            self.forwarded += 1
+
+    def _received(self, subject: str, reply: str | None, headers: bytes | None,
+                  payload: bytes) -> None:
+        will, protocol = False, ""
+        if headers is not None:
+            at = headers.find(WP_HEADER)
+            if at >= 0:
+                fields = headers[at + 6:headers.find(b"\r\n", at + 6)].split(b" ")
+                try:
+                    origin, sequence = fields[0], int(fields[1])
+                    will = fields[2] == b"w"
+                    protocol = fields[3].decode() if fields[3] != b"-" else ""
+                except (IndexError, ValueError, UnicodeDecodeError):
+                    self._refuse(subject, "a malformed Wp header")
+                    return
+                last = self._last_seen.get(origin)
+                if last is not None and sequence <= last:
+                    self.duplicates += 1
+                    return
+                if last is None and len(self._last_seen) >= MAX_ORIGINS:
+                    self._last_seen.clear()
+                self._last_seen[origin] = sequence
+        topic = self._topic_of.get(subject)
+        if topic is None:
+            try:
+                topic = self.subjects.topic_of(subject)
+            except SubjectError as error:
+                self._refuse(subject, str(error))
+                return
+            if len(self._topic_of) >= 4096:
+                self._topic_of.clear()
+            self._topic_of[subject] = topic
+        self.received += 1
+        self.hub.fan_out(topic, payload, will, self, protocol, {}, None)
+
+    def _refuse(self, subject: str, why: str) -> None:
+        self.refused += 1
+        peerlog.warn(log, "nats", "cluster: ignored a message on {subject!r}: {why}",
+                     event="cluster_refused", subject=subject, why=why)
+
+    def __repr__(self) -> str:
+        return f"<ClusterLink {self.origin} {self.client!r}>"

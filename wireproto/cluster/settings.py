@@ -1,0 +1,49 @@
+"""The [cluster] table (docs/cluster.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wireproto.settings import setting, string
+
+__all__ = ["ClusterSettings"]
+
+
+def _subject_prefix(value: object) -> str:
+    prefix = string(value)
+    from wireproto.cluster.subjects import Subjects
+
+    Subjects(prefix)  # a ValueError says what is wrong with it
+    return prefix
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """The [cluster] table: the NATS servers that join this broker's processes (`url`, one or
+    more ``nats://`` or ``tls://`` URLs separated by commas; "" without `workers`: no cluster),
+    how to authenticate to them, and how many worker processes `wireproto serve` runs."""
+
+    url: str = ""
+    workers: int = 1
+    subject_prefix: str = setting("wireproto", read=_subject_prefix)
+    # This process's name among the brokers ("": host name and process id).
+    node: str = ""
+    user: str = ""
+    password_file: str = ""
+    token_file: str = ""
+    nkey_seed_file: str = ""
+    creds_file: str = ""
+    cafile: str = ""
+    certfile: str = ""
+    keyfile: str = ""
+    # Each process says it is alive this often; one silent for `dead_after` seconds is dead,
+    # and the others publish its connections' wills.
+    heartbeat_interval: float = 1.0
+    dead_after: float = 3.0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url)
+
+    def servers(self) -> tuple[str, ...]:
+        return tuple(url.strip() for url in self.url.split(",") if url.strip())
