@@ -118,13 +118,13 @@ def announce(lines: Iterable[str], stream: IO[str]) -> None:
     stream.flush()
 
 
-def banner(service: Any, bound: Sequence[Any]) -> list[str]:
+def banner(config: Any, bound: Sequence[Any]) -> list[str]:
     """One line per listener (``websmq over ws on ws://...``), then one per attached link."""
     lines = [entry.describe() for entry in bound]
-    lines += [f"{link.describe()} attached to {link.endpoint}" for link in service.config.attach]
-    lines += [f"{link.describe()} on {link.endpoint}" for link in service.config.phyllo]
-    if service.capture is not None:
-        lines.append(f"capture: every message in and out to {service.capture.directory}")
+    lines += [f"{link.describe()} attached to {link.endpoint}" for link in config.attach]
+    lines += [f"{link.describe()} on {link.endpoint}" for link in config.phyllo]
+    if config.capture.directory:
+        lines.append(f"capture: every message in and out to {config.capture.directory}")
     return lines
 
 
@@ -172,6 +172,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"{PROG} serve: log file {config.log.file}: {error.strerror}", file=sys.stderr,
               flush=True)
         return 2
+    if config.cluster.workers > 1:
+        return supervise(config, args)
     try:
         service = make_service(config, reactor)
     except ConfigError as error:
@@ -181,7 +183,7 @@ def serve(args: argparse.Namespace) -> int:
     exit_code = 0
 
     def listening(bound: list[Any]) -> None:
-        announce([*banner(service, bound), "ready; Ctrl-C stops"], sys.stdout)
+        announce([*banner(config, bound), "ready; Ctrl-C stops"], sys.stdout)
 
     def cannot_listen(reason: Any) -> None:
         nonlocal exit_code
@@ -205,6 +207,43 @@ def serve(args: argparse.Namespace) -> int:
     reactor.callWhenRunning(start)
     reactor.addSystemEventTrigger("before", "shutdown", stop)
     # Twisted's own SIGINT/SIGTERM handlers stop the reactor, which stops the service first.
+    reactor.run()
+    return exit_code
+
+
+def supervise(config: Any, args: argparse.Namespace) -> int:
+    """`wireproto serve --workers N`: the supervisor of N broker processes."""
+    import signal
+
+    from twisted.internet import reactor
+
+    from wireproto.cluster.server import NatsServerMissing
+    from wireproto.cluster.workers import Supervisor
+    from wireproto.service import ListenFailed
+
+    options = {name: value for name, value in vars(args).items() if name != "command"}
+    supervisor = Supervisor(config, options, reactor)
+    exit_code = 0
+
+    def start() -> None:
+        nonlocal exit_code
+        try:
+            supervisor.startService()
+        except (ListenFailed, NatsServerMissing, RuntimeError) as error:
+            print(f"{PROG}: {error}", file=sys.stderr, flush=True)
+            exit_code = 1
+            reactor.stop()
+            return
+        supervisor.when_ready().addCallback(lambda bound: announce(
+            [*banner(config, bound), f"{supervisor.count} workers, pids "
+             + " ".join(map(str, supervisor.worker_pids())), "ready; Ctrl-C stops"],
+            sys.stdout))
+
+    signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(
+        supervisor.signal_workers, signal.SIGHUP))
+    reactor.callWhenRunning(start)
+    reactor.addSystemEventTrigger(
+        "before", "shutdown", lambda: supervisor.stopService() if supervisor.running else None)
     reactor.run()
     return exit_code
 

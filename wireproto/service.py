@@ -21,6 +21,8 @@ real address of each listener once it is bound, so port 0 is usable.
 
 from __future__ import annotations
 
+import os
+import socket
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -63,7 +65,10 @@ from wireproto.transports.stream import StreamOptions, stream_client_factory, st
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
 __all__ = [
+    "AdoptedEndpoint",
     "BoundListener",
+    "endpoint_groups",
+    "format_address",
     "ListenFailed",
     "WireprotoService",
     "make_service",
@@ -114,6 +119,39 @@ def format_address(listener: Listener, host: Any) -> str:
     if scheme:
         return f"{scheme}{'s' if secure else ''}://{hostname}:{host.port}{listener.path}"
     return f"{'ssl' if secure else 'tcp'}:{hostname}:{host.port}"
+
+
+def endpoint_groups(listeners: tuple[Listener, ...]) -> list[tuple[tuple[int, Listener], ...]]:
+    """The listeners by the endpoint they listen on, as (index, listener), in order: ws and
+    engineio listeners on one endpoint share it; a stream listener has its own (tcp:0 twice is
+    two ports)."""
+    groups: dict[Any, list[tuple[int, Listener]]] = {}
+    for index, listener in enumerate(listeners):
+        shared = listener.transport in HTTP_TRANSPORTS
+        key = listener.endpoint if shared else (listener.endpoint, index)
+        groups.setdefault(key, []).append((index, listener))
+    return [tuple(group) for group in groups.values()]
+
+
+@implementer(IStreamServerEndpoint)
+class AdoptedEndpoint:
+    """Listens on a socket another process bound (a worker's supervisor), with what
+    `endpoint` (the one it stands for) adds: TLS for ``ssl:`` and ``mtls:``."""
+
+    def __init__(self, reactor: Any, fileno: int, endpoint: Any) -> None:
+        self.reactor = reactor
+        self.fileno = fileno
+        self.endpoint = endpoint
+
+    def listen(self, factory: Any) -> defer.Deferred:
+        context = getattr(self.endpoint, "_sslContextFactory", None)
+        if context is not None:
+            from twisted.protocols.tls import TLSMemoryBIOFactory
+
+            factory = TLSMemoryBIOFactory(context, False, factory)
+        with socket.socket(fileno=os.dup(self.fileno)) as probe:
+            family = probe.family
+        return defer.execute(self.reactor.adoptStreamPort, self.fileno, family, factory)
 
 
 @implementer(IStreamServerEndpoint)
@@ -176,11 +214,14 @@ class _LoggingClientEndpoint:
 class WireprotoService(MultiService):
     """Every listener and attached link of one broker, around one hub."""
 
-    def __init__(self, config: Config, hub: Hub, reactor: Any) -> None:
+    def __init__(self, config: Config, hub: Hub, reactor: Any,
+                 listening_sockets: list[int] | None = None) -> None:
         super().__init__()
         self.config = config
         self.hub = hub
         self.reactor = reactor
+        # A worker's listening sockets, bound by its supervisor: one per endpoint_groups entry.
+        self.listening_sockets = listening_sockets
         # The service logs a listener that cannot bind; a caller that reports it itself (the CLI)
         # turns this off.
         self.log_listen_errors = True
@@ -278,13 +319,7 @@ class WireprotoService(MultiService):
     def add_listeners(self, listeners: tuple[Listener, ...]) -> None:
         """One endpoint service per distinct endpoint; ws and engineio listeners on it share a
         twisted.web Site, each at its path."""
-        groups: dict[Any, list[tuple[int, Listener]]] = {}
-        for index, listener in enumerate(listeners):
-            # A stream listener has its endpoint to itself (tcp:0 twice is two ports).
-            shared = listener.transport in HTTP_TRANSPORTS
-            key = listener.endpoint if shared else (listener.endpoint, index)
-            groups.setdefault(key, []).append((index, listener))
-        for group in groups.values():
+        for group in endpoint_groups(listeners):
             first = group[0][1]
             if first.transport in HTTP_TRANSPORTS:
                 routes = {
@@ -339,6 +374,10 @@ class WireprotoService(MultiService):
         self, group: tuple[tuple[int, Listener], ...], endpoint: IStreamServerEndpoint,
         factory: Any,
     ) -> None:
+        if self.listening_sockets is not None:
+            # A worker process: the supervisor has bound this endpoint already.
+            endpoint = AdoptedEndpoint(
+                self.reactor, self.listening_sockets[len(self._groups)], endpoint)
         self._groups.append(group)
         reporting = _ReportingEndpoint(
             endpoint,
@@ -545,16 +584,19 @@ def make_service(
     reactor: Any = None,
     *,
     retry_policy: Callable[[int], float] = ATTACH_RETRY,
+    listening_sockets: list[int] | None = None,
 ) -> WireprotoService:
     """The broker `config` describes, ready to start (or to add to an application).
 
     `service.hub` is its hub; `service.when_listening()` gives the bound addresses.
     `retry_policy(attempt) -> seconds` paces the reopening of attached links.
+    `listening_sockets` are the file descriptors a worker process listens on, bound by its
+    supervisor (wireproto.cluster.workers), one per `endpoint_groups(config.listeners)` entry.
     """
     if reactor is None:
         from twisted.internet import reactor
     hub = Hub(**asdict(config.hub))
-    service = WireprotoService(config, hub, reactor)
+    service = WireprotoService(config, hub, reactor, listening_sockets)
     service.add_listeners(config.listeners)
     for link in config.attach:
         service.add_attach(link, retry_policy)

@@ -97,7 +97,7 @@ class WireprotoServiceMaker:
         def listening(bound: list[Any]) -> None:
             # twistd sends sys.stdout to its log; these lines go to the real stdout, as
             # `wireproto serve` prints them, for scripts that wait for the ports.
-            announce([*banner(service, bound), "ready"], sys.__stdout__)
+            announce([*banner(config, bound), "ready"], sys.__stdout__)
 
         def cannot_listen(reason: Any) -> None:
             reason.trap(ListenFailed)  # already logged; twistd stops on it

@@ -18,11 +18,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["NatsServerMissing", "nats_server_binary", "NatsServer"]
+__all__ = ["NatsServerMissing", "nats_server_binary", "die_with_parent", "NatsServer"]
 
 
 class NatsServerMissing(RuntimeError):
     """No nats-server binary could be found."""
+
+
+def die_with_parent() -> None:
+    """Have the kernel end this process with SIGTERM when its parent dies (Linux; elsewhere
+    nothing), so a supervisor killed outright leaves no worker or nats-server behind."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def nats_server_binary() -> str:
@@ -85,7 +98,7 @@ class NatsServer:
         self.process = subprocess.Popen(
             [nats_server_binary(), "-c", str(config), "--ports_file_dir", str(ports)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -60,6 +60,8 @@ SERVE_OPTIONS = (
                 flag=True),
     ServeOption("capture", "record every message in and out in capture files in DIR "
                 "(docs/pipeline.md)", "DIR"),
+    ServeOption("workers", "run N broker processes on the same listeners, one topic space "
+                "through NATS (docs/cluster.md)", "N", type=int),
 )
 
 
@@ -119,6 +121,7 @@ def build_config(
     overflow: str | None = None,
     wildcards: bool | None = None,
     capture: str | None = None,
+    workers: int | None = None,
     reactor: Any = None,
 ) -> Config:
     """The config for `wireproto serve` and `twistd wireproto`: the file (or the defaults), then
@@ -176,5 +179,9 @@ def build_config(
         if not capture:
             raise ConfigError("--capture: give a directory for the capture files")
         config = config.replace(capture=replace(config.capture, directory=capture))
+    if workers is not None:
+        if isinstance(workers, bool) or workers <= 0:
+            raise ConfigError(f"--workers: must be a positive number of processes, not {workers}")
+        config = config.replace(cluster=replace(config.cluster, workers=workers))
     check_metrics_path(config, "--listen" if listen else config_file or "the defaults")
     return config

@@ -1,0 +1,156 @@
+"""`wireproto serve --workers 2`: two real broker processes on the same listeners, their
+private nats-server started by the supervisor, every publish delivered exactly once to
+subscribers spread over both workers; a worker killed outright is started again."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+import pytest_twisted
+from twisted.internet import reactor
+
+from tests.brokers import LOCAL
+from tests.cluster.conftest import _need_nats_server
+from tests.support import eventually, sleep, wait_for
+from tests.test_cli import Child
+from wireproto.protocols.websmq.client import connect
+
+WIREPROTO = os.path.join(os.path.dirname(sys.executable), "wireproto")
+
+
+def socket_owner(local_port: int, server_port: int, pids: list[int]) -> int | None:
+    """Which of `pids` holds the server end of the TCP connection from `local_port`."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as file:
+            for line in file.readlines()[1:]:
+                fields = line.split()
+                local, remote, inode = fields[1], fields[2], fields[9]
+                if (int(local.rsplit(":", 1)[1], 16) == server_port
+                        and int(remote.rsplit(":", 1)[1], 16) == local_port):
+                    inodes.add(f"socket:[{inode}]")
+    for pid in pids:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except FileNotFoundError:
+            continue
+        for descriptor in descriptors:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{descriptor}") in inodes:
+                    return pid
+            except FileNotFoundError:
+                continue
+    return None
+
+
+class Supervised:
+    def __init__(self, child: Child, addresses: list[str], pids: list[int]) -> None:
+        self.child = child
+        self.addresses = addresses
+        self.pids = pids
+
+    @property
+    def tcp(self) -> str:
+        return next(address for address in self.addresses if address.startswith("tcp:"))
+
+    async def client_on(self, pid: int | None = None, *, tries: int = 60):
+        """A WEBSMQ client over TCP, on the worker `pid` (any, if None), with its worker."""
+        port = int(self.tcp.rsplit(":", 1)[1])
+        for _ in range(tries):
+            client = await wait_for(connect(reactor, self.tcp))
+            local = client.transport.getHost().port
+            owner = await eventually(lambda local=local: socket_owner(local, port, self.pids))
+            if pid is None or owner == pid:
+                return client, owner
+            await wait_for(client.disconnect())
+        raise AssertionError(f"no connection landed on worker {pid} in {tries} tries")
+
+
+@pytest_twisted.async_yield_fixture
+async def supervised(tmp_path) -> AsyncIterator[Supervised]:
+    _need_nats_server()
+    child = Child(WIREPROTO, "serve", "--workers", "2",
+                  "--listen", f"websmq+length32@tcp:0:{LOCAL}",
+                  "--listen", f"websmq+ws@tcp:0:{LOCAL}")
+    try:
+        ready = await child.line(re.compile(r"wireproto: 2 workers, pids (\d+) (\d+)"), 60)
+        await child.line(re.compile(r"wireproto: ready"))
+        addresses = [re.match(r"wireproto: \S+ over \S+ on (\S+)", line).group(1)
+                     for line in child.stdout if " over " in line]
+        yield Supervised(child, addresses, [int(ready.group(1)), int(ready.group(2))])
+    finally:
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+        assert await child.exit_code(30) == 0, child.output()
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_publish_reaches_subscribers_on_both_workers_exactly_once(supervised):
+    first, second = supervised.pids
+    subscribers = []
+    for pid in (first, second, first, second):
+        client, _ = await supervised.client_on(pid)
+        received: list = []
+        client.subscribe("spread", received.append)
+        subscribers.append((client, received))
+    publishers = [(await supervised.client_on(pid))[0] for pid in (first, second)]
+    await sleep(0.5)  # the subscriptions reach each worker's hub, and its interest NATS
+    for index in range(100):
+        for number, publisher in enumerate(publishers):
+            publisher.publish("spread", b"%d:%d" % (number, index))
+    for _, received in subscribers:
+        await eventually(lambda received=received: len(received) >= 200, timeout=15)
+    await sleep(0.5)
+    for _, received in subscribers:
+        payloads = [message.payload for message in received]
+        assert len(payloads) == 200
+        for number in (0, 1):
+            assert [p for p in payloads if p.startswith(b"%d:" % number)] == [
+                b"%d:%d" % (number, index) for index in range(100)]
+    for client, _ in subscribers:
+        await wait_for(client.disconnect())
+    for publisher in publishers:
+        await wait_for(publisher.disconnect())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_killed_worker_is_started_again_and_the_other_serves_meanwhile(supervised):
+    first, second = supervised.pids
+    doomed, _ = await supervised.client_on(first)
+    os.kill(first, signal.SIGKILL)
+    await wait_for(doomed.when_closed(), 10)
+    # The other worker takes every new connection until the first is back.
+    client, owner = await supervised.client_on()
+    assert owner == second
+    await wait_for(client.disconnect())
+    await eventually(lambda: any("worker 0 ended" in line for line in supervised.child.stderr),
+                     timeout=10)
+    supervisor = supervised.child.process.pid
+    restarted = await eventually(
+        lambda: [pid for pid in workers_of(supervisor) if pid not in (first, second)], 15)
+    supervised.pids = [restarted[0], second]
+    await sleep(1.0)  # it links to NATS before it accepts
+    client, owner = await supervised.client_on(restarted[0])
+    await wait_for(client.disconnect())
+
+
+def workers_of(supervisor: int) -> list[int]:
+    """The supervisor's worker processes (its children running the worker module)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                command = file.read()
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        if parent == supervisor and b"wireproto.cluster.worker" in command:
+            found.append(int(entry))
+    return found

@@ -1,0 +1,70 @@
+"""One worker process of `wireproto serve --workers N` (wireproto.cluster.workers): the broker
+on the listening sockets its supervisor passed, joined to the other workers through NATS. It
+writes ``ready`` to its stdout (a pipe to the supervisor) once it listens and is linked."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+
+def main() -> int:
+    from twisted.internet import defer, reactor
+
+    from wireproto.cli import PROG, _start_logging
+    from wireproto.cluster.server import die_with_parent
+    from wireproto.cluster.workers import WORKER_ENVIRONMENT
+    from wireproto.config import ConfigError, config_from_options
+    from wireproto.service import make_service, reload_on_sighup
+
+    spec = json.loads(os.environ[WORKER_ENVIRONMENT])
+    die_with_parent()
+    if os.getppid() != spec["supervisor"]:
+        return 1  # the supervisor died before the line above
+    index = spec["index"]
+    options = spec["options"]
+    what = f"{PROG} worker {index}"
+
+    def worker_config() -> Any:
+        config = config_from_options(options, reactor=reactor)
+        cluster = config.cluster
+        node = f"{cluster.node or os.uname().nodename}/worker{index}"
+        return config.replace(cluster=replace(
+            cluster, url=spec["cluster_url"], workers=1, node=node))
+
+    try:
+        config = worker_config()
+        _start_logging(config.log, bool(options.get("verbose")))
+        service = make_service(config, reactor, listening_sockets=spec["sockets"])
+    except (ConfigError, OSError) as error:
+        print(f"{what}: {error}", file=sys.stderr, flush=True)
+        return 2
+
+    def start() -> None:
+        service.startService()
+        assert service.cluster is not None
+        ready = defer.gatherResults([service.when_listening(), service.cluster.when_ready()])
+
+        def announce(_: Any) -> None:
+            sys.stdout.write("ready\n")
+            sys.stdout.flush()
+
+        def failed(reason: Any) -> None:
+            print(f"{what}: {reason.getErrorMessage()}", file=sys.stderr, flush=True)
+            reactor.stop()
+
+        ready.addCallbacks(announce, failed)
+
+    reload_on_sighup(service, lambda: worker_config().acl, reactor)
+    reactor.callWhenRunning(start)
+    reactor.addSystemEventTrigger(
+        "before", "shutdown", lambda: service.stopService() if service.running else None)
+    reactor.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

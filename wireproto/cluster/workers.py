@@ -1,0 +1,223 @@
+"""`wireproto serve --workers N`: one set of listeners shared by N broker processes.
+
+The supervisor binds every listener's endpoint itself (so port 0 and unix sockets work, and a
+worker that restarts finds the same sockets), starts a private nats-server when the config names
+no `[cluster] url`, and runs each worker as ``python -m wireproto.cluster.worker`` with the
+listening sockets as inherited file descriptors. The kernel hands each new connection to one
+of the workers; their hubs share one topic space through NATS (wireproto.cluster.link).
+
+A worker that dies is started again, after a pause that grows while workers keep dying. SIGHUP
+is passed to every worker (each rereads its access rules); stopping the supervisor stops the
+workers first (their connections' wills go out through NATS), then the private nats-server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet import defer, protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from wireproto.cluster.server import NatsServer
+from wireproto.config import Config
+from wireproto.service import BoundListener, endpoint_groups, format_address
+from wireproto.transports.identity import server_endpoint
+
+__all__ = ["WORKER_ENVIRONMENT", "Supervisor"]
+
+log = Logger(namespace="wireproto.cluster")
+
+# What a worker is told by its supervisor: a JSON object in this environment variable.
+WORKER_ENVIRONMENT = "WIREPROTO_WORKER"
+# A worker that dies sooner than this after starting counts towards a growing restart pause.
+QUICK_DEATH = 5.0
+MAX_RESTART_PAUSE = 30.0
+STOP_TIMEOUT = 15.0
+
+
+class _Worker(protocol.ProcessProtocol):
+    def __init__(self, supervisor: Supervisor, index: int) -> None:
+        self.supervisor = supervisor
+        self.index = index
+        self.ready = False
+        self.started = supervisor.reactor.seconds()
+        self.ended: defer.Deferred = defer.Deferred()
+        self._lines = b""
+
+    def outReceived(self, data: bytes) -> None:
+        self._lines += data
+        while b"\n" in self._lines:
+            line, self._lines = self._lines.split(b"\n", 1)
+            if line.strip() == b"ready" and not self.ready:
+                self.ready = True
+                self.supervisor._worker_ready(self)
+
+    def processEnded(self, reason: Failure) -> None:
+        self.ended.callback(reason)
+        self.supervisor._worker_ended(self, reason)
+
+
+class Supervisor(Service):
+    """Runs `config.cluster.workers` broker processes on `config`'s listeners. `options` are
+    the ``wireproto serve`` options each worker builds its config from (as
+    `config_from_options` takes them), so a worker reads the same file on SIGHUP."""
+
+    def __init__(self, config: Config, options: Mapping[str, Any], reactor: Any) -> None:
+        self.config = config
+        self.options = dict(options)
+        self.reactor = reactor
+        self.count = config.cluster.workers
+        self.workers: dict[int, _Worker] = {}
+        self.bound: list[BoundListener] = []
+        self.nats: NatsServer | None = None
+        self.cluster_url = config.cluster.url
+        self.restarts = 0
+        self._ports: list[Any] = []
+        self._quick_deaths = 0
+        self._ready_waiters: list[defer.Deferred] = []
+        self._stopping = False
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    def privilegedStartService(self) -> None:
+        self._bind()
+        super().privilegedStartService()
+
+    def startService(self) -> None:
+        self._bind()
+        super().startService()
+        if not self.cluster_url:
+            directory = tempfile.mkdtemp(prefix="wireproto-nats-")
+            self.nats = NatsServer(directory=directory,
+                                   extra_config="max_payload: 8MB").start()
+            self.cluster_url = self.nats.url
+            log.info("started a private nats-server on {url}", event="cluster_private_nats",
+                     url=self.cluster_url)
+        for index in range(self.count):
+            self._spawn(index)
+
+    def _bind(self) -> None:
+        """Listen on every endpoint, without accepting: the workers accept."""
+        if self._ports:
+            return
+        from twisted.internet.protocol import Factory
+
+        for group in endpoint_groups(self.config.listeners):
+            first = group[0][1]
+            d = server_endpoint(self.reactor, first.endpoint).listen(Factory())
+            failures: list[Failure] = []
+            ports: list[Any] = []
+            d.addCallbacks(ports.append, failures.append)
+            if failures:
+                from wireproto.service import ListenFailed
+
+                for port in self._ports:
+                    port.stopListening()
+                self._ports.clear()
+                raise ListenFailed(tuple(listener for _, listener in group), failures[0])
+            port = ports[0]
+            port.stopReading()
+            os.set_inheritable(port.fileno(), True)
+            self._ports.append(port)
+            for _, listener in group:
+                self.bound.append(BoundListener(listener, format_address(listener,
+                                                                         port.getHost())))
+
+    def _spawn(self, index: int) -> None:
+        fds = [port.fileno() for port in self._ports]
+        spec = {
+            "index": index,
+            "options": self.options,
+            "sockets": fds,
+            "cluster_url": self.cluster_url,
+            "supervisor": os.getpid(),
+        }
+        environment = {**os.environ, WORKER_ENVIRONMENT: json.dumps(spec)}
+        child_fds: dict[int, Any] = {0: 0, 1: "r", 2: 2}
+        child_fds.update({fd: fd for fd in fds})
+        worker = _Worker(self, index)
+        self.workers[index] = worker
+        self.reactor.spawnProcess(
+            worker, sys.executable, [sys.executable, "-m", "wireproto.cluster.worker"],
+            env=environment, childFDs=child_fds)
+
+    def when_ready(self) -> defer.Deferred:
+        """Fires once every worker is listening and linked to the others."""
+        d: defer.Deferred = defer.Deferred()
+        self._ready_waiters.append(d)
+        self._fire_ready()
+        return d
+
+    def _worker_ready(self, worker: _Worker) -> None:
+        log.info("worker {index} (pid {pid}) ready", event="worker_ready", index=worker.index,
+                 pid=worker.transport.pid if worker.transport else None)
+        self._fire_ready()
+
+    def _fire_ready(self) -> None:
+        if len(self.workers) == self.count and all(w.ready for w in self.workers.values()):
+            waiters, self._ready_waiters = self._ready_waiters, []
+            for d in waiters:
+                d.callback(self.bound)
+
+    def _worker_ended(self, worker: _Worker, reason: Failure) -> None:
+        if self.workers.get(worker.index) is worker:
+            del self.workers[worker.index]
+        if self._stopping:
+            return
+        lived = self.reactor.seconds() - worker.started
+        self._quick_deaths = self._quick_deaths + 1 if lived < QUICK_DEATH else 0
+        pause = min(0.5 * 2 ** max(self._quick_deaths - 1, 0), MAX_RESTART_PAUSE) \
+            if self._quick_deaths else 0.1
+        log.warn("worker {index} ended ({why}); starting it again in {pause:.1f} s",
+                 event="worker_died", index=worker.index, why=reason.getErrorMessage(),
+                 pause=pause)
+        self.restarts += 1
+
+        def again() -> None:
+            if not self._stopping and worker.index not in self.workers:
+                self._spawn(worker.index)
+
+        self.reactor.callLater(pause, again)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def signal_workers(self, number: int) -> None:
+        for worker in self.workers.values():
+            if worker.transport is not None and worker.transport.pid:
+                try:
+                    worker.transport.signalProcess(number)
+                except OSError:
+                    pass
+
+    def worker_pids(self) -> list[int]:
+        return [worker.transport.pid for _, worker in sorted(self.workers.items())
+                if worker.transport is not None and worker.transport.pid]
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        self._stopping = True
+        super().stopService()
+        ended = [worker.ended for worker in self.workers.values()]
+        self.signal_workers(signal.SIGTERM)
+        if ended:
+            waiting = defer.DeferredList(ended)
+            timer = self.reactor.callLater(STOP_TIMEOUT, self.signal_workers, signal.SIGKILL)
+            yield waiting
+            if timer.active():
+                timer.cancel()
+        for port in self._ports:
+            yield port.stopListening()
+        self._ports.clear()
+        if self.nats is not None:
+            self.nats.stop()
+            self.nats = None
