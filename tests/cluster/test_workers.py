@@ -154,3 +154,42 @@ def workers_of(supervisor: int) -> list[int]:
         if parent == supervisor and b"wireproto.cluster.worker" in command:
             found.append(int(entry))
     return found
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_wills_of_a_killed_worker_are_published_by_the_other(supervised):
+    first, second = supervised.pids
+    listener, _ = await supervised.client_on(second)
+    wills: list = []
+    listener.subscribe("gone/a", wills.append)
+    listener.subscribe("gone/b", wills.append)
+    doomed = []
+    for name in (b"a", b"b"):
+        client, _ = await supervised.client_on(first)
+        client.set_will("gone/" + name.decode(), b"bye " + name)
+        doomed.append(client)
+    await sleep(1.0)  # the wills reach the bucket
+    os.kill(first, signal.SIGKILL)
+    await eventually(lambda: len(wills) == 2, timeout=15)
+    assert sorted((message.topic, message.payload) for message in wills) == [
+        ("gone/a", b"bye a"), ("gone/b", b"bye b")]
+    await sleep(4.0)  # dead_after and more: nothing is published twice
+    assert len(wills) == 2
+    await wait_for(listener.disconnect())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_clean_close_publishes_its_will_once_across_workers(supervised):
+    first, second = supervised.pids
+    listener, _ = await supervised.client_on(second)
+    wills: list = []
+    listener.subscribe("left", wills.append)
+    leaving, _ = await supervised.client_on(first)
+    leaving.set_will("left", b"bye")
+    await sleep(0.5)
+    await wait_for(leaving.disconnect())
+    await eventually(lambda: wills, timeout=10)
+    os.kill(first, signal.SIGKILL)  # its bucket entry is gone: the will is not sent again
+    await sleep(5.0)
+    assert [message.payload for message in wills] == [b"bye"]
+    await wait_for(listener.disconnect())

@@ -26,6 +26,7 @@ from wireproto import peerlog
 from wireproto.cluster.client import NatsClient, NatsOptions
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.cluster.subjects import SubjectError, Subjects
+from wireproto.cluster.wills import WillKeeper
 from wireproto.hub import Hub
 
 __all__ = ["ClusterLink", "nats_options"]
@@ -77,6 +78,8 @@ class ClusterLink:
         self._topic_of: dict[str, str] = {}
         self.forwarded = self.received = self.duplicates = self.refused = 0
         self.running = False
+        self.wills = WillKeeper(self)
+        self.client.on_ready = self._connected
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -91,7 +94,11 @@ class ClusterLink:
             self.topic_started(topic)
         for pattern in hub.patterns():
             self.pattern_started(pattern)
+        self.wills.start()
         self.client.start()
+
+    def _connected(self) -> None:
+        self.wills.connected()
 
     def when_ready(self) -> defer.Deferred:
         return self.client.when_ready()
@@ -107,6 +114,7 @@ class ClusterLink:
                 yield self.client.flush().addTimeout(2.0, self.reactor)
             except Exception:  # a server gone or slow: nothing more to do on the way out
                 pass
+        self.wills.stop()
         self.hub.remove_topic_observer(self)
         if self.hub.cluster is self:
             self.hub.cluster = None

@@ -329,6 +329,8 @@ class Session:
         if self.grants is not None:
             self.check(Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
+        if self.hub.cluster is not None:
+            self.hub.cluster.wills.keep(self.id, self.will)
 
     def close(self, reason: Any = None) -> None:
         """Leave the hub: drop every subscription and the queue, then publish the will.
@@ -369,6 +371,8 @@ class Session:
         self.queued_bytes = 0
         self.hub.detach(self)
         will, self.will = self.will, None
+        if will is not None and hub.cluster is not None:
+            hub.cluster.wills.drop(self.id)
         if will is not None and self.grants is not None and not self.grants.allows(
             Action.PUBLISH, will.topic
         ):

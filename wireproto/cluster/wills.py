@@ -1,0 +1,193 @@
+"""Wills that outlive their process (docs/cluster.md, "Wills").
+
+Each broker process keeps the wills of its connections in a JetStream key-value bucket, one key
+per connection (``w.ORIGIN.SESSION``), and says it is alive on ``PREFIX.cluster.alive.ORIGIN``
+every `heartbeat_interval`. Every process lists the bucket's keys every `heartbeat_interval` too;
+the wills of an origin that no one has heard from for `dead_after` seconds are published by the
+one process that wins its claim (a ``c.ORIGIN`` key written only if it does not exist yet), then
+purged. A connection that closes while its process lives publishes its will itself, and its key
+is purged, so a will goes out once either way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from wireproto.cluster.natsproto import headers_block
+
+if TYPE_CHECKING:
+    from wireproto.cluster.link import ClusterLink
+    from wireproto.hub import HubMessage
+
+__all__ = ["WillKeeper"]
+
+log = Logger(namespace="wireproto.cluster")
+
+CLAIM_ONCE = headers_block({"Nats-Expected-Last-Subject-Sequence": "0"})
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class WillKeeper:
+    """The wills of one process's connections in the cluster's bucket, and the wills of dead
+    processes published."""
+
+    def __init__(self, link: ClusterLink) -> None:
+        self.link = link
+        self.client = link.client
+        settings = link.settings
+        self.interval = settings.heartbeat_interval
+        self.dead_after = settings.dead_after
+        self.bucket = _KEY_UNSAFE.sub("_", link.subjects.prefix) + "_wills"
+        self.stream = f"KV_{self.bucket}"
+        self.origin = _KEY_UNSAFE.sub("_", link.origin)
+        self._alive_subject = f"{link.subjects.cluster}alive."
+        # origin -> when it was last heard from (this process's clock)
+        self.heard: dict[str, float] = {}
+        self.available = False
+        self.published = 0
+        self._started_at: float | None = None
+        self._loop: task.LoopingCall | None = None
+        self._sid: int | None = None
+        self._scanning = False
+
+    def key(self, session: int) -> str:
+        return f"$KV.{self.bucket}.w.{self.origin}.{session}"
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._sid = self.client.subscribe(self._alive_subject + "*", self._alive)
+        self._loop = task.LoopingCall(self._tick)
+        self._loop.clock = self.link.reactor
+        self._loop.start(self.interval, now=False)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        if self._sid is not None:
+            self.client.unsubscribe(self._sid)
+            self._sid = None
+
+    @defer.inlineCallbacks
+    def connected(self) -> Any:
+        """Make the bucket (if no one has yet) once a server is connected."""
+        config = {
+            "name": self.stream, "subjects": [f"$KV.{self.bucket}.>"],
+            "max_msgs_per_subject": 1, "discard": "new", "allow_direct": True,
+            "storage": "file", "num_replicas": 1,
+        }
+        try:
+            _, reply = yield self.client.request(
+                f"$JS.API.STREAM.CREATE.{self.stream}", json.dumps(config).encode(), timeout=5)
+        except Exception as error:
+            self.available = False
+            log.warn("cluster: no JetStream on the NATS server ({error}); wills will not "
+                     "outlive their process", event="cluster_no_jetstream", error=str(error))
+            return
+        answer = json.loads(reply)
+        error = answer.get("error")
+        # 10058: the bucket exists already (made by another process).
+        if error and error.get("err_code") != 10058:
+            self.available = False
+            log.warn("cluster: cannot make the wills bucket: {error}", event="cluster_no_jetstream",
+                     error=error.get("description"))
+            return
+        self.available = True
+        if self._started_at is None:
+            self._started_at = self.link.reactor.seconds()
+
+    # -- this process's wills ---------------------------------------------------------------------
+
+    def keep(self, session: int, will: HubMessage) -> None:
+        value = msgpack.packb([will.topic, will.payload, will.protocol])
+        self.client.publish(self.key(session), value)
+
+    def drop(self, session: int) -> None:
+        """Forget a will its connection published itself. The key is purged, leaving no
+        marker behind, so the bucket holds only the wills of open connections."""
+        if not self.client.connected:
+            return
+        d = self.client.request(
+            f"$JS.API.STREAM.PURGE.{self.stream}",
+            json.dumps({"filter": self.key(session)}).encode(), timeout=5)
+        d.addErrback(lambda failure: log.warn(
+            "cluster: could not forget the will of session {session}: {why}",
+            event="cluster_wills_failed", session=session, why=failure.getErrorMessage()))
+
+    # -- other processes --------------------------------------------------------------------------
+
+    def _alive(self, subject: str, reply: Any, headers: Any, payload: bytes) -> None:
+        self.heard[subject[len(self._alive_subject):]] = self.link.reactor.seconds()
+
+    def _tick(self) -> None:
+        if not self.client.connected:
+            return
+        self.client.publish(self._alive_subject + self.origin, b"")
+        if self.available and not self._scanning:
+            self._scanning = True
+            d = self._scan()
+            d.addErrback(lambda failure: log.warn(
+                "cluster: looking for dead processes' wills failed: {why}",
+                event="cluster_wills_failed", why=failure.getErrorMessage()))
+            d.addBoth(lambda _: setattr(self, "_scanning", False))
+
+    @defer.inlineCallbacks
+    def _scan(self) -> Any:
+        now = self.link.reactor.seconds()
+        if self._started_at is None or now - self._started_at < self.dead_after:
+            return  # not listening long enough to know who is alive
+        _, reply = yield self.client.request(
+            f"$JS.API.STREAM.INFO.{self.stream}",
+            json.dumps({"subjects_filter": f"$KV.{self.bucket}.w.>"}).encode(), timeout=5)
+        subjects = (json.loads(reply).get("state") or {}).get("subjects") or {}
+        prefix = f"$KV.{self.bucket}.w."
+        origins: dict[str, list[str]] = {}
+        for subject in subjects:
+            origin = subject[len(prefix):].split(".", 1)[0]
+            origins.setdefault(origin, []).append(subject)
+        for origin, keys in origins.items():
+            if origin == self.origin:
+                continue
+            heard = self.heard.get(origin)
+            if heard is not None and now - heard < self.dead_after:
+                continue
+            yield self._take_over(origin, keys)
+
+    @defer.inlineCallbacks
+    def _take_over(self, origin: str, keys: list[str]) -> Any:
+        _, reply = yield self.client.request(
+            f"$KV.{self.bucket}.c.{origin}", self.origin.encode(), timeout=5,
+            headers=CLAIM_ONCE)
+        if json.loads(reply).get("error"):
+            return  # another process claimed it
+        from wireproto.hub import HubMessage
+
+        published = 0
+        for key in keys:
+            try:
+                headers, value = yield self.client.request(
+                    f"$JS.API.DIRECT.GET.{self.stream}",
+                    json.dumps({"last_by_subj": key}).encode(), timeout=5)
+            except Exception:
+                continue
+            if not value:
+                continue  # purged meanwhile: its connection closed cleanly
+            try:
+                topic, payload, protocol = msgpack.unpackb(value)
+            except (ValueError, TypeError, msgpack.UnpackException):
+                continue
+            self.link.hub.publish(HubMessage(topic, payload, will=True, protocol=protocol))
+            published += 1
+        self.published += published
+        yield self.client.request(
+            f"$JS.API.STREAM.PURGE.{self.stream}",
+            json.dumps({"filter": f"$KV.{self.bucket}.w.{origin}.>"}).encode(), timeout=5)
+        self.heard.pop(origin, None)
+        log.info("cluster: {origin} is gone; published its {count} wills",
+                 event="cluster_wills_taken_over", origin=origin, count=published)
