@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from dataclasses import replace
 from typing import Any
@@ -62,7 +63,18 @@ def main() -> int:
     reactor.callWhenRunning(start)
     reactor.addSystemEventTrigger(
         "before", "shutdown", lambda: service.stopService() if service.running else None)
-    reactor.run()
+    stopping = []
+
+    def stop_once(number: int, frame: Any) -> None:
+        # A terminal's Ctrl-C, the supervisor's SIGTERM and the parent-death signal may all
+        # come: the first one stops the worker.
+        if not stopping:
+            stopping.append(number)
+            reactor.callFromThread(reactor.stop)
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, stop_once)
+    reactor.run(installSignalHandlers=False)
     return 0
 
 

@@ -61,7 +61,7 @@ class _Worker(protocol.ProcessProtocol):
                 self.supervisor._worker_ready(self)
 
     def processEnded(self, reason: Failure) -> None:
-        self.ended.callback(reason)
+        self.ended.callback(None)
         self.supervisor._worker_ended(self, reason)
 
 
