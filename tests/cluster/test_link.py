@@ -15,6 +15,7 @@ from tests.brokers import LOCAL, Broker
 from tests.support import eventually, sleep, wait_for
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.codecs import websmq
+from wireproto.hub import HubSettings
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.server import WebsmqSettings
 from wireproto.service import WireprotoService
@@ -149,3 +150,47 @@ async def test_a_restarted_nats_server_drops_what_was_published_meanwhile_never_
     await sleep(0.3)
     assert [message.payload for message in remote] == [b"before", b"after"]
     assert [message.payload for message in local] == [b"before", b"during", b"after"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_brokers_move_to_another_nats_node_when_theirs_is_killed(broker, nats_cluster):
+    first_node, _, third_node = nats_cluster
+    first, at_first = await cluster_broker(broker, first_node)
+    second, at_second = await cluster_broker(broker, third_node)
+    await eventually(lambda: len(first.cluster.client.servers) == 3, timeout=10)
+    _, received = await websmq_subscriber(broker, first, at_first["websmq+ws"], "moving")
+    publisher = await broker.client(at_second["websmq+ws"])
+
+    async def crosses(payload: bytes) -> None:
+        count = len(received)
+        await eventually(lambda: publisher.publish("moving", payload) and len(received) > count,
+                         timeout=15, interval=0.2)
+
+    await crosses(b"before")
+    first_node.stop(kill=True)
+    await eventually(lambda: first.cluster.client.connected
+                     and first.cluster.client.reconnects == 1, timeout=15)
+    await crosses(b"after")
+    assert {message.payload for message in received} <= {b"before", b"after"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_slow_subscriber_on_one_process_slows_no_one_else(broker, nats):
+    hub = HubSettings(queue_bytes=64 * 1024)
+    first, at_first = await cluster_broker(broker, nats, hub=hub)
+    second, at_second = await cluster_broker(broker, nats, hub=hub)
+    slow, _ = await websmq_subscriber(broker, first, at_first["websmq+length32"], "flood")
+    slow.transport.pauseProducing()  # it reads nothing more
+    _, fast_here = await websmq_subscriber(broker, first, at_first["websmq+ws"], "flood")
+    _, fast_there = await websmq_subscriber(broker, second, at_second["websmq+ws"], "flood")
+    await interest_reaches_nats(first, second)
+    publisher = await broker.client(at_second["websmq+length32"])
+    payload = b"x" * 4096
+    for index in range(3000):
+        publisher.publish("flood", b"%06d" % index + payload)
+        if index % 200 == 0:
+            await sleep(0)
+    await eventually(lambda: len(fast_here) == 3000 and len(fast_there) == 3000, timeout=30)
+    assert [m.payload[:6] for m in fast_here] == [b"%06d" % i for i in range(3000)]
+    assert first.hub.stats.dropped_messages > 0  # the slow one's queue overflowed, alone
+    slow.transport.resumeProducing()
