@@ -193,3 +193,30 @@ async def test_a_clean_close_publishes_its_will_once_across_workers(supervised):
     await sleep(5.0)
     assert [message.payload for message in wills] == [b"bye"]
     await wait_for(listener.disconnect())
+
+
+@pytest_twisted.ensureDeferred
+async def test_twistd_runs_workers_too_and_stops_them_all(tmp_path):
+    _need_nats_server()
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    child = Child(twistd, "-n", "--pidfile=", "wireproto", "--workers", "2",
+                  "--listen", f"websmq+length32@tcp:0:{LOCAL}")
+    try:
+        ready = await child.line(re.compile(r"wireproto: 2 workers, pids (\d+) (\d+)"), 60)
+        address = (await child.line(re.compile(r"wireproto: \S+ over \S+ on (\S+)"))).group(1)
+        supervised = Supervised(child, [address], [int(ready.group(1)), int(ready.group(2))])
+        subscriber, _ = await supervised.client_on(supervised.pids[0])
+        received: list = []
+        subscriber.subscribe("t", received.append)
+        publisher, _ = await supervised.client_on(supervised.pids[1])
+        await sleep(0.5)
+        publisher.publish("t", b"across")
+        await eventually(lambda: received, timeout=10)
+        assert [message.payload for message in received] == [b"across"]
+        await wait_for(subscriber.disconnect())
+        await wait_for(publisher.disconnect())
+    finally:
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+        assert await child.exit_code(30) in (0, -signal.SIGTERM), child.output()
+    assert workers_of(child.process.pid) == []

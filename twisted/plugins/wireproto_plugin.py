@@ -85,6 +85,8 @@ class WireprotoServiceMaker:
         from wireproto.service import ListenFailed, make_service, reload_on_sighup
 
         config = options["wireproto"]
+        if config.cluster.workers > 1:
+            return _supervisor(config, options)
         service = make_service(config)
         from twisted.internet import reactor
 
@@ -104,6 +106,26 @@ class WireprotoServiceMaker:
 
         service.when_listening().addCallbacks(listening, cannot_listen)
         return service
+
+
+def _supervisor(config: Any, options: Options) -> Any:
+    """`twistd wireproto --workers N`: the supervisor of N broker processes, as under
+    `wireproto serve --workers N` (wireproto.cluster.workers)."""
+    import signal
+
+    from twisted.internet import reactor
+
+    from wireproto.cli import announce, banner
+    from wireproto.cluster.workers import Supervisor
+
+    values = {option.dest: options.get(option.name) for option in SERVE_OPTIONS}
+    supervisor = Supervisor(config, values, reactor)
+    signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(
+        supervisor.signal_workers, signal.SIGHUP))
+    supervisor.when_ready().addCallback(lambda bound: announce(
+        [*banner(config, bound), f"{supervisor.count} workers, pids "
+         + " ".join(map(str, supervisor.worker_pids())), "ready"], sys.__stdout__))
+    return supervisor
 
 
 def _twistd_log_observer(twistd_options: Any, level: str) -> Any:
