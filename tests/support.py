@@ -5,13 +5,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 from twisted.internet import defer, reactor, task
 
-__all__ = ["wait_for", "sleep", "eventually", "failure_of", "Inbox", "need_interop_peer"]
+__all__ = ["wait_for", "sleep", "eventually", "failure_of", "free_port", "Inbox",
+           "need_interop_peer"]
 
 
 async def wait_for(awaitable: Any, timeout: float = 5.0) -> Any:
@@ -22,6 +24,13 @@ async def wait_for(awaitable: Any, timeout: float = 5.0) -> Any:
         return await d
     except defer.TimeoutError as exc:
         raise TimeoutError(f"nothing happened within {timeout} s") from exc
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for now)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 async def sleep(seconds: float) -> None:

@@ -121,6 +121,18 @@ def test_reject_fails_with_request_failed_carrying_the_body_and_what():
     assert pending.reject(3, "again") is False
 
 
+def test_fail_fails_with_the_error_given_and_its_deadline_goes():
+    clock = Clock()
+    pending = PendingRequests(clock)
+    d = pending.add(4, timeout=1.0)
+    refused = LookupError("no one serves it")
+    assert pending.fail("4", refused) is True
+    assert error_of(d) is refused
+    assert pending.fail(4, refused) is False
+    clock.advance(2.0)  # no timeout fires for a request already failed
+    assert len(pending) == 0
+
+
 def test_an_unknown_id_is_neither_resolved_nor_rejected():
     pending = PendingRequests(Clock())
     d = pending.add(1, timeout=None)

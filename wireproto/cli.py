@@ -128,7 +128,7 @@ def banner(config: Any, bound: Sequence[Any]) -> list[str]:
     return lines
 
 
-def _start_logging(settings: Any, verbose: bool) -> None:
+def start_logging(settings: Any, verbose: bool) -> None:
     """Log to stderr (or `settings.file`) at `settings.level`, info with -v; as text, or as
     one JSON object per line (`format = "json"`)."""
     from twisted.logger import (
@@ -167,7 +167,7 @@ def serve(args: argparse.Namespace) -> int:
     from wireproto.service import ListenFailed, make_service
 
     try:
-        _start_logging(config.log, args.verbose)
+        start_logging(config.log, args.verbose)
     except OSError as error:
         print(f"{PROG} serve: log file {config.log.file}: {error.strerror}", file=sys.stderr,
               flush=True)

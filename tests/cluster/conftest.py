@@ -4,12 +4,11 @@ machine and fails under CI, where `make test` installs it."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support import need_peer
+from tests.support import free_port, need_peer
 from wireproto.cluster.server import NatsServer, NatsServerMissing, nats_server_binary
 
 
@@ -18,12 +17,6 @@ def _need_nats_server() -> None:
         nats_server_binary()
     except NatsServerMissing as missing:
         need_peer(str(missing), "the cluster")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ paths and hub topics meet both ways.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from twisted.protocols.basic import LineOnlyReceiver
 from twisted.python.failure import Failure
 
 from tests.protocols.test_nydus_server import NydusHost
-from tests.support import Inbox, eventually, failure_of, sleep, wait_for
+from tests.support import Inbox, eventually, failure_of, free_port, sleep, wait_for
 from wireproto.codecs.ubre import Publish as UbrePublish
 from wireproto.codecs.websmq import Publish as WebsmqPublish
 from wireproto.errors import FrameTooLarge, InvalidField, InvalidTopic
@@ -491,13 +490,6 @@ async def test_reconnects_and_fails_the_invokes_in_flight(way):
         await wait_for(client.close())
         await first.stop()
         await second.stop()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (for now)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest_twisted.ensureDeferred

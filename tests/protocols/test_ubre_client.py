@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from twisted.internet.endpoints import TCP4ServerEndpoint, UNIXServerEndpoint
 from twisted.internet.error import ConnectionRefusedError
 from twisted.python.failure import Failure
 
-from tests.support import Inbox, eventually, failure_of, sleep, wait_for
+from tests.support import Inbox, eventually, failure_of, free_port, sleep, wait_for
 from wireproto.codecs.ubre import Publish
 from wireproto.errors import FrameTooLarge, InvalidField
 from wireproto.hub import Hub
@@ -170,13 +169,6 @@ async def barrier(client: UbreClient) -> None:
 async def barrier_sent(server: Server, client: UbreClient) -> None:
     """Wait until the server has started answering the client's requests."""
     await eventually(lambda: any(peer._answering for peer in server.ubre.peers))
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (for now)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 # -- pub/sub ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from twisted.internet import defer, ssl
+from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
@@ -43,7 +43,8 @@ from wireproto.cluster.natsproto import (
     sub_command,
     unsub_command,
 )
-from wireproto.protocols.rpc import RequestTimeout
+from wireproto.protocols.rpc import PendingRequests
+from wireproto.transports.connect import tls_client_options
 
 __all__ = [
     "NatsOptions",
@@ -170,7 +171,9 @@ class NatsConnection(Protocol):
         options = self.client.options
         self.info = info
         if self.server.tls or info.get("tls_required") or options.certfile or options.cafile:
-            self.transport.startTLS(self.client._tls_options(self.server.host))
+            self.transport.startTLS(tls_client_options(
+                self.server.host, cafile=options.cafile, certfile=options.certfile,
+                keyfile=options.keyfile))
         connect: dict[str, Any] = {
             "verbose": False, "pedantic": False, "lang": "python-twisted",
             "version": "wireproto", "protocol": 1, "name": options.name,
@@ -297,8 +300,7 @@ class NatsClient:
         self._subscriptions: dict[int, tuple[str, str | None, MessageHandler]] = {}
         self._inbox = f"_INBOX.{secrets.token_hex(8)}."
         self._inbox_sid: int | None = None
-        self._requests: dict[str, defer.Deferred] = {}
-        self._request_ids = itertools.count(1)
+        self._requests = PendingRequests(reactor)
         self._waiting_ready: list[defer.Deferred] = []
         self._attempts = 0
         self._server_index = -1
@@ -406,35 +408,20 @@ class NatsClient:
             return defer.fail(NatsUnavailable("no NATS server is connected"))
         if self._inbox_sid is None:
             self._inbox_sid = self.subscribe(self._inbox + "*", self._reply)
-        token = str(next(self._request_ids))
-        d: defer.Deferred = defer.Deferred(lambda _: self._requests.pop(token, None))
-        self._requests[token] = d
-        if not self.publish(subject, payload, reply=self._inbox + token, headers=headers):
-            del self._requests[token]
-            return defer.fail(NatsUnavailable(f"could not send the request on {subject!r}"))
-
-        def expire() -> None:
-            if self._requests.pop(token, None) is d:
-                d.errback(RequestTimeout(f"no reply on {subject!r} within {timeout:g} s"))
-
-        timer = self.reactor.callLater(timeout, expire)
-
-        def done(result: Any) -> Any:
-            if timer.active():
-                timer.cancel()
-            return result
-
-        return d.addBoth(done)
+        token = self._requests.next_id()
+        d = self._requests.add(token, timeout=timeout, what=subject)
+        if not self.publish(subject, payload, reply=f"{self._inbox}{token}", headers=headers):
+            self._requests.fail(token, NatsUnavailable(f"could not send the request on "
+                                                      f"{subject!r}"))
+        return d
 
     def _reply(self, subject: str, reply: str | None, headers: bytes | None,
                payload: bytes) -> None:
-        d = self._requests.pop(subject[len(self._inbox):], None)
-        if d is None:
-            return
+        token = subject[len(self._inbox):]
         if headers is not None and not payload and header_status(headers) == 503:
-            d.errback(NoResponders("no responders"))
+            self._requests.fail(token, NoResponders("no responders"))
         else:
-            d.callback((headers, payload))
+            self._requests.resolve(token, (headers, payload))
 
     # -- the connection's life -------------------------------------------------------------------
 
@@ -534,9 +521,7 @@ class NatsClient:
         if connection is self.connection:
             self.connection = None
             self.reconnects += 1
-            requests, self._requests = self._requests, {}
-            for d in requests.values():
-                d.errback(NatsUnavailable("the NATS connection closed"))
+            self._requests.fail_all(NatsUnavailable("the NATS connection closed"))
             if not self.stopped:
                 log.warn("lost NATS server {server}: {why}; reconnecting",
                          event="cluster_disconnected", server=self._describe(connection.server),
@@ -557,22 +542,6 @@ class NatsClient:
             subscription[2](subject, reply, headers, payload)
         except Exception:
             log.failure("NATS subscriber of {subject!r} raised", subject=subscription[0])
-
-    def _tls_options(self, host: str) -> Any:
-        options = self.options
-        trust = None
-        if options.cafile is not None:
-            with open(options.cafile, "rb") as file:
-                trust = ssl.Certificate.loadPEM(file.read())
-        certificate = None
-        if options.certfile is not None:
-            with open(options.certfile, "rb") as file:
-                pem = file.read()
-            if options.keyfile is not None:
-                with open(options.keyfile, "rb") as file:
-                    pem += b"\n" + file.read()
-            certificate = ssl.PrivateCertificate.loadPEM(pem)
-        return ssl.optionsForClientTLS(host, trustRoot=trust, clientCertificate=certificate)
 
     @staticmethod
     def _describe(server: _Server) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 def main() -> int:
     from twisted.internet import defer, reactor
 
-    from wireproto.cli import PROG, _start_logging
+    from wireproto.cli import PROG, start_logging
     from wireproto.cluster.server import die_with_parent
     from wireproto.cluster.workers import WORKER_ENVIRONMENT
     from wireproto.config import ConfigError, config_from_options
@@ -38,7 +38,7 @@ def main() -> int:
 
     try:
         config = worker_config()
-        _start_logging(config.log, bool(options.get("verbose")))
+        start_logging(config.log, bool(options.get("verbose")))
         service = make_service(config, reactor, listening_sockets=spec["sockets"])
     except (ConfigError, OSError) as error:
         print(f"{what}: {error}", file=sys.stderr, flush=True)

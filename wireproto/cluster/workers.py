@@ -23,12 +23,13 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer, protocol
+from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto.cluster.server import NatsServer
 from wireproto.config import Config
-from wireproto.service import BoundListener, endpoint_groups, format_address
+from wireproto.service import BoundListener, ListenFailed, endpoint_groups, format_address
 from wireproto.transports.identity import server_endpoint
 
 __all__ = ["WORKER_ENVIRONMENT", "Supervisor"]
@@ -108,8 +109,6 @@ class Supervisor(Service):
         """Listen on every endpoint, without accepting: the workers accept."""
         if self._ports:
             return
-        from twisted.internet.protocol import Factory
-
         for group in endpoint_groups(self.config.listeners):
             first = group[0][1]
             d = server_endpoint(self.reactor, first.endpoint).listen(Factory())
@@ -117,8 +116,6 @@ class Supervisor(Service):
             ports: list[Any] = []
             d.addCallbacks(ports.append, failures.append)
             if failures:
-                from wireproto.service import ListenFailed
-
                 for port in self._ports:
                     port.stopListening()
                 self._ports.clear()

@@ -129,6 +129,14 @@ class PendingRequests:
         entry[0].errback(RequestFailed(body, request=entry[2]))
         return True
 
+    def fail(self, request_id: Any, error: Exception) -> bool:
+        """Fail the request's Deferred with `error`. False if none waits."""
+        entry = self._waiting.pop(str(request_id), None)
+        if entry is None:
+            return False
+        entry[0].errback(error)
+        return True
+
     def fail_all(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, {}
         self._deadlines = []
