@@ -11,6 +11,11 @@ two services in one process do not clash), holding:
 `MetricsResource` is the twisted.web resource that serves the registry; the service mounts it at
 ``[metrics] path`` beside the WebSocket and Engine.IO paths. docs/observability.md lists every
 metric.
+
+In a cluster (wireproto.cluster), a scrape of any process asks every other process for its
+metrics over NATS and serves them all: each sample once per process with a ``worker`` label (its
+node name), and once more with ``worker="total"``, summed. ``?scope=process`` serves the
+process's own metrics alone.
 """
 
 from __future__ import annotations
@@ -25,11 +30,18 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
 
 from wireproto import peerlog
 from wireproto.hub import SessionStats
 
-__all__ = ["MetricsSettings", "BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS"]
+__all__ = [
+    "MetricsSettings", "BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS",
+    "WORKER_LABEL", "family_rows", "MergedFamilies",
+]
+
+# The label that says which broker process of a cluster a sample is from ("total": summed).
+WORKER_LABEL = "worker"
 
 # Handlers on the broker often answer in well under a millisecond: finer buckets than the
 # client library's default at the low end.
@@ -112,6 +124,7 @@ class BrokerCollector(Collector):
         yield from self._refusals(self.service.http_sites)
         yield from self._access(hub, self.service.auth)
         yield from self._limits(hub.limits)
+        yield from self._cluster(self.service.cluster)
         yield CounterMetricFamily(
             "wireproto_log_lines_suppressed",
             "Warnings about peers held back by the log budget (and summed up in one line).",
@@ -151,6 +164,37 @@ class BrokerCollector(Collector):
             "Principals (anonymous clients: addresses) whose usage the broker keeps.",
             value=len(limits),
         )
+
+    def _cluster(self, link: Any) -> Iterator[Metric]:
+        if link is None:
+            return
+        client, calls = link.client, link.calls
+        yield GaugeMetricFamily(
+            "wireproto_cluster_connected", "1 while this process has a NATS server.",
+            value=1 if client.connected else 0)
+        yield GaugeMetricFamily(
+            "wireproto_cluster_processes",
+            "Broker processes of the cluster this one hears from, itself included.",
+            value=len(link.roster.members()) + 1)
+        for name, documentation, value in (
+            ("forwarded", "Publishes made here and sent to the other processes.",
+             link.forwarded),
+            ("received", "Publishes from other processes delivered here.", link.received),
+            ("duplicates", "Second copies of a publish (overlapping subscriptions) dropped.",
+             link.duplicates),
+            ("refused", "NATS messages ignored: not wireproto's, or malformed.", link.refused),
+            ("dropped", "Publishes not sent to the other processes: no NATS server, or its "
+             "backlog or message size limit.", client.dropped),
+            ("reconnects", "Times this process connected to a NATS server again.",
+             client.reconnects),
+            ("calls_made", "Calls sent to other processes.", calls.made),
+            ("calls_answered", "Calls from other processes answered here.", calls.answered),
+            ("calls_refused", "Calls from other processes refused: max_remote_calls at work.",
+             calls.refused),
+            ("wills_published", "Wills of dead processes published here.",
+             link.wills.published),
+        ):
+            yield CounterMetricFamily(f"wireproto_cluster_{name}", documentation, value=value)
 
     def _refusals(self, sites: list[Any]) -> Iterator[Metric]:
         reasons: Counter[str] = Counter(dict.fromkeys(
@@ -283,10 +327,79 @@ class MetricsResource(Resource):
         return encoder(self.registry)
 
 
+def family_rows(registry: CollectorRegistry) -> list[list]:
+    """The registry's metrics as plain lists (for msgpack): name, help, type, unit, and
+    samples as [name, labels, value]."""
+    return [
+        [family.name, family.documentation, family.type, family.unit,
+         [[sample.name, sample.labels, sample.value] for sample in family.samples]]
+        for family in registry.collect()
+    ]
+
+
+class MergedFamilies(Collector):
+    """The metrics of several processes, `parts` as [(node, family_rows), ...]: each sample
+    labelled with its process, and summed over them as ``worker="total"`` (but the ``_created``
+    timestamps)."""
+
+    def __init__(self, parts: list[tuple[str, list]]) -> None:
+        self.parts = parts
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        totals: dict[str, dict[tuple, float]] = {}
+        for node, rows in self.parts:
+            for name, documentation, kind, unit, samples in rows:
+                metric = merged.get(name)
+                if metric is None:
+                    metric = merged[name] = Metric(name, documentation, kind, unit)
+                    totals[name] = {}
+                summed = totals[name]
+                for sample_name, labels, value in samples:
+                    metric.add_sample(sample_name, {**labels, WORKER_LABEL: node}, value)
+                    if not sample_name.endswith("_created"):
+                        key = (sample_name, tuple(sorted(labels.items())))
+                        summed[key] = summed.get(key, 0.0) + value
+        for name, metric in merged.items():
+            for (sample_name, labels), value in totals[name].items():
+                metric.add_sample(sample_name, {**dict(labels), WORKER_LABEL: "total"}, value)
+            yield metric
+
+
+class ClusterMetricsResource(Resource):
+    """/metrics of a process in a cluster: every process's metrics, gathered over NATS when
+    scraped, and their totals; ``?scope=process`` for this process's alone."""
+
+    isLeaf = True
+
+    def __init__(self, registry: CollectorRegistry, link: Any) -> None:
+        super().__init__()
+        self.registry = registry
+        self.link = link
+
+    def render_GET(self, request: Any) -> Any:
+        accept = request.getHeader(b"accept")
+        encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
+        request.setHeader(b"content-type", content_type.encode("ascii"))
+        if request.args.get(b"scope") == [b"process"]:
+            return encoder(self.registry)
+
+        def gathered(parts: list[tuple[str, list]]) -> None:
+            merged = CollectorRegistry(auto_describe=False)
+            merged.register(MergedFamilies(parts))
+            if not request._disconnected:
+                request.write(encoder(merged))
+                request.finish()
+
+        self.link.gather_metrics().addCallback(gathered)
+        return NOT_DONE_YET
+
+
 class ServiceMetrics:
     """One service's registry: the broker's counters and the RPC latency histogram."""
 
     def __init__(self, service: Any) -> None:
+        self.service = service
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(BrokerCollector(service))
         self.rpc_seconds = Histogram(
@@ -314,5 +427,8 @@ class ServiceMetrics:
 
         return observe
 
-    def resource(self) -> MetricsResource:
+    def resource(self) -> Resource:
+        link = self.service.cluster
+        if link is not None:
+            return ClusterMetricsResource(self.registry, link)
         return MetricsResource(self.registry)

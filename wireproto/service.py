@@ -55,7 +55,7 @@ from wireproto.config import (
 )
 from wireproto.hub import Hub
 from wireproto.limits import LimitingProtocol
-from wireproto.metrics import ServiceMetrics
+from wireproto.metrics import ServiceMetrics, family_rows
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import protocol as server_protocol
 from wireproto.transports.base import IMessageProtocol, go_away
@@ -261,6 +261,9 @@ class WireprotoService(MultiService):
             except (OSError, ValueError) as error:  # a credentials file, a server URL
                 raise ConfigError(f"cluster: {error}") from None
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
+        if self.cluster is not None and self.metrics is not None:
+            registry = self.metrics.registry
+            self.cluster.local_metrics = lambda: family_rows(registry)
 
     # The log observer for the application this service joins, if it has none (the twistd
     # plugin sets it: twistd's own observer, filtered by [log] level).

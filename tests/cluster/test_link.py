@@ -16,6 +16,7 @@ from tests.support import eventually, sleep, wait_for
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.codecs import websmq
 from wireproto.hub import HubSettings
+from wireproto.protocols.subble.client import connect as subble_connect
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.server import WebsmqSettings
 from wireproto.service import WireprotoService
@@ -201,3 +202,40 @@ async def test_a_slow_subscriber_on_one_process_slows_no_one_else(broker, nats):
     assert first.hub.stats.dropped_messages > 0  # the slow one's queue overflowed, alone
     assert second.hub.stats.dropped_messages == 0
     slow.transport.resumeProducing()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_subble_event_is_the_same_event_on_every_process(broker, nats):
+    services = []
+    for _ in range(2):
+        service, bound = await broker.start(
+            f"subble+ws@tcp:0:{LOCAL}", f"ubre+lines@tcp:0:{LOCAL}",
+            cluster=ClusterSettings(url=nats.url, heartbeat_interval=0.2, dead_after=1.0))
+        await wait_for(service.cluster.when_ready(), 10)
+        services.append((service, {entry.listener.protocol: entry.address for entry in bound}))
+    (first, at_first), (second, at_second) = services
+    here, there = [], []
+    clients = [
+        await wait_for(subble_connect(reactor, at_first["subble"], subscribe=["t"],
+                                      on_event=here.append)),
+        await wait_for(subble_connect(reactor, at_second["subble"], subscribe=["t"],
+                                      on_event=there.append)),
+    ]
+    try:
+        producer = await wait_for(subble_connect(reactor, at_first["subble"], produce=["t"]))
+        clients.append(producer)
+        await eventually(lambda: "t" in second.hub.topics())
+        await interest_reaches_nats(second)
+        await wait_for(producer.produce("t", {"n": 1}))
+        first.server("subble").publish("t", [2], source="plugin")
+        ubre = await wait_for(ubre_connect(reactor, at_first["ubre"]))
+        ubre.publish("t", {"n": 3})
+        await eventually(lambda: len(here) == 3 and len(there) == 3)
+        await wait_for(ubre.close())
+    finally:
+        for client in clients:
+            await wait_for(client.close())
+    made_here = [(e.guid, e.source, e.datetime, e.payload) for e in here[:2]]
+    assert [(e.guid, e.source, e.datetime, e.payload) for e in there[:2]] == made_here
+    assert [e.source for e in there] == [producer.client_id, "plugin", "ubre"]
+    assert there[2].payload == {"n": 3}

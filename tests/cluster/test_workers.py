@@ -17,6 +17,7 @@ from tests.brokers import LOCAL
 from tests.cluster.conftest import _need_nats_server
 from tests.support import eventually, sleep, wait_for
 from tests.test_cli import Child
+from tests.test_metrics import http_base, scrape
 from wireproto.protocols.websmq.client import connect
 
 WIREPROTO = os.path.join(os.path.dirname(sys.executable), "wireproto")
@@ -70,22 +71,35 @@ class Supervised:
         raise AssertionError(f"no connection landed on worker {pid} in {tries} tries")
 
 
-@pytest_twisted.async_yield_fixture
-async def supervised(tmp_path) -> AsyncIterator[Supervised]:
+async def start_supervised(*arguments: str) -> Supervised:
+    """`wireproto serve --workers 2` with `arguments`, once both workers are ready."""
     _need_nats_server()
-    child = Child(WIREPROTO, "serve", "--workers", "2",
-                  "--listen", f"websmq+length32@tcp:0:{LOCAL}",
-                  "--listen", f"websmq+ws@tcp:0:{LOCAL}")
+    child = Child(WIREPROTO, "serve", "--workers", "2", *arguments)
     try:
         ready = await child.line(re.compile(r"wireproto: 2 workers, pids (\d+) (\d+)"), 60)
         await child.line(re.compile(r"wireproto: ready"))
-        addresses = [re.match(r"wireproto: \S+ over \S+ on (\S+)", line).group(1)
-                     for line in child.stdout if " over " in line]
-        yield Supervised(child, addresses, [int(ready.group(1)), int(ready.group(2))])
+    except BaseException:
+        await stop_supervised(child)
+        raise
+    addresses = [re.match(r"wireproto: \S+ over \S+ on (\S+)", line).group(1)
+                 for line in child.stdout if " over " in line]
+    return Supervised(child, addresses, [int(ready.group(1)), int(ready.group(2))])
+
+
+async def stop_supervised(child: Child) -> None:
+    if child.process.poll() is None:
+        child.process.send_signal(signal.SIGTERM)
+    assert await child.exit_code(30) == 0, child.output()
+
+
+@pytest_twisted.async_yield_fixture
+async def supervised(tmp_path) -> AsyncIterator[Supervised]:
+    running = await start_supervised("--listen", f"websmq+length32@tcp:0:{LOCAL}",
+                                     "--listen", f"websmq+ws@tcp:0:{LOCAL}")
+    try:
+        yield running
     finally:
-        if child.process.poll() is None:
-            child.process.send_signal(signal.SIGTERM)
-        assert await child.exit_code(30) == 0, child.output()
+        await stop_supervised(running.child)
 
 
 @pytest_twisted.ensureDeferred
@@ -220,3 +234,68 @@ async def test_twistd_runs_workers_too_and_stops_them_all(tmp_path):
             child.process.send_signal(signal.SIGTERM)
         assert await child.exit_code(30) in (0, -signal.SIGTERM), child.output()
     assert workers_of(child.process.pid) == []
+
+
+RULES = """
+[auth]
+[[listen]]
+protocol = "websmq"
+transport = "length32"
+endpoint = "tcp:0:interface=127.0.0.1"
+principal = "alice"
+[[listen]]
+protocol = "websmq"
+transport = "ws"
+endpoint = "tcp:0:interface=127.0.0.1"
+principal = "alice"
+[[acl]]
+principal = "alice"
+publish = ["a/#", "b/#"]
+subscribe = ["a/#"{more}]
+"""
+
+
+@pytest_twisted.ensureDeferred
+async def test_sighup_reloads_the_rules_of_every_worker(tmp_path):
+    config = tmp_path / "wireproto.toml"
+    config.write_text(RULES.format(more=""))
+    supervised = await start_supervised("--verbose", "--config", str(config))
+    try:
+        first, second = supervised.pids
+        clients = []
+        for pid in (first, second):
+            client, _ = await supervised.client_on(pid)
+            received: list = []
+            client.subscribe("b/x", received.append)  # refused: alice may not, yet
+            client.subscribe("a/x", received.append)
+            clients.append((client, received))
+        publisher, _ = await supervised.client_on(second)
+        await sleep(0.5)
+        publisher.publish("b/x", b"refused")
+        publisher.publish("a/x", b"allowed")
+        for _, received in clients:
+            await eventually(lambda received=received: received, timeout=10)
+
+        config.write_text(RULES.format(more=', "b/#"'))
+        supervised.child.process.send_signal(signal.SIGHUP)
+        await eventually(lambda: sum("reload: " in line for line in supervised.child.output()
+                                     .splitlines()) == 2, timeout=15)
+        for client, received in clients:
+            client.subscribe("b/y", received.append)
+        await sleep(0.5)
+        publisher.publish("b/y", b"now allowed")
+        for _, received in clients:
+            await eventually(lambda received=received: len(received) == 2, timeout=10)
+            assert [m.payload for m in received] == [b"allowed", b"now allowed"]
+
+        http = next(address for address in supervised.addresses if address.startswith("ws"))
+        page = await scrape(http_base(http))
+        assert page.value("wireproto_denied_total", worker="total", protocol="websmq",
+                          action="subscribe") == 2
+        workers = {labels["worker"] for labels in page.labels("wireproto_denied")}
+        assert len(workers) == 3 and "total" in workers
+        for client, _ in clients:
+            await wait_for(client.disconnect())
+        await wait_for(publisher.disconnect())
+    finally:
+        await stop_supervised(supervised.child)

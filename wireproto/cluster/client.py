@@ -415,6 +415,35 @@ class NatsClient:
                                                       f"{subject!r}"))
         return d
 
+    def gather(self, subject: str, payload: bytes, *, expected: int,
+               timeout: float) -> defer.Deferred:
+        """Publish a request that many subscribers answer; fire with every reply's payload that
+        came, once `expected` have come or after `timeout` seconds, whichever is first."""
+        if self.connection is None:
+            return defer.fail(NatsUnavailable("no NATS server is connected"))
+        replies: list[bytes] = []
+        done: defer.Deferred = defer.Deferred()
+        inbox = f"_INBOX.{secrets.token_hex(8)}"
+
+        def finish() -> None:
+            if not done.called:
+                self.unsubscribe(sid)
+                if timer.active():
+                    timer.cancel()
+                done.callback(replies)
+
+        def received(subject: str, reply: str | None, headers: bytes | None,
+                     answer: bytes) -> None:
+            replies.append(answer)
+            if len(replies) >= expected:
+                finish()
+
+        sid = self.subscribe(inbox, received)
+        timer = self.reactor.callLater(timeout, finish)
+        if expected <= 0 or not self.publish(subject, payload, reply=inbox):
+            finish()
+        return done
+
     def _reply(self, subject: str, reply: str | None, headers: bytes | None,
                payload: bytes) -> None:
         token = subject[len(self._inbox):]

@@ -10,6 +10,11 @@ Each message carries a ``Wp`` header: the publishing process (its `origin`, fres
 process starts), a sequence number, whether it is a will, and the protocol it came in on. One
 process may hold two NATS subscriptions that both match a subject (``a/b`` and ``a/+``); NATS
 then sends it the message twice, in order, and the sequence number drops the second copy.
+
+A message published with an encoding in one of the hub's portable formats (a SubbleSocket event,
+whose bytes hold its id, source and time) carries it too: the header names each such format,
+its length and whether it is binary (``subble:57:b``), and the encodings come first in the
+payload, before the message's own payload.
 """
 
 from __future__ import annotations
@@ -17,15 +22,19 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Callable
 from typing import Any
 
+import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto import peerlog
+from wireproto.cluster.calls import RemoteCalls
 from wireproto.cluster.client import NatsClient, NatsOptions
+from wireproto.cluster.roster import Roster
 from wireproto.cluster.settings import ClusterSettings
-from wireproto.cluster.subjects import SubjectError, Subjects
+from wireproto.cluster.subjects import SubjectError, Subjects, safe_token
 from wireproto.cluster.wills import WillKeeper
 from wireproto.hub import Hub
 
@@ -68,6 +77,8 @@ class ClusterLink:
         # No spaces: it is a field of the Wp header.
         self.origin = "".join("_" if c.isspace() else c for c in self.node) + \
             "/" + secrets.token_hex(4)
+        # The origin as one subject token and key name.
+        self.origin_token = safe_token(self.origin)
         self.client = NatsClient(reactor, nats_options(settings, name=f"wireproto {self.node}"))
         # subject -> [sid, how many of the hub's topics and patterns need it]
         self._interest: dict[str, list[int]] = {}
@@ -78,8 +89,13 @@ class ClusterLink:
         self._topic_of: dict[str, str] = {}
         self.forwarded = self.received = self.duplicates = self.refused = 0
         self.running = False
+        self.roster = Roster(self)
         self.wills = WillKeeper(self)
+        self.calls = RemoteCalls(self)
         self.client.on_ready = self._connected
+        # This process's metrics as wireproto.metrics.family_rows gives them, when it has any.
+        self.local_metrics: Callable[[], list] | None = None
+        self._metrics_sid: int | None = None
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -94,11 +110,21 @@ class ClusterLink:
             self.topic_started(topic)
         for pattern in hub.patterns():
             self.pattern_started(pattern)
+        self.roster.start()
+        self._metrics_sid = self.client.subscribe(
+            self.subjects.cluster + "metrics", self._metrics_asked)
         self.wills.start()
+        self.calls.refresh()
         self.client.start()
 
     def _connected(self) -> None:
+        self.roster.connected()
         self.wills.connected()
+
+    def calls_changed(self) -> None:
+        """What this process's servers answer changed (the hub calls this)."""
+        if self.running:
+            self.calls.refresh()
 
     def when_ready(self) -> defer.Deferred:
         return self.client.when_ready()
@@ -114,11 +140,45 @@ class ClusterLink:
                 yield self.client.flush().addTimeout(2.0, self.reactor)
             except Exception:  # a server gone or slow: nothing more to do on the way out
                 pass
+        self.roster.leave()
+        self.calls.stop()
+        if self._metrics_sid is not None:
+            self.client.unsubscribe(self._metrics_sid)
         self.wills.stop()
+        self.roster.stop()
         self.hub.remove_topic_observer(self)
         if self.hub.cluster is self:
             self.hub.cluster = None
         yield self.client.stop()
+
+    # -- metrics ----------------------------------------------------------------------------------
+
+    def _metrics_asked(self, subject: str, reply: str | None, headers: Any,
+                       payload: bytes) -> None:
+        if reply is not None and self.local_metrics is not None:
+            self.client.publish(reply, msgpack.packb([self.node, self.local_metrics()]))
+
+    def gather_metrics(self, timeout: float = 1.0) -> defer.Deferred:
+        """Every process's metrics as [(node, family rows)], this one's first: the others'
+        that answer within `timeout` seconds."""
+        own = [(self.node, self.local_metrics())] if self.local_metrics is not None else []
+        others = len(self.roster.members())
+        if not others or not self.client.connected:
+            return defer.succeed(own)
+
+        def unpacked(replies: list[bytes]) -> list:
+            parts = list(own)
+            for reply in replies:
+                try:
+                    node, rows = msgpack.unpackb(reply)
+                except (ValueError, TypeError, msgpack.UnpackException):
+                    continue
+                parts.append((str(node), rows))
+            return parts
+
+        d = self.client.gather(self.subjects.cluster + "metrics", b"", expected=others,
+                               timeout=timeout)
+        return d.addCallbacks(unpacked, lambda _: own)
 
     # -- interest ---------------------------------------------------------------------------------
 
@@ -158,20 +218,31 @@ class ClusterLink:
 
     # -- messages ---------------------------------------------------------------------------------
 
-    def forward(self, topic: str, payload: bytes, will: bool, protocol: str) -> None:
-        """Publish a message made in this process to the others (the hub calls this)."""
+    def forward(self, topic: str, payload: bytes, will: bool, protocol: str,
+                encodings: dict | None = None) -> None:
+        """Publish a message made in this process to the others (the hub calls this), with its
+        encodings in the hub's portable formats."""
         self._sequence += 1
         end = self._header_ends.get((will, protocol))
         if end is None:
             end = self._header_ends[(will, protocol)] = (
                 (b" w " if will else b" - ") + (protocol or "-").encode() + b"\r\n\r\n")
         headers = self._header_start + str(self._sequence).encode() + end
+        if encodings:
+            carried = [(wire_format, encodings[wire_format])
+                       for wire_format in self.hub.portable_formats if wire_format in encodings]
+            if carried:
+                headers = headers[:-4] + b"".join(
+                    b" %s:%d:%s" % (str(wire_format).encode(), len(data), b"b" if binary else b"t")
+                    for wire_format, (data, binary) in carried) + b"\r\n\r\n"
+                payload = b"".join(data for _, (data, _) in carried) + payload
         if self.client.publish(self.subjects.topic(topic), payload, headers=headers):
             self.forwarded += 1
 
     def _received(self, subject: str, reply: str | None, headers: bytes | None,
                   payload: bytes) -> None:
         will, protocol = False, ""
+        encodings: dict = {}
         if headers is not None:
             at = headers.find(WP_HEADER)
             if at >= 0:
@@ -180,6 +251,16 @@ class ClusterLink:
                     origin, sequence = fields[0], int(fields[1])
                     will = fields[2] == b"w"
                     protocol = fields[3].decode() if fields[3] != b"-" else ""
+                    start = 0
+                    for carried in fields[4:]:
+                        name, length, kind = carried.split(b":")
+                        end = start + int(length)
+                        if end > len(payload):
+                            raise ValueError("an encoding longer than the message")
+                        encodings[name.decode()] = (payload[start:end], kind == b"b")
+                        start = end
+                    if start:
+                        payload = payload[start:]
                 except (IndexError, ValueError, UnicodeDecodeError):
                     self._refuse(subject, "a malformed Wp header")
                     return
@@ -201,7 +282,7 @@ class ClusterLink:
                 self._topic_of.clear()
             self._topic_of[subject] = topic
         self.received += 1
-        self.hub.fan_out(topic, payload, will, self, protocol, {}, None)
+        self.hub.fan_out(topic, payload, will, self, protocol, encodings, None)
 
     def _refuse(self, subject: str, why: str) -> None:
         self.refused += 1

@@ -40,6 +40,10 @@ class ClusterSettings:
     # and the others publish its connections' wills.
     heartbeat_interval: float = 1.0
     dead_after: float = 3.0
+    # A call that another process answers fails after this many seconds without an answer.
+    call_timeout: float = 30.0
+    # Calls from other processes this one works on at once; past it, they are refused as busy.
+    max_remote_calls: int = 1000
 
     @property
     def enabled(self) -> bool:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SubjectError", "Subjects"]
+__all__ = ["SubjectError", "Subjects", "safe_token"]
 
 _PLAIN_TOPIC = re.compile(r"(?:[A-Za-z0-9_~-]+/)*[A-Za-z0-9_~-]+")
 _PLAIN_LEVEL = re.compile(r"[A-Za-z0-9_~-]+")
 _ESCAPED = re.compile(r"[^A-Za-z0-9_~-]")
 _TOKEN = re.compile(r"(?:[A-Za-z0-9_~-]|%[0-9A-F]{2})+|%")
 _CACHE_SIZE = 4096
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 class SubjectError(ValueError):
@@ -52,6 +53,12 @@ def _unescape_token(token: str) -> str:
         raw.append(int(part[:2], 16))
         raw += part[2:].encode()
     return raw.decode("utf-8", "surrogatepass")
+
+
+def safe_token(text: str) -> str:
+    """`text` with every character but ``A-Z a-z 0-9 _ -`` made ``_``: a subject token, a
+    JetStream stream or key name (not reversible; for names wireproto makes itself)."""
+    return _UNSAFE.sub("_", text)
 
 
 class Subjects:
@@ -108,7 +115,10 @@ class Subjects:
         except UnicodeDecodeError as error:
             raise SubjectError(f"subject {subject!r} is not UTF-8 once unescaped") from error
 
-    def call(self, protocol: str, name: str) -> str:
-        """The subject of the calls to `name` (a UBRE request name, a nydus path...) of
-        `protocol`; `name` is mapped as a topic is, so it is never a wildcard."""
+    def call(self, protocol: str, name: str | None) -> str:
+        """The subject of the calls to `name` (a UBRE request name, a nydus route...) of
+        `protocol`; `name` is mapped as a topic is, so it is never a wildcard. None is the
+        protocol's unnamed call (UBRE's default handler), one token shorter than any name's."""
+        if name is None:
+            return self.calls + protocol
         return self.calls + protocol + "." + self.topic(name)[len(self.topics):]

@@ -1,9 +1,9 @@
 """Wills that outlive their process (docs/cluster.md, "Wills").
 
 Each broker process keeps the wills of its connections in a JetStream key-value bucket, one key
-per connection (``w.ORIGIN.SESSION``), and says it is alive on ``PREFIX.cluster.alive.ORIGIN``
-every `heartbeat_interval`. Every process lists the bucket's keys every `heartbeat_interval` too;
-the wills of an origin that no one has heard from for `dead_after` seconds are published by the
+per connection (``w.ORIGIN.SESSION``), and says it is alive with its heartbeat
+(wireproto.cluster.roster). Every process lists the bucket's keys after each heartbeat; the wills
+of an origin that no one has heard from for `dead_after` seconds are published by the
 one process that wins its claim (a ``c.ORIGIN`` key written only if it does not exist yet), then
 purged. A connection that closes while its process lives publishes its will itself, and its key
 is purged, so a will goes out once either way.
@@ -12,14 +12,14 @@ is purged, so a will goes out once either way.
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
 import msgpack
-from twisted.internet import defer, task
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto.cluster.natsproto import headers_block
+from wireproto.cluster.subjects import safe_token
 
 if TYPE_CHECKING:
     from wireproto.cluster.link import ClusterLink
@@ -30,7 +30,6 @@ __all__ = ["WillKeeper"]
 log = Logger(namespace="wireproto.cluster")
 
 CLAIM_ONCE = headers_block({"Nats-Expected-Last-Subject-Sequence": "0"})
-_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 class WillKeeper:
@@ -40,20 +39,12 @@ class WillKeeper:
     def __init__(self, link: ClusterLink) -> None:
         self.link = link
         self.client = link.client
-        settings = link.settings
-        self.interval = settings.heartbeat_interval
-        self.dead_after = settings.dead_after
-        self.bucket = _KEY_UNSAFE.sub("_", link.subjects.prefix) + "_wills"
+        self.roster = link.roster
+        self.bucket = safe_token(link.subjects.prefix) + "_wills"
         self.stream = f"KV_{self.bucket}"
-        self.origin = _KEY_UNSAFE.sub("_", link.origin)
-        self._alive_subject = f"{link.subjects.cluster}alive."
-        # origin -> when it was last heard from (this process's clock)
-        self.heard: dict[str, float] = {}
+        self.origin = link.origin_token
         self.available = False
         self.published = 0
-        self._started_at: float | None = None
-        self._loop: task.LoopingCall | None = None
-        self._sid: int | None = None
         self._scanning = False
 
     def key(self, session: int) -> str:
@@ -62,17 +53,11 @@ class WillKeeper:
     # -- running ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._sid = self.client.subscribe(self._alive_subject + "*", self._alive)
-        self._loop = task.LoopingCall(self._tick)
-        self._loop.clock = self.link.reactor
-        self._loop.start(self.interval, now=False)
+        self.roster.on_tick.append(self._tick)
 
     def stop(self) -> None:
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
-        if self._sid is not None:
-            self.client.unsubscribe(self._sid)
-            self._sid = None
+        if self._tick in self.roster.on_tick:
+            self.roster.on_tick.remove(self._tick)
 
     @defer.inlineCallbacks
     def connected(self) -> Any:
@@ -99,8 +84,6 @@ class WillKeeper:
                      error=error.get("description"))
             return
         self.available = True
-        if self._started_at is None:
-            self._started_at = self.link.reactor.seconds()
 
     # -- this process's wills ---------------------------------------------------------------------
 
@@ -122,14 +105,8 @@ class WillKeeper:
 
     # -- other processes --------------------------------------------------------------------------
 
-    def _alive(self, subject: str, reply: Any, headers: Any, payload: bytes) -> None:
-        self.heard[subject[len(self._alive_subject):]] = self.link.reactor.seconds()
-
     def _tick(self) -> None:
-        if not self.client.connected:
-            return
-        self.client.publish(self._alive_subject + self.origin, b"")
-        if self.available and not self._scanning:
+        if self.available and self.client.connected and not self._scanning:
             self._scanning = True
             d = self._scan()
             d.addErrback(lambda failure: log.warn(
@@ -139,8 +116,7 @@ class WillKeeper:
 
     @defer.inlineCallbacks
     def _scan(self) -> Any:
-        now = self.link.reactor.seconds()
-        if self._started_at is None or now - self._started_at < self.dead_after:
+        if not self.roster.listened_long_enough():
             return  # not listening long enough to know who is alive
         _, reply = yield self.client.request(
             f"$JS.API.STREAM.INFO.{self.stream}",
@@ -152,10 +128,7 @@ class WillKeeper:
             origin = subject[len(prefix):].split(".", 1)[0]
             origins.setdefault(origin, []).append(subject)
         for origin, keys in origins.items():
-            if origin == self.origin:
-                continue
-            heard = self.heard.get(origin)
-            if heard is not None and now - heard < self.dead_after:
+            if origin == self.origin or self.roster.alive(origin):
                 continue
             yield self._take_over(origin, keys)
 
@@ -188,6 +161,5 @@ class WillKeeper:
         yield self.client.request(
             f"$JS.API.STREAM.PURGE.{self.stream}",
             json.dumps({"filter": f"$KV.{self.bucket}.w.{origin}.>"}).encode(), timeout=5)
-        self.heard.pop(origin, None)
         log.info("cluster: {origin} is gone; published its {count} wills",
                  event="cluster_wills_taken_over", origin=origin, count=published)

@@ -140,6 +140,29 @@ class Hub:
         # The other broker processes (wireproto.cluster.link), when there are any: it is sent
         # every publish made here, and publishes what the others send as their sender.
         self.cluster: Any = None
+        # The protocol servers that answer calls (a UBRE handler, a nydus route), by protocol:
+        # the cluster serves their names to the other processes (wireproto.cluster.calls).
+        self.call_servers: dict[str, Any] = {}
+        # Wire formats whose encoding of a message says more than its topic and payload (a
+        # SubbleSocket event's id, source and time): a publish made with one crosses to the
+        # other processes with it, so their subscribers get the same bytes.
+        self.portable_formats: set[Hashable] = set()
+
+    def add_call_server(self, protocol: str, server: Any) -> None:
+        """Make `server`'s calls (see wireproto.cluster.calls.CallServer) reachable from the
+        other broker processes, when there are any."""
+        self.call_servers[protocol] = server
+        self.calls_changed()
+
+    def remove_call_server(self, protocol: str, server: Any) -> None:
+        if self.call_servers.get(protocol) is server:
+            del self.call_servers[protocol]
+            self.calls_changed()
+
+    def calls_changed(self) -> None:
+        """A call server's names changed (a handler or route added)."""
+        if self.cluster is not None:
+            self.cluster.calls_changed()
 
     def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
         """The fan-out cache key of frames in `wire_format` prepared for transports of
@@ -331,7 +354,7 @@ class Hub:
             if will:
                 stats.wills_published += 1
             if cluster is not None:
-                cluster.forward(topic, payload, will, protocol)
+                cluster.forward(topic, payload, will, protocol, cache)
         if self._patterns.count:
             targets: Iterable[Any] = self.subscribers(topic)  # FrameSubscribers when writes_now
         else:

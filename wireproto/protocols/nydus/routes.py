@@ -233,6 +233,8 @@ class _Route:
     regex: re.Pattern[str]
     keys: list[str | None]
     action: Any
+    # Added as a compiled re.Pattern, not a ruta3 pattern string.
+    compiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -285,28 +287,32 @@ class RouteTable:
             )
         if action is None:
             raise ValueError(f"route {source!r} requires an action")
-        self.routes.append(_Route(source, regex, keys, action))
+        self.routes.append(_Route(source, regex, keys, action, isinstance(pattern, re.Pattern)))
 
     # ruta3's name
     add_route = add
 
     def match(self, path: str, start: int = 0) -> Match | None:
         """The first route from `start` on that matches `path`, or None."""
-        routes = self.routes
-        for index in range(start, len(routes)):
-            route = routes[index]
-            found = route.regex.search(path)
-            if found is None:
-                continue
-            params: dict[str, str | None] = {}
-            splats: list[str | None] = []
-            keys = route.keys
-            for position, value in enumerate(found.groups()):
-                key = keys[position] if position < len(keys) else None
-                if key:
-                    params[key] = _decode_capture(value)
-                else:
-                    splats.append(_decode_capture(value))
-            return Match(route.pattern, params, splats, route.action, path, index, self)
+        for index in range(start, len(self.routes)):
+            found = self.match_route(index, path)
+            if found is not None:
+                return found
         return None
 
+    def match_route(self, index: int, path: str) -> Match | None:
+        """The match of `path` by the route at `index` alone, or None."""
+        route = self.routes[index]
+        found = route.regex.search(path)
+        if found is None:
+            return None
+        params: dict[str, str | None] = {}
+        splats: list[str | None] = []
+        keys = route.keys
+        for position, value in enumerate(found.groups()):
+            key = keys[position] if position < len(keys) else None
+            if key:
+                params[key] = _decode_capture(value)
+            else:
+                splats.append(_decode_capture(value))
+        return Match(route.pattern, params, splats, route.action, path, index, self)

@@ -43,11 +43,13 @@ gives its handler ``body=None``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from inspect import iscoroutine
 from typing import Any
 
+import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -55,6 +57,7 @@ from twisted.python.failure import Failure
 from wireproto.access import Action
 from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
+from wireproto.codecs.serialization import json_loads, json_utf8
 from wireproto.errors import Forbidden, FrameTooLarge, LimitExceeded, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import payload_from_value
@@ -72,7 +75,7 @@ from wireproto.protocols.nydus.paths import (
     topic_of_path,
 )
 from wireproto.protocols.nydus.routes import RouteTable
-from wireproto.protocols.rpc import RequestFailed, run_handler
+from wireproto.protocols.rpc import RequestFailed, run_handler, why_unanswered
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
@@ -94,6 +97,11 @@ DEFAULT_MAX_PENDING_INVOKES = 1000
 NOT_FOUND = {"message": "Not Found", "status": 404}
 TOO_MANY_REQUESTS = {"message": "Too Many Requests", "status": 429}
 FORBIDDEN = {"message": "Forbidden", "status": 403}
+# A route that another broker process was to answer did not (docs/cluster.md).
+GATEWAY_TIMEOUT = {"message": "Gateway Timeout", "status": 504}
+SERVICE_UNAVAILABLE = {"message": "Service Unavailable", "status": 503}
+UNANSWERED = {"not served": NOT_FOUND, "busy": TOO_MANY_REQUESTS, "timeout": GATEWAY_TIMEOUT,
+              "unavailable": SERVICE_UNAVAILABLE}
 
 
 HUB_ROUTES = "/_hub"
@@ -199,10 +207,13 @@ class NydusServerProtocol(MessageProtocol):
             self._reply(Error, message.id, TOO_MANY_REQUESTS)
             return
         match = server.routes.match(message.path)
+        remote = None
         if match is None:
-            self._reply(Error, message.id, NOT_FOUND)
-            return
-        if match.action not in server.hub_route_handlers:
+            remote = server.remote_route(message.path)
+            if remote is None:
+                self._reply(Error, message.id, NOT_FOUND)
+                return
+        if remote is not None or match.action not in server.hub_route_handlers:
             try:
                 self.session.check(Action.CALL, call_name(message.path))
             except Forbidden:
@@ -212,6 +223,9 @@ class NydusServerProtocol(MessageProtocol):
                 self._reply(Error, message.id, FORBIDDEN)
                 self._over_limit(error)
                 return
+        if remote is not None:
+            self._invoke_elsewhere(message, remote)
+            return
         invocation = Invocation(
             server, self, message.path, match.route, match.params, match.splats,
             None if message.data is NO_DATA else message.data, message.id,
@@ -230,6 +244,27 @@ class NydusServerProtocol(MessageProtocol):
         self._answering -= 1
         if isinstance(result, Failure):
             log.failure("nydus: sending a reply failed", result)
+
+    def _invoke_elsewhere(self, message: Invoke, route: Any) -> None:
+        """Ask the broker process that serves `route` (wireproto.cluster.calls)."""
+        request = msgpack.packb([message.path, message.id, *_pack_data(message.data)])
+        self._answering += 1
+        d = self.server.hub.cluster.calls.call("nydus", route, request, self.session)
+        d.addCallbacks(self._remote_answered, self._remote_failed,
+                       callbackArgs=(message.id,), errbackArgs=(message.id,))
+        d.addBoth(self._answered)
+
+    def _remote_answered(self, answer: bytes, invoke_id: str) -> None:
+        try:
+            succeeded, kind, data = msgpack.unpackb(answer)
+            data = _unpack_data(kind, data)
+        except (ValueError, TypeError, ProtocolError, msgpack.UnpackException):
+            self._reply(Error, invoke_id, SERVICE_UNAVAILABLE)
+            return
+        self._reply(Result if succeeded else Error, invoke_id, data)
+
+    def _remote_failed(self, failure: Failure, invoke_id: str) -> None:
+        self._reply(Error, invoke_id, UNANSWERED[why_unanswered(failure)])
 
     def _handler_failed(self, invocation: Invocation, failure: Failure) -> None:
         error = failure.value
@@ -320,6 +355,11 @@ class NydusServer:
             self.register_route(f"{HUB_ROUTES}/subscribe", self._route_subscribe)
             self.register_route(f"{HUB_ROUTES}/unsubscribe", self._route_unsubscribe)
             self.register_route(f"{HUB_ROUTES}/publish", self._route_publish)
+        # The routes other broker processes serve, matched when none here does; remade when
+        # what they announce changes (its version).
+        self._remote_routes = RouteTable()
+        self._remote_version = -1
+        hub.add_call_server("nydus", self)
 
     # -- hooks: replace them ---------------------------------------------------------------------
 
@@ -347,11 +387,89 @@ class NydusServer:
         if handler is None:
             def register(fn: Handler) -> Handler:
                 self.routes.add(pattern, fn)
+                self.hub.calls_changed()
                 return fn
 
             return register
         self.routes.add(pattern, handler)
+        self.hub.calls_changed()
         return handler
+
+    # -- routes on other broker processes (wireproto.cluster.calls) -----------------------------
+
+    def served_calls(self) -> list[Any]:
+        """This process's routes, but the hub routes (every process has them): a string
+        pattern as itself, a compiled one as [source, flags]."""
+        return [self.served_name(route) for route in self.routes.routes
+                if route.action not in self.hub_route_handlers]
+
+    @staticmethod
+    def call_subject_name(name: Any) -> str:
+        if isinstance(name, str):
+            return "p" + name
+        source, flags = name
+        return f"r{flags}/{source}"
+
+    def remote_route(self, path: str) -> Any:
+        """The route (as `served_calls` names it) of another broker process that matches
+        `path`, or None."""
+        cluster = self.hub.cluster
+        if cluster is None or not cluster.running:
+            return None
+        calls = cluster.calls
+        if calls.version != self._remote_version:
+            table = RouteTable()
+            for name in calls.elsewhere("nydus"):
+                try:
+                    table.add(name if isinstance(name, str) else re.compile(name[0], name[1]),
+                              name)
+                except (ValueError, TypeError, IndexError, re.error):
+                    continue  # a pattern this process cannot read: not reachable from here
+            self._remote_routes, self._remote_version = table, calls.version
+        match = self._remote_routes.match(path)
+        return None if match is None else match.action
+
+    def answer_remote_call(self, name: Any, request: bytes, caller: Any) -> defer.Deferred:
+        """Answer an INVOKE made on another process: the route's handler gets an Invocation
+        whose `client` is the `RemoteCaller`."""
+        path, invoke_id, kind, data = msgpack.unpackb(request)
+        match = None
+        for index, route in enumerate(self.routes.routes):
+            if route.action not in self.hub_route_handlers and \
+                    self.served_name(route) == _hashable(name):
+                match = self.routes.match_route(index, path)
+                break
+        if match is None:
+            return defer.succeed(msgpack.packb([False, *_pack_data(NOT_FOUND)]))
+        invocation = Invocation(
+            self, caller, path, match.route, match.params, match.splats,
+            _unpack_data(kind, data) if kind else None, invoke_id,
+        )
+        answered: defer.Deferred = defer.Deferred()
+
+        def succeeded(value: Any) -> None:
+            try:
+                packed = _pack_data(NO_DATA if value is None else value)
+            except (TypeError, ValueError) as error:
+                failed(Failure(error))
+                return
+            answered.callback(msgpack.packb([True, *packed]))
+
+        def failed(failure: Failure) -> None:
+            error = failure.value
+            if not isinstance(error, (InvokeError, RequestFailed)):
+                log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
+                            path=path, route=match.route)
+            answered.callback(msgpack.packb([False, *_pack_data(error_data(error, self.debug))]))
+
+        run_handler(match.action, (invocation,), succeeded, failed, self.observe_request)
+        return answered
+
+    @staticmethod
+    def served_name(route: Any) -> Any:
+        """A route's name among the processes: its pattern, or a compiled one's
+        (source, flags)."""
+        return (route.regex.pattern, route.regex.flags) if route.compiled else route.pattern
 
     # -- the hub routes ------------------------------------------------------------------------
 
@@ -403,6 +521,12 @@ class NydusServer:
         carry, InvalidField for plain initial data that is not JSON, and LimitExceeded past the
         hub's subscriptions limit.
         """
+        if getattr(client, "remote", False):
+            _discard(initial_data)
+            raise TypeError(
+                f"{client!r} is connected to another broker process; it can subscribe itself "
+                "(with /_hub/subscribe), but cannot be subscribed from here"
+            )
         try:
             topic = topic_of_path(path)
             publish_head(path)
@@ -449,7 +573,7 @@ class NydusServer:
     def unsubscribe_client(self, client: NydusServerProtocol, path: str) -> bool:
         """Unsubscribe `client` from `path`; False if it was not subscribed."""
         topic = topic_of_path(path)
-        if client.session is None:
+        if getattr(client, "session", None) is None:  # gone, or on another broker process
             return False
         return client.session.unsubscribe(topic)
 
@@ -492,6 +616,21 @@ class NydusServer:
         """Close every connection (as nydus's close does); listeners are stopped by their owner."""
         for client in tuple(self.clients.values()):
             client.close()
+
+
+def _hashable(name: Any) -> Any:
+    return name if isinstance(name, str) else tuple(name)
+
+
+def _pack_data(data: Any) -> tuple[int, bytes]:
+    """nydus data crossing between broker processes: (0, b"") for none, else (1, JSON text)."""
+    if data is NO_DATA:
+        return 0, b""
+    return 1, json_utf8(data)
+
+
+def _unpack_data(kind: int, data: bytes) -> Any:
+    return NO_DATA if not kind else json_loads(data, "data")
 
 
 def call_name(path: str) -> str:

@@ -205,6 +205,9 @@ class SubbleHost:
         self.max_client_id_length = max_client_id_length
         self.handshake_timeout = handshake_timeout
         self.clients: dict[str, SubbleHostProtocol] = {}
+        # An event's id, source and time are in its encoding: other broker processes send on
+        # these bytes, not an encoding of their own.
+        hub.portable_formats.add(WIRE_FORMAT)
 
     # -- hooks: replace them ---------------------------------------------------------------------
 

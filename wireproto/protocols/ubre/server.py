@@ -23,16 +23,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import msgpack
+from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto.access import Action
 from wireproto.codecs import ubre
-from wireproto.codecs.ubre import NO_BODY, Publish, Subscribe, Unsubscribe
+from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
 from wireproto.errors import InvalidTopic, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.protocols.rpc import (
     DEFAULT_REQUEST_TIMEOUT,
+    RequestFailed,
+    error_body,
+    run_handler,
+    why_unanswered,
 )
 from wireproto.protocols.ubre.peer import (
     BINARY_FORMAT,
@@ -41,12 +47,17 @@ from wireproto.protocols.ubre.peer import (
     HUB_ENCODERS,
     JSON_FORMAT,
     JSON_TEXT_FORMAT,
+    NOT_FOUND,
+    TOO_MANY_REQUESTS,
     Handler,
     HandlerRegistry,
     UbrePeer,
     incoming_body,
     json_publish,
+    outgoing_body,
+    pack_body,
     payload_from_body,
+    unpack_body,
 )
 
 __all__ = [
@@ -58,6 +69,12 @@ __all__ = [
 ]
 
 log = Logger()
+
+# The fail bodies of a request that another broker process was to answer (docs/cluster.md).
+TIMEOUT = "Timeout"  # it did not answer within [cluster] call_timeout
+UNAVAILABLE = "Unavailable"  # NATS is out of reach, or that process could not answer
+UNANSWERED = {"not served": NOT_FOUND, "busy": TOO_MANY_REQUESTS, "timeout": TIMEOUT,
+              "unavailable": UNAVAILABLE}
 
 # -- the server role ------------------------------------------------------------------------------
 
@@ -142,6 +159,36 @@ class UbreServerProtocol(UbrePeer):
                 "on_unsubscribe", message.topic, incoming_body(message.body, binary_format), self
             )
 
+    def _unhandled(self, message: Request, binary_format: bool) -> None:
+        """A request no handler here takes: another broker process may serve its name."""
+        cluster = self.server.hub.cluster
+        if cluster is None or not cluster.running:
+            super()._unhandled(message, binary_format)
+            return
+        try:
+            request = msgpack.packb([binary_format, *pack_body(message.body)])
+        except (TypeError, ValueError):  # a body JSON cannot say; the codec let it in
+            super()._unhandled(message, binary_format)
+            return
+        self._answering += 1
+        d = cluster.calls.call("ubre", message.name, request, self.session)
+        d.addCallbacks(self._remote_answered, self._remote_failed,
+                       callbackArgs=(message, binary_format),
+                       errbackArgs=(message, binary_format))
+        d.addBoth(self._answered)
+
+    def _remote_answered(self, answer: bytes, message: Request, binary_format: bool) -> None:
+        try:
+            succeeded, kind, data = msgpack.unpackb(answer)
+            body = unpack_body(kind, data)
+        except (ValueError, TypeError, ProtocolError, msgpack.UnpackException):
+            self._reply(Fail, message.id, UNAVAILABLE, binary_format)
+            return
+        self._reply(Success if succeeded else Fail, message.id, body, binary_format)
+
+    def _remote_failed(self, failure: Failure, message: Request, binary_format: bool) -> None:
+        self._reply(Fail, message.id, UNANSWERED[why_unanswered(failure)], binary_format)
+
     def _follow_format(self, binary_format: bool) -> None:
         if binary_format == self.binary_format:
             return
@@ -210,10 +257,21 @@ class UbreServer(HandlerRegistry):
         self.max_pending_requests = max_pending_requests
         self.request_timeout = request_timeout
         self.debug = debug
-        self.handlers: dict[str, Handler] = {}
-        self.default_handler: Handler | None = None
+        self.handlers: dict[str, Handler] = _Handlers(hub.calls_changed)
+        self._default_handler: Handler | None = None
         self.peers: dict[UbreServerProtocol, None] = {}
         hub.add_topic_observer(self)
+        hub.add_call_server("ubre", self)
+
+    @property
+    def default_handler(self) -> Handler | None:
+        """The handler of requests that name none (the spec's form, and every binary one)."""
+        return self._default_handler
+
+    @default_handler.setter
+    def default_handler(self, handler: Handler | None) -> None:
+        self._default_handler = handler
+        self.hub.calls_changed()
 
     # -- hooks: replace them ---------------------------------------------------------------------
 
@@ -263,6 +321,47 @@ class UbreServer(HandlerRegistry):
             for peer in tuple(self.peers):
                 peer.announce(Unsubscribe, topic)
 
+    # -- calls from other broker processes (wireproto.cluster.calls) -----------------------------
+
+    def served_calls(self) -> list[str | None]:
+        names: list[str | None] = list(self.handlers)
+        if self._default_handler is not None:
+            names.append(None)
+        return names
+
+    @staticmethod
+    def call_subject_name(name: str | None) -> str | None:
+        return name
+
+    def answer_remote_call(self, name: str | None, request: bytes,
+                           caller: Any) -> defer.Deferred:
+        """Answer a request made to another process: its handler gets the `RemoteCaller`."""
+        binary_format, kind, data = msgpack.unpackb(request)
+        body = incoming_body(unpack_body(kind, data), binary_format)
+        handler = self.handlers.get(name) if name is not None else self._default_handler
+        if handler is None:  # removed since this process said it serves the name
+            return defer.succeed(_packed_answer(False, NOT_FOUND))
+        answered: defer.Deferred = defer.Deferred()
+
+        def succeeded(value: Any) -> None:
+            try:
+                answered.callback(_packed_answer(True, outgoing_body(value, binary_format)))
+            except (ProtocolError, TypeError, ValueError) as error:
+                failed(Failure(error))
+
+        def failed(failure: Failure) -> None:
+            error = failure.value
+            if isinstance(error, RequestFailed):
+                body = error.body
+            else:
+                log.failure("ubre: handler for request {what!r} raised", failure,
+                            what=name if name is not None else "(default)")
+                body = error_body(error, debug=self.debug)
+            answered.callback(_packed_answer(False, outgoing_body(body, binary_format)))
+
+        run_handler(handler, (body, caller), succeeded, failed, self.observe_request)
+        return answered
+
     # -- connections -----------------------------------------------------------------------------
 
     def __call__(self) -> UbreServerProtocol:
@@ -272,6 +371,40 @@ class UbreServer(HandlerRegistry):
     def close(self) -> None:
         """Stop following the hub's topics (connections are closed by their listeners)."""
         self.hub.remove_topic_observer(self)
+        self.hub.remove_call_server("ubre", self)
+
+
+def _packed_answer(succeeded: bool, body: Any) -> bytes:
+    return msgpack.packb([succeeded, *pack_body(body)])
+
+
+class _Handlers(dict):
+    """Handlers by name, telling the hub when they change, so the cluster serves their names."""
+
+    def __init__(self, changed: Any) -> None:
+        super().__init__()
+        self._changed = changed
+
+    def __setitem__(self, name: str, handler: Handler) -> None:
+        super().__setitem__(name, handler)
+        self._changed()
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self._changed()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def pop(self, *args: Any) -> Any:
+        result = super().pop(*args)
+        self._changed()
+        return result
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
 
 
 def server_factory(hub: Hub, **options: Any) -> UbreServer:
