@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator
 
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
 
 from tests.brokers import LOCAL
 from tests.cluster.conftest import _need_nats_server
@@ -129,6 +129,23 @@ async def test_every_publish_reaches_subscribers_on_both_workers_exactly_once(su
         await wait_for(client.disconnect())
     for publisher in publishers:
         await wait_for(publisher.disconnect())
+
+
+@pytest_twisted.ensureDeferred
+async def test_new_connections_are_spread_over_the_workers(supervised):
+    port = int(supervised.tcp.rsplit(":", 1)[1])
+    clients = await wait_for(defer.gatherResults(  # a burst, as at a broker's restart
+        [connect(reactor, supervised.tcp) for _ in range(40)]))
+    owners = []
+    for client in clients:
+        local = client.transport.getHost().port
+        owners.append(await eventually(
+            lambda local=local: socket_owner(local, port, supervised.pids)))
+    for client in clients:
+        await wait_for(client.disconnect())
+    # The kernel hashes each connection to one worker's socket: a worker with fewer than 8
+    # of 40 would happen about once in 100 000 runs by chance.
+    assert min(owners.count(pid) for pid in supervised.pids) >= 8, owners
 
 
 @pytest_twisted.ensureDeferred
