@@ -151,6 +151,10 @@ class AdoptedEndpoint:
             factory = TLSMemoryBIOFactory(context, False, factory)
         with socket.socket(fileno=os.dup(self.fileno)) as probe:
             family = probe.family
+            if not probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                # A worker's own SO_REUSEPORT socket, bound for it: listening joins it to the
+                # sockets the kernel spreads connections over.
+                probe.listen(getattr(self.endpoint, "_backlog", 50))
         return defer.execute(self.reactor.adoptStreamPort, self.fileno, family, factory)
 
 

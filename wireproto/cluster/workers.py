@@ -10,7 +10,10 @@ A TCP (or TLS) listener gets one socket per worker, all bound to its address wit
 ``SO_REUSEPORT``, so the kernel spreads new connections evenly over the workers. (One socket
 shared by all would not: every worker is woken for each connection, and the same one tends to
 win.) When a worker dies its sockets are closed, so new connections go to the others until it is
-back with new ones. A unix socket is shared by all workers, as the kernel does not spread those.
+back with new ones. Each such socket is bound by the supervisor (which may hold the privileges
+a low port needs) and listened on by its worker once it runs, so no connection waits in the
+backlog of a worker that is still starting. A unix socket is shared by all workers, as the
+kernel does not spread those.
 
 A worker that dies is started again, after a pause that grows while workers keep dying. SIGHUP
 is passed to every worker (each rereads its access rules); stopping the supervisor stops the
@@ -90,8 +93,8 @@ class Supervisor(Service):
         self.restarts = 0
         self._ports: list[Any] = []
         # Per endpoint group: None for a port shared by every worker, or the address the
-        # workers' own SO_REUSEPORT sockets bind to, as (family, address, backlog).
-        self._spread: list[tuple[int, Any, int] | None] = []
+        # workers' own SO_REUSEPORT sockets bind to, as (family, address).
+        self._spread: list[tuple[int, Any] | None] = []
         # worker index -> its own sockets, by endpoint group (None where the port is shared)
         self._worker_sockets: dict[int, list[socket.socket | None]] = {}
         self._quick_deaths = 0
@@ -139,7 +142,7 @@ class Supervisor(Service):
             family = port.socket.family
             spread = None
             if family in (socket.AF_INET, socket.AF_INET6) and hasattr(socket, "SO_REUSEPORT"):
-                spread = (family, port.socket.getsockname(), port.backlog)
+                spread = (family, port.socket.getsockname())
             self._spread.append(spread)
             for _, listener in group:
                 self.bound.append(BoundListener(listener, format_address(listener,
@@ -167,15 +170,14 @@ class Supervisor(Service):
             if spread is None:
                 own.append(None)
                 continue
-            family, address, backlog = spread
+            family, address = spread
             listening = socket.socket(family, socket.SOCK_STREAM)
             try:
                 listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-                listening.bind(address)
-                listening.listen(backlog)
+                listening.bind(address)  # the worker listens, once it is there to accept
             except OSError:
                 listening.close()
                 self._release(index)
