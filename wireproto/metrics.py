@@ -270,6 +270,18 @@ class BrokerCollector(Collector):
             "wireproto_hub_topics", "Exact topics with at least one subscriber.",
             value=len(hub.topics()),
         )
+        retained = hub.retained
+        if retained is not None:
+            yield GaugeMetricFamily(
+                "wireproto_hub_retained", "Topics whose last value the hub keeps ([hub] retain).",
+                value=len(retained))
+            yield GaugeMetricFamily(
+                "wireproto_hub_retained_bytes", "Bytes of the last values kept.",
+                value=retained.bytes)
+            yield CounterMetricFamily(
+                "wireproto_hub_retained_refused",
+                "Last values not kept: max_retained or max_retained_bytes reached.",
+                value=retained.refused)
 
     def _phyllo(self, links: dict[str, Any]) -> Iterator[Metric]:
         if not links:

@@ -42,6 +42,8 @@ from wireproto import peerlog
 from wireproto.access import Policy
 from wireproto.access.quotas import PrincipalLimits
 from wireproto.hub.message import (
+    DEFAULT_MAX_RETAINED,
+    DEFAULT_MAX_RETAINED_BYTES,
     DEFAULT_MAX_SUBSCRIPTION_BYTES,
     DEFAULT_MAX_SUBSCRIPTIONS,
     DEFAULT_MAX_TOPIC_LENGTH,
@@ -55,6 +57,7 @@ from wireproto.hub.message import (
     SessionStats,
     new_message,
 )
+from wireproto.hub.retained import LastValues
 from wireproto.hub.session import Session, log_protocol_error, transport_name
 from wireproto.hub.subscribers import (
     FrameSubscriber,
@@ -104,6 +107,9 @@ class Hub:
         max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
         max_subscription_bytes: int = DEFAULT_MAX_SUBSCRIPTION_BYTES,
         max_total_subscription_bytes: int = DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES,
+        retain: Iterable[str] = (),
+        max_retained: int = DEFAULT_MAX_RETAINED,
+        max_retained_bytes: int = DEFAULT_MAX_RETAINED_BYTES,
     ) -> None:
         if queue_bytes <= 0:
             raise ValueError("queue_bytes must be positive")
@@ -115,6 +121,10 @@ class Hub:
         self.max_total_subscription_bytes = max_total_subscription_bytes
         # The UTF-8 bytes of every connection's subscribed topics and patterns.
         self.subscription_bytes = 0
+        # The last value of each topic a retain pattern matches (None: none are kept).
+        retain = tuple(retain)
+        self.retained: LastValues | None = LastValues(
+            retain, max_topics=max_retained, max_bytes=max_retained_bytes) if retain else None
         self.stats = HubStats()
         self.sessions: dict[Session, None] = {}
         # Connections ever attached, by (protocol, transport); counts of closed sessions, by
@@ -147,6 +157,20 @@ class Hub:
         # SubbleSocket event's id, source and time): a publish made with one crosses to the
         # other processes with it, so their subscribers get the same bytes.
         self.portable_formats: set[Hashable] = set()
+
+    def send_last_values(self, session: Session, subscribed: str, pattern: bool) -> None:
+        """Send a new subscription's last values to its session: the topic's, or every kept
+        topic's that the pattern matches."""
+        retained = self.retained
+        if retained is None:
+            return
+        if pattern:
+            found = list(retained.matching(subscribed))
+        else:
+            kept = retained.get(subscribed)
+            found = [] if kept is None else [kept]
+        for message, encodings in found:
+            session.deliver(message, dict(encodings))
 
     def add_call_server(self, protocol: str, server: Any) -> None:
         """Make `server`'s calls (see wireproto.cluster.calls.CallServer) reachable from the
@@ -355,6 +379,13 @@ class Hub:
                 stats.wills_published += 1
             if cluster is not None:
                 cluster.forward(topic, payload, will, protocol, cache)
+        retained = self.retained
+        if retained is not None and retained.wants(topic):
+            # Kept without its sender (a subscriber gets its own last value too) and as a plain
+            # message: a will kept is a topic's last value, not a will once more.
+            retained.keep(new_message(topic, payload, False, None, protocol),
+                          {wire_format: cache[wire_format]
+                           for wire_format in self.portable_formats if wire_format in cache})
         if self._patterns.count:
             targets: Iterable[Any] = self.subscribers(topic)  # FrameSubscribers when writes_now
         else:

@@ -9,7 +9,8 @@ from enum import StrEnum
 from typing import Any
 
 from wireproto.codecs.serialization import unchecked_constructor
-from wireproto.settings import choice, setting
+from wireproto.settings import choice, setting, strings
+from wireproto.topics import validate_pattern
 
 __all__ = [
     "DEFAULT_QUEUE_BYTES",
@@ -33,6 +34,16 @@ DEFAULT_MAX_SUBSCRIPTIONS = 1000
 DEFAULT_MAX_TOPIC_LENGTH = 1024
 DEFAULT_MAX_SUBSCRIPTION_BYTES = 65_536
 DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES = 64 << 20
+# Last values ([hub] retain): how many topics' and how many bytes the hub keeps at most.
+DEFAULT_MAX_RETAINED = 10_000
+DEFAULT_MAX_RETAINED_BYTES = 16 << 20
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    patterns = strings(value)
+    for pattern in patterns:
+        validate_pattern(pattern)  # a ValueError says what is wrong with it
+    return patterns
 
 
 class Overflow(StrEnum):
@@ -53,6 +64,10 @@ class HubSettings:
     max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH
     max_subscription_bytes: int = DEFAULT_MAX_SUBSCRIPTION_BYTES
     max_total_subscription_bytes: int = DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES
+    # Topic patterns whose last message is kept for later subscribers (docs/hub.md).
+    retain: tuple[str, ...] = setting((), read=_patterns)
+    max_retained: int = DEFAULT_MAX_RETAINED
+    max_retained_bytes: int = DEFAULT_MAX_RETAINED_BYTES
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -159,7 +159,10 @@ class Session:
             self.check(Action.SUBSCRIBE, topic)
         self._hold(topic)
         self.topics.add(topic)
-        return self.hub.subscribe(self, topic)
+        subscribed = self.hub.subscribe(self, topic)
+        if self.hub.retained is not None:
+            self.hub.send_last_values(self, topic, pattern=False)
+        return subscribed
 
     def unsubscribe(self, topic: str) -> bool:
         if topic not in self.topics:
@@ -177,6 +180,8 @@ class Session:
         self._hold(pattern)
         self.hub.subscribe_pattern(self, pattern)
         self.patterns.add(pattern)
+        if self.hub.retained is not None:
+            self.hub.send_last_values(self, pattern, pattern=True)
         return True
 
     def unsubscribe_pattern(self, pattern: str) -> bool:

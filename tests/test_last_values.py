@@ -1,0 +1,137 @@
+"""Last values ([hub] retain): a subscriber that comes after a publish gets the topic's last
+value at once, in its own protocol's form, on a real broker over real sockets."""
+
+from __future__ import annotations
+
+import pytest_twisted
+from twisted.internet import reactor
+
+from tests.brokers import LOCAL
+from tests.support import eventually, sleep, wait_for
+from tests.test_metrics import http_base, scrape
+from wireproto.hub import HubMessage, HubSettings
+from wireproto.protocols.nydus.client import connect as nydus_connect
+from wireproto.protocols.subble.client import connect as subble_connect
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.websmq.server import WebsmqSettings
+
+LISTEN = (f"websmq+ws@tcp:0:{LOCAL}", f"ubre+lines@tcp:0:{LOCAL}",
+          f"nydus+lines@tcp:0:{LOCAL}", f"subble+ws@tcp:0:{LOCAL}")
+
+
+async def retaining(broker, **hub):
+    settings = HubSettings(**{"retain": ("sensors/#", "status"), **hub})
+    service, bound = await broker.start(*LISTEN, hub=settings,
+                                        websmq=WebsmqSettings(wildcards=True))
+    return service, {entry.listener.protocol: entry.address for entry in bound}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_late_subscriber_gets_the_last_value_in_every_protocol(broker):
+    service, at = await retaining(broker)
+    publisher = await broker.client(at["websmq"])
+    for value in (b'{"c":20}', b'{"c":21}'):
+        publisher.publish("sensors/kitchen", value)
+    publisher.publish("other", b'{"c":1}')  # no retain pattern matches it
+    await eventually(lambda: len(service.hub.retained) == 1)
+
+    websmq_client = await broker.client(at["websmq"])
+    via_websmq: list = []
+    websmq_client.subscribe("sensors/kitchen", via_websmq.append)
+
+    ubre = await wait_for(ubre_connect(reactor, at["ubre"]))
+    via_ubre: list = []
+    ubre.subscribe("sensors/kitchen", via_ubre.append)
+
+    nydus = await wait_for(nydus_connect(reactor, at["nydus"]))
+    via_nydus: list = []
+    nydus.register_route("/sensors/:room", lambda match, data: via_nydus.append(
+        (match.params["room"], data)))
+    await wait_for(nydus.invoke("/_hub/subscribe", "/sensors/kitchen"))
+
+    via_subble: list = []
+    subble = await wait_for(subble_connect(reactor, at["subble"], subscribe=["sensors/kitchen"],
+                                           on_event=via_subble.append))
+    try:
+        await eventually(lambda: via_websmq and via_ubre and via_nydus and via_subble)
+        await sleep(0.1)
+        assert [(m.topic, m.payload) for m in via_websmq] == [("sensors/kitchen", b'{"c":21}')]
+        assert [m.body for m in via_ubre] == [{"c": 21}]
+        assert via_nydus == [("kitchen", {"c": 21})]
+        assert [(e.type, e.payload) for e in via_subble] == [("sensors/kitchen", {"c": 21})]
+    finally:
+        await wait_for(ubre.close())
+        await wait_for(nydus.close())
+        await wait_for(subble.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_pattern_subscriber_gets_every_matching_last_value_and_empty_clears(broker):
+    service, at = await retaining(broker)
+    publisher = await broker.client(at["websmq"])
+    publisher.publish("sensors/a/t", b"1")
+    publisher.publish("sensors/b/t", b"2")
+    publisher.publish("sensors/c/t", b"3")
+    publisher.publish("sensors/b/t", b"")  # clears b
+    service.hub.publish(HubMessage("status", b"up"))  # host code's publishes are kept too
+    await eventually(lambda: service.hub.retained.cleared == 1)
+    by_pattern = {}
+    for pattern in ("sensors/+/t", "#"):
+        late = await broker.client(at["websmq"], wildcards=True)
+        received: list = []
+        late.subscribe(pattern, received.append)
+        by_pattern[pattern] = received
+    await eventually(lambda: len(by_pattern["sensors/+/t"]) == 2 and len(by_pattern["#"]) == 3)
+    await sleep(0.1)
+    assert sorted((m.topic, m.payload) for m in by_pattern["sensors/+/t"]) == [
+        ("sensors/a/t", b"1"), ("sensors/c/t", b"3")]
+    assert sorted((m.topic, m.payload) for m in by_pattern["#"]) == [
+        ("sensors/a/t", b"1"), ("sensors/c/t", b"3"), ("status", b"up")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_is_kept_is_bounded_and_counted(broker):
+    service, at = await retaining(broker, max_retained=2, max_retained_bytes=1000)
+    publisher = await broker.client(at["websmq"])
+    publisher.publish("sensors/1", b"x")
+    publisher.publish("sensors/2", b"x")
+    publisher.publish("sensors/3", b"x")  # a third topic: refused
+    publisher.publish("sensors/1", b"y" * 2000)  # too big: refused, and its old value dropped
+    retained = service.hub.retained
+    await eventually(lambda: retained.refused == 2)
+    assert retained.topics() == ["sensors/2"] and retained.bytes == len("sensors/2") + 1
+    page = await scrape(http_base(at["websmq"]))
+    assert page.value("wireproto_hub_retained") == 1
+    assert page.value("wireproto_hub_retained_bytes") == 10
+    assert page.value("wireproto_hub_retained_refused_total") == 2
+    late = await broker.client(at["websmq"])
+    received: list = []
+    late.subscribe("sensors/1", received.append)
+    late.subscribe("sensors/2", received.append)
+    await eventually(lambda: received)
+    await sleep(0.1)
+    assert [(m.topic, m.payload) for m in received] == [("sensors/2", b"x")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_subble_event_kept_keeps_its_id_and_source(broker):
+    service, at = await retaining(broker)
+    producer = await wait_for(subble_connect(reactor, at["subble"], produce=["sensors/door"]))
+    live: list = []
+    watcher = await wait_for(subble_connect(reactor, at["subble"], subscribe=["sensors/door"],
+                                            on_event=live.append))
+    late_events: list = []
+    late = None
+    try:
+        await wait_for(producer.produce("sensors/door", "open"))
+        await eventually(lambda: live)
+        late = await wait_for(subble_connect(reactor, at["subble"], subscribe=["sensors/door"],
+                                             on_event=late_events.append))
+        await eventually(lambda: late_events)
+        first, kept = live[0], late_events[0]
+        assert (kept.guid, kept.source, kept.datetime, kept.payload) == (
+            first.guid, producer.client_id, first.datetime, "open")
+    finally:
+        for client in (producer, watcher, late):
+            if client is not None:
+                await wait_for(client.close())

@@ -1,0 +1,87 @@
+"""Last values: the latest message on each topic that a `[hub] retain` pattern matches, for
+subscribers that come later (docs/hub.md, "Last values").
+
+As MQTT's retained messages: a new subscriber of a topic, or of a pattern that matches it, gets
+its last value at once, in its own protocol's form; a publish with an empty payload clears it.
+What is kept is bounded, in topics and in bytes. Past either bound a new value is refused and the
+topic's old one is dropped too, so no subscriber gets a value older than the last publish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from wireproto.hub.message import DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_BYTES, HubMessage
+from wireproto.topics import PatternTree, pattern_matches, validate_pattern
+
+__all__ = ["LastValues"]
+
+_DECISIONS = 4096
+
+
+class LastValues:
+    """The kept messages by topic, with what they cost: `bytes` (topic, payload and carried
+    encodings), `refused` (values not kept for the bounds) and `cleared` (empty publishes)."""
+
+    def __init__(self, patterns: Iterable[str], *, max_topics: int = DEFAULT_MAX_RETAINED,
+                 max_bytes: int = DEFAULT_MAX_RETAINED_BYTES) -> None:
+        self.patterns = tuple(patterns)
+        self._tree = PatternTree()
+        for pattern in self.patterns:
+            validate_pattern(pattern)
+            self._tree.add(pattern, pattern)
+        self.max_topics = max_topics
+        self.max_bytes = max_bytes
+        # topic -> (message, encodings in portable formats, its size)
+        self._values: dict[str, tuple[HubMessage, dict, int]] = {}
+        self._wanted: dict[str, bool] = {}
+        self.bytes = 0
+        self.refused = 0
+        self.cleared = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def wants(self, topic: str) -> bool:
+        """Whether `topic`'s last value is kept."""
+        wanted = self._wanted.get(topic)
+        if wanted is None:
+            found: dict[Any, None] = {}
+            self._tree.match(topic, found)
+            wanted = bool(found)
+            if len(self._wanted) >= _DECISIONS:
+                self._wanted.clear()
+            self._wanted[topic] = wanted
+        return wanted
+
+    def keep(self, message: HubMessage, encodings: dict) -> None:
+        """`message` is its topic's last value now (an empty payload clears it)."""
+        topic = message.topic
+        old = self._values.pop(topic, None)
+        if old is not None:
+            self.bytes -= old[2]
+        if not message.payload:
+            if old is not None:
+                self.cleared += 1
+            return
+        size = len(topic.encode("utf-8", "surrogatepass")) + len(message.payload) + sum(
+            len(data) for data, _ in encodings.values())
+        if len(self._values) >= self.max_topics or self.bytes + size > self.max_bytes:
+            self.refused += 1
+            return
+        self._values[topic] = (message, encodings, size)
+        self.bytes += size
+
+    def get(self, topic: str) -> tuple[HubMessage, dict] | None:
+        kept = self._values.get(topic)
+        return None if kept is None else kept[:2]
+
+    def matching(self, pattern: str) -> Iterator[tuple[HubMessage, dict]]:
+        """The kept values whose topics `pattern` matches, oldest kept first."""
+        for topic, (message, encodings, _) in list(self._values.items()):
+            if pattern_matches(pattern, topic):
+                yield message, encodings
+
+    def topics(self) -> list[str]:
+        return list(self._values)
