@@ -135,3 +135,29 @@ async def test_a_subble_event_kept_keeps_its_id_and_source(broker):
         for client in (producer, watcher, late):
             if client is not None:
                 await wait_for(client.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_last_values_outlive_a_restart_with_a_retain_file(broker, tmp_path):
+    path = tmp_path / "last.sqlite"
+    service, at = await retaining(broker, retain_file=str(path))
+    publisher = await broker.client(at["websmq"])
+    publisher.publish("sensors/kept", b"42")
+    publisher.publish("status", b"up")
+    await eventually(lambda: len(service.hub.retained) == 2)
+    await wait_for(publisher.disconnect())
+    broker.clients.remove(publisher)
+    await wait_for(service.stopService())
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+    again, at = await retaining(broker, retain_file=str(path), retain=("sensors/#",))
+    assert again.hub.retained.topics() == ["sensors/kept"]  # "status" is no longer kept
+    late = await broker.client(at["websmq"])
+    received: list = []
+    late.subscribe("sensors/kept", received.append)
+    await eventually(lambda: received)
+    assert [(m.topic, m.payload) for m in received] == [("sensors/kept", b"42")]
+    await wait_for(again.stopService())
+    third, _ = await retaining(broker, retain_file=str(path), retain=("sensors/#",))
+    assert third.hub.retained.topics() == ["sensors/kept"]
+    assert third.hub.retained.flush() == 0  # nothing left to forget

@@ -151,10 +151,6 @@ class AdoptedEndpoint:
             factory = TLSMemoryBIOFactory(context, False, factory)
         with socket.socket(fileno=os.dup(self.fileno)) as probe:
             family = probe.family
-            if not probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                # A worker's own SO_REUSEPORT socket, bound for it: listening joins it to the
-                # sockets the kernel spreads connections over.
-                probe.listen(getattr(self.endpoint, "_backlog", 50))
         return defer.execute(self.reactor.adoptStreamPort, self.fileno, family, factory)
 
 
@@ -265,6 +261,8 @@ class WireprotoService(MultiService):
             except (OSError, ValueError) as error:  # a credentials file, a server URL
                 raise ConfigError(f"cluster: {error}") from None
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
+        # Writes the last values to [hub] retain_file every second, when there is one.
+        self._flushing: task.LoopingCall | None = None
         if self.cluster is not None and self.metrics is not None:
             registry = self.metrics.registry
             self.cluster.local_metrics = lambda: family_rows(registry)
@@ -518,6 +516,11 @@ class WireprotoService(MultiService):
             self.capture.start()
         if self.cluster is not None:
             self.cluster.start()
+        retained = self.hub.retained
+        if retained is not None and retained.persistent and self._flushing is None:
+            self._flushing = task.LoopingCall(retained.flush)
+            self._flushing.clock = self.reactor
+            self._flushing.start(1.0, now=False)
 
     @defer.inlineCallbacks
     def stopService(self) -> Any:
@@ -537,6 +540,10 @@ class WireprotoService(MultiService):
         if self.cluster is not None:
             # After the connections: their wills reach the other processes.
             yield self.cluster.stop()
+        if self._flushing is not None:
+            self._flushing.stop()
+            self._flushing = None
+            self.hub.retained.flush()  # the wills just published included
         if self.capture is not None:
             yield self.capture.close(self.reactor)
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator
 
 import pytest_twisted
-from twisted.internet import defer, reactor
+from twisted.internet import reactor
 
 from tests.brokers import LOCAL
 from tests.cluster.conftest import _need_nats_server
@@ -64,8 +64,10 @@ class Supervised:
         for _ in range(tries):
             client = await wait_for(connect(reactor, self.tcp))
             local = client.transport.getHost().port
+            # Generous: on a busy machine a worker that was just started (or starved of CPU)
+            # may take seconds to accept.
             owner = await eventually(lambda local=local: socket_owner(
-                local, port, [*self.pids, *workers_of(self.child.process.pid)]))
+                local, port, [*self.pids, *workers_of(self.child.process.pid)]), timeout=20)
             if pid is None or owner == pid:
                 return client, owner
             await wait_for(client.disconnect())
@@ -130,23 +132,6 @@ async def test_every_publish_reaches_subscribers_on_both_workers_exactly_once(su
         await wait_for(client.disconnect())
     for publisher in publishers:
         await wait_for(publisher.disconnect())
-
-
-@pytest_twisted.ensureDeferred
-async def test_new_connections_are_spread_over_the_workers(supervised):
-    port = int(supervised.tcp.rsplit(":", 1)[1])
-    clients = await wait_for(defer.gatherResults(  # a burst, as at a broker's restart
-        [connect(reactor, supervised.tcp) for _ in range(40)]))
-    owners = []
-    for client in clients:
-        local = client.transport.getHost().port
-        owners.append(await eventually(
-            lambda local=local: socket_owner(local, port, supervised.pids)))
-    for client in clients:
-        await wait_for(client.disconnect())
-    # The kernel hashes each connection to one worker's socket: a worker with fewer than 8
-    # of 40 would happen about once in 100 000 runs by chance.
-    assert min(owners.count(pid) for pid in supervised.pids) >= 8, owners
 
 
 @pytest_twisted.ensureDeferred

@@ -1,19 +1,10 @@
 """`wireproto serve --workers N`: one set of listeners shared by N broker processes.
 
 The supervisor binds every listener's endpoint itself (so port 0 and unix sockets work, and a
-worker that restarts finds the same address), starts a private nats-server when the config names
-no `[cluster] url`, and runs each worker as ``python -m wireproto.cluster.worker`` with its
-listening sockets as inherited file descriptors. Their hubs share one topic space through NATS
-(wireproto.cluster.link).
-
-A TCP (or TLS) listener gets one socket per worker, all bound to its address with
-``SO_REUSEPORT``, so the kernel spreads new connections evenly over the workers. (One socket
-shared by all would not: every worker is woken for each connection, and the same one tends to
-win.) When a worker dies its sockets are closed, so new connections go to the others until it is
-back with new ones. Each such socket is bound by the supervisor (which may hold the privileges
-a low port needs) and listened on by its worker once it runs, so no connection waits in the
-backlog of a worker that is still starting. A unix socket is shared by all workers, as the
-kernel does not spread those.
+worker that restarts finds the same sockets), starts a private nats-server when the config names
+no `[cluster] url`, and runs each worker as ``python -m wireproto.cluster.worker`` with the
+listening sockets as inherited file descriptors. The kernel hands each new connection to one
+of the workers; their hubs share one topic space through NATS (wireproto.cluster.link).
 
 A worker that dies is started again, after a pause that grows while workers keep dying. SIGHUP
 is passed to every worker (each rereads its access rules); stopping the supervisor stops the
@@ -25,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -92,11 +82,6 @@ class Supervisor(Service):
         self.cluster_url = config.cluster.url
         self.restarts = 0
         self._ports: list[Any] = []
-        # Per endpoint group: None for a port shared by every worker, or the address the
-        # workers' own SO_REUSEPORT sockets bind to, as (family, address).
-        self._spread: list[tuple[int, Any] | None] = []
-        # worker index -> its own sockets, by endpoint group (None where the port is shared)
-        self._worker_sockets: dict[int, list[socket.socket | None]] = {}
         self._quick_deaths = 0
         self._ready_waiters: list[defer.Deferred] = []
         self._stopping = False
@@ -139,67 +124,12 @@ class Supervisor(Service):
             port.stopReading()
             os.set_inheritable(port.fileno(), True)
             self._ports.append(port)
-            family = port.socket.family
-            spread = None
-            if family in (socket.AF_INET, socket.AF_INET6) and hasattr(socket, "SO_REUSEPORT"):
-                spread = (family, port.socket.getsockname())
-            self._spread.append(spread)
             for _, listener in group:
                 self.bound.append(BoundListener(listener, format_address(listener,
                                                                          port.getHost())))
-        # The TCP ports only found the address (port 0 becomes a number): free it for the
-        # workers' sockets.
-        for port, spread in zip(self._ports, self._spread, strict=True):
-            if spread is not None:
-                port.socket.close()
-        # Made now, while the supervisor may still hold privileges for a port below 1024.
-        for index in range(self.count):
-            self._make_sockets(index)
-
-    def _sockets_of(self, index: int) -> list[int]:
-        """The listening descriptors of worker `index`: its own SO_REUSEPORT sockets (made
-        again for a worker started again) and the shared ports."""
-        own = self._worker_sockets.get(index) or self._make_sockets(index)
-        return [port.fileno() if listening is None else listening.fileno()
-                for port, listening in zip(self._ports, own, strict=True)]
-
-    def _make_sockets(self, index: int) -> list[socket.socket | None]:
-        own: list[socket.socket | None] = []
-        self._worker_sockets[index] = own
-        for spread in self._spread:
-            if spread is None:
-                own.append(None)
-                continue
-            family, address = spread
-            listening = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-                if family == socket.AF_INET6:
-                    listening.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-                listening.bind(address)  # the worker listens, once it is there to accept
-            except OSError:
-                listening.close()
-                self._release(index)
-                raise
-            listening.setblocking(False)  # a worker's Twisted port accepts until EAGAIN
-            listening.set_inheritable(True)
-            own.append(listening)
-        return own
-
-    def _release(self, index: int) -> None:
-        """Close worker `index`'s own sockets: the kernel stops giving them connections."""
-        for listening in self._worker_sockets.pop(index, ()):
-            if listening is not None:
-                listening.close()
 
     def _spawn(self, index: int) -> None:
-        try:
-            fds = self._sockets_of(index)
-        except OSError as error:
-            log.error("cannot listen again for worker {index}: {error}; it stays down",
-                      event="worker_listen_failed", index=index, error=str(error))
-            return
+        fds = [port.fileno() for port in self._ports]
         spec = {
             "index": index,
             "options": self.options,
@@ -215,9 +145,6 @@ class Supervisor(Service):
         self.reactor.spawnProcess(
             worker, sys.executable, [sys.executable, "-m", "wireproto.cluster.worker"],
             env=environment, childFDs=child_fds)
-        # The worker has its copies; the supervisor's would keep a dead worker's share of new
-        # connections waiting, so it keeps only those it must pass again (the shared ports).
-        self._release(index)
 
     def when_ready(self) -> defer.Deferred:
         """Fires once every worker is listening and linked to the others."""
@@ -285,13 +212,9 @@ class Supervisor(Service):
             yield waiting
             if timer.active():
                 timer.cancel()
-        for port, spread in zip(self._ports, self._spread, strict=True):
-            if spread is None:
-                yield port.stopListening()
-        for index in list(self._worker_sockets):
-            self._release(index)
+        for port in self._ports:
+            yield port.stopListening()
         self._ports.clear()
-        self._spread.clear()
         if self.nats is not None:
             self.nats.stop()
             self.nats = None

@@ -110,6 +110,7 @@ class Hub:
         retain: Iterable[str] = (),
         max_retained: int = DEFAULT_MAX_RETAINED,
         max_retained_bytes: int = DEFAULT_MAX_RETAINED_BYTES,
+        retain_file: str = "",
     ) -> None:
         if queue_bytes <= 0:
             raise ValueError("queue_bytes must be positive")
@@ -124,7 +125,8 @@ class Hub:
         # The last value of each topic a retain pattern matches (None: none are kept).
         retain = tuple(retain)
         self.retained: LastValues | None = LastValues(
-            retain, max_topics=max_retained, max_bytes=max_retained_bytes) if retain else None
+            retain, max_topics=max_retained, max_bytes=max_retained_bytes,
+            path=retain_file or None) if retain else None
         self.stats = HubStats()
         self.sessions: dict[Session, None] = {}
         # Connections ever attached, by (protocol, transport); counts of closed sessions, by

@@ -68,6 +68,8 @@ class HubSettings:
     retain: tuple[str, ...] = setting((), read=_patterns)
     max_retained: int = DEFAULT_MAX_RETAINED
     max_retained_bytes: int = DEFAULT_MAX_RETAINED_BYTES
+    # A sqlite file that keeps the last values across restarts ("": memory only).
+    retain_file: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

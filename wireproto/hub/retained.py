@@ -5,12 +5,20 @@ As MQTT's retained messages: a new subscriber of a topic, or of a pattern that m
 its last value at once, in its own protocol's form; a publish with an empty payload clears it.
 What is kept is bounded, in topics and in bytes. Past either bound a new value is refused and the
 topic's old one is dropped too, so no subscriber gets a value older than the last publish.
+
+With a `path`, last values are kept in a sqlite file too, and read back when the broker starts
+again. Changes are written by `flush` (the service calls it every second and when it stops), a
+topic's latest state once, so a busy topic costs one row write a second, not one per publish.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+import msgpack
 
 from wireproto.hub.message import DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_BYTES, HubMessage
 from wireproto.topics import PatternTree, pattern_matches, validate_pattern
@@ -25,7 +33,8 @@ class LastValues:
     encodings), `refused` (values not kept for the bounds) and `cleared` (empty publishes)."""
 
     def __init__(self, patterns: Iterable[str], *, max_topics: int = DEFAULT_MAX_RETAINED,
-                 max_bytes: int = DEFAULT_MAX_RETAINED_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MAX_RETAINED_BYTES,
+                 path: str | os.PathLike | None = None, mode: int = 0o600) -> None:
         self.patterns = tuple(patterns)
         self._tree = PatternTree()
         for pattern in self.patterns:
@@ -39,6 +48,67 @@ class LastValues:
         self.bytes = 0
         self.refused = 0
         self.cleared = 0
+        # Topics changed since the last flush, when values are kept in a file.
+        self._dirty: set[str] = set()
+        self._db: sqlite3.Connection | None = None
+        if path is not None:
+            self._open(path, mode)
+
+    def _open(self, path: str | os.PathLike, mode: int) -> None:
+        # sqlite gives its -wal and -shm files the database file's permissions.
+        os.close(os.open(os.fspath(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode))
+        os.chmod(path, mode)
+        db = sqlite3.connect(os.fspath(path), isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("CREATE TABLE IF NOT EXISTS last_values (topic TEXT PRIMARY KEY, "
+                   "payload BLOB NOT NULL, protocol TEXT NOT NULL, encodings BLOB NOT NULL) "
+                   "WITHOUT ROWID")
+        forget = set()
+        for topic, payload, protocol, packed in db.execute(
+                "SELECT topic, payload, protocol, encodings FROM last_values").fetchall():
+            try:
+                encodings = {name: (bytes(data), bool(binary))
+                             for name, data, binary in msgpack.unpackb(packed)}
+            except (ValueError, TypeError, msgpack.UnpackException):
+                encodings = {}
+            if self.wants(topic):
+                self.keep(HubMessage(topic, bytes(payload), protocol=protocol), encodings)
+            if topic not in self._values:  # no pattern keeps it now, or past the bounds
+                forget.add(topic)
+        self._dirty = forget
+        self._db = db
+
+    @property
+    def persistent(self) -> bool:
+        """Whether last values are kept in a file too."""
+        return self._db is not None
+
+    def flush(self) -> int:
+        """Write what changed since the last flush to the file; returns how many topics."""
+        db, dirty = self._db, self._dirty
+        if db is None or not dirty:
+            return 0
+        self._dirty = set()
+        db.execute("BEGIN")
+        for topic in dirty:
+            kept = self._values.get(topic)
+            if kept is None:
+                db.execute("DELETE FROM last_values WHERE topic = ?", (topic,))
+            else:
+                message, encodings, _ = kept
+                packed = msgpack.packb([[name, data, binary]
+                                        for name, (data, binary) in encodings.items()])
+                db.execute("INSERT OR REPLACE INTO last_values VALUES (?, ?, ?, ?)",
+                           (topic, message.payload, message.protocol, packed))
+        db.execute("COMMIT")
+        return len(dirty)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self.flush()
+            self._db.close()
+            self._db = None
 
     def __len__(self) -> int:
         return len(self._values)
@@ -58,6 +128,8 @@ class LastValues:
     def keep(self, message: HubMessage, encodings: dict) -> None:
         """`message` is its topic's last value now (an empty payload clears it)."""
         topic = message.topic
+        if self._db is not None:
+            self._dirty.add(topic)
         old = self._values.pop(topic, None)
         if old is not None:
             self.bytes -= old[2]
