@@ -332,11 +332,16 @@ class MetricsResource(Resource):
         super().__init__()
         self.registry = registry
 
-    def render_GET(self, request: Any) -> bytes:
+    def render_GET(self, request: Any) -> Any:
+        return self.encoder_for(request)(self.registry)
+
+    @staticmethod
+    def encoder_for(request: Any) -> Callable[[CollectorRegistry], bytes]:
+        """The encoder of the format the scraper asks for; sets the response's type."""
         accept = request.getHeader(b"accept")
         encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
         request.setHeader(b"content-type", content_type.encode("ascii"))
-        return encoder(self.registry)
+        return encoder
 
 
 def family_rows(registry: CollectorRegistry) -> list[list]:
@@ -378,30 +383,28 @@ class MergedFamilies(Collector):
             yield metric
 
 
-class ClusterMetricsResource(Resource):
+class ClusterMetricsResource(MetricsResource):
     """/metrics of a process in a cluster: every process's metrics, gathered over NATS when
     scraped, and their totals; ``?scope=process`` for this process's alone."""
 
-    isLeaf = True
-
     def __init__(self, registry: CollectorRegistry, link: Any) -> None:
-        super().__init__()
-        self.registry = registry
+        super().__init__(registry)
         self.link = link
 
     def render_GET(self, request: Any) -> Any:
-        accept = request.getHeader(b"accept")
-        encoder, content_type = choose_encoder(accept.decode("latin-1") if accept else "")
-        request.setHeader(b"content-type", content_type.encode("ascii"))
         if request.args.get(b"scope") == [b"process"]:
-            return encoder(self.registry)
+            return super().render_GET(request)
+        encoder = self.encoder_for(request)
+        gone: list[Any] = []
+        request.notifyFinish().addErrback(gone.append)
 
         def gathered(parts: list[tuple[str, list]]) -> None:
+            if gone:
+                return  # the scraper hung up meanwhile
             merged = CollectorRegistry(auto_describe=False)
             merged.register(MergedFamilies(parts))
-            if not request._disconnected:
-                request.write(encoder(merged))
-                request.finish()
+            request.write(encoder(merged))
+            request.finish()
 
         self.link.gather_metrics().addCallback(gathered)
         return NOT_DONE_YET
