@@ -8,7 +8,7 @@ SERVE_STAMP := $(VENV)/.installed-serve
 STAMP  := $(VENV)/.installed
 NPM_STAMP := tests/interop/node_modules/.installed
 
-.PHONY: serve install test lint bench fuzz java mosquitto clean
+.PHONY: serve install test lint bench fuzz java mosquitto chromium clean
 
 # The package, editable, and a .pth naming this checkout: twistd finds plugins in the
 # twisted/plugins directories of sys.path entries, and this checkout's is at its top.
@@ -59,7 +59,12 @@ java:
 mosquitto:
 	$(call debian_package,mosquitto,mosquitto,the pub/sub benchmark)
 
-test: $(STAMP) $(NPM_STAMP) java mosquitto
+# The status page's tests drive Debian's headless Chromium (Playwright, from the test extras,
+# is pointed at /usr/bin/chromium; it downloads no browser).
+chromium:
+	$(call debian_package,chromium,chromium chromium-driver,the browser tests)
+
+test: $(STAMP) $(NPM_STAMP) java mosquitto chromium
 	$(BIN)/ruff check wireproto tests bench twisted examples
 	@# pytest exits 5 when it collects nothing: a suite that tests nothing must fail loudly.
 	@$(BIN)/python -m pytest; rc=$$?; \

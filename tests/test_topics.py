@@ -54,3 +54,24 @@ def test_covers_exactly_when_every_topic_of_the_inner_pattern_matches_the_outer(
 ])
 def test_covers_examples(outer, inner, covers):
     assert pattern_covers(outer, inner) is covers
+
+
+@pytest.mark.parametrize(("pattern", "topic", "matches"), [
+    ("#", "$SYS/broker/uptime", False),  # as in MQTT: the broker's own topics are apart
+    ("+/broker/uptime", "$SYS/broker/uptime", False),
+    ("$SYS/#", "$SYS/broker/uptime", True),
+    ("$SYS/+/uptime", "$SYS/broker/uptime", True),
+    ("#", "a/$SYS", True),  # only a first level that starts with '$'
+    ("+", "$x", False),
+    ("$x", "$x", True),
+])
+def test_a_wildcard_first_level_does_not_match_a_dollar_topic(pattern, topic, matches):
+    from wireproto.topics import PatternTree
+
+    assert pattern_matches(pattern, topic) is matches
+    tree = PatternTree()
+    tree.add(pattern, "subscriber")
+    found: dict = {}
+    tree.match(topic, found)
+    assert bool(found) is matches
+    assert pattern_covers(pattern, topic) is matches

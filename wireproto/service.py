@@ -40,6 +40,7 @@ from zope.interface import implementer
 
 from wireproto.access import AccessRule, Principal
 from wireproto.access.quotas import PrincipalLimits
+from wireproto.admin import AdminConsole
 from wireproto.authentication import Authentication
 from wireproto.capture.wrapper import BrokerCapture, CapturingProtocol
 from wireproto.cluster.link import ClusterLink
@@ -266,6 +267,8 @@ class WireprotoService(MultiService):
         if self.cluster is not None and self.metrics is not None:
             registry = self.metrics.registry
             self.cluster.local_metrics = lambda: family_rows(registry)
+        # The status page, the browser clients, the admin API and the $SYS topics.
+        self.admin = AdminConsole(self, config.admin, reactor) if config.admin.enabled else None
 
     # The log observer for the application this service joins, if it has none (the twistd
     # plugin sets it: twistd's own observer, filtered by [log] level).
@@ -280,6 +283,29 @@ class WireprotoService(MultiService):
             if parent.getComponent(ILogObserver, None) is None:
                 parent.setComponent(ILogObserver, observer)
         return result
+
+    @property
+    def cluster_node(self) -> str | None:
+        """This process's name among the cluster's, or None without a cluster."""
+        return None if self.cluster is None else self.cluster.node
+
+    @property
+    def node(self) -> str:
+        """This process's name: its cluster name, or its host name and process id."""
+        return self.cluster_node or f"{socket.gethostname()}:{os.getpid()}"
+
+    def served_protocols(self) -> list[str]:
+        """The protocols of the listeners and attached links, each once, in config order."""
+        found = [listener.protocol for listener in self.config.listeners]
+        found += [link.protocol for link in self.config.attach]
+        return list(dict.fromkeys(found))
+
+    def close_session(self, session: Any, reason: str) -> None:
+        """Close one connection cleanly (an admin asked); its will is published."""
+        log.info("closing {protocol} session {session} from {peer}: {reason}",
+                 event="session_closed_by_admin", protocol=session.protocol,
+                 session=session.id, peer=session.peer, reason=reason)
+        go_away(session.transport)
 
     # -- building -------------------------------------------------------------------------------
 
@@ -337,6 +363,12 @@ class WireprotoService(MultiService):
                     if path in routes:
                         raise ValueError(f"[metrics] path {path!r} is also a listener's path")
                     routes[path] = self.metrics.resource()
+                if self.admin is not None:
+                    for path, resource in self.admin.routes(routes).items():
+                        if path in routes:
+                            raise ValueError(f"{path} is the admin page's ([admin]) and also "
+                                             "a listener's path")
+                        routes[path] = resource
                 factory = websocket_site(
                     routes, idle_timeout=self.config.websocket.open_handshake_timeout,
                     limits=self.config.http,
@@ -516,6 +548,8 @@ class WireprotoService(MultiService):
             self.capture.start()
         if self.cluster is not None:
             self.cluster.start()
+        if self.admin is not None:
+            self.admin.start()
         retained = self.hub.retained
         if retained is not None and retained.persistent and self._flushing is None:
             self._flushing = task.LoopingCall(retained.flush)
@@ -527,6 +561,8 @@ class WireprotoService(MultiService):
         """Stop listening and the attached links, close every connection still open, then
         write out the capture."""
         yield super().stopService()
+        if self.admin is not None:
+            self.admin.stop()
         for server in self._servers.values():
             close = getattr(server, "close", None)
             if close is not None:

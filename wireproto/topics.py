@@ -2,7 +2,9 @@
 topic against many patterns at once.
 
 `+` as a whole level matches exactly one level; `#` as the whole last level matches its parent
-and everything below it (`a/#` matches `a`, `a/b` and `a/b/c`).
+and everything below it (`a/#` matches `a`, `a/b` and `a/b/c`). As in MQTT, a pattern whose first
+level is a wildcard does not match a topic that starts with `$` (the broker's own, such as
+`$SYS/broker/uptime`): `#` is not `$SYS/#`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def pattern_matches(pattern: str, topic: str) -> bool:
     """Whether an MQTT-style `pattern` matches `topic`."""
     pattern_levels = pattern.split("/")
     topic_levels = topic.split("/")
+    if topic[:1] == "$" and pattern_levels[0] in ("#", "+"):
+        return False
     for index, level in enumerate(pattern_levels):
         if level == "#":
             return True
@@ -47,6 +51,8 @@ def pattern_covers(outer: str, inner: str) -> bool:
     topic is a pattern that matches itself)."""
     outer_levels = outer.split("/")
     inner_levels = inner.split("/")
+    if inner[:1] == "$" and outer_levels[0] in ("#", "+"):
+        return False  # the broker's own topics are granted only by name
     for index, level in enumerate(outer_levels):
         if level == "#":
             return True  # whatever inner has from here on, its parent included
@@ -112,6 +118,13 @@ class PatternTree:
     def match(self, topic: str, into: dict[Any, None]) -> None:
         levels = topic.split("/")
         frontier = [self.root]
+        if topic[:1] == "$":
+            # Only patterns that name the first level match the broker's own topics.
+            child = self.root.children.get(levels[0])
+            if child is None:
+                return
+            frontier = [child]
+            levels = levels[1:]
         for level in levels:
             following = []
             for node in frontier:

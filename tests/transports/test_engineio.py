@@ -479,6 +479,28 @@ async def test_allowed_origins_refuse_a_browser_on_another_origin(eio):
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_page_of_an_allowed_origin_may_read_its_polls_cors(eio):
+    await eio.start(Recorder, EngineIOOptions(allowed_origins=("http://127.0.0.1:*",)))
+    polling = "/engine.io/?EIO=4&transport=polling"
+    page = "http://127.0.0.1:8080"
+    answer = await eio.request("GET", polling, headers={"Origin": page})
+    assert answer.status == 200
+    assert answer.headers["access-control-allow-origin"] == page
+    assert "access-control-allow-credentials" not in answer.headers
+    preflight = await eio.request("OPTIONS", polling, headers={
+        "Origin": page, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization, bad header"})
+    assert preflight.status == 204
+    assert preflight.headers["access-control-allow-methods"] == "GET, POST, OPTIONS"
+    assert preflight.headers["access-control-allow-headers"] == "content-type, authorization"
+    elsewhere = await eio.request("OPTIONS", polling, headers={
+        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    assert elsewhere.status == 403
+    assert "access-control-allow-origin" not in elsewhere.headers
+    assert (await eio.request("GET", polling)).headers.get("access-control-allow-origin") is None
+
+
+@pytest_twisted.ensureDeferred
 async def test_max_connections_refuses_more_sessions_with_503(eio):
     await eio.start(Recorder, EngineIOOptions(max_connections=1))
     await eio.handshake()

@@ -199,7 +199,11 @@ class RemoteCalls:
         of `protocol`; fires with its reply's bytes. Fails with CallNotServed when no process
         serves it, CallRefused, RequestTimeout after [cluster] call_timeout, or
         NatsUnavailable while NATS is out of reach."""
-        caller = RemoteCaller.of(session, self.link.origin)
+        return self.call_as(RemoteCaller.of(session, self.link.origin), protocol, name, request)
+
+    def call_as(self, caller: RemoteCaller, protocol: str, name: Any,
+                request: bytes) -> defer.Deferred:
+        """`call` for a caller that is no connection (the admin API)."""
         payload = msgpack.packb([caller.pack(), request])
         self.made += 1
         subject = self.subject(protocol, self.link.hub.call_servers[protocol], name)

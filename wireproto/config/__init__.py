@@ -58,6 +58,7 @@ _WHERE = {
     "CaptureSettings": "wireproto.capture.writer",
     "AuthSettings": "wireproto.authentication",
     "LimitSettings": "wireproto.access.quotas",
+    "AdminSettings": "wireproto.admin.settings",
 }
 
 __all__ = sorted(_WHERE)

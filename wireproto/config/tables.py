@@ -34,6 +34,7 @@ class LogSettings:
 def config_tables() -> dict[str, type]:
     """Every table by name, in the order a config file shows them."""
     from wireproto.access.quotas import LimitSettings
+    from wireproto.admin.settings import AdminSettings
     from wireproto.authentication import AuthSettings
     from wireproto.capture.writer import CaptureSettings
     from wireproto.cluster.settings import ClusterSettings
@@ -57,5 +58,5 @@ def config_tables() -> dict[str, type]:
             tables[name] = kind
     tables.update(engineio=EngineIOOptions, log=LogSettings, metrics=MetricsSettings,
                   capture=CaptureSettings, auth=AuthSettings, limits=LimitSettings,
-                  cluster=ClusterSettings)
+                  cluster=ClusterSettings, admin=AdminSettings)
     return tables

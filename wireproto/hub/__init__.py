@@ -159,6 +159,17 @@ class Hub:
         # SubbleSocket event's id, source and time): a publish made with one crosses to the
         # other processes with it, so their subscribers get the same bytes.
         self.portable_formats: set[Hashable] = set()
+        # Publishes by topic, for their rates (wireproto.admin), once `count_topics` is called:
+        # at most `max_counted_topics` topics; the publishes on others are counted together.
+        self.topic_counts: dict[str, int] | None = None
+        self.max_counted_topics = 0
+        self.uncounted_publishes = 0
+
+    def count_topics(self, max_topics: int) -> None:
+        """Count the publishes on each topic from now on, for at most `max_topics` topics."""
+        if self.topic_counts is None:
+            self.topic_counts = {}
+        self.max_counted_topics = max_topics
 
     def send_last_values(self, session: Session, subscribed: str, pattern: bool) -> None:
         """Send a new subscription's last values to its session: the topic's, or every kept
@@ -353,6 +364,12 @@ class Hub:
         """Every pattern someone subscribes to."""
         return list(self._pattern_counts)
 
+    def subscriber_counts(self) -> dict[str, int]:
+        """Each exact topic's subscribers, and each pattern's, by topic or pattern."""
+        counts = {topic: len(subscribers) for topic, subscribers in self._exact.items()}
+        counts.update(self._pattern_counts)
+        return counts
+
     # -- publishing -----------------------------------------------------------------------------
 
     def publish(self, message: HubMessage, cache: dict | None = None) -> int:
@@ -374,6 +391,15 @@ class Hub:
         `message` is built only if some subscriber needs it (to encode it in another format, or
         a host callback), so forwarding a frame as it came builds none."""
         stats = self.stats
+        counts = self.topic_counts
+        if counts is not None:
+            counted = counts.get(topic)
+            if counted is not None:
+                counts[topic] = counted + 1
+            elif len(counts) < self.max_counted_topics:
+                counts[topic] = 1
+            else:
+                self.uncounted_publishes += 1
         cluster = self.cluster
         if cluster is None or sender is not cluster:
             stats.published += 1

@@ -157,3 +157,7 @@ class LastValues:
 
     def topics(self) -> list[str]:
         return list(self._values)
+
+    def values(self) -> dict[str, bytes]:
+        """Each kept topic's payload."""
+        return {topic: kept[0].payload for topic, kept in self._values.items()}

@@ -240,8 +240,15 @@ class Session:
         """Forbidden, counted and logged, unless this session's principal may `action` on
         `topic`; LimitExceeded instead once it has been refused more than the hub's
         `max_denials` times, so the protocol closes the connection."""
-        if self.grants is None or self.grants.allows(action, topic):
+        grants = self.grants
+        if grants is None:
+            if action is Action.PUBLISH and topic[:4] == "$SYS":
+                self.refuse_reserved(topic)
             return
+        if not grants.allows(action, topic):
+            self._deny(action, topic)
+
+    def _deny(self, action: Action, topic: str) -> None:
         self.denials += 1
         hub = self.hub
         name = self.principal.name
@@ -255,6 +262,12 @@ class Session:
                 "([auth] close_after_denials)"
             )
         raise Forbidden(action.value, topic, name)
+
+    def refuse_reserved(self, topic: str) -> None:
+        """Forbidden, counted and logged, for a publish on the broker's own ``$SYS`` topics
+        when no rules say who may (without rules, only the broker publishes there)."""
+        if topic == "$SYS" or topic.startswith("$SYS/"):
+            self._deny(Action.PUBLISH, topic)
 
     def _check_topic_length(self, topic: str) -> None:
         if len(topic) > self.hub.max_topic_length:
@@ -308,8 +321,11 @@ class Session:
         Forbidden if this session's principal may not publish on `topic`."""
         self.received += 1
         decided = self.publish_decisions
-        if decided is not None and not decided.get(topic):
-            self.check(Action.PUBLISH, topic)
+        if decided is not None:
+            if not decided.get(topic):
+                self.check(Action.PUBLISH, topic)
+        elif topic[:4] == "$SYS":
+            self.refuse_reserved(topic)
         if encodings is not None:
             cache = dict(encodings)
         else:
@@ -331,8 +347,7 @@ class Session:
 
     def set_will(self, topic: str, payload: bytes) -> None:
         self._check_topic_length(topic)
-        if self.grants is not None:
-            self.check(Action.PUBLISH, topic)
+        self.check(Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
         if self.hub.cluster is not None:
             self.hub.cluster.wills.keep(self.id, self.will)

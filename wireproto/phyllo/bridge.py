@@ -294,6 +294,11 @@ class HubBridge:
     def __repr__(self) -> str:
         return f"<HubBridge {self.name!r} at {self.prefix!r}>"
 
+    @property
+    def connected(self) -> bool:
+        """Whether the device's link is open now."""
+        return self.top is not None and self.top.lost_reason is None
+
     # -- building stacks ----------------------------------------------------------------------
 
     def build_protocol(self) -> ChunkedStream:

@@ -410,6 +410,29 @@ class NydusServer:
         source, flags = name
         return f"r{flags}/{source}"
 
+    def call(self, path: str, data: Any, caller: Any) -> defer.Deferred:
+        """INVOKE `path` with `data` as `caller` (a RemoteCaller: the admin page), answered by a
+        route here or on another broker process; fires with (succeeded, data), an error's data
+        when not."""
+        request = msgpack.packb([path, "admin", *_pack_data(data)])
+        match = self.routes.match(path)
+        if match is not None and match.action not in self.hub_route_handlers:
+            name = self.served_name(self.routes.routes[match.index])
+            d = self.answer_remote_call(name, request, caller)
+        else:
+            remote = self.remote_route(path)
+            if remote is None:
+                return defer.succeed((False, NOT_FOUND))
+            d = self.hub.cluster.calls.call_as(caller, "nydus", remote, request)
+
+        def answered(answer: bytes) -> tuple[bool, Any]:
+            succeeded, kind, packed = msgpack.unpackb(answer)
+            value = _unpack_data(kind, packed)
+            return bool(succeeded), None if value is NO_DATA else value
+
+        return d.addCallbacks(
+            answered, lambda failure: (False, UNANSWERED[why_unanswered(failure)]))
+
     def remote_route(self, path: str) -> Any:
         """The route (as `served_calls` names it) of another broker process that matches
         `path`, or None."""

@@ -321,6 +321,28 @@ class UbreServer(HandlerRegistry):
             for peer in tuple(self.peers):
                 peer.announce(Unsubscribe, topic)
 
+    # -- calls made outside any connection (the admin API) ---------------------------------------
+
+    def call(self, name: str, body: Any, caller: Any) -> defer.Deferred:
+        """Make the request `name` with `body` as `caller` (a RemoteCaller: the admin page),
+        answered by a handler here or on another broker process; fires with (succeeded, body),
+        the body a Fail's when not."""
+        request = msgpack.packb([False, *pack_body(body)])
+        if name in self.handlers or self._default_handler is not None:
+            d = self.answer_remote_call(name if name in self.handlers else None, request, caller)
+        else:
+            cluster = self.hub.cluster
+            if cluster is None or not cluster.running:
+                return defer.succeed((False, NOT_FOUND))
+            d = cluster.calls.call_as(caller, "ubre", name, request)
+
+        def answered(answer: bytes) -> tuple[bool, Any]:
+            succeeded, kind, data = msgpack.unpackb(answer)
+            return bool(succeeded), unpack_body(kind, data)
+
+        return d.addCallbacks(
+            answered, lambda failure: (False, UNANSWERED[why_unanswered(failure)]))
+
     # -- calls from other broker processes (wireproto.cluster.calls) -----------------------------
 
     def served_calls(self) -> list[str | None]:

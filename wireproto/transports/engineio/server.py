@@ -134,6 +134,8 @@ class EngineIOServer:
         if request.postpath != [b""]:
             # engine.io's path is "/engine.io/", trailing slash included.
             return notFound().render(request)
+        if self._cors(request):
+            return b""  # a preflight, answered
         transport = query_value(request, b"transport")
         sid = query_value(request, b"sid")
         version = query_value(request, b"EIO")
@@ -177,6 +179,30 @@ class EngineIOServer:
                          lambda principal: self._handshake(request, upgrade, principal),
                          lambda request, refusal: refuse(request, FORBIDDEN))
         return self._handshake(request, upgrade, None)
+
+    def _cors(self, request: Any) -> bool:
+        """Let a page of an allowed origin (any, without allowed_origins) read the answers to
+        its polls, as engine.io's cors option does; answer its preflight (True when it was
+        one). No credentials mode: a page sends its token itself, in a header."""
+        origin = request.getHeader(b"origin")
+        allowed = origin is not None and origin_allowed(request, self.options.allowed_origins)
+        if allowed:
+            request.setHeader(b"access-control-allow-origin", origin)
+            request.setHeader(b"vary", b"Origin")
+        if request.method != b"OPTIONS":
+            return False
+        if not allowed:
+            request.setResponseCode(403)
+            return True
+        request.setResponseCode(204)
+        request.setHeader(b"access-control-allow-methods", b"GET, POST, OPTIONS")
+        wanted = request.getHeader(b"access-control-request-headers")
+        if wanted:
+            names = [name.strip() for name in wanted.split(b",")]
+            request.setHeader(b"access-control-allow-headers", b", ".join(
+                name for name in names if name and name.replace(b"-", b"").isalnum()))
+        request.setHeader(b"access-control-max-age", b"86400")
+        return True
 
     def _handshake(self, request: Any, upgrade: bool, principal: Any) -> Any:
         """A new session for `principal`, on a WebSocket or polling, if there is a slot."""

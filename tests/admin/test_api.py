@@ -1,0 +1,288 @@
+"""The admin API on a real broker, over real HTTP: what it shows, what it does, and who may."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+
+from tests.admin.http import http, open_tap, start
+from tests.brokers import Broker
+from tests.support import Inbox, eventually, wait_for
+from wireproto.admin import AdminSettings
+from wireproto.admin.gate import is_local_address
+from wireproto.hub import HubSettings
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.websmq.client import connect as websmq_connect
+
+
+@pytest_twisted.ensureDeferred
+async def test_status_shows_listeners_sessions_topics_rates_and_last_values(
+    broker: Broker,
+) -> None:
+    service, addresses, base = await start(broker, hub=HubSettings(retain=("sensors/#",)))
+    subscriber = await broker.client(addresses["websmq+ws"])
+    inbox = Inbox()
+    await wait_for(subscriber.subscribe("sensors/temp", inbox))
+    publisher = await broker.client(addresses["websmq+length32"])
+    for _ in range(5):
+        await wait_for(publisher.publish("sensors/temp", b'{"c": 21.5}'))
+    await inbox.wait(5)
+    service.admin.rates.sample()
+
+    status = (await http(base, "/api/status")).json
+    assert {(entry["protocol"], entry["transport"]) for entry in status["listeners"]} == {
+        ("websmq", "ws"), ("ubre", "ws"), ("nydus", "engineio"), ("websmq", "length32")}
+    sessions = {session["transport"]: session for session in status["sessions"]}
+    assert sessions["ws"]["protocol"] == "websmq"
+    assert sessions["ws"]["subscriptions"] == ["sensors/temp"]
+    assert sessions["ws"]["sent"] == 5
+    assert sessions["length32"]["received"] == 5
+    (topic,) = [entry for entry in status["topics"] if entry["topic"] == "sensors/temp"]
+    assert topic["subscribers"] == 1
+    assert topic["last_value"] == {"size": 11, "json": {"c": 21.5}}
+    assert status["broker"]["published"] == 5
+    assert status["broker"]["retained"] == 1
+
+    one = (await http(base, f"/api/sessions/{sessions['ws']['id']}")).json
+    assert one["peer"] == sessions["ws"]["peer"]
+    assert (await http(base, "/api/sessions/999999")).status == 404
+    assert (await http(base, "/api/no/such/thing")).status == 404
+
+
+@pytest_twisted.ensureDeferred
+async def test_topic_rates_are_publishes_per_second(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    publisher = await broker.client(addresses["websmq+length32"])
+    rates = service.admin.rates
+    rates.sample()
+    for _ in range(30):
+        await wait_for(publisher.publish("busy", b"x"))
+    await eventually(lambda: service.hub.topic_counts.get("busy") == 30)
+    rates._last_time -= 2.0  # as if the 30 publishes came over 2 s and more
+    rates.sample()
+    (topic,) = [entry for entry in (await http(base, "/api/topics")).json
+                if entry["topic"] == "busy"]
+    assert 0 < topic["rate"] <= 15
+    rates.sample()  # quiet since, and no subscriber: forgotten
+    assert "busy" not in service.hub.topic_counts
+
+
+@pytest_twisted.ensureDeferred
+async def test_counted_topics_are_bounded(broker: Broker) -> None:
+    service, addresses, base = await start(broker, admin=AdminSettings(max_counted_topics=3))
+    publisher = await broker.client(addresses["websmq+length32"])
+    for number in range(10):
+        await wait_for(publisher.publish(f"t{number}", b"x"))
+    await eventually(lambda: service.hub.stats.published == 10)
+    assert len(service.hub.topic_counts) == 3
+    assert service.hub.uncounted_publishes == 7
+
+
+@pytest_twisted.ensureDeferred
+async def test_closing_a_session_closes_it_and_publishes_its_will(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    watcher = await broker.client(addresses["websmq+length32"])
+    wills = Inbox()
+    await wait_for(watcher.subscribe("clients/doomed", wills))
+    doomed = await wait_for(websmq_connect(reactor, addresses["websmq+ws"]))
+    await wait_for(doomed.set_will("clients/doomed", b"gone"))
+    await eventually(lambda: any(s.will for s in service.hub.sessions))
+    (session,) = [s for s in service.hub.sessions if s.will is not None]
+
+    answer = await http(base, f"/api/sessions/{session.id}/close", {})
+    assert answer.status == 200 and answer.json == {"closed": session.id}
+    await wait_for(doomed.when_closed())
+    (will,) = await wills.wait()
+    assert will.payload == b"gone"
+    assert session not in service.hub.sessions
+    assert (await http(base, f"/api/sessions/{session.id}/close", {})).status == 404
+
+
+@pytest_twisted.ensureDeferred
+async def test_publish_from_the_api_reaches_a_tcp_subscriber(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    subscriber = await broker.client(addresses["websmq+length32"])
+    inbox = Inbox()
+    await wait_for(subscriber.subscribe("news", inbox))
+    for payload, encoding, expected in [("hello", "text", b"hello"),
+                                        ({"a": [1, 2]}, "json", b'{"a":[1,2]}'),
+                                        ("00ff", "hex", b"\x00\xff"),
+                                        ("AAE=", "base64", b"\x00\x01")]:
+        answer = await http(base, "/api/publish",
+                            {"topic": "news", "payload": payload, "encoding": encoding})
+        assert answer.json == {"delivered": 1}
+        (message,) = await inbox.wait()
+        assert message.payload == expected
+        inbox.messages.clear()
+
+
+@pytest.mark.parametrize("body, status, error", [
+    ({"payload": "x"}, 400, "topic"),
+    ({"topic": "a/#", "payload": "x"}, 400, "pattern"),
+    ({"topic": "$SYS/broker/uptime", "payload": "1"}, 403, "broker's own"),
+    ({"topic": "a", "payload": "zz", "encoding": "hex"}, 400, "not hex"),
+    ({"topic": "a", "payload": "x", "encoding": "rot13"}, 400, "encoding"),
+    ({"topic": "x" * 2000, "payload": "x"}, 400, "characters"),
+])
+@pytest_twisted.ensureDeferred
+async def test_a_bad_publish_is_refused_with_a_clear_error(
+    broker: Broker, body: dict, status: int, error: str,
+) -> None:
+    service, addresses, base = await start(broker)
+    answer = await http(base, "/api/publish", body)
+    assert answer.status == status
+    assert error in answer.json["error"]
+    assert service.hub.stats.published == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_post_another_page_could_make_is_refused(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    form = await http(base, "/api/publish", raw=b"topic=a&payload=x",
+                      headers={"content-type": "application/x-www-form-urlencoded"})
+    assert form.status == 415
+    elsewhere = await http(base, "/api/publish", {"topic": "a", "payload": "x"},
+                           headers={"origin": "http://evil.example"})
+    assert elsewhere.status == 403 and "origin" in elsewhere.json["error"]
+    not_json = await http(base, "/api/publish", raw=b"{nope")
+    assert not_json.status == 400 and "not JSON" in not_json.json["error"]
+    port = base.rsplit(":", 1)[1]
+    own = await http(base, "/api/publish", {"topic": "a", "payload": "x"},
+                     headers={"origin": f"http://127.0.0.1:{port}"})
+    assert own.status == 200
+    assert service.hub.stats.published == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_auth_only_a_loopback_host_name_is_answered(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    port = base.rsplit(":", 1)[1]
+    rebound = await http(base, "/api/status", headers={"host": f"attacker.example:{port}"})
+    assert rebound.status == 403 and "loopback" in rebound.json["error"]
+    assert (await http(base, "/api/status", headers={"host": f"localhost:{port}"})).status == 200
+    assert (await http(base, "/api/status", headers={"host": f"[::1]:{port}"})).status == 200
+
+
+def test_only_loopback_and_unix_peers_are_local() -> None:
+    from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
+
+    assert is_local_address(IPv4Address("TCP", "127.0.0.1", 1))
+    assert is_local_address(IPv6Address("TCP", "::1", 1))
+    assert is_local_address(UNIXAddress(b"/tmp/x"))
+    assert not is_local_address(IPv4Address("TCP", "192.168.1.5", 1))
+    assert not is_local_address(IPv6Address("TCP", "2001:db8::1", 1))
+
+
+@pytest_twisted.ensureDeferred
+async def test_calls_reach_a_ubre_handler_and_a_nydus_route(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    ubre = service.server("ubre")
+    callers = []
+
+    def add(body: Any, caller: Any) -> int:
+        callers.append(caller)
+        return sum(body)
+
+    ubre.handle("add", add)
+    service.server("nydus").register_route("/double/:n", lambda call: int(call.params["n"]) * 2)
+
+    answer = await http(base, "/api/call", {"protocol": "ubre", "name": "add", "body": [1, 2]})
+    assert answer.json == {"ok": True, "body": 3}
+    assert callers[0].protocol == "admin" and callers[0].principal.name == "local"
+    answer = await http(base, "/api/call", {"protocol": "nydus", "name": "/double/21"})
+    assert answer.json == {"ok": True, "body": 42}
+    answer = await http(base, "/api/call", {"protocol": "ubre", "name": "missing"})
+    assert answer.json == {"ok": False, "body": "NotFound"}
+    answer = await http(base, "/api/call", {"protocol": "nydus", "name": "/nowhere"})
+    assert answer.json["ok"] is False and answer.json["body"]["status"] == 404
+    answer = await http(base, "/api/call", {"protocol": "smtp", "name": "x"})
+    assert answer.status == 400
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_tap_shows_messages_as_they_pass_decoded(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    response, reader = await open_tap(base, "sensors/+")
+    assert response.code == 200
+    await eventually(lambda: reader.lines == [{"tap": "sensors/+"}])
+    publisher = await broker.client(addresses["websmq+length32"])
+    ubre = await wait_for(ubre_connect(reactor, addresses["ubre+ws"]))
+    try:
+        await wait_for(publisher.publish("sensors/a", b'{"c": 1}'))
+        await wait_for(publisher.publish("sensors/b", msgpack.packb({"c": 2})))
+        await wait_for(publisher.publish("sensors/c", b"\xff\xfe"))
+        await wait_for(publisher.publish("other", b"not tapped"))
+        ubre.publish("sensors/d", "hello")
+        await eventually(lambda: len(reader.lines) == 5)
+    finally:
+        await wait_for(ubre.close())
+    shown = {line["topic"]: line for line in reader.lines[1:]}
+    assert shown["sensors/a"]["json"] == {"c": 1}
+    assert shown["sensors/a"]["protocol"] == "websmq"
+    assert shown["sensors/b"]["msgpack"] == {"c": 2}
+    assert shown["sensors/c"]["hex"] == "fffe"
+    assert shown["sensors/d"]["json"] == "hello"
+    assert shown["sensors/d"]["protocol"] == "ubre"
+    assert "other" not in shown
+    response._transport.stopProducing()
+    await wait_for(reader.done)
+    await eventually(lambda: not service.admin.api.taps)
+    assert service.hub.subscriber_counts() == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_tap_that_is_not_read_skips_messages_rather_than_holding_them(
+    broker: Broker,
+) -> None:
+    service, addresses, base = await start(broker)
+    response, reader = await open_tap(base, "#")
+    await eventually(lambda: reader.lines)
+    response._transport.pauseProducing()  # the reader stops reading
+    publisher = service.server("ubre")
+    payload = "x" * 16_000
+    for _ in range(2000):
+        publisher.publish("flood", payload)
+    (tap,) = service.admin.api.taps
+    assert tap.skipped > 0
+    assert tap.shown * 16_000 < 8 << 20  # nowhere near the 32 MB published
+    response._transport.resumeProducing()
+    await eventually(lambda: any("skipped" in line for line in reader.lines), timeout=20)
+    response._transport.stopProducing()
+
+
+@pytest_twisted.ensureDeferred
+async def test_taps_are_bounded(broker: Broker) -> None:
+    service, addresses, base = await start(broker, admin=AdminSettings(max_taps=2))
+    opened = [await open_tap(base, "#") for _ in range(2)]
+    third = await http(base, "/api/tap?pattern=%23")
+    assert third.status == 503 and "max_taps" in third.json["error"]
+    bad = await http(base, "/api/tap?pattern=a%2F%23%2Fb")
+    assert bad.status in (400, 503)
+    for response, _ in opened:
+        response._transport.stopProducing()
+    await eventually(lambda: not service.admin.api.taps)
+    bad = await http(base, "/api/tap?pattern=a%2F%23%2Fb")
+    assert bad.status == 400
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_page_and_the_clients_are_served_from_the_package(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    page = await http(base, "/")
+    assert page.status == 200 and b"<title>wireproto</title>" in page.body
+    assert "script-src 'self'" in page.header("content-security-policy")
+    for path in ("/ui/page.js", "/ui/page.css", "/js/websmq.js", "/js/ubre.js"):
+        assert (await http(base, path)).status == 200, path
+    for path in ("/js/", "/js/../setup.cfg", "/ui/index.html/x", "/js/nothing.js"):
+        assert (await http(base, path)).status == 404, path
+
+
+@pytest_twisted.ensureDeferred
+async def test_admin_disabled_serves_no_page_and_no_api(broker: Broker) -> None:
+    service, addresses, base = await start(broker, admin=AdminSettings(enabled=False))
+    assert (await http(base, "/")).status == 404
+    assert (await http(base, "/api/status")).status == 404

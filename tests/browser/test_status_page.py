@@ -1,0 +1,215 @@
+"""The status page in headless Chromium, against a real broker with real Python clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest_twisted
+
+from tests.access.conftest import AuthFiles
+from tests.admin.http import start
+from tests.brokers import LOCAL, Broker
+from tests.browser.conftest import SCREENSHOTS, Browser
+from tests.phyllo.test_bridge import PtyDevice, document
+from tests.support import Inbox, eventually, wait_for
+from wireproto.authentication import AuthSettings
+from wireproto.config import parse_phyllo
+from wireproto.hub import HubSettings
+
+# The page polls every second and a tap is a stream: what a client does shows within a second,
+# given here with room for a busy machine.
+SHOWN_WITHIN_MS = 3000
+
+
+async def open_page(browser: Browser, base: str, **context: Any) -> Any:
+    page = await browser.page(**context)
+    await browser.run(page.goto, base + "/")
+    return page
+
+
+def broker_shown(page: Any) -> None:
+    page.wait_for_selector("#broker:not([hidden])")
+
+
+def row_with(page: Any, table: str, text: str) -> str:
+    row = page.locator(f"#{table} tbody tr", has_text=text).first
+    row.wait_for(timeout=SHOWN_WITHIN_MS)
+    return row.inner_text()
+
+
+def tap(page: Any, pattern: str) -> None:
+    page.fill("#tap [name=pattern]", pattern)
+    page.click("#tap button[type=submit]")
+    page.wait_for_function(
+        f"() => document.querySelector('#tap-state').textContent === 'tapping {pattern}'")
+
+
+def tapped_line(page: Any, text: str) -> str:
+    line = page.locator("#tapped li", has_text=text).first
+    line.wait_for(timeout=SHOWN_WITHIN_MS)
+    return line.inner_text()
+
+
+def submit(page: Any, form: str, fields: dict[str, str]) -> str:
+    for name, value in fields.items():
+        if page.locator(f"#{form} select[name={name}]").count():
+            page.select_option(f"#{form} [name={name}]", value)
+        else:
+            page.fill(f"#{form} [name={name}]", value)
+    page.evaluate(f"() => {{ document.querySelector('#{form} output').value = ''; }}")
+    page.click(f"#{form} button[type=submit]")
+    page.wait_for_function(f"() => document.querySelector('#{form} output').value !== ''")
+    return page.eval_on_selector(f"#{form} output", "output => output.value")
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_page_lists_a_python_client_and_shows_its_publish_at_once(
+    broker: Broker, browser: Browser,
+) -> None:
+    service, addresses, base = await start(broker, hub=HubSettings(retain=("sensors/#",)))
+    page = await open_page(browser, base)
+    await browser.run(broker_shown, page)
+    client = await broker.client(addresses["websmq+length32"])
+    shown = await browser.run(row_with, page, "sessions", "length32")
+    assert "websmq" in shown and "127.0.0.1" in shown
+
+    await browser.run(tap, page, "sensors/#")
+    await wait_for(client.publish("sensors/temp", b'{"c": 21.5}'))
+    line = await browser.run(tapped_line, page, "sensors/temp")
+    assert '{"c":21.5}' in line and "json" in line and "websmq" in line
+    topic = await browser.run(row_with, page, "topics", "sensors/temp")
+    assert '{"c":21.5}' in topic  # its last value
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    await wait_for(client.publish("sensors/humidity", b"48"))
+    await browser.run(tapped_line, page, "sensors/humidity")
+    await browser.run(lambda: page.set_viewport_size({"width": 1100, "height": 900}))
+    await browser.run(lambda: page.screenshot(path=str(SCREENSHOTS / "status-page.png"),
+                                              full_page=True))
+    assert (SCREENSHOTS / "status-page.png").stat().st_size > 10_000
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_page_fits_a_phone(broker: Broker, browser: Browser) -> None:
+    service, addresses, base = await start(broker)
+    await broker.client(addresses["websmq+length32"])
+    page = await open_page(browser, base, viewport={"width": 390, "height": 844},
+                           device_scale_factor=2, is_mobile=True, has_touch=True)
+    await browser.run(broker_shown, page)
+    await browser.run(row_with, page, "sessions", "length32")
+    overflow = await browser.run(page.evaluate,
+                                 "() => document.documentElement.scrollWidth - innerWidth")
+    assert overflow <= 0  # wide tables scroll inside their own box, not the page
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    await browser.run(lambda: page.screenshot(path=str(SCREENSHOTS / "status-page-phone.png")))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_publish_and_calls_from_the_page_reach_python(
+    broker: Broker, browser: Browser,
+) -> None:
+    service, addresses, base = await start(broker)
+    subscriber = await broker.client(addresses["websmq+length32"])
+    inbox = Inbox()
+    await wait_for(subscriber.subscribe("news", inbox))
+    service.server("ubre").handle("add", lambda body, caller: sum(body))
+    service.server("nydus").register_route("/hello/:name",
+                                           lambda call: f"hello {call.params['name']}")
+    page = await open_page(browser, base)
+    await browser.run(broker_shown, page)
+
+    result = await browser.run(submit, page, "publish",
+                               {"topic": "news", "payload": "from the page"})
+    assert result == "delivered to 1"
+    (message,) = await inbox.wait()
+    assert message.payload == b"from the page"
+
+    result = await browser.run(submit, page, "call",
+                               {"protocol": "ubre", "name": "add", "body": "[1, 2]"})
+    assert result == "ok: 3"
+    result = await browser.run(submit, page, "call",
+                               {"protocol": "nydus", "name": "/hello/page", "body": ""})
+    assert result == 'ok: "hello page"'
+    result = await browser.run(submit, page, "call",
+                               {"protocol": "ubre", "name": "missing", "body": ""})
+    assert result == 'failed: "NotFound"'
+
+
+@pytest_twisted.ensureDeferred
+async def test_closing_a_connection_from_the_page(broker: Broker, browser: Browser) -> None:
+    service, addresses, base = await start(broker)
+    client = await broker.client(addresses["websmq+length32"])
+    (session,) = service.hub.sessions
+    page = await open_page(browser, base)
+    await browser.run(broker_shown, page)
+    await browser.run(row_with, page, "sessions", "length32")
+    await browser.run(page.click, f"button[data-session='{session.id}']")
+    await wait_for(client.when_closed())
+    await eventually(lambda: not service.hub.sessions)
+
+    def gone() -> None:
+        page.wait_for_function("() => !document.querySelectorAll('#sessions tbody tr').length")
+
+    await browser.run(gone)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_phyllo_message_from_a_serial_device_appears_in_the_tap(
+    broker: Broker, browser: Browser, tmp_path: Path,
+) -> None:
+    device = PtyDevice(tmp_path / "ttyACM-board")
+    try:
+        service, addresses, base = await start(
+            broker, f"websmq+ws@tcp:0:{LOCAL}",
+            phyllo=(parse_phyllo(f"board@{device.endpoint}"),),
+            retry_policy=lambda attempt: 0.05)
+        await eventually(lambda: service.phyllo["board"].connected)
+        page = await open_page(browser, base)
+        await browser.run(broker_shown, page)
+        link = await browser.run(row_with, page, "links", "phyllo board")
+        assert "open" in link
+        await browser.run(tap, page, "phyllo/#")
+        device.send(document("temp", {"c": 19.5}))
+        line = await browser.run(tapped_line, page, "phyllo/board/temp")
+        assert "19.5" in line and "phyllo" in line
+    finally:
+        device.unplug()
+
+
+@pytest_twisted.ensureDeferred
+async def test_behind_access_control_the_page_needs_an_admin_login(
+    broker: Broker, browser: Browser, auth_files: AuthFiles,
+) -> None:
+    auth = AuthSettings(enabled=True, jwt_algorithms=("HS256",),
+                        jwt_secret_file=str(auth_files.secret),
+                        password_file=str(auth_files.passwords))
+    service, addresses, base = await start(broker, f"websmq+ws@tcp:0:{LOCAL}", auth=auth)
+    page = await open_page(browser, base)
+
+    def login_asked() -> tuple[bool, bool, str]:
+        page.wait_for_selector("#login:not([hidden])")
+        return (page.is_hidden("#broker"), page.locator("#sessions tbody tr").count() == 0,
+                page.inner_text("#login-why"))
+
+    hidden, empty, why = await browser.run(login_asked)
+    assert hidden and empty and "credentials" in why
+
+    def log_in(fields: dict[str, str]) -> None:
+        for name, value in fields.items():
+            page.fill(f"#login [name={name}]", value)
+        page.click("#login button[type=submit]")
+
+    await browser.run(log_in, {"user": "carol", "password": "carol's password"})
+    await browser.run(lambda: page.wait_for_function(
+        "() => document.querySelector('#login-why').textContent.includes('not an admin')"))
+    assert await browser.run(page.is_hidden, "#broker")
+
+    token = auth_files.token("erin", roles=["admin"])
+    await browser.run(log_in, {"user": "", "password": "", "token": token})
+    await browser.run(broker_shown, page)
+    who = await browser.run(lambda: page.wait_for_function(
+        "() => document.querySelector('#who').textContent === 'as erin'"))
+    assert who
+    listeners = await browser.run(row_with, page, "listeners", "websmq")
+    assert "ws://127.0.0.1" in listeners

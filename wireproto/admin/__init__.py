@@ -1,0 +1,67 @@
+"""The broker's face in a browser (docs/browser.md): a status page at ``/``, the ES-module
+clients for WEBSMQ and UBRE at ``/js/``, the admin JSON API at ``/api/``, and the ``$SYS``
+topics.
+
+`AdminConsole` is one service's: the service mounts its `routes()` on every HTTP listener's port
+and starts and stops it with itself. The modules: `settings` (the [admin] table), `gate` (who
+may use the API), `api`, `tap` (the live view of a pattern), `rates` (publishes per second by
+topic), `payloads` (a payload as the page shows it), `systopics` and `static_files`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.logger import Logger
+
+from wireproto.admin.api import AdminApi
+from wireproto.admin.gate import AdminGate
+from wireproto.admin.rates import TopicRates
+from wireproto.admin.settings import AdminSettings
+from wireproto.admin.static_files import StaticFiles
+from wireproto.admin.systopics import SysTopics
+
+__all__ = ["AdminConsole", "AdminSettings", "PAGE_PATHS"]
+
+log = Logger(namespace="wireproto.admin")
+
+# Where the page, its own files, the clients and the API are, on every HTTP listener's port.
+PAGE_PATHS = ("/", "/ui", "/js", "/api")
+PAGE_FILES = ("page.js", "page.css")
+CLIENT_FILES = ("websmq.js", "ubre.js")
+
+
+class AdminConsole:
+    """One service's page, API and $SYS topics."""
+
+    def __init__(self, service: Any, settings: AdminSettings, reactor: Any) -> None:
+        self.service = service
+        self.settings = settings
+        hub = service.hub
+        hub.count_topics(settings.max_counted_topics)
+        self.rates = TopicRates(hub, reactor)
+        self.api = AdminApi(service, AdminGate(settings.allow, service.auth), self.rates,
+                            settings.max_taps)
+        self.page = StaticFiles("ui", ("index.html",), index="index.html")
+        self.page_files = StaticFiles("ui", PAGE_FILES)
+        self.clients = StaticFiles("js", CLIENT_FILES)
+        self.sys_topics = SysTopics(service, settings.sys_interval, service.cluster_node,
+                                    reactor) if settings.sys_interval else None
+
+    def routes(self, taken: dict[str, Any]) -> dict[str, Any]:
+        """The resources by path, but ``/`` when a listener is there."""
+        routes = {"/ui": self.page_files, "/js": self.clients, "/api": self.api}
+        if "/" not in taken:
+            routes["/"] = self.page
+        return routes
+
+    def start(self) -> None:
+        self.rates.start()
+        if self.sys_topics is not None:
+            self.sys_topics.start()
+
+    def stop(self) -> None:
+        self.rates.stop()
+        if self.sys_topics is not None:
+            self.sys_topics.stop()
+        self.api.close()

@@ -1,0 +1,345 @@
+"""The admin API: JSON over HTTP at ``/api/`` on every HTTP listener's port (docs/browser.md).
+
+=======  ==========================  ==========================================================
+method   path                        answer
+=======  ==========================  ==========================================================
+GET      /api/status                 broker, listeners, links, sessions and topics at once
+GET      /api/whoami                 the admin principal the request was admitted as
+GET      /api/listeners              the bound listeners and the attached and Phyllo links
+GET      /api/sessions               every connection: peer, protocol, principal, counters...
+GET      /api/sessions/ID            one connection
+POST     /api/sessions/ID/close      close one connection (its will is published)
+GET      /api/topics                 topics with subscribers, rates and last values
+POST     /api/publish                publish ``{"topic", "payload", "encoding"}`` on the hub
+POST     /api/call                   call ``{"protocol", "name", "body"}`` (UBRE or nydus)
+GET      /api/tap?pattern=P          the messages on topics P matches, as they pass (NDJSON)
+=======  ==========================  ==========================================================
+
+Every request is admitted by `AdminGate`; a POST must carry a JSON body and come from the
+broker's own origin. Errors are JSON too: ``{"error": "..."}`` with the HTTP status.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from typing import Any
+
+import orjson
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
+
+from wireproto.access import Principal
+from wireproto.admin.gate import PAGE_HEADER, AdminGate, same_origin
+from wireproto.admin.payloads import describe_payload
+from wireproto.admin.rates import TopicRates
+from wireproto.admin.tap import Tap
+from wireproto.errors import InvalidTopic
+from wireproto.hub import HubMessage
+from wireproto.peerlog import describe_address
+from wireproto.topics import validate_pattern
+from wireproto.transports.http import HTTPRefusal, admit
+
+__all__ = ["AdminApi", "ApiError"]
+
+log = Logger(namespace="wireproto.admin")
+
+# The largest request body the API takes (a publish's payload, a call's body).
+MAX_BODY = 1 << 20
+# At most this many bytes of a last value are shown by /api/topics.
+SHOWN_VALUE_BYTES = 1024
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _json(request: Any, status: int, value: Any) -> bytes:
+    request.setResponseCode(status)
+    request.setHeader(b"content-type", b"application/json")
+    request.setHeader(b"cache-control", b"no-store")
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _refused(request: Any, refusal: HTTPRefusal) -> None:
+    """A refusal as JSON; the page's own requests get no challenge (it shows its login form)."""
+    if refusal.challenge and not request.getHeader(PAGE_HEADER):
+        request.setHeader(b"www-authenticate", refusal.challenge.encode("ascii"))
+    request.write(_json(request, refusal.status, {"error": str(refusal)}))
+    request.finish()
+
+
+class AdminApi(Resource):
+    """The ``/api`` resource of one service (shared by all its HTTP ports)."""
+
+    isLeaf = True
+    max_request_body = MAX_BODY
+
+    def __init__(self, service: Any, gate: AdminGate, rates: TopicRates,
+                 max_taps: int) -> None:
+        super().__init__()
+        self.service = service
+        self.hub = service.hub
+        self.gate = gate
+        self.rates = rates
+        self.max_taps = max_taps
+        self.taps: set[Tap] = set()
+        self.started = time.time()
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    def render(self, request: Any) -> Any:
+        return admit(request, self.gate.principal,
+                     lambda principal: self._answer(request, principal), _refused)
+
+    def _answer(self, request: Any, principal: Principal) -> Any:
+        method = request.method.decode("ascii", "replace")
+        path = [segment.decode("utf-8", "replace") for segment in request.postpath if segment]
+        try:
+            if method == "GET":
+                return self._get(request, path, principal)
+            if method == "POST":
+                if not same_origin(request):
+                    raise ApiError(403, "a request from another origin")
+                return self._post(request, path, principal)
+            raise ApiError(405, f"{method} is not an admin API method")
+        except ApiError as error:
+            return _json(request, error.status, {"error": str(error)})
+
+    def _get(self, request: Any, path: list[str], principal: Principal) -> Any:
+        match path:
+            case [] | ["status"]:
+                return _json(request, 200, self.status())
+            case ["whoami"]:
+                return _json(request, 200, {"name": principal.name,
+                                            "roles": sorted(principal.roles)})
+            case ["listeners"]:
+                return _json(request, 200, self.listeners())
+            case ["sessions"]:
+                return _json(request, 200, self.sessions())
+            case ["sessions", number]:
+                return _json(request, 200, self._describe(self._session(number)))
+            case ["topics"]:
+                return _json(request, 200, self.topics())
+            case ["tap"]:
+                return self._tap(request)
+        raise ApiError(404, f"no admin API at /api/{'/'.join(path)}")
+
+    def _post(self, request: Any, path: list[str], principal: Principal) -> Any:
+        match path:
+            case ["sessions", number, "close"]:
+                session = self._session(number)
+                self.service.close_session(session, f"closed by admin {principal.name}")
+                return _json(request, 200, {"closed": session.id})
+            case ["publish"]:
+                return _json(request, 200, self.publish(_body(request), principal))
+            case ["call"]:
+                return self._call(request, _body(request), principal)
+        raise ApiError(404, f"no admin API at POST /api/{'/'.join(path)}")
+
+    # -- what it shows --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        hub = self.hub
+        stats = hub.stats
+        return {
+            "broker": {
+                "node": self.service.node,
+                "started": self.started,
+                "uptime": round(time.time() - self.started, 3),
+                "published": stats.published,
+                "delivered": stats.delivered,
+                "dropped": stats.dropped_messages,
+                "retained": 0 if hub.retained is None else len(hub.retained),
+            },
+            **self.listeners(),
+            "sessions": self.sessions(),
+            "topics": self.topics(),
+        }
+
+    def listeners(self) -> dict[str, Any]:
+        service = self.service
+        links: list[dict[str, Any]] = [
+            {"kind": "attach", "name": link.protocol, "endpoint": link.endpoint}
+            for link in service.config.attach
+        ]
+        for link in service.config.phyllo:
+            bridge = service.phyllo.get(link.name)
+            if bridge is not None:
+                links.append({"kind": "phyllo", "name": link.name, "endpoint": link.endpoint,
+                              "prefix": bridge.prefix, "connected": bridge.connected,
+                              **bridge.stats.as_dict()})
+        return {
+            "listeners": [
+                {"protocol": bound.listener.protocol, "transport": bound.listener.transport,
+                 "endpoint": bound.listener.endpoint, "address": bound.address}
+                for bound in service.bound
+            ],
+            "links": links,
+        }
+
+    def sessions(self) -> list[dict[str, Any]]:
+        return [self._describe(session) for session in self.hub.sessions]
+
+    def _describe(self, session: Any) -> dict[str, Any]:
+        principal = session.principal
+        return {
+            "id": session.id,
+            "protocol": session.protocol,
+            "transport": session.transport_name,
+            "peer": session.peer,
+            "client": session.client,
+            "principal": principal.name,
+            "roles": sorted(principal.roles),
+            "age": round(time.monotonic() - session.opened, 3),
+            "subscriptions": sorted(session.topics) + sorted(session.patterns),
+            "queued_bytes": session.queued_bytes,
+            "queued_messages": session.queued_messages,
+            "received": session.received,
+            "sent": session.sent,
+            "sent_bytes": session.sent_bytes,
+            "dropped": session.dropped_messages,
+            "will": None if session.will is None else session.will.topic,
+        }
+
+    def _session(self, number: str) -> Any:
+        for session in self.hub.sessions:
+            if str(session.id) == number:
+                return session
+        raise ApiError(404, f"no session {number}")
+
+    def topics(self) -> list[dict[str, Any]]:
+        """Every topic subscribed to, published on lately or kept, and every pattern subscribed
+        to (``"pattern": true``)."""
+        hub = self.hub
+        subscribers = hub.subscriber_counts()
+        patterns = set(hub.patterns())
+        rates = self.rates.rates()
+        retained = hub.retained
+        kept = {} if retained is None else retained.values()
+        shown = []
+        for topic in sorted(set(subscribers) | set(rates) | set(kept)):
+            entry: dict[str, Any] = {
+                "topic": topic,
+                "subscribers": subscribers.get(topic, 0),
+                "rate": rates.get(topic, 0.0),
+            }
+            if topic in patterns:
+                entry["pattern"] = True
+            value = kept.get(topic)
+            if value is not None:
+                entry["last_value"] = describe_payload(value, SHOWN_VALUE_BYTES)
+            shown.append(entry)
+        return shown
+
+    # -- what it does ---------------------------------------------------------------------------
+
+    def publish(self, body: dict[str, Any], principal: Principal) -> dict[str, Any]:
+        topic = body.get("topic")
+        if not isinstance(topic, str) or not topic:
+            raise ApiError(400, "publish needs a \"topic\" string")
+        if topic.startswith("$"):
+            raise ApiError(403, "the $ topics are the broker's own")
+        if len(topic) > self.hub.max_topic_length:
+            raise ApiError(400, f"a topic of {len(topic)} characters; at most "
+                                f"{self.hub.max_topic_length}")
+        try:
+            validate_pattern(topic)
+        except InvalidTopic as error:
+            raise ApiError(400, str(error)) from None
+        if "+" in topic.split("/") or "#" in topic.split("/"):
+            raise ApiError(400, "publish on a topic, not a pattern")
+        payload = _payload(body.get("payload", ""), body.get("encoding", "text"))
+        delivered = self.hub.publish(HubMessage(topic, payload, protocol="admin"))
+        log.info("admin {principal} published {size} bytes on {topic!r}", event="admin_publish",
+                 principal=principal.name, topic=topic, size=len(payload))
+        return {"delivered": delivered}
+
+    def _call(self, request: Any, body: dict[str, Any], principal: Principal) -> Any:
+        protocol = body.get("protocol")
+        name = body.get("name")
+        if protocol not in ("ubre", "nydus"):
+            raise ApiError(400, "call needs \"protocol\": \"ubre\" or \"nydus\"")
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "call needs a \"name\" (a UBRE request name, a nydus path)")
+        server = self.hub.call_servers.get(protocol)
+        if server is None:
+            raise ApiError(404, f"this broker serves no {protocol} calls")
+        from wireproto.cluster.calls import RemoteCaller
+
+        caller = RemoteCaller("admin", describe_address(request.getClientAddress()), 0, None,
+                              principal, self.service.node)
+        value = body.get("body")
+        if protocol == "nydus" and value is None:
+            from wireproto.codecs.nydus import NO_DATA
+
+            value = NO_DATA
+        d = defer.maybeDeferred(server.call, name, value, caller)
+
+        def answered(result: tuple[bool, Any]) -> None:
+            succeeded, answer = result
+            if not request._disconnected:
+                request.write(_json(request, 200, {"ok": succeeded, "body": answer}))
+                request.finish()
+
+        def failed(failure: Any) -> None:
+            log.failure("admin call of {name!r} failed", failure, name=name)
+            if not request._disconnected:
+                request.write(_json(request, 500, {"error": failure.getErrorMessage()}))
+                request.finish()
+
+        d.addCallbacks(answered, failed)
+        return NOT_DONE_YET
+
+    def _tap(self, request: Any) -> Any:
+        patterns = request.args.get(b"pattern") or [b"#"]
+        pattern = patterns[-1].decode("utf-8", "replace")
+        try:
+            validate_pattern(pattern)
+        except InvalidTopic as error:
+            raise ApiError(400, str(error)) from None
+        if len(self.taps) >= self.max_taps:
+            raise ApiError(503, f"{self.max_taps} taps are open already ([admin] max_taps)")
+        tap = Tap(self.hub, pattern, request, self.taps.discard)
+        self.taps.add(tap)
+        return NOT_DONE_YET
+
+    def close(self) -> None:
+        for tap in tuple(self.taps):
+            tap.stop()
+
+
+def _body(request: Any) -> dict[str, Any]:
+    kind = (request.getHeader(b"content-type") or b"").split(b";", 1)[0].strip().lower()
+    if kind != b"application/json":
+        raise ApiError(415, "send the request as application/json")
+    try:
+        value = orjson.loads(request.content.read())
+    except orjson.JSONDecodeError as error:
+        raise ApiError(400, f"the body is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return value
+
+
+def _payload(value: Any, encoding: Any) -> bytes:
+    """A publish's payload from the form: text as UTF-8, JSON as its text, hex or base64."""
+    if encoding == "json":
+        return orjson.dumps(value)
+    if not isinstance(value, str):
+        raise ApiError(400, f"a {encoding} payload is a string")
+    try:
+        if encoding == "text":
+            return value.encode("utf-8")
+        if encoding == "hex":
+            return bytes.fromhex(value)
+        if encoding == "base64":
+            return base64.b64decode(value, validate=True)
+    except (ValueError, binascii.Error) as error:
+        raise ApiError(400, f"not {encoding}: {error}") from None
+    raise ApiError(400, "encoding is one of text, json, hex, base64")

@@ -1,0 +1,225 @@
+// UBRE for the browser: an ES module served by wireproto at /js/ubre.js (docs/browser.md).
+//
+//   import { connect } from "/js/ubre.js";
+//   const client = connect("ws://127.0.0.1:8765/ubre");
+//   client.subscribe("news", (body, topic) => console.log(topic, body));
+//   client.publish("news", { title: "hello" });
+//   const sum = await client.request("add", [1, 2], { timeout: 5 });
+//
+// It speaks UBRE's JSON format in text frames, as ubre.js does: {"subscribe": topic},
+// {"publish": topic, "body": ...}, {"request": name, "id": n, "body": ...}, answered by
+// {"success": n, "body": ...} or {"fail": n, "body": ...}. A publish whose payload is not UTF-8
+// comes in UBRE's binary format instead, and its body is a Uint8Array. The client reconnects
+// with a growing delay and subscribes again; publishes and requests made while it is away wait
+// in a bounded queue, and every request fails after its timeout either way.
+
+const TYPES = { 0x53: "subscribe", 0x50: "publish", 0x55: "unsubscribe", 0x52: "request",
+  0x73: "success", 0x66: "fail", 0x63: "fail" };
+const decoder = new TextDecoder();
+
+/** A request that failed: `body` is the fail body ("NotFound", "Timeout", a handler's value). */
+export class RequestFailed extends Error {
+  constructor(name, body) {
+    super(`UBRE request ${JSON.stringify(name)} failed: ${JSON.stringify(body)}`);
+    this.name = "RequestFailed";
+    this.body = body;
+  }
+}
+
+/** A binary-format message: type u8, name length u16, body length u32 (big-endian), name, body. */
+export function decodeBinary(data) {
+  const bytes = new Uint8Array(data);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (bytes.length < 7) throw new Error(`UBRE binary message of ${bytes.length} bytes`);
+  const type = TYPES[bytes[0]];
+  if (!type) throw new Error(`UBRE binary message of unknown type 0x${bytes[0].toString(16)}`);
+  const nameLength = view.getUint16(1);
+  const bodyLength = view.getUint32(3);
+  const name = decoder.decode(bytes.subarray(7, 7 + nameLength));
+  const end = bodyLength === 0xffffffff ? bytes.length : 7 + nameLength + bodyLength;
+  const message = { [type]: name };
+  if (bodyLength) message.body = bytes.slice(7 + nameLength, end);
+  return message;
+}
+
+export class UbreClient extends EventTarget {
+  /**
+   * @param {string} url ws:// or wss:// address of a UBRE listener
+   * @param {object} [options] reconnect (true), minDelay (0.5 s), maxDelay (30 s),
+   *   timeout (a request's default, 30 s), maxQueue (1000 messages kept while disconnected)
+   */
+  constructor(url, options = {}) {
+    super();
+    this.url = url;
+    this.options = { reconnect: true, minDelay: 0.5, maxDelay: 30, timeout: 30, maxQueue: 1000,
+      ...options };
+    this.subscriptions = new Map(); // topic -> Set of callbacks
+    this.handlers = new Map(); // requests from the broker, by name
+    this.pending = new Map(); // id -> {resolve, reject, timer}
+    this.queue = [];
+    this.nextId = 1;
+    this.socket = null;
+    this.closed = false;
+    this.attempts = 0;
+    this._open();
+  }
+
+  get connected() {
+    return this.socket !== null && this.socket.readyState === WebSocket.OPEN;
+  }
+
+  /** Call `callback(body, topic)` for each publish on `topic`; returns what cancels it. */
+  subscribe(topic, callback) {
+    let callbacks = this.subscriptions.get(topic);
+    if (!callbacks) {
+      callbacks = new Set();
+      this.subscriptions.set(topic, callbacks);
+      this._sendNow({ subscribe: topic });
+    }
+    if (callback) callbacks.add(callback);
+    return () => this.unsubscribe(topic, callback);
+  }
+
+  unsubscribe(topic, callback) {
+    const callbacks = this.subscriptions.get(topic);
+    if (!callbacks) return;
+    if (callback) callbacks.delete(callback);
+    if (!callback || callbacks.size === 0) {
+      this.subscriptions.delete(topic);
+      this._sendNow({ unsubscribe: topic });
+    }
+  }
+
+  /** Publish `body` (any JSON value; none when undefined) on `topic`. */
+  publish(topic, body) {
+    this._send(body === undefined ? { publish: topic } : { publish: topic, body });
+  }
+
+  /** Resolves with the success body, or rejects with RequestFailed (its fail body, or
+   * "Timeout" after `timeout` seconds, or "Closed" when the client is closed). */
+  request(name, body, { timeout = this.options.timeout } = {}) {
+    const id = this.nextId++;
+    const message = body === undefined ? { request: name, id } : { request: name, id, body };
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        this.queue = this.queue.filter((queued) => queued !== message);
+        reject(new RequestFailed(name, "Timeout"));
+      }, timeout * 1000);
+      this.pending.set(id, { name, resolve, reject, timer });
+      try {
+        this._send(message);
+      } catch (error) {
+        clearTimeout(timer);
+        this.pending.delete(id);
+        reject(error);
+      }
+    });
+  }
+
+  /** Answer the broker's requests for `name` with `handler(body)` (a value or a promise). */
+  handle(name, handler) {
+    this.handlers.set(name, handler);
+  }
+
+  close() {
+    this.closed = true;
+    clearTimeout(this._timer);
+    for (const [id, { name, reject, timer }] of this.pending) {
+      clearTimeout(timer);
+      reject(new RequestFailed(name, "Closed"));
+      this.pending.delete(id);
+    }
+    if (this.socket) this.socket.close(1000);
+  }
+
+  ready() {
+    if (this.connected) return Promise.resolve(this);
+    return new Promise((resolve) =>
+      this.addEventListener("open", () => resolve(this), { once: true }));
+  }
+
+  _open() {
+    const socket = new WebSocket(this.url);
+    socket.binaryType = "arraybuffer";
+    this.socket = socket;
+    socket.onopen = () => {
+      this.attempts = 0;
+      for (const topic of this.subscriptions.keys()) socket.send(JSON.stringify({ subscribe: topic }));
+      const queued = this.queue;
+      this.queue = [];
+      for (const message of queued) socket.send(JSON.stringify(message));
+      this.dispatchEvent(new Event("open"));
+    };
+    socket.onmessage = (event) => this._received(event.data);
+    socket.onclose = (event) => {
+      this.socket = null;
+      this.dispatchEvent(new CloseEvent("close", { code: event.code, reason: event.reason }));
+      if (!this.closed && this.options.reconnect) this._retry();
+    };
+  }
+
+  _retry() {
+    const { minDelay, maxDelay } = this.options;
+    const delay = Math.min(maxDelay, minDelay * 2 ** this.attempts++) * (0.5 + Math.random() / 2);
+    this._timer = setTimeout(() => this._open(), delay * 1000);
+  }
+
+  _received(data) {
+    let message;
+    try {
+      message = typeof data === "string" ? JSON.parse(data) : decodeBinary(data);
+    } catch (error) {
+      this.dispatchEvent(new ErrorEvent("error", { error, message: error.message }));
+      return;
+    }
+    if ("publish" in message) {
+      const callbacks = this.subscriptions.get(message.publish);
+      if (callbacks) for (const callback of callbacks) callback(message.body, message.publish);
+    } else if ("success" in message || "fail" in message) {
+      const id = "success" in message ? message.success : message.fail;
+      const waiting = this.pending.get(id) ?? this.pending.get(Number(id));
+      if (!waiting) return;
+      this.pending.delete(id);
+      this.pending.delete(Number(id));
+      clearTimeout(waiting.timer);
+      if ("success" in message) waiting.resolve(message.body);
+      else waiting.reject(new RequestFailed(waiting.name, message.body));
+    } else if ("request" in message) {
+      this._answer(message);
+    }
+    this.dispatchEvent(new MessageEvent("message", { data: message }));
+  }
+
+  async _answer({ request, id, body }) {
+    const handler = this.handlers.get(request);
+    const key = id === undefined ? request : id;
+    if (!handler) {
+      this._sendNow({ fail: key, body: "NotFound" });
+      return;
+    }
+    try {
+      this._sendNow({ success: key, body: await handler(body) });
+    } catch (error) {
+      this._sendNow({ fail: key, body: error instanceof Error ? error.message : error });
+    }
+  }
+
+  _sendNow(message) {
+    if (this.connected) this.socket.send(JSON.stringify(message));
+  }
+
+  _send(message) {
+    if (this.connected) {
+      this.socket.send(JSON.stringify(message));
+    } else if (this.queue.length < this.options.maxQueue) {
+      this.queue.push(message);
+    } else {
+      throw new Error(`not connected, and ${this.options.maxQueue} messages wait already`);
+    }
+  }
+}
+
+export function connect(url, options) {
+  return new UbreClient(url, options);
+}

@@ -1,0 +1,65 @@
+"""The status page and the browser clients, served from the package's own files: a fixed set,
+read once, so no request can name anything else."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from twisted.web.resource import Resource
+
+__all__ = ["StaticFiles", "PAGE_POLICY"]
+
+_TYPES = {
+    ".html": b"text/html; charset=utf-8",
+    ".js": b"text/javascript; charset=utf-8",
+    ".css": b"text/css; charset=utf-8",
+    ".png": b"image/png",
+}
+# The page runs only its own scripts and styles, and talks only to its own broker.
+PAGE_POLICY = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+               b"connect-src 'self' ws: wss:; base-uri 'none'; form-action 'none'; "
+               b"frame-ancestors 'none'")
+
+
+def _read(folder: str, name: str) -> bytes:
+    return resources.files("wireproto.admin").joinpath("static", folder, name).read_bytes()
+
+
+class StaticFiles(Resource):
+    """`names` from the package's static/`folder`; with `index`, that file at the resource's
+    own path (``/``)."""
+
+    isLeaf = True
+
+    def __init__(self, folder: str, names: tuple[str, ...], index: str | None = None) -> None:
+        super().__init__()
+        self.files = {name: (_read(folder, name), _TYPES[name[name.rindex("."):]])
+                      for name in names}
+        self.index = index
+
+    def render_GET(self, request: Any) -> bytes:
+        path = [segment for segment in request.postpath if segment]
+        if not path and self.index is not None:
+            name = self.index
+        elif len(path) == 1:
+            name = path[0].decode("utf-8", "replace")
+        else:
+            name = ""
+        found = self.files.get(name)
+        if found is None:
+            request.setResponseCode(404)
+            request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+            return b"404 Not Found\n"
+        body, kind = found
+        request.setHeader(b"content-type", kind)
+        request.setHeader(b"x-content-type-options", b"nosniff")
+        request.setHeader(b"cache-control", b"no-cache")
+        if kind.startswith(b"text/html"):
+            request.setHeader(b"content-security-policy", PAGE_POLICY)
+            request.setHeader(b"x-frame-options", b"DENY")
+            request.setHeader(b"referrer-policy", b"no-referrer")
+        return body
+
+    def render_HEAD(self, request: Any) -> bytes:
+        return self.render_GET(request)
