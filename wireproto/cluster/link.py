@@ -32,6 +32,7 @@ from twisted.logger import Logger
 from wireproto import peerlog
 from wireproto.cluster.calls import RemoteCalls
 from wireproto.cluster.client import NatsClient, NatsOptions
+from wireproto.cluster.lastvalues import SharedLastValues
 from wireproto.cluster.roster import Roster
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.cluster.subjects import SubjectError, Subjects, safe_token
@@ -92,6 +93,7 @@ class ClusterLink:
         self.roster = Roster(self)
         self.wills = WillKeeper(self)
         self.calls = RemoteCalls(self)
+        self.last_values = SharedLastValues(self)
         self.client.on_ready = self._connected
         # This process's metrics as wireproto.metrics.family_rows gives them, when it has any.
         self.local_metrics: Callable[[], list] | None = None
@@ -120,6 +122,7 @@ class ClusterLink:
     def _connected(self) -> None:
         self.roster.connected()
         self.wills.connected()
+        self.last_values.connected()
 
     def calls_changed(self) -> None:
         """What this process's servers answer changed (the hub calls this)."""
@@ -145,6 +148,7 @@ class ClusterLink:
         if self._metrics_sid is not None:
             self.client.unsubscribe(self._metrics_sid)
         self.wills.stop()
+        self.last_values.stop()
         self.roster.stop()
         self.hub.remove_topic_observer(self)
         if self.hub.cluster is self:
@@ -223,6 +227,7 @@ class ClusterLink:
         """Publish a message made in this process to the others (the hub calls this), with its
         encodings in the hub's portable formats."""
         self._sequence += 1
+        original = payload
         end = self._header_ends.get((will, protocol))
         if end is None:
             end = self._header_ends[(will, protocol)] = (
@@ -236,6 +241,11 @@ class ClusterLink:
                     b" %s:%d:%s" % (str(wire_format).encode(), len(data), b"b" if binary else b"t")
                     for wire_format, (data, binary) in carried) + b"\r\n\r\n"
                 payload = b"".join(data for _, (data, _) in carried) + payload
+        retained = self.hub.retained
+        if retained is not None and retained.wants(topic):
+            self.last_values.put(topic, original, protocol, {
+                wire_format: encodings[wire_format] for wire_format in self.hub.portable_formats
+                if encodings and wire_format in encodings})
         if self.client.publish(self.subjects.topic(topic), payload, headers=headers):
             self.forwarded += 1
 

@@ -1,0 +1,55 @@
+"""Last values shared by the processes of a cluster, through a JetStream bucket on a real
+nats-server: a subscriber on any process gets a topic's last value, wherever it was published
+and even if no process subscribed to it then."""
+
+from __future__ import annotations
+
+import pytest_twisted
+
+from tests.cluster.test_link import cluster_broker
+from tests.support import Inbox, eventually, wait_for
+from wireproto.cluster.lastvalues import key_of_topic, topic_of_key
+from wireproto.hub import HubSettings
+
+RETAIN = HubSettings(retain=("sensors/#",))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_late_subscriber_on_another_process_gets_the_last_value(broker, nats):
+    first, at_first = await cluster_broker(broker, nats, hub=RETAIN)
+    second, at_second = await cluster_broker(broker, nats, hub=RETAIN)
+    await eventually(lambda: first.cluster.last_values.available
+                     and second.cluster.last_values.available, timeout=10)
+    publisher = await broker.client(at_first["websmq+length32"])
+    await wait_for(publisher.publish("sensors/temp", b"21.5"))
+    await wait_for(publisher.publish("sensors/temp", b"22.0"))
+    await wait_for(publisher.publish("other", b"not kept"))
+    # No process subscribes to sensors/temp, yet the second keeps its value.
+    await eventually(lambda: second.hub.retained.get("sensors/temp") is not None
+                     and second.hub.retained.get("sensors/temp")[0].payload == b"22.0",
+                     timeout=10)
+    late = await broker.client(at_second["websmq+ws"])
+    inbox = Inbox()
+    await wait_for(late.subscribe("sensors/temp", inbox))
+    (message,) = await inbox.wait()
+    assert message.payload == b"22.0"
+    assert second.hub.retained.get("other") is None
+
+    # An empty publish clears it on every process.
+    await wait_for(publisher.publish("sensors/temp", b""))
+    await eventually(lambda: second.hub.retained.get("sensors/temp") is None, timeout=10)
+
+    # A process that starts later reads every kept value.
+    await wait_for(publisher.publish("sensors/humidity", b"48"))
+    await eventually(lambda: second.hub.retained.get("sensors/humidity") is not None, timeout=10)
+    third, at_third = await cluster_broker(broker, nats, hub=RETAIN)
+    await eventually(lambda: third.hub.retained.get("sensors/humidity") is not None, timeout=10)
+    assert third.hub.retained.get("sensors/temp") is None
+    assert third.cluster.last_values.read >= 1
+
+
+def test_any_topic_is_one_key_token() -> None:
+    for topic in ["sensors/temp", "a b/c.d", "$SYS/x", "é/>/*", "x" * 1024]:
+        key = key_of_topic(topic)
+        assert key.startswith("v.") and "." not in key[2:] and " " not in key
+        assert topic_of_key(key) == topic

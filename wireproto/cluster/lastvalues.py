@@ -1,0 +1,174 @@
+"""Last values shared by every process of a cluster (docs/cluster.md, "Last values").
+
+The process where a publish is made writes its topic's last value to a JetStream key-value
+bucket, one key per topic (``v.`` and the topic in unpadded base64url, so any topic is one
+token); an empty publish writes a purge marker, as a KV purge does. Every process follows the
+bucket with an ephemeral push consumer that first sends the last value of every key, then each
+new one, and keeps them in its own hub's `LastValues`. So a subscriber on any process gets a
+topic's last value at once, even if its process had no subscriber when it was published. On
+each new connection to NATS the consumer is made again, and the values read again.
+
+The bucket holds at most [hub] max_retained topics (the oldest go first); each process's own
+bounds still apply to what it keeps.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from wireproto.cluster.natsproto import header_values, headers_block
+from wireproto.cluster.subjects import safe_token
+from wireproto.hub.message import new_message
+
+if TYPE_CHECKING:
+    from wireproto.cluster.link import ClusterLink
+
+__all__ = ["SharedLastValues", "key_of_topic"]
+
+log = Logger(namespace="wireproto.cluster")
+
+PURGE = headers_block({"KV-Operation": "PURGE", "Nats-Rollup": "sub"})
+
+
+def key_of_topic(topic: str) -> str:
+    """A topic as a bucket key: one subject token, whatever the topic holds.
+
+    >>> key_of_topic("sensors/temp")
+    'v.c2Vuc29ycy90ZW1w'
+    """
+    encoded = base64.urlsafe_b64encode(topic.encode("utf-8", "surrogatepass"))
+    return "v." + encoded.rstrip(b"=").decode("ascii")
+
+
+def topic_of_key(key: str) -> str:
+    encoded = key[2:]
+    return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode(
+        "utf-8", "surrogatepass")
+
+
+class SharedLastValues:
+    """One process's side of the cluster's last values."""
+
+    def __init__(self, link: ClusterLink) -> None:
+        self.link = link
+        self.client = link.client
+        self.bucket = safe_token(link.subjects.prefix) + "_retained"
+        self.stream = f"KV_{self.bucket}"
+        self.available = False
+        self.written = self.read = self.refused = 0
+        self._sid: int | None = None
+        self._inbox: str | None = None
+
+    def subject(self, topic: str) -> str:
+        return f"$KV.{self.bucket}.{key_of_topic(topic)}"
+
+    # -- running ----------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def connected(self) -> Any:
+        """Make the bucket (if no one has yet), then follow it."""
+        retained = self.link.hub.retained
+        if retained is None:
+            return
+        config = {
+            "name": self.stream, "subjects": [f"$KV.{self.bucket}.>"],
+            "max_msgs_per_subject": 1, "max_msgs": retained.max_topics,
+            "max_bytes": 2 * retained.max_bytes, "discard": "old", "allow_direct": True,
+            "allow_rollup_hdrs": True, "deny_delete": True, "storage": "file",
+            "num_replicas": 1,
+        }
+        try:
+            _, reply = yield self.client.request(
+                f"$JS.API.STREAM.CREATE.{self.stream}", json.dumps(config).encode(), timeout=5)
+            error = json.loads(reply).get("error")
+            # 10058: the bucket exists already (made by another process).
+            if error and error.get("err_code") != 10058:
+                raise ValueError(error.get("description"))
+            yield self._follow()
+        except Exception as error:
+            self.available = False
+            log.warn("cluster: last values are not shared between processes: {error}",
+                     event="cluster_no_jetstream", error=str(error))
+            return
+        self.available = True
+
+    @defer.inlineCallbacks
+    def _follow(self) -> Any:
+        """An ephemeral push consumer: every key's last value, then each new one."""
+        if self._sid is not None:
+            self.client.unsubscribe(self._sid)
+        self._inbox = f"_INBOX.{secrets.token_hex(8)}"
+        self._sid = self.client.subscribe(self._inbox, self._received)
+        config = {
+            "deliver_subject": self._inbox, "deliver_policy": "last_per_subject",
+            "ack_policy": "none", "filter_subject": f"$KV.{self.bucket}.>",
+            "mem_storage": True, "num_replicas": 1, "inactive_threshold": 10_000_000_000,
+        }
+        _, reply = yield self.client.request(
+            f"$JS.API.CONSUMER.CREATE.{self.stream}",
+            json.dumps({"stream_name": self.stream, "config": config}).encode(), timeout=5)
+        error = json.loads(reply).get("error")
+        if error:
+            raise ValueError(error.get("description"))
+
+    def stop(self) -> None:
+        if self._sid is not None:
+            self.client.unsubscribe(self._sid)
+            self._sid = None
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def put(self, topic: str, payload: bytes, protocol: str, encodings: dict) -> None:
+        """`payload` is `topic`'s last value now (empty: it has none), as published here."""
+        if not self.available:
+            return
+        if not payload:
+            self.client.publish(self.subject(topic), b"", headers=PURGE)
+        else:
+            carried = [[str(wire_format), data, binary]
+                       for wire_format, (data, binary) in encodings.items()]
+            self.client.publish(self.subject(topic),
+                                msgpack.packb([topic, payload, protocol, carried]))
+        self.written += 1
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _received(self, subject: str, reply: str | None, headers: bytes | None,
+                  payload: bytes) -> None:
+        retained = self.link.hub.retained
+        if retained is None:
+            return
+        if headers is not None and not payload:
+            status = headers.split(b"\r\n", 1)[0]
+            if status.startswith(b"NATS/1.0 1"):
+                return  # a heartbeat or flow control, not a value
+            if header_values(headers).get("KV-Operation") in ("PURGE", "DEL"):
+                try:
+                    topic = topic_of_key(subject[len(self.bucket) + 5:])
+                except (ValueError, UnicodeDecodeError):
+                    self.refused += 1
+                    return
+                retained.keep(new_message(topic, b"", False, None, ""), {})
+                return
+        try:
+            topic, value, protocol, carried = msgpack.unpackb(payload)
+            encodings = {str(name): (bytes(data), bool(binary))
+                         for name, data, binary in carried}
+        except (ValueError, TypeError, msgpack.UnpackException):
+            self.refused += 1
+            return
+        if not isinstance(topic, str) or not isinstance(value, bytes) or not value:
+            self.refused += 1
+            return
+        if subject != self.subject(topic) or not retained.wants(topic):
+            self.refused += 1
+            return
+        self.read += 1
+        retained.keep(new_message(topic, value, False, None, str(protocol or "")), encodings)
