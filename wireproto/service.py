@@ -246,9 +246,11 @@ class WireprotoService(MultiService):
         ) if settings.directory else None
         # With [auth]: the credentials and rules; the hub checks its policy.
         self.auth = None
+        # The admins may read the $SYS topics, whatever the [[acl]] rules say.
+        self._admin_rules = config.admin.sys_rules() if config.admin.enabled else ()
         if config.auth.enabled:
             try:
-                self.auth = Authentication(config.auth, config.acl, reactor)
+                self.auth = Authentication(config.auth, config.acl + self._admin_rules, reactor)
             except ValueError as error:  # an [auth] file that cannot be read or used
                 raise ConfigError(f"auth: {error}") from None
             hub.policy = self.auth.policy
@@ -473,13 +475,14 @@ class WireprotoService(MultiService):
             return False
         old_rules = auth.rules
         if rules is not None:
-            auth.rules = rules
+            auth.rules = rules + self._admin_rules
         if not auth.reload():
             auth.rules = old_rules
             return False
         ended = self.hub.set_policy(auth.policy)
         log.info("reload: {rules} access rules; {ended} subscriptions ended",
-                 event="auth_reloaded", rules=len(auth.rules), ended=ended)
+                 event="auth_reloaded", rules=len(auth.rules) - len(self._admin_rules),
+                 ended=ended)
         return True
 
     # -- reporting bound listeners --------------------------------------------------------------

@@ -9,6 +9,7 @@ from twisted.internet import reactor
 from tests.brokers import LOCAL, Broker
 from tests.support import Inbox, eventually, sleep, wait_for
 from wireproto.admin import AdminSettings
+from wireproto.hub import HubMessage
 from wireproto.protocols.ubre.client import connect as ubre_connect
 
 
@@ -64,3 +65,34 @@ async def test_a_client_may_not_publish_on_sys_topics(broker: Broker) -> None:
     await wait_for(client.disconnect())
     await sleep(0.1)
     assert own.messages == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_access_rules_only_the_admins_read_sys_topics(broker: Broker,
+                                                                 auth_files) -> None:
+    from wireproto.access import AccessRule
+    from wireproto.authentication import AuthSettings
+
+    auth = AuthSettings(enabled=True, jwt_algorithms=("HS256",),
+                        jwt_secret_file=str(auth_files.secret))
+    everything = AccessRule(role="staff", subscribe=("#",), publish=("#",))
+    service, bound = await broker.start(f"websmq+ws@tcp:0:{LOCAL}", auth=auth,
+                                        acl=(everything,),
+                                        admin=AdminSettings(sys_interval=0.2))
+    address = bound[0].address
+    admin = await broker.client(
+        f"{address}?access_token={auth_files.token('erin', roles=['admin'])}")
+    staff = await broker.client(
+        f"{address}?access_token={auth_files.token('dave', roles=['staff'])}")
+    seen_by_admin, seen_by_staff = Inbox(), Inbox()
+    await wait_for(admin.subscribe("$SYS/broker/uptime", seen_by_admin))
+    await wait_for(staff.subscribe("$SYS/broker/uptime", seen_by_staff))
+    await seen_by_admin.wait()
+    await eventually(lambda: service.hub.denied.get(("websmq", "subscribe"), 0) == 1)
+    await sleep(0.5)
+    assert seen_by_staff.messages == []
+    # '#' granted to staff covers every topic but the broker's own
+    await wait_for(staff.subscribe("news", seen_by_staff))
+    await eventually(lambda: "news" in service.hub.topics())
+    service.hub.publish(HubMessage("news", b"x"))
+    await seen_by_staff.wait()

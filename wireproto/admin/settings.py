@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wireproto.access import AccessRule
 from wireproto.settings import positive_integer, seconds_or_never, setting, strings
 
 __all__ = ["AdminSettings"]
@@ -25,3 +26,12 @@ class AdminSettings:
     max_taps: int = setting(16, read=positive_integer)
     # Topics whose publishes are counted for their rates; others are counted together.
     max_counted_topics: int = setting(1000, read=positive_integer)
+
+    def sys_rules(self) -> tuple[AccessRule, ...]:
+        """Access rules that let the principals `allow` names read the $SYS topics (which no
+        rule granting a wildcard first level covers)."""
+        return tuple(
+            AccessRule(role=entry[5:], subscribe=("$SYS/#",)) if entry.startswith("role:")
+            else AccessRule(principal=entry, subscribe=("$SYS/#",))
+            for entry in self.allow
+        )
