@@ -286,3 +286,17 @@ async def test_admin_disabled_serves_no_page_and_no_api(broker: Broker) -> None:
     service, addresses, base = await start(broker, admin=AdminSettings(enabled=False))
     assert (await http(base, "/")).status == 404
     assert (await http(base, "/api/status")).status == 404
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_call_that_is_never_answered_gets_504(broker: Broker, monkeypatch) -> None:
+    from twisted.internet import defer
+
+    from wireproto.admin import api
+
+    monkeypatch.setattr(api, "CALL_TIMEOUT", 0.2)
+    service, addresses, base = await start(broker)
+    never: defer.Deferred = defer.Deferred()
+    service.server("ubre").handle("stuck", lambda body, caller: never)
+    answer = await http(base, "/api/call", {"protocol": "ubre", "name": "stuck"})
+    assert answer.status == 504 and "no answer" in answer.json["error"]

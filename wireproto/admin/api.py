@@ -49,6 +49,8 @@ log = Logger(namespace="wireproto.admin")
 
 # The largest request body the API takes (a publish's payload, a call's body).
 MAX_BODY = 1 << 20
+# A call from the page that gets no answer in this many seconds is answered 504.
+CALL_TIMEOUT = 30.0
 # At most this many bytes of a last value are shown by /api/topics.
 SHOWN_VALUE_BYTES = 1024
 
@@ -281,18 +283,24 @@ class AdminApi(Resource):
             value = NO_DATA
         d = defer.maybeDeferred(server.call, name, value, caller)
 
+        def respond(status: int, value: Any) -> None:
+            if timer.active():
+                timer.cancel()
+            if not request.finished and not request._disconnected:
+                request.write(_json(request, status, value))
+                request.finish()
+
         def answered(result: tuple[bool, Any]) -> None:
             succeeded, answer = result
-            if not request._disconnected:
-                request.write(_json(request, 200, {"ok": succeeded, "body": answer}))
-                request.finish()
+            respond(200, {"ok": succeeded, "body": answer})
 
         def failed(failure: Any) -> None:
             log.failure("admin call of {name!r} failed", failure, name=name)
-            if not request._disconnected:
-                request.write(_json(request, 500, {"error": failure.getErrorMessage()}))
-                request.finish()
+            respond(500, {"error": failure.getErrorMessage()})
 
+        # The handler goes on; only the page stops waiting for it.
+        timer = self.service.reactor.callLater(
+            CALL_TIMEOUT, respond, 504, {"error": f"no answer within {CALL_TIMEOUT:g} s"})
         d.addCallbacks(answered, failed)
         return NOT_DONE_YET
 
