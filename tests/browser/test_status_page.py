@@ -213,3 +213,35 @@ async def test_behind_access_control_the_page_needs_an_admin_login(
     assert who
     listeners = await browser.run(row_with, page, "listeners", "websmq")
     assert "ws://127.0.0.1" in listeners
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_broker_of_make_serve_shows_itself_live_at_its_address(
+    broker: Broker, browser: Browser,
+) -> None:
+    """`make serve` runs `wireproto serve` on the built-in defaults; the README sends people to
+    http://127.0.0.1:8765/ then."""
+    import re
+    import sys
+
+    from tests.test_cli import Child
+    from tests.test_doc_commands import DEFAULT_PORTS, port_open
+
+    busy = [port for port in DEFAULT_PORTS if port_open(port)]
+    assert not busy, f"the default ports are in use: {busy}"
+    serve = Child(str(Path(sys.executable).parent / "wireproto"), "serve")
+    try:
+        await serve.line(re.compile(r"wireproto: ready"), timeout=30)
+        page = await open_page(browser, "http://127.0.0.1:8765")
+        await browser.run(broker_shown, page)
+        listeners = await browser.run(row_with, page, "listeners", "engineio")
+        assert "http://127.0.0.1:8765/engine.io/" in listeners
+        client = await broker.client("tcp:host=127.0.0.1:port=8766")
+        await browser.run(row_with, page, "sessions", "length32")
+        await browser.run(tap, page, "#")
+        await wait_for(client.publish("demo", b"hello"))
+        assert "hello" in await browser.run(tapped_line, page, "demo")
+        await wait_for(client.disconnect())
+    finally:
+        serve.process.terminate()
+        serve.process.wait(timeout=20)
