@@ -45,6 +45,8 @@ class AdminConsole:
         self.page = StaticFiles("ui", ("index.html",), index="index.html")
         self.page_files = StaticFiles("ui", PAGE_FILES)
         self.clients = StaticFiles("js", CLIENT_FILES)
+        if service.cluster is not None:
+            service.cluster.admin = self.api  # answers the other processes' admin APIs
         self.sys_topics = SysTopics(service, settings.sys_interval, service.cluster_node,
                                     reactor) if settings.sys_interval else None
 

@@ -114,19 +114,26 @@ class AdminApi(Resource):
             return _json(request, error.status, {"error": str(error)})
 
     def _get(self, request: Any, path: list[str], principal: Principal) -> Any:
+        whole = _query(request, b"scope") != "process" and self._cluster() is not None
         match path:
             case [] | ["status"]:
-                return _json(request, 200, self.status())
+                if whole:
+                    return self._gathered(request, lambda status: status)
+                return _json(request, 200, self.local_status())
             case ["whoami"]:
                 return _json(request, 200, {"name": principal.name,
                                             "roles": sorted(principal.roles)})
             case ["listeners"]:
                 return _json(request, 200, self.listeners())
             case ["sessions"]:
+                if whole:
+                    return self._gathered(request, lambda status: status["sessions"])
                 return _json(request, 200, self.sessions())
             case ["sessions", number]:
                 return _json(request, 200, self._describe(self._session(number)))
             case ["topics"]:
+                if whole:
+                    return self._gathered(request, lambda status: status["topics"])
                 return _json(request, 200, self.topics())
             case ["tap"]:
                 return self._tap(request)
@@ -135,23 +142,74 @@ class AdminApi(Resource):
     def _post(self, request: Any, path: list[str], principal: Principal) -> Any:
         match path:
             case ["sessions", number, "close"]:
-                session = self._session(number)
-                self.service.close_session(session, f"closed by admin {principal.name}")
-                return _json(request, 200, {"closed": session.id})
+                node = _query(request, b"node")
+                if node is not None and node != self.node:
+                    return self._close_elsewhere(request, node, number, principal)
+                if not self.close_local(_session_id(number), str(principal.name)):
+                    raise ApiError(404, f"no session {number}")
+                return _json(request, 200, {"closed": int(number)})
             case ["publish"]:
                 return _json(request, 200, self.publish(_body(request), principal))
             case ["call"]:
                 return self._call(request, _body(request), principal)
         raise ApiError(404, f"no admin API at POST /api/{'/'.join(path)}")
 
+    # -- the other processes of a cluster ---------------------------------------------------------
+
+    @property
+    def node(self) -> str:
+        """This process, as the API names it: in a cluster its origin (its node name and a
+        token of this start, never shared by two processes)."""
+        cluster = self.hub.cluster
+        return self.service.node if cluster is None else cluster.origin
+
+    def _cluster(self) -> Any:
+        cluster = self.hub.cluster
+        return cluster if cluster is not None and cluster.running else None
+
+    def _gathered(self, request: Any, part: Any) -> Any:
+        """Answer with `part` of the status of every process of the cluster, merged."""
+        d = self._cluster().gather_admin(["status"], self.local_status())
+
+        def merged(parts: list[tuple[str, Any]]) -> None:
+            if not request.finished and not request._disconnected:
+                request.write(_json(request, 200, part(merge_status(parts))))
+                request.finish()
+
+        d.addCallback(merged).addErrback(
+            lambda failure: log.failure("gathering the cluster's status failed", failure))
+        return NOT_DONE_YET
+
+    def _close_elsewhere(self, request: Any, node: str, number: str,
+                         principal: Principal) -> Any:
+        cluster = self._cluster()
+        if cluster is None:
+            raise ApiError(404, f"no process {node}")
+        d = cluster.gather_admin(["close", node, _session_id(number), str(principal.name)],
+                                 False)
+
+        def answered(parts: list[tuple[str, Any]]) -> None:
+            closed = any(answer is True for found, answer in parts if found == node)
+            status, body = (200, {"closed": int(number)}) if closed else (
+                404, {"error": f"no session {number} on {node}"})
+            if not request.finished and not request._disconnected:
+                request.write(_json(request, status, body))
+                request.finish()
+
+        d.addCallback(answered)
+        return NOT_DONE_YET
+
     # -- what it shows --------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
+    def local_status(self) -> dict[str, Any]:
+        """This process's broker figures, listeners, links, sessions and topics."""
         hub = self.hub
         stats = hub.stats
+        node = self.node
+        listed = self.listeners()
         return {
             "broker": {
-                "node": self.service.node,
+                "node": node,
                 "started": self.started,
                 "uptime": round(time.time() - self.started, 3),
                 "published": stats.published,
@@ -159,10 +217,20 @@ class AdminApi(Resource):
                 "dropped": stats.dropped_messages,
                 "retained": 0 if hub.retained is None else len(hub.retained),
             },
-            **self.listeners(),
+            "nodes": [node],
+            "listeners": listed["listeners"],
+            "links": [{**link, "node": node} for link in listed["links"]],
             "sessions": self.sessions(),
             "topics": self.topics(),
         }
+
+    def close_local(self, number: int, admin: str) -> bool:
+        """Close this process's session `number`; False if it has none."""
+        for session in self.hub.sessions:
+            if session.id == number:
+                self.service.close_session(session, f"closed by admin {admin}")
+                return True
+        return False
 
     def listeners(self) -> dict[str, Any]:
         service = self.service
@@ -192,6 +260,7 @@ class AdminApi(Resource):
         principal = session.principal
         return {
             "id": session.id,
+            "node": self.node,
             "protocol": session.protocol,
             "transport": session.transport_name,
             "peer": session.peer,
@@ -320,6 +389,57 @@ class AdminApi(Resource):
     def close(self) -> None:
         for tap in tuple(self.taps):
             tap.stop()
+
+
+def merge_status(parts: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The statuses of several processes, this one's first, as one: their sessions and links
+    side by side, their topics' subscribers and rates summed, their figures summed.
+
+    >>> one = {"broker": {"node": "a", "published": 2, "uptime": 5.0}, "nodes": ["a"],
+    ...        "listeners": [], "links": [], "sessions": [{"id": 1, "node": "a"}],
+    ...        "topics": [{"topic": "t", "subscribers": 1, "rate": 1.5}]}
+    >>> two = {"broker": {"node": "b", "published": 3, "uptime": 9.0}, "nodes": ["b"],
+    ...        "listeners": [], "links": [], "sessions": [{"id": 1, "node": "b"}],
+    ...        "topics": [{"topic": "t", "subscribers": 2, "rate": 0.5}]}
+    >>> merged = merge_status([("a", one), ("b", two)])
+    >>> merged["nodes"], merged["broker"]["published"], merged["topics"]
+    (['a', 'b'], 5, [{'topic': 't', 'subscribers': 3, 'rate': 2.0}])
+    """
+    first = parts[0][1]
+    merged = {**first, "broker": dict(first["broker"]), "nodes": [], "links": [],
+              "sessions": []}
+    topics: dict[str, dict[str, Any]] = {}
+    for index, (_, status) in enumerate(parts):
+        merged["nodes"] += status["nodes"]
+        merged["links"] += status["links"]
+        merged["sessions"] += status["sessions"]
+        if index:
+            for name in ("published", "delivered", "dropped"):
+                if name in status["broker"]:
+                    merged["broker"][name] += status["broker"][name]
+        for topic in status["topics"]:
+            kept = topics.get(topic["topic"])
+            if kept is None:
+                topics[topic["topic"]] = dict(topic)
+            else:
+                kept["subscribers"] += topic["subscribers"]
+                kept["rate"] = round(kept["rate"] + topic["rate"], 3)
+                if "last_value" in topic:
+                    kept.setdefault("last_value", topic["last_value"])
+    merged["topics"] = [topics[name] for name in sorted(topics)]
+    return merged
+
+
+def _query(request: Any, name: bytes) -> str | None:
+    values = request.args.get(name)
+    return values[-1].decode("utf-8", "replace") if values else None
+
+
+def _session_id(number: str) -> int:
+    try:
+        return int(number)
+    except ValueError:
+        raise ApiError(404, f"no session {number}") from None
 
 
 def _body(request: Any) -> dict[str, Any]:

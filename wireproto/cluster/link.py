@@ -98,6 +98,9 @@ class ClusterLink:
         # This process's metrics as wireproto.metrics.family_rows gives them, when it has any.
         self.local_metrics: Callable[[], list] | None = None
         self._metrics_sid: int | None = None
+        # The admin API (wireproto.admin.api.AdminApi) that answers the others' questions.
+        self.admin: Any = None
+        self._admin_sid: int | None = None
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -115,6 +118,8 @@ class ClusterLink:
         self.roster.start()
         self._metrics_sid = self.client.subscribe(
             self.subjects.cluster + "metrics", self._metrics_asked)
+        self._admin_sid = self.client.subscribe(
+            self.subjects.cluster + "admin", self._admin_asked)
         self.wills.start()
         self.calls.refresh()
         self.client.start()
@@ -145,8 +150,9 @@ class ClusterLink:
                 pass
         self.roster.leave()
         self.calls.stop()
-        if self._metrics_sid is not None:
-            self.client.unsubscribe(self._metrics_sid)
+        for sid in (self._metrics_sid, self._admin_sid):
+            if sid is not None:
+                self.client.unsubscribe(sid)
         self.wills.stop()
         self.last_values.stop()
         self.roster.stop()
@@ -166,6 +172,11 @@ class ClusterLink:
         """Every process's metrics as [(node, family rows)], this one's first: the others'
         that answer within `timeout` seconds."""
         own = [(self.node, self.local_metrics())] if self.local_metrics is not None else []
+        return self._gather("metrics", b"", own, timeout)
+
+    def _gather(self, what: str, request: bytes, own: list, timeout: float) -> defer.Deferred:
+        """`own` and the [node, answer] replies of the other processes to `request` on
+        PREFIX.cluster.WHAT, as [(node, answer)], within `timeout` seconds."""
         others = len(self.roster.members())
         if not others or not self.client.connected:
             return defer.succeed(own)
@@ -174,15 +185,40 @@ class ClusterLink:
             parts = list(own)
             for reply in replies:
                 try:
-                    node, rows = msgpack.unpackb(reply)
+                    node, answer = msgpack.unpackb(reply)
                 except (ValueError, TypeError, msgpack.UnpackException):
                     continue
-                parts.append((str(node), rows))
+                parts.append((str(node), answer))
             return parts
 
-        d = self.client.gather(self.subjects.cluster + "metrics", b"", expected=others,
+        d = self.client.gather(self.subjects.cluster + what, request, expected=others,
                                timeout=timeout)
         return d.addCallbacks(unpacked, lambda _: own)
+
+    # -- the admin API ----------------------------------------------------------------------------
+
+    def _admin_asked(self, subject: str, reply: str | None, headers: Any,
+                     payload: bytes) -> None:
+        """Another process's admin API asks for this one's status, or to close a session."""
+        admin = self.admin
+        if reply is None or admin is None:
+            return
+        try:
+            request = msgpack.unpackb(payload)
+            if request == ["status"]:
+                answer = admin.local_status()
+            elif request[0] == "close" and request[1] == self.origin:
+                answer = admin.close_local(int(request[2]), str(request[3]))
+            else:
+                return
+        except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+            return
+        self.client.publish(reply, msgpack.packb([self.origin, answer]))
+
+    def gather_admin(self, request: list, own: Any, timeout: float = 1.0) -> defer.Deferred:
+        """The answers of every process's admin API to `request`, this one's (`own`) first, as
+        [(origin, answer)]: origins, unlike node names, are never shared by two processes."""
+        return self._gather("admin", msgpack.packb(request), [(self.origin, own)], timeout)
 
     # -- interest ---------------------------------------------------------------------------------
 

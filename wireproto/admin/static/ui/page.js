@@ -88,10 +88,11 @@ function closeButton(session) {
   const button = element("button", "close");
   button.type = "button";
   button.dataset.session = session.id;
+  button.dataset.node = session.node;
   button.addEventListener("click", async () => {
     button.disabled = true;
     try {
-      await api(`sessions/${session.id}/close`, {});
+      await api(`sessions/${session.id}/close?node=${encodeURIComponent(session.node)}`, {});
     } catch (error) {
       problem(error.message);
     }
@@ -101,7 +102,9 @@ function closeButton(session) {
 }
 
 function show(status) {
-  $("#node").textContent = status.broker.node;
+  $("#node").textContent = status.nodes.length > 1
+    ? `${status.nodes.length} processes: ${status.nodes.join(", ")}` : status.broker.node;
+  $("#sessions").classList.toggle("one-process", status.nodes.length === 1);
   showFigures(status.broker, status.sessions);
   fill($("#listeners"), status.listeners.map((l) => [l.protocol, l.transport, l.address]));
   fill($("#links"), status.links.map((l) => [
@@ -110,7 +113,7 @@ function show(status) {
   $("#links").hidden = status.links.length === 0;
   $("#session-count").textContent = `(${status.sessions.length})`;
   fill($("#sessions"), status.sessions.map((s) => [
-    s.id, s.protocol, s.transport, s.peer, s.principal ?? "anonymous",
+    s.id, s.node, s.protocol, s.transport, s.peer, s.principal ?? "anonymous",
     s.subscriptions.join(" "), s.received, s.sent, s.queued_bytes, closeButton(s)]));
   fill($("#topics"), status.topics.map((t) => {
     const value = element("span", t.last_value ? shownPayload(t.last_value)[1] : "");
