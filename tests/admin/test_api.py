@@ -275,7 +275,7 @@ async def test_the_page_and_the_clients_are_served_from_the_package(broker: Brok
     page = await http(base, "/")
     assert page.status == 200 and b"<title>wireproto</title>" in page.body
     assert "script-src 'self'" in page.header("content-security-policy")
-    for path in ("/ui/page.js", "/ui/page.css", "/js/websmq.js", "/js/ubre.js"):
+    for path in ("/ui/page.js", "/ui/page.css", "/js/websmq.js", "/js/ubre.js", "/js/socket.js"):
         assert (await http(base, path)).status == 200, path
     for path in ("/js/", "/js/../setup.cfg", "/ui/index.html/x", "/js/nothing.js"):
         assert (await http(base, path)).status == 404, path

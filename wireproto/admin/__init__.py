@@ -28,7 +28,7 @@ log = Logger(namespace="wireproto.admin")
 # Where the page, its own files, the clients and the API are, on every HTTP listener's port.
 PAGE_PATHS = ("/", "/ui", "/js", "/api")
 PAGE_FILES = ("page.js", "page.css")
-CLIENT_FILES = ("websmq.js", "ubre.js")
+CLIENT_FILES = ("websmq.js", "ubre.js", "socket.js")
 
 
 class AdminConsole:

@@ -10,8 +10,10 @@
 // {"publish": topic, "body": ...}, {"request": name, "id": n, "body": ...}, answered by
 // {"success": n, "body": ...} or {"fail": n, "body": ...}. A publish whose payload is not UTF-8
 // comes in UBRE's binary format instead, and its body is a Uint8Array. The client reconnects
-// with a growing delay and subscribes again; publishes and requests made while it is away wait
+// with a growing delay (./socket.js) and subscribes again; publishes and requests made while it is away wait
 // in a bounded queue, and every request fails after its timeout either way.
+
+import { ReconnectingClient } from "./socket.js";
 
 const TYPES = { 0x53: "subscribe", 0x50: "publish", 0x55: "unsubscribe", 0x52: "request",
   0x73: "success", 0x66: "fail", 0x63: "fail" };
@@ -42,30 +44,18 @@ export function decodeBinary(data) {
   return message;
 }
 
-export class UbreClient extends EventTarget {
+export class UbreClient extends ReconnectingClient {
   /**
    * @param {string} url ws:// or wss:// address of a UBRE listener
    * @param {object} [options] reconnect (true), minDelay (0.5 s), maxDelay (30 s),
    *   timeout (a request's default, 30 s), maxQueue (1000 messages kept while disconnected)
    */
   constructor(url, options = {}) {
-    super();
-    this.url = url;
-    this.options = { reconnect: true, minDelay: 0.5, maxDelay: 30, timeout: 30, maxQueue: 1000,
-      ...options };
+    super(url, options, { timeout: 30 });
     this.subscriptions = new Map(); // topic -> Set of callbacks
     this.handlers = new Map(); // requests from the broker, by name
-    this.pending = new Map(); // id -> {resolve, reject, timer}
-    this.queue = [];
+    this.pending = new Map(); // id -> {name, resolve, reject, timer}
     this.nextId = 1;
-    this.socket = null;
-    this.closed = false;
-    this.attempts = 0;
-    this._open();
-  }
-
-  get connected() {
-    return this.socket !== null && this.socket.readyState === WebSocket.OPEN;
   }
 
   /** Call `callback(body, topic)` for each publish on `topic`; returns what cancels it. */
@@ -74,7 +64,7 @@ export class UbreClient extends EventTarget {
     if (!callbacks) {
       callbacks = new Set();
       this.subscriptions.set(topic, callbacks);
-      this._sendNow({ subscribe: topic });
+      this._sendNow(JSON.stringify({ subscribe: topic }));
     }
     if (callback) callbacks.add(callback);
     return () => this.unsubscribe(topic, callback);
@@ -86,29 +76,30 @@ export class UbreClient extends EventTarget {
     if (callback) callbacks.delete(callback);
     if (!callback || callbacks.size === 0) {
       this.subscriptions.delete(topic);
-      this._sendNow({ unsubscribe: topic });
+      this._sendNow(JSON.stringify({ unsubscribe: topic }));
     }
   }
 
   /** Publish `body` (any JSON value; none when undefined) on `topic`. */
   publish(topic, body) {
-    this._send(body === undefined ? { publish: topic } : { publish: topic, body });
+    this._send(JSON.stringify(body === undefined ? { publish: topic } : { publish: topic, body }));
   }
 
   /** Resolves with the success body, or rejects with RequestFailed (its fail body, or
    * "Timeout" after `timeout` seconds, or "Closed" when the client is closed). */
   request(name, body, { timeout = this.options.timeout } = {}) {
     const id = this.nextId++;
-    const message = body === undefined ? { request: name, id } : { request: name, id, body };
+    const text = JSON.stringify(
+      body === undefined ? { request: name, id } : { request: name, id, body });
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
-        this.queue = this.queue.filter((queued) => queued !== message);
+        this.queue = this.queue.filter((queued) => queued !== text);
         reject(new RequestFailed(name, "Timeout"));
       }, timeout * 1000);
       this.pending.set(id, { name, resolve, reject, timer });
       try {
-        this._send(message);
+        this._send(text);
       } catch (error) {
         clearTimeout(timer);
         this.pending.delete(id);
@@ -123,46 +114,16 @@ export class UbreClient extends EventTarget {
   }
 
   close() {
-    this.closed = true;
-    clearTimeout(this._timer);
     for (const [id, { name, reject, timer }] of this.pending) {
       clearTimeout(timer);
       reject(new RequestFailed(name, "Closed"));
       this.pending.delete(id);
     }
-    if (this.socket) this.socket.close(1000);
+    super.close();
   }
 
-  ready() {
-    if (this.connected) return Promise.resolve(this);
-    return new Promise((resolve) =>
-      this.addEventListener("open", () => resolve(this), { once: true }));
-  }
-
-  _open() {
-    const socket = new WebSocket(this.url);
-    socket.binaryType = "arraybuffer";
-    this.socket = socket;
-    socket.onopen = () => {
-      this.attempts = 0;
-      for (const topic of this.subscriptions.keys()) socket.send(JSON.stringify({ subscribe: topic }));
-      const queued = this.queue;
-      this.queue = [];
-      for (const message of queued) socket.send(JSON.stringify(message));
-      this.dispatchEvent(new Event("open"));
-    };
-    socket.onmessage = (event) => this._received(event.data);
-    socket.onclose = (event) => {
-      this.socket = null;
-      this.dispatchEvent(new CloseEvent("close", { code: event.code, reason: event.reason }));
-      if (!this.closed && this.options.reconnect) this._retry();
-    };
-  }
-
-  _retry() {
-    const { minDelay, maxDelay } = this.options;
-    const delay = Math.min(maxDelay, minDelay * 2 ** this.attempts++) * (0.5 + Math.random() / 2);
-    this._timer = setTimeout(() => this._open(), delay * 1000);
+  _opened(socket) {
+    for (const topic of this.subscriptions.keys()) socket.send(JSON.stringify({ subscribe: topic }));
   }
 
   _received(data) {
@@ -170,7 +131,7 @@ export class UbreClient extends EventTarget {
     try {
       message = typeof data === "string" ? JSON.parse(data) : decodeBinary(data);
     } catch (error) {
-      this.dispatchEvent(new ErrorEvent("error", { error, message: error.message }));
+      this._failed(error);
       return;
     }
     if ("publish" in message) {
@@ -195,27 +156,14 @@ export class UbreClient extends EventTarget {
     const handler = this.handlers.get(request);
     const key = id === undefined ? request : id;
     if (!handler) {
-      this._sendNow({ fail: key, body: "NotFound" });
+      this._sendNow(JSON.stringify({ fail: key, body: "NotFound" }));
       return;
     }
     try {
-      this._sendNow({ success: key, body: await handler(body) });
+      this._sendNow(JSON.stringify({ success: key, body: await handler(body) }));
     } catch (error) {
-      this._sendNow({ fail: key, body: error instanceof Error ? error.message : error });
-    }
-  }
-
-  _sendNow(message) {
-    if (this.connected) this.socket.send(JSON.stringify(message));
-  }
-
-  _send(message) {
-    if (this.connected) {
-      this.socket.send(JSON.stringify(message));
-    } else if (this.queue.length < this.options.maxQueue) {
-      this.queue.push(message);
-    } else {
-      throw new Error(`not connected, and ${this.options.maxQueue} messages wait already`);
+      this._sendNow(JSON.stringify(
+        { fail: key, body: error instanceof Error ? error.message : error }));
     }
   }
 }

@@ -8,7 +8,10 @@
 //
 // Every frame is binary: a big-endian u16 header (type in the top 2 bits, topic length in the
 // low 14), the topic (ASCII, URL-encoded), then the payload. The client reconnects with a
-// growing delay, and sends its subscriptions and its will again on every new connection.
+// growing delay (./socket.js), and sends its subscriptions and its will again on every new
+// connection.
+
+import { ReconnectingClient } from "./socket.js";
 
 const PUBLISH = 0, SUBSCRIBE = 1, UNSUBSCRIBE = 2, LAST_WILL = 3;
 const MAX_TOPIC_LENGTH = 0x3fff;
@@ -77,27 +80,16 @@ export function patternMatches(pattern, topic) {
   return want.length === have.length;
 }
 
-export class WebsmqClient extends EventTarget {
+export class WebsmqClient extends ReconnectingClient {
   /**
    * @param {string} url ws:// or wss:// address of a WEBSMQ listener
    * @param {object} [options] reconnect (true), minDelay (0.5 s), maxDelay (30 s),
    *   maxQueue (1000 frames kept while disconnected), protocols (WebSocket subprotocols)
    */
   constructor(url, options = {}) {
-    super();
-    this.url = url;
-    this.options = { reconnect: true, minDelay: 0.5, maxDelay: 30, maxQueue: 1000, ...options };
+    super(url, options);
     this.subscriptions = new Map(); // topic -> Set of callbacks
     this.will = null;
-    this.queue = [];
-    this.socket = null;
-    this.closed = false;
-    this.attempts = 0;
-    this._open();
-  }
-
-  get connected() {
-    return this.socket !== null && this.socket.readyState === WebSocket.OPEN;
   }
 
   /** Call `callback(message)` for each publish on `topic` (a pattern, when the broker allows). */
@@ -136,45 +128,9 @@ export class WebsmqClient extends EventTarget {
     this._sendNow(this.will);
   }
 
-  /** Close for good: no reconnection. */
-  close() {
-    this.closed = true;
-    clearTimeout(this._timer);
-    if (this.socket) this.socket.close(1000);
-  }
-
-  /** Resolves once connected (at once if it is). */
-  ready() {
-    if (this.connected) return Promise.resolve(this);
-    return new Promise((resolve) =>
-      this.addEventListener("open", () => resolve(this), { once: true }));
-  }
-
-  _open() {
-    const socket = new WebSocket(this.url, this.options.protocols);
-    socket.binaryType = "arraybuffer";
-    this.socket = socket;
-    socket.onopen = () => {
-      this.attempts = 0;
-      for (const topic of this.subscriptions.keys()) socket.send(encodeFrame(SUBSCRIBE, topic));
-      if (this.will) socket.send(this.will);
-      const queued = this.queue;
-      this.queue = [];
-      for (const frame of queued) socket.send(frame);
-      this.dispatchEvent(new Event("open"));
-    };
-    socket.onmessage = (event) => this._received(event.data);
-    socket.onclose = (event) => {
-      this.socket = null;
-      this.dispatchEvent(new CloseEvent("close", { code: event.code, reason: event.reason }));
-      if (!this.closed && this.options.reconnect) this._retry();
-    };
-  }
-
-  _retry() {
-    const { minDelay, maxDelay } = this.options;
-    const delay = Math.min(maxDelay, minDelay * 2 ** this.attempts++) * (0.5 + Math.random() / 2);
-    this._timer = setTimeout(() => this._open(), delay * 1000);
+  _opened(socket) {
+    for (const topic of this.subscriptions.keys()) socket.send(encodeFrame(SUBSCRIBE, topic));
+    if (this.will) socket.send(this.will);
   }
 
   _received(data) {
@@ -183,7 +139,7 @@ export class WebsmqClient extends EventTarget {
     try {
       message = decodeFrame(data);
     } catch (error) {
-      this.dispatchEvent(new ErrorEvent("error", { error, message: error.message }));
+      this._failed(error);
       return;
     }
     for (const [topic, callbacks] of this.subscriptions) {
@@ -192,21 +148,6 @@ export class WebsmqClient extends EventTarget {
       }
     }
     this.dispatchEvent(new MessageEvent("message", { data: message }));
-  }
-
-  // Subscriptions and wills are sent again on reconnect, so they are not queued.
-  _sendNow(frame) {
-    if (this.connected) this.socket.send(frame);
-  }
-
-  _send(frame) {
-    if (this.connected) {
-      this.socket.send(frame);
-    } else if (this.queue.length < this.options.maxQueue) {
-      this.queue.push(frame);
-    } else {
-      throw new Error(`not connected, and ${this.options.maxQueue} frames wait already`);
-    }
   }
 }
 
