@@ -237,7 +237,8 @@ def test_the_capture_table_and_the_option() -> None:
         ("[capture]\ndirectory = 1", "capture.directory: expected a string, got 1"),
         ("[capture]\nflush_interval = 0", "capture.flush_interval: must be positive, not 0"),
         ("[capture]\ndir = 'x'", "capture.dir: unknown key; use directory, max_file_bytes, "
-                                 "flush_interval or file_mode (did you mean 'directory'?)"),
+                                 "flush_interval, file_mode or node (did you mean "
+                                 "'directory'?)"),
     ]:
         with pytest.raises(ConfigError, match=f"^<toml>: {re.escape(message)}$"):
             config_from_toml(f"[[listen]]\nprotocol='websmq'\ntransport='ws'\n"
@@ -334,3 +335,32 @@ async def test_a_message_the_transport_refuses_is_not_captured(tmp_path: Path) -
     sent = [data for record in records_in(tmp_path) if record.kind == capture.Kind.OUT
             for data in record.messages()]
     assert sent == [fits]
+
+
+@pytest_twisted.ensureDeferred
+async def test_captures_name_their_broker_and_connection_ids_differ_across_a_fleet(
+    tmp_path: Path,
+) -> None:
+    from wireproto.pipeline.rows import broker_of
+
+    first_ids = []
+    for name in ("edge-1", "edge-2"):
+        config = Config(
+            listeners=(parse_listen(f"websmq+length32@tcp:0:{LOCAL}"),),
+            capture=CaptureSettings(directory=str(tmp_path / name), flush_interval=0.05,
+                                    node=name),
+        )
+        service, (tcp,) = await start(config)
+        try:
+            client = await wait_for(websmq_connect(reactor, tcp))
+            await wait_for(client.disconnect())
+        finally:
+            await wait_for(service.stopService(), timeout=10)
+        (path,) = capture.capture_files(tmp_path / name)
+        header = capture.read_header(path)
+        assert header.info["broker"] == name and header.info["cluster"] is None
+        assert broker_of(header) == name
+        (opened, *_) = capture.iter_records(path)
+        first_ids.append(opened.connection)
+    assert first_ids[0] >> 32 != first_ids[1] >> 32  # each run its own high bits
+    assert all(0 < connection < 1 << 63 for connection in first_ids)  # a signed long column

@@ -239,10 +239,12 @@ class WireprotoService(MultiService):
         # The twisted.web Site of each HTTP port, for their refusal counts on /metrics.
         self.http_sites: list[Any] = []
         settings = config.capture
+        cluster_settings = config.cluster
         self.capture = BrokerCapture(
             settings.directory, max_file_bytes=settings.max_file_bytes,
             flush_interval=settings.flush_interval, file_mode=settings.file_mode,
-            reactor=self.reactor,
+            reactor=self.reactor, broker=settings.node or cluster_settings.node or None,
+            cluster=cluster_settings.subject_prefix if cluster_settings.enabled else None,
         ) if settings.directory else None
         # With [auth]: the credentials and rules; the hub checks its policy.
         self.auth = None

@@ -167,3 +167,57 @@ def test_a_batch_record_is_one_row_per_message(tmp_path: Path, spark: Any) -> No
     assert len({row.offset for row in rows[1:4]}) == 1
     assert rows[4].decode_error.startswith("CorruptCapture: batch record")
     assert len(rows) == 5
+
+
+def test_rows_name_the_broker_that_wrote_their_file(tmp_path: Path, spark: Any) -> None:
+    for name in ("edge-1", "edge-2"):
+        with capture.CaptureWriter(tmp_path / name, broker=name) as writer:
+            writer.open_connection(1, "127.0.0.1:5000", "websmq", "ws")
+            writer.message(1, "in", websmq.encode(websmq.Publish("a", b"1")), True)
+    frame = load(spark, tmp_path / "edge-1").unionByName(load(spark, tmp_path / "edge-2"))
+    counts = {row.broker: row["count"] for row in frame.groupBy("broker").count().collect()}
+    assert counts == {"edge-1": 2, "edge-2": 2}
+
+
+def test_a_large_file_is_split_into_record_ranges_read_once_each(tmp_path: Path,
+                                                                 spark: Any) -> None:
+    with capture.CaptureWriter(tmp_path) as writer:
+        writer.open_connection(1, "127.0.0.1:5000", "websmq", "ws")
+        for number in range(6000):
+            payload = str(number).encode() * 40
+            writer.message(1, "in", websmq.encode(websmq.Publish(f"t/{number % 7}", payload)),
+                           True)
+    (path,) = capture.capture_files(tmp_path)
+    with open(path, "ab") as file:  # a torn last record, as after a crash
+        file.write(b"\x40\x00\x00\x00torn")
+    size = os.path.getsize(path)
+    assert size > 1 << 20
+    ranges = capture.split_ranges(path, 256 << 10)
+    assert len(ranges) >= 4 and ranges[0][0] is None and ranges[-1][1] is None
+    assert all(earlier[1] == later[0]
+               for earlier, later in zip(ranges, ranges[1:], strict=False))
+
+    frame = (spark.read.format("wirecapture").option("maxPartitionBytes", 256 << 10)
+             .load(str(tmp_path)))
+    assert frame.rdd.getNumPartitions() == len(ranges)
+    offsets = [row.offset for row in frame.select("offset").collect()]
+    expected = [record.offset for record in capture.iter_records(path)]
+    assert sorted(offsets) == expected  # every whole record once, the torn one not at all
+    whole = spark.read.format("wirecapture").load(str(tmp_path))
+    assert whole.rdd.getNumPartitions() == 1
+    assert whole.count() == len(expected)
+
+
+def test_split_bytes_follows_sparks_rule() -> None:
+    import doctest
+
+    from wireproto.pipeline import datasource
+
+    assert datasource.split_bytes([1 << 30], 128 << 20, 4 << 20, 2) == 128 << 20
+    assert datasource.split_bytes([10 << 20] * 4, 128 << 20, 4 << 20, 2) == 28 << 20
+    assert datasource.split_bytes([100], 128 << 20, 4 << 20, 64) == 4 << 20  # never below it
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner()
+    for test in finder.find(datasource.split_bytes, "split_bytes"):
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0

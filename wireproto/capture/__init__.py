@@ -48,6 +48,7 @@ from wireproto.capture.reader import (
     read_batch,
     read_header,
     scan_offsets,
+    split_ranges,
 )
 from wireproto.capture.writer import (
     DEFAULT_FILE_MODE,
@@ -92,6 +93,7 @@ __all__ = [
     "read_header",
     "iter_records",
     "scan_offsets",
+    "split_ranges",
     "read_batch",
     "capture_files",
     "CaptureWriter",

@@ -52,12 +52,16 @@ class CaptureLog:
     """Sans-IO core of both writers: encodes records, decides rotation, collects chunks."""
 
     def __init__(self, directory: Path, max_file_bytes: int, prefix: str,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], broker: str | None = None,
+                 cluster: str | None = None) -> None:
         self.directory = directory
         self.max_file_bytes = max_file_bytes
         self.prefix = prefix
         self.clock = clock
         self.host = socket.gethostname()
+        # Which broker wrote the files (default: host:pid), and the cluster it belongs to.
+        self.broker = broker or f"{self.host}:{os.getpid()}"
+        self.cluster = cluster
         existing = [int(match[1]) for path in directory.iterdir()
                     if (match := _file_pattern(prefix).match(path.name))]
         self.sequence = max(existing, default=0)
@@ -173,6 +177,8 @@ class CaptureLog:
             "created_ns": now,
             "host": self.host,
             "pid": os.getpid(),
+            "broker": self.broker,
+            "cluster": self.cluster,
             "writer": f"wireproto {__version__}",
             "sequence": self.sequence,
             "max_file_bytes": self.max_file_bytes,

@@ -37,6 +37,7 @@ __all__ = [
     "scan_offsets",
     "iter_records",
     "read_batch",
+    "split_ranges",
     "capture_files",
 ]
 
@@ -198,6 +199,36 @@ def read_batch(path: str | os.PathLike[str], start_offset: int | None = None,
         kind=list(columns[4]), protocol=list(columns[5]), transport=list(columns[6]),
         flags=list(columns[7]), data=data, headers=headers, end=scan.end, stop=scan.stop,
     )
+
+
+def split_ranges(path: str | os.PathLike[str], target_bytes: int
+                 ) -> list[tuple[int | None, int | None]]:
+    """The file's records as ranges of about `target_bytes` each, (start, end) at record
+    boundaries: the first starts at None (the first record) and the last ends at None (as far as
+    the file holds whole records), so each range reads alone and together they read the file
+    once. Only the lengths are chained here; each range's reader checks the CRCs."""
+    if target_bytes < 1:
+        raise ValueError(f"target_bytes must be positive, not {target_bytes}")
+    name = os.fspath(path)
+    ranges: list[tuple[int | None, int | None]] = []
+    with _mapped(path) as buf:
+        bounds = _open_scan(buf, name, None, None)
+        if bounds is None:
+            return [(None, None)]
+        offset, end = bounds
+        start: int | None = None
+        range_start = offset
+        unpack = LENGTH_CRC.unpack_from
+        while end - offset >= HEADER_SIZE:
+            stop = offset + HEADER_SIZE + unpack(buf, offset)[0]
+            if stop > end:
+                break
+            offset = stop
+            if offset - range_start >= target_bytes and end - offset >= HEADER_SIZE:
+                ranges.append((start, offset))
+                start = range_start = offset
+    ranges.append((start, None))
+    return ranges
 
 
 def capture_files(directory: str | os.PathLike[str], prefix: str = "wirecapture") -> list[Path]:

@@ -12,8 +12,10 @@ thus costs each of them one list append. A service without capture builds none o
 
 from __future__ import annotations
 
+import os
 import struct
 import time
+import zlib
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,8 @@ class BrokerCapture:
 
     def __init__(self, directory: str | Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                  flush_interval: float = 0.5, file_mode: int = DEFAULT_FILE_MODE,
-                 reactor: Any = None) -> None:
+                 reactor: Any = None, broker: str | None = None,
+                 cluster: str | None = None) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self.directory = Path(directory)
@@ -54,9 +57,13 @@ class BrokerCapture:
         self.file_mode = file_mode
         self.reactor = reactor
         self.writer: ThreadedCaptureWriter | None = None
-        # Ids unique across broker runs writing to one directory: the run's start (seconds
-        # since the epoch) in the high 32 bits, a count from 1 in the low 32.
-        self._ids = count((int(time.time()) << 32) + 1)
+        self.broker = broker
+        self.cluster = cluster
+        # Ids unique across a fleet's runs: a 31-bit hash of the broker's name and this run's
+        # start in the high bits (so they fit a signed 64-bit column), a count from 1 in the
+        # low 32.
+        run = f"{broker or ''}/{time.time_ns()}/{os.getpid()}".encode()
+        self._ids = count(((zlib.crc32(run) & 0x7FFFFFFF) << 32) + 1)
         # (connection, direction) with a batch begun this turn, in the order they began.
         self._begun: list[tuple[ConnectionCapture, int]] = []
 
@@ -66,6 +73,7 @@ class BrokerCapture:
             self.writer = ThreadedCaptureWriter(
                 self.directory, max_file_bytes=self.max_file_bytes,
                 flush_interval=self.flush_interval, file_mode=self.file_mode,
+                broker=self.broker, cluster=self.cluster,
             )
 
     def close(self, reactor: Any) -> defer.Deferred[None]:

@@ -109,11 +109,15 @@ class CaptureSettings:
     flush_interval: float = 0.5
     # Capture files' permissions: the owner's alone unless set otherwise.
     file_mode: int = setting(DEFAULT_FILE_MODE, read=file_mode)
+    # The broker's name in its files' headers and rows ("": the cluster's node name, or
+    # host:pid), so captures from a fleet say where each came from.
+    node: str = ""
 
 
 class _WriterBase:
     def __init__(self, directory: str | os.PathLike[str], *, max_file_bytes: int,
-                 prefix: str, clock: Callable[[], int], fsync: bool, file_mode: int) -> None:
+                 prefix: str, clock: Callable[[], int], fsync: bool, file_mode: int,
+                 broker: str | None, cluster: str | None) -> None:
         if not MIN_FILE_BYTES <= max_file_bytes <= MAX_FILE_BYTES:
             raise ValueError(f"max_file_bytes {max_file_bytes}: use {MIN_FILE_BYTES} to "
                              f"{MAX_FILE_BYTES} (configuration allows {CONFIG_FILE_BYTES[0]} to "
@@ -121,7 +125,7 @@ class _WriterBase:
         self.directory = Path(directory)
         # Captured payloads are the owner's to read: the directory it makes, and every file.
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._log = CaptureLog(self.directory, max_file_bytes, prefix, clock)
+        self._log = CaptureLog(self.directory, max_file_bytes, prefix, clock, broker, cluster)
         self._sink = _FileSink(fsync, file_mode)
         self._counters = CaptureCounters()
         self._closed = False
@@ -161,9 +165,10 @@ class CaptureWriter(_WriterBase):
     def __init__(self, directory: str | os.PathLike[str], *,
                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: str = "wirecapture",
                  clock: Callable[[], int] = time.time_ns, fsync: bool = False,
-                 buffer_bytes: int = MiB, file_mode: int = DEFAULT_FILE_MODE) -> None:
+                 buffer_bytes: int = MiB, file_mode: int = DEFAULT_FILE_MODE,
+                 broker: str | None = None, cluster: str | None = None) -> None:
         super().__init__(directory, max_file_bytes=max_file_bytes, prefix=prefix, clock=clock,
-                         fsync=fsync, file_mode=file_mode)
+                         fsync=fsync, file_mode=file_mode, broker=broker, cluster=cluster)
         self._buffer_bytes = buffer_bytes
 
     def open_connection(self, conn_id: int, peer: str, protocol: str, transport: str, *,
@@ -243,9 +248,10 @@ class ThreadedCaptureWriter(_WriterBase):
                  clock: Callable[[], int] = time.time_ns, fsync: bool = False,
                  flush_interval: float = 1.0, flush_bytes: int = MiB,
                  queue_bytes: int = 64 * MiB, file_mode: int = DEFAULT_FILE_MODE,
+                 broker: str | None = None, cluster: str | None = None,
                  _before_write: Callable[[], None] | None = None) -> None:
         super().__init__(directory, max_file_bytes=max_file_bytes, prefix=prefix, clock=clock,
-                         fsync=fsync, file_mode=file_mode)
+                         fsync=fsync, file_mode=file_mode, broker=broker, cluster=cluster)
         self._flush_interval = flush_interval
         self._flush_bytes = flush_bytes
         self._queue_bytes = queue_bytes

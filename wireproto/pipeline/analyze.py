@@ -71,6 +71,27 @@ class Summary:
         return lines
 
 
+
+def read_captures(spark: Any, captures: str | os.PathLike[str]) -> Any:
+    """The `wirecapture` rows of `captures`, split into tasks as Spark splits files: by its
+    spark.sql.files.maxPartitionBytes and openCostInBytes, over its cores at least."""
+    conf = spark.conf
+    return (spark.read.format("wirecapture")
+            .option("maxPartitionBytes", _bytes(conf.get("spark.sql.files.maxPartitionBytes")))
+            .option("openCostInBytes", _bytes(conf.get("spark.sql.files.openCostInBytes")))
+            .option("minPartitions", conf.get("spark.sql.files.minPartitionNum", None)
+                    or spark.sparkContext.defaultParallelism)
+            .load(os.fspath(captures)))
+
+
+def _bytes(value: str) -> int:
+    """A Spark size setting ("134217728", "128MB", "4m") in bytes."""
+    text = value.strip().lower().removesuffix("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
 def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike[str]) -> Summary:
     """Run every batch job over `captures` and write the tables and the report under `out`."""
     from pyspark.sql import functions as F
@@ -85,7 +106,7 @@ def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = Summary(out=os.fspath(out_dir))
 
-    rows = spark.read.format("wirecapture").load(os.fspath(captures))
+    rows = read_captures(spark, captures)
     messages = rows.withColumn("date", F.to_date("timestamp"))
     target = os.fspath(out_dir / "messages")
     messages.write.mode("overwrite").partitionBy("protocol", "date").parquet(target)

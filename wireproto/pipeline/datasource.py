@@ -48,7 +48,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from wireproto import capture
-from wireproto.pipeline.rows import SCHEMA, decode_batch
+from wireproto.pipeline.rows import SCHEMA, broker_of, decode_batch
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
            "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
@@ -124,33 +124,76 @@ class _CaptureReading:
                    ) -> Iterator[pa.RecordBatch]:
         """The rows of `path` from `start` (None: the first record), up to `end` (None: as far
         as the file holds whole records; a torn last record, or one being written, ends it)."""
+        try:
+            broker = broker_of(capture.read_header(path))
+        except capture.IncompleteCapture:
+            return  # a file whose header is not written yet has no records either
         while end is None or start is None or start < end:
             batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
                                        available=end)
             if len(batch):
-                yield decode_batch(path, batch)
+                yield decode_batch(path, batch, broker)
             if batch.stop != "limit":
                 return
             start = batch.end
 
 
-class WireCaptureReader(_CaptureReading, DataSourceReader):
-    def partitions(self) -> list[InputPartition]:
-        return [CaptureFilePartition(path) for path in capture_paths(self.path, self.prefix)]
-
-    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
-        return self._read_file(partition.path, None, None)
-
-
 class CaptureRangePartition(InputPartition):
-    """The records of one capture file from `start` (None: the first record) to `end`, both
-    record boundaries: one Spark task of a micro-batch."""
+    """The records of one capture file from `start` (None: the first record) to `end` (None:
+    as far as the file holds whole records), both record boundaries: one Spark task of a
+    micro-batch, or of a batch read that splits a large file."""
 
-    def __init__(self, path: str, start: int | None, end: int) -> None:
+    def __init__(self, path: str, start: int | None, end: int | None) -> None:
         super().__init__((path, start, end))
         self.path = path
         self.start = start
         self.end = end
+
+
+def split_bytes(sizes: list[int], max_partition_bytes: int, open_cost: int,
+                min_partitions: int) -> int:
+    """How many bytes one task reads at most, as Spark sizes its file splits: no more than
+    `max_partition_bytes` (spark.sql.files.maxPartitionBytes), and few enough that the files
+    make `min_partitions` tasks (spark.sql.files.minPartitionNum, by default the cluster's
+    cores), each file counted `open_cost` bytes more (spark.sql.files.openCostInBytes).
+
+    >>> split_bytes([1 << 30], 128 << 20, 4 << 20, 2)    # one 1 GiB file on 2 cores
+    134217728
+    >>> split_bytes([64 << 20], 128 << 20, 4 << 20, 8)   # 64 MiB on 8 cores: 8.5 MiB each
+    8912896
+    """
+    total = sum(size + open_cost for size in sizes)
+    return min(max_partition_bytes, max(open_cost, total // max(1, min_partitions)))
+
+
+class WireCaptureReader(_CaptureReading, DataSourceReader):
+    """A batch read: each file, or each range of about `split_bytes` of a larger one, is one
+    Spark task."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self.max_partition_bytes = _positive_option(options, "maxPartitionBytes", 128 << 20)
+        self.open_cost = _positive_option(options, "openCostInBytes", 4 << 20)
+        self.min_partitions = _positive_option(options, "minPartitions", 1)
+
+    def partitions(self) -> list[InputPartition]:
+        paths = capture_paths(self.path, self.prefix)
+        sizes = [os.path.getsize(path) for path in paths]
+        target = split_bytes(sizes, self.max_partition_bytes, self.open_cost,
+                             self.min_partitions)
+        partitions: list[InputPartition] = []
+        for path, size in zip(paths, sizes, strict=True):
+            if size <= target:
+                partitions.append(CaptureFilePartition(path))
+                continue
+            partitions += [CaptureRangePartition(path, start, end)
+                           for start, end in capture.split_ranges(path, target)]
+        return partitions
+
+    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, CaptureRangePartition):
+            return self._read_file(partition.path, partition.start, partition.end)
+        return self._read_file(partition.path, None, None)
 
 
 class WireCaptureStreamReader(_CaptureReading, DataSourceStreamReader,

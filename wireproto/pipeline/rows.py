@@ -20,19 +20,21 @@ from wireproto import capture
 from wireproto.pipeline.decode import KIND_NAMES, Decoded, decode_message, error_row
 from wireproto.protocols import PROTOCOLS
 
-__all__ = ["SCHEMA", "ARROW_SCHEMA", "decode_batch"]
+__all__ = ["SCHEMA", "ARROW_SCHEMA", "decode_batch", "broker_of"]
 
 _TRANSPORT_NAMES = {code: name for name, code in capture.TRANSPORTS.items()}
 
 # One row per message, named by (file, offset, message_index): `message_index` counts the
 # messages of a batch record from 0 (a record of one message, an open or a close has 0).
 SCHEMA = (
-    "file string, offset long, message_index int, timestamp timestamp, connection long, "
+    "file string, broker string, offset long, message_index int, timestamp timestamp, "
+    "connection long, "
     "kind string, protocol string, transport string, binary boolean, data binary, "
     "message_type string, topic string, request_id string, body_size int, decode_error string"
 )
 ARROW_SCHEMA = pa.schema([
     ("file", pa.string()),
+    ("broker", pa.string()),
     ("offset", pa.int64()),
     ("message_index", pa.int32()),
     ("timestamp", pa.timestamp("us", tz="UTC")),
@@ -97,9 +99,11 @@ def _decoding_key(protocol: int, kind: int, binary: int) -> tuple[int, int, int]
             binary if protocol in _reads_binary else -1)
 
 
-def decode_batch(path: str, batch: capture.Batch) -> pa.RecordBatch:
-    """The rows of a `capture.Batch` read from file `path`, as an Arrow record batch of
-    `ARROW_SCHEMA`: one row per message, each decoded."""
+def decode_batch(path: str, batch: capture.Batch, broker: str | None = None
+                 ) -> pa.RecordBatch:
+    """The rows of a `capture.Batch` read from file `path`, written by `broker` (its header's
+    name, `broker_of`), as an Arrow record batch of `ARROW_SCHEMA`: one row per message, each
+    decoded."""
     _follow_registry()
     distinct: list[Decoded] = []  # each distinct message's columns ...
     distinct_data: list[bytes] = []  # ... and bytes
@@ -148,11 +152,19 @@ def decode_batch(path: str, batch: capture.Batch) -> pa.RecordBatch:
                         else code
         codes.extend(found)
         append_count(len(messages))
-    return _columns(path, batch, codes, counts, distinct, distinct_data)
+    return _columns(path, broker, batch, codes, counts, distinct, distinct_data)
 
 
-def _columns(path: str, batch: capture.Batch, codes: array[int], counts: array[int],
-             distinct: list[Decoded], distinct_data: list[bytes]) -> pa.RecordBatch:
+def broker_of(header: capture.CaptureHeader) -> str:
+    """The broker that wrote a capture file: its header's ``broker``, or, in files written
+    before brokers were named, its host and process id."""
+    info = header.info
+    return str(info.get("broker") or f"{info.get('host', '?')}:{info.get('pid', '?')}")
+
+
+def _columns(path: str, broker: str | None, batch: capture.Batch, codes: array[int],
+             counts: array[int], distinct: list[Decoded], distinct_data: list[bytes]
+             ) -> pa.RecordBatch:
     count = len(codes)
     headers = np.frombuffer(batch.headers, _HEADER_DTYPE)
     per_record = np.frombuffer(counts, np.int64)
@@ -168,6 +180,7 @@ def _columns(path: str, batch: capture.Batch, codes: array[int], counts: array[i
 
     columns = [
         pa.repeat(pa.scalar(path, pa.string()), count),
+        pa.repeat(pa.scalar(broker, pa.string()), count),
         pa.array(np.asarray(batch.offset, np.int64)[record_of_row], pa.int64()),
         pa.array(message_index.astype(np.int32), pa.int32()),
         pa.array(per_row("timestamp_ns") // 1000, pa.int64()).view(
