@@ -37,6 +37,7 @@ __all__ = [
     "scan_offsets",
     "iter_records",
     "read_batch",
+    "read_batch_from",
     "split_ranges",
     "capture_files",
 ]
@@ -89,8 +90,10 @@ def _mapped(path: str | os.PathLike[str]) -> Iterator[bytes | mmap.mmap]:
             yield mapped
 
 
-def _scan(buf: Any, start: int, end: int, limit: int | None, path: str) -> Scan:
-    """Chain the record lengths from `start`, checking every CRC."""
+def _scan(buf: Any, start: int, end: int, limit: int | None, path: str,
+          base: int = 0) -> Scan:
+    """Chain the record lengths from `start`, checking every CRC. `buf` holds the file's bytes
+    from offset `base` on; offsets in and out are the file's."""
     starts: list[int] = []
     offset = start
     unpack = LENGTH_CRC.unpack_from
@@ -103,14 +106,15 @@ def _scan(buf: Any, start: int, end: int, limit: int | None, path: str) -> Scan:
                 return Scan(starts, offset, END)
             if end - offset < HEADER_SIZE:
                 return Scan(starts, offset, PARTIAL)
-            length, crc = unpack(view, offset)
+            at = offset - base
+            length, crc = unpack(view, at)
             stop = offset + HEADER_SIZE + length
             if stop > end:
                 return Scan(starts, offset, PARTIAL)
-            if crc32(view[offset + 8:stop]) != crc:
+            if crc32(view[at + 8:stop - base]) != crc:
                 # A torn tail ends the bytes, or is followed only by zeros (a file extended but
                 # not written, after a power loss). Anything else after it is corruption.
-                if stop == end or not view[stop:end].tobytes().strip(b"\0"):
+                if stop == end or not view[stop - base:end - base].tobytes().strip(b"\0"):
                     return Scan(starts, offset, PARTIAL)
                 raise CorruptCapture(
                     f"{path}: record at offset {offset}: CRC mismatch with {end - stop} bytes "
@@ -188,12 +192,32 @@ def read_batch(path: str | os.PathLike[str], start_offset: int | None = None,
         bounds = _open_scan(buf, name, start_offset, available)
         scan = (Scan([], 0, PARTIAL) if bounds is None
                 else _scan(buf, bounds[0], bounds[1], max_records, name))
-        headers = b"".join([buf[offset:offset + HEADER_SIZE] for offset in scan.starts])
-        rows = list(RECORD_HEADER.iter_unpack(headers))
-        columns = list(zip(*rows, strict=True)) if rows else [()] * len(RECORD_FIELDS)
-        lengths = columns[0]
-        data = [buf[offset + HEADER_SIZE:offset + HEADER_SIZE + length]
-                for offset, length in zip(scan.starts, lengths, strict=True)]
+        return _batch(buf, 0, scan)
+
+
+def read_batch_from(buf: Any, base: int, data_offset: int, path: str,
+                    start_offset: int | None = None, max_records: int | None = None,
+                    end: int | None = None) -> Batch:
+    """`read_batch` over bytes already read: `buf` holds the file from offset `base` on (a
+    range fetched from object storage, say), `data_offset` is where its header says the
+    records start, and `end` (by default the end of `buf`) where to stop."""
+    stop = base + len(buf) if end is None else min(end, base + len(buf))
+    start = max(data_offset, base) if start_offset is None else start_offset
+    if not base <= start <= stop:
+        raise ValueError(f"{path}: start offset {start} is outside the bytes read "
+                         f"({base} to {stop})")
+    return _batch(buf, base, _scan(buf, start, stop, max_records, path, base))
+
+
+def _batch(buf: Any, base: int, scan: Scan) -> Batch:
+    """The columns of the records `scan` found in `buf` (the file's bytes from `base` on)."""
+    headers = b"".join([buf[offset - base:offset - base + HEADER_SIZE]
+                        for offset in scan.starts])
+    rows = list(RECORD_HEADER.iter_unpack(headers))
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(RECORD_FIELDS)
+    lengths = columns[0]
+    data = [buf[offset - base + HEADER_SIZE:offset - base + HEADER_SIZE + length]
+            for offset, length in zip(scan.starts, lengths, strict=True)]
     return Batch(
         offset=scan.starts, timestamp_ns=list(columns[2]), connection=list(columns[3]),
         kind=list(columns[4]), protocol=list(columns[5]), transport=list(columns[6]),

@@ -49,6 +49,7 @@ from pyspark.sql.types import StructType
 
 from wireproto import capture
 from wireproto.pipeline.rows import SCHEMA, broker_of, decode_batch
+from wireproto.pipeline.storage import STORAGE_OPTIONS, open_store
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
            "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
@@ -119,11 +120,32 @@ class _CaptureReading:
         self.path = path
         self.prefix = options.get("prefix", "wirecapture")
         self.batch_size = _positive_option(options, "batch_size", DEFAULT_BATCH_SIZE)
+        # Where the files are: local (read as before), or object storage (read as bytes).
+        self.store = open_store(path, {name: options[name] for name in STORAGE_OPTIONS
+                                       if options.get(name) is not None})
+
+    def _files(self) -> list[tuple[str, int]]:
+        """(file as rows name it, size) of every capture file to read, oldest first."""
+        if self.store.local:
+            found = []
+            for path in capture_paths(self.path, self.prefix):
+                try:
+                    found.append((path, os.path.getsize(path)))
+                except FileNotFoundError:
+                    continue  # removed since it was listed
+            return found
+        return [(self.store.uri(path), size)
+                for path, size in self.store.capture_files(self.prefix)]
 
     def _read_file(self, path: str, start: int | None, end: int | None
                    ) -> Iterator[pa.RecordBatch]:
         """The rows of `path` from `start` (None: the first record), up to `end` (None: as far
         as the file holds whole records; a torn last record, or one being written, ends it)."""
+        if not self.store.local:
+            for header, batch in self.store.read_range(self.store.path_of(path), start, end,
+                                                       self.batch_size):
+                yield decode_batch(path, batch, broker_of(header))
+            return
         try:
             broker = broker_of(capture.read_header(path))
         except capture.IncompleteCapture:
@@ -177,13 +199,13 @@ class WireCaptureReader(_CaptureReading, DataSourceReader):
         self.min_partitions = _positive_option(options, "minPartitions", 1)
 
     def partitions(self) -> list[InputPartition]:
-        paths = capture_paths(self.path, self.prefix)
-        sizes = [os.path.getsize(path) for path in paths]
-        target = split_bytes(sizes, self.max_partition_bytes, self.open_cost,
-                             self.min_partitions)
+        files = self._files()
+        target = split_bytes([size for _, size in files], self.max_partition_bytes,
+                             self.open_cost, self.min_partitions)
         partitions: list[InputPartition] = []
-        for path, size in zip(paths, sizes, strict=True):
-            if size <= target:
+        for path, size in files:
+            # An object in storage is one task: finding its record boundaries would read it.
+            if size <= target or not self.store.local:
                 partitions.append(CaptureFilePartition(path))
                 continue
             partitions += [CaptureRangePartition(path, start, end)
@@ -210,7 +232,7 @@ class WireCaptureStreamReader(_CaptureReading, DataSourceStreamReader,
         super().__init__(options)
         self.max_records = _positive_option(options, "maxRecordsPerTrigger", None)
         self.max_files = _positive_option(options, "maxFilesPerTrigger", None)
-        capture_paths(self.path, self.prefix)  # fails now if there is no such path
+        self._files()  # fails now if there is no such path
         # trigger(availableNow=True): the file sizes when the query started, read no further.
         self.target: dict[str, int] | None = None
 
@@ -225,8 +247,7 @@ class WireCaptureStreamReader(_CaptureReading, DataSourceStreamReader,
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = {path: os.path.getsize(path)
-                       for path in capture_paths(self.path, self.prefix)}
+        self.target = dict(self._files())
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         max_records, max_files = None, None
@@ -239,15 +260,11 @@ class WireCaptureStreamReader(_CaptureReading, DataSourceStreamReader,
                 max_files = limit.max_files
         latest = dict(start)
         files = 0
-        for path in capture_paths(self.path, self.prefix):
+        for path, size in self._files():
             if max_records is not None and max_records <= 0:
                 break
             if max_files is not None and files >= max_files:
                 break
-            try:
-                size = os.path.getsize(path)
-            except FileNotFoundError:
-                continue  # removed since it was listed
             if self.target is not None:
                 if path not in self.target:
                     continue  # appeared after an availableNow query started
@@ -255,7 +272,15 @@ class WireCaptureStreamReader(_CaptureReading, DataSourceStreamReader,
             offset = start.get(path)
             if offset is not None and offset >= size:
                 continue
-            scan = capture.scan_offsets(path, offset, limit=max_records, available=size)
+            if not self.store.local:
+                # An object is written whole: read once, to its end (a torn tail ends it).
+                latest[path] = size
+                files += 1
+                continue
+            try:
+                scan = capture.scan_offsets(path, offset, limit=max_records, available=size)
+            except FileNotFoundError:
+                continue  # removed since it was listed
             if not scan.starts:
                 continue  # nothing whole yet
             latest[path] = scan.end
