@@ -237,7 +237,8 @@ def test_the_capture_table_and_the_option() -> None:
         ("[capture]\ndirectory = 1", "capture.directory: expected a string, got 1"),
         ("[capture]\nflush_interval = 0", "capture.flush_interval: must be positive, not 0"),
         ("[capture]\ndir = 'x'", "capture.dir: unknown key; use directory, max_file_bytes, "
-                                 "flush_interval, file_mode or node (did you mean "
+                                 "flush_interval, file_mode, node, upload, "
+                                 "upload_endpoint or upload_region (did you mean "
                                  "'directory'?)"),
     ]:
         with pytest.raises(ConfigError, match=f"^<toml>: {re.escape(message)}$"):

@@ -240,12 +240,10 @@ class WireprotoService(MultiService):
         self.http_sites: list[Any] = []
         settings = config.capture
         cluster_settings = config.cluster
-        self.capture = BrokerCapture(
-            settings.directory, max_file_bytes=settings.max_file_bytes,
-            flush_interval=settings.flush_interval, file_mode=settings.file_mode,
-            reactor=self.reactor, broker=settings.node or cluster_settings.node or None,
-            cluster=cluster_settings.subject_prefix if cluster_settings.enabled else None,
-        ) if settings.directory else None
+        try:
+            self.capture = self._capture(settings, cluster_settings)
+        except ValueError as error:  # an upload target pyarrow cannot reach, or no pyarrow
+            raise ConfigError(f"capture: {error}") from None
         # With [auth]: the credentials and rules; the hub checks its policy.
         self.auth = None
         # The admins may read the $SYS topics, whatever the [[acl]] rules say.
@@ -273,6 +271,17 @@ class WireprotoService(MultiService):
             self.cluster.local_metrics = lambda: family_rows(registry)
         # The status page, the browser clients, the admin API and the $SYS topics.
         self.admin = AdminConsole(self, config.admin, reactor) if config.admin.enabled else None
+
+    def _capture(self, settings: Any, cluster: Any) -> BrokerCapture | None:
+        if not settings.directory:
+            return None
+        return BrokerCapture(
+            settings.directory, max_file_bytes=settings.max_file_bytes,
+            flush_interval=settings.flush_interval, file_mode=settings.file_mode,
+            reactor=self.reactor, broker=settings.node or cluster.node or None,
+            cluster=cluster.subject_prefix if cluster.enabled else None,
+            upload=settings.upload, upload_options=settings.upload_options(),
+        )
 
     # The log observer for the application this service joins, if it has none (the twistd
     # plugin sets it: twistd's own observer, filtered by [log] level).

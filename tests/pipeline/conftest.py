@@ -8,13 +8,17 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import need_peer
+from tests.support import free_port, need_peer
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +53,54 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+# -- an S3 API server on 127.0.0.1 --------------------------------------------------------------
+
+BUCKET = "fleet"
+
+
+class S3Server:
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.options = {"s3.endpoint": endpoint, "s3.region": "us-east-1",
+                        "s3.access_key": "wireproto", "s3.secret_key": "wireproto-secret"}
+
+    def filesystem(self) -> Any:
+        import pyarrow.fs as pafs
+
+        return pafs.S3FileSystem(
+            access_key="wireproto", secret_key="wireproto-secret", region="us-east-1",
+            endpoint_override=self.endpoint.split("://", 1)[1], scheme="http",
+            allow_bucket_creation=True)
+
+    def upload(self, local: Path, key: str) -> None:
+        with self.filesystem().open_output_stream(f"{BUCKET}/{key}") as out:
+            out.write(local.read_bytes())
+
+
+@pytest.fixture
+def s3() -> Iterator[S3Server]:
+    # This interpreter's own: a moto_server found on PATH may belong to another Python.
+    server = Path(sys.executable).parent / "moto_server"
+    need_peer(None if server.exists() else "moto_server is missing: "
+              "pip install 'moto[server]' (make test installs it)", "object storage")
+    port = free_port()
+    child = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert child.poll() is None and time.monotonic() < deadline, "moto_server died"
+            time.sleep(0.1)
+        server_ = S3Server(f"http://127.0.0.1:{port}")
+        server_.filesystem().create_dir(BUCKET)
+        yield server_
+    finally:
+        child.terminate()
+        child.wait(timeout=20)
+
+

@@ -25,6 +25,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from wireproto.capture.format import DEFAULT_MAX_FILE_BYTES, Kind
+from wireproto.capture.shipping import Shipper
 from wireproto.capture.writer import DEFAULT_FILE_MODE, ThreadedCaptureWriter
 from wireproto.hub import describe_address, transport_name
 from wireproto.transports.base import (
@@ -48,7 +49,8 @@ class BrokerCapture:
     def __init__(self, directory: str | Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
                  flush_interval: float = 0.5, file_mode: int = DEFAULT_FILE_MODE,
                  reactor: Any = None, broker: str | None = None,
-                 cluster: str | None = None) -> None:
+                 cluster: str | None = None, upload: str = "",
+                 upload_options: dict[str, str] | None = None) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self.directory = Path(directory)
@@ -66,15 +68,22 @@ class BrokerCapture:
         self._ids = count(((zlib.crc32(run) & 0x7FFFFFFF) << 32) + 1)
         # (connection, direction) with a batch begun this turn, in the order they began.
         self._begun: list[tuple[ConnectionCapture, int]] = []
+        # Ships each closed file to object storage ([capture] upload), when there is one.
+        self.shipper: Shipper | None = Shipper(
+            self.directory, upload, reactor, options=upload_options) if upload else None
 
     def start(self) -> None:
         if self.writer is None:
+            if self.shipper is not None:
+                self.shipper.start()  # what a previous run left goes first
             # Creates the directory if it is missing.
             self.writer = ThreadedCaptureWriter(
                 self.directory, max_file_bytes=self.max_file_bytes,
                 flush_interval=self.flush_interval, file_mode=self.file_mode,
                 broker=self.broker, cluster=self.cluster,
             )
+            if self.shipper is not None:
+                self.writer.on_file_closed = self.shipper.file_closed
 
     def close(self, reactor: Any) -> defer.Deferred[None]:
         """Stop recording; fires once the writer thread has written everything (the reactor
@@ -83,7 +92,11 @@ class BrokerCapture:
         writer, self.writer = self.writer, None
         if writer is None:
             return defer.succeed(None)
-        return threads.deferToThreadPool(reactor, reactor.getThreadPool(), writer.close)
+        d = threads.deferToThreadPool(reactor, reactor.getThreadPool(), writer.close)
+        if self.shipper is not None:
+            # The last file ships at the next start: stopping does not wait for storage.
+            d.addBoth(lambda result: (self.shipper.stop(), result)[1])
+        return d
 
     def next_id(self) -> int:
         return next(self._ids)

@@ -62,6 +62,8 @@ class _FileSink:
         self.mode = mode
         self.fd: int | None = None
         self.path: Path | None = None
+        # Told of each file once it is closed, complete (in the writing thread).
+        self.on_closed: Callable[[Path], object] | None = None
 
     def write(self, chunk: Chunk) -> int:
         """Write `chunk`; returns 1 if it started a file. A chunk for a file that is not open (its
@@ -87,10 +89,13 @@ class _FileSink:
         return started
 
     def close(self) -> None:
+        closed = self.path if self.fd is not None else None
         if self.fd is not None:
             os.close(self.fd)
         self.fd = None
         self.path = None
+        if closed is not None and self.on_closed is not None:
+            self.on_closed(closed)
 
 
 def _config_file_bytes(value: Any) -> int:
@@ -112,6 +117,16 @@ class CaptureSettings:
     # The broker's name in its files' headers and rows ("": the cluster's node name, or
     # host:pid), so captures from a fleet say where each came from.
     node: str = ""
+    # Where each closed file is uploaded ("": nowhere), e.g. "s3://bucket/prefix"; removed
+    # locally once the upload is confirmed. The S3 endpoint and region, when not AWS's.
+    upload: str = ""
+    upload_endpoint: str = ""
+    upload_region: str = ""
+
+    def upload_options(self) -> dict[str, str]:
+        """The storage options of `upload` (wireproto.capture.storage)."""
+        options = {"s3.endpoint": self.upload_endpoint, "s3.region": self.upload_region}
+        return {name: value for name, value in options.items() if value}
 
 
 class _WriterBase:
@@ -129,6 +144,16 @@ class _WriterBase:
         self._sink = _FileSink(fsync, file_mode)
         self._counters = CaptureCounters()
         self._closed = False
+
+    @property
+    def on_file_closed(self) -> Callable[[Path], object] | None:
+        """Called with each capture file once it is closed for good (rotated away from, or at
+        close), in the thread that writes: what ships files elsewhere listens here."""
+        return self._sink.on_closed
+
+    @on_file_closed.setter
+    def on_file_closed(self, callback: Callable[[Path], object] | None) -> None:
+        self._sink.on_closed = callback
 
     def _write(self, chunks: list[Chunk]) -> None:
         """Write chunks in order; on a failure, count the rest as dropped and re-raise."""

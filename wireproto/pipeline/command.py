@@ -83,9 +83,9 @@ def quiet_spark(master: str | None, log_path: Path) -> Any:
 
 class Progress:
     """A line on `stream` while Spark works: tasks of the running stages done, and for the first
-    job (decoding the capture files, one task per file) the files and bytes done, the rate and
-    the time left. On a terminal the line is redrawn every `interval` seconds; otherwise a line
-    is written every `quiet_interval` seconds."""
+    job (decoding the capture files: a task a file, or a part of a large one) the bytes done,
+    the rate and the time left. On a terminal the line is redrawn every `interval` seconds;
+    otherwise a line is written every `quiet_interval` seconds."""
 
     def __init__(self, spark: Any, files: list[Path], stream: IO[str], *,
                  interval: float = 0.5, quiet_interval: float = 10.0,
@@ -113,14 +113,17 @@ class Progress:
             self.stream.write("\r\033[K")
             self.stream.flush()
 
-    def line(self, done: int, total: int) -> str:
-        """The progress text for `done` of `total` tasks of the running stages."""
+    def line(self, done: int, total: int, reading: bool = False) -> str:
+        """The progress text for `done` of `total` tasks of the running stages; `reading`
+        while they are the first job's, which decodes the capture files (a task a file, or a
+        part of a large one)."""
         elapsed = max(self.clock() - self.started, 1e-9)
-        if total and total == self.files:
+        if total and reading:
             share = done / total
             done_bytes = self.total_bytes * share
             rate = done_bytes / elapsed
-            text = (f"analyze: {done}/{total} capture files, {_size(done_bytes)} of "
+            files = f"{self.files} capture file{'s' if self.files != 1 else ''}"
+            text = (f"analyze: reading {files}, {done}/{total} tasks, {_size(done_bytes)} of "
                     f"{_size(self.total_bytes)}, {_size(rate)}/s")
             if 0 < share < 1:
                 text += f", about {_duration(elapsed * (1 - share) / share)} left"
@@ -129,10 +132,14 @@ class Progress:
                f"{_duration(elapsed)} so far"
 
     def _run(self) -> None:
+        reading_stage: int | None = None
         while not self._stop.wait(self.interval):
             try:
                 done = total = 0
-                for stage in self.tracker.getActiveStageIds():
+                stages = sorted(self.tracker.getActiveStageIds())
+                if stages and reading_stage is None:
+                    reading_stage = stages[0]  # the first job's: decoding the files
+                for stage in stages:
                     info = self.tracker.getStageInfo(stage)
                     if info is not None:
                         done += info.numCompletedTasks
@@ -141,7 +148,7 @@ class Progress:
                 return
             if not total:
                 continue
-            text = self.line(done, total)
+            text = self.line(done, total, reading=stages == [reading_stage])
             self.stream.write(f"\r\033[Kwireproto {text}" if self.tty else f"wireproto {text}\n")
             self.stream.flush()
             self._drawn = True

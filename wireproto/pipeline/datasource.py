@@ -48,8 +48,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from wireproto import capture
+from wireproto.capture.storage import STORAGE_OPTIONS, open_store
 from wireproto.pipeline.rows import SCHEMA, broker_of, decode_batch
-from wireproto.pipeline.storage import STORAGE_OPTIONS, open_store
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
            "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]

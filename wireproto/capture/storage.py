@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from wireproto import capture
+from wireproto.capture import reader as capture_reader
 from wireproto.capture.format import CaptureHeader, IncompleteCapture, decode_file_header
 
 __all__ = ["Store", "open_store", "STORAGE_OPTIONS"]
@@ -67,7 +67,7 @@ class Store:
         return sorted(found, key=lambda item: os.path.basename(item[0]))
 
     def read_range(self, path: str, start: int | None, end: int | None, max_records: int
-                   ) -> Iterator[tuple[CaptureHeader, capture.Batch]]:
+                   ) -> Iterator[tuple[CaptureHeader, capture_reader.Batch]]:
         """The whole records of the object `path` from `start` (None: the first) to `end`
         (None: its end), as batches of at most `max_records`, each with the file's header."""
         with self.filesystem.open_input_file(path) as file:
@@ -86,7 +86,7 @@ class Store:
             buf = file.read_at(stop - first, first)
         offset: int | None = first
         while offset is not None:
-            batch = capture.read_batch_from(buf, first, header.data_offset, self.uri(path),
+            batch = capture_reader.read_batch_from(buf, first, header.data_offset, self.uri(path),
                                             offset, max_records, stop)
             if len(batch):
                 yield header, batch
