@@ -69,3 +69,34 @@ def test_a_stream_picks_up_files_as_they_are_uploaded(tmp_path: Path, spark: Any
         assert len({(row.file, row.offset) for row in rows}) == expected
     finally:
         query.stop()
+
+
+@pytest.mark.timeout(240)
+def test_analyze_reads_from_and_writes_to_object_storage(tmp_path: Path, spark: Any,
+                                                         s3: S3Server) -> None:
+    from tests.pipeline.test_analyze import run_cli, small_capture
+
+    small_capture(tmp_path / "site-1")
+    for path in capture.capture_files(tmp_path / "site-1"):
+        s3.upload(path, f"captures/site-1/{path.name}")
+    options = [argument for key, value in s3.options.items()
+               for argument in ("--storage-option", f"{key}={value}")]
+    done = run_cli(f"s3://{BUCKET}/captures/site-1", "--out", f"s3://{BUCKET}/reports/site-1",
+                   "--master", "local[2]", *options)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wireproto: ubre requests: 2 paired, 0 unpaired" in done.stdout.splitlines()
+    fs = s3.filesystem()
+    report = fs.open_input_file(f"{BUCKET}/reports/site-1/report.md").readall().decode()
+    assert "| ubre |" in report
+    import pyarrow.fs as pafs
+
+    tables = {info.base_name for info in fs.get_file_info(
+        pafs.FileSelector(f"{BUCKET}/reports/site-1"))}
+    assert {"messages", "report.md"} <= tables
+
+    missing = run_cli(f"s3://{BUCKET}/nothing-here", "--out", str(tmp_path / "out"), *options)
+    assert missing.returncode == 2
+    assert "no capture file or directory" in missing.stderr
+    bad = run_cli(f"s3://{BUCKET}/captures/site-1", "--out", str(tmp_path / "out"),
+                  "--storage-option", "colour=blue")
+    assert bad.returncode == 2 and "--storage-option 'colour=blue'" in bad.stderr

@@ -72,11 +72,13 @@ class Summary:
 
 
 
-def read_captures(spark: Any, captures: str | os.PathLike[str]) -> Any:
+def read_captures(spark: Any, captures: str | os.PathLike[str],
+                  options: dict[str, str] | None = None) -> Any:
     """The `wirecapture` rows of `captures`, split into tasks as Spark splits files: by its
-    spark.sql.files.maxPartitionBytes and openCostInBytes, over its cores at least."""
+    spark.sql.files.maxPartitionBytes and openCostInBytes, over its cores at least. `options`
+    reach object storage (wireproto.capture.storage)."""
     conf = spark.conf
-    return (spark.read.format("wirecapture")
+    return (spark.read.format("wirecapture").options(**(options or {}))
             .option("maxPartitionBytes", _bytes(conf.get("spark.sql.files.maxPartitionBytes")))
             .option("openCostInBytes", _bytes(conf.get("spark.sql.files.openCostInBytes")))
             .option("minPartitions", conf.get("spark.sql.files.minPartitionNum", None)
@@ -92,21 +94,23 @@ def _bytes(value: str) -> int:
         return int(float(text[:-1]) * units[text[-1]])
     return int(text)
 
-def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike[str]) -> Summary:
-    """Run every batch job over `captures` and write the tables and the report under `out`."""
+def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike[str], *,
+            options: dict[str, str] | None = None) -> Summary:
+    """Run every batch job over `captures` (local, or in storage with `options`, as the
+    `wirecapture` source takes them) and write the tables and the report under `out`."""
     from pyspark.sql import functions as F
 
+    from wireproto.capture.storage import open_store
     from wireproto.pipeline import report
-    from wireproto.pipeline.datasource import capture_paths
 
-    paths = capture_paths(captures)  # FileNotFoundError for a missing path
-    if not paths:
+    store = open_store(captures, options)
+    if not store.capture_files():  # FileNotFoundError for a missing path
         raise FileNotFoundError(f"no capture files in {os.fspath(captures)!r}")
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = Summary(out=os.fspath(out_dir))
 
-    rows = read_captures(spark, captures)
+    rows = read_captures(spark, captures, options)
     messages = rows.withColumn("date", F.to_date("timestamp"))
     target = os.fspath(out_dir / "messages")
     messages.write.mode("overwrite").partitionBy("protocol", "date").parquet(target)

@@ -38,9 +38,43 @@ class UsageError(Exception):
     """Bad input, found before Spark starts: exit status 2."""
 
 
-def check_captures(path: str, *, incomplete_ok: bool = False) -> list[Path]:
-    """The capture files at `path` (a file, or a directory of them), each with a readable
-    header. UsageError, naming the file and the cause, for anything else."""
+def is_remote(location: str) -> bool:
+    """Whether `location` is in object storage or another filesystem pyarrow reaches
+    (``s3://``, ``gs://``, ``hdfs://``), not a local path."""
+    return "://" in location and not location.startswith("file://")
+
+
+def check_captures(path: str, *, incomplete_ok: bool = False,
+                   options: dict[str, str] | None = None) -> list[int]:
+    """The sizes of the capture files at `path` (a file, or a directory of them, local or in
+    storage), each with a readable header. UsageError, naming the file and the cause, for
+    anything else."""
+    if is_remote(path):
+        return _check_remote(path, options or {}, incomplete_ok)
+    return [file.stat().st_size for file in _check_local(path, incomplete_ok)]
+
+
+def _check_remote(path: str, options: dict[str, str], incomplete_ok: bool) -> list[int]:
+    from wireproto.capture.format import decode_file_header
+    from wireproto.capture.storage import open_store
+
+    try:
+        store = open_store(path, options)
+        files = store.capture_files()
+        for name, _ in files:
+            with store.filesystem.open_input_file(name) as file:
+                try:
+                    decode_file_header(file.read_at(min(file.size(), 1 << 20), 0))
+                except CaptureError as error:
+                    raise UsageError(f"{store.uri(name)}: {error}") from None
+    except (OSError, ValueError) as error:
+        raise UsageError(str(error).strip().splitlines()[0]) from None
+    if not files and not incomplete_ok:
+        raise UsageError(f"no capture files in {path!r} (files named wirecapture-*.wpcap)")
+    return [size for _, size in files]
+
+
+def _check_local(path: str, incomplete_ok: bool) -> list[Path]:
     target = Path(path)
     if target.is_file():
         files = [target]
@@ -87,12 +121,12 @@ class Progress:
     the rate and the time left. On a terminal the line is redrawn every `interval` seconds;
     otherwise a line is written every `quiet_interval` seconds."""
 
-    def __init__(self, spark: Any, files: list[Path], stream: IO[str], *,
+    def __init__(self, spark: Any, sizes: list[int], stream: IO[str], *,
                  interval: float = 0.5, quiet_interval: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.tracker = spark.sparkContext.statusTracker()
-        self.files = len(files)
-        self.total_bytes = sum(file.stat().st_size for file in files)
+        self.files = len(sizes)
+        self.total_bytes = sum(sizes)
         self.stream = stream
         self.tty = stream.isatty()
         self.interval = interval if self.tty else quiet_interval
@@ -207,6 +241,33 @@ def output_or_nothing(out: Path) -> Iterator[None]:
         raise
 
 
+def storage_options(pairs: list[str] | None) -> dict[str, str]:
+    """``--storage-option KEY=VALUE`` pairs (wireproto.capture.storage's options)."""
+    from wireproto.capture.storage import STORAGE_OPTIONS
+
+    options: dict[str, str] = {}
+    for pair in pairs or ():
+        key, equals, value = pair.partition("=")
+        if not equals or key not in STORAGE_OPTIONS:
+            raise UsageError(f"--storage-option {pair!r}: use KEY=VALUE, KEY one of "
+                             f"{', '.join(STORAGE_OPTIONS)}")
+        options[key] = value
+    return options
+
+
+def copy_outputs(staging: str, out: str, options: dict[str, str]) -> str:
+    """Copy what `analyze` wrote in `staging` to `out` in storage; `out`."""
+    import pyarrow.fs as pafs
+
+    from wireproto.capture.storage import open_store
+
+    store = open_store(out, options)
+    store.filesystem.create_dir(store.root, recursive=True)
+    pafs.copy_files(staging, store.root, source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=store.filesystem)
+    return out
+
+
 # -- the command -----------------------------------------------------------------------------------
 
 
@@ -221,9 +282,13 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
             raise UsageError(SPARK_MISSING)
         if not args.follow and (args.available_now or args.checkpoint):
             raise UsageError("--checkpoint and --available-now go with --follow")
-        if os.path.exists(args.out) and not os.path.isdir(args.out):
+        if not is_remote(args.out) and os.path.exists(args.out) and \
+                not os.path.isdir(args.out):
             raise UsageError(f"--out {args.out!r} is not a directory")
-        files = check_captures(args.captures, incomplete_ok=args.follow)
+        if args.follow and is_remote(args.out) and not args.checkpoint:
+            raise UsageError("--follow with --out in storage needs a local --checkpoint")
+        options = storage_options(args.storage_option)
+        files = check_captures(args.captures, incomplete_ok=args.follow, options=options)
         if args.follow:
             from wireproto.pipeline.follow import parse_hub
 
@@ -256,12 +321,17 @@ def _batch(spark: Any, args: argparse.Namespace, files: list[Path],
     from wireproto.pipeline.analyze import analyze
 
     progress = Progress(spark, files, sys.stderr).start()
+    options = storage_options(args.storage_option)
     with stopped_by_signals(spark.sparkContext.cancelAllJobs) as stopping:
         try:
-            with output_or_nothing(Path(args.out)):
-                summary = analyze(spark, args.captures, args.out)
+            with output_or_nothing(Path(args.out)) if not is_remote(args.out) else \
+                    tempfile.TemporaryDirectory(prefix="wireproto-analyze-") as staging:
+                local_out = args.out if staging is None else staging
+                summary = analyze(spark, args.captures, local_out, options=options)
                 if stopping.is_set():
                     raise KeyboardInterrupt
+                if staging is not None:
+                    summary.out = copy_outputs(staging, args.out, options)
         except BaseException as failure:
             progress.stop()
             if stopping.is_set() or isinstance(failure, KeyboardInterrupt):
@@ -282,7 +352,8 @@ def _follow(spark: Any, args: argparse.Namespace, announce: Callable[[list[str]]
 
     checkpoint = args.checkpoint or os.path.join(args.out, "checkpoint")
     query = start_follow(spark, args.captures, hub=args.hub, checkpoint=checkpoint,
-                         available_now=args.available_now)
+                         available_now=args.available_now,
+                         options=storage_options(args.storage_option))
     announce([f"following {args.captures}; publishing to {args.hub}; Ctrl-C stops"])
     with stopped_by_signals(lambda: None) as stopping:
         while not stopping.is_set():
@@ -325,6 +396,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --follow: the streaming checkpoint (default OUT/checkpoint)")
     parser.add_argument("--available-now", action="store_true",
                         help="with --follow: process what is there now, then stop")
+    parser.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                        help="for CAPTURES or --out in object storage: s3.endpoint, s3.region, "
+                             "s3.access_key, s3.secret_key, s3.session_token, s3.anonymous "
+                             "(repeat it)")
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -223,13 +223,14 @@ def window_rates(messages: Any, *, window: str, watermark: str, topic_prefix: st
 def start_follow(spark: Any, captures: str, *, hub: str, checkpoint: str,
                  window: str = "1 minute", watermark: str = "1 minute",
                  topic_prefix: str = "$analytics", trigger_seconds: float = 5.0,
-                 available_now: bool = False) -> Any:
+                 available_now: bool = False, options: dict[str, str] | None = None) -> Any:
     """Start the streaming query over the capture directory `captures` and return it (a
     `pyspark.sql.streaming.StreamingQuery`). Each finished window's rates go to the hub `hub`
     (a WEBSMQ length32 listener) on ``{topic_prefix}/rates/{protocol}/{topic}``. `checkpoint`
     is a local directory: Spark's checkpoint and the last published batch id. With
     `available_now`, the query reads what is there and stops; otherwise it runs a micro-batch
-    every `trigger_seconds`."""
+    every `trigger_seconds`. `options` reach captures in object storage
+    (wireproto.capture.storage)."""
     try:
         websmq.validate_topic(topic_prefix)
     except InvalidTopic as error:
@@ -241,7 +242,8 @@ def start_follow(spark: Any, captures: str, *, hub: str, checkpoint: str,
         raise ValueError(f"trigger_seconds must be positive, not {trigger_seconds}")
     publisher = HubPublisher(hub, checkpoint, topic_prefix)
     spark.dataSource.register(WireCaptureDataSource)
-    rates = window_rates(spark.readStream.format("wirecapture").load(captures),
+    rates = window_rates(spark.readStream.format("wirecapture").options(**(options or {}))
+                         .load(captures),
                          window=window, watermark=watermark, topic_prefix=topic_prefix)
     writer = (rates.writeStream.outputMode("append").foreachBatch(publisher)
               .option("checkpointLocation", os.fspath(checkpoint)))
