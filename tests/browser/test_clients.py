@@ -77,6 +77,18 @@ async def test_the_websmq_module_publishes_subscribes_leaves_a_will_and_comes_ba
                               and s.topics == {"to/browser"} and s.will is not None])
     await wait_for(python.publish("to/browser", b"again"))
     await browser.run(page.wait_for_function, "() => received.includes('again')")
+    # A second callback on the topic; the first taken away: still subscribed. Then the
+    # second: unsubscribed.
+    await browser.run(page.evaluate, """() => {
+        window.cancel = client.subscribe("to/browser", (m) => received.push("2 " + m.text()));
+        client.unsubscribe("to/browser", client.subscriptions.get("to/browser").values().next()
+                           .value);
+    }""")
+    await wait_for(python.publish("to/browser", b"still"))  # still subscribed: it arrives
+    await browser.run(page.wait_for_function, "() => received.includes('2 still')")
+    assert not await browser.run(page.evaluate, "() => received.includes('still')")
+    await browser.run(page.evaluate, "() => { cancel(); }")
+    await eventually(lambda: not ws_session(service, "websmq").topics)
     checked = await browser.run(page.evaluate, """async () => {
         const { checkTopic, topicFromText } = await import("/js/websmq.js");
         let refused = null;

@@ -68,6 +68,13 @@ def _json(request: Any, status: int, value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
 
+def _finish(request: Any, status: int, value: Any) -> None:
+    """Answer a request that waited (a gathered status, a call), if its client still waits."""
+    if not request.finished and not request._disconnected:
+        request.write(_json(request, status, value))
+        request.finish()
+
+
 def _refused(request: Any, refusal: HTTPRefusal) -> None:
     """A refusal as JSON; the page's own requests get no challenge (it shows its login form)."""
     if refusal.challenge and not request.getHeader(PAGE_HEADER):
@@ -171,12 +178,7 @@ class AdminApi(Resource):
         """Answer with `part` of the status of every process of the cluster, merged."""
         d = self._cluster().gather_admin(["status"], self.local_status())
 
-        def merged(parts: list[tuple[str, Any]]) -> None:
-            if not request.finished and not request._disconnected:
-                request.write(_json(request, 200, part(merge_status(parts))))
-                request.finish()
-
-        d.addCallback(merged).addErrback(
+        d.addCallback(lambda parts: _finish(request, 200, part(merge_status(parts)))).addErrback(
             lambda failure: log.failure("gathering the cluster's status failed", failure))
         return NOT_DONE_YET
 
@@ -190,11 +192,10 @@ class AdminApi(Resource):
 
         def answered(parts: list[tuple[str, Any]]) -> None:
             closed = any(answer is True for found, answer in parts if found == node)
-            status, body = (200, {"closed": int(number)}) if closed else (
-                404, {"error": f"no session {number} on {node}"})
-            if not request.finished and not request._disconnected:
-                request.write(_json(request, status, body))
-                request.finish()
+            if closed:
+                _finish(request, 200, {"closed": int(number)})
+            else:
+                _finish(request, 404, {"error": f"no session {number} on {node}"})
 
         d.addCallback(answered)
         return NOT_DONE_YET
@@ -345,19 +346,12 @@ class AdminApi(Resource):
 
         caller = RemoteCaller("admin", describe_address(request.getClientAddress()), 0, None,
                               principal, self.service.node)
-        value = body.get("body")
-        if protocol == "nydus" and value is None:
-            from wireproto.codecs.nydus import NO_DATA
-
-            value = NO_DATA
-        d = defer.maybeDeferred(server.call, name, value, caller)
+        d = defer.maybeDeferred(server.call, name, body.get("body"), caller)
 
         def respond(status: int, value: Any) -> None:
             if timer.active():
                 timer.cancel()
-            if not request.finished and not request._disconnected:
-                request.write(_json(request, status, value))
-                request.finish()
+            _finish(request, status, value)
 
         def answered(result: tuple[bool, Any]) -> None:
             succeeded, answer = result

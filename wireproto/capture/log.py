@@ -29,7 +29,7 @@ from wireproto.capture.format import (
     encode_file_header,
     encode_record,
 )
-from wireproto.capture.reader import _file_pattern
+from wireproto.capture.reader import file_name_pattern
 from wireproto.codecs.serialization import json_utf8
 
 __all__ = [
@@ -63,7 +63,7 @@ class CaptureLog:
         self.broker = broker or f"{self.host}:{os.getpid()}"
         self.cluster = cluster
         existing = [int(match[1]) for path in directory.iterdir()
-                    if (match := _file_pattern(prefix).match(path.name))]
+                    if (match := file_name_pattern(prefix).match(path.name))]
         self.sequence = max(existing, default=0)
         # connection id -> (its encoded open record, protocol code, transport code)
         self.connections: dict[int, tuple[bytes, int, int]] = {}

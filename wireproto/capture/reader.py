@@ -257,9 +257,10 @@ def split_ranges(path: str | os.PathLike[str], target_bytes: int
 
 def capture_files(directory: str | os.PathLike[str], prefix: str = "wirecapture") -> list[Path]:
     """The capture files a writer with `prefix` wrote in `directory`, oldest first."""
-    pattern = _file_pattern(prefix)
+    pattern = file_name_pattern(prefix)
     return sorted(path for path in Path(directory).iterdir() if pattern.match(path.name))
 
 
-def _file_pattern(prefix: str) -> re.Pattern[str]:
+def file_name_pattern(prefix: str) -> re.Pattern[str]:
+    """How a writer with `prefix` names its files; group 1 is the sequence number."""
     return re.compile(rf"^{re.escape(prefix)}-\d{{8}}T\d{{6}}-(\d{{6,}})\.wpcap$")

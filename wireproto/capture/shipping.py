@@ -30,6 +30,8 @@ __all__ = ["Shipper", "ShippingCounters"]
 log = Logger(namespace="wireproto.capture")
 
 MIN_RETRY, MAX_RETRY = 1.0, 300.0
+# A file goes up in pieces of this size, so an upload holds no more of it in memory.
+UPLOAD_CHUNK = 8 << 20
 
 
 @dataclass
@@ -98,17 +100,21 @@ class Shipper:
 
     def _upload(self, path: Path) -> int:
         """Copy `path` to the store, check the object's size, then remove the file."""
-        if not path.exists():
+        try:
+            source = open(path, "rb")  # noqa: SIM115 - closed by the with below
+        except FileNotFoundError:
             return -1  # shipped and removed before (a file queued twice)
-        data = path.read_bytes()
         key = f"{self.store.root}/{path.name}"
-        with self.store.filesystem.open_output_stream(key) as out:
-            out.write(data)
+        with source, self.store.filesystem.open_output_stream(key) as out:
+            size = 0
+            while chunk := source.read(UPLOAD_CHUNK):
+                out.write(chunk)
+                size += len(chunk)
         stored = self.store.filesystem.get_file_info(key).size
-        if stored != len(data):
-            raise OSError(f"the stored object has {stored} bytes, the file {len(data)}")
+        if stored != size:
+            raise OSError(f"the stored object has {stored} bytes, the file {size}")
         path.unlink()
-        return len(data)
+        return size
 
     def _shipped(self, size: int, path: Path) -> None:
         self._busy = False

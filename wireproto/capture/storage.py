@@ -14,7 +14,6 @@ them where the AWS tools do (the environment, ~/.aws, an instance role).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +59,7 @@ class Store:
         if info.type != pafs.FileType.Directory:
             raise FileNotFoundError(
                 f"wirecapture: no capture file or directory {self.uri(self.root)!r}")
-        pattern = re.compile(rf"^{re.escape(prefix)}-\d{{8}}T\d{{6}}-(\d{{6,}})\.wpcap$")
+        pattern = capture_reader.file_name_pattern(prefix)
         found = [(entry.path, entry.size) for entry in self.filesystem.get_file_info(
             pafs.FileSelector(self.root, recursive=False))
             if entry.type == pafs.FileType.File and pattern.match(entry.base_name)]

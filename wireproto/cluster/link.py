@@ -263,7 +263,6 @@ class ClusterLink:
         """Publish a message made in this process to the others (the hub calls this), with its
         encodings in the hub's portable formats."""
         self._sequence += 1
-        original = payload
         end = self._header_ends.get((will, protocol))
         if end is None:
             end = self._header_ends[(will, protocol)] = (
@@ -277,11 +276,6 @@ class ClusterLink:
                     b" %s:%d:%s" % (str(wire_format).encode(), len(data), b"b" if binary else b"t")
                     for wire_format, (data, binary) in carried) + b"\r\n\r\n"
                 payload = b"".join(data for _, (data, _) in carried) + payload
-        retained = self.hub.retained
-        if retained is not None and retained.wants(topic):
-            self.last_values.put(topic, original, protocol, {
-                wire_format: encodings[wire_format] for wire_format in self.hub.portable_formats
-                if encodings and wire_format in encodings})
         if self.client.publish(self.subjects.topic(topic), payload, headers=headers):
             self.forwarded += 1
 

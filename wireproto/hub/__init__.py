@@ -411,9 +411,11 @@ class Hub:
         if retained is not None and retained.wants(topic):
             # Kept without its sender (a subscriber gets its own last value too) and as a plain
             # message: a will kept is a topic's last value, not a will once more.
-            retained.keep(new_message(topic, payload, False, None, protocol),
-                          {wire_format: cache[wire_format]
-                           for wire_format in self.portable_formats if wire_format in cache})
+            portable = {wire_format: cache[wire_format]
+                        for wire_format in self.portable_formats if wire_format in cache}
+            retained.keep(new_message(topic, payload, False, None, protocol), portable)
+            if cluster is not None and sender is not cluster:
+                cluster.last_values.put(topic, payload, protocol, portable)
         if self._patterns.count:
             targets: Iterable[Any] = self.subscribers(topic)  # FrameSubscribers when writes_now
         else:

@@ -411,10 +411,10 @@ class NydusServer:
         return f"r{flags}/{source}"
 
     def call(self, path: str, data: Any, caller: Any) -> defer.Deferred:
-        """INVOKE `path` with `data` as `caller` (a RemoteCaller: the admin page), answered by a
-        route here or on another broker process; fires with (succeeded, data), an error's data
-        when not."""
-        request = msgpack.packb([path, "admin", *_pack_data(data)])
+        """INVOKE `path` with `data` (None: no data) as `caller` (a RemoteCaller: the admin
+        page), answered by a route here or on another broker process; fires with
+        (succeeded, data), an error's data when not."""
+        request = msgpack.packb([path, "admin", *_pack_data(NO_DATA if data is None else data)])
         match = self.routes.match(path)
         if match is not None and match.action not in self.hub_route_handlers:
             name = self.served_name(self.routes.routes[match.index])

@@ -1,6 +1,7 @@
 // What wireproto's browser clients share (served at /js/socket.js): a WebSocket that reconnects
 // with a growing delay (minDelay doubling up to maxDelay seconds, with jitter), and a bounded
-// queue for what is sent while it is away. A client subclasses it: `_opened(socket)` sends what
+// queue for what is sent while it is away, and the callbacks of each subscribed topic. A
+// client subclasses it: `_opened(socket)` sends what
 // every new connection needs again (subscriptions, a will), `_received(data)` takes each
 // message.
 
@@ -11,6 +12,7 @@ export class ReconnectingClient extends EventTarget {
     this.options = { reconnect: true, minDelay: 0.5, maxDelay: 30, maxQueue: 1000, ...defaults,
       ...options };
     this.queue = [];
+    this.subscriptions = new Map(); // topic -> Set of callbacks
     this.socket = null;
     this.closed = false;
     this.attempts = 0;
@@ -61,6 +63,28 @@ export class ReconnectingClient extends EventTarget {
     const { minDelay, maxDelay } = this.options;
     const delay = Math.min(maxDelay, minDelay * 2 ** this.attempts++) * (0.5 + Math.random() / 2);
     this._timer = setTimeout(() => this._open(), delay * 1000);
+  }
+
+  /** Add `callback` to `topic`'s; true if the topic is new (its subscribe is to be sent). */
+  _track(topic, callback) {
+    let callbacks = this.subscriptions.get(topic);
+    const added = !callbacks;
+    if (added) {
+      callbacks = new Set();
+      this.subscriptions.set(topic, callbacks);
+    }
+    if (callback) callbacks.add(callback);
+    return added;
+  }
+
+  /** Take `callback` (all, without one) from `topic`'s; true if none is left (unsubscribe). */
+  _untrack(topic, callback) {
+    const callbacks = this.subscriptions.get(topic);
+    if (!callbacks) return false;
+    if (callback) callbacks.delete(callback);
+    if (callback && callbacks.size) return false;
+    this.subscriptions.delete(topic);
+    return true;
   }
 
   _opened(socket) {}

@@ -52,7 +52,6 @@ export class UbreClient extends ReconnectingClient {
    */
   constructor(url, options = {}) {
     super(url, options, { timeout: 30 });
-    this.subscriptions = new Map(); // topic -> Set of callbacks
     this.handlers = new Map(); // requests from the broker, by name
     this.pending = new Map(); // id -> {name, resolve, reject, timer}
     this.nextId = 1;
@@ -60,24 +59,12 @@ export class UbreClient extends ReconnectingClient {
 
   /** Call `callback(body, topic)` for each publish on `topic`; returns what cancels it. */
   subscribe(topic, callback) {
-    let callbacks = this.subscriptions.get(topic);
-    if (!callbacks) {
-      callbacks = new Set();
-      this.subscriptions.set(topic, callbacks);
-      this._sendNow(JSON.stringify({ subscribe: topic }));
-    }
-    if (callback) callbacks.add(callback);
+    if (this._track(topic, callback)) this._sendNow(JSON.stringify({ subscribe: topic }));
     return () => this.unsubscribe(topic, callback);
   }
 
   unsubscribe(topic, callback) {
-    const callbacks = this.subscriptions.get(topic);
-    if (!callbacks) return;
-    if (callback) callbacks.delete(callback);
-    if (!callback || callbacks.size === 0) {
-      this.subscriptions.delete(topic);
-      this._sendNow(JSON.stringify({ unsubscribe: topic }));
-    }
+    if (this._untrack(topic, callback)) this._sendNow(JSON.stringify({ unsubscribe: topic }));
   }
 
   /** Publish `body` (any JSON value; none when undefined) on `topic`. */

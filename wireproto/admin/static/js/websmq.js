@@ -88,31 +88,18 @@ export class WebsmqClient extends ReconnectingClient {
    */
   constructor(url, options = {}) {
     super(url, options);
-    this.subscriptions = new Map(); // topic -> Set of callbacks
     this.will = null;
   }
 
   /** Call `callback(message)` for each publish on `topic` (a pattern, when the broker allows). */
   subscribe(topic, callback) {
     checkTopic(topic);
-    let callbacks = this.subscriptions.get(topic);
-    if (!callbacks) {
-      callbacks = new Set();
-      this.subscriptions.set(topic, callbacks);
-      this._sendNow(encodeFrame(SUBSCRIBE, topic));
-    }
-    if (callback) callbacks.add(callback);
+    if (this._track(topic, callback)) this._sendNow(encodeFrame(SUBSCRIBE, topic));
     return () => this.unsubscribe(topic, callback);
   }
 
   unsubscribe(topic, callback) {
-    const callbacks = this.subscriptions.get(topic);
-    if (!callbacks) return;
-    if (callback) callbacks.delete(callback);
-    if (!callback || callbacks.size === 0) {
-      this.subscriptions.delete(topic);
-      this._sendNow(encodeFrame(UNSUBSCRIBE, topic));
-    }
+    if (this._untrack(topic, callback)) this._sendNow(encodeFrame(UNSUBSCRIBE, topic));
   }
 
   /** Publish `payload` (bytes, text, or a value sent as JSON) on `topic`. */
