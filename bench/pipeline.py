@@ -1,14 +1,21 @@
-"""Pipeline benchmark: capture decoding rows per second, one Python process against Spark local[2].
-
-Both read the same generated capture, one row per message, every column produced:
+"""Pipeline benchmark: the same capture rows read three ways in one run.
 
     one process     capture.read_batch + rows.decode_batch over every file in turn: the very
                     decode the wirecapture data source runs, in this process
-    spark local[2]  spark.read.format("wirecapture").load(DIR), a count and a sum of a hash of
-                    every column, so Spark cannot prune any of the decoding away
+    wirecapture     spark.read.format("wirecapture").load(DIR) in Spark local[2]
+    parquet         Spark local[2] reading the same rows already in Parquet (written once by
+                    this benchmark): what Spark itself costs per row, the floor
+
+Each reads two sets of columns: all 16 of the schema, and the 5 record columns (timestamp,
+connection, kind, protocol, transport; the wirecapture source given that schema decodes no
+message). Spark's queries take a count and a sum of a hash of every column read, so none is
+pruned away.
 
     .venv/bin/python bench/pipeline.py [--records N] [--files N] [--runs N] [--quick]
-    .venv/bin/python bench/pipeline.py --profile    # cProfile of the one-process decode
+    .venv/bin/python bench/pipeline.py --profile    # where the time goes, instead of timing
+
+--profile prints a cProfile of the one-process decode, py-spy's samples of Spark's Python
+workers, and a Java Flight Recorder profile of the JVM, each over the wirecapture reads.
 
 The capture (written once to a temporary directory, removed after) looks like a broker's output:
 WEBSMQ publishes coming in over length32 in batch records of 2 to 8 and fanned out to length32
@@ -19,7 +26,8 @@ event in 500 is a pair of malformed frames. Every message is encoded once for re
 payloads and ids), so only fan-out repeats bytes, as it does in a broker. The row count of both
 readers is checked against the count generated. A warm-up run comes first; the figures are
 medians of --runs runs. Spark's fixed cost per query is measured too, on a tiny capture.
-Goals (docs/performance.md): local[2] at least 1.7x one process, and at least 1.5M rows/s.
+Goals (docs/performance.md): the wirecapture source's CPU per row within 1.5x of Spark's own
+Parquet read, wirecapture local[2] at least 1.7x one process, and at least 1.5M rows/s.
 """
 
 from __future__ import annotations
@@ -27,15 +35,19 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import math
 import os
 import pstats
 import random
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +55,7 @@ from typing import Any
 
 from wireproto import capture
 from wireproto.codecs import nydus, subble, ubre, websmq
-from wireproto.pipeline.rows import ARROW_SCHEMA, decode_batch
+from wireproto.pipeline.rows import ARROW_SCHEMA, SCHEMA, decode_batch, projected_schema
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # for bench/'s shared harness
     sys.path.append(str(Path(__file__).resolve().parent))
@@ -53,8 +65,13 @@ from _harness import BenchError  # noqa: E402
 DEFAULT_BATCH_SIZE = None  # the data source's own default
 SPEEDUP_GOAL = 1.7
 RATE_GOAL = 1_500_000
+PARQUET_GOAL = 1.5  # the source's CPU per row against Spark's own Parquet read, at most
 TINY_MESSAGES = 2000
-COLUMNS = ", ".join(ARROW_SCHEMA.names)
+VIEWS = {
+    "all": tuple(ARROW_SCHEMA.names),
+    "record": ("timestamp", "connection", "kind", "protocol", "transport"),
+}
+READERS = ("one process", "wirecapture", "parquet")
 
 
 # --- The capture ---------------------------------------------------------------------------------
@@ -234,19 +251,41 @@ def _write(directory: Path, gen: _Generator, files: int) -> Capture:
 # --- The readers ---------------------------------------------------------------------------------
 
 
-def decode_in_process(paths: list[str], batch_size: int) -> int:
+def decode_in_process(paths: list[str], batch_size: int, view: str = "all") -> int:
     """Rows decoded by one process, the data source's way: batches of `batch_size` records."""
+    schema = projected_schema(VIEWS[view])
     rows = 0
     for path in paths:
         start = None
         while True:
             batch = capture.read_batch(path, start_offset=start, max_records=batch_size)
             if len(batch):
-                rows += decode_batch(path, batch).num_rows
+                rows += decode_batch(path, batch, None, schema).num_rows
             if batch.stop != "limit":
                 break
             start = batch.end
     return rows
+
+
+def write_parquet(paths: list[str], directory: Path, batch_size: int) -> None:
+    """The rows of each capture file, as the source makes them, in one Parquet file each."""
+    import pyarrow.parquet as parquet
+
+    from wireproto.pipeline.rows import broker_of
+
+    directory.mkdir()
+    for number, path in enumerate(paths):
+        broker = broker_of(capture.read_header(path))
+        with parquet.ParquetWriter(directory / f"part-{number:03d}.parquet",
+                                   ARROW_SCHEMA) as writer:
+            start = None
+            while True:
+                batch = capture.read_batch(path, start_offset=start, max_records=batch_size)
+                if len(batch):
+                    writer.write_batch(decode_batch(path, batch, broker))
+                if batch.stop != "limit":
+                    break
+                start = batch.end
 
 
 def spark_session() -> tuple[Any, bool]:
@@ -277,15 +316,30 @@ def spark_session() -> tuple[Any, bool]:
     return session, created
 
 
-def decode_in_spark(spark: Any, directory: Path, batch_size: int | None) -> int:
-    """Rows Spark decoded: a count, and a sum of a hash of every column so none is pruned."""
+def _hashed_count(frame: Any, names: tuple[str, ...]) -> int:
+    """A count and a sum of a hash of every column in `names`: Spark reads each of them."""
+    rows, _ = frame.selectExpr(f"hash({', '.join(names)}) as h").selectExpr(
+        "count(*)", "sum(cast(h as long))").first()
+    return int(rows)
+
+
+def decode_in_spark(spark: Any, directory: Path, batch_size: int | None,
+                    view: str = "all") -> int:
+    """Rows the wirecapture source gave; given the view's columns as its schema (but all)."""
     reader = spark.read.format("wirecapture")
     if batch_size is not None:
         reader = reader.option("batch_size", str(batch_size))
-    frame = reader.load(str(directory))
-    rows, _ = frame.selectExpr(f"hash({COLUMNS}) as h").selectExpr(
-        "count(*)", "sum(cast(h as long))").first()
-    return int(rows)
+    if view != "all":
+        reader = reader.schema(", ".join(f"{name} {ARROW_TYPES[name]}" for name in VIEWS[view]))
+    return _hashed_count(reader.load(str(directory)), VIEWS[view])
+
+
+def read_parquet(spark: Any, directory: Path, view: str = "all") -> int:
+    return _hashed_count(spark.read.parquet(str(directory)).select(*VIEWS[view]), VIEWS[view])
+
+
+# Each column's type as the source's SCHEMA names it.
+ARROW_TYPES = dict(item.strip().split(" ", 1) for item in SCHEMA.split(","))
 
 
 # --- CPU time -----------------------------------------------------------------------------------
@@ -293,9 +347,8 @@ def decode_in_spark(spark: Any, directory: Path, batch_size: int | None) -> int:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """utime+stime of process `root` and its descendants (the JVM and its Python workers), with
-    their reaped children's, from /proc."""
+def _process_table() -> tuple[dict[int, list[int]], dict[int, float]]:
+    """Every process's children, and its utime+stime with its reaped children's, from /proc."""
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
     for entry in os.listdir("/proc"):
@@ -308,12 +361,24 @@ def tree_cpu_seconds(root: int) -> float:
             continue  # it exited
         children.setdefault(int(fields[1]), []).append(int(entry))
         times[int(entry)] = sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
-    total, stack = 0.0, [root]
+    return children, times
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """utime+stime of process `root` and its descendants (the JVM and its Python workers), with
+    their reaped children's, from /proc."""
+    return sum(spark_cpu_split(root))
+
+
+def spark_cpu_split(jvm: int) -> tuple[float, float]:
+    """CPU seconds of the JVM itself, and of its descendants (the Python workers)."""
+    children, times = _process_table()
+    workers, stack = 0.0, list(children.get(jvm, ()))
     while stack:
         pid = stack.pop()
-        total += times.get(pid, 0.0)
+        workers += times.get(pid, 0.0)
         stack.extend(children.get(pid, ()))
-    return total
+    return times.get(jvm, 0.0), workers
 
 
 def _jvm_pid(spark: Any) -> int:
@@ -324,31 +389,45 @@ def _jvm_pid(spark: Any) -> int:
 
 
 @dataclass
+class Timing:
+    seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # all CPU seconds of each timed run
+    jvm: list[float] = field(default_factory=list)  # of which the JVM's (Spark runs)
+
+
+@dataclass
 class Report:
     capture: Capture | None = None
-    seconds: dict[str, list[float]] = field(default_factory=dict)
+    timings: dict[tuple[str, str], Timing] = field(default_factory=dict)  # (reader, view)
     query_seconds: list[float] = field(default_factory=list)  # a Spark query over a tiny capture
-    cpu: dict[str, list[float]] = field(default_factory=dict)  # CPU seconds of each timed run
     lines: list[str] = field(default_factory=list)
 
-    def rate(self, name: str) -> float:
-        return self.capture.rows / statistics.median(self.seconds[name])
+    def rate(self, reader: str, view: str = "all") -> float:
+        return self.capture.rows / statistics.median(self.timings[reader, view].seconds)
+
+    def cpu_per_row(self, reader: str, view: str = "all") -> float:
+        """CPU µs per row."""
+        return statistics.median(self.timings[reader, view].cpu) * 1e6 / self.capture.rows
 
 
 def _timed(name: str, expected: int, read: Callable[[], int], runs: int,
-           cpu_clock: Callable[[], float] = time.process_time,
-           cpu: list[float] | None = None) -> list[float]:
-    """Wall seconds of `runs` reads after a warm-up; their CPU seconds go to `cpu`."""
-    seconds = []
+           cpu_clock: Callable[[], tuple[float, float]] | None = None) -> Timing:
+    """`runs` reads after a warm-up: wall seconds, and CPU seconds from `cpu_clock` (all, the
+    JVM's), by default this process's."""
+    clock = cpu_clock or (lambda: (time.process_time(), 0.0))
+    timing = Timing()
     for run_number in range(runs + 1):  # the first is the warm-up
-        cpu_start, start = cpu_clock(), time.perf_counter()
+        (cpu_start, jvm_start), start = clock(), time.perf_counter()
         rows = read()
-        seconds.append(time.perf_counter() - start)
-        if cpu is not None and run_number:
-            cpu.append(cpu_clock() - cpu_start)
+        seconds = time.perf_counter() - start
+        cpu_end, jvm_end = clock()
         if rows != expected:
             raise BenchError(f"{name}: {rows:,} rows read, {expected:,} written")
-    return seconds[1:]
+        if run_number:
+            timing.seconds.append(seconds)
+            timing.cpu.append(cpu_end - cpu_start)
+            timing.jvm.append(jvm_end - jvm_start)
+    return timing
 
 
 def run(options: argparse.Namespace, out: Callable[[str], None] = print) -> Report:
@@ -356,36 +435,48 @@ def run(options: argparse.Namespace, out: Callable[[str], None] = print) -> Repo
     directory = Path(tempfile.mkdtemp(prefix="wireproto-bench-pipeline-"))
     try:
         started = time.perf_counter()
-        cap = report.capture = generate(directory, options.records, options.files)
+        cap = report.capture = generate(directory / "capture", options.records, options.files)
         out(f"capture: {cap.rows:,} rows ({cap.messages:,} messages) in {cap.records:,} records,"
             f" {cap.files} files, {cap.bytes / (1 << 20):.1f} MiB, written in"
             f" {time.perf_counter() - started:.1f} s")
         mix = sorted(cap.mix.items())
         out("mix (rows): " + ", ".join(f"{key} {count:,}" for key, count in mix))
-        paths = [os.fspath(path.resolve()) for path in capture.capture_files(directory)]
-        in_process_batch = options.batch_size or _source_batch_size()
-        if options.profile:
-            _profile(paths, in_process_batch, out)
-            return report
-        report.seconds["one process"] = _timed(
-            "one process", cap.rows, lambda: decode_in_process(paths, in_process_batch),
-            options.runs, cpu=report.cpu.setdefault("one process", []))
+        paths = [os.fspath(path.resolve()) for path in capture.capture_files(cap.directory)]
+        batch_size = options.batch_size or _source_batch_size()
+        parquet_dir = directory / "parquet"
+        write_parquet(paths, parquet_dir, batch_size)
+        parquet_bytes = sum(path.stat().st_size for path in parquet_dir.iterdir())
+        out(f"parquet: the same rows in {len(paths)} files, {parquet_bytes / (1 << 20):.1f} MiB")
+        for view in VIEWS:
+            report.timings["one process", view] = _timed(
+                f"one process, {view} columns", cap.rows,
+                lambda view=view: decode_in_process(paths, batch_size, view), options.runs)
         spark, created = spark_session()
         try:
             jvm = _jvm_pid(spark)
 
-            def spark_cpu() -> float:
-                return tree_cpu_seconds(jvm) + time.process_time()
+            def spark_cpu() -> tuple[float, float]:
+                own, workers = spark_cpu_split(jvm)
+                return own + workers + time.process_time(), own
 
-            report.seconds["spark local[2]"] = _timed(
-                "spark local[2]", cap.rows,
-                lambda: decode_in_spark(spark, directory, options.batch_size), options.runs,
-                cpu_clock=spark_cpu, cpu=report.cpu.setdefault("spark local[2]", []))
+            if options.profile:
+                _profile(report, paths, batch_size, spark, cap, options, out)
+                return report
+            for view in VIEWS:
+                report.timings["wirecapture", view] = _timed(
+                    f"wirecapture, {view} columns", cap.rows,
+                    lambda view=view: decode_in_spark(spark, cap.directory, options.batch_size,
+                                                      view), options.runs, spark_cpu)
+                report.timings["parquet", view] = _timed(
+                    f"parquet, {view} columns", cap.rows,
+                    lambda view=view: read_parquet(spark, parquet_dir, view), options.runs,
+                    spark_cpu)
             # The fixed cost of a query: planning, and the Python workers that plan the read.
             tiny = generate(directory / "tiny", TINY_MESSAGES, 1)
             report.query_seconds = _timed(
-                "spark local[2], tiny capture", tiny.rows,
-                lambda: decode_in_spark(spark, tiny.directory, options.batch_size), options.runs)
+                "wirecapture, tiny capture", tiny.rows,
+                lambda: decode_in_spark(spark, tiny.directory, options.batch_size),
+                options.runs).seconds
         finally:
             if created:
                 spark.stop()
@@ -404,43 +495,139 @@ def _source_batch_size() -> int:
 
 
 def table(report: Report, options: argparse.Namespace) -> list[str]:
-    lines = ["", f"{'reader':<16} {'rows/s':>12} {'median s':>10} {'CPU s':>8} {'CPU µs/row':>10}"
-             f" {'runs':>5}"]
-    for name, seconds in report.seconds.items():
-        cpu = statistics.median(report.cpu[name])
-        lines.append(f"{name:<16} {report.rate(name):>12,.0f} {statistics.median(seconds):>10.3f}"
-                     f" {cpu:>8.2f} {cpu * 1e6 / report.capture.rows:>10.2f} {len(seconds):>5}")
-    lines.append(f"{report.capture.rows:,} rows in every run; batch_size "
-                 f"{options.batch_size or _source_batch_size()}; python {sys.version.split()[0]},"
-                 f" {os.cpu_count()} cores")
+    rows = report.capture.rows
+    lines = ["", f"{'reader':<12} {'columns':<8} {'rows/s':>11} {'median s':>9} {'CPU s':>7}"
+             f" {'CPU µs/row':>10} {'JVM µs/row':>10} {'Python µs/row':>13}"]
+    for (reader, view), timing in report.timings.items():
+        cpu, jvm = statistics.median(timing.cpu), statistics.median(timing.jvm)
+        spark = reader != "one process"
+        lines.append(
+            f"{reader:<12} {view:<8} {report.rate(reader, view):>11,.0f}"
+            f" {statistics.median(timing.seconds):>9.3f} {cpu:>7.2f} {cpu * 1e6 / rows:>10.2f}"
+            f" {(f'{jvm * 1e6 / rows:.2f}' if spark else '-'):>10}"
+            f" {(cpu - jvm) * 1e6 / rows:>13.2f}")
+    lines.append(f"{rows:,} rows in every run, medians of {options.runs}; batch_size "
+                 f"{options.batch_size or _source_batch_size()}; python"
+                 f" {sys.version.split()[0]}, {os.cpu_count()} cores")
     query = statistics.median(report.query_seconds)
-    spark_seconds = statistics.median(report.seconds["spark local[2]"])
-    net = report.capture.rows / (spark_seconds - query) if spark_seconds > query else math.inf
+    spark_seconds = statistics.median(report.timings["wirecapture", "all"].seconds)
+    net = rows / (spark_seconds - query) if spark_seconds > query else math.inf
     lines.append(f"spark's fixed cost per query (one file of {TINY_MESSAGES:,} messages):"
-                 f" {query:.3f} s; spark local[2] net of it: {net:,.0f} rows/s")
+                 f" {query:.3f} s; wirecapture net of it: {net:,.0f} rows/s")
     lines.append("CPU: this process, and for Spark also the JVM and its Python workers"
                  " (/proc); on a busy machine the")
     lines.append("wall figures fall with the CPU share the readers get, the CPU figures hold")
     if options.quick:
         lines.append("--quick: a smoke run, too small for figures; run without it to compare")
-    one, spark = report.rate("one process"), report.rate("spark local[2]")
-    speedup = spark / one
+    over_parquet = report.cpu_per_row("wirecapture") / report.cpu_per_row("parquet")
+    speedup = report.rate("wirecapture") / report.rate("one process")
+    spark = report.rate("wirecapture")
+    record_over_parquet = (report.cpu_per_row("wirecapture", "record")
+                           / report.cpu_per_row("parquet", "record"))
+    record_speedup = report.rate("wirecapture", "record") / report.rate("one process", "record")
     lines += [
-        "", "goals:",
-        f"  spark local[2]: {speedup:.2f}x one process (goal at least {SPEEDUP_GOAL}x)"
+        "", "goals (all columns):",
+        f"  wirecapture CPU per row: {over_parquet:.2f}x parquet's (goal at most"
+        f" {PARQUET_GOAL}x)  {'ok' if over_parquet <= PARQUET_GOAL else 'MISSED'}",
+        f"  wirecapture local[2]: {speedup:.2f}x one process (goal at least {SPEEDUP_GOAL}x)"
         f"  {'ok' if speedup >= SPEEDUP_GOAL else 'MISSED'}",
-        f"  spark local[2]: {spark:,.0f} rows/s (goal at least {RATE_GOAL:,})"
+        f"  wirecapture local[2]: {spark:,.0f} rows/s (goal at least {RATE_GOAL:,})"
         f"  {'ok' if spark >= RATE_GOAL else 'MISSED'}",
+        f"record columns: wirecapture CPU per row {record_over_parquet:.2f}x parquet's,"
+        f" {record_speedup:.2f}x one process",
     ]
     return lines
 
 
-def _profile(paths: list[str], batch_size: int, out: Callable[[str], None]) -> None:
+# --- Where the time goes -------------------------------------------------------------------------
+
+
+def _profile(report: Report, paths: list[str], batch_size: int, spark: Any, cap: Capture,
+             options: argparse.Namespace, out: Callable[[str], None]) -> None:
+    """cProfile of the one-process decode; py-spy over Spark's Python workers and a Flight
+    Recorder profile of the JVM, both during `--runs` wirecapture reads of every column."""
     profiler = cProfile.Profile()
     profiler.runcall(decode_in_process, paths, batch_size)
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(20)
+    out("== one process, cProfile (all columns) ==")
     out(text.getvalue())
+    jvm = _jvm_pid(spark)
+    decode_in_spark(spark, cap.directory, options.batch_size)  # workers up, code warm
+    workdir = Path(tempfile.mkdtemp(prefix="wireproto-bench-profile-"))
+    try:
+        recording = workdir / "jvm.jfr"
+        jcmd = shutil.which("jcmd")
+        if jcmd:
+            subprocess.run([jcmd, str(jvm), "JFR.start", "name=bench", "settings=profile",
+                            f"filename={recording}"], check=True, capture_output=True)
+        samplers = _start_py_spy(jvm, workdir, out)
+        for _ in range(options.runs):
+            decode_in_spark(spark, cap.directory, options.batch_size)
+        for sampler, _ in samplers:
+            sampler.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+            sampler.wait(60)
+        out("== spark's Python workers, py-spy (self samples, top 20) ==")
+        stacks: Counter[str] = Counter()
+        waiting = 0
+        for _, output in samplers:
+            if output.exists():
+                for line in output.read_text().splitlines():
+                    stack, _, count = line.rpartition(" ")
+                    leaf = stack.split(";")[-1]
+                    if "daemon.py" in leaf or leaf.startswith("read_int "):
+                        waiting += int(count)  # the daemon, or a worker waiting for its task
+                    else:
+                        stacks[leaf] += int(count)
+        _print_top(stacks, out)
+        out(f"  ({waiting:,} samples of workers waiting for a task left out)")
+        out("== the JVM, Java Flight Recorder (top frames of execution samples, top 20) ==")
+        if not jcmd:
+            out("(no jcmd: install a JDK to profile the JVM)")
+            return
+        subprocess.run([jcmd, str(jvm), "JFR.stop", "name=bench"], check=True,
+                       capture_output=True)
+        printed = subprocess.run(["jfr", "print", "--json", "--events", "jdk.ExecutionSample",
+                                  str(recording)], check=True, capture_output=True, text=True)
+        frames: Counter[str] = Counter()
+        for event in json.loads(printed.stdout)["recording"]["events"]:
+            top = (event["values"]["stackTrace"] or {}).get("frames") or []
+            if top:
+                method = top[0]["method"]
+                frames[f"{method['type']['name']}.{method['name']}"] += 1
+        _print_top(frames, out)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _start_py_spy(jvm: int, workdir: Path, out: Callable[[str], None]
+                  ) -> list[tuple[subprocess.Popen, Path]]:
+    """py-spy on each Python process under the JVM (the daemon, with its workers)."""
+    py_spy = shutil.which("py-spy") or shutil.which(
+        "py-spy", path=str(Path(sys.executable).parent))
+    if py_spy is None:
+        out("(py-spy is not installed: pip install py-spy)")
+        return []
+    children, _ = _process_table()
+    samplers = []
+    for pid in children.get(jvm, ()):
+        output = workdir / f"py-spy-{pid}.txt"
+        samplers.append((subprocess.Popen(
+            [py_spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "250",
+             "--format", "raw", "--output", str(output)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), output))
+    time.sleep(1.0)  # py-spy takes a moment to attach
+    return samplers
+
+
+def _print_top(counts: Counter[str], out: Callable[[str], None]) -> None:
+    total = sum(counts.values())
+    if not total:
+        out("(no samples)")
+        return
+    for name, count in counts.most_common(20):
+        out(f"  {100 * count / total:5.1f}%  {name}")
+    out(f"  ({total:,} samples)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -454,8 +641,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         " data source's)")
     parser.add_argument("--quick", action="store_true", help="a small capture, one run: a smoke"
                         " run")
-    parser.add_argument("--profile", action="store_true", help="cProfile the one-process decode"
-                        " instead of timing")
+    parser.add_argument("--profile", action="store_true", help="where the time goes (one process,"
+                        " Spark's Python workers, the JVM) instead of timing")
     options = parser.parse_args(argv)
     if options.records is None:
         options.records = 20_000 if options.quick else 1_000_000

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import need_peer
 from wireproto import capture
-from wireproto.pipeline.rows import decode_batch
+from wireproto.pipeline.rows import decode_batch, projected_schema
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "pipeline.py"
 spec = importlib.util.spec_from_file_location("bench_pipeline", BENCH)
@@ -70,24 +70,47 @@ def test_a_tiny_run_through_spark_prints_the_figures(tmp_path: Path, monkeypatch
     options = pipeline.parse_args(["--quick", "--records", "3000", "--files", "3"])
     report = pipeline.run(options, out=lines.append)
 
-    assert list(report.seconds) == ["one process", "spark local[2]"]
-    assert all(len(seconds) == 1 for seconds in report.seconds.values())
-    assert all(len(cpu) == 1 and cpu[0] > 0 for cpu in report.cpu.values())
+    assert sorted(report.timings) == sorted((reader, view) for reader in pipeline.READERS
+                                            for view in pipeline.VIEWS)
+    assert all(len(timing.seconds) == len(timing.cpu) == 1 and timing.cpu[0] > 0
+               for timing in report.timings.values())
+    # Spark's runs are split between the JVM and Python; Parquet has no Python workers.
+    assert all(0 < report.timings[reader, view].jvm[0] < report.timings[reader, view].cpu[0]
+               for reader in ("wirecapture", "parquet") for view in pipeline.VIEWS)
     assert len(report.query_seconds) == 1
-    assert list(tmp_path.iterdir()) == []  # the capture is removed
+    assert list(tmp_path.iterdir()) == []  # the capture and the Parquet files are removed
     text = "\n".join(lines)
     assert re.search(rf"capture: {NUMBER} rows \({NUMBER} messages\) in {NUMBER} records,"
                      rf" [3-9] files", text), text
-    for name in report.seconds:
-        row = next(line for line in lines if line.startswith(name + " "))
-        cells = row[len(name):].split()
-        assert len(cells) == 5 and all(re.fullmatch(NUMBER, cell) for cell in cells), row
+    assert re.search(rf"parquet: the same rows in [3-9] files, {NUMBER} MiB", text), text
+    for reader, view in report.timings:
+        row = next(line for line in lines if line.startswith(f"{reader} ")
+                   and line[len(reader):].split()[0] == view)
+        cells = row[len(reader):].split()[1:]
+        assert len(cells) == 6 and all(re.fullmatch(rf"{NUMBER}|-", cell) for cell in cells), row
+        assert (cells[4] == "-") == (reader == "one process"), row
     assert f"{report.capture.rows:,} rows in every run" in text
     assert re.search(rf"spark's fixed cost per query .*: {NUMBER} s", text)
-    assert re.search(r"spark local\[2\]: \d+\.\d\dx one process \(goal at least 1\.7x\)"
+    assert re.search(r"wirecapture CPU per row: \d+\.\d\dx parquet's \(goal at most 1\.5x\)"
                      r"  (ok|MISSED)", text)
-    assert re.search(rf"spark local\[2\]: {NUMBER} rows/s \(goal at least 1,500,000\)"
+    assert re.search(r"wirecapture local\[2\]: \d+\.\d\dx one process \(goal at least 1\.7x\)"
                      r"  (ok|MISSED)", text)
+    assert re.search(rf"wirecapture local\[2\]: {NUMBER} rows/s \(goal at least 1,500,000\)"
+                     r"  (ok|MISSED)", text)
+    assert re.search(r"record columns: wirecapture CPU per row \d+\.\d\dx parquet's", text)
+
+
+def test_the_parquet_floor_holds_the_rows_the_source_makes(tmp_path: Path) -> None:
+    import pyarrow.parquet as parquet
+
+    generated = pipeline.generate(tmp_path / "capture", 2000, 2)
+    paths = [str(path) for path in capture.capture_files(tmp_path / "capture")]
+    pipeline.write_parquet(paths, tmp_path / "parquet", 64)
+    table = parquet.read_table(tmp_path / "parquet")
+    assert table.num_rows == generated.rows
+    assert table.schema == pipeline.ARROW_SCHEMA
+    for view in pipeline.VIEWS:
+        assert pipeline.decode_in_process(paths, 64, view) == generated.rows
 
 
 def test_options_are_checked() -> None:
@@ -97,3 +120,33 @@ def test_options_are_checked() -> None:
         pipeline.parse_args(["--batch-size", "-1"])
     assert pipeline.parse_args(["--quick"]).records == 20_000
     assert pipeline.parse_args([]).runs == 5
+
+
+@pytest.mark.parametrize("names", [
+    ["timestamp", "connection", "kind"],  # no message is decoded and no bytes copied
+    ["data", "broker", "message_index"],  # the bytes, undecoded
+    ["topic", "offset", "decode_error", "file"],
+    ["request_id", "body_size", "message_type", "protocol", "transport", "binary"],
+])
+def test_some_columns_are_those_columns_of_the_whole_row(tmp_path: Path, names: list[str]
+                                                          ) -> None:
+    pipeline.generate(tmp_path, 3000, 2)
+    path = str(capture.capture_files(tmp_path)[0])
+    # A batch record that does not split is one row either way.
+    with capture.CaptureWriter(tmp_path / "corrupt") as writer:
+        writer.open_connection(1, "127.0.0.1:5000", "websmq", "length32")
+        writer.message(1, "in", b"\x00\x00\x00\x09abc", True, batch=True)
+    corrupt = str(capture.capture_files(tmp_path / "corrupt")[0])
+    for source in (path, corrupt):
+        batch = capture.read_batch(source)
+        whole = decode_batch(source, batch, "edge-1")
+        some = decode_batch(source, batch, "edge-1", projected_schema(names))
+        assert some.schema.names == names
+        assert some.num_rows == whole.num_rows > 0
+        assert some.to_pydict() == whole.select(names).to_pydict()
+
+
+@pytest.mark.parametrize("names", [[], ["topic", "nothing"], ["topic", "topic"]])
+def test_columns_that_are_not_the_schemas_are_refused(names: list[str]) -> None:
+    with pytest.raises(ValueError, match="not distinct columns"):
+        projected_schema(names)

@@ -221,3 +221,33 @@ def test_split_bytes_follows_sparks_rule() -> None:
     for test in finder.find(datasource.split_bytes, "split_bytes"):
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_a_schema_given_to_the_reader_picks_columns(tmp_path: Path, spark: Any) -> None:
+    write_capture(tmp_path, messages=40, max_file_bytes=capture.MIN_FILE_BYTES)
+    whole = load(spark, tmp_path).select("offset", "message_index", "connection", "topic",
+                                         "data").collect()
+    some = (spark.read.format("wirecapture").schema("offset long, message_index int, "
+                                                    "connection long, topic string")
+            .load(str(tmp_path)))
+    assert some.columns == ["offset", "message_index", "connection", "topic"]
+    assert sorted(some.collect()) == sorted(row[:4] for row in whole)
+    assert len(whole) > 40 * 2 + 4  # files after the first repeat the opens
+    # A stream takes one too.
+    query = (spark.readStream.format("wirecapture").schema("topic string, kind string")
+             .load(str(tmp_path)).writeStream.format("memory").queryName("picked")
+             .trigger(availableNow=True).start())
+    query.awaitTermination(60)
+    assert Counter(tuple(row) for row in spark.table("picked").collect()) == Counter(
+        (row.topic, row.kind) for row in load(spark, tmp_path).collect())
+
+
+@pytest.mark.parametrize(("schema", "refusal"), [
+    ("topic string, peer string", "not distinct columns"),
+    ("topic string, connection int", "column connection is int64, not int32"),
+])
+def test_a_schema_with_columns_the_source_lacks_is_refused(tmp_path: Path, spark: Any,
+                                                           schema: str, refusal: str) -> None:
+    write_capture(tmp_path, messages=2, max_file_bytes=capture.MIN_FILE_BYTES)
+    with pytest.raises(Exception, match=refusal):
+        spark.read.format("wirecapture").schema(schema).load(str(tmp_path)).collect()

@@ -45,6 +45,7 @@ __all__ = [
     "decode_record",
     "encode_batch",
     "record_messages",
+    "count_messages",
 ]
 
 MAGIC = b"WPCAP"
@@ -270,18 +271,40 @@ def record_messages(flags: int, data: bytes | memoryview) -> list[bytes]:
     messages = []
     offset, end = 0, len(data)
     unpack = BATCH_LENGTH.unpack_from
-    while offset < end:
+    while offset < end:  # runs once per message read: kept inline
         if end - offset < 4:
-            raise CorruptCapture(f"batch record: {end - offset} bytes left where a 4-byte "
-                                 "length belongs")
+            _short_length(end - offset)
         (length,) = unpack(data, offset)
         offset += 4
         if offset + length > end:
-            raise CorruptCapture(f"batch record: a message of {length} bytes announced, "
-                                 f"{end - offset} left")
+            _overrun(length, end - offset)
         messages.append(bytes(data[offset:offset + length]))
         offset += length
     return messages
+
+
+def count_messages(data: bytes | memoryview) -> int:
+    """How many messages a batch record's data holds, without copying them; `CorruptCapture` as
+    `record_messages`."""
+    count, offset, end = 0, 0, len(data)
+    unpack = BATCH_LENGTH.unpack_from
+    while offset < end:
+        if end - offset < 4:
+            _short_length(end - offset)
+        (length,) = unpack(data, offset)
+        offset += 4 + length
+        if offset > end:
+            _overrun(length, end - offset + length)
+        count += 1
+    return count
+
+
+def _short_length(left: int) -> None:
+    raise CorruptCapture(f"batch record: {left} bytes left where a 4-byte length belongs")
+
+
+def _overrun(length: int, left: int) -> None:
+    raise CorruptCapture(f"batch record: a message of {length} bytes announced, {left} left")
 
 
 def record_from_fields(offset: int, ts: int, conn: int, kind: int, proto: int, trans: int,

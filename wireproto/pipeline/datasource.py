@@ -15,6 +15,12 @@ most ``batch_size`` records (option, default 8192). A row is one message: a batc
 one row per message in it. Every message is decoded with wireproto's own codecs
 (`wireproto.pipeline.decode`). The schema is `SCHEMA`.
 
+Columns: a schema given to the reader (``spark.read.format("wirecapture").schema("timestamp
+timestamp, topic string")``) picks some of `SCHEMA`'s columns, by name and with their types, and
+only those are made: without a decoded column (`rows.DECODED_COLUMNS`) no message is decoded,
+and without ``data`` no message bytes travel to Spark. A Python data source gets no column
+pruning from Spark's optimizer, so a query that needs a few columns reads faster for saying so.
+
 Streaming: ``spark.readStream.format("wirecapture").load(PATH)`` reads what the writer appends
 and the files it rotates to (`WireCaptureStreamReader`). An offset is ``{file path: byte offset}``,
 each offset a record boundary: a record still being written (or a file header not yet complete)
@@ -49,7 +55,7 @@ from pyspark.sql.types import StructType
 
 from wireproto import capture
 from wireproto.capture.storage import STORAGE_OPTIONS, open_store
-from wireproto.pipeline.rows import SCHEMA, broker_of, decode_batch
+from wireproto.pipeline.rows import ARROW_SCHEMA, SCHEMA, broker_of, decode_batch, projected_schema
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
            "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
@@ -88,10 +94,25 @@ class WireCaptureDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> WireCaptureReader:
-        return WireCaptureReader(self.options)
+        return WireCaptureReader(self.options, arrow_schema(schema))
 
     def streamReader(self, schema: StructType) -> WireCaptureStreamReader:
-        return WireCaptureStreamReader(self.options)
+        return WireCaptureStreamReader(self.options, arrow_schema(schema))
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of the columns a reader makes: all of `SCHEMA`'s, or those a schema given
+    to the reader names. Raises ValueError for a column that is not one of `SCHEMA`'s, or one
+    given another type."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    wanted = to_arrow_schema(schema, timezone="UTC")
+    chosen = projected_schema(wanted.names)
+    for field in wanted:
+        if field.type != chosen.field(field.name).type:
+            raise ValueError(f"wirecapture: column {field.name} is "
+                             f"{ARROW_SCHEMA.field(field.name).type}, not {field.type}")
+    return chosen
 
 
 def _positive_option(options: Any, name: str, default: int | None) -> int | None:
@@ -112,7 +133,8 @@ class _CaptureReading:
     """What the batch and the stream readers share: the options ``path``, ``prefix`` and
     ``batch_size``, and reading a file's records as Arrow batches of rows."""
 
-    def __init__(self, options: Any) -> None:
+    def __init__(self, options: Any, schema: pa.Schema = ARROW_SCHEMA) -> None:
+        self.schema = schema
         path = options.get("path")
         if not path:
             raise ValueError('wirecapture: give a capture directory or file: .load(PATH) or '
@@ -144,7 +166,7 @@ class _CaptureReading:
         if not self.store.local:
             for header, batch in self.store.read_range(self.store.path_of(path), start, end,
                                                        self.batch_size):
-                yield decode_batch(path, batch, broker_of(header))
+                yield decode_batch(path, batch, broker_of(header), self.schema)
             return
         try:
             broker = broker_of(capture.read_header(path))
@@ -154,7 +176,7 @@ class _CaptureReading:
             batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
                                        available=end)
             if len(batch):
-                yield decode_batch(path, batch, broker)
+                yield decode_batch(path, batch, broker, self.schema)
             if batch.stop != "limit":
                 return
             start = batch.end
@@ -192,8 +214,8 @@ class WireCaptureReader(_CaptureReading, DataSourceReader):
     """A batch read: each file, or each range of about `split_bytes` of a larger one, is one
     Spark task."""
 
-    def __init__(self, options: Any) -> None:
-        super().__init__(options)
+    def __init__(self, options: Any, schema: pa.Schema = ARROW_SCHEMA) -> None:
+        super().__init__(options, schema)
         self.max_partition_bytes = _positive_option(options, "maxPartitionBytes", 128 << 20)
         self.open_cost = _positive_option(options, "openCostInBytes", 4 << 20)
         self.min_partitions = _positive_option(options, "minPartitions", 1)
@@ -228,8 +250,8 @@ class WireCaptureStreamReader(_CaptureReading, DataSourceStreamReader,
     has now: a half-written last record, or a header not yet complete, is left for a later
     micro-batch, never read torn and never skipped."""
 
-    def __init__(self, options: Any) -> None:
-        super().__init__(options)
+    def __init__(self, options: Any, schema: pa.Schema = ARROW_SCHEMA) -> None:
+        super().__init__(options, schema)
         self.max_records = _positive_option(options, "maxRecordsPerTrigger", None)
         self.max_files = _positive_option(options, "maxFilesPerTrigger", None)
         self._files()  # fails now if there is no such path

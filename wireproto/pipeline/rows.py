@@ -7,6 +7,8 @@ Speed: the record header columns come from `Batch.headers` through numpy and Arr
 per-row Python. Each distinct message of a batch is decoded once: a broker's fan-out writes the
 same bytes to every subscriber, and decoding depends only on (protocol, kind, binary flag,
 bytes), so rows point into a table of distinct messages and Arrow `take` makes the columns.
+A reader that asks for some columns only (`columns`) gets only those made: without a decoded
+column no message is decoded, and without `data` no bytes are copied.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from wireproto import capture
 from wireproto.pipeline.decode import KIND_NAMES, Decoded, decode_message, error_row
 from wireproto.protocols import PROTOCOLS
 
-__all__ = ["SCHEMA", "ARROW_SCHEMA", "decode_batch", "broker_of"]
+__all__ = ["SCHEMA", "ARROW_SCHEMA", "DECODED_COLUMNS", "decode_batch", "broker_of",
+           "projected_schema"]
 
 _TRANSPORT_NAMES = {code: name for name, code in capture.TRANSPORTS.items()}
 
@@ -50,6 +53,20 @@ ARROW_SCHEMA = pa.schema([
     ("body_size", pa.int32()),
     ("decode_error", pa.string()),
 ])
+
+# The columns `decode_message` makes: a reader that asks for none of them decodes nothing.
+DECODED_COLUMNS = frozenset(("message_type", "topic", "request_id", "body_size", "decode_error"))
+
+
+def projected_schema(names: list[str] | tuple[str, ...]) -> pa.Schema:
+    """The Arrow schema of the columns `names` of `ARROW_SCHEMA`, in that order. Raises
+    ValueError naming a column that is not one (or is asked for twice)."""
+    unknown = [name for name in names if name not in ARROW_SCHEMA.names]
+    if unknown or len(set(names)) != len(names) or not names:
+        raise ValueError(f"wirecapture: columns {list(names)} are not distinct columns of "
+                         f"{ARROW_SCHEMA.names}")
+    return pa.schema([ARROW_SCHEMA.field(name) for name in names])
+
 
 # The 32-byte record header (capture.RECORD_HEADER) as a numpy record.
 _HEADER_DTYPE = np.dtype([
@@ -99,12 +116,15 @@ def _decoding_key(protocol: int, kind: int, binary: int) -> tuple[int, int, int]
             binary if protocol in _reads_binary else -1)
 
 
-def decode_batch(path: str, batch: capture.Batch, broker: str | None = None
-                 ) -> pa.RecordBatch:
+def decode_batch(path: str, batch: capture.Batch, broker: str | None = None,
+                 schema: pa.Schema = ARROW_SCHEMA) -> pa.RecordBatch:
     """The rows of a `capture.Batch` read from file `path`, written by `broker` (its header's
-    name, `broker_of`), as an Arrow record batch of `ARROW_SCHEMA`: one row per message, each
-    decoded."""
+    name, `broker_of`), as an Arrow record batch of `schema` (`ARROW_SCHEMA`, or some of its
+    columns: `projected_schema`): one row per message, each decoded."""
     _follow_registry()
+    decoding = not DECODED_COLUMNS.isdisjoint(schema.names)
+    if not decoding and "data" not in schema.names:
+        return _columns(path, broker, batch, None, _message_counts(batch), [], [], schema)
     distinct: list[Decoded] = []  # each distinct message's columns ...
     distinct_data: list[bytes] = []  # ... and bytes
     tables: dict[tuple[int, int, int], dict[bytes, int]] = {}  # by (protocol, kind, binary)
@@ -114,11 +134,13 @@ def decode_batch(path: str, batch: capture.Batch, broker: str | None = None
     append_code = codes.append
     append_count = counts.append
     split = capture.record_messages
+    undecoded = _UNDECODED
 
     def add(table: dict[bytes, int], message: bytes, protocol: int, kind: int, binary: int
             ) -> int:
         code = table[message] = len(distinct)
-        distinct.append(decode_message(protocol, kind, message, bool(binary)))
+        distinct.append(decode_message(protocol, kind, message, bool(binary)) if decoding
+                        else undecoded)
         distinct_data.append(message)
         return code
 
@@ -152,7 +174,26 @@ def decode_batch(path: str, batch: capture.Batch, broker: str | None = None
                         else code
         codes.extend(found)
         append_count(len(messages))
-    return _columns(path, broker, batch, codes, counts, distinct, distinct_data)
+    return _columns(path, broker, batch, codes, counts, distinct, distinct_data, schema)
+
+
+_UNDECODED = Decoded(None, None, None, None, None)
+
+
+def _message_counts(batch: capture.Batch) -> array[int]:
+    """Rows per record, for a reader that wants neither the bytes nor the decoded columns: a
+    batch record's messages are counted, not copied. A batch record that does not split is one
+    row, as it is when decoded."""
+    counts = array("q", [1]) * len(batch.kind)
+    count_messages = capture.count_messages
+    for index, (kind, flags, raw) in enumerate(zip(batch.kind, batch.flags, batch.data,
+                                                   strict=True)):
+        if flags & capture.FLAG_BATCH and kind in _MESSAGE_KINDS:
+            try:
+                counts[index] = count_messages(raw)
+            except capture.CorruptCapture:
+                pass
+    return counts
 
 
 def broker_of(header: capture.CaptureHeader) -> str:
@@ -162,39 +203,46 @@ def broker_of(header: capture.CaptureHeader) -> str:
     return str(info.get("broker") or f"{info.get('host', '?')}:{info.get('pid', '?')}")
 
 
-def _columns(path: str, broker: str | None, batch: capture.Batch, codes: array[int],
-             counts: array[int], distinct: list[Decoded], distinct_data: list[bytes]
-             ) -> pa.RecordBatch:
-    count = len(codes)
-    headers = np.frombuffer(batch.headers, _HEADER_DTYPE)
+def _columns(path: str, broker: str | None, batch: capture.Batch, codes: array[int] | None,
+             counts: array[int], distinct: list[Decoded], distinct_data: list[bytes],
+             schema: pa.Schema) -> pa.RecordBatch:
+    """The Arrow columns of `schema`, each made only when asked for."""
     per_record = np.frombuffer(counts, np.int64)
+    count = int(per_record.sum())
+    headers = np.frombuffer(batch.headers, _HEADER_DTYPE)
     record_of_row = np.repeat(np.arange(len(per_record)), per_record)
-    first_row = np.cumsum(per_record) - per_record
-    message_index = np.arange(count, dtype=np.int64) - np.repeat(first_row, per_record)
-    take = pa.array(np.frombuffer(codes, np.int64))
-    message_type, topic, request_id, body_size, decode_error = (
-        zip(*distinct, strict=True) if distinct else ((),) * 5)
+    take = None if codes is None else pa.array(np.frombuffer(codes, np.int64))
 
     def per_row(name: str) -> np.ndarray:
         return np.ascontiguousarray(headers[name])[record_of_row]
 
-    columns = [
-        pa.repeat(pa.scalar(path, pa.string()), count),
-        pa.repeat(pa.scalar(broker, pa.string()), count),
-        pa.array(np.asarray(batch.offset, np.int64)[record_of_row], pa.int64()),
-        pa.array(message_index.astype(np.int32), pa.int32()),
-        pa.array(per_row("timestamp_ns") // 1000, pa.int64()).view(
+    def message_index() -> pa.Array:
+        first_row = np.cumsum(per_record) - per_record
+        index = np.arange(count, dtype=np.int64) - np.repeat(first_row, per_record)
+        return pa.array(index.astype(np.int32), pa.int32())
+
+    def decoded(position: int, kind: pa.DataType) -> pa.Array:
+        return pa.array([row[position] for row in distinct], kind).take(take)
+
+    makers = {
+        "file": lambda: pa.repeat(pa.scalar(path, pa.string()), count),
+        "broker": lambda: pa.repeat(pa.scalar(broker, pa.string()), count),
+        "offset": lambda: pa.array(np.asarray(batch.offset, np.int64)[record_of_row],
+                                   pa.int64()),
+        "message_index": message_index,
+        "timestamp": lambda: pa.array(per_row("timestamp_ns") // 1000, pa.int64()).view(
             ARROW_SCHEMA.field("timestamp").type),
-        pa.array(per_row("connection"), pa.int64()),
-        _KIND_LOOKUP.take(pa.array(per_row("kind"))),
-        _protocol_lookup.take(pa.array(per_row("protocol"))),
-        _TRANSPORT_LOOKUP.take(pa.array(per_row("transport"))),
-        pa.array((per_row("flags") & capture.FLAG_BINARY).astype(bool), pa.bool_()),
-        pa.array(distinct_data, pa.binary()).take(take),
-        pa.array(message_type, pa.string()).take(take),
-        pa.array(topic, pa.string()).take(take),
-        pa.array(request_id, pa.string()).take(take),
-        pa.array(body_size, pa.int32()).take(take),
-        pa.array(decode_error, pa.string()).take(take),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+        "connection": lambda: pa.array(per_row("connection"), pa.int64()),
+        "kind": lambda: _KIND_LOOKUP.take(pa.array(per_row("kind"))),
+        "protocol": lambda: _protocol_lookup.take(pa.array(per_row("protocol"))),
+        "transport": lambda: _TRANSPORT_LOOKUP.take(pa.array(per_row("transport"))),
+        "binary": lambda: pa.array((per_row("flags") & capture.FLAG_BINARY).astype(bool),
+                                   pa.bool_()),
+        "data": lambda: pa.array(distinct_data, pa.binary()).take(take),
+        "message_type": lambda: decoded(0, pa.string()),
+        "topic": lambda: decoded(1, pa.string()),
+        "request_id": lambda: decoded(2, pa.string()),
+        "body_size": lambda: decoded(3, pa.int32()),
+        "decode_error": lambda: decoded(4, pa.string()),
+    }
+    return pa.RecordBatch.from_arrays([makers[name]() for name in schema.names], schema=schema)
