@@ -43,6 +43,7 @@ from wireproto.access.quotas import PrincipalLimits
 from wireproto.admin import AdminConsole
 from wireproto.authentication import Authentication
 from wireproto.capture.wrapper import BrokerCapture, CapturingProtocol
+from wireproto.cluster.callcapture import CallCapture
 from wireproto.cluster.link import ClusterLink
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import (
@@ -266,6 +267,9 @@ class WireprotoService(MultiService):
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
         # Writes the last values to [hub] retain_file every second, when there is one.
         self._flushing: task.LoopingCall | None = None
+        if self.cluster is not None and self.capture is not None:
+            # The calls between processes go to the capture too, so a fleet's can be paired.
+            self.cluster.calls.recorder = CallCapture(self.capture, config.cluster.url)
         if self.cluster is not None and self.metrics is not None:
             registry = self.metrics.registry
             self.cluster.local_metrics = lambda: family_rows(registry)

@@ -251,8 +251,8 @@ async def test_analyze_a_real_broker_capture(tmp_path: Path, spark: Any) -> None
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
     assert f"| ubre | div | {DIVS} | {DIVS - DIV_FAILS} | {DIV_FAILS} | 0 | 0 |" in report
     assert TEMP in report and driven["malformed_peers"][0] in report
-    # Malformed messages' connections as a person reads them: the run's start and a number.
-    assert len(re.findall(r"\| websmq \| length32 \| \d{8}T\d{6}Z#\d+ \|", report)) == \
+    # Malformed messages' connections as a person reads them: the run's mark and a number.
+    assert len(re.findall(r"\| websmq \| length32 \| [0-9a-f]{8}#\d+ \|", report)) == \
         MALFORMED_CLIENTS
 
 
@@ -317,11 +317,15 @@ def test_analyze_usage_errors(tmp_path: Path) -> None:
     assert len(bad_hub.stderr.splitlines()) == 1
 
 
-def test_connection_ids_read_as_the_run_start_and_a_number() -> None:
+def test_connection_ids_read_as_the_run_mark_and_a_number() -> None:
+    from wireproto.capture.wrapper import BrokerCapture
     from wireproto.pipeline.report import connection_name
 
-    assert connection_name((1_795_556_000 << 32) + 17) == "20261124T213320Z#17"
+    assert connection_name((0x5E1F03A2 << 32) + 17) == "5e1f03a2#17"
     assert connection_name(5) == "#5"
+    # What a broker's ids look like.
+    first = BrokerCapture("unused", broker="edge-1").next_id()
+    assert re.fullmatch(r"[0-9a-f]{8}#1", connection_name(first))
 
 
 def test_inputs_are_checked_before_spark_starts(tmp_path: Path) -> None:

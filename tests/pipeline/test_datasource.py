@@ -3,6 +3,7 @@ real broker and from `capture.CaptureWriter`, read through Spark local[2]."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -251,3 +252,24 @@ def test_a_schema_with_columns_the_source_lacks_is_refused(tmp_path: Path, spark
     write_capture(tmp_path, messages=2, max_file_bytes=capture.MIN_FILE_BYTES)
     with pytest.raises(Exception, match=refusal):
         spark.read.format("wirecapture").schema(schema).load(str(tmp_path)).collect()
+
+
+def test_ranges_from_a_shipped_files_index_cover_it_once(tmp_path: Path) -> None:
+    from wireproto.capture.storage import file_index
+
+    write_capture(tmp_path, messages=3000, max_file_bytes=64 << 20)
+    (path,) = capture.capture_files(tmp_path)
+    every_record = [record.offset for record in capture.iter_records(path)]
+    boundaries = json.loads(file_index(path))["boundaries"]
+    assert boundaries == []  # smaller than the index's grain: nothing to split
+    boundaries = [start for start, _ in capture.split_ranges(path, 20_000)[1:]]
+    assert len(boundaries) > 10
+    assert capture.ranges_from_boundaries([], 10) == [(None, None)]
+    for target in (1, 50_000, 1 << 30):
+        ranges = capture.ranges_from_boundaries(boundaries, target)
+        read = [offset for start, end in ranges
+                for offset in capture.read_batch(path, start_offset=start, available=end).offset]
+        assert read == every_record, target  # each record once, in order
+    assert capture.ranges_from_boundaries(boundaries, 1) == (
+        [(None, boundaries[0])] + list(zip(boundaries, boundaries[1:], strict=False))
+        + [(boundaries[-1], None)])

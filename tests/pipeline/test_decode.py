@@ -137,3 +137,21 @@ def test_decode_records_of_a_capture_file(tmp_path: Path) -> None:
     assert rows[2].decode_error.startswith("TruncatedFrame: ")
     assert rows[4].request_id == rows[5].request_id == "1"
     assert rows[4].topic == "double"
+
+
+def test_cluster_calls_decode_as_calls_and_replies() -> None:
+    from wireproto.cluster.callcapture import NO_RESPONDERS, encode_nats_message
+    from wireproto.cluster.calls import BUSY
+
+    code = capture.PROTOCOLS["cluster"]
+    call = encode_nats_message("wireproto.call.ubre.add", "_INBOX.ab.7", None, b"12345")
+    assert decode_message(code, capture.Kind.OUT, call, True) == Decoded(
+        "call", "wireproto.call.ubre.add", "_INBOX.ab.7", 5, None)
+    reply = encode_nats_message("_INBOX.ab.7", None, None, b"42")
+    assert decode_message(code, capture.Kind.IN, reply, True) == Decoded(
+        "reply", None, "_INBOX.ab.7", 2, None)
+    for headers in (NO_RESPONDERS, BUSY):
+        refused = encode_nats_message("_INBOX.ab.8", None, headers, b"")
+        assert decode_message(code, capture.Kind.IN, refused, True).message_type == "refused"
+    broken = decode_message(code, capture.Kind.IN, b"\x93\x01\x02\x03", True)
+    assert broken.message_type is None and broken.decode_error.startswith("ValueError")

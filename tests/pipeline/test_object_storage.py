@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_twisted
+from twisted.internet import reactor
 
 from tests.pipeline.conftest import BUCKET, S3Server
+from tests.support import eventually
 from wireproto import capture
 from wireproto.codecs import websmq
 
@@ -100,3 +103,50 @@ def test_analyze_reads_from_and_writes_to_object_storage(tmp_path: Path, spark: 
     bad = run_cli(f"s3://{BUCKET}/captures/site-1", "--out", str(tmp_path / "out"),
                   "--storage-option", "colour=blue")
     assert bad.returncode == 2 and "--storage-option 'colour=blue'" in bad.stderr
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_shipped_object_splits_into_tasks_by_its_index(
+        tmp_path: Path, spark: Any, s3: S3Server, monkeypatch: Any) -> None:
+    from wireproto.capture import storage
+    from wireproto.capture.shipping import Shipper
+
+    monkeypatch.setattr(storage, "INDEX_GRAIN", 64 << 10)
+    local = tmp_path / "copy"
+    with capture.CaptureWriter(tmp_path / "edge-3", broker="edge-3") as writer:
+        writer.open_connection(1, "127.0.0.1:5000", "websmq", "ws")
+        for number in range(6000):
+            writer.message(1, "in", websmq.encode(websmq.Publish(f"t/{number}", b"x" * 150)),
+                           True)
+    (path,) = capture.capture_files(tmp_path / "edge-3")
+    local.mkdir()
+    (local / path.name).write_bytes(path.read_bytes())
+    assert path.stat().st_size > 1 << 20
+    shipper = Shipper(tmp_path / "edge-3", f"s3://{BUCKET}/split", reactor, options=s3.options,
+                      broker="edge-3")
+    shipper.start()
+    try:
+        await eventually(lambda: shipper.counters.shipped == 1, timeout=30)
+    finally:
+        shipper.stop()
+
+    def read(location: str) -> Any:
+        return (spark.read.format("wirecapture").options(**s3.options)
+                .option("maxPartitionBytes", str(256 << 10)).option("openCostInBytes", "1")
+                .load(location))
+
+    remote = read(f"s3://{BUCKET}/split")
+    columns = ["offset", "message_index", "topic"]
+    expected = sorted(read(str(local)).select(*columns).collect())
+    assert remote.rdd.getNumPartitions() >= 4
+    assert sorted(remote.select(*columns).collect()) == expected  # each record once
+    # Without its index (or with one of another file), an object is one task, read whole.
+    fs = s3.filesystem()
+    index = f"{BUCKET}/split/edge-3/{path.name}.idx"
+    with fs.open_output_stream(index) as out:
+        out.write(b'{"size": 5, "boundaries": [1, 2]}')
+    assert read(f"s3://{BUCKET}/split").rdd.getNumPartitions() == 1
+    fs.delete_file(index)
+    again = read(f"s3://{BUCKET}/split")
+    assert again.rdd.getNumPartitions() == 1
+    assert sorted(again.select(*columns).collect()) == expected

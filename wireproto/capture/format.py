@@ -104,9 +104,11 @@ class _ProtocolNames(Mapping[int, str]):
 
 
 PROTOCOLS: Mapping[str, int] = _ProtocolCodes()
-# "stream": Phyllo's chunked serial stream; "chunks": Phyllo message chunks (one per message).
+# "stream": Phyllo's chunked serial stream; "chunks": Phyllo message chunks (one per message);
+# "nats": the calls between a cluster's broker processes.
 TRANSPORTS = {
     "ws": 1, "engineio": 2, "length32": 3, "lines": 4, "cobs": 5, "stream": 6, "chunks": 7,
+    "nats": 8,
 }
 PROTOCOL_NAMES: Mapping[int, str] = _ProtocolNames()
 TRANSPORT_NAMES = {code: name for name, code in TRANSPORTS.items()}

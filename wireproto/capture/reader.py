@@ -39,6 +39,7 @@ __all__ = [
     "read_batch",
     "read_batch_from",
     "split_ranges",
+    "ranges_from_boundaries",
     "capture_files",
 ]
 
@@ -255,10 +256,35 @@ def split_ranges(path: str | os.PathLike[str], target_bytes: int
     return ranges
 
 
-def capture_files(directory: str | os.PathLike[str], prefix: str = "wirecapture") -> list[Path]:
-    """The capture files a writer with `prefix` wrote in `directory`, oldest first."""
+def ranges_from_boundaries(boundaries: list[int], target_bytes: int
+                           ) -> list[tuple[int | None, int | None]]:
+    """Ranges as `split_ranges` gives them, of about `target_bytes` each, made from record
+    boundaries found before (a shipped file's index, at a finer grain): a range ends at the
+    first boundary at least `target_bytes` past its start.
+
+    >>> ranges_from_boundaries([100, 200, 300, 400], 150)
+    [(None, 200), (200, 400), (400, None)]
+    """
+    ranges: list[tuple[int | None, int | None]] = []
+    start: int | None = None
+    range_start = 0
+    for boundary in boundaries:
+        if boundary - range_start >= target_bytes:
+            ranges.append((start, boundary))
+            start = range_start = boundary
+    ranges.append((start, None))
+    return ranges
+
+
+def capture_files(directory: str | os.PathLike[str], prefix: str = "wirecapture", *,
+                  recursive: bool = False) -> list[Path]:
+    """The capture files a writer with `prefix` wrote in `directory`, oldest first; with
+    `recursive`, in its subdirectories too (a fleet's, one directory per broker), each
+    directory's oldest first."""
     pattern = file_name_pattern(prefix)
-    return sorted(path for path in Path(directory).iterdir() if pattern.match(path.name))
+    found = Path(directory).rglob("*") if recursive else Path(directory).iterdir()
+    return sorted((path for path in found if pattern.match(path.name) and path.is_file()),
+                  key=lambda path: (str(path.parent), path.name))
 
 
 def file_name_pattern(prefix: str) -> re.Pattern[str]:

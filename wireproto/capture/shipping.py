@@ -15,6 +15,7 @@ instance role).
 from __future__ import annotations
 
 import os
+import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,15 +47,20 @@ class Shipper:
 
     def __init__(self, directory: str | os.PathLike[str], target: str, reactor: Any, *,
                  options: dict[str, str] | None = None, prefix: str = "wirecapture",
-                 min_retry: float = MIN_RETRY, max_retry: float = MAX_RETRY) -> None:
+                 broker: str = "", min_retry: float = MIN_RETRY,
+                 max_retry: float = MAX_RETRY) -> None:
         try:
-            from wireproto.capture.storage import open_store
+            from wireproto.capture.storage import INDEX_SUFFIX, file_index, open_store
         except ImportError:
             raise ValueError("[capture] upload needs pyarrow: pip install pyarrow (or the "
                              "spark extra)") from None
         self.directory = Path(directory)
         self.target = target
         self.store = open_store(target, options)
+        self._index = file_index
+        self._index_suffix = INDEX_SUFFIX
+        # Each broker's files go under a folder of its name: a fleet can share one target.
+        self.root = f"{self.store.root}/{_folder(broker)}" if broker else self.store.root
         self.reactor = reactor
         self.prefix = prefix
         self.min_retry, self.max_retry = min_retry, max_retry
@@ -104,7 +110,10 @@ class Shipper:
             source = open(path, "rb")  # noqa: SIM115 - closed by the with below
         except FileNotFoundError:
             return -1  # shipped and removed before (a file queued twice)
-        key = f"{self.store.root}/{path.name}"
+        key = f"{self.root}/{path.name}"
+        # Its index first: a reader that finds the file finds how to split it.
+        with self.store.filesystem.open_output_stream(key + self._index_suffix) as out:
+            out.write(self._index(path))
         with source, self.store.filesystem.open_output_stream(key) as out:
             size = 0
             while chunk := source.read(UPLOAD_CHUNK):
@@ -125,7 +134,7 @@ class Shipper:
             self.counters.shipped += 1
             self.counters.shipped_bytes += size
             log.info("capture: shipped {file} to {target}", event="capture_shipped",
-                     file=path.name, target=self.store.uri(f"{self.store.root}/{path.name}"))
+                     file=path.name, target=self.store.uri(f"{self.root}/{path.name}"))
         self._next()
 
     def _failed(self, failure: Any, path: Path) -> None:
@@ -141,3 +150,8 @@ class Shipper:
     def _retry(self) -> None:
         self._timer = None
         self._next()
+
+
+def _folder(broker: str) -> str:
+    """A broker's name as one path segment of an object key."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", broker).strip(".") or "_"

@@ -13,6 +13,7 @@ them where the AWS tools do (the environment, ~/.aws, an instance role).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -51,8 +52,9 @@ class Store:
         return uri if self.local else uri.split("://", 1)[1]
 
     def capture_files(self, prefix: str = "wirecapture") -> list[tuple[str, int]]:
-        """(path, size) of the capture files at the root, oldest first, or of the root itself
-        when it is a file. FileNotFoundError when there is nothing there."""
+        """(path, size) of the capture files under the root (in it and below it: a fleet ships
+        one prefix per broker), oldest first, or of the root itself when it is a file.
+        FileNotFoundError when there is nothing there."""
         info = self.filesystem.get_file_info(self.root)
         if info.type == pafs.FileType.File:
             return [(info.path, info.size)]
@@ -61,9 +63,26 @@ class Store:
                 f"wirecapture: no capture file or directory {self.uri(self.root)!r}")
         pattern = capture_reader.file_name_pattern(prefix)
         found = [(entry.path, entry.size) for entry in self.filesystem.get_file_info(
-            pafs.FileSelector(self.root, recursive=False))
+            pafs.FileSelector(self.root, recursive=True))
             if entry.type == pafs.FileType.File and pattern.match(entry.base_name)]
-        return sorted(found, key=lambda item: os.path.basename(item[0]))
+        return sorted(found, key=lambda item: os.path.split(item[0]))
+
+    def boundaries(self, path: str, size: int) -> list[int] | None:
+        """The record boundaries of the object `path` from its index (`file_index`), or None
+        when it has none, or one that is not of an object of `size` bytes."""
+        try:
+            with self.filesystem.open_input_file(path + INDEX_SUFFIX) as file:
+                index = json.loads(file.readall())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(index, dict) or index.get("size") != size:
+            return None
+        boundaries = index.get("boundaries")
+        if not isinstance(boundaries, list) or not all(
+                isinstance(b, int) and 0 < b < size for b in boundaries) or \
+                boundaries != sorted(set(boundaries)):
+            return None
+        return boundaries
 
     def read_range(self, path: str, start: int | None, end: int | None, max_records: int
                    ) -> Iterator[tuple[CaptureHeader, capture_reader.Batch]]:
@@ -90,6 +109,19 @@ class Store:
             if len(batch):
                 yield header, batch
             offset = batch.end if batch.stop == "limit" and batch.end < stop else None
+
+
+# A shipped file's index, beside it: its record boundaries about every INDEX_GRAIN bytes.
+INDEX_SUFFIX = ".idx"
+INDEX_GRAIN = 4 << 20
+
+
+def file_index(path: str | os.PathLike[str]) -> bytes:
+    """The index of the local capture file `path`, to store beside it: its size and its record
+    boundaries about every `INDEX_GRAIN` bytes, so a reader can split the object into tasks
+    without reading it first."""
+    boundaries = [start for start, _ in capture_reader.split_ranges(path, INDEX_GRAIN)[1:]]
+    return json.dumps({"size": os.path.getsize(path), "boundaries": boundaries}).encode()
 
 
 def open_store(location: str | os.PathLike[str], options: Mapping[str, str] | None = None

@@ -13,6 +13,7 @@ thus costs each of them one list append. A service without capture builds none o
 from __future__ import annotations
 
 import os
+import socket
 import struct
 import time
 import zlib
@@ -69,8 +70,11 @@ class BrokerCapture:
         # (connection, direction) with a batch begun this turn, in the order they began.
         self._begun: list[tuple[ConnectionCapture, int]] = []
         # Ships each closed file to object storage ([capture] upload), when there is one.
+        # Under a folder of the broker's name (as the files' headers name it: host:pid when
+        # it has none), so a fleet can share one upload target.
         self.shipper: Shipper | None = Shipper(
-            self.directory, upload, reactor, options=upload_options) if upload else None
+            self.directory, upload, reactor, options=upload_options,
+            broker=broker or f"{socket.gethostname()}:{os.getpid()}") if upload else None
 
     def start(self) -> None:
         if self.writer is None:

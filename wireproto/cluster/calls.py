@@ -114,6 +114,8 @@ class RemoteCalls:
         # protocol -> names the other processes serve, and a count bumped when they change
         self._elsewhere: dict[str, list] | None = None
         self.version = 0
+        # With capture on: records the calls made and answered (wireproto.cluster.callcapture).
+        self.recorder: Any = None
         self.roster.on_change.append(self._others_changed)
 
     # -- serving -----------------------------------------------------------------------------------
@@ -154,6 +156,8 @@ class RemoteCalls:
     def _handler(self, protocol: str, name: Any) -> Any:
         def received(subject: str, reply: str | None, headers: bytes | None,
                      payload: bytes) -> None:
+            if self.recorder is not None:
+                self.recorder.received(subject, reply, headers, payload)
             self._answer(protocol, name, reply, payload)
 
         return received
@@ -163,7 +167,7 @@ class RemoteCalls:
             return  # a publish, not a request: no one to answer
         if self.answering >= self.max_answering:
             self.refused += 1
-            self.client.publish(reply, b"", headers=BUSY)
+            self._send_reply(reply, b"", BUSY)
             return
         server = self.link.hub.call_servers.get(protocol)
         try:
@@ -174,7 +178,7 @@ class RemoteCalls:
                      event="cluster_refused", protocol=protocol, name=name)
             return
         if server is None:
-            self.client.publish(reply, b"", headers=FAILED)
+            self._send_reply(reply, b"", FAILED)
             return
         self.answering += 1
         d = defer.maybeDeferred(server.answer_remote_call, name, request, caller)
@@ -184,13 +188,18 @@ class RemoteCalls:
     def _reply(self, reply: str, answer: bytes) -> None:
         self.answering -= 1
         self.answered += 1
-        self.client.publish(reply, answer)
+        self._send_reply(reply, answer)
 
     def _failed(self, reply: str, protocol: str, name: Any, failure: Failure) -> None:
         self.answering -= 1
         log.failure("cluster: answering a {protocol} call to {name!r} failed", failure,
                     protocol=protocol, name=name)
-        self.client.publish(reply, b"", headers=FAILED)
+        self._send_reply(reply, b"", FAILED)
+
+    def _send_reply(self, reply: str, answer: bytes, headers: bytes | None = None) -> None:
+        self.client.publish(reply, answer, headers=headers)
+        if self.recorder is not None:
+            self.recorder.sent(reply, None, headers, answer)
 
     # -- calling -----------------------------------------------------------------------------------
 
@@ -207,7 +216,8 @@ class RemoteCalls:
         payload = msgpack.packb([caller.pack(), request])
         self.made += 1
         subject = self.subject(protocol, self.link.hub.call_servers[protocol], name)
-        d = self.client.request(subject, payload, timeout=self.timeout)
+        d = self.client.request(subject, payload, timeout=self.timeout,
+                                recorder=self.recorder)
         return d.addCallbacks(self._answered, self._not_answered)
 
     @staticmethod

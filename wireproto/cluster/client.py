@@ -300,6 +300,8 @@ class NatsClient:
         self._subscriptions: dict[int, tuple[str, str | None, MessageHandler]] = {}
         self._inbox = f"_INBOX.{secrets.token_hex(8)}."
         self._inbox_sid: int | None = None
+        # Reply subject -> who records the reply (requests made with a recorder).
+        self._recorders: dict[str, Any] = {}
         self._requests = PendingRequests(reactor)
         self._waiting_ready: list[defer.Deferred] = []
         self._attempts = 0
@@ -400,19 +402,26 @@ class NatsClient:
         return self.connection.ping()
 
     def request(self, subject: str, payload: bytes, *, timeout: float,
-                headers: bytes | None = None) -> defer.Deferred:
+                headers: bytes | None = None, recorder: Any = None) -> defer.Deferred:
         """Publish a request and fire with the first reply as ``(headers, payload)``; fails with
         NoResponders if no one subscribes to `subject`, RequestTimeout after `timeout`, or
-        NatsUnavailable while no server is connected."""
+        NatsUnavailable while no server is connected. A `recorder`
+        (wireproto.cluster.callcapture.CallCapture) is told of the request sent and of its
+        reply, each as ``(subject, reply, headers, payload)``."""
         if self.connection is None:
             return defer.fail(NatsUnavailable("no NATS server is connected"))
         if self._inbox_sid is None:
             self._inbox_sid = self.subscribe(self._inbox + "*", self._reply)
         token = self._requests.next_id()
         d = self._requests.add(token, timeout=timeout, what=subject)
-        if not self.publish(subject, payload, reply=f"{self._inbox}{token}", headers=headers):
+        inbox = f"{self._inbox}{token}"
+        if not self.publish(subject, payload, reply=inbox, headers=headers):
             self._requests.fail(token, NatsUnavailable(f"could not send the request on "
                                                       f"{subject!r}"))
+        elif recorder is not None:
+            recorder.sent(subject, inbox, headers, payload)
+            self._recorders[inbox] = recorder
+            d.addBoth(lambda result: (self._recorders.pop(inbox, None), result)[1])
         return d
 
     def gather(self, subject: str, payload: bytes, *, expected: int,
@@ -447,6 +456,9 @@ class NatsClient:
     def _reply(self, subject: str, reply: str | None, headers: bytes | None,
                payload: bytes) -> None:
         token = subject[len(self._inbox):]
+        recorder = self._recorders.get(subject)
+        if recorder is not None:
+            recorder.received(subject, reply, headers, payload)
         if headers is not None and not payload and header_status(headers) == 503:
             self._requests.fail(token, NoResponders("no responders"))
         else:

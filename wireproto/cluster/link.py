@@ -122,6 +122,8 @@ class ClusterLink:
             self.subjects.cluster + "admin", self._admin_asked)
         self.wills.start()
         self.calls.refresh()
+        if self.calls.recorder is not None:
+            self.calls.recorder.start()
         self.client.start()
 
     def _connected(self) -> None:
@@ -150,6 +152,8 @@ class ClusterLink:
                 pass
         self.roster.leave()
         self.calls.stop()
+        if self.calls.recorder is not None:
+            self.calls.recorder.stop()
         for sid in (self._metrics_sid, self._admin_sid):
             if sid is not None:
                 self.client.unsubscribe(sid)

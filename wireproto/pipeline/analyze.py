@@ -11,7 +11,12 @@
   and route, count, p50, p95, p99 and max in ms (exact percentiles) and the unpaired requests;
 - ``malformed/``: per protocol, connection and peer, the messages that did not decode;
 - ``windows/``: per minute, protocol, topic and field: count, min, mean and max of the numeric
-  readings in the messages clients sent (`wireproto.pipeline.values`).
+  readings in the messages clients sent (`wireproto.pipeline.values`);
+- ``broker_rates/``: per broker and protocol: messages in and out, per second over the capture's
+  span, connections and malformed messages (the fleet's are their sums);
+- ``cluster_calls/``: each call one broker process made to another over the cluster, paired
+  across their captures: its round trip where it was made, its handling where it was answered,
+  and the difference, the time spent between them.
 
 Only small aggregates reach the driver; the messages table is never collected.
 
@@ -31,7 +36,8 @@ from wireproto.protocols import PROTOCOLS, RequestPairing
 
 __all__ = ["Summary", "analyze", "TABLES"]
 
-TABLES = ("messages", "topic_rates", "rpc_latency", "rpc_latency_summary", "malformed", "windows")
+TABLES = ("messages", "topic_rates", "rpc_latency", "rpc_latency_summary", "malformed", "windows",
+          "broker_rates", "cluster_calls")
 
 # Which protocols have requests, how they pair with answers, and which answers mean the call
 # worked, all come from the protocol descriptors (wireproto.protocols).
@@ -53,6 +59,8 @@ class Summary:
     unpaired: dict[str, int] = field(default_factory=dict)  # protocol -> unanswered requests
     malformed: int = 0
     span_seconds: float = 0.0
+    brokers: int = 0  # brokers whose captures were read
+    cluster_calls: int = 0  # calls between brokers, paired across their captures
     tables: dict[str, str] = field(default_factory=dict)  # name -> Parquet directory
     report: str = ""
     plots: list[str] = field(default_factory=list)
@@ -67,6 +75,8 @@ class Summary:
             lines.append(f"{protocol} requests: {self.paired.get(protocol, 0)} paired, "
                          f"{self.unpaired.get(protocol, 0)} unpaired")
         lines.append(f"malformed messages: {self.malformed}")
+        if self.brokers > 1 or self.cluster_calls:
+            lines.append(f"brokers: {self.brokers}; calls between them: {self.cluster_calls}")
         lines.append(f"report: {self.report}")
         return lines
 
@@ -136,6 +146,8 @@ def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike
         "rpc_latency": rpc_pairs(rows),
         "malformed": malformed(rows),
         "windows": windows(rows),
+        "broker_rates": broker_rates(rows, summary.span_seconds),
+        "cluster_calls": cluster_calls(rows),
     }
     for name, frame in tables.items():
         target = os.fspath(out_dir / name)
@@ -158,8 +170,15 @@ def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike
                   .orderBy(F.desc("messages"), "protocol", "topic", "direction").limit(10)
                   .collect())
 
+    brokers = (spark.read.parquet(summary.tables["broker_rates"])
+               .orderBy("broker", "protocol").collect())
+    summary.brokers = len({row["broker"] for row in brokers})
+    calls = spark.read.parquet(summary.tables["cluster_calls"])
+    summary.cluster_calls = calls.count()
     report.write_report(
         summary,
+        brokers=brokers,
+        cluster_latency=cluster_latency(calls).collect(),
         rate=rate_over_time(rows, summary.span_seconds),
         histogram=latency_histogram(pairs),
         latency=latency_rows,
@@ -342,6 +361,95 @@ def latency_summary(rows: Any, pairs: Any) -> Any:
             F.col("p")[2].alias("p99_ms"), "max_ms",
         )
         .withColumn("unpaired", F.greatest(F.col("requests") - F.col("paired"), F.lit(0)))
+    )
+
+
+def broker_rates(rows: Any, span_seconds: float) -> Any:
+    """Per (broker, protocol): messages in and out, each per second over the capture's span (null
+    for a span of 0), connections opened, and messages that did not decode."""
+    from pyspark.sql import functions as F
+
+    def per_second(name: str) -> Any:
+        return ((F.col(name) / F.lit(span_seconds)) if span_seconds > 0
+                else F.lit(None)).cast("double")
+
+    counted = rows.groupBy("broker", "protocol").agg(
+        F.count(F.when(F.col("kind") == "in", 1)).alias("messages_in"),
+        F.count(F.when(F.col("kind") == "out", 1)).alias("messages_out"),
+        # A file repeats the open records of the connections still open: count each once.
+        F.countDistinct(F.when(F.col("kind") == "open", F.col("connection"))).alias(
+            "connections"),
+        F.count(F.when(F.col("kind").isin("in", "out") & F.col("decode_error").isNotNull(), 1))
+        .alias("malformed"),
+        F.min("timestamp").alias("first"), F.max("timestamp").alias("last"),
+    )
+    return (counted.withColumn("in_per_second", per_second("messages_in"))
+            .withColumn("out_per_second", per_second("messages_out")))
+
+
+def cluster_calls(rows: Any) -> Any:
+    """Each call between broker processes that the caller's capture recorded
+    (`wireproto.cluster.callcapture`): route (its subject), caller and answerer (brokers),
+    outcome (``reply`` or ``refused``, null if unanswered), called and answered (the caller's
+    clock), round_trip_ms there, handled_ms where it was answered (from the call's arrival to
+    its reply, on the answerer's clock), and transit_ms, the difference: the time between the
+    two processes, NATS included. Each duration is read on one clock, so the processes' clocks
+    need not agree. A call pairs across captures by its NATS reply subject (its request_id)."""
+    from pyspark.sql import functions as F
+
+    legs = rows.where((F.col("protocol") == "cluster") & F.col("request_id").isNotNull()
+                      & F.col("decode_error").isNull())
+    is_call = F.col("message_type") == "call"
+    made = legs.where((F.col("kind") == "out") & is_call).select(
+        "request_id", F.col("broker").alias("caller"), F.col("topic").alias("route"),
+        F.col("timestamp").alias("called"))
+    back = legs.where((F.col("kind") == "in") & ~is_call).select(
+        "request_id", F.col("broker").alias("caller"), F.col("message_type").alias("outcome"),
+        F.col("timestamp").alias("answered"))
+    arrived = legs.where((F.col("kind") == "in") & is_call).select(
+        "request_id", F.col("broker").alias("answerer"), F.col("timestamp").alias("received"))
+    replied = legs.where((F.col("kind") == "out") & ~is_call).select(
+        "request_id", F.col("broker").alias("answerer"), F.col("timestamp").alias("replied"))
+    answered = arrived.join(replied, ["request_id", "answerer"], "left")
+
+    def first(frame: Any, key: list[str], order: str) -> Any:
+        return frame.groupBy(*key).agg(F.min_by(F.struct(*frame.columns), order).alias("r")) \
+            .select("r.*")
+
+    calls = (first(made, ["request_id", "caller"], "called")
+             .join(first(back, ["request_id", "caller"], "answered"), ["request_id", "caller"],
+                   "left")
+             .join(first(answered, ["request_id"], "received"), "request_id", "left"))
+    round_trip = (F.unix_micros("answered") - F.unix_micros("called")) / F.lit(1000.0)
+    handled = (F.unix_micros("replied") - F.unix_micros("received")) / F.lit(1000.0)
+    return calls.select(
+        "route", "caller", "answerer", "outcome", "request_id", "called", "answered",
+        round_trip.alias("round_trip_ms"), handled.alias("handled_ms"),
+        (round_trip - handled).alias("transit_ms"))
+
+
+def cluster_latency(calls: Any) -> Any:
+    """Per (caller, answerer, route): calls, replies, refused, unanswered, and the p50, p95 and
+    p99 of the round trip and the p50 of the handling and the transit, of the replies."""
+    from pyspark.sql import functions as F
+
+    replied = F.col("outcome") == "reply"
+    quantiles = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
+    return (
+        calls.groupBy("caller", "answerer", "route").agg(
+            F.count(F.lit(1)).alias("calls"),
+            F.count(F.when(replied, 1)).alias("replies"),
+            F.count(F.when(F.col("outcome") == "refused", 1)).alias("refused"),
+            F.count(F.when(F.col("outcome").isNull(), 1)).alias("unanswered"),
+            F.percentile(F.when(replied, F.col("round_trip_ms")), quantiles).alias("trip"),
+            F.percentile(F.when(replied, F.col("handled_ms")), F.lit(0.5)).alias("handled_p50"),
+            F.percentile(F.when(replied, F.col("transit_ms")), F.lit(0.5)).alias("transit_p50"),
+        )
+        .select("caller", "answerer", "route", "calls", "replies", "refused", "unanswered",
+                F.col("trip")[0].alias("p50_ms"), F.col("trip")[1].alias("p95_ms"),
+                F.col("trip")[2].alias("p99_ms"), F.col("handled_p50").alias("handled_p50_ms"),
+                F.col("transit_p50").alias("transit_p50_ms"))
+        .orderBy(F.desc("calls"), "caller", "answerer", "route")
     )
 
 

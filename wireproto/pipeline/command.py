@@ -79,7 +79,7 @@ def _check_local(path: str, incomplete_ok: bool) -> list[Path]:
     if target.is_file():
         files = [target]
     elif target.is_dir():
-        files = capture_files(target)
+        files = capture_files(target, recursive=True)
     else:
         raise UsageError(f"no capture directory or file {path!r}")
     for file in files:

@@ -8,9 +8,12 @@ messages = spark.read.format("wirecapture").load("/var/lib/wireproto/capture")
 ```
 
 PATH is a directory of capture files (those named as a writer names them, see
-`wireproto.capture.capture_files`; option ``prefix``, default ``wirecapture``) or one capture
-file. Each file is one partition, read by a Python worker with `wireproto.capture.read_batch`
-(which stops cleanly at a torn last record) and yielded as Arrow record batches made from at
+`wireproto.capture.capture_files`; option ``prefix``, default ``wirecapture``), read with the
+directories below it (a fleet's, one per broker), or one capture file, local or in object
+storage (`wireproto.capture.storage`). Each file is one partition, or several record ranges of
+a large one (`split_bytes`; an object in storage by the index shipped beside it), read by a
+Python worker with `wireproto.capture.read_batch` (which stops cleanly at a torn last record)
+and yielded as Arrow record batches made from at
 most ``batch_size`` records (option, default 8192). A row is one message: a batch record gives
 one row per message in it. Every message is decoded with wireproto's own codecs
 (`wireproto.pipeline.decode`). The schema is `SCHEMA`.
@@ -65,13 +68,15 @@ DEFAULT_BATCH_SIZE = 8192
 
 def capture_paths(path: str | os.PathLike[str], prefix: str = "wirecapture") -> list[str]:
     """The capture files to read: `path` itself if it is a file, else the capture files in the
-    directory `path`, oldest first. Raises FileNotFoundError if there is no such path."""
+    directory `path` and its subdirectories (a fleet's, one per broker), oldest first. Raises
+    FileNotFoundError if there is no such path."""
     target = Path(path)
     if target.is_file():
         return [os.fspath(target.resolve())]
     if not target.is_dir():
         raise FileNotFoundError(f"wirecapture: no capture file or directory {os.fspath(path)!r}")
-    return [os.fspath(file.resolve()) for file in capture.capture_files(target, prefix)]
+    return [os.fspath(file.resolve())
+            for file in capture.capture_files(target, prefix, recursive=True)]
 
 
 class CaptureFilePartition(InputPartition):
@@ -226,12 +231,18 @@ class WireCaptureReader(_CaptureReading, DataSourceReader):
                              self.open_cost, self.min_partitions)
         partitions: list[InputPartition] = []
         for path, size in files:
-            # An object in storage is one task: finding its record boundaries would read it.
-            if size <= target or not self.store.local:
+            if size <= target:
                 partitions.append(CaptureFilePartition(path))
-                continue
-            partitions += [CaptureRangePartition(path, start, end)
-                           for start, end in capture.split_ranges(path, target)]
+            elif self.store.local:
+                partitions += [CaptureRangePartition(path, start, end)
+                               for start, end in capture.split_ranges(path, target)]
+            else:
+                # An object splits by the index shipped beside it; without one it is one task,
+                # since finding its record boundaries would mean reading it.
+                boundaries = self.store.boundaries(self.store.path_of(path), size)
+                partitions += [CaptureRangePartition(path, start, end)
+                               for start, end in capture.ranges_from_boundaries(
+                                   boundaries or [], target)]
         return partitions
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:

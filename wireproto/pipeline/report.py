@@ -21,13 +21,16 @@ LISTED_ROUTES = 20  # the latency table's rows
 
 
 def write_report(summary: Any, *, rate: list[Any], histogram: list[Any], latency: list[Any],
-                 top_topics: list[Any], malformed: list[Any]) -> None:
+                 top_topics: list[Any], malformed: list[Any], brokers: list[Any] = (),
+                 cluster_latency: list[Any] = ()) -> None:
     """Write OUT/report.md and the plots; fills in `summary.report` and `summary.plots`."""
     out = Path(summary.out)
     plots = [_rate_plot(out / RATE_PLOT, rate), _latency_plot(out / LATENCY_PLOT, histogram)]
     summary.plots = [str(path) for path in plots]
     path = out / "report.md"
-    path.write_text(_markdown(summary, latency, top_topics, malformed), encoding="utf-8")
+    text = _markdown(summary, latency, top_topics, malformed, list(brokers),
+                     list(cluster_latency))
+    path.write_text(text, encoding="utf-8")
     summary.report = str(path)
 
 
@@ -112,14 +115,11 @@ def plain_ticks(value: float, _position: Any = None) -> str:
 
 
 def connection_name(connection: int) -> str:
-    """A capture's connection id as a person reads it: the broker run's start (UTC) and the
-    connection's number in that run, ``20261124T213320Z#17`` (ids are the run's start in
-    seconds, shifted 32 bits, plus that number)."""
-    started, number = connection >> 32, connection & 0xFFFFFFFF
-    if not started:
-        return f"#{number}"
-    when = datetime.fromtimestamp(started, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{when}#{number}"
+    """A capture's connection id as a person reads it: its broker run's mark in hex and the
+    connection's number in that run, ``5e1f03a2#17`` (ids are a hash of the broker and its
+    run, shifted 32 bits, plus that number)."""
+    run, number = connection >> 32, connection & 0xFFFFFFFF
+    return f"{run:08x}#{number}" if run else f"#{number}"
 
 
 def _route(route: str | None) -> str:
@@ -140,8 +140,47 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
+def _per_second(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _brokers(brokers: list[Any]) -> list[str]:
+    """Per broker, its messages and rates summed over its protocols, then the fleet's."""
+    totals: dict[str, list[float]] = {}
+    keys = ("messages_in", "messages_out", "connections", "malformed")
+    for row in brokers:
+        sums = totals.setdefault(row["broker"] or "-", [0, 0, 0, 0, 0.0, 0.0])
+        for index, key in enumerate(keys):
+            sums[index] += row[key]
+        sums[4] += row["in_per_second"] or 0.0
+        sums[5] += row["out_per_second"] or 0.0
+    timed = any(row["in_per_second"] is not None for row in brokers)
+    fleet = [sum(values[index] for values in totals.values()) for index in range(6)]
+    rows = [[name, *values[:4], *(_per_second(v if timed else None) for v in values[4:])]
+            for name, values in sorted(totals.items())]
+    rows.append(["**fleet**", *fleet[:4], *(_per_second(v if timed else None)
+                                            for v in fleet[4:])])
+    return _table(["broker", "in", "out", "connections", "malformed", "in per second",
+                   "out per second"], rows)
+
+
+def _cluster_calls(rows: list[Any]) -> list[str]:
+    if not rows:
+        return ["No calls between brokers in the capture."]
+    lines = _table(
+        ["caller", "answerer", "route", "calls", "replies", "refused", "unanswered", "p50 ms",
+         "p95 ms", "p99 ms", "handled p50 ms", "transit p50 ms"],
+        [[row["caller"], row["answerer"] or "-", row["route"], row["calls"], row["replies"],
+          row["refused"], row["unanswered"], _ms(row["p50_ms"]), _ms(row["p95_ms"]),
+          _ms(row["p99_ms"]), _ms(row["handled_p50_ms"]), _ms(row["transit_p50_ms"])]
+         for row in rows[:LISTED_ROUTES]])
+    return lines + ["", "The round trip is timed where the call was made, the handling where it "
+                        "was answered, each on its own clock; transit is the difference: "
+                        "NATS and the two processes' queues. Every call is in `cluster_calls`."]
+
+
 def _markdown(summary: Any, latency: list[Any], top_topics: list[Any],
-              malformed: list[Any]) -> str:
+              malformed: list[Any], brokers: list[Any], cluster_latency: list[Any]) -> str:
     lines = ["# wireproto capture report", ""]
     lines.append(f"{summary.messages} rows over {summary.span_seconds:.1f} s; "
                  f"{summary.malformed} malformed messages.")
@@ -151,6 +190,8 @@ def _markdown(summary: Any, latency: list[Any], top_topics: list[Any],
         [protocol, *(counts.get(kind, 0) for kind in kinds)]
         for protocol, counts in sorted(summary.counts.items())
     ])
+    if brokers:
+        lines += ["", "## Brokers", ""] + _brokers(brokers)
     lines += ["", "## Message rate", "", f"![messages per second]({RATE_PLOT})", ""]
     lines += ["## Top topics", ""]
     lines += _table(
@@ -178,7 +219,10 @@ def _markdown(summary: Any, latency: list[Any], top_topics: list[Any],
     if len(latency) > LISTED_ROUTES:
         lines += ["", f"The {LISTED_ROUTES} busiest of {len(latency)} routes; all of them are "
                       "in `rpc_latency_summary`."]
-    lines += ["", f"![RPC latency]({LATENCY_PLOT})", "", "## Malformed messages", ""]
+    lines += ["", f"![RPC latency]({LATENCY_PLOT})", ""]
+    if summary.brokers > 1 or cluster_latency:
+        lines += ["## Calls between brokers", ""] + _cluster_calls(cluster_latency) + [""]
+    lines += ["## Malformed messages", ""]
     lines += _table(
         ["protocol", "transport", "connection", "peer", "malformed", "example error"],
         [[row["protocol"], row["transport"], connection_name(row["connection"]), row["peer"],

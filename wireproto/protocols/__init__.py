@@ -230,3 +230,11 @@ register_protocol(ProtocolDescriptor(
     reading_types=("document",),
     pubsub_link="wireproto.tools.links:PhylloLink",
 ))
+register_protocol(ProtocolDescriptor(
+    name="cluster",
+    capture_code=6,
+    # Not a protocol clients speak: the calls broker processes make to each other over NATS,
+    # as capture records them (wireproto.cluster.callcapture), so the pipeline can pair them.
+    analysis="wireproto.cluster.analysis",
+    requests=RequestPairing("call", ("reply", "refused"), ok=("reply",)),
+))
