@@ -36,7 +36,14 @@ __all__ = [
     "Chunk",
     "CaptureLog",
     "encode_json",
+    "default_broker_name",
 ]
+
+
+def default_broker_name() -> str:
+    """What names a broker that was given no name: its host and process id."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
 
 @dataclass(slots=True)
 class Chunk:
@@ -60,7 +67,7 @@ class CaptureLog:
         self.clock = clock
         self.host = socket.gethostname()
         # Which broker wrote the files (default: host:pid), and the cluster it belongs to.
-        self.broker = broker or f"{self.host}:{os.getpid()}"
+        self.broker = broker or default_broker_name()
         self.cluster = cluster
         existing = [int(match[1]) for path in directory.iterdir()
                     if (match := file_name_pattern(prefix).match(path.name))]

@@ -50,15 +50,13 @@ class Shipper:
                  broker: str = "", min_retry: float = MIN_RETRY,
                  max_retry: float = MAX_RETRY) -> None:
         try:
-            from wireproto.capture.storage import INDEX_SUFFIX, file_index, open_store
+            from wireproto.capture.storage import open_store
         except ImportError:
             raise ValueError("[capture] upload needs pyarrow: pip install pyarrow (or the "
                              "spark extra)") from None
         self.directory = Path(directory)
         self.target = target
         self.store = open_store(target, options)
-        self._index = file_index
-        self._index_suffix = INDEX_SUFFIX
         # Each broker's files go under a folder of its name: a fleet can share one target.
         self.root = f"{self.store.root}/{_folder(broker)}" if broker else self.store.root
         self.reactor = reactor
@@ -110,10 +108,12 @@ class Shipper:
             source = open(path, "rb")  # noqa: SIM115 - closed by the with below
         except FileNotFoundError:
             return -1  # shipped and removed before (a file queued twice)
+        from wireproto.capture.storage import INDEX_SUFFIX, file_index  # loaded at __init__
+
         key = f"{self.root}/{path.name}"
         # Its index first: a reader that finds the file finds how to split it.
-        with self.store.filesystem.open_output_stream(key + self._index_suffix) as out:
-            out.write(self._index(path))
+        with self.store.filesystem.open_output_stream(key + INDEX_SUFFIX) as out:
+            out.write(file_index(path))
         with source, self.store.filesystem.open_output_stream(key) as out:
             size = 0
             while chunk := source.read(UPLOAD_CHUNK):

@@ -13,7 +13,6 @@ thus costs each of them one list append. A service without capture builds none o
 from __future__ import annotations
 
 import os
-import socket
 import struct
 import time
 import zlib
@@ -26,6 +25,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from wireproto.capture.format import DEFAULT_MAX_FILE_BYTES, Kind
+from wireproto.capture.log import default_broker_name
 from wireproto.capture.shipping import Shipper
 from wireproto.capture.writer import DEFAULT_FILE_MODE, ThreadedCaptureWriter
 from wireproto.hub import describe_address, transport_name
@@ -74,7 +74,7 @@ class BrokerCapture:
         # it has none), so a fleet can share one upload target.
         self.shipper: Shipper | None = Shipper(
             self.directory, upload, reactor, options=upload_options,
-            broker=broker or f"{socket.gethostname()}:{os.getpid()}") if upload else None
+            broker=broker or default_broker_name()) if upload else None
 
     def start(self) -> None:
         if self.writer is None:

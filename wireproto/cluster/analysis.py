@@ -13,6 +13,7 @@ from typing import Any
 
 import msgpack
 
+from wireproto.cluster.natsproto import STATUS_HEADER, header_status, header_values
 from wireproto.payloads import NO_VALUE
 
 __all__ = ["columns", "value"]
@@ -24,8 +25,8 @@ def columns(data: bytes, binary: bool, incoming: bool) -> tuple[str, str | None,
         raise ValueError("a cluster message is [subject, reply, headers, payload]")
     if reply is not None:
         return "call", subject, str(reply), len(payload)
-    refused = headers is not None and (b" 503" in headers.split(b"\r\n", 1)[0]
-                                       or b"\r\nWp-Status:" in headers)
+    refused = headers is not None and (header_status(headers) is not None
+                                       or STATUS_HEADER in header_values(headers))
     return ("refused" if refused else "reply"), None, subject, len(payload)
 
 

@@ -29,7 +29,7 @@ from twisted.python.failure import Failure
 
 from wireproto.access.policy import Principal
 from wireproto.cluster.client import NoResponders
-from wireproto.cluster.natsproto import header_values, headers_block
+from wireproto.cluster.natsproto import STATUS_HEADER, header_values, headers_block
 from wireproto.protocols.rpc import CallNotServed, CallRefused
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ __all__ = ["CallServer", "RemoteCaller", "RemoteCalls"]
 log = Logger(namespace="wireproto.cluster")
 
 QUEUE_GROUP = "wireproto"
-STATUS_HEADER = "Wp-Status"
 BUSY = headers_block({STATUS_HEADER: "busy"})
 FAILED = headers_block({STATUS_HEADER: "failed"})
 

@@ -169,6 +169,10 @@ def headers_block(values: dict[str, str]) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
+# The header by which a wireproto process refuses a call from another ("busy", "failed").
+STATUS_HEADER = "Wp-Status"
+
+
 def header_status(headers: bytes) -> int | None:
     """The status code on a header block's first line (503: no responders), if any."""
     first = headers.split(b"\r\n", 1)[0]
