@@ -271,6 +271,9 @@ def check_config(path: str) -> int:
     lines += [f"phyllo: {link.describe()} on {link.endpoint}" for link in config.phyllo]
     if config.auth.enabled:
         lines.append(f"auth: on, {len(config.acl)} access rules")
+    warning = config.cluster.open_membership_warning()
+    if warning is not None:
+        lines.append(f"warning: {warning}")
     announce(lines, sys.stdout)
     return 0
 

@@ -13,6 +13,7 @@ from twisted.internet import reactor
 
 from tests.brokers import LOCAL, Broker
 from tests.support import eventually, sleep, wait_for
+from wireproto.cluster.client import NatsClient, NatsOptions
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.codecs import websmq
 from wireproto.hub import HubSettings
@@ -93,6 +94,37 @@ async def test_overlapping_subscriptions_on_one_process_get_one_copy(broker, nat
     await sleep(0.2)
     assert len(exact) == len(pattern) == len(everything) == 20
     assert second.cluster.duplicates == 40
+
+
+@pytest.mark.parametrize("patterns", [("#", "users/alice/#"), ("a/+/c", "a/b/+", "a/b/c")])
+@pytest_twisted.ensureDeferred
+async def test_a_plain_nats_publish_reaches_overlapping_subscriptions_once(
+        broker, nats, patterns):
+    """A publish from a NATS client that is not a broker carries no Wp header, so no sequence
+    number tells its copies apart: the process takes it from one of its subscriptions only."""
+    (process, at_process) = await cluster_broker(broker, nats)
+    received = []
+    for pattern in patterns:
+        _, got = await websmq_subscriber(broker, process, at_process["websmq+ws"], pattern,
+                                         wildcards=True)
+        received.append(got)
+    await interest_reaches_nats(process)
+    topic = "users/alice/x" if patterns[0] == "#" else "a/b/c"
+    outsider = NatsClient(reactor, NatsOptions(servers=(nats.url,)))
+    outsider.start()
+    try:
+        await wait_for(outsider.when_ready())
+        for index in range(10):
+            outsider.publish(process.cluster.subjects.topic(topic), b"%d" % index)
+        await wait_for(outsider.flush())
+        await eventually(lambda: all(len(got) >= 10 for got in received))
+        await sleep(0.3)
+        expected = [websmq.Publish(topic, b"%d" % index) for index in range(10)]
+        assert all(got == expected for got in received)
+        # A plain publish: no will, no member's name.
+        assert process.hub.stats.published == 0 and process.cluster.received == 10
+    finally:
+        await wait_for(outsider.stop())
 
 
 @pytest_twisted.ensureDeferred

@@ -9,7 +9,10 @@ is off), so a publish reaches this process's subscribers once, through the hub.
 Each message carries a ``Wp`` header: the publishing process (its `origin`, fresh each time a
 process starts), a sequence number, whether it is a will, and the protocol it came in on. One
 process may hold two NATS subscriptions that both match a subject (``a/b`` and ``a/+``); NATS
-then sends it the message twice, in order, and the sequence number drops the second copy.
+then sends it the message twice, in order, and the sequence number drops the second copy. A
+message without the header (a plain publish from a NATS client that is not a broker) has no
+sequence number: it is taken only through the oldest of this process's subscriptions that
+match its subject, so each of its copies but one is dropped.
 
 A message published with an encoding in one of the hub's portable formats (a SubbleSocket event,
 whose bytes hold its id, source and time) carries it too: the header names each such format,
@@ -66,6 +69,34 @@ def nats_options(settings: ClusterSettings, name: str) -> NatsOptions:
     )
 
 
+class _Interest:
+    """One NATS subscription of the link, held while any of the hub's topics and patterns need
+    its subject; its messages come to the link with itself."""
+
+    __slots__ = ("link", "subject", "tokens", "sid", "needed")
+
+    def __init__(self, link: ClusterLink, subject: str) -> None:
+        self.link = link
+        self.subject = subject
+        self.tokens = subject.split(".")
+        self.needed = 1
+        self.sid = link.client.subscribe(subject, self.received)
+
+    def received(self, subject: str, reply: str | None, headers: bytes | None,
+                 payload: bytes) -> None:
+        self.link._received(self, subject, headers, payload)
+
+    def matches(self, tokens: list[str]) -> bool:
+        """Whether this (wildcard) subscription's subject matches a subject of `tokens`."""
+        mine = self.tokens
+        for index, token in enumerate(mine):
+            if token == ">":
+                return len(tokens) > index
+            if index >= len(tokens) or (token != "*" and token != tokens[index]):
+                return False
+        return len(tokens) == len(mine)
+
+
 class ClusterLink:
     """The hub's link to the other broker processes of its cluster."""
 
@@ -81,8 +112,9 @@ class ClusterLink:
         # The origin as one subject token and key name.
         self.origin_token = safe_token(self.origin)
         self.client = NatsClient(reactor, nats_options(settings, name=f"wireproto {self.node}"))
-        # subject -> [sid, how many of the hub's topics and patterns need it]
-        self._interest: dict[str, list[int]] = {}
+        # subject -> its subscription; those with wildcards are in _wildcards too
+        self._interest: dict[str, _Interest] = {}
+        self._wildcards: dict[str, _Interest] = {}
         self._header_start = b"NATS/1.0" + WP_HEADER + self.origin.encode() + b" "
         self._header_ends: dict[tuple[bool, str], bytes] = {}
         self._sequence = 0
@@ -108,6 +140,9 @@ class ClusterLink:
         if self.running:
             return
         self.running = True
+        warning = self.settings.open_membership_warning()
+        if warning is not None:
+            log.warn("{warning}", event="cluster_open_membership", warning=warning)
         hub = self.hub
         hub.cluster = self
         hub.add_topic_observer(self)
@@ -241,20 +276,34 @@ class ClusterLink:
     def _want(self, subjects: tuple[str, ...]) -> None:
         for subject in subjects:
             held = self._interest.get(subject)
-            if held is None:
-                self._interest[subject] = [self.client.subscribe(subject, self._received), 1]
-            else:
-                held[1] += 1
+            if held is not None:
+                held.needed += 1
+                continue
+            held = self._interest[subject] = _Interest(self, subject)
+            if "*" in held.tokens or ">" in held.tokens:
+                self._wildcards[subject] = held
 
     def _unwant(self, subjects: tuple[str, ...]) -> None:
         for subject in subjects:
             held = self._interest.get(subject)
             if held is None:
                 continue
-            held[1] -= 1
-            if not held[1]:
+            held.needed -= 1
+            if not held.needed:
                 del self._interest[subject]
-                self.client.unsubscribe(held[0])
+                self._wildcards.pop(subject, None)
+                self.client.unsubscribe(held.sid)
+
+    def _first_interest(self, subject: str) -> _Interest | None:
+        """The oldest of the subscriptions that match `subject`: NATS sends a message once
+        through each, so the one copy that arrives through this one is the one to take."""
+        first = self._interest.get(subject)
+        if self._wildcards:
+            tokens = subject.split(".")
+            for held in self._wildcards.values():
+                if (first is None or held.sid < first.sid) and held.matches(tokens):
+                    first = held
+        return first
 
     def interest(self) -> list[str]:
         """The subjects this process subscribes to on NATS."""
@@ -283,38 +332,41 @@ class ClusterLink:
         if self.client.publish(self.subjects.topic(topic), payload, headers=headers):
             self.forwarded += 1
 
-    def _received(self, subject: str, reply: str | None, headers: bytes | None,
+    def _received(self, through: _Interest, subject: str, headers: bytes | None,
                   payload: bytes) -> None:
         will, protocol = False, ""
         encodings: dict = {}
-        if headers is not None:
-            at = headers.find(WP_HEADER)
-            if at >= 0:
-                fields = headers[at + 6:headers.find(b"\r\n", at + 6)].split(b" ")
-                try:
-                    origin, sequence = fields[0], int(fields[1])
-                    will = fields[2] == b"w"
-                    protocol = fields[3].decode() if fields[3] != b"-" else ""
-                    start = 0
-                    for carried in fields[4:]:
-                        name, length, kind = carried.split(b":")
-                        end = start + int(length)
-                        if end > len(payload):
-                            raise ValueError("an encoding longer than the message")
-                        encodings[name.decode()] = (payload[start:end], kind == b"b")
-                        start = end
-                    if start:
-                        payload = payload[start:]
-                except (IndexError, ValueError, UnicodeDecodeError):
-                    self._refuse(subject, "a malformed Wp header")
-                    return
-                last = self._last_seen.get(origin)
-                if last is not None and sequence <= last:
-                    self.duplicates += 1
-                    return
-                if last is None and len(self._last_seen) >= MAX_ORIGINS:
-                    self._last_seen.clear()
-                self._last_seen[origin] = sequence
+        at = -1 if headers is None else headers.find(WP_HEADER)
+        if at < 0:
+            if through is not self._first_interest(subject):
+                self.duplicates += 1
+                return
+        else:
+            fields = headers[at + 6:headers.find(b"\r\n", at + 6)].split(b" ")
+            try:
+                origin, sequence = fields[0], int(fields[1])
+                will = fields[2] == b"w"
+                protocol = fields[3].decode() if fields[3] != b"-" else ""
+                start = 0
+                for carried in fields[4:]:
+                    name, length, kind = carried.split(b":")
+                    end = start + int(length)
+                    if end > len(payload):
+                        raise ValueError("an encoding longer than the message")
+                    encodings[name.decode()] = (payload[start:end], kind == b"b")
+                    start = end
+                if start:
+                    payload = payload[start:]
+            except (IndexError, ValueError, UnicodeDecodeError):
+                self._refuse(subject, "a malformed Wp header")
+                return
+            last = self._last_seen.get(origin)
+            if last is not None and sequence <= last:
+                self.duplicates += 1
+                return
+            if last is None and len(self._last_seen) >= MAX_ORIGINS:
+                self._last_seen.clear()
+            self._last_seen[origin] = sequence
         topic = self._topic_of.get(subject)
         if topic is None:
             try:

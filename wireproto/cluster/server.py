@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["NatsServerMissing", "nats_server_binary", "die_with_parent", "NatsServer"]
+__all__ = [
+    "NatsServerMissing",
+    "nats_server_binary",
+    "die_with_parent",
+    "new_user_nkey",
+    "write_private",
+    "NatsServer",
+]
 
 
 class NatsServerMissing(RuntimeError):
@@ -50,11 +58,32 @@ def nats_server_binary() -> str:
     return found
 
 
+def new_user_nkey() -> tuple[bytes, str]:
+    """A fresh NATS user NKey: its seed (the secret, which signs the server's nonce) and its
+    public key (all the server is told). The seed never leaves this host's files."""
+    import nkeys
+
+    seed = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
+    return seed, nkeys.from_seed(bytearray(seed)).public_key.decode()
+
+
+def write_private(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path`, readable and writable by this user only, from the first byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a file that existed keeps its mode through O_CREAT
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class NatsServer:
     """One nats-server on `host`, with JetStream, its data in `directory` (a temporary one by
     default). `port` 0 lets the server pick one; `cluster_port` and `routes` join it to a NATS
-    cluster named `cluster_name`. `start()` waits until it accepts clients."""
+    cluster named `cluster_name`. With `user_nkey` (a public key from `new_user_nkey`) only a
+    client that signs with that key's seed may connect; without it, anyone who reaches the port.
+    `start()` waits until it accepts clients."""
 
     host: str = "127.0.0.1"
     port: int = 0
@@ -64,6 +93,7 @@ class NatsServer:
     routes: tuple[str, ...] = ()
     server_name: str | None = None
     extra_config: str = ""
+    user_nkey: str | None = None
     process: subprocess.Popen | None = field(default=None, init=False)
     url: str = field(default="", init=False)
 
@@ -73,6 +103,8 @@ class NatsServer:
             f'listen: "{self.host}:{self.port or -1}"',
             f'jetstream {{ store_dir: {json.dumps(directory + "/jetstream")} }}',
         ]
+        if self.user_nkey:
+            lines.append(f"authorization {{ users: [ {{ nkey: {json.dumps(self.user_nkey)} }} ] }}")
         if self.server_name:
             lines.append(f"server_name: {json.dumps(self.server_name)}")
         if self.cluster_port is not None:
@@ -90,11 +122,12 @@ class NatsServer:
         directory = Path(self.directory)
         directory.mkdir(parents=True, exist_ok=True)
         config = directory / "nats.conf"
-        config.write_text(self.config_text())
+        write_private(config, self.config_text().encode())
         ports = directory / "ports"
         shutil.rmtree(ports, ignore_errors=True)
         ports.mkdir()
-        log = open(directory / "nats.log", "ab")  # noqa: SIM115 - the process holds it
+        log = os.fdopen(os.open(directory / "nats.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                                0o600), "ab")
         self.process = subprocess.Popen(
             [nats_server_binary(), "-c", str(config), "--ports_file_dir", str(ports)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

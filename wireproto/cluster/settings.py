@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from wireproto.settings import setting, string
 
@@ -51,3 +53,32 @@ class ClusterSettings:
 
     def servers(self) -> tuple[str, ...]:
         return tuple(url.strip() for url in self.url.split(",") if url.strip())
+
+    def open_membership_warning(self) -> str | None:
+        """What to warn of when `url` names NATS servers off this host and nothing here
+        authenticates to them: whoever can publish on that NATS account is a member of the
+        cluster (docs/cluster.md, "Who is a member")."""
+        if any((self.user, self.password_file, self.token_file, self.nkey_seed_file,
+                self.creds_file, self.certfile)):
+            return None
+        remote = []
+        for url in self.servers():
+            parts = urlsplit(url if "://" in url else f"nats://{url}")
+            if parts.username or parts.password:
+                return None
+            if not _is_loopback(parts.hostname or ""):
+                remote.append(parts.hostname or url)
+        if not remote:
+            return None
+        return (f"[cluster] url names {', '.join(remote)}, not this host, with no credentials: "
+                "anyone who can publish there can act as a member of this cluster; give the "
+                "cluster a NATS account of its own (docs/cluster.md, \"Who is a member\")")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -33,8 +33,12 @@ def main() -> int:
         config = config_from_options(options, reactor=reactor)
         cluster = config.cluster
         node = f"{cluster.node or os.uname().nodename}/worker{index}"
-        return config.replace(cluster=replace(
-            cluster, url=spec["cluster_url"], workers=1, node=node))
+        cluster = replace(cluster, url=spec["cluster_url"], workers=1, node=node)
+        if spec.get("nkey_seed_file"):
+            # The supervisor's private nats-server: its key, and no other credentials.
+            cluster = replace(cluster, user="", password_file="", token_file="", creds_file="",
+                              nkey_seed_file=spec["nkey_seed_file"])
+        return config.replace(cluster=cluster)
 
     try:
         config = worker_config()

@@ -6,6 +6,11 @@ no `[cluster] url`, and runs each worker as ``python -m wireproto.cluster.worker
 listening sockets as inherited file descriptors. The kernel hands each new connection to one
 of the workers; their hubs share one topic space through NATS (wireproto.cluster.link).
 
+The private nats-server admits only the workers: each start makes a fresh NKey, tells the
+server its public key (in a config file only this user reads) and leaves its seed in a file
+beside it, in a directory only this user may enter; a worker is told the file's path. So
+another local user cannot join the cluster, and no key is ever on a command line.
+
 A worker that dies is started again, after a pause that grows while workers keep dying. SIGHUP
 is passed to every worker (each rereads its access rules); stopping the supervisor stops the
 workers first (their connections' wills go out through NATS), then the private nats-server.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -27,12 +33,12 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from wireproto.cluster.server import NatsServer
+from wireproto.cluster.server import NatsServer, new_user_nkey, write_private
 from wireproto.config import Config
 from wireproto.service import BoundListener, ListenFailed, endpoint_groups, format_address
 from wireproto.transports.identity import server_endpoint
 
-__all__ = ["WORKER_ENVIRONMENT", "Supervisor"]
+__all__ = ["WORKER_ENVIRONMENT", "Supervisor", "remove_abandoned_directories"]
 
 log = Logger(namespace="wireproto.cluster")
 
@@ -42,6 +48,31 @@ WORKER_ENVIRONMENT = "WIREPROTO_WORKER"
 QUICK_DEATH = 5.0
 MAX_RESTART_PAUSE = 30.0
 STOP_TIMEOUT = 15.0
+# The private nats-server's directory: its config, the workers' key and JetStream's data.
+PRIVATE_NATS_PREFIX = "wireproto-nats-"
+
+
+def remove_abandoned_directories(parent: str | None = None) -> None:
+    """Remove the private nats-server directories of this user's supervisors that are gone (one
+    killed outright cannot remove its own). A directory is named after its supervisor's pid;
+    one whose pid is alive, even if reused by another process, is left alone."""
+    parent = parent or tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(PRIVATE_NATS_PREFIX):].split("-", 1)[0]
+        if not (entry.name.startswith(PRIVATE_NATS_PREFIX) and pid.isdigit()):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            continue
 
 
 class _Worker(protocol.ProcessProtocol):
@@ -80,6 +111,8 @@ class Supervisor(Service):
         self.bound: list[BoundListener] = []
         self.nats: NatsServer | None = None
         self.cluster_url = config.cluster.url
+        # The file of the NKey seed the workers sign with, for the private nats-server.
+        self.nkey_seed_file: str | None = None
         self.restarts = 0
         self._ports: list[Any] = []
         self._quick_deaths = 0
@@ -96,14 +129,35 @@ class Supervisor(Service):
         self._bind()
         super().startService()
         if not self.cluster_url:
-            directory = tempfile.mkdtemp(prefix="wireproto-nats-")
-            self.nats = NatsServer(directory=directory,
-                                   extra_config="max_payload: 8MB").start()
-            self.cluster_url = self.nats.url
+            self._start_private_nats()
             log.info("started a private nats-server on {url}", event="cluster_private_nats",
                      url=self.cluster_url)
         for index in range(self.count):
             self._spawn(index)
+
+    def _start_private_nats(self) -> None:
+        remove_abandoned_directories()
+        # mkdtemp's directory is this user's alone (0700).
+        directory = tempfile.mkdtemp(prefix=f"{PRIVATE_NATS_PREFIX}{os.getpid()}-")
+        seed, public_key = new_user_nkey()
+        seed_file = os.path.join(directory, "worker.nk")
+        write_private(seed_file, seed)
+        self.nkey_seed_file = seed_file
+        self.nats = NatsServer(directory=directory, user_nkey=public_key,
+                               extra_config="max_payload: 8MB")
+        try:
+            self.nats.start()
+        except BaseException:
+            self._remove_private_nats()
+            raise
+        self.cluster_url = self.nats.url
+
+    def _remove_private_nats(self) -> None:
+        if self.nats is not None:
+            self.nats.stop()
+            if self.nats.directory:
+                shutil.rmtree(self.nats.directory, ignore_errors=True)
+            self.nats = None
 
     def _bind(self) -> None:
         """Listen on every endpoint, without accepting: the workers accept."""
@@ -135,6 +189,7 @@ class Supervisor(Service):
             "options": self.options,
             "sockets": fds,
             "cluster_url": self.cluster_url,
+            "nkey_seed_file": self.nkey_seed_file,
             "supervisor": os.getpid(),
         }
         environment = {**os.environ, WORKER_ENVIRONMENT: json.dumps(spec)}
@@ -215,6 +270,4 @@ class Supervisor(Service):
         for port in self._ports:
             yield port.stopListening()
         self._ports.clear()
-        if self.nats is not None:
-            self.nats.stop()
-            self.nats = None
+        self._remove_private_nats()
