@@ -198,7 +198,7 @@ class BrokerCollector(Collector):
 
     def _refusals(self, sites: list[Any]) -> Iterator[Metric]:
         reasons: Counter[str] = Counter(dict.fromkeys(
-            ("body_too_large", "request_timeout", "too_many_pending"), 0))
+            ("body_too_large", "request_timeout", "too_many_pending", "displaced"), 0))
         for site in sites:
             reasons.update(site.refusals)
         family = CounterMetricFamily(

@@ -9,13 +9,15 @@ ends.
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import time
 from collections.abc import Callable
 from typing import Any
 
 from twisted.logger import Logger
 
-__all__ = ["LogBudget", "warn", "describe_address", "BUDGET"]
+__all__ = ["LogBudget", "warn", "describe_address", "address_key", "count_ipv6_by", "BUDGET"]
 
 PERIOD = 60.0
 PER_KEY = 5
@@ -36,10 +38,43 @@ def describe_address(address: Any) -> str:
     return str(address)
 
 
+# An IPv6 host is counted by its network of this many leading bits: one host is usually
+# handed a whole /64, and could otherwise take a fresh address for every connection.
+DEFAULT_IPV6_PREFIX = 64
+_ipv6_prefix = DEFAULT_IPV6_PREFIX
+
+
+def count_ipv6_by(prefix: int) -> None:
+    """Count IPv6 peers by their /`prefix` network from now on, in this process ([limits]
+    ipv6_prefix; 128 counts each address on its own)."""
+    global _ipv6_prefix
+    if not 1 <= prefix <= 128:
+        raise ValueError(f"an IPv6 prefix length is 1 to 128, not {prefix}")
+    _ipv6_prefix = prefix
+    _host_key.cache_clear()
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_key(host: str) -> str:
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if ip.version == 4:
+        return host
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    if _ipv6_prefix == 128:
+        return str(ip)
+    return str(ipaddress.ip_network(f"{ip}/{_ipv6_prefix}", strict=False))
+
+
 def address_key(address: Any) -> str:
-    """What one peer is, for the budget: its host (every port of one host is one peer)."""
+    """What one peer is, for every per-address budget: its host, whichever port (an IPv4
+    address as itself, an IPv4-mapped IPv6 address as its IPv4 one, and an IPv6 one by its
+    network, a /64 unless `count_ipv6_by` says otherwise)."""
     host = getattr(address, "host", None)
-    return host if isinstance(host, str) else describe_address(address)
+    return _host_key(host) if isinstance(host, str) else describe_address(address)
 
 
 class LogBudget:

@@ -38,6 +38,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto import peerlog
 from wireproto.access import AccessRule, Principal
 from wireproto.access.quotas import PrincipalLimits
 from wireproto.admin import AdminConsole
@@ -257,6 +258,7 @@ class WireprotoService(MultiService):
             hub.policy = self.auth.policy
             hub.max_denials = config.auth.close_after_denials
         hub.limits = PrincipalLimits(config.limits)
+        peerlog.count_ipv6_by(config.limits.ipv6_prefix)
         # With [cluster] url: the other broker processes, through NATS.
         self.cluster: ClusterLink | None = None
         if config.cluster.enabled:

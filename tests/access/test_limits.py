@@ -309,3 +309,77 @@ async def test_the_limits_are_on_metrics(broker: Any) -> None:
     assert samples[("wireproto_limited_total",
                     (("limit", "connections"), ("protocol", "websmq")))] == 1
     assert samples[("wireproto_principals", ())] >= 1
+
+
+# -- budgets the whole broker shares --------------------------------------------------------------
+
+
+def test_no_one_takes_more_than_its_share_and_a_full_budget_still_serves_a_newcomer() -> None:
+    limits = PrincipalLimits(LimitSettings(max_share=0.25))
+    hogs = [limits.acquire(limits.key(Principal(), f"10.0.0.{n}")) for n in range(1, 5)]
+    hog = hogs[0]
+    assert limits.take_subscription_bytes(hog, 250, 0, 1000, "websmq") is None
+    problem = limits.take_subscription_bytes(hog, 1, 250, 1000, "websmq")
+    assert problem == ("anonymous clients from 10.0.0.1: 250 bytes of subscribed topics "
+                       "already, and no one may hold more than 25% of the broker's 1000 "
+                       "([limits] max_share)")
+    for number, other in enumerate(hogs[1:], 1):
+        assert limits.take_subscription_bytes(other, 250, 250 * number, 1000, "websmq") is None
+    # The budget is full (four such addresses took it): a fifth, holding nothing, is under
+    # an equal share (1000 / 5) and is served; the first is over it.
+    newcomer = limits.acquire(limits.key(Principal(), "10.0.0.9"))
+    assert limits.take_subscription_bytes(newcomer, 100, 1000, 1000, "websmq") is None
+    assert limits.take_subscription_bytes(newcomer, 150, 1100, 1000, "websmq") is not None
+    limits.release_subscription_bytes(hog, 250)
+    assert limits.subscription_holders == 4
+    assert limits.take_subscription_bytes(hog, 10, 850, 1000, "ubre") is None
+    assert limits.subscription_holders == 5
+    assert "an equal share of them or more" in limits.take_subscription_bytes(
+        hogs[1], 1, 1010, 1000, "websmq")
+    assert limits.exceeded == {("websmq", "shared_budget"): 3}
+
+
+def test_ipv6_peers_count_by_their_network_and_mapped_ipv4_as_ipv4() -> None:
+    from twisted.internet.address import IPv4Address, IPv6Address
+
+    from wireproto.peerlog import address_key, count_ipv6_by
+
+    one_host = [IPv6Address("TCP", f"2001:db8:1:2:{n:x}::1", 5000) for n in range(3)]
+    assert {address_key(peer) for peer in one_host} == {"2001:db8:1:2::/64"}
+    assert address_key(IPv6Address("TCP", "2001:db8:1:3::1", 1)) == "2001:db8:1:3::/64"
+    assert address_key(IPv6Address("TCP", "::ffff:192.0.2.7", 1)) == "192.0.2.7"
+    assert address_key(IPv4Address("TCP", "192.0.2.7", 2)) == "192.0.2.7"
+    try:
+        count_ipv6_by(128)
+        assert len({address_key(peer) for peer in one_host}) == 3
+    finally:
+        count_ipv6_by(64)
+
+
+@pytest_twisted.ensureDeferred
+async def test_addresses_that_fill_the_subscription_budget_shut_out_no_newcomer(
+        broker: Any) -> None:
+    """Four addresses take their quarter each of a 2000-byte budget; a fifth still subscribes
+    and is served, and an address past its quarter is refused alone."""
+    hub = config_from_toml("[hub]\nmax_subscription_bytes = 500\n"
+                           "max_total_subscription_bytes = 2000\n", reactor=reactor).hub
+    service, bound = await broker.start(f"websmq+length32@tcp:0:{LOCAL}", hub=hub)
+    address = bound[0].address
+    topic = "t" * 99
+    for host in range(2, 6):
+        hog = await broker.client(f"{address}:bindAddress=127.0.0.{host}")
+        for number in range(5):  # 500 bytes: this address's 25% of 2000
+            hog.subscribe(f"{number}{topic}", lambda message: None)
+    await eventually(lambda: service.hub.subscription_bytes == 2000)
+    greedy = await broker.client(f"{address}:bindAddress=127.0.0.2")
+    greedy.subscribe("x", lambda message: None)
+    await wait_for(greedy.when_closed())
+    assert service.hub.limits.exceeded == {("websmq", "shared_budget"): 1}
+    newcomer = await broker.client(f"{address}:bindAddress=127.0.0.9")
+    received: list = []
+    newcomer.subscribe("news", received.append)
+    await eventually(lambda: service.hub.subscribers("news"))
+    publisher = await broker.client(f"{address}:bindAddress=127.0.0.9")
+    publisher.publish("news", b"still served")
+    await eventually(lambda: received)
+    assert newcomer.connected

@@ -135,8 +135,11 @@ class Net:
     async def listen_tcp(self, factory: Any) -> int:
         return (await self.listen(factory)).getHost().port
 
-    async def raw_connect(self, port: int) -> RawClient:
-        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", port)
+    async def raw_connect(self, port: int, source: str | None = None) -> RawClient:
+        """A raw TCP connection to `port`, from the loopback address `source` if given (all
+        of 127.0.0.0/8 is this host, so tests can be several peers)."""
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", port,
+                                      bindAddress=(source, 0) if source else None)
         client = await wait_for(endpoint.connect(Factory.forProtocol(RawClient)))
         self.raw.append(client)
         return client

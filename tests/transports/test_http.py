@@ -166,6 +166,33 @@ async def test_pending_requests_are_capped_in_total(net):
 
 
 @pytest_twisted.ensureDeferred
+async def test_addresses_that_fill_the_pending_slots_make_room_for_another(net):
+    """Slow requests from four addresses fill every slot; a newcomer from a fifth takes the
+    place of the oldest of the address with the most, and an address that holds as many as
+    anyone waits its turn."""
+    site, engine, port = await serve(net, HTTPLimits(max_pending_per_address=3, max_pending=8))
+    dripping = {host: [await net.raw_connect(port, f"127.0.0.{host}") for _ in range(2)]
+                for host in (2, 3, 4, 5)}
+    await eventually(lambda: site.pending == 8)
+    newcomer = await net.raw_connect(port, "127.0.0.9")
+    await wait_for(dripping[2][0].closed, timeout=3)
+    assert site.refusals["displaced"] == 1
+    displaced = [c for clients in dripping.values() for c in clients if c.closed.called]
+    assert len(displaced) == 1 and status(displaced[0].received) == 503
+    assert displaced[0] is dripping[2][0]  # the oldest of the first with the most
+    newcomer.transport.write(HANDSHAKE)
+    await wait_for(newcomer.closed)
+    assert status(newcomer.received) == 200
+    # Every address now holds at most 2: one more from an address with 2 is refused.
+    assert site.pending == 7
+    await net.raw_connect(port, "127.0.0.10")
+    await eventually(lambda: site.pending == 8)
+    refused = await net.raw_connect(port, "127.0.0.3")
+    await wait_for(refused.closed, timeout=3)
+    assert status(refused.received) == 503 and site.refusals["too_many_pending"] == 1
+
+
+@pytest_twisted.ensureDeferred
 async def test_open_websockets_and_held_polls_are_not_pending(net):
     from tests.transports.test_websocket import client as ws_client
 

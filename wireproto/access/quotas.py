@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 # The names each refusal and pause is counted under.
-LIMITS = ("connections", "subscriptions", "messages", "bytes")
+LIMITS = ("connections", "subscriptions", "messages", "bytes", "shared_budget")
 
 # Principals without a connection whose usage is kept (their buckets may be in debt).
 REMEMBERED_IDLE = 10_000
@@ -42,6 +42,19 @@ REMEMBERED_IDLE = 10_000
 def _count_or_off(value: Any) -> int:
     if integer(value) < 0:
         raise ValueError(f"expected a count (0: no limit), got {value}")
+    return value
+
+
+def _share(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError(f"expected a share above 0 and at most 1 (0.25: a quarter), got "
+                         f"{shown(value)}")
+    return float(value)
+
+
+def _ipv6_prefix(value: Any) -> int:
+    if integer(value) < 1 or value > 128:
+        raise ValueError(f"expected an IPv6 prefix length from 1 to 128, got {value}")
     return value
 
 
@@ -62,6 +75,11 @@ class LimitSettings:
     message_burst: int = setting(0, read=_count_or_off)
     bytes_per_second: float = setting(0.0, read=_rate_or_off)
     byte_burst: int = setting(0, read=_count_or_off)
+    # The most of a budget the whole broker shares (subscribed topic bytes, pending HTTP
+    # requests) that one principal or address may take.
+    max_share: float = setting(0.25, read=_share)
+    # IPv6 peers are counted by their network of this many bits (128: each address).
+    ipv6_prefix: int = setting(64, read=_ipv6_prefix)
 
     @property
     def metered(self) -> bool:
@@ -85,7 +103,8 @@ class TokenBucket:
 class PrincipalUsage:
     """One principal's (or anonymous address's) connections, subscriptions and buckets."""
 
-    __slots__ = ("key", "holders", "connections", "subscriptions", "messages", "bytes")
+    __slots__ = ("key", "holders", "connections", "subscriptions", "subscription_bytes",
+                 "messages", "bytes")
 
     def __init__(self, key: Hashable, messages: TokenBucket | None,
                  bytes_: TokenBucket | None) -> None:
@@ -93,6 +112,8 @@ class PrincipalUsage:
         self.holders = 0
         self.connections = 0
         self.subscriptions = 0
+        # Its share of the broker's subscribed topic bytes (Hub.subscription_bytes).
+        self.subscription_bytes = 0
         self.messages = messages
         self.bytes = bytes_
 
@@ -120,6 +141,8 @@ class PrincipalLimits:
         self._idle: OrderedDict[Hashable, None] = OrderedDict()
         # Refusals and pauses by (protocol, limit), for /metrics.
         self.exceeded: dict[tuple[str, str], int] = {}
+        # Usages holding any subscribed topic bytes.
+        self.subscription_holders = 0
 
     @property
     def metered(self) -> bool:
@@ -200,6 +223,39 @@ class PrincipalLimits:
 
     def release_subscription(self, usage: PrincipalUsage) -> None:
         usage.subscriptions -= 1
+
+    def take_subscription_bytes(self, usage: PrincipalUsage, size: int, total: int,
+                                budget: int, protocol: str) -> str | None:
+        """Count `size` more bytes of subscribed topics against `usage`'s share of the
+        broker's `budget`, of which `total` is taken, or say why not (counted).
+
+        No one may hold more than `max_share` of it. A full budget still takes a subscribe
+        from whoever holds less than an equal share of it (the budget over the number of
+        those holding any), so a few addresses that filled it cannot shut everyone else out;
+        the broker then holds at most twice the budget."""
+        held = usage.subscription_bytes
+        share = self.settings.max_share
+        if total + size > budget:
+            holders = self.subscription_holders + (0 if held else 1)
+            if held + size > budget / holders:
+                self.count(protocol, "shared_budget")
+                return (f"the broker holds {budget} bytes of subscribed topics in all, and "
+                        f"{describe_key(usage.key)} an equal share of them or more "
+                        "([hub] max_total_subscription_bytes)")
+        if held + size > share * budget:
+            self.count(protocol, "shared_budget")
+            return (f"{describe_key(usage.key)}: {held} bytes of subscribed topics already, "
+                    f"and no one may hold more than {share:.0%} of the broker's {budget} "
+                    "([limits] max_share)")
+        if not held and size:
+            self.subscription_holders += 1
+        usage.subscription_bytes = held + size
+        return None
+
+    def release_subscription_bytes(self, usage: PrincipalUsage, size: int) -> None:
+        held = usage.subscription_bytes = usage.subscription_bytes - size
+        if not held and size:
+            self.subscription_holders -= 1
 
     def charge(self, usage: PrincipalUsage, size: int) -> float:
         """Take one message of `size` bytes from the buckets, which always take (a bucket may go

@@ -290,13 +290,15 @@ class Session:
                 f"subscriptions of more than {hub.max_subscription_bytes} topic bytes on one "
                 "connection ([hub] max_subscription_bytes)"
             )
-        if hub.subscription_bytes + size > hub.max_total_subscription_bytes:
-            raise LimitExceeded(
-                f"the broker holds {hub.max_total_subscription_bytes} bytes of subscribed "
-                "topics in all ([hub] max_total_subscription_bytes)"
-            )
-        problem = hub.limits.hold_subscription(self.usage, self.protocol)
+        limits = hub.limits
+        problem = limits.take_subscription_bytes(
+            self.usage, size, hub.subscription_bytes, hub.max_total_subscription_bytes,
+            self.protocol)
         if problem is not None:
+            raise LimitExceeded(problem)
+        problem = limits.hold_subscription(self.usage, self.protocol)
+        if problem is not None:
+            limits.release_subscription_bytes(self.usage, size)
             raise LimitExceeded(problem)
         self.subscription_bytes += size
         hub.subscription_bytes += size
@@ -306,6 +308,7 @@ class Session:
         self.subscription_bytes -= size
         self.hub.subscription_bytes -= size
         self.hub.limits.release_subscription(self.usage)
+        self.hub.limits.release_subscription_bytes(self.usage, size)
 
     def publish(
         self,
@@ -382,6 +385,7 @@ class Session:
         for pattern in self.patterns:
             self.hub.unsubscribe_pattern(self, pattern)
         self.usage.subscriptions -= len(self.topics) + len(self.patterns)
+        self.hub.limits.release_subscription_bytes(self.usage, self.subscription_bytes)
         self.hub.limits.release(self.usage)
         self.topics.clear()
         self.patterns.clear()

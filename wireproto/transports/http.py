@@ -14,9 +14,12 @@ are still arriving. `GuardedSite` closes those doors:
   its first byte (of the connection, for the first request), however slowly it drips: 408, then
   the connection is closed. The idle timeout (between requests) stays the Site's own.
 - **Pending requests.** A connection whose request has not fully arrived is pending; past
-  `max_pending_per_address` pending connections from one address, or `max_pending` in all, a
-  new connection gets 503 and is closed, so slow or silent connections cannot take every file
-  descriptor. A WebSocket that finished its handshake, or a held Engine.IO poll, is not pending.
+  `max_pending_per_address` pending connections from one address, a new connection gets 503
+  and is closed, so slow or silent connections cannot take every file descriptor. When
+  `max_pending` are pending in all, a newcomer from an address with fewer pending than the
+  address with the most takes the place of that address's oldest (503), so a few addresses
+  that drip requests cannot keep everyone else out; otherwise it gets 503. A WebSocket that
+  finished its handshake, or a held Engine.IO poll, is not pending.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET, Request, Site
+
+from wireproto.peerlog import address_key
 
 __all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit"]
 
@@ -179,8 +184,7 @@ class _GuardedChannel(HTTPChannel):
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        peer = self.transport.getPeer()
-        self._address = getattr(peer, "host", "") or type(peer).__name__
+        self._address = address_key(self.transport.getPeer())
         if not self.site.admit(self._address):
             self.refuse(_BUSY, "too_many_pending", "too many pending requests", quiet=True)
             return
@@ -253,14 +257,14 @@ class _GuardedChannel(HTTPChannel):
 
     def _begin_request(self) -> None:
         self._pending = True
-        self.site.pending_began(self._address)
+        self.site.pending_began(self)
         self._deadline = self.callLater(self.site.limits.request_timeout, self._too_slow)
 
     def _end_request(self) -> None:
         if not self._pending:
             return
         self._pending = False
-        self.site.pending_ended(self._address)
+        self.site.pending_ended(self)
         if self._deadline is not None and self._deadline.active():
             self._deadline.cancel()
         self._deadline = None
@@ -299,11 +303,13 @@ class GuardedSite(Site):
     def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> None:
         super().__init__(root, timeout=idle_timeout)
         self.limits = limits
-        self._pending_by_address: Counter[str] = Counter()
+        # The pending connections of each address, oldest first.
+        self._pending_by_address: dict[str, dict[_GuardedChannel, None]] = {}
         # Open HTTP connections (weakly: one taken over by a WebSocket is no longer HTTP).
         self.channels: weakref.WeakSet[_GuardedChannel] = weakref.WeakSet()
         self.pending = 0
-        # Refused connections by reason: body_too_large, request_timeout, too_many_pending.
+        # Refused connections by reason: body_too_large, request_timeout, too_many_pending,
+        # displaced.
         self.refusals: Counter[str] = Counter()
 
     def close_http_connections(self) -> int:
@@ -320,23 +326,32 @@ class GuardedSite(Site):
         return open_now
 
     def admit(self, address: str) -> bool:
+        """Whether a new connection from `address` may be pending, making room for it by
+        refusing the oldest pending connection of the address with the most if need be."""
         limits = self.limits
-        return (
-            self.pending < limits.max_pending
-            and self._pending_by_address[address] < limits.max_pending_per_address
-        )
+        mine = len(self._pending_by_address.get(address, ()))
+        if mine >= limits.max_pending_per_address:
+            return False
+        if self.pending < limits.max_pending:
+            return True
+        heaviest = max(self._pending_by_address.values(), key=len)
+        if len(heaviest) <= mine + 1:
+            return False  # as fair as it gets: everyone waits its turn
+        oldest = next(iter(heaviest))
+        oldest.refuse(_BUSY, "displaced", "made room for an address with fewer pending",
+                      quiet=True)
+        return True
 
-    def pending_began(self, address: str) -> None:
+    def pending_began(self, channel: _GuardedChannel) -> None:
         self.pending += 1
-        self._pending_by_address[address] += 1
+        self._pending_by_address.setdefault(channel._address, {})[channel] = None
 
-    def pending_ended(self, address: str) -> None:
+    def pending_ended(self, channel: _GuardedChannel) -> None:
         self.pending -= 1
-        left = self._pending_by_address[address] - 1
-        if left:
-            self._pending_by_address[address] = left
-        else:
-            del self._pending_by_address[address]
+        pending = self._pending_by_address[channel._address]
+        del pending[channel]
+        if not pending:
+            del self._pending_by_address[channel._address]
 
     def body_limit_for(self, target: bytes) -> int:
         """What the resource at request target `target` takes as a body, found as twisted.web
