@@ -17,6 +17,11 @@ are still arriving. `GuardedSite` closes those doors:
   `max_pending_per_address` pending connections from one address, or `max_pending` in all, a
   new connection gets 503 and is closed, so slow or silent connections cannot take every file
   descriptor. A WebSocket that finished its handshake, or a held Engine.IO poll, is not pending.
+- **The access log.** twisted.web logs each request's line (the Combined Log Format), at info.
+  Its target and Referer are logged as `wireproto.redaction` shows a URL: no ``user:password@``
+  and no ``access_token`` value; on a path whose resource says `checks_credentials` (a listener
+  or the admin API with [auth]) no query value at all, since engine.io clients repeat their
+  token with every poll.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from typing import Any
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.http import HTTPChannel
+from twisted.web.http import HTTPChannel, combinedLogFormatter
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET, Request, Site
+
+from wireproto.redaction import redact_target
 
 __all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit"]
 
@@ -121,6 +128,28 @@ class HTTPLimits:
 def max_request_body(resource: Any) -> int:
     """The largest body `resource` takes: its `max_request_body`, or 0."""
     return int(getattr(resource, "max_request_body", 0))
+
+
+def checks_credentials(resource: Any) -> bool:
+    """Whether requests to `resource` carry credentials: its `checks_credentials`, or False."""
+    return bool(getattr(resource, "checks_credentials", False))
+
+
+class _AsLogged:
+    """A request as the access log shows it: its target and Referer without credentials."""
+
+    def __init__(self, request: Any, every_value: bool) -> None:
+        self._request = request
+        self.uri = redact_target(request.uri, every_value=every_value)
+
+    def getHeader(self, name: bytes) -> bytes | None:
+        value = self._request.getHeader(name)
+        if value is not None and name.lower() == b"referer":
+            return redact_target(value)
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
 
 
 def _status_only(code: int, phrase: bytes) -> bytes:
@@ -297,7 +326,7 @@ class GuardedSite(Site):
     requestFactory = _GuardedRequest
 
     def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> None:
-        super().__init__(root, timeout=idle_timeout)
+        super().__init__(root, timeout=idle_timeout, logFormatter=self.access_log_line)
         self.limits = limits
         self._pending_by_address: Counter[str] = Counter()
         # Open HTTP connections (weakly: one taken over by a WebSocket is no longer HTTP).
@@ -338,17 +367,25 @@ class GuardedSite(Site):
         else:
             del self._pending_by_address[address]
 
+    def access_log_line(self, timestamp: str, request: Any) -> str:
+        """`request`'s line in the access log, without the credentials it carried."""
+        every_value = checks_credentials(self.resource_at(request.uri))
+        return combinedLogFormatter(timestamp, _AsLogged(request, every_value))
+
     def body_limit_for(self, target: bytes) -> int:
-        """What the resource at request target `target` takes as a body, found as twisted.web
-        finds it: through the static children down to a leaf."""
+        """What the resource at request target `target` takes as a body."""
+        return max_request_body(self.resource_at(target))
+
+    def resource_at(self, target: bytes) -> Any:
+        """The resource at request target `target`, found as twisted.web finds it: through the
+        static children down to a leaf; None where there is none."""
         path = target.split(b"?", 1)[0]
         resource: Any = self.resource
         for segment in path.split(b"/")[1:]:
             if getattr(resource, "isLeaf", False):
                 break
-            child = getattr(resource, "children", {}).get(segment)
-            if child is None:
-                return 0
-            resource = child
-        return max_request_body(resource)
+            resource = getattr(resource, "children", {}).get(segment)
+            if resource is None:
+                return None
+        return resource
 

@@ -264,6 +264,12 @@ class EngineIOResource(Resource):
         # A polling POST's payload: a GuardedSite refuses a larger body before reading it.
         self.max_request_body = engine.options.max_payload
 
+    @property
+    def checks_credentials(self) -> bool:
+        """Whether its handshakes carry credentials, which engine.io clients repeat with every
+        poll (the access log shows no query value)."""
+        return self.engine.identify is not None
+
     def render(self, request: Any) -> Any:
         return self.engine.handle(request)
 
