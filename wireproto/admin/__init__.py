@@ -40,8 +40,8 @@ class AdminConsole:
         hub = service.hub
         hub.count_topics(settings.max_counted_topics)
         self.rates = TopicRates(hub, reactor)
-        self.api = AdminApi(service, AdminGate(settings.allow, service.auth), self.rates,
-                            settings.max_taps)
+        gate = AdminGate(settings.allow, service.auth, service.config.websocket.allowed_origins)
+        self.api = AdminApi(service, gate, self.rates, settings.max_taps)
         self.page = StaticFiles("ui", ("index.html",), index="index.html")
         self.page_files = StaticFiles("ui", PAGE_FILES)
         self.clients = StaticFiles("js", CLIENT_FILES)

@@ -31,17 +31,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from autobahn.util import wildcards2patterns
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel, combinedLogFormatter
+from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from wireproto.redaction import redact_target
 
-__all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit"]
+__all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit",
+           "origin_allowed"]
 
 log = Logger()
 
@@ -103,6 +107,23 @@ def admit(request: Any, identify: Identify, proceed: Callable[[Any], Any],
         lambda failure: log.failure("answering an HTTP handshake failed", failure)
     )
     return NOT_DONE_YET
+
+
+def origin_allowed(request: IRequest, allowed: tuple[str, ...] | None) -> bool:
+    """Whether a request's Origin header matches `allowed`, ``scheme://host:port`` patterns
+    where ``*`` matches anything (None: any origin); a request without one is allowed."""
+    origin = request.getHeader(b"origin")
+    if allowed is None or origin is None:
+        return True
+    try:
+        parts = urlsplit(origin.decode("ascii"))
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme.lower())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    if not parts.hostname or port is None:  # "null" (a sandboxed page, a file) and the like
+        return False
+    text = f"{parts.scheme.lower()}://{parts.hostname}:{port}"
+    return any(pattern.match(text) for pattern in wildcards2patterns(allowed))
 
 
 @dataclass(frozen=True)

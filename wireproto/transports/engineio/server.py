@@ -7,11 +7,8 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-from autobahn.util import wildcards2patterns
 from twisted.logger import Logger
-from twisted.web.iweb import IRequest
 from twisted.web.pages import notFound
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET
@@ -40,13 +37,12 @@ from wireproto.transports.engineio.packets import close_websocket
 from wireproto.transports.engineio.polling import refuse, respond
 from wireproto.transports.engineio.session import EngineIOSession
 from wireproto.transports.engineio.websocket import ServerWebSocket, ServerWebSocketFactory
-from wireproto.transports.http import Identify, admit
+from wireproto.transports.http import Identify, admit, origin_allowed
 from wireproto.transports.websocket import (
     MessageWebSocketResource,
 )
 
 __all__ = [
-    "origin_allowed",
     "query_value",
     "EngineIOServer",
     "EngineIOResource",
@@ -54,22 +50,6 @@ __all__ = [
 ]
 
 log = Logger()
-
-def origin_allowed(request: IRequest, allowed: tuple[str, ...] | None) -> bool:
-    """Whether a handshake's Origin header matches `allowed` (None: any origin)."""
-    origin = request.getHeader(b"origin")
-    if allowed is None or origin is None:
-        return True
-    try:
-        parts = urlsplit(origin.decode("ascii"))
-        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme.lower())
-    except (UnicodeDecodeError, ValueError):
-        return False
-    if not parts.hostname or port is None:  # "null" (a sandboxed page, a file) and the like
-        return False
-    text = f"{parts.scheme.lower()}://{parts.hostname}:{port}"
-    return any(pattern.match(text) for pattern in wildcards2patterns(allowed))
-
 
 # -- the resource ---------------------------------------------------------------------------------
 
