@@ -318,6 +318,22 @@ async def test_the_page_and_the_clients_are_served_from_the_package(broker: Brok
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_page_elsewhere_may_import_the_clients_and_read_nothing_else(
+    broker: Broker,
+) -> None:
+    service, addresses, base = await start(broker)
+    elsewhere = {"origin": "https://app.example"}
+    for path in ("/js/websmq.js", "/js/ubre.js", "/js/socket.js"):
+        client = await http(base, path, headers=elsewhere)
+        assert client.status == 200, path
+        assert client.header("access-control-allow-origin") == "*", path
+        assert client.header("access-control-allow-credentials") is None
+    for path in ("/", "/ui/page.js", "/api/status", "/engine.io/?EIO=4&transport=polling"):
+        answer = await http(base, path, headers=elsewhere)
+        assert answer.header("access-control-allow-origin") is None, path
+
+
+@pytest_twisted.ensureDeferred
 async def test_admin_disabled_serves_no_page_and_no_api(broker: Broker) -> None:
     service, addresses, base = await start(broker, admin=AdminSettings(enabled=False))
     assert (await http(base, "/")).status == 404

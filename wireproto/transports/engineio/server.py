@@ -161,11 +161,14 @@ class EngineIOServer:
         return self._handshake(request, upgrade, None)
 
     def _cors(self, request: Any) -> bool:
-        """Let a page of an allowed origin (any, without allowed_origins) read the answers to
-        its polls, as engine.io's cors option does; answer its preflight (True when it was
-        one). No credentials mode: a page sends its token itself, in a header."""
+        """Let a page of an allowed origin read the answers to its polls, as engine.io's cors
+        option does; answer its preflight (True when it was one). Without allowed_origins no
+        page elsewhere may, as engine.io without that option. No credentials mode: a page
+        sends its token itself, in a header."""
         origin = request.getHeader(b"origin")
-        allowed = origin is not None and origin_allowed(request, self.options.allowed_origins)
+        allowed_origins = self.options.allowed_origins
+        allowed = (origin is not None and allowed_origins is not None
+                   and origin_allowed(request, allowed_origins))
         if allowed:
             request.setHeader(b"access-control-allow-origin", origin)
             request.setHeader(b"vary", b"Origin")
