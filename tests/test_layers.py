@@ -111,7 +111,7 @@ def within(name: str, *packages: str) -> bool:
 # What each layer may import of wireproto; everything else of wireproto is refused.
 FOUNDATION = (
     "wireproto.errors", "wireproto.peerlog", "wireproto.topics", "wireproto.settings",
-    "wireproto.payloads",
+    "wireproto.payloads", "wireproto.redaction",
 )
 TRANSPORT_INTERFACE = (
     "wireproto.transports",  # the package's public names

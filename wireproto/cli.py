@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any, NoReturn
 
 from wireproto.config.options import add_serve_options
+from wireproto.redaction import redact_url
 
 __all__ = ["main", "build_parser", "announce"]
 
@@ -121,16 +123,25 @@ def announce(lines: Iterable[str], stream: IO[str]) -> None:
 def banner(config: Any, bound: Sequence[Any]) -> list[str]:
     """One line per listener (``websmq over ws on ws://...``), then one per attached link."""
     lines = [entry.describe() for entry in bound]
-    lines += [f"{link.describe()} attached to {link.endpoint}" for link in config.attach]
-    lines += [f"{link.describe()} on {link.endpoint}" for link in config.phyllo]
+    lines += [f"{link.describe()} attached to {redact_url(link.endpoint)}"
+              for link in config.attach]
+    lines += [f"{link.describe()} on {redact_url(link.endpoint)}" for link in config.phyllo]
     if config.capture.directory:
         lines.append(f"capture: every message in and out to {config.capture.directory}")
     return lines
 
 
+def open_log_file(path: str) -> IO[str]:
+    """`path` opened for appending; made readable by its owner only if it is new (a log names
+    peers and principals), an existing file keeping the mode it was given."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    return open(descriptor, "a", encoding="utf-8")  # noqa: SIM115
+
+
 def start_logging(settings: Any, verbose: bool) -> None:
-    """Log to stderr (or `settings.file`) at `settings.level`, info with -v; as text, or as
-    one JSON object per line (`format = "json"`)."""
+    """Log to stderr (or `settings.file`, created readable by its owner only) at
+    `settings.level`, info with -v; as text, or as one JSON object per line
+    (`format = "json"`)."""
     from twisted.logger import (
         FilteringLogObserver,
         LogLevel,
@@ -143,7 +154,7 @@ def start_logging(settings: Any, verbose: bool) -> None:
     level = LogLevel.levelWithName(settings.level)
     if verbose and level > LogLevel.info:
         level = LogLevel.info
-    stream = open(settings.file, "a", encoding="utf-8") if settings.file else sys.stderr  # noqa: SIM115
+    stream = open_log_file(settings.file) if settings.file else sys.stderr
     make = jsonFileLogObserver if settings.format == "json" else textFileLogObserver
     observer = FilteringLogObserver(
         make(stream), [LogLevelFilterPredicate(defaultLogLevel=level)]

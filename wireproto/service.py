@@ -61,6 +61,7 @@ from wireproto.limits import LimitingProtocol
 from wireproto.metrics import ServiceMetrics, family_rows
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import protocol as server_protocol
+from wireproto.redaction import redact_url
 from wireproto.transports.base import IMessageProtocol, go_away
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.identity import server_endpoint
@@ -194,19 +195,24 @@ class _LoggingClientEndpoint:
         self._down = False
 
     def __repr__(self) -> str:
-        return self.link.endpoint  # as ClientService's own log lines name it
+        return self.shown  # as ClientService's own log lines name it
+
+    @property
+    def shown(self) -> str:
+        """The link's address as the log shows it: a URL without its credentials."""
+        return redact_url(self.link.endpoint)
 
     def connect(self, factory: Any) -> defer.Deferred:
         def opened(protocol: Any) -> Any:
             self._down = False
             log.info("attached {what} on {endpoint}", what=self.link.describe(),
-                     endpoint=self.link.endpoint)
+                     endpoint=self.shown)
             return protocol
 
         def failed(reason: Failure) -> Failure:
             emit = log.info if self._down else log.warn
             emit("cannot open {endpoint} for {what}: {error}; retrying",
-                 endpoint=self.link.endpoint, what=self.link.describe(),
+                 endpoint=self.shown, what=self.link.describe(),
                  error=reason.getErrorMessage().rstrip("."))
             self._down = True
             return reason

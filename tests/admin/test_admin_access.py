@@ -75,3 +75,19 @@ async def test_the_admin_role_and_a_named_admin_get_in(
     assert response.code == 200
     await eventually(lambda: reader.lines == [{"tap": "#"}])
     response._transport.stopProducing()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_admin_on_a_page_elsewhere_is_refused_before_its_credentials_are_read(
+    broker: Broker, auth_files: AuthFiles,
+) -> None:
+    base = await start(broker, auth_files)
+    admin = "Bearer " + auth_files.token("erin", roles=["admin"])
+    elsewhere = {"authorization": admin, "origin": "http://evil.example"}
+    refused = await http(base, "/api/whoami", headers=elsewhere)
+    assert refused.status == 403 and "origin" in refused.json["error"]
+    response, _reader = await open_tap(base, "#", elsewhere)
+    assert response.code == 403
+    own = await http(base, "/api/whoami", headers={"authorization": admin,
+                                                   "origin": base})
+    assert own.status == 200 and own.json["name"] == "erin"

@@ -17,6 +17,7 @@ from wireproto.admin.gate import is_local_address
 from wireproto.hub import HubSettings
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect as websmq_connect
+from wireproto.transports import WebSocketOptions
 
 
 @pytest_twisted.ensureDeferred
@@ -158,6 +159,41 @@ async def test_a_post_another_page_could_make_is_refused(broker: Broker) -> None
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_page_elsewhere_cannot_use_the_api_at_all(broker: Broker) -> None:
+    # Sixteen taps opened by a page elsewhere, through a browser on this machine, took every
+    # tap slot; a GET needs no preflight, so its answer need not be readable to do harm.
+    service, addresses, base = await start(broker)
+    port = base.rsplit(":", 1)[1]
+    for _ in range(16):
+        response, _reader = await open_tap(base, "#", {"origin": "http://evil.example"})
+        assert response.code == 403
+    assert not service.admin.api.taps
+    for origin in ("null", f"http://127.0.0.1:{int(port) + 1}", f"https://127.0.0.1:{port}x"):
+        refused = await http(base, "/api/status", headers={"origin": origin})
+        assert refused.status == 403 and "origin" in refused.json["error"], origin
+    own = await http(base, "/api/status", headers={"origin": f"http://127.0.0.1:{port}"})
+    assert own.status == 200
+    assert (await http(base, "/api/status")).status == 200  # no Origin: curl, a script
+    response, reader = await open_tap(base, "#", {"origin": f"http://127.0.0.1:{port}"})
+    assert response.code == 200
+    await eventually(lambda: reader.lines == [{"tap": "#"}])
+    response._transport.stopProducing()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_allowed_origin_may_read_the_api_but_change_nothing(broker: Broker) -> None:
+    # A broker behind a proxy: its page's origin is not the Host the broker sees.
+    service, addresses, base = await start(
+        broker, websocket=WebSocketOptions(allowed_origins=("https://broker.example:*",)))
+    proxied = {"origin": "https://broker.example"}
+    assert (await http(base, "/api/status", headers=proxied)).status == 200
+    elsewhere = await http(base, "/api/status", headers={"origin": "https://app.example"})
+    assert elsewhere.status == 403
+    publish = await http(base, "/api/publish", {"topic": "a", "payload": "x"}, headers=proxied)
+    assert publish.status == 403 and service.hub.stats.published == 0
+
+
+@pytest_twisted.ensureDeferred
 async def test_without_auth_only_a_loopback_host_name_is_answered(broker: Broker) -> None:
     service, addresses, base = await start(broker)
     port = base.rsplit(":", 1)[1]
@@ -279,6 +315,22 @@ async def test_the_page_and_the_clients_are_served_from_the_package(broker: Brok
         assert (await http(base, path)).status == 200, path
     for path in ("/js/", "/js/../setup.cfg", "/ui/index.html/x", "/js/nothing.js"):
         assert (await http(base, path)).status == 404, path
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_page_elsewhere_may_import_the_clients_and_read_nothing_else(
+    broker: Broker,
+) -> None:
+    service, addresses, base = await start(broker)
+    elsewhere = {"origin": "https://app.example"}
+    for path in ("/js/websmq.js", "/js/ubre.js", "/js/socket.js"):
+        client = await http(base, path, headers=elsewhere)
+        assert client.status == 200, path
+        assert client.header("access-control-allow-origin") == "*", path
+        assert client.header("access-control-allow-credentials") is None
+    for path in ("/", "/ui/page.js", "/api/status", "/engine.io/?EIO=4&transport=polling"):
+        answer = await http(base, path, headers=elsewhere)
+        assert answer.header("access-control-allow-origin") is None, path
 
 
 @pytest_twisted.ensureDeferred

@@ -501,6 +501,21 @@ async def test_a_page_of_an_allowed_origin_may_read_its_polls_cors(eio):
 
 
 @pytest_twisted.ensureDeferred
+async def test_without_allowed_origins_no_page_elsewhere_may_read_a_poll(eio):
+    # As engine.io without its cors option: any origin may open a session, none may read it.
+    await eio.start(Recorder)
+    polling = "/engine.io/?EIO=4&transport=polling"
+    page = {"Origin": "http://evil.example"}
+    answer = await eio.request("GET", polling, headers=page)
+    assert answer.status == 200
+    assert "access-control-allow-origin" not in answer.headers
+    preflight = await eio.request("OPTIONS", polling, headers={
+        **page, "Access-Control-Request-Method": "POST"})
+    assert preflight.status == 403
+    assert not any(name.startswith("access-control-") for name in preflight.headers)
+
+
+@pytest_twisted.ensureDeferred
 async def test_max_connections_refuses_more_sessions_with_503(eio):
     await eio.start(Recorder, EngineIOOptions(max_connections=1))
     await eio.handshake()

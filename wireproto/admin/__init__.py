@@ -40,11 +40,12 @@ class AdminConsole:
         hub = service.hub
         hub.count_topics(settings.max_counted_topics)
         self.rates = TopicRates(hub, reactor)
-        self.api = AdminApi(service, AdminGate(settings.allow, service.auth), self.rates,
-                            settings.max_taps)
+        gate = AdminGate(settings.allow, service.auth, service.config.websocket.allowed_origins)
+        self.api = AdminApi(service, gate, self.rates, settings.max_taps)
         self.page = StaticFiles("ui", ("index.html",), index="index.html")
         self.page_files = StaticFiles("ui", PAGE_FILES)
-        self.clients = StaticFiles("js", CLIENT_FILES)
+        # Files without secrets, fetched without credentials: any page may import them.
+        self.clients = StaticFiles("js", CLIENT_FILES, any_origin=True)
         if service.cluster is not None:
             service.cluster.admin = self.api  # answers the other processes' admin APIs
         self.sys_topics = SysTopics(service, settings.sys_interval, service.cluster_node,

@@ -100,6 +100,11 @@ class AdminApi(Resource):
         self.taps: set[Tap] = set()
         self.started = time.time()
 
+    @property
+    def checks_credentials(self) -> bool:
+        """Whether its requests carry credentials (the access log shows no query value)."""
+        return self.gate.auth is not None
+
     # -- dispatch -------------------------------------------------------------------------------
 
     def render(self, request: Any) -> Any:

@@ -1,6 +1,13 @@
 """Who may use the admin API: with [auth], the principals [admin] allow names; without it, only
 clients on the broker's own machine, asking for it by a loopback name.
 
+Either way, a request from a web page elsewhere is refused before anything else: a browser that
+says where a request comes from (its Origin header) must name the broker's own origin, or one
+[websocket] allowed_origins lists (a broker behind a proxy, whose page's origin is not the Host
+it sees). A GET needs no preflight, so a page elsewhere could make one through the browser of
+someone on this machine, or of an admin, even without reading the answer: open every tap, say.
+Clients that send no Origin (curl, scripts) are not browsers and are let through.
+
 A request that changes something must also be one a web page elsewhere cannot make: a JSON body
 (a cross-site form cannot send one without the browser asking first) and, when the browser says
 where it comes from, the broker's own origin.
@@ -15,7 +22,7 @@ from twisted.internet import defer
 from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 
 from wireproto.access import Principal
-from wireproto.transports.http import HTTPRefusal
+from wireproto.transports.http import HTTPRefusal, origin_allowed
 
 __all__ = ["AdminGate", "LOCAL_ADMIN", "PAGE_HEADER", "is_local_address", "same_origin"]
 
@@ -58,9 +65,20 @@ def _loopback_host(request: Any) -> bool:
 class AdminGate:
     """Admits a request to the admin API, or refuses it with an HTTPRefusal."""
 
-    def __init__(self, allow: tuple[str, ...], auth: Any = None) -> None:
+    def __init__(self, allow: tuple[str, ...], auth: Any = None,
+                 allowed_origins: tuple[str, ...] | None = None) -> None:
         self.allow = allow
         self.auth = auth  # wireproto.authentication.Authentication, or None
+        # Pages elsewhere that may use the API too ([websocket] allowed_origins); None: none.
+        self.allowed_origins = allowed_origins
+
+    def origin_admitted(self, request: Any) -> bool:
+        """Whether the browser's Origin header, if it sent one, is the broker's own or one
+        `allowed_origins` matches."""
+        if same_origin(request):
+            return True
+        return self.allowed_origins is not None and origin_allowed(request,
+                                                                   self.allowed_origins)
 
     def admits(self, principal: Principal) -> bool:
         if principal.name is not None and principal.name in self.allow:
@@ -69,6 +87,10 @@ class AdminGate:
 
     def principal(self, request: Any) -> defer.Deferred[Principal]:
         """The admin principal of `request`; fails with HTTPRefusal (401 or 403)."""
+        if not self.origin_admitted(request):
+            return defer.fail(HTTPRefusal(
+                403, "origin", "a request from another origin (not this broker's, nor one "
+                "[websocket] allowed_origins names)"))
         auth = self.auth
         if auth is None:
             if not is_local_address(request.getClientAddress()):

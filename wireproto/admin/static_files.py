@@ -28,15 +28,18 @@ def _read(folder: str, name: str) -> bytes:
 
 class StaticFiles(Resource):
     """`names` from the package's static/`folder`; with `index`, that file at the resource's
-    own path (``/``)."""
+    own path (``/``). With `any_origin`, a page of any origin may read them (CORS without
+    credentials), as it must to import an ES module from here."""
 
     isLeaf = True
 
-    def __init__(self, folder: str, names: tuple[str, ...], index: str | None = None) -> None:
+    def __init__(self, folder: str, names: tuple[str, ...], index: str | None = None,
+                 *, any_origin: bool = False) -> None:
         super().__init__()
         self.files = {name: (_read(folder, name), _TYPES[name[name.rindex("."):]])
                       for name in names}
         self.index = index
+        self.any_origin = any_origin
 
     def render_GET(self, request: Any) -> bytes:
         path = [segment for segment in request.postpath if segment]
@@ -52,6 +55,8 @@ class StaticFiles(Resource):
             request.setHeader(b"content-type", b"text/plain; charset=utf-8")
             return b"404 Not Found\n"
         body, kind = found
+        if self.any_origin:
+            request.setHeader(b"access-control-allow-origin", b"*")
         request.setHeader(b"content-type", kind)
         request.setHeader(b"x-content-type-options", b"nosniff")
         request.setHeader(b"cache-control", b"no-cache")

@@ -20,6 +20,11 @@ are still arriving. `GuardedSite` closes those doors:
   address with the most takes the place of that address's oldest (503), so a few addresses
   that drip requests cannot keep everyone else out; otherwise it gets 503. A WebSocket that
   finished its handshake, or a held Engine.IO poll, is not pending.
+- **The access log.** twisted.web logs each request's line (the Combined Log Format), at info.
+  Its target and Referer are logged as `wireproto.redaction` shows a URL: no ``user:password@``
+  and no ``access_token`` value; on a path whose resource says `checks_credentials` (a listener
+  or the admin API with [auth]) no query value at all, since engine.io clients repeat their
+  token with every poll.
 """
 
 from __future__ import annotations
@@ -29,17 +34,22 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+from autobahn.util import wildcards2patterns
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.http import HTTPChannel
+from twisted.web.http import HTTPChannel, combinedLogFormatter
+from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from wireproto.peerlog import address_key
+from wireproto.redaction import redact_target
 
-__all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit"]
+__all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit",
+           "origin_allowed"]
 
 log = Logger()
 
@@ -103,6 +113,23 @@ def admit(request: Any, identify: Identify, proceed: Callable[[Any], Any],
     return NOT_DONE_YET
 
 
+def origin_allowed(request: IRequest, allowed: tuple[str, ...] | None) -> bool:
+    """Whether a request's Origin header matches `allowed`, ``scheme://host:port`` patterns
+    where ``*`` matches anything (None: any origin); a request without one is allowed."""
+    origin = request.getHeader(b"origin")
+    if allowed is None or origin is None:
+        return True
+    try:
+        parts = urlsplit(origin.decode("ascii"))
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme.lower())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    if not parts.hostname or port is None:  # "null" (a sandboxed page, a file) and the like
+        return False
+    text = f"{parts.scheme.lower()}://{parts.hostname}:{port}"
+    return any(pattern.match(text) for pattern in wildcards2patterns(allowed))
+
+
 @dataclass(frozen=True)
 class HTTPLimits:
     """Limits for every HTTP listener (the [http] table). Times are in seconds."""
@@ -126,6 +153,28 @@ class HTTPLimits:
 def max_request_body(resource: Any) -> int:
     """The largest body `resource` takes: its `max_request_body`, or 0."""
     return int(getattr(resource, "max_request_body", 0))
+
+
+def checks_credentials(resource: Any) -> bool:
+    """Whether requests to `resource` carry credentials: its `checks_credentials`, or False."""
+    return bool(getattr(resource, "checks_credentials", False))
+
+
+class _AsLogged:
+    """A request as the access log shows it: its target and Referer without credentials."""
+
+    def __init__(self, request: Any, every_value: bool) -> None:
+        self._request = request
+        self.uri = redact_target(request.uri, every_value=every_value)
+
+    def getHeader(self, name: bytes) -> bytes | None:
+        value = self._request.getHeader(name)
+        if value is not None and name.lower() == b"referer":
+            return redact_target(value)
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
 
 
 def _status_only(code: int, phrase: bytes) -> bytes:
@@ -301,7 +350,7 @@ class GuardedSite(Site):
     requestFactory = _GuardedRequest
 
     def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> None:
-        super().__init__(root, timeout=idle_timeout)
+        super().__init__(root, timeout=idle_timeout, logFormatter=self.access_log_line)
         self.limits = limits
         # The pending connections of each address, oldest first.
         self._pending_by_address: dict[str, dict[_GuardedChannel, None]] = {}
@@ -353,17 +402,25 @@ class GuardedSite(Site):
         if not pending:
             del self._pending_by_address[channel._address]
 
+    def access_log_line(self, timestamp: str, request: Any) -> str:
+        """`request`'s line in the access log, without the credentials it carried."""
+        every_value = checks_credentials(self.resource_at(request.uri))
+        return combinedLogFormatter(timestamp, _AsLogged(request, every_value))
+
     def body_limit_for(self, target: bytes) -> int:
-        """What the resource at request target `target` takes as a body, found as twisted.web
-        finds it: through the static children down to a leaf."""
+        """What the resource at request target `target` takes as a body."""
+        return max_request_body(self.resource_at(target))
+
+    def resource_at(self, target: bytes) -> Any:
+        """The resource at request target `target`, found as twisted.web finds it: through the
+        static children down to a leaf; None where there is none."""
         path = target.split(b"?", 1)[0]
         resource: Any = self.resource
         for segment in path.split(b"/")[1:]:
             if getattr(resource, "isLeaf", False):
                 break
-            child = getattr(resource, "children", {}).get(segment)
-            if child is None:
-                return 0
-            resource = child
-        return max_request_body(resource)
+            resource = getattr(resource, "children", {}).get(segment)
+            if resource is None:
+                return None
+        return resource
 

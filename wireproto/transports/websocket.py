@@ -460,6 +460,11 @@ class MessageWebSocketResource(WebSocketResource):
         super().__init__(factory)
         self.identify = identify
 
+    @property
+    def checks_credentials(self) -> bool:
+        """Whether its handshakes carry credentials (the access log shows no query value)."""
+        return self.identify is not None
+
     def render(self, request: Any) -> Any:
         if (request.getHeader(b"upgrade") or b"").lower() != b"websocket":
             # A plain HTTP request (a browser, a probe): answered here, with nothing logged;

@@ -7,11 +7,8 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-from autobahn.util import wildcards2patterns
 from twisted.logger import Logger
-from twisted.web.iweb import IRequest
 from twisted.web.pages import notFound
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET
@@ -40,13 +37,12 @@ from wireproto.transports.engineio.packets import close_websocket
 from wireproto.transports.engineio.polling import refuse, respond
 from wireproto.transports.engineio.session import EngineIOSession
 from wireproto.transports.engineio.websocket import ServerWebSocket, ServerWebSocketFactory
-from wireproto.transports.http import Identify, admit
+from wireproto.transports.http import Identify, admit, origin_allowed
 from wireproto.transports.websocket import (
     MessageWebSocketResource,
 )
 
 __all__ = [
-    "origin_allowed",
     "query_value",
     "EngineIOServer",
     "EngineIOResource",
@@ -54,22 +50,6 @@ __all__ = [
 ]
 
 log = Logger()
-
-def origin_allowed(request: IRequest, allowed: tuple[str, ...] | None) -> bool:
-    """Whether a handshake's Origin header matches `allowed` (None: any origin)."""
-    origin = request.getHeader(b"origin")
-    if allowed is None or origin is None:
-        return True
-    try:
-        parts = urlsplit(origin.decode("ascii"))
-        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme.lower())
-    except (UnicodeDecodeError, ValueError):
-        return False
-    if not parts.hostname or port is None:  # "null" (a sandboxed page, a file) and the like
-        return False
-    text = f"{parts.scheme.lower()}://{parts.hostname}:{port}"
-    return any(pattern.match(text) for pattern in wildcards2patterns(allowed))
-
 
 # -- the resource ---------------------------------------------------------------------------------
 
@@ -181,11 +161,14 @@ class EngineIOServer:
         return self._handshake(request, upgrade, None)
 
     def _cors(self, request: Any) -> bool:
-        """Let a page of an allowed origin (any, without allowed_origins) read the answers to
-        its polls, as engine.io's cors option does; answer its preflight (True when it was
-        one). No credentials mode: a page sends its token itself, in a header."""
+        """Let a page of an allowed origin read the answers to its polls, as engine.io's cors
+        option does; answer its preflight (True when it was one). Without allowed_origins no
+        page elsewhere may, as engine.io without that option. No credentials mode: a page
+        sends its token itself, in a header."""
         origin = request.getHeader(b"origin")
-        allowed = origin is not None and origin_allowed(request, self.options.allowed_origins)
+        allowed_origins = self.options.allowed_origins
+        allowed = (origin is not None and allowed_origins is not None
+                   and origin_allowed(request, allowed_origins))
         if allowed:
             request.setHeader(b"access-control-allow-origin", origin)
             request.setHeader(b"vary", b"Origin")
@@ -263,6 +246,12 @@ class EngineIOResource(Resource):
         self.engine = engine
         # A polling POST's payload: a GuardedSite refuses a larger body before reading it.
         self.max_request_body = engine.options.max_payload
+
+    @property
+    def checks_credentials(self) -> bool:
+        """Whether its handshakes carry credentials, which engine.io clients repeat with every
+        poll (the access log shows no query value)."""
+        return self.engine.identify is not None
 
     def render(self, request: Any) -> Any:
         return self.engine.handle(request)
