@@ -355,7 +355,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
          "listen[1]: missing key 'endpoint'"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\nport=3',
          "listen[1].port: unknown key; use protocol, transport, endpoint, path, identity, "
-         "principal or allow"),
+         "principal, allow or announce"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint=8765',
          "listen[1].endpoint: expected a string, got 8765"),
         ('[[listen]]\nprotocol="websmq"\ntransport="lines"\nendpoint="tcp:1"',

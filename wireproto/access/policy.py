@@ -188,6 +188,14 @@ class Grants:
         first and calls `allows` only for a topic it does not find."""
         return self._decided[action]
 
+    def same_as(self, other: Grants, action: Action) -> bool:
+        """Whether `other` surely allows `action` on the very topics these grants do: the same
+        patterns, within the same narrowing."""
+        if self.patterns is None or other.patterns is None:
+            return self.patterns is other.patterns
+        return (self.patterns[action] == other.patterns[action]
+                and self.principal.narrowed_to == other.principal.narrowed_to)
+
     def _decide(self, action: Action, topic: str) -> bool:
         if self.patterns is None:
             return True
