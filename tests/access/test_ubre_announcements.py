@@ -229,6 +229,21 @@ async def test_announce_own_with_auth_keeps_to_what_the_client_may_publish_on(
     assert heard(carol) == ["news/a"]
 
 
+@pytest_twisted.ensureDeferred
+async def test_announce_own_follows_a_reload_too(
+    start: Any, node: NodePeers, auth_files: AuthFiles
+) -> None:
+    rules = RULES + '[[acl]]\nprincipal = "carol"\nsubscribe = ["news/#"]\npublish = ["news/a"]\n'
+    ubre = await start(UBRE_WS + 'announce = "own"\n' + auth_files.auth_table() + rules)
+    carol = await ubre_js(node, ubre.address(auth_files.token("carol")), "sub news/a", "sub news/b")
+    await carol.wait("peer-subscribe", topic="news/a")
+    assert ubre.service.reload_auth(
+        (AccessRule(principal="carol", subscribe=("news/#",), publish=("news/b",)),))
+    await carol.wait("peer-unsubscribe", topic="news/a")
+    await carol.wait("peer-subscribe", topic="news/b")
+    assert heard(carol) == ["news/a", "news/b"]
+
+
 # -- the option in the config file ----------------------------------------------------------------
 
 
