@@ -303,7 +303,7 @@ def test_subble_settings_from_toml() -> None:
         '[subble]\nallow_new_clients = false\nenforce_registry = true\n'
         'registry = "/var/lib/wireproto/subble.sqlite"\nallow = ["10.0.0.0/8", "::1"]\n'
         'deny = ["10.9.0.0/16"]\nregistry_ttl = 0\nregistry_mode = 0o640\n'
-        'new_ids_per_minute = 5\n',
+        'new_ids_per_minute = 5\nmax_ids_per_principal = 3\n',
         reactor=reactor,
     )
     assert config.protocol_options("subble") == {
@@ -311,6 +311,7 @@ def test_subble_settings_from_toml() -> None:
         "registry": "/var/lib/wireproto/subble.sqlite",
         "allow": ("10.0.0.0/8", "::1"), "deny": ("10.9.0.0/16",),
         "registry_ttl": 0.0, "registry_mode": 0o640, "new_ids_per_minute": 5,
+        "max_ids_per_principal": 3,
     }
     for text, message in [
         ("registry_mode = 0o400", "does not let the broker read and write its own file"),
@@ -355,7 +356,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
          "listen[1]: missing key 'endpoint'"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\nport=3',
          "listen[1].port: unknown key; use protocol, transport, endpoint, path, identity, "
-         "principal or allow"),
+         "principal, allow or announce"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint=8765',
          "listen[1].endpoint: expected a string, got 8765"),
         ('[[listen]]\nprotocol="websmq"\ntransport="lines"\nendpoint="tcp:1"',

@@ -21,6 +21,7 @@ real address of each listener once it is bound, so port 0 is usable.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import weakref
@@ -355,10 +356,15 @@ class WireprotoService(MultiService):
             return None
         return lambda wrapped: CapturingProtocol(wrapped, capture, protocol)
 
-    def _protocol_factory(self, protocol: str) -> Callable[[], IMessageProtocol]:
-        """Each connection's protocol of `protocol`: counted against its principal's [limits]
-        outermost, then captured when capture is on."""
+    def _protocol_factory(
+        self, protocol: str, listener: Listener | None = None
+    ) -> Callable[[], IMessageProtocol]:
+        """Each connection's protocol of `protocol`, with what `listener` tells it: counted
+        against its principal's [limits] outermost, then captured when capture is on."""
         make = self.server(protocol)
+        options = {} if listener is None else listener.connection_options()
+        if options:
+            make = functools.partial(make, **options)
         connections = self._connections
         capture = self._connection_wrapper(protocol)
         limits, reactor = self.hub.limits, self.reactor
@@ -401,7 +407,8 @@ class WireprotoService(MultiService):
                 self.http_sites.append(factory)
             else:
                 factory = stream_server_factory(
-                    self._protocol_factory(first.protocol), self._stream_options(first.transport),
+                    self._protocol_factory(first.protocol, first),
+                    self._stream_options(first.transport),
                     identify=self._stream_identity(first.principal, first.identity,
                                                    first.endpoint, first.allow),
                 )
@@ -410,7 +417,7 @@ class WireprotoService(MultiService):
             )
 
     def _http_resource(self, listener: Listener) -> Any:
-        factory = self._protocol_factory(listener.protocol)
+        factory = self._protocol_factory(listener.protocol, listener)
         identify = None if self.auth is None else self.auth.identify_http(
             listener.principal, listener.identity, listener.endpoint, listener.allow
         )

@@ -65,6 +65,28 @@ def test_a_placeholder_without_a_value_grants_nothing():
     assert policy.grants(Principal("bob")).patterns[PUBLISH] == ("users/bob",)
 
 
+@pytest.mark.parametrize("value", ["$SYS", "$share", "$"])
+def test_a_placeholder_never_stands_for_a_value_beginning_with_a_dollar(value):
+    # A client that chose the client ID (or a login named) "$SYS" would get the broker's own
+    # topics from a rule meant for its own.
+    policy = Policy([AccessRule(subscribe=["%c/#", "%u/#"], publish=["%c/#", "%u/#"])])
+    for principal in (Principal(value, client_id="phone"), Principal("bob", client_id=value)):
+        grants = policy.grants(principal)
+        assert not grants.allows(SUBSCRIBE, f"{value}/broker/version")
+        assert not grants.allows(PUBLISH, f"{value}/broker/version")
+    assert policy.grants(Principal("bob", client_id=value)).patterns[PUBLISH] == ("bob/#",)
+
+
+def test_a_client_id_grants_nothing_to_an_anonymous_connection():
+    # Anyone may claim any client ID anonymously: %c could isolate no one.
+    policy = Policy([AccessRule(subscribe=["devices/%c/#"], publish=["devices/%c/#"])])
+    anonymous = policy.grants(Principal(client_id="dev1"))
+    assert anonymous.patterns[SUBSCRIBE] == anonymous.patterns[PUBLISH] == ()
+    assert not anonymous.allows(SUBSCRIBE, "devices/dev1/cmd")
+    named = policy.grants(Principal("alice", client_id="dev1"))
+    assert named.allows(SUBSCRIBE, "devices/dev1/cmd")
+
+
 def test_a_wildcard_subscription_needs_one_pattern_covering_all_it_can_match():
     grants = Policy([AccessRule(subscribe=["sensors/+/temp", "a", "a/+/#"])]).grants(ALICE)
     assert grants.allows(SUBSCRIBE, "sensors/kitchen/temp")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import sqlite3
 import stat
 import struct
 import tempfile
@@ -713,6 +714,46 @@ def test_ids_not_seen_for_the_ttl_are_forgotten_and_the_file_is_the_owners(tmp_p
     forever.add("a")
     now[0] += 10**9
     assert forever.expire() == 0 and "a" in forever
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+def test_an_ids_owner_is_kept_until_the_id_expires(tmp_path: Any, where: str) -> None:
+    now = [1_000_000.0]
+    path = tmp_path / "ids.sqlite" if where == "file" else None
+    registry = ClientRegistry(path, ttl=100, clock=lambda: now[0], max_ids_per_owner=2)
+    assert registry.add("a", "alice") == "alice"
+    assert registry.add("a", "bob") == "alice" and registry.add("a") == "alice"
+    assert registry.add("b") is None and registry.owner("b") is None
+    assert registry.add("b", "alice") == "alice" and registry.owned_by("alice") == 2
+    with pytest.raises(LimitExceeded, match="alice owns 2 client IDs"):
+        registry.add("c", "alice")
+    with pytest.raises(LimitExceeded):
+        registry.new_id("alice")
+    assert "c" not in registry and len(registry) == 2  # nothing kept for a refused owner
+    now[0] += 60
+    registry.seen("a")
+    now[0] += 60
+    assert registry.expire() == 1  # "b" went, and alice's room with it
+    assert registry.owned_by("alice") == 1 and registry.owner("b") is None
+    assert registry.owner(registry.new_id("alice")) == "alice"
+    registry.close()
+
+
+def test_a_registry_file_from_before_owners_gets_them(tmp_path: Any) -> None:
+    path = tmp_path / "ids.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE clients (id TEXT PRIMARY KEY, last_seen INTEGER NOT NULL DEFAULT 0)"
+               " WITHOUT ROWID")
+    db.execute("INSERT INTO clients VALUES ('old', 1)")
+    db.commit()
+    db.close()
+    registry = ClientRegistry(path, ttl=None)
+    assert registry.owner("old") is None
+    assert registry.add("old", "alice") == "alice"
+    registry.close()
+    reopened = ClientRegistry(path)
+    assert reopened.owner("old") == "alice"
+    reopened.close()
 
 
 @pytest_twisted.ensureDeferred

@@ -2,8 +2,10 @@
 
 Patterns are the hub's (wireproto.topics): `/`-separated levels, `+` one level, `#` the rest.
 In a rule's pattern `%u` is the principal's name, `%c` its client id and `%%` a percent sign. A
-pattern whose placeholder has no value, or a value holding `/`, `+` or `#`, grants nothing: a
-name can never widen a rule.
+pattern whose placeholder has no value, or a value holding `/`, `+` or `#`, or beginning with
+`$` (the broker's own `$SYS` topics), grants nothing: a name can never widen a rule. An
+anonymous principal has no `%c`: a client chooses its client id, so only a named principal's,
+which its protocol binds to that principal (a SubbleSocket registry's owner), means anything.
 
 A subscription is allowed only if one granted pattern covers every topic it can match
 (`pattern_covers`). Several patterns that only together cover it do not allow it: the check
@@ -112,7 +114,7 @@ def _substitute(pattern: str, name: str | None, client_id: str | None) -> str | 
         if match[1] == "%":
             return "%"
         value = name if match[1] == "u" else client_id
-        if not value or _WIDENING.search(value):
+        if not value or value[0] == "$" or _WIDENING.search(value):
             missing = True
             return ""
         return value
@@ -140,12 +142,14 @@ class Policy:
         if self.allows_everything:
             return Grants(principal, None, self.cache_size)
         patterns: dict[Action, list[str]] = {action: [] for action in Action}
+        # Anyone may use any client id anonymously: it names no one.
+        client_id = principal.client_id if principal.name is not None else None
         for rule in self.rules:
             if not rule.applies_to(principal):
                 continue
             for action in Action:
                 for pattern in rule.patterns(action):
-                    concrete = _substitute(pattern, principal.name, principal.client_id)
+                    concrete = _substitute(pattern, principal.name, client_id)
                     if concrete is not None and concrete not in patterns[action]:
                         patterns[action].append(concrete)
         return Grants(
@@ -187,6 +191,14 @@ class Grants:
         """The decisions on `action` made so far, by topic: a caller on a hot path looks here
         first and calls `allows` only for a topic it does not find."""
         return self._decided[action]
+
+    def same_as(self, other: Grants, action: Action) -> bool:
+        """Whether `other` surely allows `action` on the very topics these grants do: the same
+        patterns, within the same narrowing."""
+        if self.patterns is None or other.patterns is None:
+            return self.patterns is other.patterns
+        return (self.patterns[action] == other.patterns[action]
+                and self.principal.narrowed_to == other.principal.narrowed_to)
 
     def _decide(self, action: Action, topic: str) -> bool:
         if self.patterns is None:

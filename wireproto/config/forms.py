@@ -26,7 +26,7 @@ from wireproto.config.endpoints import (
     server_endpoint_problem,
     with_default_interface,
 )
-from wireproto.config.model import Attach, ConfigError, Listener, PhylloLink
+from wireproto.config.model import UBRE_ANNOUNCE, Attach, ConfigError, Listener, PhylloLink
 from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import ProtocolDescriptor, server_protocols
@@ -81,6 +81,7 @@ def _protocol_spec(name: str) -> ProtocolDescriptor:
 def check_listener(
     protocol: str, transport: str, endpoint: str, path: str | None, reactor: Any,
     identity: str | None = None, principal: str | None = None, allow: Any = (),
+    announce: str | None = None,
 ) -> Listener:
     spec = _protocol_spec(protocol)
     if transport not in TRANSPORTS:
@@ -108,8 +109,13 @@ def check_listener(
     elif path is not None:
         raise Invalid("path", f"a path is only for ws and engineio listeners, not {transport}")
     _check_identity(transport, endpoint, identity, principal)
+    if announce is not None:
+        if protocol != "ubre":
+            raise Invalid("announce", "only UBRE listeners announce topics to their clients")
+        if announce not in UBRE_ANNOUNCE:
+            raise Invalid("announce", f"unknown value {announce!r}; use {one_of(UBRE_ANNOUNCE)}")
     return Listener(protocol, transport, endpoint, path, identity, principal,
-                    _check_allow(allow, identity, principal))
+                    _check_allow(allow, identity, principal), announce)
 
 
 def _check_allow(allow: Any, identity: str | None, principal: str | None) -> tuple[str, ...]:

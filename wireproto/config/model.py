@@ -17,6 +17,7 @@ from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
 
 __all__ = [
     "ConfigError",
+    "UBRE_ANNOUNCE",
     "Listener",
     "Attach",
     "PhylloLink",
@@ -36,6 +37,9 @@ class ConfigError(ValueError):
 
 ConfigError.__module__ = "wireproto.config"  # where users import it from, as tracebacks show it
 
+# A UBRE listener's `announce`: the values wireproto.protocols.ubre.server.ANNOUNCE_MODES takes.
+UBRE_ANNOUNCE = ("subscribed", "own")
+
 
 @dataclass(frozen=True)
 class Listener:
@@ -54,9 +58,16 @@ class Listener:
     # With [auth]: the only principals (names, or "role:NAME") this listener admits; empty:
     # everyone the identity admits. Others get 403, or a stream is closed.
     allow: tuple[str, ...] = ()
+    # UBRE only: which hub topics each connection is told of, "subscribed" (None: the default)
+    # or "own" (UBRE_ANNOUNCE; docs/ubre.md).
+    announce: str | None = None
 
     def describe(self) -> str:
         return f"{self.protocol} over {self.transport}"
+
+    def connection_options(self) -> dict[str, Any]:
+        """What this listener tells the protocol of each of its connections."""
+        return {} if self.announce is None else {"announce": self.announce}
 
 
 @dataclass(frozen=True)

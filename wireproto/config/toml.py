@@ -49,7 +49,8 @@ __all__ = [
     "unknown_key",
 ]
 
-LISTEN_KEYS = ("protocol", "transport", "endpoint", "path", "identity", "principal", "allow")
+LISTEN_KEYS = ("protocol", "transport", "endpoint", "path", "identity", "principal", "allow",
+               "announce")
 ATTACH_KEYS = ("protocol", "endpoint", "framing", "principal")
 PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length",
                "principal")
@@ -111,6 +112,7 @@ def _read_listener(where: str, label: str, entry: Any, reactor: Any) -> Listener
         return check_listener(
             values["protocol"], values["transport"], values["endpoint"], values.get("path"),
             reactor, values.get("identity"), values.get("principal"), allow,
+            values.get("announce"),
         )
     except Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None

@@ -39,7 +39,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from wireproto import peerlog
-from wireproto.access import Policy
+from wireproto.access import Grants, Policy
 from wireproto.access.quotas import PrincipalLimits
 from wireproto.hub.message import (
     DEFAULT_MAX_RETAINED,
@@ -58,7 +58,7 @@ from wireproto.hub.message import (
     new_message,
 )
 from wireproto.hub.retained import LastValues
-from wireproto.hub.session import Session, log_protocol_error, transport_name
+from wireproto.hub.session import Session, log_protocol_error, publish_allowed, transport_name
 from wireproto.hub.subscribers import (
     FrameSubscriber,
     LocalSubscriber,
@@ -90,6 +90,7 @@ __all__ = [
     "describe_address",
     "transport_name",
     "log_protocol_error",
+    "publish_allowed",
 ]
 
 log = Logger(namespace="wireproto.hub")
@@ -258,9 +259,19 @@ class Hub:
         how many were ended."""
         self.policy = policy
         ended = 0
+        previous: dict[Session, Grants | None] = {}
         for session in tuple(self.sessions):
+            previous[session] = session.grants
             session.identify(session.principal)
             ended += session.end_forbidden_subscriptions()
+        for observer in tuple(self._topic_observers):
+            changed = getattr(observer, "grants_changed", None)
+            if changed is None:
+                continue
+            try:
+                changed(previous)
+            except Exception:
+                log.failure("hub topic observer {observer!r} raised", observer=observer)
         return ended
 
     def protocol_stats(self) -> dict[str, SessionStats]:
@@ -303,7 +314,8 @@ class Hub:
     def add_topic_observer(self, observer: TopicObserver) -> None:
         """Have `observer.topic_started(topic)` called when an exact topic gains its first
         subscriber, and `observer.topic_ended(topic)` when it loses its last one; and, if it
-        has them, `pattern_started(pattern)` and `pattern_ended(pattern)` likewise."""
+        has them, `pattern_started(pattern)` and `pattern_ended(pattern)` likewise, and
+        `grants_changed(previous)` after a new policy, with each session's grants before it."""
         self._topic_observers.append(observer)
 
     def remove_topic_observer(self, observer: TopicObserver) -> None:

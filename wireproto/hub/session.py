@@ -33,9 +33,23 @@ __all__ = [
     "Session",
     "transport_name",
     "log_protocol_error",
+    "publish_allowed",
 ]
 
 log = Logger(namespace="wireproto.hub")
+
+def is_reserved(topic: str) -> bool:
+    """Whether `topic` is one of the broker's own ``$SYS`` topics."""
+    return topic == "$SYS" or topic.startswith("$SYS/")
+
+
+def publish_allowed(grants: Grants | None, topic: str) -> bool:
+    """Whether a session with `grants` (None: no rules) may publish on `topic`, as its
+    `publish` decides: without rules, anywhere but the broker's own ``$SYS`` topics."""
+    if grants is None:
+        return not is_reserved(topic)
+    return grants.allows(Action.PUBLISH, topic)
+
 
 def transport_name(transport: IMessageTransport) -> str:
     """The transport as a listener names it: ``ws``, ``engineio``, or a stream's framing."""
@@ -236,6 +250,11 @@ class Session:
         """Whether this session's principal may `action` on `topic`; asks, counts nothing."""
         return self.grants is None or self.grants.allows(action, topic)
 
+    def may_publish(self, topic: str) -> bool:
+        """Whether a publish from this session on `topic` would be let through; asks, counts
+        nothing."""
+        return publish_allowed(self.grants, topic)
+
     def check(self, action: Action, topic: str) -> None:
         """Forbidden, counted and logged, unless this session's principal may `action` on
         `topic`; LimitExceeded instead once it has been refused more than the hub's
@@ -266,7 +285,7 @@ class Session:
     def refuse_reserved(self, topic: str) -> None:
         """Forbidden, counted and logged, for a publish on the broker's own ``$SYS`` topics
         when no rules say who may (without rules, only the broker publishes there)."""
-        if topic == "$SYS" or topic.startswith("$SYS/"):
+        if is_reserved(topic):
             self._deny(Action.PUBLISH, topic)
 
     def _check_topic_length(self, topic: str) -> None:

@@ -24,7 +24,8 @@ __all__ = [
 log = Logger(namespace="wireproto.hub")
 
 class TopicObserver(Protocol):
-    """Told when an exact topic gains its first subscriber and loses its last one."""
+    """Told when an exact topic gains its first subscriber and loses its last one (and, with
+    a `grants_changed(previous)` method, when a new policy changed the sessions' grants)."""
 
     def topic_started(self, topic: str) -> None: ...
 

@@ -175,7 +175,9 @@ class SubbleHostProtocol(MessageProtocol):
             self._refuseHandshake(MessageCode.UNKNOWN_HANDSHAKE_ERROR, problem, echo)
             return
         try:
-            code, message = host._identify(request.client_id, address_key(peer))
+            code, message = host._identify(
+                request.client_id, address_key(peer), self._principal_name()
+            )
         except ProtocolError as error:
             code, message = MessageCode.UNKNOWN_HANDSHAKE_ERROR, str(error)
         except Exception:
@@ -197,6 +199,8 @@ class SubbleHostProtocol(MessageProtocol):
         )
         older = host.clients.get(client_id)
         refusal = self._access_refusal(session, subscribe, older)
+        if refusal is None:
+            refusal = host._claim(client_id, self._principal_name())
         if refusal is not None:
             session.close(f"handshake refused: {refusal[1]}")
             self._refuseHandshake(*refusal, request.request_data)
@@ -232,6 +236,11 @@ class SubbleHostProtocol(MessageProtocol):
             return (MessageCode.INVALID_CLIENT_ID,
                     "this client ID is connected as another principal")
         return None
+
+    def _principal_name(self) -> str | None:
+        """The name of who the transport says the peer is (None: anonymous)."""
+        principal = getattr(self.transport, "principal", None)
+        return None if principal is None else principal.name
 
     def _refuseHandshake(self, code: MessageCode, message: str, echo: bytes) -> None:
         """Answer with a refusal, then close: nothing more is read from this connection."""

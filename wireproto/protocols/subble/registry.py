@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -18,6 +19,7 @@ from wireproto.errors import (
 
 __all__ = [
     "DEFAULT_MAX_REGISTRY_IDS",
+    "DEFAULT_MAX_IDS_PER_OWNER",
     "DEFAULT_REGISTRY_TTL",
     "DEFAULT_NEW_IDS_PER_MINUTE",
     "Network",
@@ -26,6 +28,8 @@ __all__ = [
 
 
 DEFAULT_MAX_REGISTRY_IDS = 1_000_000
+# Client IDs one principal may own.
+DEFAULT_MAX_IDS_PER_OWNER = 10_000
 # IDs a host learned on its own (registry not enforced) are forgotten after 30 days unseen.
 DEFAULT_REGISTRY_TTL = 30 * 24 * 3600.0
 # New client IDs one address may have the registry take, per minute.
@@ -47,6 +51,11 @@ class ClientRegistry:
     `expire()` forgets those older than `ttl`; `SubbleHost` calls it every `ttl / 10` seconds
     (at most hourly). The sqlite file, new or not, is made readable by its owner only (`mode`).
 
+    An ID may have an owner, the named principal that first used it (`add(id, owner)`): it
+    stays that principal's until the ID expires. An owner has at most `max_ids_per_owner` IDs;
+    past that, giving it another raises LimitExceeded. Ownership lives in the ID's own entry,
+    so `max_ids` bounds it too; in memory each owner's name is kept once.
+
     sqlite runs on the reactor thread. That is acceptable for a file on a local disk: a lookup is
     one indexed read, and a write one tiny row in WAL mode without an fsync per commit (a power
     cut may lose the last IDs written; a crash of the process does not). Do not put the file on a
@@ -57,12 +66,17 @@ class ClientRegistry:
         self, path: str | os.PathLike | None = None, *, max_ids: int = DEFAULT_MAX_REGISTRY_IDS,
         ttl: float | None = DEFAULT_REGISTRY_TTL, mode: int = 0o600,
         clock: Callable[[], float] = time.time,
+        max_ids_per_owner: int = DEFAULT_MAX_IDS_PER_OWNER,
     ) -> None:
         self.path = path
         self.max_ids = max_ids
+        self.max_ids_per_owner = max_ids_per_owner
         self.ttl = ttl
         self.clock = clock
         self._ids: dict[str, int] = {}
+        # In memory: each owned ID's owner, and how many IDs each owner has.
+        self._owners: dict[str, str] = {}
+        self._owned: dict[str, int] = {}
         self._db: sqlite3.Connection | None = None
         self._count = 0
         if path is not None:
@@ -78,6 +92,9 @@ class ClientRegistry:
             if "last_seen" not in columns:  # a registry from before IDs expired
                 db.execute("ALTER TABLE clients ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0")
                 db.execute("UPDATE clients SET last_seen = ?", (self._now(),))
+            if "owner" not in columns:  # a registry from before IDs had owners
+                db.execute("ALTER TABLE clients ADD COLUMN owner TEXT")
+            db.execute("CREATE INDEX IF NOT EXISTS clients_by_owner ON clients (owner)")
             (self._count,) = db.execute("SELECT count(*) FROM clients").fetchone()
             self._db = db
 
@@ -95,23 +112,74 @@ class ClientRegistry:
     def __len__(self) -> int:
         return self._count if self.path is not None else len(self._ids)
 
-    def add(self, client_id: str) -> None:
-        """Remember `client_id`, seen now (a known one is only marked seen)."""
+    def add(self, client_id: str, owner: str | None = None) -> str | None:
+        """Remember `client_id`, seen now (a known one is only marked seen), and give it to
+        `owner` if it has no owner yet. Returns its owner (None: it has none), which is not
+        `owner` if another had it first."""
         if client_id in self:
             self.seen(client_id)
-            return
-        if len(self) >= self.max_ids:
-            self.expire()
-        if len(self) >= self.max_ids:
-            raise LimitExceeded(
-                f"the client registry is full: it holds at most {self.max_ids} client IDs"
-            )
-        if self._db is not None:
-            self._db.execute("INSERT OR IGNORE INTO clients (id, last_seen) VALUES (?, ?)",
-                             (client_id, self._now()))
-            self._count += 1
         else:
-            self._ids[client_id] = self._now()
+            if owner is not None:
+                self.check_room(owner)  # before the ID is kept: no orphan when it is refused
+            if len(self) >= self.max_ids:
+                self.expire()
+            if len(self) >= self.max_ids:
+                raise LimitExceeded(
+                    f"the client registry is full: it holds at most {self.max_ids} client IDs"
+                )
+            if self._db is not None:
+                inserted = self._db.execute(
+                    "INSERT OR IGNORE INTO clients (id, last_seen) VALUES (?, ?)",
+                    (client_id, self._now()),
+                ).rowcount
+                self._count += inserted
+            else:
+                self._ids[client_id] = self._now()
+        if owner is None:
+            return self.owner(client_id)
+        return self._claim(client_id, owner)
+
+    def owner(self, client_id: str) -> str | None:
+        """The principal that owns `client_id`, or None."""
+        if self._db is None:
+            return self._owners.get(client_id)
+        row = self._db.execute("SELECT owner FROM clients WHERE id = ?", (client_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def owned_by(self, owner: str) -> int:
+        """How many client IDs `owner` owns."""
+        if self._db is None:
+            return self._owned.get(owner, 0)
+        (count,) = self._db.execute(
+            "SELECT count(*) FROM clients WHERE owner = ?", (owner,)
+        ).fetchone()
+        return int(count)
+
+    def check_room(self, owner: str) -> int:
+        """How many IDs `owner` owns; LimitExceeded if it may own no more."""
+        owned = self.owned_by(owner)
+        if owned >= self.max_ids_per_owner:
+            raise LimitExceeded(
+                f"{owner} owns {owned} client IDs, the most one principal may; connect with one "
+                "of them"
+            )
+        return owned
+
+    def _claim(self, client_id: str, owner: str) -> str:
+        """Give the known `client_id` to `owner` unless another has it; its owner after."""
+        current = self.owner(client_id)
+        if current is not None:
+            return current
+        owned = self.check_room(owner)
+        if self._db is not None:
+            # Only if no one did meanwhile: broker processes may share the file.
+            self._db.execute("UPDATE clients SET owner = ? WHERE id = ? AND owner IS NULL",
+                             (owner, client_id))
+            return self.owner(client_id) or owner
+        owner = sys.intern(owner)  # one copy of a name, however many IDs it owns
+        self._owners[client_id] = owner
+        self._owned[owner] = owned + 1
+        return owner
 
     def seen(self, client_id: str) -> None:
         """Mark a known `client_id` as seen now, so it does not expire."""
@@ -133,14 +201,23 @@ class ClientRegistry:
         old = [client_id for client_id, seen in self._ids.items() if seen < cutoff]
         for client_id in old:
             del self._ids[client_id]
+            owner = self._owners.pop(client_id, None)
+            if owner is not None:
+                left = self._owned[owner] - 1
+                if left:
+                    self._owned[owner] = left
+                else:
+                    del self._owned[owner]
         return len(old)
 
-    def new_id(self) -> str:
-        """A new unique ID (uuid4 text), added to the registry."""
+    def new_id(self, owner: str | None = None) -> str:
+        """A new unique ID (uuid4 text), added to the registry as `owner`'s, if given."""
+        if owner is not None:
+            self.check_room(owner)
         while True:
             client_id = str(uuid.uuid4())
             if client_id not in self:
-                self.add(client_id)
+                self.add(client_id, owner)
                 return client_id
 
     def close(self) -> None:

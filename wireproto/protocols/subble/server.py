@@ -21,6 +21,10 @@ decided here:
   (11). A known ID gets 2. An unknown ID gets 12 when `enforce_registry` is on; otherwise it is
   accepted (2) and remembered. The registry (`ClientRegistry`) is in memory or in a sqlite file,
   so clients come back after a restart.
+- **Client IDs have owners** when the broker has access rules: the first named principal to use
+  an ID owns it, in the registry, until the ID expires; any other principal, anonymous too, is
+  refused it with 12, connected or not, since `%c` in a rule stands for the ID. A principal
+  owns at most `max_ids_per_principal` IDs; past that a new one is refused with 25.
 - **One connection per client ID.** A handshake with an ID that is already connected takes over,
   as an MQTT session does: the older connection stops getting events at once and is closed
   cleanly. A client whose old connection is half-open (its network went away) can therefore
@@ -100,6 +104,7 @@ from wireproto.protocols.subble.connection import (
     hub_payload,
 )
 from wireproto.protocols.subble.registry import (
+    DEFAULT_MAX_IDS_PER_OWNER,
     DEFAULT_MAX_REGISTRY_IDS,
     DEFAULT_NEW_IDS_PER_MINUTE,
     DEFAULT_REGISTRY_TTL,
@@ -135,6 +140,8 @@ class SubbleSettings:
     registry_mode: int = setting(0o600, read=file_mode)
     # New client IDs one address may have the registry take, per minute (then code 25).
     new_ids_per_minute: int = DEFAULT_NEW_IDS_PER_MINUTE
+    # With [auth]: client IDs one principal may own (then a new one is refused, code 25).
+    max_ids_per_principal: int = DEFAULT_MAX_IDS_PER_OWNER
     # Peer addresses, as CIDR: deny wins; with an allow list only those connect (code 10).
     allow: tuple[str, ...] = setting((), read=networks)
     deny: tuple[str, ...] = setting((), read=networks)
@@ -164,6 +171,7 @@ class SubbleHost:
         registry: ClientRegistry | None = None,
         registry_path: str | os.PathLike | None = None,
         max_registry_ids: int = DEFAULT_MAX_REGISTRY_IDS,
+        max_ids_per_principal: int = DEFAULT_MAX_IDS_PER_OWNER,
         registry_ttl: float | None = DEFAULT_REGISTRY_TTL,
         registry_mode: int = 0o600,
         new_ids_per_minute: int = DEFAULT_NEW_IDS_PER_MINUTE,
@@ -190,7 +198,7 @@ class SubbleHost:
         self.registry = (
             registry if registry is not None
             else ClientRegistry(registry_path, max_ids=max_registry_ids, ttl=ttl,
-                                mode=registry_mode)
+                                mode=registry_mode, max_ids_per_owner=max_ids_per_principal)
         )
         self._new_ids = NewIdBudget(new_ids_per_minute, reactor.seconds)
         self._expiring: task.LoopingCall | None = None
@@ -267,27 +275,67 @@ class SubbleHost:
                     )
         return None
 
-    def _identify(self, client_id: str, address: str) -> tuple[MessageCode, str]:
-        """The handshake code for `client_id` from `address`, and its message."""
+    def _owner(self, principal: str | None) -> str | None:
+        """Who would own a client ID a connection of `principal` uses: that principal, when it
+        has a name and the broker has access rules (without them, `%c` means nothing)."""
+        return None if self.hub.policy.allows_everything else principal
+
+    def _identify(self, client_id: str, address: str,
+                  principal: str | None = None) -> tuple[MessageCode, str]:
+        """The handshake code for `client_id` from `address`, and its message. `principal`
+        (None: anonymous) is who asks: no one gets an ID another principal owns, and a named
+        principal that may own no more IDs gets no new one (`_claim` gives it the ID once its
+        handshake is accepted)."""
         registry = self.registry
+        owner = self._owner(principal)
         if not client_id:
             if not self.allow_new_clients:
                 return (
                     MessageCode.NEW_CLIENTS_NOT_ALLOWED,
                     "this host does not create client IDs: send one it knows",
                 )
+            if owner is not None:
+                registry.check_room(owner)
             if not self._new_ids.take(address):
                 return MessageCode.UNKNOWN_HANDSHAKE_ERROR, self._too_many_new_ids()
             return MessageCode.OK_NEW_CLIENT_ID, registry.new_id()
         if client_id in registry:
+            current = None if self.hub.policy.allows_everything else registry.owner(client_id)
+            if current is not None and current != principal:
+                return self._owned_by_another(client_id)
+            if current is None and owner is not None:
+                registry.check_room(owner)
             registry.seen(client_id)
             return MessageCode.OK, ""
         if self.enforce_registry:
             return MessageCode.INVALID_CLIENT_ID, f"unknown client ID {client_id!r}"
+        if owner is not None:
+            registry.check_room(owner)
         if not self._new_ids.take(address):
             return MessageCode.UNKNOWN_HANDSHAKE_ERROR, self._too_many_new_ids()
         registry.add(client_id)
         return MessageCode.OK, ""
+
+    def _claim(self, client_id: str, principal: str | None) -> tuple[MessageCode, str] | None:
+        """Make `client_id` the named `principal`'s, if no one owns it, as its handshake is
+        accepted; why the handshake is refused after all (another took it meanwhile, or the
+        principal owns as many as it may), or None."""
+        owner = self._owner(principal)
+        if owner is None:
+            return None
+        try:
+            if self.registry.add(client_id, owner) != owner:
+                return self._owned_by_another(client_id)
+        except ProtocolError as error:
+            return MessageCode.UNKNOWN_HANDSHAKE_ERROR, str(error)
+        except Exception:
+            log.failure("subble: the client registry failed")
+            return MessageCode.UNKNOWN_HANDSHAKE_ERROR, "the host could not check the client ID"
+        return None
+
+    @staticmethod
+    def _owned_by_another(client_id: str) -> tuple[MessageCode, str]:
+        return MessageCode.INVALID_CLIENT_ID, f"client ID {client_id!r} is another principal's"
 
     def _too_many_new_ids(self) -> str:
         return (f"more than {self._new_ids.per_minute} new client IDs a minute from this "

@@ -10,7 +10,9 @@ server is a broker on the hub:
   handlers of its own (see `wireproto.protocols.ubre_client`);
 - like a ubre.js peer, the server tells each client which topics it wants, with a subscribe
   message per hub topic that has subscribers, because ubre.js publishes only on topics its peer
-  has subscribed to.
+  has subscribed to; but only topics that client may publish on (its access rules; never the
+  broker's own $SYS topics), and on a listener with ``announce = "own"`` only the topics it
+  subscribes to itself, so that no client learns what others subscribe to.
 
 JSON comes in WebSocket text frames or lines; the binary format in binary frames or a framing that
 marks message ends (length32, cobs). Each reply goes in the format of its request. A connection
@@ -28,11 +30,11 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from wireproto.access import Action
+from wireproto.access import Action, Grants
 from wireproto.codecs import ubre
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
 from wireproto.errors import InvalidTopic, ProtocolError
-from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
+from wireproto.hub import Hub, HubMessage, Session, log_protocol_error, publish_allowed
 from wireproto.protocols.rpc import (
     DEFAULT_REQUEST_TIMEOUT,
     RequestFailed,
@@ -61,6 +63,7 @@ from wireproto.protocols.ubre.peer import (
 )
 
 __all__ = [
+    "ANNOUNCE_MODES",
     "serve",
     "UbreSettings",
     "UbreServerProtocol",
@@ -75,6 +78,11 @@ TIMEOUT = "Timeout"  # it did not answer within [cluster] call_timeout
 UNAVAILABLE = "Unavailable"  # NATS is out of reach, or that process could not answer
 UNANSWERED = {"not served": NOT_FOUND, "busy": TOO_MANY_REQUESTS, "timeout": TIMEOUT,
               "unavailable": UNAVAILABLE}
+
+# What a connection is told of the hub's topics (a listener's `announce`; docs/ubre.md).
+ANNOUNCE_SUBSCRIBED = "subscribed"  # every topic with a subscriber, that it may publish on
+ANNOUNCE_OWN = "own"  # only the topics it subscribes to itself, that it may publish on
+ANNOUNCE_MODES = (ANNOUNCE_SUBSCRIBED, ANNOUNCE_OWN)
 
 # -- the server role ------------------------------------------------------------------------------
 
@@ -99,9 +107,15 @@ class UbreServerProtocol(UbrePeer):
 
     session: Session | None = None
 
-    def __init__(self, server: UbreServer) -> None:
+    def __init__(self, server: UbreServer, announce: str = ANNOUNCE_SUBSCRIBED) -> None:
         super().__init__(server)
         self.server = server
+        if announce not in ANNOUNCE_MODES:
+            raise ValueError(f"announce {announce!r}: use {' or '.join(ANNOUNCE_MODES)}")
+        self.announces_own = announce == ANNOUNCE_OWN
+        # With announce "own": the topics announced to this client, some of its own
+        # subscriptions (so at most the hub's max_subscriptions).
+        self.announced: set[str] = set()
 
     def connectionMade(self) -> None:
         wire_format = JSON_TEXT_FORMAT if self.text_only else JSON_FORMAT
@@ -110,9 +124,11 @@ class UbreServerProtocol(UbrePeer):
             encode=HUB_ENCODERS[wire_format],
         )
         self.server.peers[self] = None
-        if self.server.announce_topics:
+        if self.server.announce_topics and not self.announces_own:
+            may_publish = self.session.may_publish
             for topic in self.server.hub.topics():
-                self.announce(Subscribe, topic)
+                if may_publish(topic):
+                    self.announce(Subscribe, topic)
         self.server._hook("on_connect", self)
 
     def _write(self, data: bytes, binary: bool) -> None:
@@ -149,12 +165,20 @@ class UbreServerProtocol(UbrePeer):
         self._check_topic(message.topic)
         self._follow_format(binary_format)
         self.session.subscribe(message.topic)
+        if self.announces_own and self.server.announce_topics and (
+            message.topic not in self.announced and self.session.may_publish(message.topic)
+        ):
+            self.announced.add(message.topic)
+            self.announce(Subscribe, message.topic)
         self.server._hook(
             "on_subscribe", message.topic, incoming_body(message.body, binary_format), self
         )
 
     def unsubscribeReceived(self, message: Unsubscribe, binary_format: bool) -> None:
         if self.session.unsubscribe(message.topic):
+            if message.topic in self.announced:
+                self.announced.discard(message.topic)
+                self.announce(Unsubscribe, message.topic)
             self.server._hook(
                 "on_unsubscribe", message.topic, incoming_body(message.body, binary_format), self
             )
@@ -219,6 +243,40 @@ class UbreServerProtocol(UbrePeer):
             self._write(ubre.encode(kind(topic), binary=self.binary_format), self.binary_format)
         except ProtocolError:
             pass  # a hub topic this format cannot name (longer than 65535 bytes)
+
+    def hears_of_others(self, topic: str) -> bool:
+        """Whether this client is told when `topic` gains its first subscriber or loses its
+        last one: a topic it may publish on, unless it is told of its own topics only."""
+        return not self.announces_own and self.session.may_publish(topic)
+
+    def _announce_own_topics_again(self) -> None:
+        """With announce "own", after the rules changed: announce each topic this client
+        subscribes to and now may publish on, and withdraw those it no longer does or may."""
+        session = self.session
+        wanted = {topic for topic in session.topics if session.may_publish(topic)}
+        for topic in self.announced - wanted:
+            self.announce(Unsubscribe, topic)
+        for topic in wanted - self.announced:
+            self.announce(Subscribe, topic)
+        self.announced = wanted
+
+    def grants_changed(self, previous: Grants | None, topics: list[str]) -> None:
+        """After a new policy: announce the hub's `topics` this client may now publish on and
+        could not before (under `previous`), and withdraw those it no longer may."""
+        if self.announces_own:
+            self._announce_own_topics_again()
+            return
+        session = self.session
+        current = session.grants
+        if current is None or previous is None:
+            if current is previous:
+                return
+        elif current.same_as(previous, Action.PUBLISH):
+            return
+        for topic in topics:
+            now = session.may_publish(topic)
+            if now != publish_allowed(previous, topic):
+                self.announce(Subscribe if now else Unsubscribe, topic)
 
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)
@@ -313,13 +371,25 @@ class UbreServer(HandlerRegistry):
         self._hook("on_topic_start", topic)
         if self.announce_topics:
             for peer in tuple(self.peers):
-                peer.announce(Subscribe, topic)
+                if peer.hears_of_others(topic):
+                    peer.announce(Subscribe, topic)
 
     def topic_ended(self, topic: str) -> None:
         self._hook("on_topic_end", topic)
         if self.announce_topics:
             for peer in tuple(self.peers):
-                peer.announce(Unsubscribe, topic)
+                if peer.hears_of_others(topic):
+                    peer.announce(Unsubscribe, topic)
+
+    def grants_changed(self, previous: dict[Session, Grants | None]) -> None:
+        """The rules changed: each client is told of the topics it may now publish on, and
+        no longer of those it may not."""
+        if not self.announce_topics:
+            return
+        topics = self.hub.topics()
+        for peer in tuple(self.peers):
+            if peer.session in previous:
+                peer.grants_changed(previous[peer.session], topics)
 
     # -- calls made outside any connection (the admin API) ---------------------------------------
 
@@ -386,9 +456,10 @@ class UbreServer(HandlerRegistry):
 
     # -- connections -----------------------------------------------------------------------------
 
-    def __call__(self) -> UbreServerProtocol:
-        """A new connection's protocol: the server is the factory the transports take."""
-        return UbreServerProtocol(self)
+    def __call__(self, announce: str = ANNOUNCE_SUBSCRIBED) -> UbreServerProtocol:
+        """A new connection's protocol: the server is the factory the transports take.
+        `announce` is the listener's: which topics the connection is told of."""
+        return UbreServerProtocol(self, announce)
 
     def close(self) -> None:
         """Stop following the hub's topics (connections are closed by their listeners)."""
