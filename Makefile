@@ -79,6 +79,7 @@ bench: $(STAMP) mosquitto
 	$(BIN)/python bench/rpc.py
 	$(BIN)/python bench/phyllo.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/last_values.py
 
 # Every decoder's fuzz target for FUZZ_SECONDS each (the suite runs them for 1 s). Each keeps its
 # corpus in .fuzz/corpus/TARGET, so runs build on each other; a finding is .fuzz/crash-*.

@@ -388,12 +388,15 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ("[hub]\nqueue_bytes = 'lots'", 'hub.queue_bytes: expected an integer, got "lots"'),
         ("[hub]\nqueue_bytes = true", "hub.queue_bytes: expected an integer, got true"),
         ("[hub]\nqueue_bytes = 0", "hub.queue_bytes: must be a positive integer, not 0"),
+        ("[hub]\nretained_examined_per_second = -1",
+         "hub.retained_examined_per_second: expected a count (0: no limit), got -1"),
         ("[hub]\noverflow = 'drop-newest'",
          'hub.overflow: unknown policy "drop-newest"; use drop-oldest or disconnect'),
         ("[hub]\nqueue = 1", "hub.queue: unknown key; use queue_bytes, overflow, "
                              "max_subscriptions, max_topic_length, max_subscription_bytes, "
                              "max_total_subscription_bytes, retain, max_retained, "
-                             "max_retained_bytes or retain_file (did you mean 'queue_bytes'?)"),
+                             "max_retained_bytes, retained_examined_per_second or retain_file "
+                             "(did you mean 'queue_bytes'?)"),
         ("[hub]\nretain = ['a/#/b']", "hub.retain: "),
         ("hub = 3", "hub: expected a table ([hub]), got 3"),
         ("[websocket]\nauto_ping_interval = -1",

@@ -1,19 +1,27 @@
 """Last values ([hub] retain): a subscriber that comes after a publish gets the topic's last
-value at once, in its own protocol's form, on a real broker over real sockets."""
+value at once, in its own protocol's form, on a real broker over real sockets. A pattern finds
+its values through an index, and what a connection's pattern subscribes may examine is bounded
+([hub] retained_examined_per_second)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest_twisted
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet import reactor
 
 from tests.brokers import LOCAL
 from tests.support import eventually, sleep, wait_for
 from tests.test_metrics import http_base, scrape
 from wireproto.hub import HubMessage, HubSettings
+from wireproto.hub.retained import LastValues
 from wireproto.protocols.nydus.client import connect as nydus_connect
 from wireproto.protocols.subble.client import connect as subble_connect
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.server import WebsmqSettings
+from wireproto.topics import pattern_matches
 
 LISTEN = (f"websmq+ws@tcp:0:{LOCAL}", f"ubre+lines@tcp:0:{LOCAL}",
           f"nydus+lines@tcp:0:{LOCAL}", f"subble+ws@tcp:0:{LOCAL}")
@@ -161,3 +169,99 @@ async def test_last_values_outlive_a_restart_with_a_retain_file(broker, tmp_path
     third, _ = await retaining(broker, retain_file=str(path), retain=("sensors/#",))
     assert third.hub.retained.topics() == ["sensors/kept"]
     assert third.hub.retained.flush() == 0  # nothing left to forget
+
+
+# -- finding a pattern's values -----------------------------------------------------------------
+
+_TOPICS = st.lists(st.sampled_from(["a", "b", "", "$a", "+"]), min_size=1, max_size=4).map(
+    "/".join)
+_PATTERNS = st.sampled_from(["#", "+", "a/#", "+/#", "+/+", "a/+/#", "$a/#", "+/b", "/#", "a"])
+
+
+@given(st.lists(st.tuples(_TOPICS, st.sampled_from([b"", b"1", b"22", b"x" * 30])), max_size=60),
+       st.integers(min_value=1, max_value=8))
+def test_a_pattern_finds_what_the_linear_scan_found_oldest_kept_first(publishes, max_topics):
+    kept = LastValues(["#", "$a/#"], max_topics=max_topics, max_bytes=100)
+    for topic, payload in publishes:
+        kept.keep(HubMessage(topic, payload), {})
+    for pattern in ("#", "+", "a/#", "+/#", "+/+", "a/+/#", "$a/#", "+/b", "/#", "a", "+/a/b"):
+        scanned = [kept.get(topic) for topic in kept.topics()
+                   if pattern_matches(pattern, topic)]  # the scan it replaced, in kept order
+        assert kept.matching(pattern) == scanned, pattern
+
+
+def test_a_literal_first_level_examines_nothing_else():
+    kept = LastValues(["#"], max_topics=10_000)
+    for number in range(10_000):
+        kept.keep(HubMessage(f"sensors/{number}", b"v"), {})
+    kept.keep(HubMessage("sensors/0", b"again"), {})  # kept again: the newest now
+    assert kept.matching("nothing/+/#") == [] and kept.examined == 0
+    assert [message.topic for message, _ in kept.matching("sensors/1")] == ["sensors/1"]
+    assert kept.examined <= 2
+    found = [message.payload for message, _ in kept.matching("sensors/+")]
+    assert found[0] == b"v" and found[-1] == b"again" and len(found) == 10_000
+
+
+# -- a connection's subscribes are bounded -----------------------------------------------------
+
+TCP = f"websmq+length32@tcp:0:{LOCAL}"
+
+
+async def _kept(broker, count: int, **hub):
+    settings = HubSettings(**{"retain": ("sensors/#",), **hub})
+    service, bound = await broker.start(TCP, hub=settings, websmq=WebsmqSettings(wildcards=True))
+    for number in range(count):
+        service.hub.publish(HubMessage(f"sensors/{number}", b"%d" % number))
+    assert len(service.hub.retained) == count
+    return service, bound[0].address
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_subscribing_a_thousand_patterns_slows_only_itself(broker):
+    service, address = await _kept(broker, 10_000)
+    canary = await broker.client(address)
+    heavy = await broker.client(address, wildcards=True)
+    for number in range(500):  # about 30 KB: literal first levels, and wildcards over them all
+        heavy.subscribe(f"nothing/{number}/+/#", lambda message: None)
+        heavy.subscribe(f"sensors/+/none{number}", lambda message: None)
+    slowest, ends, number = 0.0, time.monotonic() + 2, 0
+    while time.monotonic() < ends and number < 100:
+        # The canary's round trip: a subscribe, answered with the topic's last value.
+        number += 1
+        received: list = []
+        started = time.monotonic()
+        canary.subscribe(f"sensors/{number}", received.append)
+        await eventually(lambda received=received: received, timeout=60)
+        slowest = max(slowest, time.monotonic() - started)
+        assert [m.payload for m in received] == [b"%d" % number]
+        canary.unsubscribe(f"sensors/{number}")
+    assert slowest < 5  # a loaded machine's bound; 16 s when every pattern scanned every value
+    assert len(service.hub.patterns()) < 1000  # the heavy client's reading waits
+    assert service.hub.limits.exceeded[("websmq", "retained_examined")] >= 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_past_its_examined_rate_a_connection_is_slowed_and_loses_nothing(broker):
+    service, address = await _kept(broker, 0, retain=("a/#", "b/#", "c/#", "status"),
+                                   max_retained=30_001, retained_examined_per_second=10_000)
+    hub = service.hub
+    for prefix in "abc":
+        for number in range(10_000):
+            hub.publish(HubMessage(f"{prefix}/{number}", b"%d" % number))
+    hub.publish(HubMessage("a/0", b"again"))  # kept again: the newest of a/ now
+    hub.publish(HubMessage("status", b"up"))
+    client = await broker.client(address, wildcards=True)
+    received: list = []
+    started = time.monotonic()
+    for pattern in ("a/#", "b/#", "c/#", "status"):  # 10 000 each but the last
+        client.subscribe(pattern, received.append)
+    await eventually(lambda: len(received) == 30_001, timeout=30)
+    elapsed = time.monotonic() - started
+    assert elapsed >= 1.5  # 20 000 values past a burst of 10 000, at 10 000 a second
+    expected = [f"{prefix}/{number}" for prefix in "abc" for number in range(10_000)]
+    expected.remove("a/0")
+    expected.insert(9_999, "a/0")  # oldest kept first
+    assert [m.topic for m in received] == expected + ["status"]
+    assert received[9_999].payload == b"again"
+    assert hub.limits.exceeded[("websmq", "retained_examined")] >= 1
+    assert hub.retained.examined >= 30_000

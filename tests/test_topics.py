@@ -1,9 +1,11 @@
-"""Topic patterns: whether one pattern covers another, checked against matching itself.
+"""Topic patterns: whether one pattern covers another, checked against matching itself, and the
+tree of topics that finds a pattern's topics.
 
 `pattern_covers(outer, inner)` must be true exactly when every topic `inner` matches is matched by
 `outer`. Patterns of up to three levels over {a, b, +, #} are checked against every topic of up to
 four levels over {a, b, c}: "c" is a level neither pattern names, so a "+" that a literal cannot
-cover shows, and a fourth level shows where a "#" goes on.
+cover shows, and a fourth level shows where a "#" goes on. A `TopicTree` must find exactly the
+topics `pattern_matches` does.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 from itertools import product
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wireproto.errors import InvalidTopic
-from wireproto.topics import pattern_covers, pattern_matches, validate_pattern
+from wireproto.topics import TopicTree, pattern_covers, pattern_matches, validate_pattern
 
 
 def _patterns(levels: int) -> list[str]:
@@ -75,3 +79,46 @@ def test_a_wildcard_first_level_does_not_match_a_dollar_topic(pattern, topic, ma
     tree.match(topic, found)
     assert bool(found) is matches
     assert pattern_covers(pattern, topic) is matches
+    topics = TopicTree()
+    topics.add(topic)
+    assert topics.match(pattern)[0] == ([topic] if matches else [])
+
+
+# Levels a topic may have, '$' ones, empty ones and the wildcards' own characters included, so
+# the tree's walk is checked where it could differ from pattern_matches.
+_LEVELS = st.sampled_from(["a", "b", "ab", "", "$a", "$", "+", "#", "é"])
+_TOPICS = st.lists(_LEVELS, min_size=1, max_size=5).map("/".join)
+_PATTERNS = st.lists(st.sampled_from(["a", "b", "", "$a", "+"]), min_size=0, max_size=5).flatmap(
+    lambda levels: st.sampled_from([levels + ["#"], levels] if levels else [["#"]])).map("/".join)
+
+
+@given(st.lists(st.tuples(st.booleans(), _TOPICS), max_size=40), st.lists(_PATTERNS, max_size=8))
+def test_a_topic_tree_finds_what_pattern_matches_finds(changes, patterns):
+    tree = TopicTree()
+    kept: set[str] = set()
+    for add, topic in changes:
+        if add:
+            tree.add(topic)
+            kept.add(topic)
+        else:
+            tree.discard(topic)
+            kept.discard(topic)
+        assert len(tree) == len(kept)
+    for pattern in patterns:
+        validate_pattern(pattern)
+        found, examined = tree.match(pattern)
+        assert sorted(found) == sorted(topic for topic in kept if pattern_matches(pattern, topic))
+        assert len(found) <= examined <= 2 * len(kept) + 1
+    for topic in list(kept):
+        tree.discard(topic)
+    assert len(tree) == 0 and not tree.root.children  # nothing left behind
+
+
+def test_a_topic_tree_walks_only_the_branches_a_pattern_can_match():
+    tree = TopicTree()
+    for number in range(1000):
+        tree.add(f"sensors/{number}/t")
+    assert tree.match("nothing/#") == ([], 0)
+    assert tree.match("sensors/7/+")[0] == ["sensors/7/t"]
+    assert tree.match("sensors/7/+")[1] <= 3
+    assert tree.match("sensors/+/t")[1] <= 1001

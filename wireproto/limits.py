@@ -8,12 +8,17 @@ principal's buckets; one that leaves them in debt is still handled, and the conn
 reading until the debt is paid, so the peer is slowed by TCP and nothing it sent is lost. What
 the transport had already read when it paused (one read's worth) waits here, and is handled, in
 order and charged in turn, once the debt is paid.
+
+The same pause bounds what one connection's pattern subscribes may make the hub examine among
+its last values ([hub] retained_examined_per_second): each message is charged, in a bucket of
+the connection's own, with the kept values the hub examined while handling it
+(`LastValues.examined`), so a connection that subscribes too much slows only itself.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -21,10 +26,13 @@ from zope.interface import implementer
 
 from wireproto import peerlog
 from wireproto.access import ANONYMOUS
-from wireproto.access.quotas import PrincipalLimits, PrincipalUsage
+from wireproto.access.quotas import PrincipalLimits, PrincipalUsage, TokenBucket
 from wireproto.errors import LimitExceeded
 from wireproto.peerlog import address_key, describe_address
 from wireproto.transports.base import IMessageProtocol, IMessageTransport
+
+if TYPE_CHECKING:
+    from wireproto.hub.retained import LastValues
 
 __all__ = ["LimitingProtocol"]
 
@@ -33,14 +41,20 @@ log = Logger(namespace="wireproto.limits")
 
 @implementer(IMessageProtocol)
 class LimitingProtocol:
-    """Counts the connection against its principal's limits around the protocol `wrapped`."""
+    """Counts the connection against its principal's limits around the protocol `wrapped`, and
+    against `examined_per_second` kept values of `last_values` examined for it (0: no limit)."""
 
     def __init__(self, wrapped: IMessageProtocol, limits: PrincipalLimits, protocol: str,
-                 reactor: Any) -> None:
+                 reactor: Any, *, last_values: LastValues | None = None,
+                 examined_per_second: int = 0) -> None:
         self.wrapped = wrapped
         self.limits = limits
         self.protocol = protocol
         self.reactor = reactor
+        # The hub's last values, when what they examine for this connection is bounded.
+        self.last_values = last_values if examined_per_second else None
+        self.examined_per_second = examined_per_second
+        self._examined: TokenBucket | None = None  # made at the first charge
         self.transport: IMessageTransport | None = None
         self.usage: PrincipalUsage | None = None
         self.admitted = False
@@ -65,7 +79,7 @@ class LimitingProtocol:
             return
         self.admitted = True
         self.wrapped.makeConnection(transport)
-        if not limits.metered:
+        if not limits.metered and self.last_values is None:
             # Deliveries skip this wrapper (a wrapper inside may have just done the same).
             self.messageReceived = self.wrapped.messageReceived  # type: ignore[method-assign]
 
@@ -76,8 +90,20 @@ class LimitingProtocol:
         held = self._held
         if held is None:
             if self.admitted:
-                self.wrapped.messageReceived(data, binary)
-                wait = self.limits.charge(self.usage, len(data))  # type: ignore[arg-type]
+                last_values = self.last_values
+                if last_values is None:
+                    self.wrapped.messageReceived(data, binary)
+                    wait = self.limits.charge(self.usage, len(data))  # type: ignore[arg-type]
+                else:
+                    # What the hub examined while handling this message is this connection's.
+                    examined = last_values.examined
+                    self.wrapped.messageReceived(data, binary)
+                    wait = 0.0
+                    if self.limits.metered:
+                        wait = self.limits.charge(self.usage, len(data))  # type: ignore[arg-type]
+                    examined = last_values.examined - examined
+                    if examined:
+                        wait = max(wait, self._charge_examined(examined))
                 if wait and self.admitted:
                     self._pause(wait)
         elif self.admitted:
@@ -92,9 +118,22 @@ class LimitingProtocol:
         self.transport.pauseProducing()  # type: ignore[union-attr]
         self._resume = self.reactor.callLater(wait, self._debt_paid)
 
+    def _charge_examined(self, examined: int) -> float:
+        """Take `examined` from this connection's own bucket; the seconds it must now wait."""
+        now = self.limits.clock()
+        bucket = self._examined
+        if bucket is None:
+            rate = self.examined_per_second
+            bucket = self._examined = TokenBucket(rate, rate, now)
+        return bucket.take(examined, now)
+
     def _limit_in_debt(self) -> str:
-        messages = self.usage.messages  # type: ignore[union-attr]
-        return "messages" if messages is not None and messages.tokens < 0 else "bytes"
+        usage = self.usage
+        assert usage is not None
+        for limit, bucket in (("messages", usage.messages), ("bytes", usage.bytes)):
+            if bucket is not None and bucket.tokens < 0:
+                return limit
+        return "retained_examined"
 
     def _debt_paid(self) -> None:
         self._resume = None

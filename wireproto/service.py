@@ -368,13 +368,15 @@ class WireprotoService(MultiService):
         connections = self._connections
         capture = self._connection_wrapper(protocol)
         limits, reactor = self.hub.limits, self.reactor
+        last_values, examined = self.hub.retained, self.hub.retained_examined_per_second
 
         def build() -> IMessageProtocol:
             made = make()
             # Remembered (weakly) so stopService can close what is still open.
             connections.add(made)
             inner = made if capture is None else capture(made)
-            return LimitingProtocol(inner, limits, protocol, reactor)
+            return LimitingProtocol(inner, limits, protocol, reactor, last_values=last_values,
+                                    examined_per_second=examined)
 
         return build
 

@@ -1,5 +1,6 @@
-"""Topic patterns: MQTT-style wildcards over `/`-separated levels, and a tree that matches a
-topic against many patterns at once.
+"""Topic patterns: MQTT-style wildcards over `/`-separated levels, a tree that matches a topic
+against many patterns at once (`PatternTree`), and one that finds the topics a pattern matches
+among many (`TopicTree`).
 
 `+` as a whole level matches exactly one level; `#` as the whole last level matches its parent
 and everything below it (`a/#` matches `a`, `a/b` and `a/b/c`). As in MQTT, a pattern whose first
@@ -13,7 +14,8 @@ from typing import Any
 
 from wireproto.errors import InvalidTopic
 
-__all__ = ["validate_pattern", "is_pattern", "pattern_matches", "pattern_covers", "PatternTree"]
+__all__ = ["validate_pattern", "is_pattern", "pattern_matches", "pattern_covers", "PatternTree",
+           "TopicTree"]
 
 
 def validate_pattern(pattern: str) -> None:
@@ -139,3 +141,149 @@ class PatternTree:
         for node in frontier:
             into.update(node.subscribers)
             into.update(node.rest)
+
+
+class TopicNode:
+    __slots__ = ("edge", "children", "topic")
+
+    def __init__(self, edge: str, topic: str | None) -> None:
+        # The levels from the parent down to this node, joined by '/': one or more.
+        self.edge = edge
+        # By the first level of their edge.
+        self.children: dict[str, TopicNode] = {}
+        self.topic = topic  # the topic that ends here, if one does
+
+
+class TopicTree:
+    """Topics by level, so the topics a pattern matches are found by walking only the branches
+    the pattern can match, with the same answers as `pattern_matches`.
+
+    Levels that no two topics share are kept as one node (the tree is path-compressed), so it
+    holds at most two nodes per topic, however many levels a topic has.
+    """
+
+    def __init__(self) -> None:
+        self.root = TopicNode("", None)  # no levels of its own; it is no topic's
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def add(self, topic: str) -> None:
+        levels = topic.split("/")
+        node, index = self.root, 0
+        while index < len(levels):
+            child = node.children.get(levels[index])
+            if child is None:
+                node.children[levels[index]] = TopicNode("/".join(levels[index:]), topic)
+                self.count += 1
+                return
+            edge = child.edge.split("/")
+            shared, most = 1, min(len(edge), len(levels) - index)
+            while shared < most and edge[shared] == levels[index + shared]:
+                shared += 1
+            if shared < len(edge):  # the topic leaves the edge part way: split it there
+                middle = TopicNode("/".join(edge[:shared]), None)
+                child.edge = "/".join(edge[shared:])
+                middle.children[edge[shared]] = child
+                node.children[levels[index]] = child = middle
+            node, index = child, index + shared
+        if node.topic is None:
+            node.topic = topic
+            self.count += 1
+
+    def discard(self, topic: str) -> None:
+        levels = topic.split("/")
+        node, index = self.root, 0
+        parents: list[TopicNode] = []
+        while index < len(levels):
+            child = node.children.get(levels[index])
+            if child is None:
+                return
+            edge = child.edge.split("/")
+            if levels[index : index + len(edge)] != edge:
+                return
+            parents.append(node)
+            node, index = child, index + len(edge)
+        if node.topic != topic:
+            return
+        node.topic = None
+        self.count -= 1
+        if not node.children:
+            parent = parents.pop()
+            del parent.children[node.edge.split("/", 1)[0]]
+            node = parent
+        # A node that ends no topic and leads to one child only joins that child.
+        if node is not self.root and node.topic is None and len(node.children) == 1:
+            (only,) = node.children.values()
+            only.edge = f"{node.edge}/{only.edge}"
+            parents[-1].children[node.edge.split("/", 1)[0]] = only
+
+    def match(self, pattern: str) -> tuple[list[str], int]:
+        """The topics `pattern` (a valid pattern) matches, in no particular order, and how many
+        nodes the walk examined (at least one per topic found)."""
+        levels = pattern.split("/")
+        last = len(levels)
+        found: list[str] = []
+        examined = 0
+        # A wildcard first level does not match a topic whose first level starts with '$'.
+        wildcard_root = levels[0] in ("+", "#")
+        if levels[0] == "#":
+            for key, child in self.root.children.items():
+                if key[:1] != "$":
+                    examined += self._all_below(child, found)
+            return found, examined
+        walking = [(self.root, 0)]
+        while walking:
+            node, index = walking.pop()
+            if index == last:
+                if node.topic is not None:
+                    found.append(node.topic)
+                continue
+            level = levels[index]
+            if level == "#":  # the parent, this node, and everything below it
+                examined += self._all_below(node, found) - 1  # this node was counted
+                continue
+            if level == "+":
+                if node is self.root and wildcard_root:
+                    children = [child for key, child in node.children.items() if key[:1] != "$"]
+                else:
+                    children = list(node.children.values())
+            else:
+                child = node.children.get(level)
+                if child is None:
+                    continue
+                children = [child]
+            for child in children:
+                examined += 1
+                edge = child.edge
+                if "/" not in edge:  # one level, matched already
+                    walking.append((child, index + 1))
+                    continue
+                at = index + 1
+                for edge_level in edge.split("/")[1:]:
+                    if at == last:
+                        break  # the topics here have more levels than the pattern
+                    wanted = levels[at]
+                    if wanted == "#":  # mid-edge: every topic from here on has its levels
+                        examined += self._all_below(child, found) - 1
+                        break
+                    if wanted != "+" and wanted != edge_level:
+                        break
+                    at += 1
+                else:
+                    walking.append((child, at))
+        return found, examined
+
+    @staticmethod
+    def _all_below(node: TopicNode, found: list[str]) -> int:
+        """Add the topics of `node` and below to `found`; the nodes examined."""
+        examined = 0
+        below = [node]
+        while below:
+            node = below.pop()
+            examined += 1
+            if node.topic is not None:
+                found.append(node.topic)
+            below.extend(node.children.values())
+        return examined

@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 # The names each refusal and pause is counted under.
-LIMITS = ("connections", "subscriptions", "messages", "bytes", "shared_budget")
+LIMITS = ("connections", "subscriptions", "messages", "bytes", "shared_budget",
+          "retained_examined")
 
 # Principals without a connection whose usage is kept (their buckets may be in debt).
 REMEMBERED_IDLE = 10_000
@@ -89,7 +90,7 @@ class LimitSettings:
 
 class TokenBucket:
     """`rate` tokens a second, up to `capacity`; `tokens` below 0 is a debt. Taken from by
-    `PrincipalLimits.charge`."""
+    `PrincipalLimits.charge`, which writes `take` out for speed, and by `take`."""
 
     __slots__ = ("rate", "capacity", "tokens", "stamp")
 
@@ -98,6 +99,14 @@ class TokenBucket:
         self.capacity = capacity
         self.tokens = capacity
         self.stamp = now
+
+    def take(self, amount: float, now: float) -> float:
+        """Take `amount` tokens, going into debt if need be; the seconds until the debt is
+        paid (0.0 when there is none)."""
+        tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate) - amount
+        self.tokens = tokens
+        self.stamp = now
+        return -tokens / self.rate if tokens < 0 else 0.0
 
 
 class PrincipalUsage:

@@ -49,6 +49,7 @@ from wireproto.hub.message import (
     DEFAULT_MAX_TOPIC_LENGTH,
     DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES,
     DEFAULT_QUEUE_BYTES,
+    DEFAULT_RETAINED_EXAMINED_PER_SECOND,
     Encoder,
     HubMessage,
     HubSettings,
@@ -111,6 +112,7 @@ class Hub:
         retain: Iterable[str] = (),
         max_retained: int = DEFAULT_MAX_RETAINED,
         max_retained_bytes: int = DEFAULT_MAX_RETAINED_BYTES,
+        retained_examined_per_second: int = DEFAULT_RETAINED_EXAMINED_PER_SECOND,
         retain_file: str = "",
     ) -> None:
         if queue_bytes <= 0:
@@ -128,6 +130,9 @@ class Hub:
         self.retained: LastValues | None = LastValues(
             retain, max_topics=max_retained, max_bytes=max_retained_bytes,
             path=retain_file or None) if retain else None
+        # Nodes of the kept topics' tree one connection's pattern subscribes may examine a
+        # second (0: no limit); wireproto.limits pauses the reading of a connection past it.
+        self.retained_examined_per_second = retained_examined_per_second
         self.stats = HubStats()
         self.sessions: dict[Session, None] = {}
         # Connections ever attached, by (protocol, transport); counts of closed sessions, by
@@ -179,7 +184,7 @@ class Hub:
         if retained is None:
             return
         if pattern:
-            found = list(retained.matching(subscribed))
+            found = retained.matching(subscribed)
         else:
             kept = retained.get(subscribed)
             found = [] if kept is None else [kept]

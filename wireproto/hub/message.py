@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from wireproto.codecs.serialization import unchecked_constructor
-from wireproto.settings import choice, setting, strings
+from wireproto.settings import choice, integer, setting, strings
 from wireproto.topics import validate_pattern
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_MAX_TOPIC_LENGTH",
     "DEFAULT_MAX_SUBSCRIPTION_BYTES",
     "DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES",
+    "DEFAULT_RETAINED_EXAMINED_PER_SECOND",
     "Overflow",
     "HubSettings",
     "HubMessage",
@@ -37,6 +38,15 @@ DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES = 64 << 20
 # Last values ([hub] retain): how many topics' and how many bytes the hub keeps at most.
 DEFAULT_MAX_RETAINED = 10_000
 DEFAULT_MAX_RETAINED_BYTES = 16 << 20
+# How many kept values (nodes of the kept topics' tree) one connection's pattern subscribes may
+# examine a second before its reading pauses (0: no limit).
+DEFAULT_RETAINED_EXAMINED_PER_SECOND = 100_000
+
+
+def _count_or_off(value: Any) -> int:
+    if integer(value) < 0:
+        raise ValueError(f"expected a count (0: no limit), got {value}")
+    return value
 
 
 def _patterns(value: Any) -> tuple[str, ...]:
@@ -68,6 +78,8 @@ class HubSettings:
     retain: tuple[str, ...] = setting((), read=_patterns)
     max_retained: int = DEFAULT_MAX_RETAINED
     max_retained_bytes: int = DEFAULT_MAX_RETAINED_BYTES
+    retained_examined_per_second: int = setting(DEFAULT_RETAINED_EXAMINED_PER_SECOND,
+                                                read=_count_or_off)
     # A sqlite file that keeps the last values across restarts ("": memory only).
     retain_file: str = ""
 

@@ -6,6 +6,11 @@ its last value at once, in its own protocol's form; a publish with an empty payl
 What is kept is bounded, in topics and in bytes. Past either bound a new value is refused and the
 topic's old one is dropped too, so no subscriber gets a value older than the last publish.
 
+A pattern's values are found through a tree of the kept topics (`wireproto.topics.TopicTree`),
+walking only the branches the pattern can match, and given oldest kept first. The nodes each walk
+examines are counted (`examined`), for the bound on what one connection's subscribes may cost
+([hub] retained_examined_per_second, enforced by wireproto.limits).
+
 With a `path`, last values are kept in a sqlite file too, and read back when the broker starts
 again. Changes are written by `flush` (the service calls it every second and when it stops), a
 topic's latest state once, so a busy topic costs one row write a second, not one per publish.
@@ -13,15 +18,16 @@ topic's latest state once, so a busy topic costs one row write a second, not one
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
 
 from wireproto.hub.message import DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_BYTES, HubMessage
-from wireproto.topics import PatternTree, pattern_matches, validate_pattern
+from wireproto.topics import PatternTree, TopicTree, validate_pattern
 
 __all__ = ["LastValues"]
 
@@ -30,7 +36,8 @@ _DECISIONS = 4096
 
 class LastValues:
     """The kept messages by topic, with what they cost: `bytes` (topic, payload and carried
-    encodings), `refused` (values not kept for the bounds) and `cleared` (empty publishes)."""
+    encodings), `refused` (values not kept for the bounds), `cleared` (empty publishes) and
+    `examined` (the nodes of the kept topics' tree that patterns' walks visited)."""
 
     def __init__(self, patterns: Iterable[str], *, max_topics: int = DEFAULT_MAX_RETAINED,
                  max_bytes: int = DEFAULT_MAX_RETAINED_BYTES,
@@ -42,12 +49,17 @@ class LastValues:
             self._tree.add(pattern, pattern)
         self.max_topics = max_topics
         self.max_bytes = max_bytes
-        # topic -> (message, encodings in portable formats, its size)
-        self._values: dict[str, tuple[HubMessage, dict, int]] = {}
+        # topic -> (message, encodings in portable formats, its size, when it was kept), oldest
+        # kept first
+        self._values: dict[str, tuple[HubMessage, dict, int, int]] = {}
+        self._kept_order = itertools.count()
+        # The same topics by level, for the patterns' walks.
+        self._topics = TopicTree()
         self._wanted: dict[str, bool] = {}
         self.bytes = 0
         self.refused = 0
         self.cleared = 0
+        self.examined = 0
         # Topics changed since the last flush, when values are kept in a file.
         self._dirty: set[str] = set()
         self._db: sqlite3.Connection | None = None
@@ -96,7 +108,7 @@ class LastValues:
             if kept is None:
                 db.execute("DELETE FROM last_values WHERE topic = ?", (topic,))
             else:
-                message, encodings, _ = kept
+                message, encodings, _, _ = kept
                 packed = msgpack.packb([[name, data, binary]
                                         for name, (data, binary) in encodings.items()])
                 db.execute("INSERT OR REPLACE INTO last_values VALUES (?, ?, ?, ?)",
@@ -136,24 +148,31 @@ class LastValues:
         if not message.payload:
             if old is not None:
                 self.cleared += 1
+                self._topics.discard(topic)
             return
         size = len(topic.encode("utf-8", "surrogatepass")) + len(message.payload) + sum(
             len(data) for data, _ in encodings.values())
         if len(self._values) >= self.max_topics or self.bytes + size > self.max_bytes:
             self.refused += 1
+            if old is not None:
+                self._topics.discard(topic)
             return
-        self._values[topic] = (message, encodings, size)
+        self._values[topic] = (message, encodings, size, next(self._kept_order))
         self.bytes += size
+        if old is None:
+            self._topics.add(topic)
 
     def get(self, topic: str) -> tuple[HubMessage, dict] | None:
         kept = self._values.get(topic)
         return None if kept is None else kept[:2]
 
-    def matching(self, pattern: str) -> Iterator[tuple[HubMessage, dict]]:
+    def matching(self, pattern: str) -> list[tuple[HubMessage, dict]]:
         """The kept values whose topics `pattern` matches, oldest kept first."""
-        for topic, (message, encodings, _) in list(self._values.items()):
-            if pattern_matches(pattern, topic):
-                yield message, encodings
+        topics, examined = self._topics.match(pattern)
+        self.examined += examined
+        values = self._values
+        kept = sorted((values[topic] for topic in topics), key=lambda value: value[3])
+        return [(message, encodings) for message, encodings, _, _ in kept]
 
     def topics(self) -> list[str]:
         return list(self._values)
