@@ -395,7 +395,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ("[hub]\nqueue = 1", "hub.queue: unknown key; use queue_bytes, overflow, "
                              "max_subscriptions, max_topic_length, max_subscription_bytes, "
                              "max_total_subscription_bytes, retain, max_retained, "
-                             "max_retained_bytes, retained_examined_per_second or retain_file "
+                             "max_retained_bytes, retained_examined_per_second, retain_file, "
+                             "max_document_elements or max_document_depth "
                              "(did you mean 'queue_bytes'?)"),
         ("[hub]\nretain = ['a/#/b']", "hub.retain: "),
         ("hub = 3", "hub: expected a table ([hub]), got 3"),

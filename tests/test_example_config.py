@@ -118,7 +118,8 @@ def test_check_config_accepts_the_example() -> None:
         ("max_subscriptions = 1000", "max_subscriptons = 1000",
          "hub.max_subscriptons: unknown key; use queue_bytes, overflow, max_subscriptions, "
          "max_topic_length, max_subscription_bytes, max_total_subscription_bytes, retain, "
-         "max_retained, max_retained_bytes, retained_examined_per_second or retain_file "
+         "max_retained, max_retained_bytes, retained_examined_per_second, retain_file, "
+         "max_document_elements or max_document_depth "
          "(did you mean 'max_subscriptions'?)"),
         ('endpoint = "tcp:8769"', 'endpoint = "tpc:8769"',
          "listen[8].endpoint: bad server endpoint 'tpc:8769': Unknown endpoint type: 'tpc'"),

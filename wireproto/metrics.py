@@ -65,6 +65,9 @@ _SESSION_COUNTERS = (
     ("overflow_disconnects", "wireproto_overflow_disconnects",
      "Connections closed because their send queue overflowed (policy disconnect), by "
      "protocol."),
+    ("too_large", "wireproto_too_large_messages",
+     "Messages not sent to a connection because, in its format, they were larger than it "
+     "takes, by protocol."),
 )
 
 # Phyllo link counters (HubBridge.counters() keys): help.

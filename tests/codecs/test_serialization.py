@@ -309,3 +309,61 @@ def test_json_loads_agrees_with_the_standard_library_on_texts_and_their_mutation
 @given(_json_values)
 def test_json_utf8_round_trips_every_value(value):
     assert json_loads(json_utf8(value), "v") == value
+
+
+def _nested(depth):
+    value = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+DOCUMENTS_WITHIN = [[1] * 9999, [[1]] * 4999, {f"k{n}": n for n in range(4999)}, _nested(32)]
+DOCUMENTS_PAST = [([1] * 10_000, "more than 10000 values"),
+                  ([[1]] * 5000, "more than 10000 values"),
+                  ({f"k{n}": n for n in range(5000)}, "more than 10000 values"),
+                  ([list(range(100))] * 9000, "more than 10000 values"),
+                  (_nested(33), "arrays and maps nested more than 32 deep")]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS_WITHIN)
+def test_documents_within_the_bounds_are_read_in_every_form(document):
+    text = json.dumps(document)
+    assert json_loads(text, "doc") == json_loads(text.encode(), "doc") == document
+    assert msgpack_loads(msgpack.packb(document), "doc") == document
+
+
+@pytest.mark.parametrize("document, why", DOCUMENTS_PAST)
+def test_documents_past_the_bounds_are_refused_in_every_form(document, why):
+    text = json.dumps(document)
+    for data in (text, text.encode()):
+        with pytest.raises(errors.BadJSON, match=f"doc: {why}"):
+            json_loads(data, "doc")
+    with pytest.raises(errors.BadEncoding, match=f"doc: {why}"):
+        msgpack_loads(msgpack.packb(document), "doc")
+
+
+def test_commas_and_colons_inside_strings_do_not_count_as_values():
+    document = {f"key {n}": 'a, b: "c", {d: [e]}' * 20 for n in range(3000)}
+    text = json.dumps(document)
+    assert len(text) > 64 * 1024 and text.count(",") > 10_000
+    assert json_loads(text, "doc") == json_loads(text.encode(), "doc") == document
+
+
+def test_the_bounds_are_the_process_settings():
+    from wireproto.codecs.serialization import (
+        DEFAULT_MAX_DOCUMENT_DEPTH,
+        DEFAULT_MAX_DOCUMENT_ELEMENTS,
+        bound_documents,
+    )
+
+    try:
+        bound_documents(20_000, 40)
+        assert len(json_loads(json.dumps([1] * 15_000), "doc")) == 15_000
+        assert msgpack_loads(msgpack.packb(_nested(40)), "doc") == _nested(40)
+        with pytest.raises(ValueError):
+            bound_documents(0, 40)
+    finally:
+        bound_documents(DEFAULT_MAX_DOCUMENT_ELEMENTS, DEFAULT_MAX_DOCUMENT_DEPTH)
+    with pytest.raises(errors.BadJSON):
+        json_loads(json.dumps([1] * 15_000), "doc")

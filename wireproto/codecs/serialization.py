@@ -6,7 +6,9 @@ error says where the problem is.
 
 from __future__ import annotations
 
+import gc
 import json
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import fields
@@ -15,9 +17,12 @@ from typing import Any, TypeVar
 import msgpack
 import orjson
 
-from wireproto.errors import BadEncoding, BadJSON, InvalidField
+from wireproto.errors import BadEncoding, BadJSON, InvalidField, ProtocolError
 
 __all__ = [
+    "DEFAULT_MAX_DOCUMENT_ELEMENTS",
+    "DEFAULT_MAX_DOCUMENT_DEPTH",
+    "bound_documents",
     "json_dumps",
     "json_loads",
     "json_parse",
@@ -47,6 +52,102 @@ _OrjsonDecodeError = orjson.JSONDecodeError
 # digits, which this finds at C speed (valid JSON holds no raw NUL byte).
 _DIGITS_AS_NUL = bytes.maketrans(b"0123456789", bytes(10))
 _LONG_DIGIT_RUN = bytes(19)
+
+
+# What one decoded JSON or msgpack document may hold: its values (a map's keys count too) and
+# how deep its arrays and maps nest. Each value costs a Python object, and every protocol that
+# turns the document into another format walks it; a megabyte of one-byte msgpack values would
+# cost a quarter of a second of the broker's only core, and leave as several megabytes of JSON.
+DEFAULT_MAX_DOCUMENT_ELEMENTS = 10_000
+DEFAULT_MAX_DOCUMENT_DEPTH = 32
+_bounds = [DEFAULT_MAX_DOCUMENT_ELEMENTS, DEFAULT_MAX_DOCUMENT_DEPTH]
+
+# msgpack's array and map type bytes (fixarray, fixmap, array 16/32, map 16/32), as 1.
+_MSGPACK_CONTAINERS = bytes(
+    1 if 0x80 <= byte <= 0x9F or 0xDC <= byte <= 0xDF else 0 for byte in range(256))
+
+
+def bound_documents(elements: int, depth: int) -> None:
+    """Set, for this process, how many values and how deep a nesting every decoded JSON and
+    msgpack document may have ([hub] max_document_elements and max_document_depth)."""
+    if elements < 1 or depth < 1:
+        raise ValueError(f"document bounds must be at least 1, not {elements} and {depth}")
+    _bounds[:] = [elements, depth]
+
+
+def _check_document(value: Any, what: str, error: type[ProtocolError]) -> None:
+    """Raise `error` if `value` holds more values, or nests deeper, than the bounds allow. It
+    walks one level at a time and stops as soon as a bound is passed."""
+    max_elements, max_depth = _bounds
+    count, depth, level = 1, 0, [value]
+    while level:
+        depth += 1
+        if depth > max_depth:
+            raise error(f"{what}: arrays and maps nested more than {max_depth} deep")
+        below: list[Any] = []
+        for item in level:
+            if type(item) is dict:
+                count += 2 * len(item)
+                children: Any = item.values()
+            else:
+                count += len(item)
+                children = item
+            if count > max_elements:
+                raise error(f"{what}: more than {max_elements} values in one document")
+            below.extend(child for child in children
+                         if type(child) is dict or type(child) is list)
+        level = below
+
+
+# A document this large is decoded with the garbage collector paused: the many containers it
+# may make would set off collections (most of the decoding time) that find no cycles to free.
+_LARGE = 64 * 1024
+
+
+def _without_gc(decode: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    if not gc.isenabled():
+        return decode(*args, **kwargs)
+    gc.disable()
+    try:
+        return decode(*args, **kwargs)
+    finally:
+        gc.enable()
+
+
+# A JSON string, escapes and all (bytes and text).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_JSON_STRING_TEXT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def _refuse_many_json_values(text: str | bytes | bytearray | memoryview, what: str) -> None:
+    """BadJSON, before any decoding, for a large JSON text with more values than the bounds
+    allow. Outside its strings, each comma and colon of a JSON text stands between two values
+    (or a key and its value), so their count is a floor of the document's values."""
+    if isinstance(text, str):
+        bare = _JSON_STRING_TEXT.sub('""', text)
+        separators = bare.count(",") + bare.count(":")
+    else:
+        bare_bytes = _JSON_STRING.sub(b'""', bytes(text))
+        separators = bare_bytes.count(b",") + bare_bytes.count(b":")
+    max_elements = _bounds[0]
+    if 1 + separators > max_elements:
+        raise BadJSON(f"{what}: more than {max_elements} values in one document")
+
+
+def _json_within_bounds(text: str | bytes | bytearray | memoryview) -> bool:
+    """Whether JSON `text` surely keeps the bounds, from its length and punctuation alone:
+    every value takes a character, every value after the first follows a comma, colon or
+    opening bracket, and each level of nesting needs an opening bracket."""
+    max_elements, max_depth = _bounds
+    if len(text) <= max_depth:
+        return True
+    data: Any = text if isinstance(text, str) or type(text) is bytes else bytes(text)
+    brackets = ("[", "{", ",", ":") if isinstance(data, str) else (b"[", b"{", b",", b":")
+    opens = data.count(brackets[0]) + data.count(brackets[1])
+    if opens > max_depth:
+        return False
+    return len(data) <= max_elements or (
+        1 + opens + data.count(brackets[2]) + data.count(brackets[3]) <= max_elements)
 
 
 def _stdlib_encoder(allow_nan: bool, default: Callable[[Any], Any] | None) -> json.JSONEncoder:
@@ -113,17 +214,31 @@ def _may_hold_a_long_integer(text: str | bytes | bytearray | memoryview) -> bool
 
 
 def json_loads(text: str | bytes | bytearray | memoryview, what: str) -> Any:
-    """Parse JSON, refusing NaN and Infinity, raising BadJSON with `what` in the message."""
+    """Parse JSON, refusing NaN and Infinity and documents past the bounds
+    (`bound_documents`), raising BadJSON with `what` in the message."""
+    if len(text) >= _LARGE and not _json_within_bounds(text):
+        _refuse_many_json_values(text, what)
     try:
-        value = _orjson_loads(text)
+        value = _orjson_loads(text) if len(text) < _LARGE else _without_gc(_orjson_loads, text)
     except ValueError:  # orjson.JSONDecodeError is a ValueError
-        return _stdlib_loads(text, what)
-    if len(text) < 19 or (
-        _LONG_DIGIT_RUN not in text.translate(_DIGITS_AS_NUL)
-        if type(text) is bytes else not _may_hold_a_long_integer(text)
-    ):
-        return value
-    return _stdlib_loads(text, what)
+        value = _stdlib_loads(text, what)
+    else:
+        if len(text) >= 19 and (
+            _LONG_DIGIT_RUN in text.translate(_DIGITS_AS_NUL)
+            if type(text) is bytes else _may_hold_a_long_integer(text)
+        ):
+            value = _stdlib_loads(text, what)
+    if type(value) is dict or type(value) is list:
+        # The common case written out (every UBRE message is a map): a text shorter than the
+        # value bound holds fewer values, and one with few brackets nests no deeper.
+        max_elements, max_depth = _bounds
+        kind = type(text)
+        opens = (text.count(b"[") + text.count(b"{") if kind is bytes  # type: ignore[arg-type]
+                 else text.count("[") + text.count("{") if kind is str  # type: ignore[arg-type]
+                 else max_depth + 1)
+        if (opens > max_depth or len(text) > max_elements) and not _json_within_bounds(text):
+            _check_document(value, what, BadJSON)
+    return value
 
 
 def _stdlib_loads(text: str | bytes | bytearray | memoryview, what: str) -> Any:
@@ -179,15 +294,30 @@ def msgpack_dumps(value: Any) -> bytes:
 
 
 def msgpack_loads(data: bytes, what: str) -> Any:
-    """Read exactly one msgpack value; str stays str and bin stays bytes."""
+    """Read exactly one msgpack value, within the bounds (`bound_documents`); str stays str
+    and bin stays bytes."""
+    max_elements, max_depth = _bounds
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        value = _without_gc(msgpack.unpackb, data, raw=False, strict_map_key=False,
+                            max_array_len=max_elements, max_map_len=max_elements) \
+            if len(data) >= _LARGE else msgpack.unpackb(
+                data, raw=False, strict_map_key=False, max_array_len=max_elements,
+                max_map_len=max_elements)
     except msgpack.ExtraData:
         raise BadEncoding(f"{what}: bytes left over after the msgpack value") from None
     except (msgpack.StackError, RecursionError):
         raise BadEncoding(f"{what}: msgpack nested too deeply") from None
     except Exception as e:  # msgpack raises a wide family (FormatError, ValueError...)
+        if "exceeds max_" in str(e):
+            raise BadEncoding(
+                f"{what}: more than {max_elements} values in one document") from None
         raise BadEncoding(f"{what}: invalid msgpack: {e}") from None
+    # Every value takes at least a byte, and every level of nesting a container byte.
+    if (type(value) is dict or type(value) is list) and len(data) > max_depth and (
+            len(data) > max_elements
+            or data.translate(_MSGPACK_CONTAINERS).count(1) > max_depth):
+        _check_document(value, what, BadEncoding)
+    return value
 
 
 def binary(data: bytes | bytearray | memoryview, what: str) -> bytes:

@@ -41,6 +41,11 @@ from twisted.logger import Logger
 from wireproto import peerlog
 from wireproto.access import Grants, Policy
 from wireproto.access.quotas import PrincipalLimits
+from wireproto.codecs.serialization import (
+    DEFAULT_MAX_DOCUMENT_DEPTH,
+    DEFAULT_MAX_DOCUMENT_ELEMENTS,
+    bound_documents,
+)
 from wireproto.hub.message import (
     DEFAULT_MAX_RETAINED,
     DEFAULT_MAX_RETAINED_BYTES,
@@ -114,9 +119,13 @@ class Hub:
         max_retained_bytes: int = DEFAULT_MAX_RETAINED_BYTES,
         retained_examined_per_second: int = DEFAULT_RETAINED_EXAMINED_PER_SECOND,
         retain_file: str = "",
+        max_document_elements: int = DEFAULT_MAX_DOCUMENT_ELEMENTS,
+        max_document_depth: int = DEFAULT_MAX_DOCUMENT_DEPTH,
     ) -> None:
         if queue_bytes <= 0:
             raise ValueError("queue_bytes must be positive")
+        # What a decoded document may hold is the process's: every codec reads documents.
+        bound_documents(max_document_elements, max_document_depth)
         self.queue_bytes = queue_bytes
         self.overflow = Overflow(overflow)
         self.max_subscriptions = max_subscriptions

@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from wireproto.codecs.serialization import unchecked_constructor
+from wireproto.codecs.serialization import (
+    DEFAULT_MAX_DOCUMENT_DEPTH,
+    DEFAULT_MAX_DOCUMENT_ELEMENTS,
+    unchecked_constructor,
+)
 from wireproto.settings import choice, integer, setting, strings
 from wireproto.topics import validate_pattern
 
@@ -49,6 +53,12 @@ def _count_or_off(value: Any) -> int:
     return value
 
 
+def _positive(value: Any) -> int:
+    if integer(value) < 1:
+        raise ValueError(f"expected a count of at least 1, got {value}")
+    return value
+
+
 def _patterns(value: Any) -> tuple[str, ...]:
     patterns = strings(value)
     for pattern in patterns:
@@ -82,6 +92,10 @@ class HubSettings:
                                                 read=_count_or_off)
     # A sqlite file that keeps the last values across restarts ("": memory only).
     retain_file: str = ""
+    # What one decoded JSON or msgpack document may hold, in every protocol: its values (a
+    # map's keys too) and how deep its arrays and maps nest (wireproto.codecs.serialization).
+    max_document_elements: int = setting(DEFAULT_MAX_DOCUMENT_ELEMENTS, read=_positive)
+    max_document_depth: int = setting(DEFAULT_MAX_DOCUMENT_DEPTH, read=_positive)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -122,6 +136,8 @@ class SessionStats:
     dropped_messages: int = 0
     dropped_bytes: int = 0
     overflow_disconnects: int = 0
+    # Messages not sent because they came out larger than the connection takes.
+    too_large: int = 0
 
 
 

@@ -87,7 +87,8 @@ class Session:
         "topics", "patterns", "subscription_bytes", "will", "queue_limit", "overflow", "_queue",
         "queued_bytes",
         "_paused", "writes_now", "closed", "received", "sent", "sent_bytes", "dropped_messages",
-        "dropped_bytes", "overflow_disconnects", "id", "peer", "transport_name", "client",
+        "dropped_bytes", "overflow_disconnects", "too_large", "max_frame", "id", "peer",
+        "transport_name", "client",
         "opened", "principal", "grants", "publish_decisions", "denials", "usage", "__weakref__",
     )
 
@@ -105,7 +106,10 @@ class Session:
         self.protocol = protocol
         self.wire_format = wire_format
         self._encode = encode
-        self.frame_key = hub.prepared_key(wire_format, transport.prepareKey)
+        # The largest message the transport takes: frames are prepared per limit too, and
+        # one over it is not sent.
+        self.max_frame: int | None = getattr(transport, "maxMessageSize", None)
+        self.frame_key = hub.prepared_key(wire_format, (transport.prepareKey, self.max_frame))
         self.write_frame = transport.sendPrepared
         self.topics: set[str] = set()
         self.patterns: set[str] = set()
@@ -122,6 +126,7 @@ class Session:
         self.closed = False
         self.received = self.sent = self.sent_bytes = 0
         self.dropped_messages = self.dropped_bytes = self.overflow_disconnects = 0
+        self.too_large = 0
         self.id = hub.new_session_id()
         self.peer = describe_address(transport.getPeer())
         self.transport_name = transport_name(transport)
@@ -146,7 +151,7 @@ class Session:
         """This session's counters, as of now."""
         return SessionStats(
             self.received, self.sent, self.sent_bytes, self.dropped_messages,
-            self.dropped_bytes, self.overflow_disconnects,
+            self.dropped_bytes, self.overflow_disconnects, self.too_large,
         )
 
     @property
@@ -161,6 +166,7 @@ class Session:
         totals.dropped_messages += self.dropped_messages
         totals.dropped_bytes += self.dropped_bytes
         totals.overflow_disconnects += self.overflow_disconnects
+        totals.too_large += self.too_large
 
     # -- what the protocol asks of the hub ------------------------------------------------------
 
@@ -439,12 +445,26 @@ class Session:
 
     def deliver(self, message: HubMessage, cache: dict) -> None:
         """Send a published message, encoding and framing it only if no one did yet."""
-        prepared = cache.get(self.frame_key)
+        key = self.frame_key
+        prepared = cache.get(key)
         if prepared is None:
-            prepared = self._prepare(message, cache)
+            if key not in cache:
+                prepared = self._prepare(message, cache)
             if prepared is None:
+                if key in cache:  # None there: larger than this transport takes
+                    self._not_sent_too_large(message.topic, len(cache[self.wire_format][0]))
                 return
         self._send_prepared(prepared)
+
+    def _not_sent_too_large(self, topic: str, size: int) -> None:
+        self.too_large += 1
+        peerlog.warn(
+            log, address_key(self.transport.getPeer()),
+            "{protocol} session {session} to {peer}: a message on {topic!r} of {size} bytes "
+            "in its format is over the {limit} its connection takes; not sent",
+            event="too_large", protocol=self.protocol, peer=self.peer, session=self.id,
+            topic=topic, size=size, limit=self.max_frame,
+        )
 
     def _prepare(self, message: HubMessage, cache: dict) -> tuple[Any, int] | None:
         if self.wire_format not in cache:
@@ -457,9 +477,16 @@ class Session:
         encoded = cache.get(self.wire_format)
         if encoded is None:
             return None
+        key = self.frame_key
+        if key in cache:  # refused: too large for transports of this key
+            return None
         data, binary = encoded
-        prepared = cache[self.frame_key] = (self.transport.prepareMessage(data, binary),
-                                                len(data))
+        limit = self.max_frame
+        if limit is not None and len(data) > limit:
+            # Framed for no one: what cannot be sent is not built. `deliver` counts it.
+            cache[key] = None
+            return None
+        prepared = cache[key] = (self.transport.prepareMessage(data, binary), len(data))
         return prepared
 
     def _send_prepared(self, prepared: tuple[Any, int]) -> None:
