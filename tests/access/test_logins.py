@@ -1,11 +1,23 @@
-"""Password logins under guessing: failures remembered by address and by user from one
-address, with growing delays, and a fair queue for the checks (wireproto.access.logins)."""
+"""Password logins under guessing, in a running broker on real sockets: a flood of wrong
+passwords from some addresses neither denies nor delays a login from another, and past its
+budget an address (or a user from one address) is answered at once, without scrypt.
+
+The clients bind to other loopback addresses (127.0.0.2, ...): all of 127.0.0.0/8 is this host
+on Linux, and the broker counts each as an address of its own."""
 
 from __future__ import annotations
 
+from itertools import count
+from typing import Any
+
 import pytest
+import pytest_twisted
+from twisted.internet import defer, reactor
 from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 
+from tests.access.conftest import AuthFiles, basic, http_handshake
+from tests.access.test_broker_access import start
+from tests.support import eventually, wait_for
 from wireproto.access.logins import (
     FailureTable,
     FairQueue,
@@ -13,6 +25,132 @@ from wireproto.access.logins import (
     QueueFull,
     client_network,
 )
+
+FLOODERS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+LEGITIMATE = "127.0.0.9"
+# Small budgets, and a first delay no test outlasts.
+LOGIN_LIMITS = {
+    "failed_logins_per_address": 5,
+    "failed_logins_per_user": 3,
+    "failed_login_delay": 120.0,
+    "max_pending_password_checks_per_address": 4,
+}
+CAROL = {"Authorization": basic("carol", "carol's password")}
+# Users nobody has: each guess names another, as a guesser going through a list would.
+UNKNOWN = (f"user{n}" for n in count())
+
+
+async def metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    answer = await http_handshake(port, "/metrics", websocket=False)
+    text = answer.raw.partition(b"\r\n\r\n")[2].decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+async def password_checks(port: int) -> float:
+    return (await metrics(port))[("wireproto_password_checks_total", ())]
+
+
+async def throttled(port: int, by: str) -> float:
+    return (await metrics(port))[("wireproto_password_logins_throttled_total", (("by", by),))]
+
+
+async def guess(port: int, source: str, user: str | None = None, password: str = "guess",
+                timeout: float = 5.0) -> int:
+    """Try a wrong password (by default for a user nobody has) from `source`."""
+    user = next(UNKNOWN) if user is None else user
+    answer = await http_handshake(port, "/websmq", {"Authorization": basic(user, password)},
+                                  source=source, timeout=timeout)
+    return answer.status
+
+
+async def flood(port: int, source: str, statuses: list[int], stop: list[bool], *,
+                workers: int, attempts: int) -> None:
+    """`workers` clients at once from `source`, each guessing again as soon as it is answered,
+    `attempts` times at most or until `stop` is set. An unknown user costs a full scrypt check."""
+
+    async def worker() -> None:
+        for _ in range(attempts):
+            if stop:
+                return
+            try:
+                statuses.append(await guess(port, source, timeout=30))
+            except TimeoutError:
+                statuses.append(0)
+
+    await defer.gatherResults([defer.ensureDeferred(worker()) for _ in range(workers)])
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_flood_of_wrong_passwords_neither_denies_nor_delays_a_login_from_elsewhere(
+    broker: Any, auth_files: AuthFiles
+) -> None:
+    running = await start(broker, auth_files, **LOGIN_LIMITS)
+    port = running.port("websmq")
+    statuses: dict[str, list[int]] = {source: [] for source in FLOODERS}
+    stop: list[bool] = []
+    # 72 guesses in flight at once, more than max_pending_password_checks (64).
+    floods = [defer.ensureDeferred(flood(port, source, statuses[source], stop, workers=18,
+                                         attempts=20))
+              for source in FLOODERS]
+    try:
+        # Flooding in earnest: every flooder has been answered, and guesses are turned away.
+        await eventually(lambda: all(statuses.values())
+                         and any(503 in answered for answered in statuses.values()), timeout=30)
+        started = reactor.seconds()
+        answer = await http_handshake(port, "/websmq", CAROL, source=LEGITIMATE, timeout=10)
+        waited = reactor.seconds() - started
+    finally:
+        stop.append(True)
+        await wait_for(defer.gatherResults(floods), timeout=120)
+    assert answer.status == 101, answer.raw[:200]
+    assert waited < 5, f"the login waited {waited:.1f} s behind the flood"
+    assert all(set(answered) <= {401, 503} for answered in statuses.values()), statuses
+
+    # Past its budget, an address is answered 401 at once and costs no scrypt check.
+    flooder = FLOODERS[0]
+    for _ in range(LOGIN_LIMITS["failed_logins_per_address"] + 2):
+        if await throttled(port, "address"):
+            break
+        assert await guess(port, flooder) == 401
+    else:
+        raise AssertionError("the flooding address was never throttled")
+    checks, refused = await password_checks(port), await throttled(port, "address")
+    for _ in range(10):
+        assert await guess(port, flooder) == 401
+    assert await password_checks(port) == checks
+    assert await throttled(port, "address") == refused + 10
+    # Each flooding address had its budget and the checks already running when it ran out.
+    threads = running.service.auth.settings.password_threads
+    assert checks <= len(FLOODERS) * (LOGIN_LIMITS["failed_logins_per_address"] + threads) + 1
+    # Not even the right password gets in from there before the delay passes; from elsewhere
+    # it does.
+    assert (await http_handshake(port, "/websmq", CAROL, source=flooder)).status == 401
+    assert (await http_handshake(port, "/websmq", CAROL, source=LEGITIMATE)).status == 101
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_user_guessed_from_one_address_is_throttled_there_and_nowhere_else(
+    broker: Any, auth_files: AuthFiles
+) -> None:
+    running = await start(broker, auth_files, **LOGIN_LIMITS)
+    port = running.port("websmq")
+    guesser = "127.0.0.10"
+    for _ in range(LOGIN_LIMITS["failed_logins_per_user"]):
+        assert await guess(port, guesser, "carol") == 401
+    checks = await password_checks(port)
+    assert await guess(port, guesser, "carol") == 401
+    assert (await http_handshake(port, "/websmq", CAROL, source=guesser)).status == 401
+    assert await password_checks(port) == checks
+    assert await throttled(port, "user") == 2
+    # The address still has budget for other users, and carol gets in from elsewhere.
+    assert await guess(port, guesser, "dave") == 401
+    assert await password_checks(port) == checks + 1
+    assert (await http_handshake(port, "/websmq", CAROL, source="127.0.0.11")).status == 101
+    assert await throttled(port, "address") == 0
+
 
 # -- the tables and the queue, sans-IO ----------------------------------------------------------
 
