@@ -6,7 +6,8 @@ password file), the access rules, and how each kind of connection gets its princ
   `Authentication.authenticate_http` checks them before any session exists: a request without
   credentials, or with bad ones, gets 401, and one whose principal may not use the listener 403.
   Password checks (scrypt, slow on purpose) run on a small thread pool of their own, a bounded
-  number at a time.
+  number at a time, taken from each address in turn; an address, or a user from one address,
+  that has failed too often is refused at once, unchecked (wireproto.access.logins).
 - ``mtls:`` listeners take the principal from the client certificate's subject or SAN
   (wireproto.transports.tls); ``unix:`` listeners from the peer's uid; a listener may also name a
   fixed principal, or make every connection anonymous. Serial lines, attached links and Phyllo
@@ -29,13 +30,23 @@ from typing import Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from wireproto import peerlog
 from wireproto.access import ANONYMOUS, AccessRule, Policy, Principal
+from wireproto.access.logins import FairQueue, LoginThrottle, QueueFull
 from wireproto.access.passwords import PasswordFile, PasswordFileError
 from wireproto.access.tokens import AuthenticationFailed, TokenVerifier
 from wireproto.peerlog import address_key, describe_address
-from wireproto.settings import boolean, choice, integer, seconds_or_never, setting, strings
+from wireproto.settings import (
+    boolean,
+    choice,
+    integer,
+    positive_number,
+    seconds_or_never,
+    setting,
+    strings,
+)
 from wireproto.transports.http import HTTPRefusal, Identify
 from wireproto.transports.identity import (
     CERTIFICATE_NAMES,
@@ -118,9 +129,19 @@ class AuthSettings:
     certificate_name: str = setting("cn", read=choice(CERTIFICATE_NAMES, "certificate name"))
     # Refusals one connection may earn before it is closed (0: never).
     close_after_denials: int = setting(20, read=_count_or_never)
-    # Threads for password checks, and how many checks may wait for one.
+    # Threads for password checks, and how many checks may wait for one, in all and from one
+    # address.
     password_threads: int = 2
     max_pending_password_checks: int = 64
+    max_pending_password_checks_per_address: int = 4
+    # Wrong passwords one address, and one user from one address, may try (0: any number)
+    # before each further try waits: the delay doubles with each failure, up to the max, and a
+    # quiet period forgets them.
+    failed_logins_per_address: int = setting(20, read=_count_or_never)
+    failed_logins_per_user: int = setting(5, read=_count_or_never)
+    failed_login_delay: float = setting(1.0, read=positive_number)
+    failed_login_max_delay: float = setting(300.0, read=positive_number)
+    forget_failed_logins_after: float = setting(3600.0, read=positive_number)
 
     def __post_init__(self) -> None:
         for algorithm in self.jwt_algorithms:
@@ -137,6 +158,9 @@ class AuthSettings:
                 "jwt_algorithms needs a key: jwt_secret_file, jwt_public_key_file or "
                 "jwt_jwks_file"
             )
+        if self.failed_login_max_delay < self.failed_login_delay:
+            raise ValueError(f"failed_login_max_delay ({self.failed_login_max_delay:g}) is "
+                             f"below failed_login_delay ({self.failed_login_delay:g})")
 
     @property
     def takes_tokens(self) -> bool:
@@ -185,6 +209,16 @@ def strip_credentials(request: Any) -> None:
 
 
 @dataclass(frozen=True)
+class _PasswordCheck:
+    """A password waiting for a thread to check it, and who hears the answer."""
+
+    passwords: PasswordFile
+    user: str
+    password: str
+    result: defer.Deferred[bool]
+
+
+@dataclass(frozen=True)
 class _Credentials:
     """What the [auth] files hold, read together."""
 
@@ -205,11 +239,21 @@ class Authentication:
         self.rules = rules
         self.reactor = reactor
         self._loaded = self._load(settings, rules)
-        self._checks = defer.DeferredSemaphore(settings.password_threads)
-        self._waiting = 0
+        self.logins = LoginThrottle(
+            per_address=settings.failed_logins_per_address,
+            per_user=settings.failed_logins_per_user, delay=settings.failed_login_delay,
+            max_delay=settings.failed_login_max_delay,
+            forget_after=settings.forget_failed_logins_after,
+        )
+        self._queue: FairQueue[_PasswordCheck] = FairQueue(
+            settings.max_pending_password_checks_per_address,
+            settings.max_pending_password_checks)
+        self._checking = 0
         self._pool: Any = None
-        # Authentications by outcome ("ok" or a refusal's reason), for /metrics.
+        # Authentications by outcome ("ok" or a refusal's reason), and password checks run
+        # (each one scrypt), for /metrics.
         self.outcomes: dict[str, int] = {}
+        self.password_checks = 0
 
     @property
     def policy(self) -> Policy:
@@ -413,7 +457,7 @@ class Authentication:
             if scheme == "bearer":
                 return defer.succeed(self._token_principal(value))
             if scheme == "basic":
-                return self._password_principal(value)
+                return self._password_principal(value, address_key(request.getClientAddress()))
             raise HTTPRefusal(401, "scheme", f"unknown authorization scheme {scheme!r}")
         except HTTPRefusal as refusal:
             return defer.fail(refusal)
@@ -427,33 +471,78 @@ class Authentication:
         except AuthenticationFailed as failed:
             raise HTTPRefusal(401, failed.reason, str(failed)) from None
 
-    def _password_principal(self, user_password: str) -> defer.Deferred[Principal]:
+    def _password_principal(self, user_password: str,
+                            network: str) -> defer.Deferred[Principal]:
+        """The user whose password this is, from `network` (as `wireproto.peerlog.address_key`
+        counts an address), once a thread has checked it; refused at once if the address or
+        the user from it has failed too often, or if too many checks are waiting."""
         passwords = self._loaded.passwords
         if passwords is None:
             raise HTTPRefusal(401, "scheme", "a password, but [auth] has no password_file")
         user, colon, password = user_password.partition(":")
         if not colon or not user:
             raise HTTPRefusal(401, "malformed", "HTTP Basic credentials that are not user:password")
-        if self._waiting >= self.settings.max_pending_password_checks:
-            raise HTTPRefusal(503, "busy", "too many password checks waiting")
-        self._waiting += 1
-
-        def check() -> defer.Deferred[bool]:
-            from twisted.internet.threads import deferToThreadPool
-
-            return deferToThreadPool(self.reactor, self._thread_pool(), passwords.check, user,
-                                     password)
+        self._refuse_if_throttled(network, user)
+        check = _PasswordCheck(passwords, user, password, defer.Deferred())
+        try:
+            shed = self._queue.push(network, check)
+        except QueueFull as full:
+            raise HTTPRefusal(503, "busy", str(full)) from None
+        for other in shed:
+            other.result.errback(HTTPRefusal(503, "busy", "its place in the queue went to a "
+                                             "login from an address with fewer waiting"))
+        self._check_passwords()
 
         def checked(ok: bool) -> Principal:
             if not ok:
                 raise HTTPRefusal(401, "bad_password", f"wrong user or password for {user!r}")
             return Principal(user)
 
-        def done(result: Any) -> Any:
-            self._waiting -= 1
-            return result
+        return check.result.addCallback(checked)
 
-        return self._checks.run(check).addBoth(done).addCallback(checked)
+    def _refuse_if_throttled(self, network: str, user: str) -> None:
+        by = self.logins.refusal(network, user)
+        if by is not None:
+            whom = "this address" if by == "address" else f"{user!r} from this address"
+            raise HTTPRefusal(401, "throttled", f"too many failed logins by {whom}; not "
+                              "checked")
+
+    def _check_passwords(self) -> None:
+        """Start checking waiting passwords, address by address, while a thread is free. One
+        whose address ran out of budget while it waited is refused unchecked."""
+        from twisted.internet.threads import deferToThreadPool
+
+        while self._checking < self.settings.password_threads:
+            taken = self._queue.pop()
+            if taken is None:
+                return
+            network, check = taken
+            try:
+                self._refuse_if_throttled(network, check.user)
+            except HTTPRefusal as refusal:
+                self._queue.done(network)
+                check.result.errback(refusal)
+                continue
+            self._checking += 1
+            self.password_checks += 1
+            d = deferToThreadPool(self.reactor, self._thread_pool(), check.passwords.check,
+                                  check.user, check.password)
+            d.addBoth(self._password_checked, network, check)
+
+    def _password_checked(self, result: Any, network: str, check: _PasswordCheck) -> None:
+        """Remember the outcome (before the next check from the address is let through), answer,
+        and start the next check."""
+        self._checking -= 1
+        self._queue.done(network)
+        if isinstance(result, Failure):
+            check.result.errback(result)
+        else:
+            if result:
+                self.logins.succeeded(network, check.user)
+            else:
+                self.logins.failed(network, check.user)
+            check.result.callback(result)
+        self._check_passwords()
 
     def _thread_pool(self) -> Any:
         if self._pool is None:

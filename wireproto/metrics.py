@@ -144,6 +144,27 @@ class BrokerCollector(Collector):
         for outcome, count in sorted({"ok": 0, **auth.outcomes}.items()):
             outcomes.add_metric([outcome], count)
         yield outcomes
+        yield CounterMetricFamily(
+            "wireproto_password_checks",
+            "Passwords checked against the password file (each one scrypt).",
+            value=auth.password_checks,
+        )
+        throttled = CounterMetricFamily(
+            "wireproto_password_logins_throttled",
+            "Password logins refused unchecked because their address (by=address), or their "
+            "user from that address (by=user), failed too often.", labels=["by"],
+        )
+        tracked = GaugeMetricFamily(
+            "wireproto_password_failures_tracked",
+            "Addresses (by=address), and users at an address (by=user), whose failed logins "
+            "the broker remembers.", labels=["by"],
+        )
+        logins = auth.logins
+        for by, table in (("address", logins.addresses), ("user", logins.users)):
+            throttled.add_metric([by], logins.throttled[by])
+            tracked.add_metric([by], len(table))
+        yield throttled
+        yield tracked
         denied = CounterMetricFamily(
             "wireproto_denied", "Messages the access rules refused, by protocol and action.",
             labels=["protocol", "action"],

@@ -92,19 +92,22 @@ class HTTPAnswer:
 
 
 async def http_handshake(port: int, target: str, headers: dict[str, str] | None = None,
-                         websocket: bool = True) -> HTTPAnswer:
+                         websocket: bool = True, *, source: str | None = None,
+                         timeout: float = 5.0) -> HTTPAnswer:
     """Send one GET (a WebSocket upgrade unless `websocket` is false) and read the answer's
-    head; status 0 if the connection closed without one."""
+    head, within `timeout` seconds; status 0 if the connection closed without one. `source`
+    is the client's own address (any of 127.0.0.0/8 is this host on Linux)."""
     lines = [f"GET {target} HTTP/1.1", f"Host: 127.0.0.1:{port}"]
     if websocket:
         lines += ["Upgrade: websocket", "Connection: Upgrade",
                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"]
     lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", port)
+    endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", port,
+                                  bindAddress=None if source is None else (source, 0))
     client = await wait_for(endpoint.connect(Factory.forProtocol(_Collector)))
     client.transport.write(request)
-    await eventually(lambda: _complete(client.received) or client.closed)
+    await eventually(lambda: _complete(client.received) or client.closed, timeout)
     client.transport.loseConnection()
     if not client.received:
         return HTTPAnswer(0, {}, b"")  # closed without an answer

@@ -65,6 +65,12 @@ def test_a_listeners_allow_list_reads_back() -> None:
      "w.toml: auth: jwt_algorithms: unknown algorithm 'none'"),
     ('[auth]\njwt_secret_file = "s"', "w.toml: auth: jwt_secret_file needs jwt_algorithms"),
     ('[auth]\nanonymos = true', "w.toml: auth.anonymos: unknown key"),
+    ('[auth]\nfailed_login_delay = 10\nfailed_login_max_delay = 5',
+     "w.toml: auth: failed_login_max_delay (5) is below failed_login_delay (10)"),
+    ('[auth]\nfailed_logins_per_user = -1',
+     "w.toml: auth.failed_logins_per_user: expected a count"),
+    ('[auth]\nmax_pending_password_checks_per_address = 0',
+     "w.toml: auth.max_pending_password_checks_per_address: must be a positive integer"),
     ('[[listen]]\nprotocol = "websmq"\ntransport = "length32"\nendpoint = "tcp:0"\n'
      'identity = "credentials"', "w.toml: listen[1].identity: credentials come with a ws or "
      "engineio handshake"),
