@@ -12,6 +12,9 @@ password file), the access rules, and how each kind of connection gets its princ
   fixed principal, or make every connection anonymous. Serial lines, attached links and Phyllo
   devices are the principal their config names.
 
+Each principal carries the `Credential` that proved it: the hub closes its connection once a
+token or certificate expires (plus `expiry_leeway`).
+
 `Authentication.load` reads every file at once, so a bad one is found before anything listens,
 and `reload` rereads them (SIGHUP), keeping the old ones if any new one is bad. docs/security.md
 describes the model.
@@ -27,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import Encoding
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto import peerlog
-from wireproto.access import ANONYMOUS, AccessRule, Policy, Principal
+from wireproto.access import ANONYMOUS, AccessRule, Credential, Policy, Principal
+from wireproto.access.credentials import CERTIFICATE
 from wireproto.access.passwords import PasswordFile, PasswordFileError
 from wireproto.access.tokens import AuthenticationFailed, TokenVerifier
 from wireproto.peerlog import address_key, describe_address
@@ -39,7 +44,8 @@ from wireproto.settings import boolean, choice, integer, seconds_or_never, setti
 from wireproto.transports.http import HTTPRefusal, Identify
 from wireproto.transports.identity import (
     CERTIFICATE_NAMES,
-    peer_certificate_name,
+    certificate_name,
+    peer_certificates,
     unix_peer_user,
 )
 
@@ -57,6 +63,7 @@ log = Logger(namespace="wireproto.auth")
 
 # How a listener's connections get their principal.
 IDENTITIES = ("credentials", "certificate", "unix-peer", "anonymous")
+DEFAULT_EXPIRY_LEEWAY = 5.0
 JWT_ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384",
                   "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
@@ -113,6 +120,9 @@ class AuthSettings:
     jwt_audience: str = ""
     jwt_issuer: str = ""
     jwt_leeway: float = setting(0.0, read=seconds_or_never)
+    # How long past its token's exp or its certificate's notAfter a connection is closed (clock
+    # skew); a token's close waits jwt_leeway if that is longer.
+    expiry_leeway: float = setting(DEFAULT_EXPIRY_LEEWAY, read=seconds_or_never)
     roles_claim: str = "roles"
     topics_claim: str = "topics"
     certificate_name: str = setting("cn", read=choice(CERTIFICATE_NAMES, "certificate name"))
@@ -361,10 +371,15 @@ class Authentication:
         return lambda transport: ANONYMOUS
 
     def certificate_principal(self, transport: Any) -> Principal | None:
-        """The principal the TLS peer's certificate names, or None (logged) if it names none."""
-        name = peer_certificate_name(transport, self.settings.certificate_name)
+        """The principal the TLS peer's certificate names, or None (logged) if it names none. Its
+        credential expires with the first certificate of the chain to expire."""
+        chain = peer_certificates(transport)
+        name = certificate_name(chain[0], self.settings.certificate_name) if chain else None
         if name is not None:
-            return Principal(name)
+            expires = min(certificate.not_valid_after_utc.timestamp() for certificate in chain)
+            der = tuple(certificate.public_bytes(Encoding.DER) for certificate in chain)
+            return Principal(name, credential=Credential(CERTIFICATE, expires=expires,
+                                                         chain=der))
         self.count("certificate")
         peer = transport.getPeer()
         peerlog.warn(log, address_key(peer), "auth: refused {peer}: its certificate has no "

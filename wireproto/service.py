@@ -256,6 +256,8 @@ class WireprotoService(MultiService):
                 raise ConfigError(f"auth: {error}") from None
             hub.policy = self.auth.policy
             hub.max_denials = config.auth.close_after_denials
+            hub.expiry_leeway = config.auth.expiry_leeway
+        hub.clock = reactor
         hub.limits = PrincipalLimits(config.limits)
         # With [cluster] url: the other broker processes, through NATS.
         self.cluster: ClusterLink | None = None

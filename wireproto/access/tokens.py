@@ -10,6 +10,9 @@ PyJWT does the cryptography. This module decides what is accepted:
 - the principal is `sub`; roles come from the `roles` claim (a string or a list of strings); an
   optional claim (`topics_claim`) lists the topic patterns the token's rights are narrowed to.
 
+The principal carries a `Credential` with the token's ``exp``, so its connection can be closed
+when the token expires.
+
 Every refusal is an `AuthenticationFailed` whose `reason` is a short code for metrics and logs;
 neither the message nor the reason ever holds the token.
 """
@@ -26,6 +29,7 @@ from jwt.algorithms import get_default_algorithms
 from wireproto.errors import InvalidTopic
 from wireproto.topics import validate_pattern
 
+from .credentials import TOKEN, Credential
 from .policy import Principal
 
 __all__ = [
@@ -113,28 +117,36 @@ class TokenVerifier:
             raise AuthenticationFailed(
                 "too_large", f"token of {size} bytes is over the {self.max_token_bytes}-byte limit"
             )
-        claims = self._verified_claims(token)
+        claims, kid = self._verified_claims(token)
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise AuthenticationFailed("missing_claim", "token has no sub (subject) string")
+        expires = claims.get("exp")
+        credential = Credential(
+            TOKEN, expires=None if expires is None else float(expires), leeway=self.leeway,
+            key_id=kid,
+        )
         return Principal(
             subject,
             roles=self._roles(claims),
             client_id=client_id,
             narrowed_to=self._narrowing(claims),
+            credential=credential,
         )
 
-    def _verified_claims(self, token: str | bytes) -> dict[str, Any]:
+    def _verified_claims(self, token: str | bytes) -> tuple[dict[str, Any], str | None]:
+        """The claims of a valid token, and the kid of the JWKS key that verified it."""
         key = self._keys
+        kid = None
         try:
             if isinstance(key, jwt.PyJWKSet):
-                key = self._jwk_for(token)
+                kid, key = self._jwk_for(token)
             required = ["sub"] + (["exp"] if self.require_exp else [])
             return jwt.decode(
                 token, key, algorithms=list(self.algorithms), audience=self.audience,
                 issuer=self.issuer, leeway=self.leeway,
                 options={"require": required, "verify_aud": self.audience is not None},
-            )
+            ), kid
         except AuthenticationFailed:
             raise
         except jwt.ExpiredSignatureError:
@@ -159,7 +171,7 @@ class TokenVerifier:
             # DecodeError, InvalidKeyError and the like: the token is not one we can read.
             raise AuthenticationFailed("malformed", "token cannot be read") from None
 
-    def _jwk_for(self, token: str | bytes) -> Any:
+    def _jwk_for(self, token: str | bytes) -> tuple[str, Any]:
         header = jwt.get_unverified_header(token)
         kid = header.get("kid")
         if not isinstance(kid, str):
@@ -174,7 +186,7 @@ class TokenVerifier:
             raise AuthenticationFailed(
                 "algorithm", "token's key is for an algorithm this listener does not accept"
             )
-        return jwk.key
+        return kid, jwk.key
 
     def _roles(self, claims: Mapping[str, Any]) -> frozenset[str]:
         roles = claims.get(self.roles_claim, ())

@@ -19,10 +19,14 @@ Both are counted.
 A session may leave a will: a message published, marked as a will, when the session closes for any
 reason.
 
+A session lasts no longer than the credential that proved its principal: it is closed when that
+expires (`Session.watch_expiry`, [auth] `expiry_leeway` later), its transport telling the peer
+why (a WebSocket closes with 1008).
+
 The hub logs each connection's life as structured events (namespace ``wireproto.hub``, a stable
-`event` field): ``connect``, ``disconnect`` (with the reason and the session's counts), ``will``
-and ``protocol_error``. It keeps each protocol's counts after its sessions close
-(`Hub.protocol_stats`), for wireproto.metrics.
+`event` field): ``connect``, ``disconnect`` (with the reason and the session's counts), ``will``,
+``protocol_error`` and ``credential_expired``. It keeps each protocol's
+counts after its sessions close (`Hub.protocol_stats`), for wireproto.metrics.
 
 
 The package: `message` (what travels and what is counted), `subscribers` (who is delivered
@@ -143,6 +147,10 @@ class Hub:
         self.policy = Policy.open()
         # Refusals one connection may earn before it is closed (0: never closed for them).
         self.max_denials = 0
+        # How long past its credential's expiry a connection is closed ([auth] expiry_leeway),
+        # and the clock that closes it (the reactor, unless set).
+        self.expiry_leeway = 0.0
+        self._clock: Any = None
         # Refusals by (protocol, action).
         self.denied: dict[tuple[str, str], int] = {}
         # What each principal holds and sends, against the [limits] table.
@@ -164,6 +172,19 @@ class Hub:
         self.topic_counts: dict[str, int] | None = None
         self.max_counted_topics = 0
         self.uncounted_publishes = 0
+
+    @property
+    def clock(self) -> Any:
+        """The IReactorTime the sessions' credential expiries are timed by."""
+        if self._clock is None:
+            from twisted.internet import reactor
+
+            self._clock = reactor
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Any) -> None:
+        self._clock = clock
 
     def count_topics(self, max_topics: int) -> None:
         """Count the publishes on each topic from now on, for at most `max_topics` topics."""
@@ -229,6 +250,7 @@ class Hub:
         session.client = client
         session.identify(session.principal)
         self.sessions[session] = None
+        session.watch_expiry()
         key = (protocol, session.transport_name)
         self.accepted[key] = self.accepted.get(key, 0) + 1
         log.info(

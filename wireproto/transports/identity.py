@@ -31,6 +31,7 @@ __all__ = [
     "server_endpoint",
     "certificate_name",
     "peer_certificate_name",
+    "peer_certificates",
     "unix_peer_user",
 ]
 
@@ -105,12 +106,14 @@ def server_endpoint(reactor: Any, description: str) -> Any:
 
 
 def certificate_name(certificate: Any, which: str = "cn") -> str | None:
-    """The principal name in a peer certificate (a pyOpenSSL X509): its subject's common name,
-    or its first DNS name, e-mail address or URI in the subject alternative names."""
+    """The principal name in a peer certificate (a cryptography or pyOpenSSL one): its subject's
+    common name, or its first DNS name, e-mail address or URI in the subject alternative
+    names."""
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
-    cert = certificate.to_cryptography()
+    cert = certificate.to_cryptography() if hasattr(certificate, "to_cryptography") \
+        else certificate
     if which == "cn":
         names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
         value = names[0].value if names else None
@@ -127,9 +130,22 @@ def certificate_name(certificate: Any, which: str = "cn") -> str | None:
 
 def peer_certificate_name(transport: Any, which: str = "cn") -> str | None:
     """The principal name in the certificate `transport`'s TLS peer showed, or None."""
+    chain = peer_certificates(transport)
+    return certificate_name(chain[0], which) if chain else None
+
+
+def peer_certificates(transport: Any) -> tuple[Any, ...]:
+    """The certificate `transport`'s TLS peer showed, then the rest of the chain it was
+    verified with, up to the CA (cryptography certificates); () if it showed none."""
     get = getattr(transport, "getPeerCertificate", None)
     certificate = get() if get is not None else None
-    return None if certificate is None else certificate_name(certificate, which)
+    if certificate is None:
+        return ()
+    handle = getattr(transport, "getHandle", None)
+    connection = handle() if handle is not None else None
+    verified = getattr(connection, "get_verified_chain", None)
+    chain = (verified() if verified is not None else None) or [certificate]
+    return tuple(c.to_cryptography() if hasattr(c, "to_cryptography") else c for c in chain)
 
 
 def unix_peer_user(transport: Any) -> str | None:

@@ -1,0 +1,183 @@
+"""Connections end with their credentials, on real sockets: a token or a client certificate that
+expires closes its connection (after [auth] expiry_leeway), in every protocol."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest_twisted
+from cryptography.hazmat.primitives import serialization
+from twisted.internet import reactor, ssl
+from twisted.logger import globalLogPublisher
+
+from tests.access.conftest import SECRET, AuthFiles
+from tests.access.test_peer_identity import _certificate, _key, _pem_key, tls_connect
+from tests.support import eventually, wait_for
+from wireproto.config import config_from_toml
+from wireproto.protocols.nydus.client import NydusClient
+from wireproto.protocols.subble.client import SubbleClient
+from wireproto.protocols.ubre.client import UbreClient
+
+POLICY_VIOLATION = 1008
+
+LISTEN = "".join(
+    f'[[listen]]\nprotocol = "{protocol}"\ntransport = "{transport}"\nendpoint = "tcp:0"\n'
+    for protocol, transport in (("websmq", "ws"), ("ubre", "ws"), ("nydus", "engineio"),
+                                ("subble", "ws"))
+)
+
+RULES = """
+[[acl]]
+subscribe = ["chat/#"]
+publish = ["chat/#"]
+"""
+
+
+async def start(broker: Any, auth_files: AuthFiles, **auth: Any) -> tuple[Any, dict[str, str]]:
+    text = LISTEN + auth_files.auth_table(**auth) + RULES
+    service, bound = await broker.start_config(config_from_toml(text, reactor=reactor))
+    return service, {b.listener.protocol: b.address for b in bound}
+
+
+class Reasons:
+    """Why each client's connection closed, by name, as its on_disconnect hook heard it."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, str] = {}
+
+    def watch(self, name: str, client: Any) -> Any:
+        client.on_disconnect = lambda reason: self.by_name.setdefault(
+            name, reason.getErrorMessage())
+        return client
+
+
+class Events:
+    """The log events of a test, to look for one and to make sure no credential is in them."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def __enter__(self) -> Events:
+        globalLogPublisher.addObserver(self.events.append)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        globalLogPublisher.removeObserver(self.events.append)
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("event") == event]
+
+
+# -- expiry --------------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_protocol_is_closed_when_its_token_expires(
+    broker: Any, auth_files: AuthFiles
+) -> None:
+    service, addresses = await start(broker, auth_files, expiry_leeway=0.2)
+    expires = int(time.time()) + 3
+    token = jwt.encode({"sub": "alice", "exp": expires}, SECRET, algorithm="HS256")
+    bearer = {"Authorization": "Bearer " + token}
+    lasting = await broker.client(addresses["websmq"] + "?access_token=" + auth_files.token("bob"))
+    with Events() as log:
+        websmq = await broker.client(addresses["websmq"] + "?access_token=" + token)
+        reasons = Reasons()
+        ubre = reasons.watch("ubre", UbreClient(reactor, addresses["ubre"], headers=bearer))
+        nydus = reasons.watch("nydus", NydusClient(reactor, addresses["nydus"], headers=bearer))
+        subble = reasons.watch("subble", SubbleClient(reactor, addresses["subble"],
+                                                      headers=bearer, subscribe=["chat/room"]))
+        for client in (ubre, nydus, subble):
+            await wait_for(client.connect())
+        await eventually(lambda: len(service.hub.sessions) == 5)
+        closed = await wait_for(websmq.when_closed(), timeout=8)
+        await eventually(lambda: len(reasons.by_name) == 3)
+    # Not before the token's exp and its leeway; a second or so after, the test's bound.
+    assert time.time() >= expires + 0.2
+    assert websmq.transport.closeCode == POLICY_VIOLATION
+    assert websmq.transport.closeReason == "credential expired"
+    assert "credential expired" in str(closed)
+    for name in ("ubre", "subble"):
+        assert "WebSocket closed with code 1008: credential expired" in reasons.by_name[name]
+    assert "nydus" in reasons.by_name
+    assert lasting.connected
+    (session,) = service.hub.sessions
+    assert session.principal.name == "bob"
+    expired = log.named("credential_expired")
+    assert sorted(event["protocol"] for event in expired) == ["nydus", "subble", "ubre",
+                                                              "websmq"]
+    assert {event["principal"] for event in expired} == {"alice"}
+    assert token not in repr(log.events)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_connection_closed_before_its_token_expires_leaves_no_timer(
+    broker: Any, auth_files: AuthFiles
+) -> None:
+    service, addresses = await start(broker, auth_files)
+    client = await broker.client(addresses["websmq"] + "?access_token="
+                                 + auth_files.token(lifetime=600))
+    await eventually(lambda: len(service.hub.sessions) == 1)
+    (session,) = service.hub.sessions
+    timer = session.expiry
+    assert timer is not None and timer.active()
+    assert abs(timer.getTime() - (int(time.time() + 600) + 5.0)) < 2  # exp + the default leeway
+    await wait_for(client.disconnect())
+    await eventually(lambda: not service.hub.sessions)
+    assert not timer.active() and session.expiry is None
+
+
+def _short_lived_pki(directory: Path, lifetime: float) -> tuple[Path, Path, Path,
+                                                                  ssl.PrivateCertificate]:
+    """A CA, a server certificate, and a client certificate "device-1" whose notAfter is
+    `lifetime` seconds from now."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = _key()
+    ca = _certificate("expiry test CA", ca_key, "expiry test CA", ca_key, ca=True)
+    server_key = _key()
+    server = _certificate("localhost", server_key, "expiry test CA", ca_key, dns="localhost")
+    client_key = _key()
+    client = _certificate("device-1", client_key, "expiry test CA", ca_key,
+                          not_after=now + datetime.timedelta(seconds=lifetime))
+    pem = serialization.Encoding.PEM
+    (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (directory / "server.key").write_bytes(_pem_key(server_key))
+    (directory / "server.pem").write_bytes(server.public_bytes(pem))
+    device = ssl.PrivateCertificate.loadPEM(client.public_bytes(pem) + _pem_key(client_key))
+    return directory / "ca.pem", directory / "server.key", directory / "server.pem", device
+
+
+class _PKI:
+    def __init__(self, ca: Path, clients: dict[str, ssl.PrivateCertificate]) -> None:
+        self.ca = ca
+        self.clients = clients
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_certificate_that_expires_closes_its_connection(
+    broker: Any, tmp_path: Path
+) -> None:
+    ca, server_key, server_cert, device = _short_lived_pki(tmp_path, 3)
+    expires = device.original.get_notAfter()
+    not_after = datetime.datetime.strptime(expires.decode(), "%Y%m%d%H%M%SZ").replace(
+        tzinfo=datetime.UTC).timestamp()
+    endpoint = f"mtls:0:privateKey={server_key}:certKey={server_cert}:caCerts={ca}"
+    text = (f'[[listen]]\nprotocol = "websmq"\ntransport = "length32"\nendpoint = "{endpoint}"\n'
+            f"[auth]\nexpiry_leeway = 0.2\n{RULES}")
+    service, bound = await broker.start_config(config_from_toml(text, reactor=reactor))
+    port = int(bound[0].address.rsplit(":", 1)[1])
+    with Events() as log:
+        adapter = await tls_connect(_PKI(ca, {"device-1": device}), port, "device-1")
+        await eventually(lambda: len(service.hub.sessions) == 1)
+        (session,) = service.hub.sessions
+        assert session.principal.name == "device-1"
+        closed = await wait_for(adapter.wrapped.when_closed(), timeout=8)
+    assert time.time() >= not_after + 0.2
+    assert not service.hub.sessions
+    assert closed is not None
+    (event,) = log.named("credential_expired")
+    assert event["principal"] == "device-1" and event["credential"] == "certificate"
