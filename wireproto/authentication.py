@@ -13,7 +13,8 @@ password file), the access rules, and how each kind of connection gets its princ
   devices are the principal their config names.
 
 Each principal carries the `Credential` that proved it: the hub closes its connection once a
-token or certificate expires (plus `expiry_leeway`).
+token or certificate expires (plus `expiry_leeway`), and after a reload `withdrawn` says whether
+it still holds under the files as they are now.
 
 `Authentication.load` reads every file at once, so a bad one is found before anything listens,
 and `reload` rereads them (SIGHUP), keeping the old ones if any new one is bad. docs/security.md
@@ -36,7 +37,7 @@ from twisted.logger import Logger
 
 from wireproto import peerlog
 from wireproto.access import ANONYMOUS, AccessRule, Credential, Policy, Principal
-from wireproto.access.credentials import CERTIFICATE
+from wireproto.access.credentials import CERTIFICATE, PASSWORD, TOKEN
 from wireproto.access.passwords import PasswordFile, PasswordFileError
 from wireproto.access.tokens import AuthenticationFailed, TokenVerifier
 from wireproto.peerlog import address_key, describe_address
@@ -270,6 +271,27 @@ class Authentication:
             return False
         return True
 
+    def withdrawn(self, principal: Principal) -> str | None:
+        """Why the credential that proved `principal` no longer holds under the files as loaded
+        now (after a reload), or None if it still does or nothing that can be withdrawn proved
+        it. A password holds while its user's line is the same; a token while the key that
+        verified it is still configured."""
+        credential = principal.credential
+        if credential is None:
+            return None
+        if credential.kind == PASSWORD:
+            passwords = self._loaded.passwords
+            line = None if passwords is None else passwords.line_stamp(principal.name or "")
+            if line is None:
+                return "the user is no longer in the password file"
+            if line != credential.stamp:
+                return "the user's password changed"
+        elif credential.kind == TOKEN:
+            verifier = self._loaded.verifier
+            if verifier is None or credential.stamp not in verifier.key_stamps:
+                return "its signing key is no longer configured"
+        return None
+
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
@@ -462,7 +484,8 @@ class Authentication:
         def checked(ok: bool) -> Principal:
             if not ok:
                 raise HTTPRefusal(401, "bad_password", f"wrong user or password for {user!r}")
-            return Principal(user)
+            return Principal(user, credential=Credential(PASSWORD,
+                                                         stamp=passwords.line_stamp(user)))
 
         def done(result: Any) -> Any:
             self._waiting -= 1

@@ -97,9 +97,9 @@ class Forbidden(ProtocolError):
 
 
 class CredentialEnded(ProtocolError):
-    """The credential a connection proved its principal with has expired: the broker closes the
-    connection for policy (a WebSocket's close code 1008). The message says so, never the
-    credential itself."""
+    """The credential a connection proved its principal with has expired, or a reload of the
+    [auth] files withdrew it: the broker closes the connection for policy (a WebSocket's close
+    code 1008). The message says which, never the credential itself."""
 
 
 class UnexpectedMessage(ProtocolError):

@@ -484,8 +484,9 @@ class WireprotoService(MultiService):
 
     def reload_auth(self, rules: tuple[AccessRule, ...] | None = None) -> bool:
         """Reread the [auth] key and password files and take `rules` (the same rules if None),
-        as SIGHUP does; every subscription the new rules forbid is ended. False, with the old
-        files and rules kept and the reason logged, if a file is bad."""
+        as SIGHUP does: every connection whose credential the new files withdraw is closed,
+        and every subscription the new rules forbid is ended. False, with the old files and
+        rules kept and the reason logged, if a file is bad."""
         auth = self.auth
         if auth is None:
             log.warn("reload: no [auth] table, so nothing to reload")
@@ -496,10 +497,11 @@ class WireprotoService(MultiService):
         if not auth.reload():
             auth.rules = old_rules
             return False
+        closed = self.hub.end_withdrawn(auth.withdrawn)
         ended = self.hub.set_policy(auth.policy)
-        log.info("reload: {rules} access rules; {ended} subscriptions ended",
-                 event="auth_reloaded", rules=len(auth.rules) - len(self._admin_rules),
-                 ended=ended)
+        log.info("reload: {rules} access rules; {ended} subscriptions ended; {closed} "
+                 "connections closed, their credentials withdrawn", event="auth_reloaded",
+                 rules=len(auth.rules) - len(self._admin_rules), ended=ended, closed=closed)
         return True
 
     # -- reporting bound listeners --------------------------------------------------------------

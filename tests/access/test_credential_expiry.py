@@ -1,9 +1,12 @@
 """Connections end with their credentials, on real sockets: a token or a client certificate that
-expires closes its connection (after [auth] expiry_leeway), in every protocol."""
+expires closes its connection (after [auth] expiry_leeway), in every protocol; a reload that
+removes a password file user, changes their password, or drops a JWT key closes the
+connections that proved themselves with it, and only those."""
 
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -11,12 +14,15 @@ from typing import Any
 import jwt
 import pytest_twisted
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from jwt.algorithms import ECAlgorithm
 from twisted.internet import reactor, ssl
 from twisted.logger import globalLogPublisher
 
-from tests.access.conftest import SECRET, AuthFiles
+from tests.access.conftest import SECRET, AuthFiles, basic
 from tests.access.test_peer_identity import _certificate, _key, _pem_key, tls_connect
-from tests.support import eventually, wait_for
+from tests.support import eventually, sleep, wait_for
+from wireproto.access.passwords import PasswordFile
 from wireproto.config import config_from_toml
 from wireproto.protocols.nydus.client import NydusClient
 from wireproto.protocols.subble.client import SubbleClient
@@ -181,3 +187,82 @@ async def test_a_client_certificate_that_expires_closes_its_connection(
     assert closed is not None
     (event,) = log.named("credential_expired")
     assert event["principal"] == "device-1" and event["credential"] == "certificate"
+
+
+# -- reloading ---------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_reload_closes_connections_whose_password_file_user_went_or_changed(
+    broker: Any, auth_files: AuthFiles
+) -> None:
+    passwords = PasswordFile.load(auth_files.passwords)
+    for user in ("dave", "erin"):
+        passwords.set(user, f"{user}'s password", log2_n=10)
+    passwords.save(auth_files.passwords)
+    service, addresses = await start(broker, auth_files)
+    clients = {
+        user: await broker.client(addresses["websmq"], headers={
+            "Authorization": basic(user, f"{user}'s password")})
+        for user in ("carol", "dave", "erin")
+    }
+    await eventually(lambda: len(service.hub.sessions) == 3)
+    passwords.remove("carol")
+    passwords.set("dave", "dave's new password", log2_n=10)
+    passwords.save(auth_files.passwords)
+    with Events() as log:
+        assert service.reload_auth()
+        await wait_for(clients["carol"].when_closed())
+        await wait_for(clients["dave"].when_closed())
+    await sleep(0.2)
+    assert clients["erin"].connected
+    assert [s.principal.name for s in service.hub.sessions] == ["erin"]
+    carol, dave = clients["carol"].transport, clients["dave"].transport
+    assert (carol.closeCode, carol.closeReason) == (
+        POLICY_VIOLATION, "credential withdrawn: the user is no longer in the password file")
+    assert (dave.closeCode, dave.closeReason) == (
+        POLICY_VIOLATION, "credential withdrawn: the user's password changed")
+    withdrawn = log.named("credential_withdrawn")
+    assert sorted(event["principal"] for event in withdrawn) == ["carol", "dave"]
+    assert "carol's password" not in repr(log.events)
+    (reloaded,) = log.named("auth_reloaded")
+    assert reloaded["closed"] == 2
+
+
+def _ec_jwk(kid: str) -> tuple[ec.EllipticCurvePrivateKey, dict[str, Any]]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    jwk = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
+    return key, {**jwk, "kid": kid, "alg": "ES256", "use": "sig"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_reload_closes_connections_whose_jwt_key_is_gone(
+    broker: Any, auth_files: AuthFiles
+) -> None:
+    old_key, old_jwk = _ec_jwk("old")
+    new_key, new_jwk = _ec_jwk("new")
+    jwks = auth_files.directory / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [old_jwk, new_jwk]}))
+    service, addresses = await start(broker, auth_files, jwt_algorithms=["ES256"],
+                                     jwt_secret_file="", jwt_jwks_file=str(jwks))
+
+    def token(key: Any, kid: str, sub: str) -> str:
+        return jwt.encode({"sub": sub, "exp": int(time.time() + 600)}, key, algorithm="ES256",
+                          headers={"kid": kid})
+
+    old = await broker.client(addresses["websmq"] + "?access_token=" + token(old_key, "old", "a"))
+    new = await broker.client(addresses["websmq"] + "?access_token=" + token(new_key, "new", "b"))
+    await eventually(lambda: len(service.hub.sessions) == 2)
+    jwks.write_text(json.dumps({"keys": [new_jwk]}))
+    assert service.reload_auth()
+    await wait_for(old.when_closed())
+    assert (old.transport.closeCode, old.transport.closeReason) == (
+        POLICY_VIOLATION, "credential withdrawn: its signing key is no longer configured")
+    await sleep(0.2)
+    assert new.connected
+    # The same key under a new key id is still the key: a token signed by it stays.
+    jwks.write_text(json.dumps({"keys": [{**new_jwk, "kid": "renamed"}]}))
+    assert service.reload_auth()
+    await sleep(0.2)
+    assert new.connected
+

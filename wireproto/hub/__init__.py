@@ -20,12 +20,12 @@ A session may leave a will: a message published, marked as a will, when the sess
 reason.
 
 A session lasts no longer than the credential that proved its principal: it is closed when that
-expires (`Session.watch_expiry`, [auth] `expiry_leeway` later), its transport telling the peer
-why (a WebSocket closes with 1008).
+expires (`Session.watch_expiry`, [auth] `expiry_leeway` later), and when a reload withdraws it
+(`Hub.end_withdrawn`), its transport telling the peer why (a WebSocket closes with 1008).
 
 The hub logs each connection's life as structured events (namespace ``wireproto.hub``, a stable
 `event` field): ``connect``, ``disconnect`` (with the reason and the session's counts), ``will``,
-``protocol_error`` and ``credential_expired``. It keeps each protocol's
+``protocol_error``, ``credential_expired`` and ``credential_withdrawn``. It keeps each protocol's
 counts after its sessions close (`Hub.protocol_stats`), for wireproto.metrics.
 
 
@@ -43,8 +43,9 @@ from typing import Any
 from twisted.logger import Logger
 
 from wireproto import peerlog
-from wireproto.access import Policy
+from wireproto.access import Policy, Principal
 from wireproto.access.quotas import PrincipalLimits
+from wireproto.errors import CredentialEnded
 from wireproto.hub.message import (
     DEFAULT_MAX_RETAINED,
     DEFAULT_MAX_RETAINED_BYTES,
@@ -283,6 +284,20 @@ class Hub:
         for session in tuple(self.sessions):
             session.identify(session.principal)
             ended += session.end_forbidden_subscriptions()
+        return ended
+
+    def end_withdrawn(self, withdrawn: Callable[[Principal], str | None]) -> int:
+        """Close every connection whose credential `withdrawn(principal)` says no longer holds
+        (a reload), telling each peer why; returns how many."""
+        ended = 0
+        for session in tuple(self.sessions):
+            if session.principal.credential is None or session.closed:
+                continue
+            why = withdrawn(session.principal)
+            if why is not None:
+                session.end(CredentialEnded(f"credential withdrawn: {why}"),
+                            "credential_withdrawn", why)
+                ended += 1
         return ended
 
     def protocol_stats(self) -> dict[str, SessionStats]:
