@@ -371,10 +371,15 @@ class WireprotoService(MultiService):
         twisted.web Site, each at its path."""
         for group in endpoint_groups(listeners):
             first = group[0][1]
+            endpoint = server_endpoint(self.reactor, first.endpoint)
+            # An mtls: endpoint's CAs, which a reload rereads.
+            authorities = getattr(endpoint, "authorities", None)
+            if self.auth is not None:
+                self.auth.watch_authorities(authorities)
             if first.transport in HTTP_TRANSPORTS:
                 routes = {
                     listener.path or server_protocol(listener.protocol).default_path:
-                        self._http_resource(listener)
+                        self._http_resource(listener, authorities)
                     for _, listener in group
                 }
                 if self.metrics is not None:
@@ -397,16 +402,15 @@ class WireprotoService(MultiService):
                 factory = stream_server_factory(
                     self._protocol_factory(first.protocol), self._stream_options(first.transport),
                     identify=self._stream_identity(first.principal, first.identity,
-                                                   first.endpoint, first.allow),
+                                                   first.endpoint, first.allow, authorities),
                 )
-            self._add_endpoint(
-                tuple(group), server_endpoint(self.reactor, first.endpoint), factory
-            )
+            self._add_endpoint(tuple(group), endpoint, factory)
 
-    def _http_resource(self, listener: Listener) -> Any:
+    def _http_resource(self, listener: Listener, authorities: Any = None) -> Any:
         factory = self._protocol_factory(listener.protocol)
         identify = None if self.auth is None else self.auth.identify_http(
-            listener.principal, listener.identity, listener.endpoint, listener.allow
+            listener.principal, listener.identity, listener.endpoint, listener.allow,
+            authorities,
         )
         if listener.transport == "ws":
             return websocket_resource(factory, self.config.websocket, identify=identify)
@@ -418,10 +422,10 @@ class WireprotoService(MultiService):
         return engineio_resource(factory, options, reactor=self.reactor, identify=identify)
 
     def _stream_identity(self, principal: str | None, identity: str | None, endpoint: str,
-                         allow: tuple[str, ...] = ()
+                         allow: tuple[str, ...] = (), authorities: Any = None,
                          ) -> Callable[[Any], Principal | None] | None:
-        return None if self.auth is None else self.auth.identify_stream(principal, identity,
-                                                                        endpoint, allow)
+        return None if self.auth is None else self.auth.identify_stream(
+            principal, identity, endpoint, allow, authorities)
 
     def _stream_options(self, framing: str) -> StreamOptions:
         return replace(self.config.stream, framing=framing)

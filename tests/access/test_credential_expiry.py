@@ -29,6 +29,7 @@ from wireproto.protocols.subble.client import SubbleClient
 from wireproto.protocols.ubre.client import UbreClient
 
 POLICY_VIOLATION = 1008
+PEM = serialization.Encoding.PEM
 
 LISTEN = "".join(
     f'[[listen]]\nprotocol = "{protocol}"\ntransport = "{transport}"\nendpoint = "tcp:0"\n'
@@ -137,54 +138,63 @@ async def test_a_connection_closed_before_its_token_expires_leaves_no_timer(
     assert not timer.active() and session.expiry is None
 
 
-def _short_lived_pki(directory: Path, lifetime: float) -> tuple[Path, Path, Path,
-                                                                  ssl.PrivateCertificate]:
-    """A CA, a server certificate, and a client certificate "device-1" whose notAfter is
-    `lifetime` seconds from now."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = _key()
-    ca = _certificate("expiry test CA", ca_key, "expiry test CA", ca_key, ca=True)
-    server_key = _key()
-    server = _certificate("localhost", server_key, "expiry test CA", ca_key, dns="localhost")
-    client_key = _key()
-    client = _certificate("device-1", client_key, "expiry test CA", ca_key,
-                          not_after=now + datetime.timedelta(seconds=lifetime))
-    pem = serialization.Encoding.PEM
-    (directory / "ca.pem").write_bytes(ca.public_bytes(pem))
-    (directory / "server.key").write_bytes(_pem_key(server_key))
-    (directory / "server.pem").write_bytes(server.public_bytes(pem))
-    device = ssl.PrivateCertificate.loadPEM(client.public_bytes(pem) + _pem_key(client_key))
-    return directory / "ca.pem", directory / "server.key", directory / "server.pem", device
+class TwoCAs:
+    """Two CAs, "a" and "b"; a server certificate from "a", and client certificates from
+    either. The listener's CA file (`ca_file`) holds the CAs a test says; the clients trust
+    the server by `server_ca`, a file of its own. `tls_connect` takes it as its PKI."""
 
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.keys = {"a": _key(), "b": _key()}
+        self.cas = {name: _certificate(f"CA {name}", key, f"CA {name}", key, ca=True)
+                    for name, key in self.keys.items()}
+        server_key = _key()
+        server = _certificate("localhost", server_key, "CA a", self.keys["a"], dns="localhost")
+        (directory / "server.key").write_bytes(_pem_key(server_key))
+        (directory / "server.pem").write_bytes(server.public_bytes(PEM))
+        self.ca = directory / "server-ca.pem"
+        self.ca.write_bytes(self.cas["a"].public_bytes(PEM))
+        self.ca_file = directory / "client-cas.pem"
+        self.trust("a")
+        self.clients: dict[str, ssl.PrivateCertificate] = {}
 
-class _PKI:
-    def __init__(self, ca: Path, clients: dict[str, ssl.PrivateCertificate]) -> None:
-        self.ca = ca
-        self.clients = clients
+    def trust(self, *names: str) -> None:
+        """Have the listener's CA file hold these CAs."""
+        self.ca_file.write_bytes(b"".join(self.cas[name].public_bytes(PEM) for name in names))
+
+    def client(self, name: str, ca: str, lifetime: float = 86400.0) -> float:
+        """Make a client certificate `name` from CA `ca`; its notAfter, a POSIX time."""
+        key = _key()
+        not_after = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=lifetime)
+        certificate = _certificate(name, key, f"CA {ca}", self.keys[ca], not_after=not_after)
+        self.clients[name] = ssl.PrivateCertificate.loadPEM(certificate.public_bytes(PEM)
+                                                            + _pem_key(key))
+        return certificate.not_valid_after_utc.timestamp()
+
+    async def start(self, broker: Any, auth: str = "") -> tuple[Any, int]:
+        endpoint = (f"mtls:0:privateKey={self.directory / 'server.key'}"
+                    f":certKey={self.directory / 'server.pem'}:caCerts={self.ca_file}")
+        text = (f'[[listen]]\nprotocol = "websmq"\ntransport = "length32"\n'
+                f'endpoint = "{endpoint}"\n[auth]\n{auth}\n{RULES}')
+        service, bound = await broker.start_config(config_from_toml(text, reactor=reactor))
+        return service, int(bound[0].address.rsplit(":", 1)[1])
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_client_certificate_that_expires_closes_its_connection(
     broker: Any, tmp_path: Path
 ) -> None:
-    ca, server_key, server_cert, device = _short_lived_pki(tmp_path, 3)
-    expires = device.original.get_notAfter()
-    not_after = datetime.datetime.strptime(expires.decode(), "%Y%m%d%H%M%SZ").replace(
-        tzinfo=datetime.UTC).timestamp()
-    endpoint = f"mtls:0:privateKey={server_key}:certKey={server_cert}:caCerts={ca}"
-    text = (f'[[listen]]\nprotocol = "websmq"\ntransport = "length32"\nendpoint = "{endpoint}"\n'
-            f"[auth]\nexpiry_leeway = 0.2\n{RULES}")
-    service, bound = await broker.start_config(config_from_toml(text, reactor=reactor))
-    port = int(bound[0].address.rsplit(":", 1)[1])
+    pki = TwoCAs(tmp_path)
+    not_after = pki.client("device-1", "a", lifetime=3)
+    service, port = await pki.start(broker, "expiry_leeway = 0.2")
     with Events() as log:
-        adapter = await tls_connect(_PKI(ca, {"device-1": device}), port, "device-1")
+        adapter = await tls_connect(pki, port, "device-1")
         await eventually(lambda: len(service.hub.sessions) == 1)
         (session,) = service.hub.sessions
         assert session.principal.name == "device-1"
-        closed = await wait_for(adapter.wrapped.when_closed(), timeout=8)
+        await wait_for(adapter.wrapped.when_closed(), timeout=8)
     assert time.time() >= not_after + 0.2
     assert not service.hub.sessions
-    assert closed is not None
     (event,) = log.named("credential_expired")
     assert event["principal"] == "device-1" and event["credential"] == "certificate"
 
@@ -266,3 +276,38 @@ async def test_a_reload_closes_connections_whose_jwt_key_is_gone(
     await sleep(0.2)
     assert new.connected
 
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_reload_closes_connections_whose_certificate_no_ca_signs_now(
+    broker: Any, tmp_path: Path
+) -> None:
+    pki = TwoCAs(tmp_path)
+    pki.client("device-1", "a")
+    pki.client("device-2", "b")
+    service, port = await pki.start(broker)
+    first = await tls_connect(pki, port, "device-1")
+    await eventually(lambda: len(service.hub.sessions) == 1)
+    # A reload that keeps CA a keeps its connection, and admits CA b's from then on.
+    pki.trust("a", "b")
+    assert service.reload_auth()
+    second = await tls_connect(pki, port, "device-2")
+    await eventually(lambda: len(service.hub.sessions) == 2)
+    # A bad CA file changes nothing.
+    pki.ca_file.write_bytes(b"not a certificate")
+    assert not service.reload_auth()
+    assert len(service.hub.sessions) == 2
+    with Events() as log:
+        pki.trust("b")
+        assert service.reload_auth()
+        await wait_for(first.wrapped.when_closed())
+    await sleep(0.2)
+    assert second.wrapped.connected
+    assert [s.principal.name for s in service.hub.sessions] == ["device-2"]
+    (event,) = log.named("credential_withdrawn")
+    assert event["principal"] == "device-1" and event["credential"] == "certificate"
+    assert event["why"] == "its certificate is signed by no CA the listener trusts now"
+    # And CA a's certificates are refused at the handshake from now on.
+    again = await tls_connect(pki, port, "device-1")
+    await eventually(lambda: not again.transport.connected)
+    assert len(service.hub.sessions) == 1

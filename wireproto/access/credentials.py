@@ -39,6 +39,7 @@ class Credential:
     stamp: str | None = None
     # The token's key id, for the log.
     key_id: str | None = None
-    # A certificate: the peer's, then the chain it sent, DER; and the CA file that admitted it.
+    # A certificate: the peer's, then the chain it was verified with, DER; and the CA file
+    # of the listener that admitted it.
     chain: tuple[bytes, ...] = ()
     authority: str | None = None
