@@ -13,6 +13,10 @@ password file), the access rules, and how each kind of connection gets its princ
   fixed principal, or make every connection anonymous. Serial lines, attached links and Phyllo
   devices are the principal their config names.
 
+Each principal carries the `Credential` that proved it: the hub closes its connection once a
+token or certificate expires (plus `expiry_leeway`), and after a reload `withdrawn` says whether
+it still holds under the files as they are now, the ``mtls:`` listeners' CA files included.
+
 `Authentication.load` reads every file at once, so a bad one is found before anything listens,
 and `reload` rereads them (SIGHUP), keeping the old ones if any new one is bad. docs/security.md
 describes the model.
@@ -28,12 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import Encoding
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto import peerlog
-from wireproto.access import ANONYMOUS, AccessRule, Policy, Principal
+from wireproto.access import ANONYMOUS, AccessRule, Credential, Policy, Principal
+from wireproto.access.credentials import CERTIFICATE, PASSWORD, TOKEN
 from wireproto.access.logins import FairQueue, LoginThrottle, QueueFull
 from wireproto.access.passwords import PasswordFile, PasswordFileError
 from wireproto.access.tokens import AuthenticationFailed, TokenVerifier
@@ -50,7 +56,9 @@ from wireproto.settings import (
 from wireproto.transports.http import HTTPRefusal, Identify
 from wireproto.transports.identity import (
     CERTIFICATE_NAMES,
-    peer_certificate_name,
+    ClientAuthorities,
+    certificate_name,
+    peer_certificates,
     unix_peer_user,
 )
 
@@ -68,6 +76,7 @@ log = Logger(namespace="wireproto.auth")
 
 # How a listener's connections get their principal.
 IDENTITIES = ("credentials", "certificate", "unix-peer", "anonymous")
+DEFAULT_EXPIRY_LEEWAY = 5.0
 JWT_ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384",
                   "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
@@ -124,6 +133,9 @@ class AuthSettings:
     jwt_audience: str = ""
     jwt_issuer: str = ""
     jwt_leeway: float = setting(0.0, read=seconds_or_never)
+    # How long past its token's exp or its certificate's notAfter a connection is closed (clock
+    # skew); a token's close waits jwt_leeway if that is longer.
+    expiry_leeway: float = setting(DEFAULT_EXPIRY_LEEWAY, read=seconds_or_never)
     roles_claim: str = "roles"
     topics_claim: str = "topics"
     certificate_name: str = setting("cn", read=choice(CERTIFICATE_NAMES, "certificate name"))
@@ -249,6 +261,9 @@ class Authentication:
             settings.max_pending_password_checks_per_address,
             settings.max_pending_password_checks)
         self._checking = 0
+        # The CAs of the mtls: listeners whose certificates name principals, by CA file: a
+        # reload rereads them too.
+        self._authorities: dict[str, list[ClientAuthorities]] = {}
         self._pool: Any = None
         # Authentications by outcome ("ok" or a refusal's reason), and password checks run
         # (each one scrypt), for /metrics.
@@ -294,15 +309,46 @@ class Authentication:
         return _Credentials(verifier, passwords, Policy(rules))
 
     def reload(self) -> bool:
-        """Reread the key and password files; False, with the old ones kept and the reason
-        logged, if one is bad."""
+        """Reread the key and password files and the mtls: listeners' CA files; False, with the
+        old ones kept and the reason logged, if one is bad."""
         try:
-            self._loaded = self._load(self.settings, self.rules)
+            loaded = self._load(self.settings, self.rules)
+            authorities = {path: group[0].read() for path, group in self._authorities.items()}
         except ValueError as error:
             log.error("auth: reload failed, keeping the old credentials and rules: {error}",
                       event="auth_reload_failed", error=str(error))
             return False
+        self._loaded = loaded
+        for path, certificates in authorities.items():
+            for listener in self._authorities[path]:
+                listener.take(certificates)
         return True
+
+    def withdrawn(self, principal: Principal) -> str | None:
+        """Why the credential that proved `principal` no longer holds under the files as loaded
+        now (after a reload), or None if it still does or nothing that can be withdrawn proved
+        it. A password holds while its user's line is the same; a token while the key that
+        verified it is still configured; a client certificate while its chain leads to a CA in
+        its listener's CA file."""
+        credential = principal.credential
+        if credential is None:
+            return None
+        if credential.kind == PASSWORD:
+            passwords = self._loaded.passwords
+            line = None if passwords is None else passwords.line_stamp(principal.name or "")
+            if line is None:
+                return "the user is no longer in the password file"
+            if line != credential.stamp:
+                return "the user's password changed"
+        elif credential.kind == TOKEN:
+            verifier = self._loaded.verifier
+            if verifier is None or credential.stamp not in verifier.key_stamps:
+                return "its signing key is no longer configured"
+        elif credential.kind == CERTIFICATE and credential.authority is not None:
+            group = self._authorities.get(credential.authority)
+            if group and not group[0].admits(credential.chain):
+                return "its certificate is signed by no CA the listener trusts now"
+        return None
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -320,11 +366,14 @@ class Authentication:
     # -- how a listener's or link's connections get their principal ------------------------------
 
     def identify_http(self, principal: str | None, identity: str | None,
-                      endpoint: str, allow: tuple[str, ...] = ()) -> Identify:
+                      endpoint: str, allow: tuple[str, ...] = (),
+                      authorities: ClientAuthorities | None = None) -> Identify:
         """How a ws or engineio listener's handshakes get their principal: `principal` for all
         of them, anonymous, the TLS client certificate, or (the default) their credentials;
-        with `allow`, one it does not name (or name a role of) is refused with 403."""
-        identify = self._identify_http(principal, identity, endpoint)
+        with `allow`, one it does not name (or name a role of) is refused with 403.
+        `authorities` are the CAs of an mtls: endpoint, to check its certificates against after
+        a reload."""
+        identify = self._identify_http(principal, identity, endpoint, authorities)
         if not allow:
             return identify
 
@@ -349,7 +398,7 @@ class Authentication:
                      principal=principal.name, reason="listener", status=403)
 
     def _identify_http(self, principal: str | None, identity: str | None,
-                       endpoint: str) -> Identify:
+                       endpoint: str, authorities: ClientAuthorities | None) -> Identify:
         fixed = _fixed_principal(principal, identity)
         if fixed is not None:
             def as_fixed(request: Any) -> defer.Deferred[Principal]:
@@ -358,9 +407,11 @@ class Authentication:
 
             return as_fixed
         if (identity or default_identity(endpoint, stream=False)) == "certificate":
+            self.watch_authorities(authorities)
+
             def by_certificate(request: Any) -> defer.Deferred[Principal]:
                 strip_credentials(request)
-                found = self.certificate_principal(request.channel.transport)
+                found = self.certificate_principal(request.channel.transport, authorities)
                 if found is None:
                     return defer.fail(HTTPRefusal(403, "certificate", "no principal name in "
                                                   "the client certificate"))
@@ -370,11 +421,12 @@ class Authentication:
         return self.authenticate_http
 
     def identify_stream(self, principal: str | None, identity: str | None,
-                        endpoint: str, allow: tuple[str, ...] = ()
+                        endpoint: str, allow: tuple[str, ...] = (),
+                        authorities: ClientAuthorities | None = None,
                         ) -> Callable[[Any], Principal | None]:
         """How a stream listener's or an attached link's connections get their principal, from
         their byte transport (None refuses one, as it does one `allow` does not name)."""
-        identify = self._identify_stream(principal, identity, endpoint)
+        identify = self._identify_stream(principal, identity, endpoint, authorities)
         if not allow:
             return identify
 
@@ -389,13 +441,15 @@ class Authentication:
         return allowed_here
 
     def _identify_stream(self, principal: str | None, identity: str | None,
-                         endpoint: str) -> Callable[[Any], Principal | None]:
+                         endpoint: str, authorities: ClientAuthorities | None,
+                         ) -> Callable[[Any], Principal | None]:
         fixed = _fixed_principal(principal, identity)
         if fixed is not None:
             return lambda transport: fixed
         identity = identity or default_identity(endpoint, stream=True)
         if identity == "certificate":
-            return self.certificate_principal
+            self.watch_authorities(authorities)
+            return lambda transport: self.certificate_principal(transport, authorities)
         if identity == "unix-peer":
             def unix_peer(transport: Any) -> Principal | None:
                 name = unix_peer_user(transport)
@@ -404,11 +458,27 @@ class Authentication:
             return unix_peer
         return lambda transport: ANONYMOUS
 
-    def certificate_principal(self, transport: Any) -> Principal | None:
-        """The principal the TLS peer's certificate names, or None (logged) if it names none."""
-        name = peer_certificate_name(transport, self.settings.certificate_name)
+    def watch_authorities(self, authorities: ClientAuthorities | None) -> None:
+        """Reread the CA file of `authorities` (an mtls: endpoint's) at each reload, for the
+        handshakes to come and to check the certificates it admitted."""
+        if authorities is not None:
+            group = self._authorities.setdefault(authorities.path, [])
+            if authorities not in group:
+                group.append(authorities)
+
+    def certificate_principal(self, transport: Any,
+                              authorities: ClientAuthorities | None = None) -> Principal | None:
+        """The principal the TLS peer's certificate names, or None (logged) if it names none. Its
+        credential expires with the first certificate of the chain to expire, and a reload
+        checks it against `authorities`, the CAs that admitted it."""
+        chain = peer_certificates(transport)
+        name = certificate_name(chain[0], self.settings.certificate_name) if chain else None
         if name is not None:
-            return Principal(name)
+            expires = min(certificate.not_valid_after_utc.timestamp() for certificate in chain)
+            der = tuple(certificate.public_bytes(Encoding.DER) for certificate in chain)
+            return Principal(name, credential=Credential(
+                CERTIFICATE, expires=expires, chain=der,
+                authority=None if authorities is None else authorities.path))
         self.count("certificate")
         peer = transport.getPeer()
         peerlog.warn(log, address_key(peer), "auth: refused {peer}: its certificate has no "
@@ -496,7 +566,8 @@ class Authentication:
         def checked(ok: bool) -> Principal:
             if not ok:
                 raise HTTPRefusal(401, "bad_password", f"wrong user or password for {user!r}")
-            return Principal(user)
+            return Principal(user, credential=Credential(PASSWORD,
+                                                         stamp=passwords.line_stamp(user)))
 
         return check.result.addCallback(checked)
 

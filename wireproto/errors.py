@@ -22,6 +22,7 @@ __all__ = [
     "BadChecksum",
     "LimitExceeded",
     "Forbidden",
+    "CredentialEnded",
     "UnexpectedMessage",
 ]
 
@@ -93,6 +94,12 @@ class Forbidden(ProtocolError):
         self.action = action
         self.topic = topic
         self.principal = principal
+
+
+class CredentialEnded(ProtocolError):
+    """The credential a connection proved its principal with has expired, or a reload of the
+    [auth] files withdrew it: the broker closes the connection for policy (a WebSocket's close
+    code 1008). The message says which, never the credential itself."""
 
 
 class UnexpectedMessage(ProtocolError):

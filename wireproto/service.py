@@ -264,6 +264,8 @@ class WireprotoService(MultiService):
                 raise ConfigError(f"auth: {error}") from None
             hub.policy = self.auth.policy
             hub.max_denials = config.auth.close_after_denials
+            hub.expiry_leeway = config.auth.expiry_leeway
+        hub.clock = reactor
         hub.limits = PrincipalLimits(config.limits)
         peerlog.count_ipv6_by(config.limits.ipv6_prefix)
         # With [cluster] url: the other broker processes, through NATS.
@@ -385,10 +387,15 @@ class WireprotoService(MultiService):
         twisted.web Site, each at its path."""
         for group in endpoint_groups(listeners):
             first = group[0][1]
+            endpoint = server_endpoint(self.reactor, first.endpoint)
+            # An mtls: endpoint's CAs, which a reload rereads.
+            authorities = getattr(endpoint, "authorities", None)
+            if self.auth is not None:
+                self.auth.watch_authorities(authorities)
             if first.transport in HTTP_TRANSPORTS:
                 routes = {
                     listener.path or server_protocol(listener.protocol).default_path:
-                        self._http_resource(listener)
+                        self._http_resource(listener, authorities)
                     for _, listener in group
                 }
                 if self.metrics is not None:
@@ -412,16 +419,15 @@ class WireprotoService(MultiService):
                     self._protocol_factory(first.protocol, first),
                     self._stream_options(first.transport),
                     identify=self._stream_identity(first.principal, first.identity,
-                                                   first.endpoint, first.allow),
+                                                   first.endpoint, first.allow, authorities),
                 )
-            self._add_endpoint(
-                tuple(group), server_endpoint(self.reactor, first.endpoint), factory
-            )
+            self._add_endpoint(tuple(group), endpoint, factory)
 
-    def _http_resource(self, listener: Listener) -> Any:
+    def _http_resource(self, listener: Listener, authorities: Any = None) -> Any:
         factory = self._protocol_factory(listener.protocol, listener)
         identify = None if self.auth is None else self.auth.identify_http(
-            listener.principal, listener.identity, listener.endpoint, listener.allow
+            listener.principal, listener.identity, listener.endpoint, listener.allow,
+            authorities,
         )
         if listener.transport == "ws":
             return websocket_resource(factory, self.config.websocket, identify=identify)
@@ -433,10 +439,10 @@ class WireprotoService(MultiService):
         return engineio_resource(factory, options, reactor=self.reactor, identify=identify)
 
     def _stream_identity(self, principal: str | None, identity: str | None, endpoint: str,
-                         allow: tuple[str, ...] = ()
+                         allow: tuple[str, ...] = (), authorities: Any = None,
                          ) -> Callable[[Any], Principal | None] | None:
-        return None if self.auth is None else self.auth.identify_stream(principal, identity,
-                                                                        endpoint, allow)
+        return None if self.auth is None else self.auth.identify_stream(
+            principal, identity, endpoint, allow, authorities)
 
     def _stream_options(self, framing: str) -> StreamOptions:
         return replace(self.config.stream, framing=framing)
@@ -499,8 +505,9 @@ class WireprotoService(MultiService):
 
     def reload_auth(self, rules: tuple[AccessRule, ...] | None = None) -> bool:
         """Reread the [auth] key and password files and take `rules` (the same rules if None),
-        as SIGHUP does; every subscription the new rules forbid is ended. False, with the old
-        files and rules kept and the reason logged, if a file is bad."""
+        as SIGHUP does: every connection whose credential the new files withdraw is closed,
+        and every subscription the new rules forbid is ended. False, with the old files and
+        rules kept and the reason logged, if a file is bad."""
         auth = self.auth
         if auth is None:
             log.warn("reload: no [auth] table, so nothing to reload")
@@ -511,10 +518,11 @@ class WireprotoService(MultiService):
         if not auth.reload():
             auth.rules = old_rules
             return False
+        closed = self.hub.end_withdrawn(auth.withdrawn)
         ended = self.hub.set_policy(auth.policy)
-        log.info("reload: {rules} access rules; {ended} subscriptions ended",
-                 event="auth_reloaded", rules=len(auth.rules) - len(self._admin_rules),
-                 ended=ended)
+        log.info("reload: {rules} access rules; {ended} subscriptions ended; {closed} "
+                 "connections closed, their credentials withdrawn", event="auth_reloaded",
+                 rules=len(auth.rules) - len(self._admin_rules), ended=ended, closed=closed)
         return True
 
     # -- reporting bound listeners --------------------------------------------------------------

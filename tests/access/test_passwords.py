@@ -73,3 +73,14 @@ def test_an_unreadable_file_says_so(tmp_path):
 def test_a_user_name_that_would_break_the_file_is_refused(user):
     with pytest.raises(ValueError, match="user name"):
         PasswordFile().set(user, "pw", log2_n=FAST)
+
+
+def test_a_users_line_stamp_changes_with_the_password_and_goes_with_the_user():
+    passwords = PasswordFile()
+    passwords.set("carol", "first", log2_n=4)
+    before = passwords.line_stamp("carol")
+    assert before is not None and "first" not in before
+    passwords.set("carol", "second", log2_n=4)
+    assert passwords.line_stamp("carol") not in (None, before)
+    passwords.remove("carol")
+    assert passwords.line_stamp("carol") is None

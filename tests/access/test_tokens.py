@@ -150,3 +150,34 @@ def test_a_jwks_picks_the_key_the_token_names():
 def test_a_verifier_that_would_be_unsafe_is_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TokenVerifier(**kwargs)
+
+
+def test_a_token_principal_carries_its_expiry_and_the_key_that_verified_it():
+    verifier = TokenVerifier(("HS256",), secret=SECRET, leeway=2.0)
+    credential = verifier.principal(jwt.encode(claims(), SECRET, "HS256")).credential
+    assert (credential.kind, credential.expires, credential.leeway) == ("token", NOW + 600, 2.0)
+    assert credential.stamp in verifier.key_stamps
+    assert SECRET.decode() not in repr(credential) and credential.stamp != SECRET.hex()
+    other = TokenVerifier(("HS256",), secret=b"t" * 32)
+    assert credential.stamp not in other.key_stamps
+    # Who the principal is does not depend on what proved it.
+    later = verifier.principal(jwt.encode(claims(exp=NOW + 900), SECRET, "HS256"))
+    assert later == verifier.principal(jwt.encode(claims(), SECRET, "HS256"))
+    assert later.credential.expires == NOW + 900
+
+
+def test_a_jwks_key_is_known_by_what_it_is_not_by_its_kid():
+    first, second = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+
+    def jwk(key, kid):
+        return {**jwt.algorithms.ECAlgorithm.to_jwk(key.public_key(), as_dict=True), "kid": kid,
+                "alg": "ES256"}
+
+    verifier = TokenVerifier(("ES256",), jwks={"keys": [jwk(first, "a"), jwk(second, "b")]})
+    token = jwt.encode(claims(), second, "ES256", headers={"kid": "b"})
+    credential = verifier.principal(token).credential
+    assert credential.key_id == "b"
+    renamed = TokenVerifier(("ES256",), jwks={"keys": [jwk(second, "renamed")]})
+    assert credential.stamp in renamed.key_stamps
+    without = TokenVerifier(("ES256",), jwks={"keys": [jwk(first, "b")]})
+    assert credential.stamp not in without.key_stamps

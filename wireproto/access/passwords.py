@@ -20,6 +20,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from .credentials import stamp
+
 __all__ = ["PasswordFile", "PasswordFileError", "hash_password", "check_password"]
 
 _DEFAULT_LOG2_N = 15  # n = 32768; with r = 8, 32 MiB a check
@@ -132,6 +134,12 @@ class PasswordFile:
 
     def __len__(self) -> int:
         return len(self._lines)
+
+    def line_stamp(self, user: str) -> str | None:
+        """A digest of `user`'s line, None without one: it changes with the password (or only
+        its hash), so a connection that proved itself with the old one can be told apart."""
+        encoded = self._lines.get(user)
+        return None if encoded is None else stamp(f"{user}:{encoded}".encode())
 
     def check(self, user: str, password: str) -> bool:
         """Whether `user` exists and `password` is theirs; slow on purpose (see the module)."""

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from wireproto.errors import InvalidTopic
 from wireproto.topics import pattern_covers, validate_pattern
+
+from .credentials import Credential
 
 __all__ = ["ANONYMOUS", "AccessRule", "Action", "Grants", "Policy", "Principal"]
 
@@ -35,12 +37,14 @@ class Action(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who a connection is. `name` None is anonymous. `narrowed_to`, when set, are the only
-    patterns within which any rule may grant anything (a token's own topic claim)."""
+    patterns within which any rule may grant anything (a token's own topic claim). `credential`
+    is what proved it, when that can expire or be withdrawn; it is no part of who it is."""
 
     name: str | None = None
     roles: frozenset[str] = frozenset()
     client_id: str | None = None
     narrowed_to: tuple[str, ...] | None = None
+    credential: Credential | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.roles, frozenset):

@@ -10,6 +10,10 @@ PyJWT does the cryptography. This module decides what is accepted:
 - the principal is `sub`; roles come from the `roles` claim (a string or a list of strings); an
   optional claim (`topics_claim`) lists the topic patterns the token's rights are narrowed to.
 
+The principal carries a `Credential`: the token's ``exp``, and a digest of the key that verified
+it (`key_stamps` holds those of every key the verifier has), so a connection can be closed when
+the token expires or its key is withdrawn.
+
 Every refusal is an `AuthenticationFailed` whose `reason` is a short code for metrics and logs;
 neither the message nor the reason ever holds the token.
 """
@@ -21,11 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import get_default_algorithms
 
 from wireproto.errors import InvalidTopic
 from wireproto.topics import validate_pattern
 
+from .credentials import TOKEN, Credential, stamp
 from .policy import Principal
 
 __all__ = [
@@ -67,6 +73,10 @@ class TokenVerifier:
     topics_claim: str | None = None
     max_token_bytes: int = 8192
     _keys: Any = field(init=False, repr=False, compare=False)
+    # `stamp` of each key: the one key's, or a JWKS's by kid.
+    _stamps: dict[str | None, str] = field(init=False, repr=False, compare=False)
+    # The `stamp` of every key this verifier checks tokens with.
+    key_stamps: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         algorithms = tuple(self.algorithms)
@@ -102,6 +112,16 @@ class TokenVerifier:
             except jwt.PyJWTError as error:
                 raise ValueError(f"the JWKS cannot be read: {error}") from None
         object.__setattr__(self, "_keys", keys)
+        stamps: dict[str | None, str] = {}
+        if isinstance(keys, jwt.PyJWKSet):
+            for jwk in keys.keys:
+                stamps.setdefault(jwk.key_id, _key_stamp(jwk.key))  # the one a lookup finds
+            every = frozenset(_key_stamp(jwk.key) for jwk in keys.keys)
+        else:
+            stamps[None] = _key_stamp(keys)
+            every = frozenset(stamps.values())
+        object.__setattr__(self, "_stamps", stamps)
+        object.__setattr__(self, "key_stamps", every)
 
     def principal(self, token: str | bytes, *, client_id: str | None = None) -> Principal:
         """The principal a valid token names; raises AuthenticationFailed otherwise."""
@@ -113,28 +133,36 @@ class TokenVerifier:
             raise AuthenticationFailed(
                 "too_large", f"token of {size} bytes is over the {self.max_token_bytes}-byte limit"
             )
-        claims = self._verified_claims(token)
+        claims, kid = self._verified_claims(token)
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise AuthenticationFailed("missing_claim", "token has no sub (subject) string")
+        expires = claims.get("exp")
+        credential = Credential(
+            TOKEN, expires=None if expires is None else float(expires), leeway=self.leeway,
+            stamp=self._stamps[kid], key_id=kid,
+        )
         return Principal(
             subject,
             roles=self._roles(claims),
             client_id=client_id,
             narrowed_to=self._narrowing(claims),
+            credential=credential,
         )
 
-    def _verified_claims(self, token: str | bytes) -> dict[str, Any]:
+    def _verified_claims(self, token: str | bytes) -> tuple[dict[str, Any], str | None]:
+        """The claims of a valid token, and the kid of the JWKS key that verified it."""
         key = self._keys
+        kid = None
         try:
             if isinstance(key, jwt.PyJWKSet):
-                key = self._jwk_for(token)
+                kid, key = self._jwk_for(token)
             required = ["sub"] + (["exp"] if self.require_exp else [])
             return jwt.decode(
                 token, key, algorithms=list(self.algorithms), audience=self.audience,
                 issuer=self.issuer, leeway=self.leeway,
                 options={"require": required, "verify_aud": self.audience is not None},
-            )
+            ), kid
         except AuthenticationFailed:
             raise
         except jwt.ExpiredSignatureError:
@@ -159,7 +187,7 @@ class TokenVerifier:
             # DecodeError, InvalidKeyError and the like: the token is not one we can read.
             raise AuthenticationFailed("malformed", "token cannot be read") from None
 
-    def _jwk_for(self, token: str | bytes) -> Any:
+    def _jwk_for(self, token: str | bytes) -> tuple[str, Any]:
         header = jwt.get_unverified_header(token)
         kid = header.get("kid")
         if not isinstance(kid, str):
@@ -174,7 +202,7 @@ class TokenVerifier:
             raise AuthenticationFailed(
                 "algorithm", "token's key is for an algorithm this listener does not accept"
             )
-        return jwk.key
+        return kid, jwk.key
 
     def _roles(self, claims: Mapping[str, Any]) -> frozenset[str]:
         roles = claims.get(self.roles_claim, ())
@@ -202,6 +230,13 @@ class TokenVerifier:
                 "malformed", f"token's {self.topics_claim!r} claim holds an invalid pattern"
             ) from None
         return tuple(patterns)
+
+
+def _key_stamp(key: Any) -> str:
+    """`stamp` of a key: of an HMAC secret's bytes, or of a public key's SubjectPublicKeyInfo."""
+    if isinstance(key, bytes):
+        return stamp(key)
+    return stamp(key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo))
 
 
 def _public_key(pem: bytes, algorithms: Iterable[str]) -> Any:

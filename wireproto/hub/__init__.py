@@ -19,10 +19,14 @@ Both are counted.
 A session may leave a will: a message published, marked as a will, when the session closes for any
 reason.
 
+A session lasts no longer than the credential that proved its principal: it is closed when that
+expires (`Session.watch_expiry`, [auth] `expiry_leeway` later), and when a reload withdraws it
+(`Hub.end_withdrawn`), its transport telling the peer why (a WebSocket closes with 1008).
+
 The hub logs each connection's life as structured events (namespace ``wireproto.hub``, a stable
-`event` field): ``connect``, ``disconnect`` (with the reason and the session's counts), ``will``
-and ``protocol_error``. It keeps each protocol's counts after its sessions close
-(`Hub.protocol_stats`), for wireproto.metrics.
+`event` field): ``connect``, ``disconnect`` (with the reason and the session's counts), ``will``,
+``protocol_error``, ``credential_expired`` and ``credential_withdrawn``. It keeps each protocol's
+counts after its sessions close (`Hub.protocol_stats`), for wireproto.metrics.
 
 
 The package: `message` (what travels and what is counted), `subscribers` (who is delivered
@@ -39,13 +43,14 @@ from typing import Any
 from twisted.logger import Logger
 
 from wireproto import peerlog
-from wireproto.access import Grants, Policy
+from wireproto.access import Grants, Policy, Principal
 from wireproto.access.quotas import PrincipalLimits
 from wireproto.codecs.serialization import (
     DEFAULT_MAX_DOCUMENT_DEPTH,
     DEFAULT_MAX_DOCUMENT_ELEMENTS,
     bound_documents,
 )
+from wireproto.errors import CredentialEnded
 from wireproto.hub.message import (
     DEFAULT_MAX_RETAINED,
     DEFAULT_MAX_RETAINED_BYTES,
@@ -158,6 +163,10 @@ class Hub:
         self.policy = Policy.open()
         # Refusals one connection may earn before it is closed (0: never closed for them).
         self.max_denials = 0
+        # How long past its credential's expiry a connection is closed ([auth] expiry_leeway),
+        # and the clock that closes it (the reactor, unless set).
+        self.expiry_leeway = 0.0
+        self._clock: Any = None
         # Refusals by (protocol, action).
         self.denied: dict[tuple[str, str], int] = {}
         # What each principal holds and sends, against the [limits] table.
@@ -179,6 +188,19 @@ class Hub:
         self.topic_counts: dict[str, int] | None = None
         self.max_counted_topics = 0
         self.uncounted_publishes = 0
+
+    @property
+    def clock(self) -> Any:
+        """The IReactorTime the sessions' credential expiries are timed by."""
+        if self._clock is None:
+            from twisted.internet import reactor
+
+            self._clock = reactor
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Any) -> None:
+        self._clock = clock
 
     def count_topics(self, max_topics: int) -> None:
         """Count the publishes on each topic from now on, for at most `max_topics` topics."""
@@ -244,6 +266,7 @@ class Hub:
         session.client = client
         session.identify(session.principal)
         self.sessions[session] = None
+        session.watch_expiry()
         key = (protocol, session.transport_name)
         self.accepted[key] = self.accepted.get(key, 0) + 1
         log.info(
@@ -286,6 +309,20 @@ class Hub:
                 changed(previous)
             except Exception:
                 log.failure("hub topic observer {observer!r} raised", observer=observer)
+        return ended
+
+    def end_withdrawn(self, withdrawn: Callable[[Principal], str | None]) -> int:
+        """Close every connection whose credential `withdrawn(principal)` says no longer holds
+        (a reload), telling each peer why; returns how many."""
+        ended = 0
+        for session in tuple(self.sessions):
+            if session.principal.credential is None or session.closed:
+                continue
+            why = withdrawn(session.principal)
+            if why is not None:
+                session.end(CredentialEnded(f"credential withdrawn: {why}"),
+                            "credential_withdrawn", why)
+                ended += 1
         return ended
 
     def protocol_stats(self) -> dict[str, SessionStats]:

@@ -1,5 +1,5 @@
 """One connection's place in the hub (`Session`): its subscriptions, its will, its send queue and
-its counters, and the log lines about its peer."""
+its counters, its credential's expiry, and the log lines about its peer."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from zope.interface import implementer
 
 from wireproto import peerlog
 from wireproto.access import ANONYMOUS, Action, Grants, Principal
-from wireproto.errors import Forbidden, LimitExceeded
+from wireproto.errors import CredentialEnded, Forbidden, LimitExceeded
 from wireproto.hub.message import (
     Encoder,
     HubMessage,
@@ -89,7 +89,8 @@ class Session:
         "_paused", "writes_now", "closed", "received", "sent", "sent_bytes", "dropped_messages",
         "dropped_bytes", "overflow_disconnects", "too_large", "max_frame", "id", "peer",
         "transport_name", "client",
-        "opened", "principal", "grants", "publish_decisions", "denials", "usage", "__weakref__",
+        "opened", "principal", "grants", "publish_decisions", "denials", "usage", "expiry",
+        "__weakref__",
     )
 
     def __init__(
@@ -141,6 +142,8 @@ class Session:
         # What this session counts against its principal's [limits].
         limits = hub.limits
         self.usage = limits.acquire(limits.key(self.principal, address_key(transport.getPeer())))
+        # The close waiting for the principal's credential to expire, if it can.
+        self.expiry: Any = None
         transport.registerProducer(self, True)
 
     def __repr__(self) -> str:
@@ -251,6 +254,56 @@ class Session:
             peer=self.peer, session=self.id, client=self.client,
             principal=self.principal.name, topic=topic,
         )
+
+    # -- the credential's end ------------------------------------------------------------------
+
+    def watch_expiry(self) -> None:
+        """Close this connection when the credential that proved its principal expires, plus
+        the hub's `expiry_leeway` (or the leeway its own check allowed, if longer)."""
+        credential = self.principal.credential
+        if credential is None or credential.expires is None or self.closed:
+            return
+        deadline = credential.expires + max(self.hub.expiry_leeway, credential.leeway)
+        self._expire_at(deadline)
+
+    def _expire_at(self, deadline: float) -> None:
+        clock = self.hub.clock
+        self.expiry = clock.callLater(max(0.0, deadline - clock.seconds()), self._expired,
+                                      deadline)
+
+    def _expired(self, deadline: float) -> None:
+        self.expiry = None
+        if self.hub.clock.seconds() < deadline:  # the clock was set back since
+            self._expire_at(deadline)
+            return
+        self.end(CredentialEnded("credential expired"), "credential_expired")
+
+    def end(self, error: CredentialEnded, event: str, why: str | None = None) -> None:
+        """Close this connection because its credential ended: the session leaves the hub now
+        (its will is published), and the transport tells the peer `error` in its carrier's
+        words (a WebSocket closes with 1008). Logged as `event`, with `why` if given, never
+        with the credential."""
+        if self.closed:
+            return
+        credential = self.principal.credential
+        log.info(
+            "{protocol} session {session} from {peer}: the {credential} of {principal!r} "
+            + ("expired" if why is None else "was withdrawn: {why}") + "; closing",
+            event=event, protocol=self.protocol, transport=self.transport_name, peer=self.peer,
+            session=self.id, client=self.client, principal=self.principal.name,
+            credential=None if credential is None else credential.kind,
+            key_id=None if credential is None else credential.key_id, why=why,
+        )
+        self.close(str(error))
+        # Nothing more comes from this session: a TLS transport closes only once its producer
+        # is gone.
+        self.transport.unregisterProducer()
+        self.transport.loseConnection(error)
+
+    def _stop_expiry(self) -> None:
+        expiry, self.expiry = self.expiry, None
+        if expiry is not None and expiry.active():
+            expiry.cancel()
 
     def may(self, action: Action, topic: str) -> bool:
         """Whether this session's principal may `action` on `topic`; asks, counts nothing."""
@@ -386,6 +439,7 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        self._stop_expiry()
         hub = self.hub
         totals = hub.closed_stats.get(self.protocol)
         if totals is None:

@@ -30,7 +30,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from wireproto import peerlog
-from wireproto.errors import BadEncoding, FrameTooLarge, ProtocolError
+from wireproto.errors import BadEncoding, CredentialEnded, FrameTooLarge, ProtocolError
 from wireproto.peerlog import address_key, describe_address
 from wireproto.settings import seconds_or_never, setting
 from wireproto.transports.base import (
@@ -251,7 +251,9 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         wrapped, self.wrapped = self.wrapped, None
         if wrapped is None or self._refused:
             return
-        if self._error is not None:
+        if isinstance(self._error, CredentialEnded):
+            reason = Failure(ConnectionLost(f"closed: {self._error}"))
+        elif self._error is not None:
             reason = Failure(ConnectionLost(f"closed after a protocol error: {self._error}"))
         wrapped.connectionLost(reason)
 

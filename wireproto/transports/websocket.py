@@ -39,7 +39,7 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import Site
 from zope.interface import implementer
 
-from wireproto.errors import FrameTooLarge, ProtocolError
+from wireproto.errors import CredentialEnded, FrameTooLarge, ProtocolError
 from wireproto.settings import seconds_or_never, setting, strings
 from wireproto.transports.base import (
     ByteTransportDelegate,
@@ -72,6 +72,7 @@ log = Logger()
 CLOSE_NORMAL = WebSocketProtocol.CLOSE_STATUS_CODE_NORMAL
 CLOSE_GOING_AWAY = WebSocketProtocol.CLOSE_STATUS_CODE_GOING_AWAY
 CLOSE_PROTOCOL_ERROR = WebSocketProtocol.CLOSE_STATUS_CODE_PROTOCOL_ERROR
+CLOSE_POLICY_VIOLATION = WebSocketProtocol.CLOSE_STATUS_CODE_POLICY_VIOLATION
 # Close codes that mean something went wrong, even when the closing handshake itself was clean.
 _ERROR_CLOSE_CODES = frozenset({1002, 1003, 1006, 1007, 1008, 1009, 1010, 1011, 1015})
 _STATE_OPEN = WebSocketProtocol.STATE_OPEN
@@ -305,9 +306,12 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
             if error is None:
                 self.sendClose(CLOSE_NORMAL)
             else:
-                # sendClose only takes 1000 and 3000-4999; 1002 needs the lower-level call.
+                # sendClose only takes 1000 and 3000-4999; 1002 and 1008 need the lower-level
+                # call. A credential that ended is policy (1008), anything else the peer's error.
                 reason = close_reason(error).encode("utf-8")
-                self.sendCloseFrame(code=CLOSE_PROTOCOL_ERROR, reasonUtf8=reason)
+                code = (CLOSE_POLICY_VIOLATION if isinstance(error, CredentialEnded)
+                        else CLOSE_PROTOCOL_ERROR)
+                self.sendCloseFrame(code=code, reasonUtf8=reason)
         elif self.state != WebSocketProtocol.STATE_CLOSING:
             self.abortConnection()
 

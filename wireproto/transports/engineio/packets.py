@@ -12,13 +12,19 @@ from wireproto.codecs.engineio import (
 )
 from wireproto.codecs.serialization import utf8
 from wireproto.errors import (
+    CredentialEnded,
     FrameTooLarge,
     ProtocolError,
 )
 from wireproto.transports.base import (
     IMessageProtocol,
 )
-from wireproto.transports.engineio.options import CLOSE_NORMAL, CLOSE_PROTOCOL_ERROR, CLOSE_TOO_BIG
+from wireproto.transports.engineio.options import (
+    CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    CLOSE_PROTOCOL_ERROR,
+    CLOSE_TOO_BIG,
+)
 
 __all__ = [
     "Outgoing",
@@ -101,6 +107,8 @@ def close_websocket(ws: WebSocketProtocol, code: int, reason: str | None) -> Non
 def close_code(error: BaseException | None) -> int:
     if isinstance(error, FrameTooLarge):
         return CLOSE_TOO_BIG
+    if isinstance(error, CredentialEnded):
+        return CLOSE_POLICY_VIOLATION
     if isinstance(error, ProtocolError):
         return CLOSE_PROTOCOL_ERROR
     return CLOSE_NORMAL
