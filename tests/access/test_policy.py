@@ -130,3 +130,17 @@ def test_a_bad_rule_is_refused_with_what_is_wrong(rule, match):
 def test_a_bad_narrowing_pattern_is_refused():
     with pytest.raises(InvalidTopic):
         Principal("alice", narrowed_to=("a/#/b",))
+
+
+def test_the_decisions_a_connection_remembers_are_bounded_in_characters():
+    from wireproto.access.policy import DECISION_CACHE_CHARACTERS
+
+    grants = Policy([AccessRule(principal="device", publish=("#",))]).grants(
+        Principal("device"))
+    for number in range(2000):
+        assert grants.allows(Action.PUBLISH, f"{number}/".ljust(1000, "x"))
+        remembered = grants.decisions(Action.PUBLISH)
+        assert sum(map(len, remembered)) <= DECISION_CACHE_CHARACTERS
+    assert len(remembered) > 10  # it still remembers what fits
+    assert grants.allows(Action.PUBLISH, "y" * (DECISION_CACHE_CHARACTERS + 1))
+    assert sum(map(len, grants.decisions(Action.PUBLISH))) <= DECISION_CACHE_CHARACTERS

@@ -162,12 +162,16 @@ class Policy:
         )
 
 
+# The characters of topics whose decisions one connection's grants remember, per action.
+DECISION_CACHE_CHARACTERS = 65_536
+
+
 class Grants:
     """One principal's patterns per action, with the decisions made so far, per action (at most
-    `cache_size` each, forgotten all at once when full, so a client that names endless topics
-    cannot grow them)."""
+    `cache_size` topics and DECISION_CACHE_CHARACTERS characters of them each, forgotten all
+    at once when full, so a client that names endless or long topics cannot grow them)."""
 
-    __slots__ = ("principal", "patterns", "_decided", "_cache_size")
+    __slots__ = ("principal", "patterns", "_decided", "_cache_size", "_cached_characters")
 
     def __init__(self, principal: Principal, patterns: dict[Action, tuple[str, ...]] | None,
                  cache_size: int) -> None:
@@ -175,6 +179,7 @@ class Grants:
         self.patterns = patterns  # None: everything is allowed
         self._decided: dict[Action, dict[str, bool]] = {action: {} for action in Action}
         self._cache_size = cache_size
+        self._cached_characters: dict[Action, int] = dict.fromkeys(Action, 0)
 
     @property
     def allows_everything(self) -> bool:
@@ -186,9 +191,15 @@ class Grants:
         allowed = decided.get(topic)
         if allowed is None:
             allowed = self._decide(action, topic)
-            if len(decided) >= self._cache_size:
+            characters = self._cached_characters[action] + len(topic)
+            if len(decided) >= self._cache_size or characters > DECISION_CACHE_CHARACTERS:
                 decided.clear()
-            decided[topic] = allowed
+                characters = len(topic)
+            if characters <= DECISION_CACHE_CHARACTERS:
+                decided[topic] = allowed
+                self._cached_characters[action] = characters
+            else:
+                self._cached_characters[action] = 0
         return allowed
 
     def decisions(self, action: Action) -> dict[str, bool]:

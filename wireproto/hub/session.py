@@ -403,10 +403,14 @@ class Session:
         self.received += 1
         decided = self.publish_decisions
         if decided is not None:
-            if not decided.get(topic):
+            if not decided.get(topic):  # a topic remembered as allowed was checked before
+                self._check_topic_length(topic)
                 self.check(Action.PUBLISH, topic)
-        elif topic[:4] == "$SYS":
-            self.refuse_reserved(topic)
+        else:
+            if len(topic) > self.hub.max_topic_length:
+                self._check_topic_length(topic)
+            if topic[:4] == "$SYS":
+                self.refuse_reserved(topic)
         if encodings is not None:
             cache = dict(encodings)
         else:
@@ -418,7 +422,8 @@ class Session:
         of its latest subscribe)."""
         self.wire_format = wire_format
         self._encode = encode
-        self.frame_key = self.hub.prepared_key(wire_format, self.transport.prepareKey)
+        self.frame_key = self.hub.prepared_key(wire_format,
+                                               (self.transport.prepareKey, self.max_frame))
 
     def send(self, data: bytes, binary: bool) -> None:
         """Send one message of this connection's own (an announcement, not a publish) through

@@ -75,15 +75,20 @@ def _wildcard_topic(data: bytes) -> tuple[type, str] | None:
 
 
 # Topics decode has accepted, by their raw bytes, so a Publish on a known topic skips decoding.
-# Bounded: a peer sending endless new topics only empties it now and then.
+# Bounded in count and, by keeping only short topics, in bytes (at most 4096 x 2 x 256): a peer
+# sending endless new topics only empties it now and then.
 _known_topics: dict[bytes, str] = {}
 _KNOWN_TOPICS_LIMIT = 4096
+_KNOWN_TOPIC_BYTES = 256
 
 
 def _remember_topic(frame: bytes, topic: str) -> None:
+    raw = frame[websmq.HEADER_SIZE : websmq.HEADER_SIZE + (frame[0] << 8 | frame[1])]
+    if len(raw) > _KNOWN_TOPIC_BYTES:
+        return
     if len(_known_topics) >= _KNOWN_TOPICS_LIMIT:
         _known_topics.clear()
-    _known_topics[frame[websmq.HEADER_SIZE : websmq.HEADER_SIZE + len(topic)]] = topic
+    _known_topics[raw] = topic
 
 
 class WebsmqServerProtocol(MessageProtocol):
