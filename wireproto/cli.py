@@ -251,10 +251,11 @@ def supervise(config: Any, args: argparse.Namespace) -> int:
 def check_config(path: str) -> int:
     """``wireproto check-config FILE``: 0 and a summary if FILE is good, else 2 and the error."""
     from wireproto.authentication import check_auth_files
-    from wireproto.config import ConfigError, load_config
+    from wireproto.config import ConfigError, build_config
 
     try:
-        config = load_config(path)
+        # As `wireproto serve --config FILE` reads it, its key files' permissions checked too.
+        config = build_config(config_file=path)
         try:
             check_auth_files(config.auth, config.acl)
         except ValueError as error:

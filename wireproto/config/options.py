@@ -125,8 +125,10 @@ def build_config(
     reactor: Any = None,
 ) -> Config:
     """The config for `wireproto serve` and `twistd wireproto`: the file (or the defaults), then
-    the options. Listeners or links given as options replace the file's."""
+    the options. Listeners or links given as options replace the file's. A key or password file
+    that its group or others may open is refused (wireproto.config.files)."""
     from wireproto.config.endpoints import default_reactor
+    from wireproto.config.files import Place, secret_file_problems
     from wireproto.config.forms import (
         Located,
         check_phyllo_links,
@@ -184,4 +186,16 @@ def build_config(
             raise ConfigError(f"--workers: must be a positive number of processes, not {workers}")
         config = config.replace(cluster=replace(config.cluster, workers=workers))
     check_metrics_path(config, "--listen" if listen else config_file or "the defaults")
+    given = {"listen": listen, "attach": attach, "phyllo": phyllo}
+
+    def located(place: Place) -> str:
+        """Where `place` was given: the option that named it, or the file's key."""
+        specs = given.get(place.section)
+        if specs and place.number is not None:
+            return f"--{place.section} {specs[place.number - 1]!r}"
+        return f"{config_file}: {place}"
+
+    problems = secret_file_problems(config)
+    if problems:
+        raise ConfigError(*(f"{located(place)}: {problem}" for place, problem in problems))
     return config
