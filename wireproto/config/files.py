@@ -1,5 +1,11 @@
 """The files a config names, checked before the broker starts.
 
+The places the broker writes must be places it can write: the capture directory, the ``[log]``
+file and the ``[hub]`` retain file (when last values are kept) are each a directory that exists
+or can be made, and be written in. The check tries, as the broker would (a file made and removed
+at once, a directory made and removed), rather than reading mode bits that root passes anyway;
+it leaves nothing behind.
+
 Key and password files must be their owner's alone, as ssh wants of a private key: one that its
 group or others may open is refused, naming the file and the ``chmod`` to run, unless
 ``[secrets] allow_loose_permissions`` is on. The secrets are the TLS private keys of endpoints
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +39,7 @@ __all__ = [
     "secret_files",
     "loose_permissions",
     "secret_file_problems",
+    "place_problems",
 ]
 
 
@@ -123,3 +131,69 @@ def secret_file_problems(config: Config) -> list[tuple[Place, str]]:
         if problem is not None:
             problems.append((place, f"{place.part}: {problem}" if place.part else problem))
     return problems
+
+
+def _existing(path: str) -> bool:
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def directory_problem(path: str) -> str | None:
+    """What stops the broker from making directory `path` (its parents too) and writing files
+    in it, or None."""
+    try:
+        if _existing(path):
+            if not os.path.isdir(path):
+                return f"{path} is not a directory"
+            with tempfile.TemporaryFile(dir=path):
+                return None
+        # The nearest directory that exists takes the first one made.
+        made = os.path.abspath(path)
+        ancestor = os.path.dirname(made)
+        while not _existing(ancestor):
+            made, ancestor = ancestor, os.path.dirname(ancestor)
+        if not os.path.isdir(ancestor):
+            return f"cannot create {made}: {ancestor} is not a directory"
+        try:
+            os.rmdir(tempfile.mkdtemp(dir=ancestor))
+        except OSError as error:
+            return f"cannot create {made} in {ancestor}: {error.strerror}"
+        return None
+    except OSError as error:
+        return f"cannot write in {path}: {error.strerror}"
+
+
+def file_problem(path: str, *, flags: int, directory_too: bool = False) -> str | None:
+    """What stops the broker from opening file `path` with `flags` (O_WRONLY | O_APPEND for a
+    log, O_RDWR for a database), or from making it, and its directory, if it is missing; with
+    `directory_too`, from writing beside it as well. None if nothing does."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        if not _existing(path):
+            return directory_problem(directory)
+        if os.path.isdir(path):
+            return f"{path} is a directory"
+        os.close(os.open(path, flags | os.O_CLOEXEC))
+    except OSError as error:
+        return f"cannot open {path}: {error.strerror}"
+    return directory_problem(directory) if directory_too else None
+
+
+def place_problems(config: Config) -> list[tuple[Place, str]]:
+    """(place, problem) for each place the broker writes that it cannot make or write."""
+    checks: list[tuple[Place, str | None]] = []
+    hub = config.hub
+    if hub.retain and hub.retain_file:
+        # sqlite writes its -wal and -shm files beside the database.
+        checks.append((Place("hub", None, "retain_file"),
+                       file_problem(hub.retain_file, flags=os.O_RDWR, directory_too=True)))
+    if config.log.file:
+        checks.append((Place("log", None, "file"),
+                       file_problem(config.log.file, flags=os.O_WRONLY | os.O_APPEND)))
+    if config.capture.directory:
+        checks.append((Place("capture", None, "directory"),
+                       directory_problem(config.capture.directory)))
+    return [(place, problem) for place, problem in checks if problem is not None]
