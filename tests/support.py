@@ -13,7 +13,14 @@ import pytest
 from twisted.internet import defer, reactor, task
 
 __all__ = ["wait_for", "sleep", "eventually", "failure_of", "free_port", "Inbox",
-           "need_interop_peer"]
+           "need_interop_peer", "write_secret"]
+
+
+def write_secret(path: Path, data: bytes) -> Path:
+    """Write a key or password file as the broker wants one: its owner's alone (0600)."""
+    path.write_bytes(data)
+    path.chmod(0o600)
+    return path
 
 
 async def wait_for(awaitable: Any, timeout: float = 5.0) -> Any:

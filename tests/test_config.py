@@ -348,7 +348,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
     [
         ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, acl, hub, websocket, "
                        "http, stream, websmq, ubre, nydus, subble, engineio, log, metrics, "
-                       "capture, auth, limits, cluster or admin (did you mean 'listen'?)"),
+                       "capture, auth, limits, cluster, admin or secrets (did you mean "
+                       "'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',
          "listen[2].transport: unknown transport 'wss'; use ws, engineio, length32, lines or cobs"),

@@ -631,3 +631,22 @@ async def test_an_idle_timeout_closes_a_silent_stream_and_spares_a_talking_one(
     assert not silent.connected
     assert isinstance(await closed(silent), error.ConnectionDone)
     assert Config().stream.idle_timeout == 0.0  # off by default
+
+
+def test_a_part_that_cannot_start_is_start_failed_and_nothing_listens(tmp_path: Path) -> None:
+    """startService says which part could not start, and why, in one line; nothing is left
+    started or listening. (The front ends print it: tests/test_start_failures.py.)"""
+    from wireproto.capture.writer import CaptureSettings
+    from wireproto.service import StartFailed
+
+    a_file = tmp_path / "hostname"
+    a_file.write_text("not a directory\n")
+    config = Config(listeners=(parse_listen(f"websmq+length32@tcp:0:{LOCAL}", reactor=reactor),),
+                    capture=CaptureSettings(directory=str(a_file / "cap")))
+    service = make_service(config, reactor)
+    with pytest.raises(StartFailed) as failed:
+        service.startService()
+    assert str(failed.value) == f"capture {a_file / 'cap'}: Not a directory"
+    assert not service.running
+    assert service.capture.writer is None
+    assert service.bound == [] and service.listen_errors == []

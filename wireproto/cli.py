@@ -15,8 +15,9 @@ length32 on 8769. It prints one line per listener, then a ready line::
     wireproto: subble over length32 on tcp:127.0.0.1:8769
     wireproto: ready; Ctrl-C stops
 
-Exit status: 0 after Ctrl-C or SIGTERM, 1 when a listener cannot bind, 2 for a bad option or
-config file. Every error is one line on stderr.
+Exit status: 0 after Ctrl-C or SIGTERM; 1 when a listener cannot bind or another part the
+config asks for cannot start (``wireproto: WHAT: WHY``); 2 for a bad option or config file, or a
+place it would write but cannot. Every error is one line on stderr, never a traceback.
 
 ``wireproto analyze CAPTURES --out DIR`` runs the Spark jobs over capture files
 (docs/pipeline.md): 0 when done, 1 when Spark fails, 2 for bad usage or a missing spark extra.
@@ -139,9 +140,9 @@ def open_log_file(path: str) -> IO[str]:
 
 
 def start_logging(settings: Any, verbose: bool) -> None:
-    """Log to stderr (or `settings.file`, created readable by its owner only) at
-    `settings.level`, info with -v; as text, or as one JSON object per line
-    (`format = "json"`)."""
+    """Log to stderr (or `settings.file`, its directory made if missing, created readable by
+    its owner only) at `settings.level`, info with -v; as text, or as one JSON object per line
+    (`format = "json"`). OSError if the file cannot be opened."""
     from twisted.logger import (
         FilteringLogObserver,
         LogLevel,
@@ -154,6 +155,8 @@ def start_logging(settings: Any, verbose: bool) -> None:
     level = LogLevel.levelWithName(settings.level)
     if verbose and level > LogLevel.info:
         level = LogLevel.info
+    if settings.file:
+        os.makedirs(os.path.dirname(os.path.abspath(settings.file)), mode=0o700, exist_ok=True)
     stream = open_log_file(settings.file) if settings.file else sys.stderr
     make = jsonFileLogObserver if settings.format == "json" else textFileLogObserver
     observer = FilteringLogObserver(
@@ -169,7 +172,9 @@ def serve(args: argparse.Namespace) -> int:
     from wireproto.config import ConfigError, config_from_options
 
     try:
-        config = config_from_options(vars(args), reactor=reactor)
+        # The places it writes are checked too: a broker that cannot start what its config
+        # asks for says so before it starts anything.
+        config = config_from_options(vars(args), reactor=reactor, check_places=True)
     except ConfigError as error:
         for problem in error.problems:
             print(f"{PROG} serve: {problem}", file=sys.stderr, flush=True)
@@ -190,6 +195,9 @@ def serve(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"{PROG} serve: {error}", file=sys.stderr, flush=True)
         return 2
+    except Exception as error:  # a part that cannot be made: one line, not a traceback
+        cannot_start(error)
+        return 1
     service.log_listen_errors = False  # reported below, in one line
     exit_code = 0
 
@@ -204,7 +212,14 @@ def serve(args: argparse.Namespace) -> int:
         reactor.stop()
 
     def start() -> None:
-        service.startService()
+        nonlocal exit_code
+        try:
+            service.startService()
+        except Exception as error:
+            cannot_start(error)
+            exit_code = 1
+            reactor.stop()
+            return
         service.when_listening().addCallbacks(listening, cannot_listen)
 
     def stop() -> Any:
@@ -222,33 +237,48 @@ def serve(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def cannot_start(error: BaseException) -> None:
+    """A broker that cannot start part of what its config asks for: one line on stderr."""
+    print(f"{PROG}: {why_not_started(error)}", file=sys.stderr, flush=True)
+
+
+def why_not_started(error: BaseException) -> str:
+    """What could not start, and why, in one line."""
+    from wireproto.cluster.server import NatsServerMissing
+    from wireproto.service import ListenFailed, StartFailed, describe_error
+
+    if isinstance(error, StartFailed | ListenFailed | NatsServerMissing):
+        return str(error)  # it says what could not start
+    return f"cannot start: {describe_error(error)}"
+
+
 def supervise(config: Any, args: argparse.Namespace) -> int:
     """`wireproto serve --workers N`: the supervisor of N broker processes."""
     import signal
 
     from twisted.internet import reactor
 
-    from wireproto.cluster.server import NatsServerMissing
     from wireproto.cluster.workers import Supervisor
-    from wireproto.service import ListenFailed
 
     options = {name: value for name, value in vars(args).items() if name != "command"}
     supervisor = Supervisor(config, options, reactor)
     exit_code = 0
 
-    def start() -> None:
+    def ready(bound: list[Any]) -> None:
+        announce([*banner(config, bound), f"{supervisor.count} workers, pids "
+                  + " ".join(map(str, supervisor.worker_pids())), "ready; Ctrl-C stops"],
+                 sys.stdout)
+
+    def failed(reason: Any) -> None:
+        # A listener, the private nats-server or a worker that could not start.
         nonlocal exit_code
-        try:
-            supervisor.startService()
-        except (ListenFailed, NatsServerMissing, RuntimeError) as error:
-            print(f"{PROG}: {error}", file=sys.stderr, flush=True)
-            exit_code = 1
-            reactor.stop()
-            return
-        supervisor.when_ready().addCallback(lambda bound: announce(
-            [*banner(config, bound), f"{supervisor.count} workers, pids "
-             + " ".join(map(str, supervisor.worker_pids())), "ready; Ctrl-C stops"],
-            sys.stdout))
+        cannot_start(reason.value)
+        exit_code = 1
+        reactor.stop()
+
+    def start() -> None:
+        supervisor.startService()
+        supervisor.when_ready().addCallbacks(ready, failed)
 
     signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(
         supervisor.signal_workers, signal.SIGHUP))
@@ -262,10 +292,12 @@ def supervise(config: Any, args: argparse.Namespace) -> int:
 def check_config(path: str) -> int:
     """``wireproto check-config FILE``: 0 and a summary if FILE is good, else 2 and the error."""
     from wireproto.authentication import check_auth_files
-    from wireproto.config import ConfigError, load_config
+    from wireproto.config import ConfigError, build_config
 
     try:
-        config = load_config(path)
+        # As `wireproto serve --config FILE` reads it: its key files' permissions, and the
+        # places it writes, checked too.
+        config = build_config(config_file=path, check_places=True)
         try:
             check_auth_files(config.auth, config.acl)
         except ValueError as error:

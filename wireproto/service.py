@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import sqlite3
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -75,6 +76,8 @@ __all__ = [
     "endpoint_groups",
     "format_address",
     "ListenFailed",
+    "StartFailed",
+    "describe_error",
     "WireprotoService",
     "make_service",
     "reload_on_sighup",
@@ -111,6 +114,26 @@ class ListenFailed(Exception):
             f"cannot listen for {what} on {listeners[0].endpoint}: "
             f"{reason.getErrorMessage()}"
         )
+
+
+class StartFailed(Exception):
+    """A part of the broker that its config asks for could not start (its capture, its last
+    values file, its cluster link...): `what`, and why, in one line."""
+
+    def __init__(self, what: str, error: BaseException | str) -> None:
+        self.what = what
+        self.error = error
+        why = error if isinstance(error, str) else describe_error(error, what)
+        super().__init__(f"{what}: {why}")
+
+
+def describe_error(error: BaseException, what: str = "") -> str:
+    """`error` in a few words: an OSError's reason, with the file it names unless `what` names
+    it already; else the error's own text."""
+    if isinstance(error, OSError) and error.strerror:
+        name = os.fsdecode(error.filename) if error.filename is not None else ""
+        return f"{name}: {error.strerror}" if name and name not in what else error.strerror
+    return str(error) or type(error).__name__
 
 
 def format_address(listener: Listener, host: Any) -> str:
@@ -342,9 +365,12 @@ class WireprotoService(MultiService):
         listeners: for UBRE, the `UbreServer` to register handlers and hooks on."""
         made = self._servers.get(protocol)
         if made is None:
-            made = self._servers[protocol] = server_protocol(protocol).make_server(
-                self.hub, self.config.tables.get(protocol)
-            )
+            try:
+                made = server_protocol(protocol).make_server(
+                    self.hub, self.config.tables.get(protocol))
+            except (OSError, sqlite3.Error) as error:  # e.g. [subble] registry's file
+                raise StartFailed(f"[{protocol}]", error) from None
+            self._servers[protocol] = made
             if self.metrics is not None:
                 self.metrics.instrument(protocol, made)
         return made
@@ -573,26 +599,44 @@ class WireprotoService(MultiService):
 
     def privilegedStartService(self) -> None:
         # Under twistd, listening happens here, before privileges are dropped; a port that cannot
-        # be bound stops twistd at once, as twistd's own strports listeners do.
-        self._start_capture()
+        # be bound, or a part that cannot start, stops twistd at once, as twistd's own strports
+        # listeners do: in one logged line and status 1, without a traceback.
+        try:
+            self._start_parts()
+        except StartFailed as failed:
+            log.error("wireproto: {error}", event="start_failed", error=str(failed))
+            raise SystemExit(1) from None
         super().privilegedStartService()
         if self.listen_errors:
-            # Logged in one line already: twistd stops with status 1, without a traceback.
+            # Logged in one line already.
             raise SystemExit(1)
 
     def startService(self) -> None:
-        self._start_capture()
+        """Start every part, then listen; StartFailed, with what started stopped again, if a
+        part cannot start."""
+        self._start_parts()
         super().startService()
 
-    def _start_capture(self) -> None:
+    def _start_parts(self) -> None:
         # Before any connection: the writer makes the directory and its thread, and the hub
         # is joined to the cluster's other processes.
+        parts: list[tuple[str, Any, Callable[[], Any]]] = []
         if self.capture is not None:
-            self.capture.start()
+            parts.append((f"capture {self.capture.directory}", self.capture.start,
+                          lambda: self.capture.close(self.reactor)))
         if self.cluster is not None:
-            self.cluster.start()
+            parts.append(("cluster", self.cluster.start, self.cluster.stop))
         if self.admin is not None:
-            self.admin.start()
+            parts.append(("admin", self.admin.start, self.admin.stop))
+        started: list[Callable[[], Any]] = []
+        for what, start, stop in parts:
+            try:
+                start()
+            except Exception as error:
+                for undo in reversed(started):
+                    undo()
+                raise StartFailed(what, error) from None
+            started.append(stop)
         retained = self.hub.retained
         if retained is not None and retained.persistent and self._flushing is None:
             self._flushing = task.LoopingCall(retained.flush)
@@ -672,6 +716,20 @@ def reload_on_sighup(
     signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(reload))
 
 
+def _hub(config: Config) -> Hub:
+    """The hub; with a [hub] retain_file, its last values read back from it (its directory made
+    if missing, its owner's alone), or StartFailed."""
+    retain_file = config.hub.retain_file if config.hub.retain else ""
+    try:
+        if retain_file:
+            os.makedirs(os.path.dirname(os.path.abspath(retain_file)), mode=0o700, exist_ok=True)
+        return Hub(**asdict(config.hub))
+    except (OSError, sqlite3.Error) as error:
+        if not retain_file:
+            raise
+        raise StartFailed(f"[hub] retain_file {retain_file}", error) from None
+
+
 def make_service(
     config: Config,
     reactor: Any = None,
@@ -685,10 +743,11 @@ def make_service(
     `retry_policy(attempt) -> seconds` paces the reopening of attached links.
     `listening_sockets` are the file descriptors a worker process listens on, bound by its
     supervisor (wireproto.cluster.workers), one per `endpoint_groups(config.listeners)` entry.
+    A part that cannot be made (a last-values file that is no database...) is StartFailed.
     """
     if reactor is None:
         from twisted.internet import reactor
-    hub = Hub(**asdict(config.hub))
+    hub = _hub(config)
     service = WireprotoService(config, hub, reactor, listening_sockets)
     service.add_listeners(config.listeners)
     for link in config.attach:

@@ -15,7 +15,7 @@ from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
 
-from tests.support import eventually, wait_for
+from tests.support import eventually, wait_for, write_secret
 from wireproto.access.passwords import PasswordFile
 from wireproto.settings import toml_value
 
@@ -49,7 +49,7 @@ class AuthFiles:
 @pytest.fixture
 def auth_files(tmp_path: Path) -> AuthFiles:
     secret = tmp_path / "jwt.secret"
-    secret.write_bytes(SECRET)
+    write_secret(secret, SECRET)
     passwords = PasswordFile()
     passwords.set("carol", "carol's password", log2_n=10)
     path = tmp_path / "passwd"

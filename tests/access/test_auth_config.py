@@ -11,6 +11,7 @@ import pytest
 from twisted.internet import reactor
 
 from tests.access.conftest import AuthFiles
+from tests.support import write_secret
 from wireproto.access import AccessRule
 from wireproto.config import ConfigError, config_from_toml, config_to_toml
 
@@ -104,13 +105,13 @@ def test_check_config_reads_the_key_and_password_files(auth_files: AuthFiles) ->
     assert done.returncode == 2
     assert f"{missing}: auth.jwt_secret_file: cannot read /nonexistent/secret" in done.stderr
     short = auth_files.directory / "short.secret"
-    short.write_bytes(b"too short")
+    write_secret(short, b"too short")
     weak = auth_files.directory / "weak.toml"
     weak.write_text(auth_files.auth_table(jwt_secret_file=str(short)))
     done = check_config(weak)
     assert done.returncode == 2 and "the HMAC secret is 9 bytes" in done.stderr
     broken = auth_files.directory / "broken.passwd"
-    broken.write_text("alice:plaintext\n")
+    write_secret(broken, b"alice:plaintext\n")
     bad_passwords = auth_files.directory / "passwords.toml"
     bad_passwords.write_text(auth_files.auth_table(password_file=str(broken)))
     done = check_config(bad_passwords)

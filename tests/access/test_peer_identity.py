@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 from twisted.internet import reactor, ssl
 from twisted.internet.endpoints import SSL4ClientEndpoint
 
-from tests.support import eventually, wait_for
+from tests.support import eventually, wait_for, write_secret
 from wireproto.access import Action
 from wireproto.config import config_from_toml
 from wireproto.protocols.websmq.client import WebsmqClientProtocol
@@ -76,7 +76,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     server_key = _key()
     server = _certificate("localhost", server_key, "wireproto test CA", ca_key, dns="localhost")
-    (directory / "server.key").write_bytes(_pem_key(server_key))
+    write_secret(directory / "server.key", _pem_key(server_key))
     (directory / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
     clients = {}
     for name, issuer_key, not_after in (
@@ -91,7 +91,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
         clients[name] = ssl.PrivateCertificate.loadPEM(pem)
         # For the tools: the certificate and its key in files of their own.
         (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (directory / f"{name}.key").write_bytes(_pem_key(key))
+        write_secret(directory / f"{name}.key", _pem_key(key))
     return PKI(directory, directory / "ca.pem", directory / "server.key",
                directory / "server.pem", clients)
 

@@ -28,7 +28,7 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, serverFromString
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
-from tests.support import eventually, wait_for
+from tests.support import eventually, wait_for, write_secret
 from wireproto.transports import MessageProtocol
 
 
@@ -211,13 +211,11 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
         .sign(key, hashes.SHA256())
     )
     key_path = directory / "key.pem"
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    write_secret(key_path, key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ))
     ca_dir = directory / "ca"
     ca_dir.mkdir()
     cert_path = ca_dir / "cert.pem"

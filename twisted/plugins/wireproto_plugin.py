@@ -55,7 +55,8 @@ class Options(usage.Options):
         from wireproto.config import ConfigError, config_from_options
 
         try:
-            self["wireproto"] = config_from_options(self)
+            # The places the broker writes are checked as `wireproto serve` checks them.
+            self["wireproto"] = config_from_options(self, check_places=True)
         except ConfigError as error:
             raise usage.UsageError("\n".join(error.problems)) from None
 
@@ -80,14 +81,23 @@ class WireprotoServiceMaker:
     options = Options
 
     def makeService(self, options: Options) -> Any:
-        from wireproto.cli import announce, banner
-        from wireproto.config import config_from_options
+        from wireproto.cli import announce, banner, cannot_start
+        from wireproto.config import ConfigError, config_from_options
         from wireproto.service import ListenFailed, make_service, reload_on_sighup
 
         config = options["wireproto"]
         if config.cluster.workers > 1:
             return _supervisor(config, options)
-        service = make_service(config)
+        # Before twistd logs: what cannot be made is one line on stderr, as under `wireproto
+        # serve`, not a traceback.
+        try:
+            service = make_service(config)
+        except ConfigError as error:
+            print(f"twistd wireproto: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        except Exception as error:
+            cannot_start(error)
+            raise SystemExit(1) from None
         from twisted.internet import reactor
 
         # SIGHUP rereads the file's [[acl]] rules and the [auth] files, as under `wireproto serve`.
@@ -122,10 +132,40 @@ def _supervisor(config: Any, options: Options) -> Any:
     supervisor = Supervisor(config, values, reactor)
     signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(
         supervisor.signal_workers, signal.SIGHUP))
-    supervisor.when_ready().addCallback(lambda bound: announce(
-        [*banner(config, bound), f"{supervisor.count} workers, pids "
-         + " ".join(map(str, supervisor.worker_pids())), "ready"], sys.__stdout__))
+
+    def ready(bound: list[Any]) -> None:
+        announce([*banner(config, bound), f"{supervisor.count} workers, pids "
+                  + " ".join(map(str, supervisor.worker_pids())), "ready"], sys.__stdout__)
+
+    def failed(reason: Any) -> None:
+        # A listener, the private nats-server or a worker that could not start: one line
+        # in twistd's log, then twistd stops, with status 1.
+        from twisted.logger import Logger
+
+        from wireproto.cli import why_not_started
+
+        Logger(namespace="wireproto.cluster").error(
+            "wireproto: {error}", event="start_failed", error=why_not_started(reason.value))
+        _exit_status_after_twistd(1)
+        reactor.callWhenRunning(reactor.stop)
+
+    supervisor.when_ready().addCallbacks(ready, failed)
     return supervisor
+
+
+def _exit_status_after_twistd(status: int) -> None:
+    """Have the process exit with `status` once twistd is done (its reactor stopped, its pid
+    file removed): twistd itself exits 0 after a reactor that stopped, whatever stopped it."""
+    import atexit
+    import os
+
+    def exit_now() -> None:
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()
+        os._exit(status)
+
+    atexit.register(exit_now)
 
 
 def _twistd_log_observer(twistd_options: Any, level: str) -> Any:

@@ -1,6 +1,7 @@
 """One worker process of `wireproto serve --workers N` (wireproto.cluster.workers): the broker
 on the listening sockets its supervisor passed, joined to the other workers through NATS. It
-writes ``ready`` to its stdout (a pipe to the supervisor) once it listens and is linked."""
+writes ``ready`` to its stdout (a pipe to the supervisor) once it listens and is linked, or
+``failed: WHY`` if it cannot start, and then exits 1: the supervisor says why, in one line."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from typing import Any
 def main() -> int:
     from twisted.internet import defer, reactor
 
-    from wireproto.cli import PROG, start_logging
+    from wireproto.cli import start_logging
     from wireproto.cluster.server import die_with_parent
-    from wireproto.cluster.workers import WORKER_ENVIRONMENT
-    from wireproto.config import ConfigError, config_from_options
-    from wireproto.service import make_service, reload_on_sighup
+    from wireproto.cluster.workers import WORKER_ENVIRONMENT, WORKER_FAILED
+    from wireproto.config import config_from_options
+    from wireproto.service import describe_error, make_service, reload_on_sighup
 
     spec = json.loads(os.environ[WORKER_ENVIRONMENT])
     die_with_parent()
@@ -27,7 +28,15 @@ def main() -> int:
         return 1  # the supervisor died before the line above
     index = spec["index"]
     options = spec["options"]
-    what = f"{PROG} worker {index}"
+    exit_code = 0
+
+    def cannot_start(error: BaseException) -> None:
+        """Tell the supervisor why, in one line; this process then exits 1."""
+        nonlocal exit_code
+        why = "; ".join(describe_error(error).splitlines())  # a ConfigError's problems too
+        sys.stdout.write(f"{WORKER_FAILED}{why}\n")
+        sys.stdout.flush()
+        exit_code = 1
 
     def worker_config() -> Any:
         config = config_from_options(options, reactor=reactor)
@@ -44,21 +53,27 @@ def main() -> int:
         config = worker_config()
         start_logging(config.log, bool(options.get("verbose")))
         service = make_service(config, reactor, listening_sockets=spec["sockets"])
-    except (ConfigError, OSError) as error:
-        print(f"{what}: {error}", file=sys.stderr, flush=True)
-        return 2
+    except Exception as error:  # the config, its log file, a part that cannot be made
+        cannot_start(error)
+        return exit_code
 
     def start() -> None:
-        service.startService()
+        try:
+            service.startService()
+        except Exception as error:
+            cannot_start(error)
+            reactor.stop()
+            return
         assert service.cluster is not None
-        ready = defer.gatherResults([service.when_listening(), service.cluster.when_ready()])
+        ready = defer.gatherResults([service.when_listening(), service.cluster.when_ready()],
+                                    consumeErrors=True)
 
         def announce(_: Any) -> None:
             sys.stdout.write("ready\n")
             sys.stdout.flush()
 
         def failed(reason: Any) -> None:
-            print(f"{what}: {reason.getErrorMessage()}", file=sys.stderr, flush=True)
+            cannot_start(reason.value.subFailure.value)
             reactor.stop()
 
         ready.addCallbacks(announce, failed)
@@ -79,7 +94,7 @@ def main() -> int:
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, stop_once)
     reactor.run(installSignalHandlers=False)
-    return 0
+    return exit_code
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ another local user cannot join the cluster, and no key is ever on a command line
 A worker that dies is started again, after a pause that grows while workers keep dying. SIGHUP
 is passed to every worker (each rereads its access rules); stopping the supervisor stops the
 workers first (their connections' wills go out through NATS), then the private nats-server.
+
+A supervisor that cannot start what its config asks for (bind a listener, start its
+nats-server, or have each worker start its broker) does not run on half started: `when_ready`
+fails with the reason, which its caller reports in one line before stopping. Once every worker
+has been ready, a worker that fails is started again, as one that dies.
 """
 
 from __future__ import annotations
@@ -35,15 +40,23 @@ from twisted.python.failure import Failure
 
 from wireproto.cluster.server import NatsServer, new_user_nkey, write_private
 from wireproto.config import Config
-from wireproto.service import BoundListener, ListenFailed, endpoint_groups, format_address
+from wireproto.service import (
+    BoundListener,
+    ListenFailed,
+    StartFailed,
+    endpoint_groups,
+    format_address,
+)
 from wireproto.transports.identity import server_endpoint
 
-__all__ = ["WORKER_ENVIRONMENT", "Supervisor", "remove_abandoned_directories"]
+__all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "Supervisor", "remove_abandoned_directories"]
 
 log = Logger(namespace="wireproto.cluster")
 
 # What a worker is told by its supervisor: a JSON object in this environment variable.
 WORKER_ENVIRONMENT = "WIREPROTO_WORKER"
+# What a worker writes to its stdout, a pipe to the supervisor: "ready", or this and why not.
+WORKER_FAILED = "failed: "
 # A worker that dies sooner than this after starting counts towards a growing restart pause.
 QUICK_DEATH = 5.0
 MAX_RESTART_PAUSE = 30.0
@@ -88,9 +101,12 @@ class _Worker(protocol.ProcessProtocol):
         self._lines += data
         while b"\n" in self._lines:
             line, self._lines = self._lines.split(b"\n", 1)
-            if line.strip() == b"ready" and not self.ready:
+            text = line.decode("utf-8", "replace").strip()
+            if text == "ready" and not self.ready:
                 self.ready = True
                 self.supervisor._worker_ready(self)
+            elif text.startswith(WORKER_FAILED):
+                self.supervisor._worker_failed(self, text.removeprefix(WORKER_FAILED))
 
     def processEnded(self, reason: Failure) -> None:
         self.ended.callback(None)
@@ -118,22 +134,47 @@ class Supervisor(Service):
         self._quick_deaths = 0
         self._ready_waiters: list[defer.Deferred] = []
         self._stopping = False
+        # Every worker has been ready at once: from then on a worker that fails is restarted.
+        self._was_ready = False
+        # Why the supervisor could not start, once it could not.
+        self.failure: Exception | None = None
 
     # -- starting ---------------------------------------------------------------------------------
 
     def privilegedStartService(self) -> None:
-        self._bind()
+        try:
+            self._bind()
+        except Exception as error:
+            self._fail(error)
         super().privilegedStartService()
 
     def startService(self) -> None:
-        self._bind()
+        """Bind, start the private nats-server, spawn the workers; what fails goes to
+        `when_ready`, never raised."""
         super().startService()
-        if not self.cluster_url:
-            self._start_private_nats()
-            log.info("started a private nats-server on {url}", event="cluster_private_nats",
-                     url=self.cluster_url)
+        if self.failure is not None:
+            return
+        try:
+            self._bind()
+            if not self.cluster_url:
+                self._start_private_nats()
+                log.info("started a private nats-server on {url}",
+                         event="cluster_private_nats", url=self.cluster_url)
+        except Exception as error:
+            self._fail(error)
+            return
         for index in range(self.count):
             self._spawn(index)
+
+    def _fail(self, error: Exception) -> None:
+        """The supervisor cannot start: `when_ready` fails with `error`, and no worker is
+        started again."""
+        if self.failure is not None:
+            return
+        self.failure = error
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for waiter in waiters:
+            waiter.errback(error)
 
     def _start_private_nats(self) -> None:
         remove_abandoned_directories()
@@ -202,7 +243,10 @@ class Supervisor(Service):
             env=environment, childFDs=child_fds)
 
     def when_ready(self) -> defer.Deferred:
-        """Fires once every worker is listening and linked to the others."""
+        """Fires once every worker is listening and linked to the others; fails with what
+        stopped the supervisor from starting (a `ListenFailed`, a `StartFailed`...)."""
+        if self.failure is not None:
+            return defer.fail(self.failure)
         d: defer.Deferred = defer.Deferred()
         self._ready_waiters.append(d)
         self._fire_ready()
@@ -213,8 +257,20 @@ class Supervisor(Service):
                  pid=worker.transport.pid if worker.transport else None)
         self._fire_ready()
 
+    def _worker_failed(self, worker: _Worker, why: str) -> None:
+        """`worker` could not start its broker: at the start, the supervisor cannot start
+        either; later, the worker is started again as one that dies."""
+        if not self._was_ready:
+            self._fail(StartFailed(f"worker {worker.index}", why))
+        else:
+            log.error("worker {index} could not start: {why}", event="worker_failed",
+                      index=worker.index, why=why)
+
     def _fire_ready(self) -> None:
+        if self.failure is not None:
+            return
         if len(self.workers) == self.count and all(w.ready for w in self.workers.values()):
+            self._was_ready = True
             waiters, self._ready_waiters = self._ready_waiters, []
             for d in waiters:
                 d.callback(self.bound)
@@ -222,7 +278,7 @@ class Supervisor(Service):
     def _worker_ended(self, worker: _Worker, reason: Failure) -> None:
         if self.workers.get(worker.index) is worker:
             del self.workers[worker.index]
-        if self._stopping:
+        if self._stopping or self.failure is not None:
             return
         lived = self.reactor.seconds() - worker.started
         self._quick_deaths = self._quick_deaths + 1 if lived < QUICK_DEATH else 0

@@ -10,7 +10,8 @@ docs/configuration.md describe the syntax. The package has one module per job:
 - `forms`: the ``--listen``/``--attach``/``--phyllo`` forms and the checks they pass;
 - `endpoints`: endpoint strings, their loopback default and their checks;
 - `toml`: reading and writing config files;
-- `options`: the options of ``wireproto serve`` and ``twistd wireproto``, declared once.
+- `options`: the options of ``wireproto serve`` and ``twistd wireproto``, declared once;
+- `files`: the files a config names, checked before the broker starts ([secrets]).
 
 The names below load their module when first used, so importing this package is cheap. The
 tables' classes are here too, for convenience; each lives with the code it configures.
@@ -59,6 +60,7 @@ _WHERE = {
     "AuthSettings": "wireproto.authentication",
     "LimitSettings": "wireproto.access.quotas",
     "AdminSettings": "wireproto.admin.settings",
+    "SecretsSettings": "files",
 }
 
 __all__ = sorted(_WHERE)

@@ -96,7 +96,8 @@ def twistd_option_lists() -> tuple[list[list[Any]], list[list[Any]]]:
     return parameters, flags
 
 
-def config_from_options(values: Mapping[str, Any], *, reactor: Any = None) -> Any:
+def config_from_options(values: Mapping[str, Any], *, reactor: Any = None,
+                        check_places: bool = False) -> Any:
     """`build_config` from parsed options, keyed by each option's `dest` or `name`."""
     def value(option: ServeOption) -> Any:
         found = values.get(option.dest, values.get(option.name))
@@ -108,7 +109,7 @@ def config_from_options(values: Mapping[str, Any], *, reactor: Any = None) -> An
 
     given = {option.dest: value(option) for option in SERVE_OPTIONS}
     given["config_file"] = given.pop("config")
-    return build_config(**given, reactor=reactor)
+    return build_config(**given, reactor=reactor, check_places=check_places)
 
 
 def build_config(
@@ -123,10 +124,14 @@ def build_config(
     capture: str | None = None,
     workers: int | None = None,
     reactor: Any = None,
+    check_places: bool = False,
 ) -> Config:
     """The config for `wireproto serve` and `twistd wireproto`: the file (or the defaults), then
-    the options. Listeners or links given as options replace the file's."""
+    the options. Listeners or links given as options replace the file's. A key or password file
+    that its group or others may open is refused; with `check_places`, so is a place the broker
+    would write but cannot (wireproto.config.files), as before starting it."""
     from wireproto.config.endpoints import default_reactor
+    from wireproto.config.files import Place, place_problems, secret_file_problems
     from wireproto.config.forms import (
         Located,
         check_phyllo_links,
@@ -184,4 +189,20 @@ def build_config(
             raise ConfigError(f"--workers: must be a positive number of processes, not {workers}")
         config = config.replace(cluster=replace(config.cluster, workers=workers))
     check_metrics_path(config, "--listen" if listen else config_file or "the defaults")
+    given = {"listen": listen, "attach": attach, "phyllo": phyllo}
+
+    def located(place: Place) -> str:
+        """Where `place` was given: the option that named it, or the file's key."""
+        specs = given.get(place.section)
+        if specs and place.number is not None:
+            return f"--{place.section} {specs[place.number - 1]!r}"
+        if capture is not None and str(place) == "capture.directory":
+            return "--capture"
+        return f"{config_file}: {place}"
+
+    problems = secret_file_problems(config)
+    if check_places:
+        problems += place_problems(config)
+    if problems:
+        raise ConfigError(*(f"{located(place)}: {problem}" for place, problem in problems))
     return config

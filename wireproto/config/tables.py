@@ -38,6 +38,7 @@ def config_tables() -> dict[str, type]:
     from wireproto.authentication import AuthSettings
     from wireproto.capture.writer import CaptureSettings
     from wireproto.cluster.settings import ClusterSettings
+    from wireproto.config.files import SecretsSettings
     from wireproto.hub import HubSettings
     from wireproto.metrics import MetricsSettings
     from wireproto.protocols import PROTOCOLS
@@ -58,5 +59,5 @@ def config_tables() -> dict[str, type]:
             tables[name] = kind
     tables.update(engineio=EngineIOOptions, log=LogSettings, metrics=MetricsSettings,
                   capture=CaptureSettings, auth=AuthSettings, limits=LimitSettings,
-                  cluster=ClusterSettings, admin=AdminSettings)
+                  cluster=ClusterSettings, admin=AdminSettings, secrets=SecretsSettings)
     return tables
