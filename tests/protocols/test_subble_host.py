@@ -618,8 +618,26 @@ async def test_the_subscribe_list_is_bounded_by_the_hubs_subscription_limit(
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_full_registry_refuses_new_ids_with_25(launch: Launch) -> None:
-    host, peers = await launch(max_registry_ids=1)
+async def test_a_full_registry_that_learns_ids_makes_room_for_a_newcomer(launch: Launch) -> None:
+    """Clients that fill the registry with new IDs keep no one out: the unowned ID seen longest
+    ago is forgotten (and learned again if it comes back)."""
+    host, peers = await launch(max_registry_ids=2)
+    await peers.client("length32", "first")
+    await peers.client("length32", "second")
+    await peers.client("length32", "first")  # seen again: "second" is now the oldest
+    newcomer = await peers.raw()
+    response = await newcomer.handshake("")
+    assert response.code == MessageCode.OK_NEW_CLIENT_ID
+    registry = host.host.registry
+    assert "first" in registry and response.message in registry
+    assert "second" not in registry and registry.forgotten == 1
+    await peers.client("length32", "second")  # learned again
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_full_registry_of_ids_that_never_expire_refuses_new_ids_with_25(
+        launch: Launch) -> None:
+    host, peers = await launch(max_registry_ids=1, registry_ttl=None)
     await peers.client("length32", "first")
     peer = await peers.raw()
     response = await peer.handshake("")
@@ -703,13 +721,27 @@ def test_ids_not_seen_for_the_ttl_are_forgotten_and_the_file_is_the_owners(tmp_p
     assert "kept" in registry and "new" in registry and len(registry) == 2
     registry.close()
     assert {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()} == {0o600}
-    memory = ClientRegistry(max_ids=1, ttl=100, clock=lambda: now[0])
+    memory = ClientRegistry(max_ids=1, ttl=None, clock=lambda: now[0])
     memory.add("a")
     with pytest.raises(LimitExceeded):
         memory.add("b")
-    now[0] += 101
-    memory.add("b")
-    assert "a" not in memory and "b" in memory
+    for where in (None, tmp_path / "full.sqlite"):
+        # Learned IDs (a ttl): a full registry forgets the one seen longest ago, never an
+        # owned one, and refuses only when every ID is owned.
+        learned = ClientRegistry(where, max_ids=3, ttl=100, clock=lambda: now[0])
+        for client_id in ("a", "b", "c"):
+            learned.add(client_id, "alice" if client_id == "b" else None)
+            now[0] += 1
+        learned.seen("a")
+        learned.add("d")
+        assert "c" not in learned and {"a", "b", "d"} <= {x for x in "abcd" if x in learned}
+        learned.add("e")
+        assert "a" not in learned and "b" in learned and learned.forgotten == 2
+        learned.add("f", "alice")
+        learned.add("g", "alice")
+        with pytest.raises(LimitExceeded):
+            learned.add("h")
+        learned.close()
     forever = ClientRegistry(max_ids=1, ttl=None, clock=lambda: now[0])
     forever.add("a")
     now[0] += 10**9

@@ -44,8 +44,10 @@ Network = IPv4Network | IPv6Network
 
 class ClientRegistry:
     """The client IDs this host knows: in memory (`path` None) or in a sqlite file, so that
-    clients come back after a restart. At most `max_ids` IDs; past that, `add` and `new_id`
-    raise LimitExceeded, once IDs not seen for `ttl` seconds have been forgotten (None: never).
+    clients come back after a restart. At most `max_ids` IDs; past that, IDs not seen for `ttl`
+    seconds are forgotten, and then the unowned ID seen longest ago; only with `ttl` None (the
+    registry holds the IDs handed out, and none is forgotten) or when every ID is owned do `add`
+    and `new_id` raise LimitExceeded.
 
     Each ID keeps when it was last seen (`add` and `seen`), in whole seconds of `clock`.
     `expire()` forgets those older than `ttl`; `SubbleHost` calls it every `ttl / 10` seconds
@@ -79,6 +81,8 @@ class ClientRegistry:
         self._owned: dict[str, int] = {}
         self._db: sqlite3.Connection | None = None
         self._count = 0
+        # IDs forgotten early to make room in a full registry.
+        self.forgotten = 0
         if path is not None:
             # sqlite gives its -wal and -shm files the database file's permissions.
             os.close(os.open(os.fspath(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode))
@@ -95,6 +99,7 @@ class ClientRegistry:
             if "owner" not in columns:  # a registry from before IDs had owners
                 db.execute("ALTER TABLE clients ADD COLUMN owner TEXT")
             db.execute("CREATE INDEX IF NOT EXISTS clients_by_owner ON clients (owner)")
+            db.execute("CREATE INDEX IF NOT EXISTS clients_by_last_seen ON clients (last_seen)")
             (self._count,) = db.execute("SELECT count(*) FROM clients").fetchone()
             self._db = db
 
@@ -123,6 +128,11 @@ class ClientRegistry:
                 self.check_room(owner)  # before the ID is kept: no orphan when it is refused
             if len(self) >= self.max_ids:
                 self.expire()
+            if len(self) >= self.max_ids and self.ttl is not None:
+                # IDs the host learned on its own: the least recently seen one without an
+                # owner is forgotten early, so clients that fill the registry with new IDs
+                # keep no newcomer out (a forgotten ID that comes back is learned again).
+                self._forget_least_recently_seen()
             if len(self) >= self.max_ids:
                 raise LimitExceeded(
                     f"the client registry is full: it holds at most {self.max_ids} client IDs"
@@ -187,7 +197,24 @@ class ClientRegistry:
             self._db.execute("UPDATE clients SET last_seen = ? WHERE id = ?",
                              (self._now(), client_id))
         elif client_id in self._ids:
+            # Moved to the end: the in-memory IDs stay in the order they were last seen.
+            del self._ids[client_id]
             self._ids[client_id] = self._now()
+
+    def _forget_least_recently_seen(self) -> None:
+        """Forget the unowned ID seen longest ago, if there is one; counted in `forgotten`."""
+        if self._db is not None:
+            gone = self._db.execute(
+                "DELETE FROM clients WHERE id = (SELECT id FROM clients WHERE owner IS NULL "
+                "ORDER BY last_seen LIMIT 1)").rowcount
+            self._count -= gone
+        else:
+            oldest = next((client_id for client_id in self._ids
+                           if client_id not in self._owners), None)
+            gone = 0 if oldest is None else 1
+            if oldest is not None:
+                del self._ids[oldest]
+        self.forgotten += gone
 
     def expire(self) -> int:
         """Forget the IDs not seen for `ttl` seconds; how many were forgotten."""
