@@ -650,3 +650,75 @@ def test_a_part_that_cannot_start_is_start_failed_and_nothing_listens(tmp_path: 
     assert not service.running
     assert service.capture.writer is None
     assert service.bound == [] and service.listen_errors == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_bad_frame_over_tls_closes_the_connection(broker: Broker, tls_files: Any) -> None:
+    """TLS does not close while a producer is registered, and each session is its transport's
+    producer: a connection the broker gave up on over ssl: stayed open and held its slot."""
+    import ssl
+    import threading
+
+    tls = f"ssl:0:{LOCAL}:privateKey={tls_files.key}:certKey={tls_files.cert}"
+    service, bound = await broker.start(f"websmq+length32@{tls}")
+    host, port = bound[0].address.split(":")[1:]
+    context = ssl.create_default_context(cafile=str(tls_files.cert))
+    outcome: list = []
+
+    def peer() -> None:
+        with socket.create_connection((host, int(port)), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as conn:
+            conn.sendall(struct.pack(">I", 3) + b"\xf0\x00\x00")  # no such WEBSMQ type
+            try:
+                outcome.append(conn.recv(1024))
+            except (OSError, ssl.SSLError) as error:
+                outcome.append(error)
+
+    thread = threading.Thread(target=peer, daemon=True)
+    thread.start()
+    await eventually(lambda: outcome, timeout=8)
+    assert outcome == [b""] or isinstance(outcome[0], ssl.SSLError | ConnectionError), outcome
+    await eventually(lambda: not service.hub.sessions)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_bad_frame_over_wss_closes_the_connection(broker: Broker, tls_files: Any) -> None:
+    """The same over a WebSocket on TLS, from a peer that never answers the close frame: the
+    broker drops it once its close handshake times out."""
+    import base64
+    import ssl
+    import threading
+
+    tls = f"ssl:0:{LOCAL}:privateKey={tls_files.key}:certKey={tls_files.cert}"
+    settings = config_from_toml("[websocket]\nclose_handshake_timeout = 1.0\n",
+                                reactor=reactor).websocket
+    service, bound = await broker.start(f"websmq+ws@{tls}", websocket=settings)
+    port = int(bound[0].address.split(":")[2].split("/")[0])
+    context = ssl.create_default_context(cafile=str(tls_files.cert))
+    outcome: list = []
+
+    def peer() -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=15) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as conn:
+            key = base64.b64encode(os.urandom(16)).decode()
+            conn.sendall((f"GET /websmq HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+                          f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                          "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(4096)
+            payload, mask = b"\xf0\x00\x00", b"\x01\x02\x03\x04"
+            conn.sendall(bytes([0x82, 0x80 | len(payload)]) + mask
+                         + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+            try:
+                while conn.recv(4096):  # the close frame, then nothing more ever
+                    pass
+                outcome.append("closed")
+            except (OSError, ssl.SSLError) as error:
+                outcome.append(error)
+
+    thread = threading.Thread(target=peer, daemon=True)
+    thread.start()
+    await eventually(lambda: outcome, timeout=10)
+    assert outcome == ["closed"] or isinstance(outcome[0], ssl.SSLError | ConnectionError), outcome
+    await eventually(lambda: not service.hub.sessions)
