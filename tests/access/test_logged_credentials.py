@@ -9,30 +9,17 @@ import shlex
 import stat
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory
 
-from tests.access.conftest import AuthFiles, basic
+from tests.access.conftest import AuthFiles, _Collector, basic
 from tests.support import eventually, free_port, wait_for
 from tests.test_cli import Child, children  # noqa: F401
 
 PHYLLO_PASSWORD = "phyllo-link-password"
-
-
-class _Collector(Protocol):
-    def __init__(self) -> None:
-        self.received = b""
-        self.closed = False
-
-    def dataReceived(self, data: bytes) -> None:
-        self.received += data
-
-    def connectionLost(self, reason: Any) -> None:
-        self.closed = True
 
 
 async def request(port: int, method: str, target: str, *, body: bytes = b"",

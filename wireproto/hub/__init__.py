@@ -301,14 +301,7 @@ class Hub:
             previous[session] = session.grants
             session.identify(session.principal)
             ended += session.end_forbidden_subscriptions()
-        for observer in tuple(self._topic_observers):
-            changed = getattr(observer, "grants_changed", None)
-            if changed is None:
-                continue
-            try:
-                changed(previous)
-            except Exception:
-                log.failure("hub topic observer {observer!r} raised", observer=observer)
+        self._tell_observers("grants_changed", previous)
         return ended
 
     def end_withdrawn(self, withdrawn: Callable[[Principal], str | None]) -> int:
@@ -372,13 +365,14 @@ class Hub:
     def remove_topic_observer(self, observer: TopicObserver) -> None:
         self._topic_observers.remove(observer)
 
-    def _tell_observers(self, event: str, topic: str) -> None:
+    def _tell_observers(self, event: str, what: Any) -> None:
+        """Call `event(what)` on each topic observer that has it."""
         for observer in tuple(self._topic_observers):
             told = getattr(observer, event, None)
             if told is None:
                 continue
             try:
-                told(topic)
+                told(what)
             except Exception:
                 log.failure("hub topic observer {observer!r} raised", observer=observer)
 
