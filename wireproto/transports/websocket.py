@@ -40,6 +40,7 @@ from twisted.web.server import Site
 from zope.interface import implementer
 
 from wireproto.errors import CredentialEnded, FrameTooLarge, ProtocolError
+from wireproto.redaction import redact_url
 from wireproto.settings import seconds_or_never, setting, strings
 from wireproto.transports.base import (
     ByteTransportDelegate,
@@ -370,7 +371,7 @@ class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
         super().onClose(wasClean, code, reason)
         if not self.opened.called:
-            self.opened.errback(HandshakeFailed(string=f"{self.factory.url}: {reason}"))
+            self.opened.errback(HandshakeFailed(string=f"{redact_url(self.factory.url)}: {reason}"))
 
 
 class _MessageWebSocketServerFactory(WebSocketServerFactory):

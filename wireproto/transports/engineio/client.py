@@ -29,6 +29,7 @@ from wireproto.errors import (
     ProtocolError,
     UnexpectedMessage,
 )
+from wireproto.redaction import redact_url
 from wireproto.transports.base import (
     IMessageProtocol,
 )
@@ -75,7 +76,8 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
     def _watchdog_fired(self, why: str) -> None:
         self._watchdog = None
         self._lost_reason = Failure(ConnectionLost(why))
-        log.warn("closing Engine.IO connection to {url}: {why}", url=self.factory.url, why=why)
+        log.warn("closing Engine.IO connection to {url}: {why}",
+                 url=redact_url(self.factory.url), why=why)
         self.abortConnection()
 
     # -- Autobahn callbacks ------------------------------------------------------------------
@@ -139,7 +141,8 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
                 self.closeCode, self.closeReason = code, reason
                 self.wrapped.connectionLost(lost)
             if not self.opened.called:
-                self.opened.errback(HandshakeFailed(string=f"{self.factory.url}: {lost.value}"))
+                self.opened.errback(HandshakeFailed(
+                    string=f"{redact_url(self.factory.url)}: {lost.value}"))
         super().onClose(wasClean, code, reason)
 
     # -- IMessageTransport -------------------------------------------------------------------
