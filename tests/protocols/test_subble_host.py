@@ -617,6 +617,32 @@ async def test_the_subscribe_list_is_bounded_by_the_hubs_subscription_limit(
     await refused(peer, response, MessageCode.UNKNOWN_HANDSHAKE_ERROR)
 
 
+@pytest.mark.parametrize(("hub", "subscribe", "words"), [
+    pytest.param(Hub(max_subscription_bytes=1000), [f"{n}".ljust(100, "t") for n in range(11)],
+                 "more than 1000 topic bytes on one connection", id="bytes"),
+    pytest.param(Hub(max_topic_length=10), ["t" * 11], "topic of 11 characters", id="length"),
+    pytest.param(Hub(max_total_subscription_bytes=400),
+                 [f"{n}".ljust(100, "t") for n in range(2)], "no one may hold more than 25%",
+                 id="share"),
+])
+@pytest_twisted.ensureDeferred
+async def test_a_subscribe_list_past_a_hub_limit_is_refused_with_25_before_any_answer(
+    launch: Launch, hub: Hub, subscribe: list[str], words: str,
+) -> None:
+    """The handshake is answered before its subscriptions are made (their last values follow
+    the answer), so a list the hub would refuse got an OK, then an unhandled error."""
+    from tests.test_log_events import logged
+
+    _, peers = await launch(hub=hub)
+    peer = await peers.raw()
+    with logged() as events:
+        response = await peer.handshake("", subscribe=tuple(subscribe))
+        assert words in response.message
+        await refused(peer, response, MessageCode.UNKNOWN_HANDSHAKE_ERROR)
+    assert not [event for event in events if event.get("isError")]
+    assert not hub.sessions and hub.subscription_bytes == 0
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_full_registry_that_learns_ids_makes_room_for_a_newcomer(launch: Launch) -> None:
     """Clients that fill the registry with new IDs keep no one out: the unowned ID seen longest

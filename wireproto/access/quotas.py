@@ -222,13 +222,27 @@ class PrincipalLimits:
 
     def hold_subscription(self, usage: PrincipalUsage, protocol: str) -> str | None:
         """Count one more subscription, or say why not (counted)."""
-        limit = self.settings.subscriptions
-        if limit and usage.subscriptions >= limit:
+        problem = self._subscriptions_problem(usage, 1)
+        if problem is not None:
             self.count(protocol, "subscriptions")
-            return (f"{describe_key(usage.key)}: already {usage.subscriptions} subscriptions "
-                    "([limits] subscriptions)")
+            return problem
         usage.subscriptions += 1
         return None
+
+    def _subscriptions_problem(self, usage: PrincipalUsage, more: int) -> str | None:
+        limit = self.settings.subscriptions
+        if limit and usage.subscriptions + more > limit:
+            return (f"{describe_key(usage.key)}: already {usage.subscriptions} subscriptions "
+                    "([limits] subscriptions)")
+        return None
+
+    def room_for_subscriptions(self, usage: PrincipalUsage, count: int, size: int, total: int,
+                               budget: int) -> str | None:
+        """Why `usage` could not take `count` more subscriptions of `size` topic bytes (of the
+        broker's `budget`, `total` taken), as `hold_subscription` and
+        `take_subscription_bytes` would say; None if it could. Changes and counts nothing."""
+        return (self._subscriptions_problem(usage, count)
+                or self._subscription_bytes_problem(usage, size, total, budget))
 
     def release_subscription(self, usage: PrincipalUsage) -> None:
         usage.subscriptions -= 1
@@ -242,23 +256,30 @@ class PrincipalLimits:
         from whoever holds less than an equal share of it (the budget over the number of
         those holding any), so a few addresses that filled it cannot shut everyone else out;
         the broker then holds at most twice the budget."""
+        problem = self._subscription_bytes_problem(usage, size, total, budget)
+        if problem is not None:
+            self.count(protocol, "shared_budget")
+            return problem
+        held = usage.subscription_bytes
+        if not held and size:
+            self.subscription_holders += 1
+        usage.subscription_bytes = held + size
+        return None
+
+    def _subscription_bytes_problem(self, usage: PrincipalUsage, size: int, total: int,
+                                    budget: int) -> str | None:
         held = usage.subscription_bytes
         share = self.settings.max_share
         if total + size > budget:
             holders = self.subscription_holders + (0 if held else 1)
             if held + size > budget / holders:
-                self.count(protocol, "shared_budget")
                 return (f"the broker holds {budget} bytes of subscribed topics in all, and "
                         f"{describe_key(usage.key)} an equal share of them or more "
                         "([hub] max_total_subscription_bytes)")
         if held + size > share * budget:
-            self.count(protocol, "shared_budget")
             return (f"{describe_key(usage.key)}: {held} bytes of subscribed topics already, "
                     f"and no one may hold more than {share:.0%} of the broker's {budget} "
                     "([limits] max_share)")
-        if not held and size:
-            self.subscription_holders += 1
-        usage.subscription_bytes = held + size
         return None
 
     def release_subscription_bytes(self, usage: PrincipalUsage, size: int) -> None:

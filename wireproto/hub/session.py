@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -187,6 +187,27 @@ class Session:
             self.hub.send_last_values(self, topic, pattern=False)
         return subscribed
 
+    def room_for(self, topics: Iterable[str]) -> str | None:
+        """Why this session could not subscribe to every one of `topics` (exact topics or
+        patterns) more, by the limits `subscribe` checks; None if it could. Changes nothing: a
+        protocol that must answer before it subscribes (a SubbleSocket handshake) asks first."""
+        hub = self.hub
+        new = [topic for topic in dict.fromkeys(topics)
+               if topic not in self.topics and topic not in self.patterns]
+        if len(self.topics) + len(self.patterns) + len(new) > hub.max_subscriptions:
+            return f"more than {hub.max_subscriptions} subscriptions on one connection"
+        size = 0
+        for topic in new:
+            problem = self._topic_length_problem(topic)
+            if problem is not None:
+                return problem
+            size += len(topic.encode("utf-8", "surrogatepass"))
+        if self.subscription_bytes + size > hub.max_subscription_bytes:
+            return (f"subscriptions of more than {hub.max_subscription_bytes} topic bytes on "
+                    "one connection ([hub] max_subscription_bytes)")
+        return hub.limits.room_for_subscriptions(
+            self.usage, len(new), size, hub.subscription_bytes, hub.max_total_subscription_bytes)
+
     def unsubscribe(self, topic: str) -> bool:
         if topic not in self.topics:
             return False
@@ -348,11 +369,15 @@ class Session:
             self._deny(Action.PUBLISH, topic)
 
     def _check_topic_length(self, topic: str) -> None:
+        problem = self._topic_length_problem(topic)
+        if problem is not None:
+            raise LimitExceeded(problem)
+
+    def _topic_length_problem(self, topic: str) -> str | None:
         if len(topic) > self.hub.max_topic_length:
-            raise LimitExceeded(
-                f"topic of {len(topic)} characters: this broker takes at most "
-                f"{self.hub.max_topic_length} ([hub] max_topic_length)"
-            )
+            return (f"topic of {len(topic)} characters: this broker takes at most "
+                    f"{self.hub.max_topic_length} ([hub] max_topic_length)")
+        return None
 
     def _hold(self, topic: str) -> None:
         """Count one more subscription against the limits, or raise LimitExceeded."""

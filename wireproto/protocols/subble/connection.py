@@ -200,6 +200,11 @@ class SubbleHostProtocol(MessageProtocol):
         older = host.clients.get(client_id)
         refusal = self._access_refusal(session, subscribe, older)
         if refusal is None:
+            # Answered before it subscribes (its last values follow the answer): so asked now.
+            problem = session.room_for(subscribe)
+            if problem is not None:
+                refusal = MessageCode.UNKNOWN_HANDSHAKE_ERROR, problem
+        if refusal is None:
             refusal = host._claim(client_id, self._principal_name())
         if refusal is not None:
             session.close(f"handshake refused: {refusal[1]}")
