@@ -9,10 +9,11 @@ reading until the debt is paid, so the peer is slowed by TCP and nothing it sent
 the transport had already read when it paused (one read's worth) waits here, and is handled, in
 order and charged in turn, once the debt is paid.
 
-The same pause bounds what one connection's pattern subscribes may make the hub examine among
-its last values ([hub] retained_examined_per_second): each message is charged, in a bucket of
-the connection's own, with the kept values the hub examined while handling it
-(`LastValues.examined`), so a connection that subscribes too much slows only itself.
+The same pause bounds what a principal's pattern subscribes (an anonymous address's), on all
+its connections together, may make the hub examine among its last values ([hub]
+retained_examined_per_second): each message is charged, in a bucket of the principal's, with
+the kept values the hub examined while handling it (`LastValues.examined`), so a principal or
+address that subscribes too much, however many connections it opens, slows only itself.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ log = Logger(namespace="wireproto.limits")
 @implementer(IMessageProtocol)
 class LimitingProtocol:
     """Counts the connection against its principal's limits around the protocol `wrapped`, and
-    against `examined_per_second` kept values of `last_values` examined for it (0: no limit)."""
+    against `examined_per_second` kept values of `last_values` examined for its principal (0:
+    no limit)."""
 
     def __init__(self, wrapped: IMessageProtocol, limits: PrincipalLimits, protocol: str,
                  reactor: Any, *, last_values: LastValues | None = None,
@@ -54,7 +56,6 @@ class LimitingProtocol:
         # The hub's last values, when what they examine for this connection is bounded.
         self.last_values = last_values if examined_per_second else None
         self.examined_per_second = examined_per_second
-        self._examined: TokenBucket | None = None  # made at the first charge
         self.transport: IMessageTransport | None = None
         self.usage: PrincipalUsage | None = None
         self.admitted = False
@@ -119,12 +120,15 @@ class LimitingProtocol:
         self._resume = self.reactor.callLater(wait, self._debt_paid)
 
     def _charge_examined(self, examined: int) -> float:
-        """Take `examined` from this connection's own bucket; the seconds it must now wait."""
+        """Take `examined` from the principal's bucket; the seconds this connection must now
+        wait."""
         now = self.limits.clock()
-        bucket = self._examined
+        usage = self.usage
+        assert usage is not None
+        bucket = usage.examined
         if bucket is None:
             rate = self.examined_per_second
-            bucket = self._examined = TokenBucket(rate, rate, now)
+            bucket = usage.examined = TokenBucket(rate, rate, now)
         return bucket.take(examined, now)
 
     def _limit_in_debt(self) -> str:

@@ -113,7 +113,7 @@ class PrincipalUsage:
     """One principal's (or anonymous address's) connections, subscriptions and buckets."""
 
     __slots__ = ("key", "holders", "connections", "subscriptions", "subscription_bytes",
-                 "messages", "bytes")
+                 "messages", "bytes", "examined")
 
     def __init__(self, key: Hashable, messages: TokenBucket | None,
                  bytes_: TokenBucket | None) -> None:
@@ -123,6 +123,8 @@ class PrincipalUsage:
         self.subscriptions = 0
         # Its share of the broker's subscribed topic bytes (Hub.subscription_bytes).
         self.subscription_bytes = 0
+        # The kept values its pattern subscribes examine (wireproto.limits), made when needed.
+        self.examined: TokenBucket | None = None
         self.messages = messages
         self.bytes = bytes_
 
@@ -192,7 +194,7 @@ class PrincipalLimits:
         usage.holders -= 1
         if usage.holders:
             return
-        if usage.messages is None and usage.bytes is None:
+        if usage.messages is None and usage.bytes is None and usage.examined is None:
             del self._usage[usage.key]
             return
         idle = self._idle

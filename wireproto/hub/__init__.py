@@ -144,8 +144,9 @@ class Hub:
         self.retained: LastValues | None = LastValues(
             retain, max_topics=max_retained, max_bytes=max_retained_bytes,
             path=retain_file or None) if retain else None
-        # Nodes of the kept topics' tree one connection's pattern subscribes may examine a
-        # second (0: no limit); wireproto.limits pauses the reading of a connection past it.
+        # Nodes of the kept topics' tree one principal's pattern subscribes (an anonymous
+        # address's) may examine a second (0: no limit); wireproto.limits pauses the reading
+        # of its connection in debt.
         self.retained_examined_per_second = retained_examined_per_second
         self.stats = HubStats()
         self.sessions: dict[Session, None] = {}

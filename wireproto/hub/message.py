@@ -42,7 +42,7 @@ DEFAULT_MAX_TOTAL_SUBSCRIPTION_BYTES = 64 << 20
 # Last values ([hub] retain): how many topics' and how many bytes the hub keeps at most.
 DEFAULT_MAX_RETAINED = 10_000
 DEFAULT_MAX_RETAINED_BYTES = 16 << 20
-# How many kept values (nodes of the kept topics' tree) one connection's pattern subscribes may
+# How many kept values (nodes of the kept topics' tree) one principal's pattern subscribes may
 # examine a second before its reading pauses (0: no limit).
 DEFAULT_RETAINED_EXAMINED_PER_SECOND = 100_000
 
