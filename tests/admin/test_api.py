@@ -181,6 +181,27 @@ async def test_a_page_elsewhere_cannot_use_the_api_at_all(broker: Broker) -> Non
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_page_elsewhere_cannot_open_taps_through_requests_without_an_origin(
+        broker: Broker) -> None:
+    # An <img>, a <script> or a no-cors fetch sends a GET without an Origin header; the
+    # browser still says where it comes from.
+    service, addresses, base = await start(broker)
+    port = base.rsplit(":", 1)[1]
+    elsewhere = [{"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors",
+                  "referer": "https://evil.example/"},
+                 {"sec-fetch-site": "same-site"},
+                 {"referer": "https://evil.example/page"}]  # a browser without Fetch Metadata
+    for headers in elsewhere * 6:
+        response, _reader = await open_tap(base, "#", headers)
+        assert response.code == 403, headers
+    assert not service.admin.api.taps
+    own_page = [{"sec-fetch-site": "same-origin", "referer": f"http://127.0.0.1:{port}/"},
+                {"sec-fetch-site": "none"}, {"referer": f"http://127.0.0.1:{port}/"}]
+    for headers in own_page:
+        assert (await http(base, "/api/status", headers=headers)).status == 200, headers
+
+
+@pytest_twisted.ensureDeferred
 async def test_an_allowed_origin_may_read_the_api_but_change_nothing(broker: Broker) -> None:
     # A broker behind a proxy: its page's origin is not the Host the broker sees.
     service, addresses, base = await start(

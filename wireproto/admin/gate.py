@@ -6,7 +6,9 @@ says where a request comes from (its Origin header) must name the broker's own o
 [websocket] allowed_origins lists (a broker behind a proxy, whose page's origin is not the Host
 it sees). A GET needs no preflight, so a page elsewhere could make one through the browser of
 someone on this machine, or of an admin, even without reading the answer: open every tap, say.
-Clients that send no Origin (curl, scripts) are not browsers and are let through.
+Such a GET may carry no Origin; the browser's Sec-Fetch-Site, else its Referer, says where it
+comes from instead. Clients that send none of them (curl, scripts) are not browsers and are let
+through.
 
 A request that changes something must also be one a web page elsewhere cannot make: a JSON body
 (a cross-site form cannot send one without the browser asking first) and, when the browser says
@@ -116,9 +118,20 @@ class AdminGate:
 
 
 def same_origin(request: Any) -> bool:
-    """Whether the browser's Origin header, if it sent one, is this broker's own."""
+    """Whether the page a browser sends `request` from, if it says, is this broker's own.
+
+    A browser sends no Origin on a plain GET made by an ``<img>``, a ``<script>`` or a no-cors
+    fetch; it still says whether the request comes from elsewhere (``Sec-Fetch-Site``, which
+    every current browser sends) and, unless told not to, from where (Referer). A request
+    with none of them is not from a browser's page."""
+    host = (request.getHeader(b"host") or b"").lower()
     origin = request.getHeader(b"origin")
-    if origin is None:
+    if origin is not None:
+        return origin.split(b"://", 1)[-1].lower() == host
+    site = request.getHeader(b"sec-fetch-site")
+    if site is not None:
+        return site.lower() in (b"same-origin", b"none")  # "none": typed in, or a bookmark
+    referer = request.getHeader(b"referer")
+    if referer is None:
         return True
-    host = request.getHeader(b"host") or b""
-    return origin.split(b"://", 1)[-1].lower() == host.lower()
+    return referer.split(b"://", 1)[-1].split(b"/", 1)[0].lower() == host
