@@ -33,7 +33,9 @@ def redact_url(url: str, *, every_value: bool = False) -> str:
     values of its credential query parameters (of all its query parameters with
     `every_value`)."""
     scheme, separator, rest = url.partition("://")
-    if separator and scheme and "/" not in scheme and "?" not in scheme:
+    if url.startswith("//"):  # a network-path reference: an authority without a scheme
+        scheme, separator, rest = "", "//", url[2:]
+    if separator and (scheme or separator == "//") and "/" not in scheme and "?" not in scheme:
         end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
         authority = rest[:end]
         if "@" in authority:

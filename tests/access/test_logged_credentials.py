@@ -82,14 +82,17 @@ async def test_no_token_or_password_reaches_the_log_file_which_only_its_owner_re
     assert status == 400
     await request(port, "GET", "/engine.io/?EIO=4&transport=polling",
                   headers={"Authorization": basic("carol", "carol's password")})
-    # An absolute request target with a user and password in it.
+    # An absolute request target with a user and password in it, and one without its scheme.
     await request(port, "GET", f"http://carol:hunter3@127.0.0.1:{port}/metrics")
+    await request(port, "GET", f"//carol:hunter4@127.0.0.1:{port}/websmq")
+    # A path twisted.web unquotes to /engine.io/ before it serves it.
+    await request(port, "GET", f"/%65ngine.io/?EIO=4&transport=polling&t=4&sid={sid}")
 
     await eventually(lambda: "cannot open" in log_file.read_text()
-                     and log_file.read_text().count("/engine.io/") >= 6, timeout=10)
+                     and log_file.read_text().count("ngine.io/") >= 7, timeout=10)
     logged = log_file.read_text()
     assert '"POST /engine.io/?EIO=***&transport=***&access_token=***&t=***&sid=*** ' in logged
-    for secret in (token, expired, sid, "hunter2", "hunter3", "carol's password",
+    for secret in (token, expired, sid, "hunter2", "hunter3", "hunter4", "carol's password",
                    PHYLLO_PASSWORD):
         assert secret not in logged, secret
     assert "ws://***@127.0.0.1:" in logged and "http://***@127.0.0.1:" in logged

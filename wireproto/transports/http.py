@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 from autobahn.util import wildcards2patterns
 from twisted.internet import defer
@@ -419,7 +419,9 @@ class GuardedSite(Site):
         for segment in path.split(b"/")[1:]:
             if getattr(resource, "isLeaf", False):
                 break
-            resource = getattr(resource, "children", {}).get(segment)
+            # twisted.web unquotes each segment before it looks for a child: /%65ngine.io/ is
+            # /engine.io/ to it, so to its body limit and its access log too.
+            resource = getattr(resource, "children", {}).get(unquote_to_bytes(segment))
             if resource is None:
                 return None
         return resource
