@@ -216,30 +216,6 @@ async def _kept(broker, count: int, **hub):
     return service, bound[0].address
 
 
-@pytest_twisted.ensureDeferred
-async def test_a_client_subscribing_a_thousand_patterns_slows_only_itself(broker):
-    service, address = await _kept(broker, 10_000)
-    canary = await broker.client(address)
-    heavy = await broker.client(f"{address}:bindAddress=127.0.0.2", wildcards=True)
-    for number in range(500):  # about 30 KB: literal first levels, and wildcards over them all
-        heavy.subscribe(f"nothing/{number}/+/#", lambda message: None)
-        heavy.subscribe(f"sensors/+/none{number}", lambda message: None)
-    slowest, ends, number = 0.0, time.monotonic() + 2, 0
-    while time.monotonic() < ends and number < 100:
-        # The canary's round trip: a subscribe, answered with the topic's last value.
-        number += 1
-        received: list = []
-        started = time.monotonic()
-        canary.subscribe(f"sensors/{number}", received.append)
-        await eventually(lambda received=received: received, timeout=60)
-        slowest = max(slowest, time.monotonic() - started)
-        assert [m.payload for m in received] == [b"%d" % number]
-        canary.unsubscribe(f"sensors/{number}")
-    assert slowest < 5  # a loaded machine's bound; 16 s when every pattern scanned every value
-    assert len(service.hub.patterns()) < 1000  # the heavy client's reading waits
-    assert service.hub.limits.exceeded[("websmq", "retained_examined")] >= 1
-
-
 async def _canary_round_trips(canary, seconds: float) -> float:
     """The slowest of the canary's subscribes, each answered with the topic's last value."""
     slowest, ends, number = 0.0, time.monotonic() + seconds, 0
@@ -250,8 +226,23 @@ async def _canary_round_trips(canary, seconds: float) -> float:
         canary.subscribe(f"sensors/{number}", received.append)
         await eventually(lambda received=received: received, timeout=60)
         slowest = max(slowest, time.monotonic() - started)
+        assert [m.payload for m in received] == [b"%d" % number]
         canary.unsubscribe(f"sensors/{number}")
     return slowest
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_subscribing_a_thousand_patterns_slows_only_itself(broker):
+    service, address = await _kept(broker, 10_000)
+    canary = await broker.client(address)
+    heavy = await broker.client(f"{address}:bindAddress=127.0.0.2", wildcards=True)
+    for number in range(500):  # about 30 KB: literal first levels, and wildcards over them all
+        heavy.subscribe(f"nothing/{number}/+/#", lambda message: None)
+        heavy.subscribe(f"sensors/+/none{number}", lambda message: None)
+    slowest = await _canary_round_trips(canary, 2)
+    assert slowest < 5  # a loaded machine's bound; 16 s when every pattern scanned every value
+    assert len(service.hub.patterns()) < 1000  # the heavy client's reading waits
+    assert service.hub.limits.exceeded[("websmq", "retained_examined")] >= 1
 
 
 @pytest_twisted.ensureDeferred
