@@ -407,8 +407,6 @@ class Authentication:
 
             return as_fixed
         if (identity or default_identity(endpoint, stream=False)) == "certificate":
-            self.watch_authorities(authorities)
-
             def by_certificate(request: Any) -> defer.Deferred[Principal]:
                 strip_credentials(request)
                 found = self.certificate_principal(request.channel.transport, authorities)
@@ -448,7 +446,6 @@ class Authentication:
             return lambda transport: fixed
         identity = identity or default_identity(endpoint, stream=True)
         if identity == "certificate":
-            self.watch_authorities(authorities)
             return lambda transport: self.certificate_principal(transport, authorities)
         if identity == "unix-peer":
             def unix_peer(transport: Any) -> Principal | None:

@@ -134,7 +134,9 @@ def banner(config: Any, bound: Sequence[Any]) -> list[str]:
 
 def open_log_file(path: str) -> IO[str]:
     """`path` opened for appending; made readable by its owner only if it is new (a log names
-    peers and principals), an existing file keeping the mode it was given."""
+    peers and principals), an existing file keeping the mode it was given; its directory made
+    (0700) if missing."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     return open(descriptor, "a", encoding="utf-8")  # noqa: SIM115
 
@@ -155,8 +157,6 @@ def start_logging(settings: Any, verbose: bool) -> None:
     level = LogLevel.levelWithName(settings.level)
     if verbose and level > LogLevel.info:
         level = LogLevel.info
-    if settings.file:
-        os.makedirs(os.path.dirname(os.path.abspath(settings.file)), mode=0o700, exist_ok=True)
     stream = open_log_file(settings.file) if settings.file else sys.stderr
     make = jsonFileLogObserver if settings.format == "json" else textFileLogObserver
     observer = FilteringLogObserver(

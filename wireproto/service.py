@@ -717,12 +717,9 @@ def reload_on_sighup(
 
 
 def _hub(config: Config) -> Hub:
-    """The hub; with a [hub] retain_file, its last values read back from it (its directory made
-    if missing, its owner's alone), or StartFailed."""
+    """The hub; with a [hub] retain_file, its last values read back from it, or StartFailed."""
     retain_file = config.hub.retain_file if config.hub.retain else ""
     try:
-        if retain_file:
-            os.makedirs(os.path.dirname(os.path.abspath(retain_file)), mode=0o700, exist_ok=True)
         return Hub(**asdict(config.hub))
     except (OSError, sqlite3.Error) as error:
         if not retain_file:

@@ -67,6 +67,8 @@ class LastValues:
             self._open(path, mode)
 
     def _open(self, path: str | os.PathLike, mode: int) -> None:
+        # Its directory, made if missing, is its owner's alone, as the file is.
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
         # sqlite gives its -wal and -shm files the database file's permissions.
         os.close(os.open(os.fspath(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode))
         os.chmod(path, mode)

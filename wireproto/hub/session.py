@@ -191,20 +191,12 @@ class Session:
         """Why this session could not subscribe to every one of `topics` (exact topics or
         patterns) more, by the limits `subscribe` checks; None if it could. Changes nothing: a
         protocol that must answer before it subscribes (a SubbleSocket handshake) asks first."""
-        hub = self.hub
         new = [topic for topic in dict.fromkeys(topics)
                if topic not in self.topics and topic not in self.patterns]
-        if len(self.topics) + len(self.patterns) + len(new) > hub.max_subscriptions:
-            return f"more than {hub.max_subscriptions} subscriptions on one connection"
-        size = 0
-        for topic in new:
-            problem = self._topic_length_problem(topic)
-            if problem is not None:
-                return problem
-            size += len(topic.encode("utf-8", "surrogatepass"))
-        if self.subscription_bytes + size > hub.max_subscription_bytes:
-            return (f"subscriptions of more than {hub.max_subscription_bytes} topic bytes on "
-                    "one connection ([hub] max_subscription_bytes)")
+        problem, size = self._connection_room(new)
+        if problem is not None:
+            return problem
+        hub = self.hub
         return hub.limits.room_for_subscriptions(
             self.usage, len(new), size, hub.subscription_bytes, hub.max_total_subscription_bytes)
 
@@ -316,9 +308,6 @@ class Session:
             key_id=None if credential is None else credential.key_id, why=why,
         )
         self.close(str(error))
-        # Nothing more comes from this session: a TLS transport closes only once its producer
-        # is gone.
-        self.transport.unregisterProducer()
         self.transport.loseConnection(error)
 
     def _stop_expiry(self) -> None:
@@ -379,20 +368,29 @@ class Session:
                     f"{self.hub.max_topic_length} ([hub] max_topic_length)")
         return None
 
+    def _connection_room(self, new: list[str]) -> tuple[str | None, int]:
+        """Why this connection could not take the `new` subscriptions by its own limits (count,
+        topic length, topic bytes), or None; and their topic bytes."""
+        hub = self.hub
+        if len(self.topics) + len(self.patterns) + len(new) > hub.max_subscriptions:
+            return f"more than {hub.max_subscriptions} subscriptions on one connection", 0
+        size = 0
+        for topic in new:
+            problem = self._topic_length_problem(topic)
+            if problem is not None:
+                return problem, 0
+            size += len(topic.encode("utf-8", "surrogatepass"))
+        if self.subscription_bytes + size > hub.max_subscription_bytes:
+            return (f"subscriptions of more than {hub.max_subscription_bytes} topic bytes on "
+                    "one connection ([hub] max_subscription_bytes)"), size
+        return None, size
+
     def _hold(self, topic: str) -> None:
         """Count one more subscription against the limits, or raise LimitExceeded."""
+        problem, size = self._connection_room([topic])
+        if problem is not None:
+            raise LimitExceeded(problem)
         hub = self.hub
-        if len(self.topics) + len(self.patterns) >= hub.max_subscriptions:
-            raise LimitExceeded(
-                f"more than {hub.max_subscriptions} subscriptions on one connection"
-            )
-        self._check_topic_length(topic)
-        size = len(topic.encode("utf-8", "surrogatepass"))
-        if self.subscription_bytes + size > hub.max_subscription_bytes:
-            raise LimitExceeded(
-                f"subscriptions of more than {hub.max_subscription_bytes} topic bytes on one "
-                "connection ([hub] max_subscription_bytes)"
-            )
         limits = hub.limits
         problem = limits.take_subscription_bytes(
             self.usage, size, hub.subscription_bytes, hub.max_total_subscription_bytes,

@@ -133,6 +133,8 @@ class ByteTransportDelegate:
     (`self.transport`): addresses, producers, and pausing the peer's reads."""
 
     transport: Any
+    # A producer (a connection's session) is registered with the byte transport through this.
+    _producing = False
 
     def getPeer(self) -> Any:
         return self.transport.getPeer()
@@ -142,9 +144,17 @@ class ByteTransportDelegate:
 
     def registerProducer(self, producer: Any, streaming: bool) -> None:
         self.transport.registerProducer(producer, streaming)
+        self._producing = True
 
     def unregisterProducer(self) -> None:
+        self._producing = False
         self.transport.unregisterProducer()
+
+    def release_producer(self) -> None:
+        """Let go of the producer of a connection on its way out: nothing more is produced
+        for it, and TLS closes only once no producer is registered."""
+        if self._producing:
+            self.unregisterProducer()
 
     def pauseProducing(self) -> None:
         self.transport.pauseProducing()

@@ -152,8 +152,6 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     _counted = False
     _refused = False
     _active = False
-    # A producer (its session) is registered with the byte transport through this one.
-    _producing = False
     _idleCheck: Any = None
 
     def __init__(self, max_message_size: int) -> None:
@@ -291,18 +289,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
             self._error = error
         self._stopDelivery()
         self.transport.loseConnection()
-        if self._producing:
-            # Nothing more is produced for a connection on its way out; and TLS closes only
-            # once no producer is registered (a session registers itself as its transport's).
-            self.unregisterProducer()
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
-        self.transport.registerProducer(producer, streaming)
-        self._producing = True
-
-    def unregisterProducer(self) -> None:
-        self._producing = False
-        self.transport.unregisterProducer()
+        self.release_producer()
 
     def abortConnection(self) -> None:
         self._stopDelivery()

@@ -315,6 +315,7 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
                 self.sendCloseFrame(code=code, reasonUtf8=reason)
         elif self.state != WebSocketProtocol.STATE_CLOSING:
             self.abortConnection()
+        self.release_producer()
 
     def goAway(self) -> None:
         """Close with 1001 (going away), as RFC 6455 asks of a server shutting down."""
