@@ -257,7 +257,7 @@ async def test_many_connections_from_one_address_share_its_budget(broker):
         for number in range(50):
             client.subscribe(f"+/+/zzz/{number}", lambda message: None)
     slowest = await _canary_round_trips(canary, 3)
-    assert slowest < 1.0  # a loaded machine's bound; 2.8 s with a budget per connection
+    assert slowest < 3.0  # a loaded machine's bound; 10 s with a budget per connection
     assert service.hub.limits.exceeded[("websmq", "retained_examined")] >= 1
 
 
