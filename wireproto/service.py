@@ -27,7 +27,7 @@ import socket
 import sqlite3
 import weakref
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from twisted.application.internet import ClientService, StreamServerEndpointService, backoffPolicy
@@ -45,6 +45,7 @@ from wireproto.access import AccessRule, Principal
 from wireproto.access.quotas import PrincipalLimits
 from wireproto.admin import AdminConsole
 from wireproto.authentication import Authentication
+from wireproto.broker import BoundListener
 from wireproto.capture.wrapper import BrokerCapture, CapturingProtocol
 from wireproto.cluster.callcapture import CallCapture
 from wireproto.cluster.link import ClusterLink
@@ -60,7 +61,7 @@ from wireproto.config import (
 )
 from wireproto.hub import Hub
 from wireproto.limits import LimitingProtocol
-from wireproto.metrics import ServiceMetrics, family_rows
+from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.protocols import protocol as server_protocol
 from wireproto.redaction import redact_url
@@ -88,19 +89,6 @@ log = Logger()
 
 # An attached device that is unplugged is retried quickly at first, then every 30 s at most.
 ATTACH_RETRY = backoffPolicy(initialDelay=0.5, maxDelay=30.0)
-
-
-@dataclass(frozen=True)
-class BoundListener:
-    """A listener and the real address it is bound to, in a form a client can connect to:
-    ``ws://127.0.0.1:8765/websmq``, ``wss://...``, ``tcp:127.0.0.1:8766``, ``ssl:HOST:PORT``,
-    ``unix:/path``."""
-
-    listener: Listener
-    address: str
-
-    def describe(self) -> str:
-        return f"{self.listener.describe()} on {self.address}"
 
 
 class ListenFailed(Exception):
@@ -304,9 +292,6 @@ class WireprotoService(MultiService):
         if self.cluster is not None and self.capture is not None:
             # The calls between processes go to the capture too, so a fleet's can be paired.
             self.cluster.calls.recorder = CallCapture(self.capture, config.cluster.url)
-        if self.cluster is not None and self.metrics is not None:
-            registry = self.metrics.registry
-            self.cluster.local_metrics = lambda: family_rows(registry)
         # The status page, the browser clients, the admin API and the $SYS topics.
         self.admin = AdminConsole(self, config.admin, reactor) if config.admin.enabled else None
 

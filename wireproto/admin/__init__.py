@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from wireproto.admin.api import AdminApi
+from wireproto.admin.api import ADMIN_QUESTION, AdminApi
 from wireproto.admin.gate import AdminGate
 from wireproto.admin.rates import TopicRates
 from wireproto.admin.settings import AdminSettings
 from wireproto.admin.static_files import StaticFiles
 from wireproto.admin.systopics import SysTopics
+from wireproto.broker import BrokerView
 
 __all__ = ["AdminConsole", "AdminSettings", "PAGE_PATHS"]
 
@@ -34,7 +36,8 @@ CLIENT_FILES = ("websmq.js", "ubre.js", "socket.js")
 class AdminConsole:
     """One service's page, API and $SYS topics."""
 
-    def __init__(self, service: Any, settings: AdminSettings, reactor: Any) -> None:
+    def __init__(self, service: BrokerView, settings: AdminSettings,
+                 reactor: IReactorTime) -> None:
         self.service = service
         self.settings = settings
         hub = service.hub
@@ -46,9 +49,11 @@ class AdminConsole:
         self.page_files = StaticFiles("ui", PAGE_FILES)
         # Files without secrets, fetched without credentials: any page may import them.
         self.clients = StaticFiles("js", CLIENT_FILES, any_origin=True)
-        if service.cluster is not None:
-            service.cluster.admin = self.api  # answers the other processes' admin APIs
-        self.sys_topics = SysTopics(service, settings.sys_interval, service.cluster_node,
+        group = service.cluster
+        if group is not None:
+            group.answer_others(ADMIN_QUESTION, self.api.answer_question)
+        self.sys_topics = SysTopics(service, settings.sys_interval,
+                                    None if group is None else group.node,
                                     reactor) if settings.sys_interval else None
 
     def routes(self, taken: dict[str, Any]) -> dict[str, Any]:

@@ -37,13 +37,16 @@ from wireproto.admin.gate import PAGE_HEADER, AdminGate, same_origin
 from wireproto.admin.payloads import describe_payload
 from wireproto.admin.rates import TopicRates
 from wireproto.admin.tap import Tap
+from wireproto.broker import BrokerView
 from wireproto.errors import InvalidTopic
 from wireproto.hub import HubMessage
+from wireproto.hub.federation import ProcessGroup, Reply
 from wireproto.peerlog import describe_address
+from wireproto.protocols.calls import NO_BODY, Answer, RemoteCaller
 from wireproto.topics import validate_pattern
 from wireproto.transports.http import HTTPRefusal, admit
 
-__all__ = ["AdminApi", "ApiError"]
+__all__ = ["ADMIN_QUESTION", "AdminApi", "ApiError"]
 
 log = Logger(namespace="wireproto.admin")
 
@@ -51,6 +54,8 @@ log = Logger(namespace="wireproto.admin")
 MAX_BODY = 1 << 20
 # A call from the page that gets no answer in this many seconds is answered 504.
 CALL_TIMEOUT = 30.0
+# What a process of a cluster asks the others for their status, or to close a session.
+ADMIN_QUESTION = "admin"
 # At most this many bytes of a last value are shown by /api/topics.
 SHOWN_VALUE_BYTES = 1024
 
@@ -89,7 +94,7 @@ class AdminApi(Resource):
     isLeaf = True
     max_request_body = MAX_BODY
 
-    def __init__(self, service: Any, gate: AdminGate, rates: TopicRates,
+    def __init__(self, service: BrokerView, gate: AdminGate, rates: TopicRates,
                  max_taps: int) -> None:
         super().__init__()
         self.service = service
@@ -172,31 +177,43 @@ class AdminApi(Resource):
     def node(self) -> str:
         """This process, as the API names it: in a cluster its origin (its node name and a
         token of this start, never shared by two processes)."""
-        cluster = self.hub.cluster
-        return self.service.node if cluster is None else cluster.origin
+        group = self._cluster()
+        return self.service.node if group is None else group.origin
 
-    def _cluster(self) -> Any:
-        cluster = self.hub.cluster
-        return cluster if cluster is not None and cluster.running else None
+    def _cluster(self) -> ProcessGroup | None:
+        group = self.service.cluster
+        return group if group is not None and group.running else None
 
     def _gathered(self, request: Any, part: Any) -> Any:
         """Answer with `part` of the status of every process of the cluster, merged."""
-        d = self._cluster().gather_admin(["status"], self.local_status())
+        group = self._cluster()
+        assert group is not None
+        d = group.ask_others(ADMIN_QUESTION, ["status"], self.local_status())
 
-        d.addCallback(lambda parts: _finish(request, 200, part(merge_status(parts)))).addErrback(
+        d.addCallback(lambda replies: _finish(request, 200, part(merge_status(
+            [(reply.origin, reply.answer) for reply in replies])))).addErrback(
             lambda failure: log.failure("gathering the cluster's status failed", failure))
         return NOT_DONE_YET
 
+    def answer_question(self, request: list[Any]) -> Any:
+        """Another process's admin API asks for this one's status, or to close a session of
+        this one's; None when the question is not for this process."""
+        if request == ["status"]:
+            return self.local_status()
+        if request[0] == "close" and request[1] == self.node:
+            return self.close_local(int(request[2]), str(request[3]))
+        return None
+
     def _close_elsewhere(self, request: Any, node: str, number: str,
                          principal: Principal) -> Any:
-        cluster = self._cluster()
-        if cluster is None:
+        group = self._cluster()
+        if group is None:
             raise ApiError(404, f"no process {node}")
-        d = cluster.gather_admin(["close", node, _session_id(number), str(principal.name)],
-                                 False)
+        d = group.ask_others(ADMIN_QUESTION,
+                             ["close", node, _session_id(number), str(principal.name)], False)
 
-        def answered(parts: list[tuple[str, Any]]) -> None:
-            closed = any(answer is True for found, answer in parts if found == node)
+        def answered(replies: list[Reply]) -> None:
+            closed = any(reply.answer is True for reply in replies if reply.origin == node)
             if closed:
                 _finish(request, 200, {"closed": int(number)})
             else:
@@ -347,8 +364,6 @@ class AdminApi(Resource):
         server = self.hub.call_servers.get(protocol)
         if server is None:
             raise ApiError(404, f"this broker serves no {protocol} calls")
-        from wireproto.cluster.calls import RemoteCaller
-
         caller = RemoteCaller("admin", describe_address(request.getClientAddress()), 0, None,
                               principal, self.service.node)
         d = defer.maybeDeferred(server.call, name, body.get("body"), caller)
@@ -358,9 +373,9 @@ class AdminApi(Resource):
                 timer.cancel()
             _finish(request, status, value)
 
-        def answered(result: tuple[bool, Any]) -> None:
-            succeeded, answer = result
-            respond(200, {"ok": succeeded, "body": answer})
+        def answered(answer: Answer) -> None:
+            body = None if answer.body is NO_BODY else answer.body
+            respond(200, {"ok": answer.succeeded, "body": body})
 
         def failed(failure: Any) -> None:
             log.failure("admin call of {name!r} failed", failure, name=name)

@@ -8,10 +8,11 @@ A single broker publishes under ``$SYS/broker/``; a process of a cluster under
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from twisted.internet import task
+from twisted.internet.interfaces import IReactorTime
 
+from wireproto.broker import BrokerView
 from wireproto.hub import HubMessage
 
 __all__ = ["SysTopics", "sys_prefix"]
@@ -27,7 +28,8 @@ def sys_prefix(node: str | None) -> str:
 class SysTopics:
     """Publishes the broker's figures on its hub every `interval` seconds."""
 
-    def __init__(self, service: Any, interval: float, node: str | None, reactor: Any) -> None:
+    def __init__(self, service: BrokerView, interval: float, node: str | None,
+                 reactor: IReactorTime) -> None:
         self.service = service
         self.hub = service.hub
         self.interval = interval

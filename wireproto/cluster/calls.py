@@ -12,15 +12,18 @@ Each process also announces what it serves in its heartbeat (wireproto.cluster.r
 needs that: a route is a pattern, so the calling process matches the path against the routes
 that the others serve to find the subject.
 
-What a call carries is the protocol's business (`answer_remote_call` makes the reply's bytes);
-this module adds who is calling (`RemoteCaller`) and bounds how many calls from elsewhere a
-process works on at once (`[cluster] max_remote_calls`).
+A call is a `wireproto.protocols.calls.Call`, and its answer an `Answer`; this module alone
+knows how they cross NATS: the request is msgpack ``[caller, path, id, binary, kind, body]``
+(the caller as `pack_caller` packs it, the body as `pack_body` does), the answer msgpack
+``[succeeded, kind, body]``, and a process that will not answer says why in a ``Wp-Status``
+header (``busy`` or ``failed``). It also bounds how many calls from elsewhere a process works
+on at once (`[cluster] max_remote_calls`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgpack
 from twisted.internet import defer
@@ -28,90 +31,73 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto.access.policy import Principal
-from wireproto.cluster.client import NoResponders
+from wireproto.cluster.client import NatsClient, NatsUnavailable, NoResponders
 from wireproto.cluster.natsproto import STATUS_HEADER, header_values, headers_block
-from wireproto.protocols.rpc import CallNotServed, CallRefused
+from wireproto.cluster.roster import Roster
+from wireproto.cluster.subjects import Subjects
+from wireproto.errors import ProtocolError
+from wireproto.protocols.calls import (
+    Answer,
+    Call,
+    CallName,
+    CallNotFound,
+    CallServer,
+    CallTimeout,
+    CallTooManyRequests,
+    CallUnavailable,
+    RemoteCaller,
+    pack_body,
+    unpack_body,
+)
+from wireproto.protocols.rpc import RequestTimeout
 
-if TYPE_CHECKING:
-    from wireproto.cluster.link import ClusterLink
-    from wireproto.hub import Session
-
-__all__ = ["CallServer", "RemoteCaller", "RemoteCalls"]
+__all__ = ["RemoteCalls", "pack_caller", "unpack_caller"]
 
 log = Logger(namespace="wireproto.cluster")
 
 QUEUE_GROUP = "wireproto"
 BUSY = headers_block({STATUS_HEADER: "busy"})
 FAILED = headers_block({STATUS_HEADER: "failed"})
+_MALFORMED = (ValueError, TypeError, IndexError, ProtocolError, msgpack.UnpackException)
 
 
-class CallServer(Protocol):
-    """What a protocol server that answers calls from other processes provides."""
-
-    def served_calls(self) -> list[Any]:
-        """The names (or route patterns) this server answers, in its order; msgpack values."""
-
-    def call_subject_name(self, name: Any) -> str | None:
-        """The name's part of its subject: a topic-like string, or None for the protocol's
-        unnamed call (UBRE's default handler)."""
-
-    def answer_remote_call(self, name: Any, request: bytes,
-                           caller: RemoteCaller) -> defer.Deferred:
-        """Answer a call made on another process; fires with the reply's bytes."""
+def pack_caller(caller: RemoteCaller, node: str) -> list:
+    """`caller` as msgpack values, from the process `node`."""
+    principal = caller.principal
+    return [caller.protocol, caller.peer, caller.session, caller.client, principal.name,
+            sorted(principal.roles), principal.client_id, node]
 
 
-@dataclass(frozen=True)
-class RemoteCaller:
-    """The client behind a call made on another broker process: what a handler gets where it
-    would get the calling connection. It cannot be written to; `remote` is True.
-
-    `protocol` is the caller's protocol, `peer` its address as that process saw it, `session`
-    its session id there, `client` the protocol's own name for it (a nydus id), `principal`
-    who it authenticated as, and `node` the process (its cluster origin)."""
-
-    protocol: str
-    peer: str
-    session: int
-    client: str | None
-    principal: Principal
-    node: str
-    remote = True
-
-    def pack(self) -> list:
-        principal = self.principal
-        return [self.protocol, self.peer, self.session, self.client, principal.name,
-                sorted(principal.roles), principal.client_id, self.node]
-
-    @classmethod
-    def unpack(cls, fields: list) -> RemoteCaller:
-        protocol, peer, session, client, name, roles, client_id, node = fields
-        return cls(protocol, peer, session, client,
-                   Principal(name=name, roles=frozenset(roles), client_id=client_id), node)
-
-    @classmethod
-    def of(cls, session: Session, node: str) -> RemoteCaller:
-        return cls(session.protocol, session.peer, session.id, session.client, session.principal,
-                   node)
+def unpack_caller(fields: list) -> RemoteCaller:
+    protocol, peer, session, client, name, roles, client_id, node = fields
+    return RemoteCaller(protocol, peer, session, client,
+                        Principal(name=name, roles=frozenset(roles), client_id=client_id), node)
 
 
 class RemoteCalls:
-    """One process's side of calls across the cluster: serving its names, calling the others'."""
+    """One process's side of calls across the cluster: serving its names, calling the others'.
 
-    def __init__(self, link: ClusterLink) -> None:
-        self.link = link
-        self.client = link.client
-        self.subjects = link.subjects
-        self.roster = link.roster
-        self.timeout = link.settings.call_timeout
-        self.max_answering = link.settings.max_remote_calls
+    `servers` gives the protocol servers of this process that answer calls, by protocol;
+    `origin` is this process's name in the callers it sends."""
+
+    def __init__(self, client: NatsClient, subjects: Subjects, roster: Roster, *, origin: str,
+                 timeout: float, max_answering: int,
+                 servers: Callable[[], Mapping[str, CallServer]]) -> None:
+        self.client = client
+        self.subjects = subjects
+        self.roster = roster
+        self.origin = origin
+        self.timeout = timeout
+        self.max_answering = max_answering
+        self.servers = servers
         # subject -> (sid, protocol, name)
-        self._serving: dict[str, tuple[int, str, Any]] = {}
+        self._serving: dict[str, tuple[int, str, CallName]] = {}
         # Calls from elsewhere being answered here now.
         self.answering = 0
         self.answered = self.refused = 0
         self.made = 0
         # protocol -> names the other processes serve, and a count bumped when they change
-        self._elsewhere: dict[str, list] | None = None
+        self._elsewhere: dict[str, list[CallName]] | None = None
         self.version = 0
         # With capture on: records the calls made and answered (wireproto.cluster.callcapture).
         self.recorder: Any = None
@@ -119,19 +105,16 @@ class RemoteCalls:
 
     # -- serving -----------------------------------------------------------------------------------
 
-    def subject(self, protocol: str, server: CallServer, name: Any) -> str:
-        return self.subjects.call(protocol, server.call_subject_name(name))
-
     def refresh(self) -> None:
         """Subscribe to what this process's servers answer now, and announce it."""
-        wanted: dict[str, tuple[str, Any]] = {}
-        announced: dict[str, list] = {}
-        for protocol, server in self.link.hub.call_servers.items():
+        wanted: dict[str, tuple[str, CallName]] = {}
+        announced: dict[str, list[CallName]] = {}
+        for protocol, server in self.servers().items():
             names = server.served_calls()
             if names:
                 announced[protocol] = names
             for name in names:
-                wanted[self.subject(protocol, server, name)] = (protocol, name)
+                wanted[self.subjects.call(protocol, name)] = (protocol, name)
         for subject in [subject for subject in self._serving if subject not in wanted]:
             self.client.unsubscribe(self._serving.pop(subject)[0])
         for subject, (protocol, name) in wanted.items():
@@ -152,7 +135,7 @@ class RemoteCalls:
         """The subjects this process answers calls on."""
         return list(self._serving)
 
-    def _handler(self, protocol: str, name: Any) -> Any:
+    def _handler(self, protocol: str, name: CallName) -> Any:
         def received(subject: str, reply: str | None, headers: bytes | None,
                      payload: bytes) -> None:
             if self.recorder is not None:
@@ -161,35 +144,41 @@ class RemoteCalls:
 
         return received
 
-    def _answer(self, protocol: str, name: Any, reply: str | None, payload: bytes) -> None:
+    def _answer(self, protocol: str, name: CallName, reply: str | None, payload: bytes) -> None:
         if reply is None:
             return  # a publish, not a request: no one to answer
         if self.answering >= self.max_answering:
             self.refused += 1
             self._send_reply(reply, b"", BUSY)
             return
-        server = self.link.hub.call_servers.get(protocol)
         try:
-            fields, request = msgpack.unpackb(payload)
-            caller = RemoteCaller.unpack(fields)
-        except (ValueError, TypeError, msgpack.UnpackException):
+            fields, path, call_id, binary, kind, data = msgpack.unpackb(payload)
+            call = Call(protocol, name, unpack_body(kind, data), unpack_caller(fields),
+                        path=path, id=call_id, binary=bool(binary))
+        except _MALFORMED:
             log.warn("cluster: a call to {protocol} {name!r} that is not wireproto's; ignored",
                      event="cluster_refused", protocol=protocol, name=name)
             return
+        server = self.servers().get(protocol)
         if server is None:
             self._send_reply(reply, b"", FAILED)
             return
         self.answering += 1
-        d = defer.maybeDeferred(server.answer_remote_call, name, request, caller)
+        d = defer.maybeDeferred(server.answer, call)
+        d.addCallback(self._pack_answer)
         d.addCallbacks(lambda answer: self._reply(reply, answer),
                        lambda failure: self._failed(reply, protocol, name, failure))
+
+    @staticmethod
+    def _pack_answer(answer: Answer) -> bytes:
+        return msgpack.packb([answer.succeeded, *pack_body(answer.body)])
 
     def _reply(self, reply: str, answer: bytes) -> None:
         self.answering -= 1
         self.answered += 1
         self._send_reply(reply, answer)
 
-    def _failed(self, reply: str, protocol: str, name: Any, failure: Failure) -> None:
+    def _failed(self, reply: str, protocol: str, name: CallName, failure: Failure) -> None:
         self.answering -= 1
         log.failure("cluster: answering a {protocol} call to {name!r} failed", failure,
                     protocol=protocol, name=name)
@@ -202,36 +191,45 @@ class RemoteCalls:
 
     # -- calling -----------------------------------------------------------------------------------
 
-    def call(self, protocol: str, name: Any, request: bytes, session: Session) -> defer.Deferred:
-        """Ask a process that serves `name` (as the protocol's servers name what they serve)
-        of `protocol`; fires with its reply's bytes. Fails with CallNotServed when no process
-        serves it, CallRefused, RequestTimeout after [cluster] call_timeout, or
-        NatsUnavailable while NATS is out of reach."""
-        return self.call_as(RemoteCaller.of(session, self.link.origin), protocol, name, request)
-
-    def call_as(self, caller: RemoteCaller, protocol: str, name: Any,
-                request: bytes) -> defer.Deferred:
-        """`call` for a caller that is no connection (the admin API)."""
-        payload = msgpack.packb([caller.pack(), request])
+    def call(self, call: Call) -> defer.Deferred[Answer]:
+        """Ask a process that serves `call.name` of `call.protocol`; fires with its Answer.
+        Fails with CallNotFound when no process serves it, CallTooManyRequests when the one
+        that does is busy, CallTimeout after [cluster] call_timeout, or CallUnavailable while
+        NATS is out of reach or when that process could not answer."""
+        try:
+            payload = msgpack.packb([pack_caller(call.caller, self.origin), call.path, call.id,
+                                     call.binary, *pack_body(call.body)])
+        except (TypeError, ValueError):
+            # A body JSON cannot say (the codec let it in): no process could take it.
+            return defer.fail(CallNotFound("the call's body cannot cross to another process"))
         self.made += 1
-        subject = self.subject(protocol, self.link.hub.call_servers[protocol], name)
-        d = self.client.request(subject, payload, timeout=self.timeout,
-                                recorder=self.recorder)
+        d = self.client.request(self.subjects.call(call.protocol, call.name), payload,
+                                timeout=self.timeout, recorder=self.recorder)
         return d.addCallbacks(self._answered, self._not_answered)
 
     @staticmethod
-    def _answered(answer: tuple[bytes | None, bytes]) -> bytes:
+    def _answered(answer: tuple[bytes | None, bytes]) -> Answer:
         headers, payload = answer
         if headers is not None:
             status = header_values(headers).get(STATUS_HEADER)
+            if status == "busy":
+                raise CallTooManyRequests("the process that serves it is busy")
             if status:
-                raise CallRefused(status)
-        return payload
+                raise CallUnavailable(f"the process that serves it answered {status!r}")
+        try:
+            succeeded, kind, data = msgpack.unpackb(payload)
+            return Answer(bool(succeeded), unpack_body(kind, data))
+        except _MALFORMED:
+            raise CallUnavailable("an answer that is not wireproto's") from None
 
     @staticmethod
     def _not_answered(failure: Failure) -> Failure:
         if failure.check(NoResponders):
-            raise CallNotServed("no broker process serves this call")
+            raise CallNotFound("no broker process serves this call")
+        if failure.check(RequestTimeout):
+            raise CallTimeout(str(failure.value))
+        if failure.check(NatsUnavailable):
+            raise CallUnavailable(str(failure.value))
         return failure
 
     # -- what the others serve ---------------------------------------------------------------------
@@ -240,23 +238,24 @@ class RemoteCalls:
         self._elsewhere = None
         self.version += 1
 
-    def elsewhere(self, protocol: str) -> list:
-        """The names (or routes) of `protocol` that other live processes serve, in the order of
-        their origins and then their own order, each once."""
+    def elsewhere(self, protocol: str) -> list[CallName]:
+        """The names of `protocol` that other live processes serve, in the order of their
+        origins and then their own order, each once."""
         if self._elsewhere is None:
-            collected: dict[str, dict[Any, None]] = {}
+            collected: dict[str, dict[CallName, None]] = {}
             announced = self.roster.announced
             for origin in sorted(announced):
                 payload = announced[origin]
                 if not payload:
                     continue
                 try:
-                    calls = msgpack.unpackb(payload, use_list=False).get("calls") or {}
+                    calls = msgpack.unpackb(payload).get("calls") or {}
+                    for name_protocol, names in calls.items():
+                        served = collected.setdefault(str(name_protocol), {})
+                        for name in names:
+                            if name is None or isinstance(name, str):
+                                served[name] = None
                 except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
                     continue
-                for name_protocol, names in calls.items():
-                    served = collected.setdefault(name_protocol, {})
-                    for name in names:
-                        served[name] = None
             self._elsewhere = {key: list(names) for key, names in collected.items()}
         return self._elsewhere.get(protocol, [])

@@ -17,18 +17,17 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from wireproto.cluster.client import NatsClient
 from wireproto.cluster.natsproto import header_values, headers_block
-from wireproto.cluster.subjects import safe_token
+from wireproto.cluster.subjects import Subjects, safe_token
 from wireproto.hub.message import new_message
-
-if TYPE_CHECKING:
-    from wireproto.cluster.link import ClusterLink
+from wireproto.hub.retained import LastValues
 
 __all__ = ["SharedLastValues", "key_of_topic"]
 
@@ -56,10 +55,12 @@ def topic_of_key(key: str) -> str:
 class SharedLastValues:
     """One process's side of the cluster's last values."""
 
-    def __init__(self, link: ClusterLink) -> None:
-        self.link = link
-        self.client = link.client
-        self.bucket = safe_token(link.subjects.prefix) + "_retained"
+    def __init__(self, client: NatsClient, subjects: Subjects,
+                 retained: LastValues | None) -> None:
+        self.client = client
+        # the hub's last values, which this process's share of the cluster's are kept in
+        self.retained = retained
+        self.bucket = safe_token(subjects.prefix) + "_retained"
         self.stream = f"KV_{self.bucket}"
         self.available = False
         self.written = self.read = self.refused = 0
@@ -74,7 +75,7 @@ class SharedLastValues:
     @defer.inlineCallbacks
     def connected(self) -> Any:
         """Make the bucket (if no one has yet), then follow it."""
-        retained = self.link.hub.retained
+        retained = self.retained
         if retained is None:
             return
         config = {
@@ -142,7 +143,7 @@ class SharedLastValues:
 
     def _received(self, subject: str, reply: str | None, headers: bytes | None,
                   payload: bytes) -> None:
-        retained = self.link.hub.retained
+        retained = self.retained
         if retained is None:
             return
         if headers is not None and not payload:

@@ -25,11 +25,11 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Callable
 from typing import Any
 
 import msgpack
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from wireproto import peerlog
@@ -40,7 +40,15 @@ from wireproto.cluster.roster import Roster
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.cluster.subjects import SubjectError, Subjects, safe_token
 from wireproto.cluster.wills import WillKeeper
-from wireproto.hub import Hub
+from wireproto.hub import Hub, HubMessage
+from wireproto.hub.federation import (
+    Answerer,
+    Encodings,
+    FederationStats,
+    Reply,
+    ServedElsewhere,
+)
+from wireproto.protocols.calls import Answer, Call
 
 __all__ = ["ClusterLink", "nats_options"]
 
@@ -98,9 +106,10 @@ class _Interest:
 
 
 class ClusterLink:
-    """The hub's link to the other broker processes of its cluster."""
+    """The hub's link to the other broker processes of its cluster: the hub's `Federation`,
+    and the `ProcessGroup` the admin API and the metrics see (wireproto.hub.federation)."""
 
-    def __init__(self, hub: Hub, settings: ClusterSettings, reactor: Any) -> None:
+    def __init__(self, hub: Hub, settings: ClusterSettings, reactor: IReactorTime) -> None:
         self.hub = hub
         self.settings = settings
         self.reactor = reactor
@@ -122,17 +131,21 @@ class ClusterLink:
         self._topic_of: dict[str, str] = {}
         self.forwarded = self.received = self.duplicates = self.refused = 0
         self.running = False
-        self.roster = Roster(self)
-        self.wills = WillKeeper(self)
-        self.calls = RemoteCalls(self)
-        self.last_values = SharedLastValues(self)
+        self.roster = Roster(self.client, reactor, self.subjects, origin=self.origin_token,
+                             interval=settings.heartbeat_interval,
+                             dead_after=settings.dead_after)
+        self.wills = WillKeeper(self.client, self.roster, self.subjects,
+                                origin=self.origin_token, publish=hub.publish)
+        self.calls = RemoteCalls(self.client, self.subjects, self.roster, origin=self.origin,
+                                 timeout=settings.call_timeout,
+                                 max_answering=settings.max_remote_calls,
+                                 servers=lambda: hub.call_servers)
+        self.last_values = SharedLastValues(self.client, self.subjects, hub.retained)
         self.client.on_ready = self._connected
-        # This process's metrics as wireproto.metrics.family_rows gives them, when it has any.
-        self.local_metrics: Callable[[], list] | None = None
-        self._metrics_sid: int | None = None
-        # The admin API (wireproto.admin.api.AdminApi) that answers the others' questions.
-        self.admin: Any = None
-        self._admin_sid: int | None = None
+        # What this process answers the others' questions with (the admin API's, the
+        # metrics'), by question, and the subscriptions that hear them.
+        self._answerers: dict[str, Answerer] = {}
+        self._question_sids: dict[str, int] = {}
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -144,17 +157,15 @@ class ClusterLink:
         if warning is not None:
             log.warn("{warning}", event="cluster_open_membership", warning=warning)
         hub = self.hub
-        hub.cluster = self
+        hub.join(self)
         hub.add_topic_observer(self)
         for topic in hub.topics():
             self.topic_started(topic)
         for pattern in hub.patterns():
             self.pattern_started(pattern)
         self.roster.start()
-        self._metrics_sid = self.client.subscribe(
-            self.subjects.cluster + "metrics", self._metrics_asked)
-        self._admin_sid = self.client.subscribe(
-            self.subjects.cluster + "admin", self._admin_asked)
+        for question in self._answerers:
+            self._hear(question)
         self.wills.start()
         self.calls.refresh()
         if self.calls.recorder is not None:
@@ -189,75 +200,89 @@ class ClusterLink:
         self.calls.stop()
         if self.calls.recorder is not None:
             self.calls.recorder.stop()
-        for sid in (self._metrics_sid, self._admin_sid):
-            if sid is not None:
-                self.client.unsubscribe(sid)
+        for sid in self._question_sids.values():
+            self.client.unsubscribe(sid)
+        self._question_sids.clear()
         self.wills.stop()
         self.last_values.stop()
         self.roster.stop()
         self.hub.remove_topic_observer(self)
-        if self.hub.cluster is self:
-            self.hub.cluster = None
+        self.hub.leave(self)
         yield self.client.stop()
 
-    # -- metrics ----------------------------------------------------------------------------------
+    # -- what the hub tells and asks of the others -------------------------------------------
 
-    def _metrics_asked(self, subject: str, reply: str | None, headers: Any,
-                       payload: bytes) -> None:
-        if reply is not None and self.local_metrics is not None:
-            self.client.publish(reply, msgpack.packb([self.node, self.local_metrics()]))
+    def keep_last_value(self, topic: str, payload: bytes, protocol: str,
+                        encodings: Encodings) -> None:
+        self.last_values.put(topic, payload, protocol, encodings)
 
-    def gather_metrics(self, timeout: float = 1.0) -> defer.Deferred:
-        """Every process's metrics as [(node, family rows)], this one's first: the others'
-        that answer within `timeout` seconds."""
-        own = [(self.node, self.local_metrics())] if self.local_metrics is not None else []
-        return self._gather("metrics", b"", own, timeout)
+    def hold_will(self, session: int, will: HubMessage) -> None:
+        self.wills.keep(session, will)
 
-    def _gather(self, what: str, request: bytes, own: list, timeout: float) -> defer.Deferred:
-        """`own` and the [node, answer] replies of the other processes to `request` on
-        PREFIX.cluster.WHAT, as [(node, answer)], within `timeout` seconds."""
+    def release_will(self, session: int) -> None:
+        self.wills.drop(session)
+
+    def call(self, call: Call) -> defer.Deferred[Answer]:
+        return self.calls.call(call)
+
+    def served_elsewhere(self, protocol: str) -> ServedElsewhere:
+        return ServedElsewhere(self.calls.version, self.calls.elsewhere(protocol))
+
+    # -- questions every process answers (the admin API's, the metrics') ------------------------
+
+    def answer_others(self, question: str, answerer: Answerer) -> None:
+        self._answerers[question] = answerer
+        if self.running and question not in self._question_sids:
+            self._hear(question)
+
+    def _hear(self, question: str) -> None:
+        answerer = self._answerers[question]
+
+        def asked(subject: str, reply: str | None, headers: Any, payload: bytes) -> None:
+            if reply is None:
+                return
+            try:
+                request = msgpack.unpackb(payload)
+                if not isinstance(request, list):
+                    return
+                answer = answerer(request)
+            except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+                return
+            if answer is not None:
+                self.client.publish(reply, msgpack.packb([self.origin, self.node, answer]))
+
+        self._question_sids[question] = self.client.subscribe(
+            self.subjects.cluster + question, asked)
+
+    def ask_others(self, question: str, request: list[Any], own: Any,
+                   timeout: float = 1.0) -> defer.Deferred[list[Reply]]:
+        mine = [Reply(self.origin, self.node, own)]
         others = len(self.roster.members())
         if not others or not self.client.connected:
-            return defer.succeed(own)
+            return defer.succeed(mine)
 
-        def unpacked(replies: list[bytes]) -> list:
-            parts = list(own)
+        def unpacked(replies: list[bytes]) -> list[Reply]:
+            parts = list(mine)
             for reply in replies:
                 try:
-                    node, answer = msgpack.unpackb(reply)
+                    origin, node, answer = msgpack.unpackb(reply)
                 except (ValueError, TypeError, msgpack.UnpackException):
                     continue
-                parts.append((str(node), answer))
+                parts.append(Reply(str(origin), str(node), answer))
             return parts
 
-        d = self.client.gather(self.subjects.cluster + what, request, expected=others,
-                               timeout=timeout)
-        return d.addCallbacks(unpacked, lambda _: own)
+        d = self.client.gather(self.subjects.cluster + question, msgpack.packb(request),
+                               expected=others, timeout=timeout)
+        return d.addCallbacks(unpacked, lambda _: mine)
 
-    # -- the admin API ----------------------------------------------------------------------------
-
-    def _admin_asked(self, subject: str, reply: str | None, headers: Any,
-                     payload: bytes) -> None:
-        """Another process's admin API asks for this one's status, or to close a session."""
-        admin = self.admin
-        if reply is None or admin is None:
-            return
-        try:
-            request = msgpack.unpackb(payload)
-            if request == ["status"]:
-                answer = admin.local_status()
-            elif request[0] == "close" and request[1] == self.origin:
-                answer = admin.close_local(int(request[2]), str(request[3]))
-            else:
-                return
-        except (ValueError, TypeError, IndexError, msgpack.UnpackException):
-            return
-        self.client.publish(reply, msgpack.packb([self.origin, answer]))
-
-    def gather_admin(self, request: list, own: Any, timeout: float = 1.0) -> defer.Deferred:
-        """The answers of every process's admin API to `request`, this one's (`own`) first, as
-        [(origin, answer)]: origins, unlike node names, are never shared by two processes."""
-        return self._gather("admin", msgpack.packb(request), [(self.origin, own)], timeout)
+    def stats(self) -> FederationStats:
+        client, calls = self.client, self.calls
+        return FederationStats(
+            connected=client.connected, processes=len(self.roster.members()) + 1,
+            forwarded=self.forwarded, received=self.received, duplicates=self.duplicates,
+            refused=self.refused, dropped=client.dropped, reconnects=client.reconnects,
+            calls_made=calls.made, calls_answered=calls.answered, calls_refused=calls.refused,
+            wills_published=self.wills.published)
 
     # -- interest ---------------------------------------------------------------------------------
 
@@ -312,7 +337,7 @@ class ClusterLink:
     # -- messages ---------------------------------------------------------------------------------
 
     def forward(self, topic: str, payload: bytes, will: bool, protocol: str,
-                encodings: dict | None = None) -> None:
+                encodings: Encodings | None = None) -> None:
         """Publish a message made in this process to the others (the hub calls this), with its
         encodings in the hub's portable formats."""
         self._sequence += 1

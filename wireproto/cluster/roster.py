@@ -10,14 +10,14 @@ announcement with it; one that stops cleanly says goodbye, and is forgotten at o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twisted.internet import task
+from twisted.internet.interfaces import IReactorTime
 
+from wireproto.cluster.client import NatsClient
 from wireproto.cluster.natsproto import headers_block
-
-if TYPE_CHECKING:
-    from wireproto.cluster.link import ClusterLink
+from wireproto.cluster.subjects import Subjects
 
 __all__ = ["Roster"]
 
@@ -28,15 +28,15 @@ GOODBYE = headers_block({"Wp-Gone": "1"})
 class Roster:
     """The live processes of the cluster, by origin, and their latest announcements."""
 
-    def __init__(self, link: ClusterLink) -> None:
-        self.link = link
-        self.client = link.client
-        self.clock = link.reactor
-        settings = link.settings
-        self.interval = settings.heartbeat_interval
-        self.dead_after = settings.dead_after
-        self.origin = link.origin_token
-        self._subject = f"{link.subjects.cluster}alive."
+    def __init__(self, client: NatsClient, clock: IReactorTime, subjects: Subjects, *,
+                 origin: str, interval: float, dead_after: float) -> None:
+        self.client = client
+        self.clock = clock
+        self.interval = interval
+        self.dead_after = dead_after
+        # this process, as a subject token
+        self.origin = origin
+        self._subject = f"{subjects.cluster}alive."
         # origin -> when it was last heard (this process's clock), and what it announced
         self.heard: dict[str, float] = {}
         self.announced: dict[str, bytes] = {}

@@ -12,18 +12,18 @@ is purged, so a will goes out once either way.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from wireproto.cluster.client import NatsClient
 from wireproto.cluster.natsproto import headers_block
-from wireproto.cluster.subjects import safe_token
-
-if TYPE_CHECKING:
-    from wireproto.cluster.link import ClusterLink
-    from wireproto.hub import HubMessage
+from wireproto.cluster.roster import Roster
+from wireproto.cluster.subjects import Subjects, safe_token
+from wireproto.hub.message import HubMessage
 
 __all__ = ["WillKeeper"]
 
@@ -36,13 +36,16 @@ class WillKeeper:
     """The wills of one process's connections in the cluster's bucket, and the wills of dead
     processes published."""
 
-    def __init__(self, link: ClusterLink) -> None:
-        self.link = link
-        self.client = link.client
-        self.roster = link.roster
-        self.bucket = safe_token(link.subjects.prefix) + "_wills"
+    def __init__(self, client: NatsClient, roster: Roster, subjects: Subjects, *, origin: str,
+                 publish: Callable[[HubMessage], object]) -> None:
+        self.client = client
+        self.roster = roster
+        self.bucket = safe_token(subjects.prefix) + "_wills"
         self.stream = f"KV_{self.bucket}"
-        self.origin = link.origin_token
+        # this process, as a subject token
+        self.origin = origin
+        # publishes a dead process's will in this one
+        self.publish = publish
         self.available = False
         self.published = 0
         self._scanning = False
@@ -139,8 +142,6 @@ class WillKeeper:
             headers=CLAIM_ONCE)
         if json.loads(reply).get("error"):
             return  # another process claimed it
-        from wireproto.hub import HubMessage
-
         published = 0
         for key in keys:
             try:
@@ -155,7 +156,7 @@ class WillKeeper:
                 topic, payload, protocol = msgpack.unpackb(value)
             except (ValueError, TypeError, msgpack.UnpackException):
                 continue
-            self.link.hub.publish(HubMessage(topic, payload, will=True, protocol=protocol))
+            self.publish(HubMessage(topic, payload, will=True, protocol=protocol))
             published += 1
         self.published += published
         yield self.client.request(

@@ -40,7 +40,7 @@ def config_tables() -> dict[str, type]:
     from wireproto.cluster.settings import ClusterSettings
     from wireproto.config.files import SecretsSettings
     from wireproto.hub import HubSettings
-    from wireproto.metrics import MetricsSettings
+    from wireproto.metrics.settings import MetricsSettings
     from wireproto.protocols import PROTOCOLS
     from wireproto.transports.engineio.options import EngineIOOptions
     from wireproto.transports.http import HTTPLimits

@@ -40,6 +40,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from wireproto import peerlog
@@ -51,6 +52,7 @@ from wireproto.codecs.serialization import (
     bound_documents,
 )
 from wireproto.errors import CredentialEnded
+from wireproto.hub.federation import ALONE, Federation
 from wireproto.hub.message import (
     DEFAULT_MAX_RETAINED,
     DEFAULT_MAX_RETAINED_BYTES,
@@ -77,6 +79,7 @@ from wireproto.hub.subscribers import (
     TopicObserver,
 )
 from wireproto.peerlog import describe_address
+from wireproto.protocols.calls import CallServer
 from wireproto.topics import PatternTree, is_pattern, validate_pattern
 from wireproto.transports.base import IMessageTransport
 
@@ -92,6 +95,7 @@ __all__ = [
     "HubStats",
     "SessionStats",
     "Encoder",
+    "Federation",
     "Hub",
     "Session",
     "LocalSubscriber",
@@ -167,19 +171,19 @@ class Hub:
         # How long past its credential's expiry a connection is closed ([auth] expiry_leeway),
         # and the clock that closes it (the reactor, unless set).
         self.expiry_leeway = 0.0
-        self._clock: Any = None
+        self._clock: IReactorTime | None = None
         # Refusals by (protocol, action).
         self.denied: dict[tuple[str, str], int] = {}
         # What each principal holds and sends, against the [limits] table.
         self.limits = PrincipalLimits()
         # Each pattern's count of subscribers, for the observers told when one starts or ends.
         self._pattern_counts: dict[str, int] = {}
-        # The other broker processes (wireproto.cluster.link), when there are any: it is sent
-        # every publish made here, and publishes what the others send as their sender.
-        self.cluster: Any = None
+        # The other broker processes this hub is joined to (wireproto.hub.federation): it is
+        # told of every publish made here, and publishes what the others send as their sender.
+        self.federation: Federation = ALONE
         # The protocol servers that answer calls (a UBRE handler, a nydus route), by protocol:
-        # the cluster serves their names to the other processes (wireproto.cluster.calls).
-        self.call_servers: dict[str, Any] = {}
+        # a federation serves their names to the other processes.
+        self.call_servers: dict[str, CallServer] = {}
         # Wire formats whose encoding of a message says more than its topic and payload (a
         # SubbleSocket event's id, source and time): a publish made with one crosses to the
         # other processes with it, so their subscribers get the same bytes.
@@ -191,8 +195,8 @@ class Hub:
         self.uncounted_publishes = 0
 
     @property
-    def clock(self) -> Any:
-        """The IReactorTime the sessions' credential expiries are timed by."""
+    def clock(self) -> IReactorTime:
+        """The reactor the sessions' credential expiries are timed by."""
         if self._clock is None:
             from twisted.internet import reactor
 
@@ -200,7 +204,7 @@ class Hub:
         return self._clock
 
     @clock.setter
-    def clock(self, clock: Any) -> None:
+    def clock(self, clock: IReactorTime) -> None:
         self._clock = clock
 
     def count_topics(self, max_topics: int) -> None:
@@ -223,21 +227,29 @@ class Hub:
         for message, encodings in found:
             session.deliver(message, dict(encodings))
 
-    def add_call_server(self, protocol: str, server: Any) -> None:
-        """Make `server`'s calls (see wireproto.cluster.calls.CallServer) reachable from the
-        other broker processes, when there are any."""
+    def join(self, federation: Federation) -> None:
+        """Join this hub to other broker processes through `federation`."""
+        self.federation = federation
+
+    def leave(self, federation: Federation) -> None:
+        """Stop telling `federation` anything, if this hub is joined through it."""
+        if self.federation is federation:
+            self.federation = ALONE
+
+    def add_call_server(self, protocol: str, server: CallServer) -> None:
+        """Make `server`'s calls reachable from the other broker processes, when there are
+        any."""
         self.call_servers[protocol] = server
         self.calls_changed()
 
-    def remove_call_server(self, protocol: str, server: Any) -> None:
+    def remove_call_server(self, protocol: str, server: CallServer) -> None:
         if self.call_servers.get(protocol) is server:
             del self.call_servers[protocol]
             self.calls_changed()
 
     def calls_changed(self) -> None:
         """A call server's names changed (a handler or route added)."""
-        if self.cluster is not None:
-            self.cluster.calls_changed()
+        self.federation.calls_changed()
 
     def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object:
         """The fan-out cache key of frames in `wire_format` prepared for transports of
@@ -458,13 +470,12 @@ class Hub:
                 counts[topic] = 1
             else:
                 self.uncounted_publishes += 1
-        cluster = self.cluster
-        if cluster is None or sender is not cluster:
+        federation = self.federation
+        if sender is not federation:
             stats.published += 1
             if will:
                 stats.wills_published += 1
-            if cluster is not None:
-                cluster.forward(topic, payload, will, protocol, cache)
+            federation.forward(topic, payload, will, protocol, cache)
         retained = self.retained
         if retained is not None and retained.wants(topic):
             # Kept without its sender (a subscriber gets its own last value too) and as a plain
@@ -472,8 +483,8 @@ class Hub:
             portable = {wire_format: cache[wire_format]
                         for wire_format in self.portable_formats if wire_format in cache}
             retained.keep(new_message(topic, payload, False, None, protocol), portable)
-            if cluster is not None and sender is not cluster:
-                cluster.last_values.put(topic, payload, protocol, portable)
+            if sender is not federation:
+                federation.keep_last_value(topic, payload, protocol, portable)
         if self._patterns.count:
             targets: Iterable[Any] = self.subscribers(topic)  # FrameSubscribers when writes_now
         else:

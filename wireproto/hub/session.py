@@ -7,7 +7,7 @@ import time
 from collections import deque
 from collections.abc import Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -23,11 +23,19 @@ from wireproto.hub.message import (
     SessionStats,
 )
 from wireproto.peerlog import address_key, describe_address
+from wireproto.protocols.calls import RemoteCaller
 from wireproto.topics import validate_pattern
 from wireproto.transports.base import IMessageTransport
 
 if TYPE_CHECKING:
-    from wireproto.hub import Hub
+    from twisted.internet.interfaces import IReactorTime
+
+    from wireproto.access import Policy
+    from wireproto.access.quotas import PrincipalLimits
+    from wireproto.hub.federation import Federation
+    from wireproto.hub.message import HubStats
+    from wireproto.hub.retained import LastValues
+    from wireproto.hub.subscribers import Subscriber
 
 __all__ = [
     "Session",
@@ -74,6 +82,53 @@ def log_protocol_error(
 
 
 
+class SessionHub(Protocol):
+    """What a session may ask of its hub (wireproto.hub.Hub is one)."""
+
+    queue_bytes: int
+    overflow: Overflow
+    max_topic_length: int
+    max_subscriptions: int
+    max_subscription_bytes: int
+    max_total_subscription_bytes: int
+    subscription_bytes: int
+    max_denials: int
+    expiry_leeway: float
+    policy: Policy
+    limits: PrincipalLimits
+    retained: LastValues | None
+    federation: Federation
+    stats: HubStats
+    closed_stats: dict[str, SessionStats]
+
+    @property
+    def clock(self) -> IReactorTime: ...
+
+    def prepared_key(self, wire_format: Hashable, prepare_key: Hashable) -> object: ...
+
+    def new_session_id(self) -> int: ...
+
+    def subscribe(self, subscriber: Subscriber, topic: str) -> bool: ...
+
+    def unsubscribe(self, subscriber: Subscriber, topic: str) -> bool: ...
+
+    def subscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None: ...
+
+    def unsubscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None: ...
+
+    def send_last_values(self, session: Session, subscribed: str, pattern: bool) -> None: ...
+
+    def note_denial(self, protocol: str, action: str, topic: str, principal: str | None,
+                    peer_key: str, **fields: Any) -> None: ...
+
+    def fan_out(self, topic: str, payload: bytes, will: bool, sender: Any, protocol: str,
+                cache: dict, message: HubMessage | None) -> int: ...
+
+    def publish(self, message: HubMessage, cache: dict | None = None) -> int: ...
+
+    def detach(self, session: Session) -> None: ...
+
+
 @implementer(IPushProducer)
 class Session:
     """One connection's place in the hub: its subscriptions, its will and its send queue.
@@ -95,7 +150,7 @@ class Session:
 
     def __init__(
         self,
-        hub: Hub,
+        hub: SessionHub,
         transport: IMessageTransport,
         *,
         protocol: str,
@@ -454,12 +509,15 @@ class Session:
         if not self.closed:
             self._send_prepared((self.transport.prepareMessage(data, binary), len(data)))
 
+    def caller(self) -> RemoteCaller:
+        """This connection as the caller of a call that another broker process answers."""
+        return RemoteCaller(self.protocol, self.peer, self.id, self.client, self.principal, "")
+
     def set_will(self, topic: str, payload: bytes) -> None:
         self._check_topic_length(topic)
         self.check(Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
-        if self.hub.cluster is not None:
-            self.hub.cluster.wills.keep(self.id, self.will)
+        self.hub.federation.hold_will(self.id, self.will)
 
     def close(self, reason: Any = None) -> None:
         """Leave the hub: drop every subscription and the queue, then publish the will.
@@ -502,8 +560,8 @@ class Session:
         self.queued_bytes = 0
         self.hub.detach(self)
         will, self.will = self.will, None
-        if will is not None and hub.cluster is not None:
-            hub.cluster.wills.drop(self.id)
+        if will is not None:
+            hub.federation.release_will(self.id)
         if will is not None and self.grants is not None and not self.grants.allows(
             Action.PUBLISH, will.topic
         ):

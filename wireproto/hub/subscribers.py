@@ -4,15 +4,12 @@ code's `LocalSubscriber`, and the `TopicObserver` told of topics coming and goin
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from twisted.logger import Logger
 
 from wireproto.hub.message import HubMessage
 from wireproto.topics import is_pattern
-
-if TYPE_CHECKING:
-    from wireproto.hub import Hub
 
 __all__ = [
     "TopicObserver",
@@ -61,12 +58,21 @@ class FrameSubscriber(Subscriber, Protocol):
 
 
 
+class Subscriptions(Protocol):
+    """Where a `LocalSubscriber` is subscribed (the hub)."""
+
+    def unsubscribe(self, subscriber: Subscriber, topic: str) -> bool: ...
+
+    def unsubscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None: ...
+
+
 class LocalSubscriber:
     """A subscription held by host code rather than by a connection."""
 
     writes_now = False  # host callbacks always go through deliver
 
-    def __init__(self, hub: Hub, topic: str, callback: Callable[[HubMessage], object]) -> None:
+    def __init__(self, hub: Subscriptions, topic: str,
+                 callback: Callable[[HubMessage], object]) -> None:
         self.hub = hub
         self.topic = topic
         self.callback = callback

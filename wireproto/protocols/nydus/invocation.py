@@ -1,30 +1,33 @@
-"""What nydus handlers get and raise: the `Invocation` of a route, `InvokeError` for an answer of
-the handler's choosing, and the data an ERROR carries (docs/nydus.md, "Handlers")."""
+"""What nydus handlers raise: `InvokeError` for an answer of the handler's choosing, and the data
+an ERROR carries (docs/nydus.md, "Handlers"). What they get, an `Invocation`, is the server's
+(wireproto.protocols.nydus.server)."""
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wireproto.codecs.nydus import NO_DATA
+from wireproto.protocols import calls
 from wireproto.protocols.rpc import RequestFailed
 
 _INTERNAL_ERROR = HTTPStatus.INTERNAL_SERVER_ERROR
 
-if TYPE_CHECKING:
-    from wireproto.protocols.nydus.server import NydusServer, NydusServerProtocol
-
 __all__ = [
     "error_data",
     "InvokeError",
-    "Invocation",
-    "Handler",
+    "NOT_FOUND",
+    "TOO_MANY_REQUESTS",
+    "FORBIDDEN",
+    "GATEWAY_TIMEOUT",
+    "SERVICE_UNAVAILABLE",
+    "unanswered_data",
+    "call_body",
+    "nydus_data",
 ]
 
-# -- what handlers get and raise -----------------------------------------------------------------
+# -- what handlers raise -----------------------------------------------------------------
 
 
 class InvokeError(Exception):
@@ -63,30 +66,6 @@ class InvokeError(Exception):
         return data
 
 
-@dataclass(frozen=True)
-class Invocation:
-    """One INVOKE, as its handler gets it (nydus's handler data).
-
-    `path` is the path the client invoked, decoded; `route` the pattern that matched it (what
-    nydus calls `path`); `params` and `splats` its captures (wireproto.routes); `body` the
-    INVOKE's data, None when it had none. `client` is the connection, to subscribe or to reply
-    to later; `server` the NydusServer.
-    """
-
-    server: NydusServer
-    client: NydusServerProtocol
-    path: str
-    route: str
-    params: dict[str, str | None] = field(default_factory=dict)
-    splats: list[str | None] = field(default_factory=list)
-    body: Any = None
-    id: str = ""
-
-
-# handler(invocation) -> result, a Deferred of one, or a coroutine. Raise InvokeError to fail.
-Handler = Callable[[Invocation], Any]
-
-
 def error_data(error: BaseException, debug: bool) -> Any:
     """What an ERROR says for `error`, as nydus's defaultErrorConverter says it."""
     if isinstance(error, InvokeError):
@@ -98,3 +77,31 @@ def error_data(error: BaseException, debug: bool) -> Any:
         data["message"] = str(error) or type(error).__name__
         data["body"] = "".join(traceback.format_exception(error))
     return data
+
+
+# -- the data of the ERRORs the server sends of itself -----------------------------------------
+
+NOT_FOUND = {"message": "Not Found", "status": 404}
+TOO_MANY_REQUESTS = {"message": "Too Many Requests", "status": 429}
+FORBIDDEN = {"message": "Forbidden", "status": 403}
+# A route that another broker process was to answer did not (docs/cluster.md).
+GATEWAY_TIMEOUT = {"message": "Gateway Timeout", "status": 504}
+SERVICE_UNAVAILABLE = {"message": "Service Unavailable", "status": 503}
+UNANSWERED = {calls.CallNotFound: NOT_FOUND, calls.CallTooManyRequests: TOO_MANY_REQUESTS,
+              calls.CallTimeout: GATEWAY_TIMEOUT}
+
+
+def unanswered_data(error: BaseException) -> dict[str, Any]:
+    """The ERROR data of an INVOKE no process answered, for `error` (a CallUnanswered)."""
+    return UNANSWERED.get(type(error), SERVICE_UNAVAILABLE)
+
+
+
+def call_body(data: Any) -> Any:
+    """nydus data as a call carries it."""
+    return calls.NO_BODY if data is NO_DATA else data
+
+
+def nydus_data(body: Any) -> Any:
+    """A call's body as nydus data."""
+    return NO_DATA if body is calls.NO_BODY else body

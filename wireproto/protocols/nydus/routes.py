@@ -38,7 +38,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Match", "RouteTable", "path_to_regexp", "decode_uri_component"]
+__all__ = [
+    "Match", "RouteTable", "path_to_regexp", "decode_uri_component", "route_key", "route_of_key",
+]
 
 # -- pathToRegExp -------------------------------------------------------------------------------
 
@@ -316,3 +318,21 @@ class RouteTable:
             else:
                 splats.append(_decode_capture(value))
         return Match(route.pattern, params, splats, route.action, path, index, self)
+
+
+def route_key(route: _Route) -> str:
+    """A route's name among the broker processes: ``p`` and its pattern, or ``r``, a compiled
+    pattern's flags, ``/`` and its source."""
+    if route.compiled:
+        return f"r{route.regex.flags}/{route.regex.pattern}"
+    return "p" + route.pattern
+
+
+def route_of_key(key: str | None) -> str | re.Pattern[str]:
+    """The pattern of the route `route_key` named; ValueError if `key` names none."""
+    if isinstance(key, str) and key.startswith("p"):
+        return key[1:]
+    if isinstance(key, str) and key.startswith("r") and "/" in key:
+        flags, source = key[1:].split("/", 1)
+        return re.compile(source, int(flags))
+    raise ValueError(f"not a route's key: {key!r}")

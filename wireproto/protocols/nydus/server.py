@@ -25,31 +25,21 @@ as wireproto's extension for clients that are not JavaScript, by raw WebSocket t
 nydus message per frame) and by TCP with the ``lines`` framing (one message per line). This
 module does not care which.
 
-**Paths and hub topics.** A nydus path that starts with ``/`` is the hub topic without it:
-``/chat/room`` is the hub topic ``chat/room``, which WEBSMQ and UBRE clients use as it is. So a
-WEBSMQ or UBRE publish on ``chat/room`` reaches every nydus client subscribed to ``/chat/room``,
-and `NydusServer.publish("/chat/room", data)` reaches WEBSMQ and UBRE subscribers of
-``chat/room``. A path that does not start with ``/`` has no topic; subscribing or publishing to
-one is a ValueError. Data goes into the hub as its compact JSON text (`wireproto.payloads`); a
-hub payload reaches nydus clients as that JSON value, other UTF-8 text as a JSON string, and
-bytes that are not UTF-8 not at all.
-
-**None and no data.** A nydus message can carry JSON null or no data at all (``2$id|``). What
-code returns (a handler's result, what an initial-data Deferred or coroutine gives) is "no data"
-when it is None, as JavaScript's undefined; a value passed in (`publish`'s data, plain initial
-data) is JSON null when it is None, and no data only when it is `NO_DATA`. An INVOKE without data
-gives its handler ``body=None``.
+**Paths and hub topics** and **None and no data** (docs/nydus.md has both): a path that starts
+with ``/`` is the hub topic without it, so WEBSMQ and UBRE clients of ``chat/room`` and nydus
+clients of ``/chat/room`` hear each other; data goes into the hub as compact JSON text. What
+code returns is "no data" when it is None, as JavaScript's undefined; a value passed in is JSON
+null when it is None, and no data only when it is `NO_DATA`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from inspect import iscoroutine
 from typing import Any
 
-import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -57,15 +47,20 @@ from twisted.python.failure import Failure
 from wireproto.access import Action
 from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
-from wireproto.codecs.serialization import json_loads, json_utf8
 from wireproto.errors import Forbidden, FrameTooLarge, LimitExceeded, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import payload_from_value
+from wireproto.protocols import calls
+from wireproto.protocols.calls import Answer, Call, CallName, CallUnanswered, RemoteCaller
 from wireproto.protocols.nydus.invocation import (
-    Handler,
-    Invocation,
+    FORBIDDEN,
+    NOT_FOUND,
+    TOO_MANY_REQUESTS,
     InvokeError,
+    call_body,
     error_data,
+    nydus_data,
+    unanswered_data,
 )
 from wireproto.protocols.nydus.paths import (
     encode_for_nydus,
@@ -74,8 +69,8 @@ from wireproto.protocols.nydus.paths import (
     publish_head,
     topic_of_path,
 )
-from wireproto.protocols.nydus.routes import RouteTable
-from wireproto.protocols.rpc import RequestFailed, run_handler, why_unanswered
+from wireproto.protocols.nydus.routes import RouteTable, route_key, route_of_key
+from wireproto.protocols.rpc import RequestFailed, run_handler
 from wireproto.transports.base import MessageProtocol
 
 __all__ = [
@@ -94,16 +89,6 @@ log = Logger()
 
 WIRE_FORMAT = "nydus"
 DEFAULT_MAX_PENDING_INVOKES = 1000
-NOT_FOUND = {"message": "Not Found", "status": 404}
-TOO_MANY_REQUESTS = {"message": "Too Many Requests", "status": 429}
-FORBIDDEN = {"message": "Forbidden", "status": 403}
-# A route that another broker process was to answer did not (docs/cluster.md).
-GATEWAY_TIMEOUT = {"message": "Gateway Timeout", "status": 504}
-SERVICE_UNAVAILABLE = {"message": "Service Unavailable", "status": 503}
-UNANSWERED = {"not served": NOT_FOUND, "busy": TOO_MANY_REQUESTS, "timeout": GATEWAY_TIMEOUT,
-              "unavailable": SERVICE_UNAVAILABLE}
-
-
 HUB_ROUTES = "/_hub"
 
 
@@ -117,6 +102,30 @@ class NydusSettings:
     max_pending_invokes: int = DEFAULT_MAX_PENDING_INVOKES
     # /_hub/subscribe, /_hub/unsubscribe and /_hub/publish, for clients of a plain broker.
     hub_routes: bool = True
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One INVOKE, as its handler gets it (nydus's handler data).
+
+    `path` is the path the client invoked, decoded; `route` the pattern that matched it (what
+    nydus calls `path`); `params` and `splats` its captures (wireproto.routes); `body` the
+    INVOKE's data, None when it had none. `client` is the connection, to subscribe or to reply
+    to later; `server` the NydusServer.
+    """
+
+    server: NydusServer
+    client: NydusServerProtocol
+    path: str
+    route: str
+    params: dict[str, str | None] = field(default_factory=dict)
+    splats: list[str | None] = field(default_factory=list)
+    body: Any = None
+    id: str = ""
+
+
+# handler(invocation) -> result, a Deferred of one, or a coroutine. Raise InvokeError to fail.
+Handler = Callable[[Invocation], Any]
 
 
 # -- one connection ------------------------------------------------------------------------------
@@ -245,26 +254,22 @@ class NydusServerProtocol(MessageProtocol):
         if isinstance(result, Failure):
             log.failure("nydus: sending a reply failed", result)
 
-    def _invoke_elsewhere(self, message: Invoke, route: Any) -> None:
-        """Ask the broker process that serves `route` (wireproto.cluster.calls)."""
-        request = msgpack.packb([message.path, message.id, *_pack_data(message.data)])
+    def _invoke_elsewhere(self, message: Invoke, route: str) -> None:
+        """Ask the broker process that serves `route`."""
+        call = Call("nydus", route, call_body(message.data), self.session.caller(),
+                    path=message.path, id=message.id)
         self._answering += 1
-        d = self.server.hub.cluster.calls.call("nydus", route, request, self.session)
+        d = self.server.hub.federation.call(call)
         d.addCallbacks(self._remote_answered, self._remote_failed,
                        callbackArgs=(message.id,), errbackArgs=(message.id,))
         d.addBoth(self._answered)
 
-    def _remote_answered(self, answer: bytes, invoke_id: str) -> None:
-        try:
-            succeeded, kind, data = msgpack.unpackb(answer)
-            data = _unpack_data(kind, data)
-        except (ValueError, TypeError, ProtocolError, msgpack.UnpackException):
-            self._reply(Error, invoke_id, SERVICE_UNAVAILABLE)
-            return
-        self._reply(Result if succeeded else Error, invoke_id, data)
+    def _remote_answered(self, answer: Answer, invoke_id: str) -> None:
+        self._reply(Result if answer.succeeded else Error, invoke_id, nydus_data(answer.body))
 
     def _remote_failed(self, failure: Failure, invoke_id: str) -> None:
-        self._reply(Error, invoke_id, UNANSWERED[why_unanswered(failure)])
+        failure.trap(CallUnanswered)
+        self._reply(Error, invoke_id, unanswered_data(failure.value))
 
     def _handler_failed(self, invocation: Invocation, failure: Failure) -> None:
         error = failure.value
@@ -355,8 +360,8 @@ class NydusServer:
             self.register_route(f"{HUB_ROUTES}/subscribe", self._route_subscribe)
             self.register_route(f"{HUB_ROUTES}/unsubscribe", self._route_unsubscribe)
             self.register_route(f"{HUB_ROUTES}/publish", self._route_publish)
-        # The routes other broker processes serve, matched when none here does; remade when
-        # what they announce changes (its version).
+        # The routes other broker processes serve, by their keys, matched when none here
+        # does; remade when what they announce changes (its version).
         self._remote_routes = RouteTable()
         self._remote_version = -1
         hub.add_call_server("nydus", self)
@@ -395,104 +400,84 @@ class NydusServer:
         self.hub.calls_changed()
         return handler
 
-    # -- routes on other broker processes (wireproto.cluster.calls) -----------------------------
+    # -- routes on other broker processes ---------------------------------------------------------
 
-    def served_calls(self) -> list[Any]:
-        """This process's routes, but the hub routes (every process has them): a string
-        pattern as itself, a compiled one as [source, flags]."""
-        return [self.served_name(route) for route in self.routes.routes
+    def served_calls(self) -> list[CallName]:
+        """This process's routes, but the hub routes (every process has them), by their keys
+        (`route_key`)."""
+        return [route_key(route) for route in self.routes.routes
                 if route.action not in self.hub_route_handlers]
 
-    @staticmethod
-    def call_subject_name(name: Any) -> str:
-        if isinstance(name, str):
-            return "p" + name
-        source, flags = name
-        return f"r{flags}/{source}"
-
-    def call(self, path: str, data: Any, caller: Any) -> defer.Deferred:
-        """INVOKE `path` with `data` (None: no data) as `caller` (a RemoteCaller: the admin
-        page), answered by a route here or on another broker process; fires with
-        (succeeded, data), an error's data when not."""
-        request = msgpack.packb([path, "admin", *_pack_data(NO_DATA if data is None else data)])
+    def call(self, path: str, data: Any, caller: RemoteCaller) -> defer.Deferred[Answer]:
+        """INVOKE `path` with `data` (None: no data) as `caller` (the admin page), answered by
+        a route here or on another broker process; its Answer's body is an ERROR's data when
+        not, NO_BODY for none."""
+        call_body = calls.NO_BODY if data is None else data
         match = self.routes.match(path)
         if match is not None and match.action not in self.hub_route_handlers:
-            name = self.served_name(self.routes.routes[match.index])
-            d = self.answer_remote_call(name, request, caller)
-        else:
-            remote = self.remote_route(path)
-            if remote is None:
-                return defer.succeed((False, NOT_FOUND))
-            d = self.hub.cluster.calls.call_as(caller, "nydus", remote, request)
+            key = route_key(self.routes.routes[match.index])
+            return self.answer(Call("nydus", key, call_body, caller, path=path, id="admin"))
+        remote = self.remote_route(path)
+        if remote is None:
+            return defer.succeed(Answer(False, NOT_FOUND))
+        d = self.hub.federation.call(
+            Call("nydus", remote, call_body, caller, path=path, id="admin"))
 
-        def answered(answer: bytes) -> tuple[bool, Any]:
-            succeeded, kind, packed = msgpack.unpackb(answer)
-            value = _unpack_data(kind, packed)
-            return bool(succeeded), None if value is NO_DATA else value
+        def unanswered(failure: Failure) -> Answer:
+            failure.trap(CallUnanswered)
+            return Answer(False, unanswered_data(failure.value))
 
-        return d.addCallbacks(
-            answered, lambda failure: (False, UNANSWERED[why_unanswered(failure)]))
+        return d.addErrback(unanswered)
 
-    def remote_route(self, path: str) -> Any:
-        """The route (as `served_calls` names it) of another broker process that matches
-        `path`, or None."""
-        cluster = self.hub.cluster
-        if cluster is None or not cluster.running:
-            return None
-        calls = cluster.calls
-        if calls.version != self._remote_version:
+    def remote_route(self, path: str) -> str | None:
+        """The key of the route of another broker process that matches `path`, or None."""
+        version, keys = self.hub.federation.served_elsewhere("nydus")
+        if version != self._remote_version:
             table = RouteTable()
-            for name in calls.elsewhere("nydus"):
+            for key in keys:
                 try:
-                    table.add(name if isinstance(name, str) else re.compile(name[0], name[1]),
-                              name)
-                except (ValueError, TypeError, IndexError, re.error):
+                    table.add(route_of_key(key), key)
+                except (ValueError, TypeError, re.error):
                     continue  # a pattern this process cannot read: not reachable from here
-            self._remote_routes, self._remote_version = table, calls.version
+            self._remote_routes, self._remote_version = table, version
         match = self._remote_routes.match(path)
         return None if match is None else match.action
 
-    def answer_remote_call(self, name: Any, request: bytes, caller: Any) -> defer.Deferred:
-        """Answer an INVOKE made on another process: the route's handler gets an Invocation
-        whose `client` is the `RemoteCaller`."""
-        path, invoke_id, kind, data = msgpack.unpackb(request)
+    def answer(self, call: Call) -> defer.Deferred[Answer]:
+        """Answer an INVOKE made elsewhere: the route's handler gets an Invocation whose
+        `client` is the call's `RemoteCaller`."""
+        path = call.path or ""
         match = None
         for index, route in enumerate(self.routes.routes):
-            if route.action not in self.hub_route_handlers and \
-                    self.served_name(route) == _hashable(name):
+            if route.action not in self.hub_route_handlers and route_key(route) == call.name:
                 match = self.routes.match_route(index, path)
                 break
         if match is None:
-            return defer.succeed(msgpack.packb([False, *_pack_data(NOT_FOUND)]))
+            return defer.succeed(Answer(False, NOT_FOUND))
         invocation = Invocation(
-            self, caller, path, match.route, match.params, match.splats,
-            _unpack_data(kind, data) if kind else None, invoke_id,
+            self, call.caller, path, match.route, match.params, match.splats,
+            None if call.body is calls.NO_BODY else call.body, call.id or "",
         )
-        answered: defer.Deferred = defer.Deferred()
+        answered: defer.Deferred[Answer] = defer.Deferred()
 
         def succeeded(value: Any) -> None:
+            body = calls.NO_BODY if value is None else value
             try:
-                packed = _pack_data(NO_DATA if value is None else value)
+                calls.pack_body(body)  # raises if it cannot cross to the caller
             except (TypeError, ValueError) as error:
                 failed(Failure(error))
                 return
-            answered.callback(msgpack.packb([True, *packed]))
+            answered.callback(Answer(True, body))
 
         def failed(failure: Failure) -> None:
             error = failure.value
             if not isinstance(error, (InvokeError, RequestFailed)):
                 log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
                             path=path, route=match.route)
-            answered.callback(msgpack.packb([False, *_pack_data(error_data(error, self.debug))]))
+            answered.callback(Answer(False, error_data(error, self.debug)))
 
         run_handler(match.action, (invocation,), succeeded, failed, self.observe_request)
         return answered
-
-    @staticmethod
-    def served_name(route: Any) -> Any:
-        """A route's name among the processes: its pattern, or a compiled one's
-        (source, flags)."""
-        return (route.regex.pattern, route.regex.flags) if route.compiled else route.pattern
 
     # -- the hub routes ------------------------------------------------------------------------
 
@@ -639,21 +624,6 @@ class NydusServer:
         """Close every connection (as nydus's close does); listeners are stopped by their owner."""
         for client in tuple(self.clients.values()):
             client.close()
-
-
-def _hashable(name: Any) -> Any:
-    return name if isinstance(name, str) else tuple(name)
-
-
-def _pack_data(data: Any) -> tuple[int, bytes]:
-    """nydus data crossing between broker processes: (0, b"") for none, else (1, JSON text)."""
-    if data is NO_DATA:
-        return 0, b""
-    return 1, json_utf8(data)
-
-
-def _unpack_data(kind: int, data: bytes) -> Any:
-    return NO_DATA if not kind else json_loads(data, "data")
 
 
 def call_name(path: str) -> str:

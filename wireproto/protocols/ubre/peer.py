@@ -37,8 +37,6 @@ __all__ = [
     "TOO_MANY_REQUESTS",
     "Handler",
     "payload_from_body",
-    "pack_body",
-    "unpack_body",
     "HandlerRegistry",
     "UbrePeer",
 ]
@@ -133,29 +131,6 @@ def outgoing_body(value: Any, binary_format: bool) -> Any:
     if isinstance(value, str):
         return value.encode() or NO_BODY
     return json_utf8(value)
-
-
-# A body crossing between broker processes: (kind, data) with kind 0 for no body, 1 for JSON
-# text, 2 for the binary format's bytes.
-_NONE, _JSON, _BYTES = 0, 1, 2
-
-
-def pack_body(body: Any) -> tuple[int, bytes]:
-    """A message body (NO_BODY, a JSON value or bytes) as (kind, data), for msgpack."""
-    if body is NO_BODY:
-        return _NONE, b""
-    if isinstance(body, (bytes, bytearray, memoryview)):
-        return _BYTES, bytes(body)
-    return _JSON, json_utf8(body)
-
-
-def unpack_body(kind: int, data: bytes) -> Any:
-    """The body `pack_body` packed."""
-    if kind == _NONE:
-        return NO_BODY
-    if kind == _BYTES:
-        return bytes(data)
-    return json_loads(data, "body")
 
 
 class HandlerRegistry:

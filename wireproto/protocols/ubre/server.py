@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -35,12 +34,13 @@ from wireproto.codecs import ubre
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
 from wireproto.errors import InvalidTopic, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error, publish_allowed
+from wireproto.protocols import calls
+from wireproto.protocols.calls import Answer, Call, CallName, CallUnanswered, RemoteCaller
 from wireproto.protocols.rpc import (
     DEFAULT_REQUEST_TIMEOUT,
     RequestFailed,
     error_body,
     run_handler,
-    why_unanswered,
 )
 from wireproto.protocols.ubre.peer import (
     BINARY_FORMAT,
@@ -57,9 +57,7 @@ from wireproto.protocols.ubre.peer import (
     incoming_body,
     json_publish,
     outgoing_body,
-    pack_body,
     payload_from_body,
-    unpack_body,
 )
 
 __all__ = [
@@ -76,8 +74,23 @@ log = Logger()
 # The fail bodies of a request that another broker process was to answer (docs/cluster.md).
 TIMEOUT = "Timeout"  # it did not answer within [cluster] call_timeout
 UNAVAILABLE = "Unavailable"  # NATS is out of reach, or that process could not answer
-UNANSWERED = {"not served": NOT_FOUND, "busy": TOO_MANY_REQUESTS, "timeout": TIMEOUT,
-              "unavailable": UNAVAILABLE}
+UNANSWERED = {calls.CallNotFound: NOT_FOUND, calls.CallTooManyRequests: TOO_MANY_REQUESTS,
+              calls.CallTimeout: TIMEOUT}
+
+
+def unanswered_body(error: BaseException) -> str:
+    """The Fail body of a request no process answered, for `error` (a CallUnanswered)."""
+    return UNANSWERED.get(type(error), UNAVAILABLE)
+
+
+def _call_body(body: Any) -> Any:
+    """A UBRE body as a call carries it."""
+    return calls.NO_BODY if body is NO_BODY else body
+
+
+def _ubre_body(body: Any) -> Any:
+    """A call's body as a UBRE body."""
+    return NO_BODY if body is calls.NO_BODY else body
 
 # What a connection is told of the hub's topics (a listener's `announce`; docs/ubre.md).
 ANNOUNCE_SUBSCRIBED = "subscribed"  # every topic with a subscriber, that it may publish on
@@ -185,33 +198,22 @@ class UbreServerProtocol(UbrePeer):
 
     def _unhandled(self, message: Request, binary_format: bool) -> None:
         """A request no handler here takes: another broker process may serve its name."""
-        cluster = self.server.hub.cluster
-        if cluster is None or not cluster.running:
-            super()._unhandled(message, binary_format)
-            return
-        try:
-            request = msgpack.packb([binary_format, *pack_body(message.body)])
-        except (TypeError, ValueError):  # a body JSON cannot say; the codec let it in
-            super()._unhandled(message, binary_format)
-            return
+        call = Call("ubre", message.name, _call_body(message.body), self.session.caller(),
+                    binary=binary_format)
         self._answering += 1
-        d = cluster.calls.call("ubre", message.name, request, self.session)
+        d = self.server.hub.federation.call(call)
         d.addCallbacks(self._remote_answered, self._remote_failed,
                        callbackArgs=(message, binary_format),
                        errbackArgs=(message, binary_format))
         d.addBoth(self._answered)
 
-    def _remote_answered(self, answer: bytes, message: Request, binary_format: bool) -> None:
-        try:
-            succeeded, kind, data = msgpack.unpackb(answer)
-            body = unpack_body(kind, data)
-        except (ValueError, TypeError, ProtocolError, msgpack.UnpackException):
-            self._reply(Fail, message.id, UNAVAILABLE, binary_format)
-            return
-        self._reply(Success if succeeded else Fail, message.id, body, binary_format)
+    def _remote_answered(self, answer: Answer, message: Request, binary_format: bool) -> None:
+        self._reply(Success if answer.succeeded else Fail, message.id, _ubre_body(answer.body),
+                    binary_format)
 
     def _remote_failed(self, failure: Failure, message: Request, binary_format: bool) -> None:
-        self._reply(Fail, message.id, UNANSWERED[why_unanswered(failure)], binary_format)
+        failure.trap(CallUnanswered)
+        self._reply(Fail, message.id, unanswered_body(failure.value), binary_format)
 
     def _follow_format(self, binary_format: bool) -> None:
         if binary_format == self.binary_format:
@@ -393,51 +395,46 @@ class UbreServer(HandlerRegistry):
 
     # -- calls made outside any connection (the admin API) ---------------------------------------
 
-    def call(self, name: str, body: Any, caller: Any) -> defer.Deferred:
-        """Make the request `name` with `body` as `caller` (a RemoteCaller: the admin page),
-        answered by a handler here or on another broker process; fires with (succeeded, body),
-        the body a Fail's when not."""
-        request = msgpack.packb([False, *pack_body(body)])
+    def call(self, name: str, body: Any, caller: RemoteCaller) -> defer.Deferred[Answer]:
+        """Make the request `name` with `body` as `caller` (the admin page), answered by a
+        handler here or on another broker process; its Answer's body is a Fail's when not."""
         if name in self.handlers or self._default_handler is not None:
-            d = self.answer_remote_call(name if name in self.handlers else None, request, caller)
-        else:
-            cluster = self.hub.cluster
-            if cluster is None or not cluster.running:
-                return defer.succeed((False, NOT_FOUND))
-            d = cluster.calls.call_as(caller, "ubre", name, request)
+            return self.answer(Call("ubre", name if name in self.handlers else None, body,
+                                    caller))
+        d = self.hub.federation.call(Call("ubre", name, body, caller))
 
-        def answered(answer: bytes) -> tuple[bool, Any]:
-            succeeded, kind, data = msgpack.unpackb(answer)
-            return bool(succeeded), unpack_body(kind, data)
+        def unanswered(failure: Failure) -> Answer:
+            failure.trap(CallUnanswered)
+            return Answer(False, unanswered_body(failure.value))
 
-        return d.addCallbacks(
-            answered, lambda failure: (False, UNANSWERED[why_unanswered(failure)]))
+        return d.addErrback(unanswered)
 
-    # -- calls from other broker processes (wireproto.cluster.calls) -----------------------------
+    # -- calls from other broker processes -------------------------------------------------------
 
-    def served_calls(self) -> list[str | None]:
-        names: list[str | None] = list(self.handlers)
+    def served_calls(self) -> list[CallName]:
+        names: list[CallName] = list(self.handlers)
         if self._default_handler is not None:
             names.append(None)
         return names
 
-    @staticmethod
-    def call_subject_name(name: str | None) -> str | None:
-        return name
-
-    def answer_remote_call(self, name: str | None, request: bytes,
-                           caller: Any) -> defer.Deferred:
-        """Answer a request made to another process: its handler gets the `RemoteCaller`."""
-        binary_format, kind, data = msgpack.unpackb(request)
-        body = incoming_body(unpack_body(kind, data), binary_format)
+    def answer(self, call: Call) -> defer.Deferred[Answer]:
+        """Answer a request made elsewhere: its handler gets the call's `RemoteCaller`."""
+        binary_format = call.binary
+        body = incoming_body(_ubre_body(call.body), binary_format)
+        name = call.name
         handler = self.handlers.get(name) if name is not None else self._default_handler
         if handler is None:  # removed since this process said it serves the name
-            return defer.succeed(_packed_answer(False, NOT_FOUND))
-        answered: defer.Deferred = defer.Deferred()
+            return defer.succeed(Answer(False, NOT_FOUND))
+        answered: defer.Deferred[Answer] = defer.Deferred()
+
+        def sendable(value: Any) -> Any:
+            body = _call_body(outgoing_body(value, binary_format))
+            calls.pack_body(body)  # raises if it cannot cross to the caller
+            return body
 
         def succeeded(value: Any) -> None:
             try:
-                answered.callback(_packed_answer(True, outgoing_body(value, binary_format)))
+                answered.callback(Answer(True, sendable(value)))
             except (ProtocolError, TypeError, ValueError) as error:
                 failed(Failure(error))
 
@@ -449,9 +446,9 @@ class UbreServer(HandlerRegistry):
                 log.failure("ubre: handler for request {what!r} raised", failure,
                             what=name if name is not None else "(default)")
                 body = error_body(error, debug=self.debug)
-            answered.callback(_packed_answer(False, outgoing_body(body, binary_format)))
+            answered.callback(Answer(False, _call_body(outgoing_body(body, binary_format))))
 
-        run_handler(handler, (body, caller), succeeded, failed, self.observe_request)
+        run_handler(handler, (body, call.caller), succeeded, failed, self.observe_request)
         return answered
 
     # -- connections -----------------------------------------------------------------------------
@@ -465,10 +462,6 @@ class UbreServer(HandlerRegistry):
         """Stop following the hub's topics (connections are closed by their listeners)."""
         self.hub.remove_topic_observer(self)
         self.hub.remove_call_server("ubre", self)
-
-
-def _packed_answer(succeeded: bool, body: Any) -> bytes:
-    return msgpack.packb([succeeded, *pack_body(body)])
 
 
 class _Handlers(dict):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -33,7 +32,10 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from wireproto import peerlog
+from wireproto.broker import BrokerView
 from wireproto.hub import SessionStats
+from wireproto.hub.federation import ProcessGroup, Reply
+from wireproto.metrics.settings import MetricsSettings
 
 __all__ = [
     "MetricsSettings", "BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS",
@@ -42,6 +44,8 @@ __all__ = [
 
 # The label that says which broker process of a cluster a sample is from ("total": summed).
 WORKER_LABEL = "worker"
+# What a process of a cluster asks the others for its /metrics.
+METRICS_QUESTION = "metrics"
 
 # Handlers on the broker often answer in well under a millisecond: finer buckets than the
 # client library's default at the low end.
@@ -87,22 +91,10 @@ _PHYLLO_COUNTERS = {
 }
 
 
-@dataclass(frozen=True)
-class MetricsSettings:
-    """The [metrics] table: Prometheus metrics, served on every HTTP listener's port at `path`."""
-
-    enabled: bool = True
-    path: str = "/metrics"
-
-    def __post_init__(self) -> None:
-        if not self.path.startswith("/"):
-            raise ValueError(f"path {self.path!r} must start with '/'")
-
-
 class BrokerCollector(Collector):
     """Every broker metric but the latency histogram, read from `service` at scrape time."""
 
-    def __init__(self, service: Any) -> None:
+    def __init__(self, service: BrokerView) -> None:
         self.service = service
         # What the config serves is shown from the start, at 0.
         config = service.config
@@ -189,34 +181,35 @@ class BrokerCollector(Collector):
             value=len(limits),
         )
 
-    def _cluster(self, link: Any) -> Iterator[Metric]:
-        if link is None:
+    def _cluster(self, group: ProcessGroup | None) -> Iterator[Metric]:
+        if group is None:
             return
-        client, calls = link.client, link.calls
+        stats = group.stats()
         yield GaugeMetricFamily(
             "wireproto_cluster_connected", "1 while this process has a NATS server.",
-            value=1 if client.connected else 0)
+            value=1 if stats.connected else 0)
         yield GaugeMetricFamily(
             "wireproto_cluster_processes",
             "Broker processes of the cluster this one hears from, itself included.",
-            value=len(link.roster.members()) + 1)
+            value=stats.processes)
         for name, documentation, value in (
             ("forwarded", "Publishes made here and sent to the other processes.",
-             link.forwarded),
-            ("received", "Publishes from other processes delivered here.", link.received),
+             stats.forwarded),
+            ("received", "Publishes from other processes delivered here.", stats.received),
             ("duplicates", "Second copies of a publish (overlapping subscriptions) dropped.",
-             link.duplicates),
-            ("refused", "NATS messages ignored: not wireproto's, or malformed.", link.refused),
+             stats.duplicates),
+            ("refused", "NATS messages ignored: not wireproto's, or malformed.", stats.refused),
             ("dropped", "Publishes not sent to the other processes: no NATS server, or its "
-             "backlog or message size limit.", client.dropped),
+             "backlog or message size limit.", stats.dropped),
             ("reconnects", "Times this process connected to a NATS server again.",
-             client.reconnects),
-            ("calls_made", "Calls sent to other processes.", calls.made),
-            ("calls_answered", "Calls from other processes answered here.", calls.answered),
+             stats.reconnects),
+            ("calls_made", "Calls sent to other processes.", stats.calls_made),
+            ("calls_answered", "Calls from other processes answered here.",
+             stats.calls_answered),
             ("calls_refused", "Calls from other processes refused: max_remote_calls at work.",
-             calls.refused),
+             stats.calls_refused),
             ("wills_published", "Wills of dead processes published here.",
-             link.wills.published),
+             stats.wills_published),
         ):
             yield CounterMetricFamily(f"wireproto_cluster_{name}", documentation, value=value)
 
@@ -411,9 +404,9 @@ class ClusterMetricsResource(MetricsResource):
     """/metrics of a process in a cluster: every process's metrics, gathered over NATS when
     scraped, and their totals; ``?scope=process`` for this process's alone."""
 
-    def __init__(self, registry: CollectorRegistry, link: Any) -> None:
+    def __init__(self, registry: CollectorRegistry, group: ProcessGroup) -> None:
         super().__init__(registry)
-        self.link = link
+        self.group = group
 
     def render_GET(self, request: Any) -> Any:
         if request.args.get(b"scope") == [b"process"]:
@@ -422,22 +415,23 @@ class ClusterMetricsResource(MetricsResource):
         gone: list[Any] = []
         request.notifyFinish().addErrback(gone.append)
 
-        def gathered(parts: list[tuple[str, list]]) -> None:
+        def gathered(replies: list[Reply]) -> None:
             if gone:
                 return  # the scraper hung up meanwhile
             merged = CollectorRegistry(auto_describe=False)
-            merged.register(MergedFamilies(parts))
+            merged.register(MergedFamilies([(reply.node, reply.answer) for reply in replies]))
             request.write(encoder(merged))
             request.finish()
 
-        self.link.gather_metrics().addCallback(gathered)
+        self.group.ask_others(METRICS_QUESTION, [], family_rows(self.registry)).addCallback(
+            gathered)
         return NOT_DONE_YET
 
 
 class ServiceMetrics:
     """One service's registry: the broker's counters and the RPC latency histogram."""
 
-    def __init__(self, service: Any) -> None:
+    def __init__(self, service: BrokerView) -> None:
         self.service = service
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(BrokerCollector(service))
@@ -449,6 +443,11 @@ class ServiceMetrics:
             buckets=RPC_BUCKETS,
             registry=self.registry,
         )
+        # A scrape of any process of a cluster asks the others for theirs.
+        group = service.cluster
+        if group is not None:
+            registry = self.registry
+            group.answer_others(METRICS_QUESTION, lambda request: family_rows(registry))
 
     def instrument(self, protocol: str, server: Any) -> None:
         """Time the requests `server` answers, if it answers any (a UbreServer, a
@@ -466,8 +465,9 @@ class ServiceMetrics:
 
         return observe
 
+
     def resource(self) -> Resource:
-        link = self.service.cluster
-        if link is not None:
-            return ClusterMetricsResource(self.registry, link)
+        group = self.service.cluster
+        if group is not None:
+            return ClusterMetricsResource(self.registry, group)
         return MetricsResource(self.registry)
