@@ -46,8 +46,8 @@ import _harness as harness  # noqa: E402
 import pubsub  # noqa: E402
 from _harness import BenchError  # noqa: E402
 
-from wireproto.cluster.server import NatsServer  # noqa: E402
 from wireproto.codecs import websmq  # noqa: E402
+from wireproto.supervisor.natsserver import NatsServer  # noqa: E402
 
 GOAL = 1.6
 READY = re.compile(r"wireproto: ready")

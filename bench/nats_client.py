@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         print(child_count(options.url, options.count, idle=5.0), flush=True)
         return 0
 
-    from wireproto.cluster.server import NatsServer
+    from wireproto.supervisor.natsserver import NatsServer
 
     server = NatsServer(directory=tempfile.mkdtemp(prefix="bench-nats-")).start()
     try:

@@ -159,6 +159,20 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         lambda target: not within(target, "wireproto.cli", "wireproto.service",
                                   "wireproto.transports", "wireproto.tools"),
     ),
+    "wireproto.program": (
+        "the program's name and logging set-up import nothing of wireproto",
+        _allowed(exact=("wireproto.program",)),
+    ),
+    "wireproto.supervisor": (
+        "the supervisor imports the service, config, the cluster, the transports, the "
+        "program's name and logging set-up and the foundation, never the CLI",
+        _allowed("wireproto.supervisor", "wireproto.service", "wireproto.config",
+                 "wireproto.cluster", "wireproto.transports",
+                 exact=("wireproto.program", *FOUNDATION)),
+    ),
+    **{layer: ("the service and the cluster never import the supervisor",
+               lambda target: not within(target, "wireproto.supervisor"))
+       for layer in ("wireproto.service", "wireproto.cluster")},
 }
 
 
@@ -192,12 +206,22 @@ def test_the_checks_can_fail():
         "wireproto.protocols.z": {"wireproto.transports.stream", "wireproto.transports.base"},
         "wireproto.pipeline.w": {"wireproto.cli"},
         "wireproto.cli": {"wireproto.pipeline.w"},
+        "wireproto.program": {"wireproto.config"},
+        "wireproto.supervisor.v": {"wireproto.cli", "wireproto.config", "wireproto.cluster",
+                                   "wireproto.program", "wireproto.hub"},
+        "wireproto.service": {"wireproto.supervisor.v"},
+        "wireproto.cluster.u": {"wireproto.supervisor"},
     }
     assert cycles(graph) == [["wireproto.cli", "wireproto.pipeline.w"]]
     assert [line.split(":")[0] for line in violations(graph)] == [
+        "wireproto.cluster.u imports wireproto.supervisor",
         "wireproto.codecs.x imports wireproto.hub",
         "wireproto.pipeline.w imports wireproto.cli",
+        "wireproto.program imports wireproto.config",
         "wireproto.protocols.z imports wireproto.transports.stream",
+        "wireproto.service imports wireproto.supervisor.v",
+        "wireproto.supervisor.v imports wireproto.cli",
+        "wireproto.supervisor.v imports wireproto.hub",
         "wireproto.transports.y imports wireproto.hub",
     ]
 

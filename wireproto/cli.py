@@ -27,17 +27,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any, NoReturn
 
 from wireproto.config.options import add_serve_options
+from wireproto.program import PROG, start_logging
 from wireproto.redaction import redact_url
 
 __all__ = ["main", "build_parser", "announce"]
-
-PROG = "wireproto"
 
 LISTEN_HELP = """\
 --listen PROTOCOL+TRANSPORT[/PATH]@ENDPOINT (repeatable; replaces the default listeners)
@@ -132,40 +130,6 @@ def banner(config: Any, bound: Sequence[Any]) -> list[str]:
     return lines
 
 
-def open_log_file(path: str) -> IO[str]:
-    """`path` opened for appending; made readable by its owner only if it is new (a log names
-    peers and principals), an existing file keeping the mode it was given; its directory made
-    (0700) if missing."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    return open(descriptor, "a", encoding="utf-8")  # noqa: SIM115
-
-
-def start_logging(settings: Any, verbose: bool) -> None:
-    """Log to stderr (or `settings.file`, its directory made if missing, created readable by
-    its owner only) at `settings.level`, info with -v; as text, or as one JSON object per line
-    (`format = "json"`). OSError if the file cannot be opened."""
-    from twisted.logger import (
-        FilteringLogObserver,
-        LogLevel,
-        LogLevelFilterPredicate,
-        globalLogBeginner,
-        jsonFileLogObserver,
-        textFileLogObserver,
-    )
-
-    level = LogLevel.levelWithName(settings.level)
-    if verbose and level > LogLevel.info:
-        level = LogLevel.info
-    stream = open_log_file(settings.file) if settings.file else sys.stderr
-    make = jsonFileLogObserver if settings.format == "json" else textFileLogObserver
-    observer = FilteringLogObserver(
-        make(stream), [LogLevelFilterPredicate(defaultLogLevel=level)]
-    )
-    # stdout stays ours: it carries the listener lines that scripts parse.
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
-
-
 def serve(args: argparse.Namespace) -> int:
     from twisted.internet import reactor
 
@@ -244,8 +208,8 @@ def cannot_start(error: BaseException) -> None:
 
 def why_not_started(error: BaseException) -> str:
     """What could not start, and why, in one line."""
-    from wireproto.cluster.server import NatsServerMissing
     from wireproto.service import ListenFailed, StartFailed, describe_error
+    from wireproto.supervisor.natsserver import NatsServerMissing
 
     if isinstance(error, StartFailed | ListenFailed | NatsServerMissing):
         return str(error)  # it says what could not start
@@ -258,7 +222,7 @@ def supervise(config: Any, args: argparse.Namespace) -> int:
 
     from twisted.internet import reactor
 
-    from wireproto.cluster.workers import Supervisor
+    from wireproto.supervisor.workers import Supervisor
 
     options = {name: value for name, value in vars(args).items() if name != "command"}
     supervisor = Supervisor(config, options, reactor)

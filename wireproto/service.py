@@ -724,7 +724,7 @@ def make_service(
     `service.hub` is its hub; `service.when_listening()` gives the bound addresses.
     `retry_policy(attempt) -> seconds` paces the reopening of attached links.
     `listening_sockets` are the file descriptors a worker process listens on, bound by its
-    supervisor (wireproto.cluster.workers), one per `endpoint_groups(config.listeners)` entry.
+    supervisor (wireproto.supervisor), one per `endpoint_groups(config.listeners)` entry.
     A part that cannot be made (a last-values file that is no database...) is StartFailed.
     """
     if reactor is None:

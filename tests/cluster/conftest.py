@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import free_port, need_peer
-from wireproto.cluster.server import NatsServer, NatsServerMissing, nats_server_binary
+from wireproto.supervisor.natsserver import NatsServer, NatsServerMissing, nats_server_binary
 
 
 def _need_nats_server() -> None:

@@ -125,7 +125,7 @@ async def test_the_private_nats_server_admits_only_the_workers():
 
 def test_a_supervisor_killed_outright_leaves_a_directory_the_next_one_removes(tmp_path):
     """Only a directory of this user's whose supervisor is gone; never a live one's."""
-    from wireproto.cluster.workers import remove_abandoned_directories
+    from wireproto.supervisor.workers import remove_abandoned_directories
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)

@@ -23,8 +23,8 @@ from wireproto.cluster.natsproto import (
     header_values,
     headers_block,
 )
-from wireproto.cluster.server import NatsServer
 from wireproto.protocols.rpc import RequestTimeout
+from wireproto.supervisor.natsserver import NatsServer
 
 # -- the parser --------------------------------------------------------------------------------
 

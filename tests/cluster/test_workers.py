@@ -169,7 +169,7 @@ def workers_of(supervisor: int) -> list[int]:
                 command = file.read()
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
-        if parent == supervisor and b"wireproto.cluster.worker" in command:
+        if parent == supervisor and b"wireproto.supervisor.worker" in command:
             found.append(int(entry))
     return found
 

@@ -120,13 +120,13 @@ class WireprotoServiceMaker:
 
 def _supervisor(config: Any, options: Options) -> Any:
     """`twistd wireproto --workers N`: the supervisor of N broker processes, as under
-    `wireproto serve --workers N` (wireproto.cluster.workers)."""
+    `wireproto serve --workers N` (wireproto.supervisor.workers)."""
     import signal
 
     from twisted.internet import reactor
 
     from wireproto.cli import announce, banner
-    from wireproto.cluster.workers import Supervisor
+    from wireproto.supervisor.workers import Supervisor
 
     values = {option.dest: options.get(option.name) for option in SERVE_OPTIONS}
     supervisor = Supervisor(config, values, reactor)

@@ -6,7 +6,8 @@ and `wireproto.service.make_service` builds the running service from it. docs/ru
 docs/configuration.md describe the syntax. The package has one module per job:
 
 - `model`: the values (`Config`, `Listener`, `Attach`, `PhylloLink`, `ConfigError`);
-- `tables`: which settings class each table is (declared by the code it configures);
+- `tables`: which settings class each table is (declared by the code it configures; those of
+  `[log]` and `[secrets]` here);
 - `forms`: the ``--listen``/``--attach``/``--phyllo`` forms and the checks they pass;
 - `endpoints`: endpoint strings, their loopback default and their checks;
 - `toml`: reading and writing config files;
@@ -60,7 +61,7 @@ _WHERE = {
     "AuthSettings": "wireproto.authentication",
     "LimitSettings": "wireproto.access.quotas",
     "AdminSettings": "wireproto.admin.settings",
-    "SecretsSettings": "files",
+    "SecretsSettings": "tables",
 }
 
 __all__ = sorted(_WHERE)

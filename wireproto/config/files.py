@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wireproto.settings import boolean, setting
 from wireproto.transports.connect import split_endpoint
 
 if TYPE_CHECKING:
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Place",
-    "SecretsSettings",
     "endpoint_key_file",
     "secret_files",
     "loose_permissions",
@@ -56,15 +54,6 @@ class Place:
     def __str__(self) -> str:
         entry = self.section if self.number is None else f"{self.section}[{self.number}]"
         return f"{entry}.{self.key}"
-
-
-@dataclass(frozen=True)
-class SecretsSettings:
-    """The [secrets] table: how the key and password files the config names are treated."""
-
-    # Take a secret file that its group or others may open (a key shared with a group on
-    # purpose); off, such a file stops the broker before it starts.
-    allow_loose_permissions: bool = setting(False, read=boolean)
 
 
 def endpoint_key_file(endpoint: str, *, server: bool) -> str | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from wireproto.settings import choice, setting
+from wireproto.settings import boolean, choice, setting
 
-__all__ = ["config_tables", "LogSettings", "LOG_LEVELS", "LOG_FORMATS"]
+__all__ = ["config_tables", "LogSettings", "SecretsSettings", "LOG_LEVELS", "LOG_FORMATS"]
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("text", "json")
@@ -28,6 +28,17 @@ class LogSettings:
     file: str = ""
 
 
+@dataclass(frozen=True)
+class SecretsSettings:
+    """The [secrets] table: how the key and password files the config names are treated
+    (`wireproto.config.files` checks them). Declared here: the config itself is what it
+    configures."""
+
+    # Take a secret file that its group or others may open (a key shared with a group on
+    # purpose); off, such a file stops the broker before it starts.
+    allow_loose_permissions: bool = setting(False, read=boolean)
+
+
 
 
 
@@ -38,7 +49,6 @@ def config_tables() -> dict[str, type]:
     from wireproto.authentication import AuthSettings
     from wireproto.capture.writer import CaptureSettings
     from wireproto.cluster.settings import ClusterSettings
-    from wireproto.config.files import SecretsSettings
     from wireproto.hub import HubSettings
     from wireproto.metrics.settings import MetricsSettings
     from wireproto.protocols import PROTOCOLS

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from wireproto.capture import CaptureError, IncompleteCapture, capture_files, read_header
+from wireproto.program import PROG
 
 __all__ = ["register", "main", "run", "check_captures", "Progress", "INTERRUPTED"]
 
-PROG = "wireproto"
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 SPARK_MISSING = "install the spark extra: pip install 'wireproto[spark]'"
 

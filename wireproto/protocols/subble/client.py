@@ -71,7 +71,6 @@ from wireproto.protocols.subble.events import (
     EventCallback,
     EventFailed,
     EventForbidden,
-    EventListener,
     EventRefused,
     HandshakeRefused,
     SubbleEvent,
@@ -308,6 +307,22 @@ def _answered(answer: Event | EventError, event_type: str) -> SubbleEvent:
 
 
 # -- the client ----------------------------------------------------------------------------------
+
+
+class EventListener:
+    """One callback for one event type; `cancel()` removes it."""
+
+    def __init__(self, client: SubbleClient, event_type: str, callback: EventCallback) -> None:
+        self.client = client
+        self.event_type = event_type
+        self.callback = callback
+
+    def cancel(self) -> None:
+        listeners = self.client._listeners.get(self.event_type)
+        if listeners is not None and self in listeners:
+            listeners.remove(self)
+            if not listeners:
+                del self.client._listeners[self.event_type]
 
 
 class SubbleClient(ClientBase):

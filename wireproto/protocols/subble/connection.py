@@ -3,7 +3,7 @@ with their echo (docs/subblesocket.md, "The host")."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -18,6 +18,7 @@ from wireproto.codecs.subble import (
     ProduceEvent,
     Sender,
     SerializationFormat,
+    Version,
     decode,
     encode,
     supports_version,
@@ -29,16 +30,13 @@ from wireproto.errors import (
     ProtocolError,
     UnexpectedMessage,
 )
-from wireproto.hub import Session, describe_address, log_protocol_error
+from wireproto.hub import Hub, HubMessage, Session, describe_address, log_protocol_error
 from wireproto.peerlog import address_key
 from wireproto.protocols.subble.registry import (
     peer_ip,
 )
 from wireproto.protocols.subble.state import HandshakeState
 from wireproto.transports.base import MessageProtocol
-
-if TYPE_CHECKING:
-    from wireproto.protocols.subble.server import SubbleHost
 
 __all__ = [
     "CLIENT_EVENT_CODE",
@@ -49,6 +47,7 @@ __all__ = [
     "DEFAULT_MAX_EVENT_TYPE_LENGTH",
     "DEFAULT_MAX_CLIENT_ID_LENGTH",
     "DEFAULT_HANDSHAKE_TIMEOUT",
+    "ConnectionHost",
     "SubbleHostProtocol",
 ]
 
@@ -93,6 +92,34 @@ def format_of(format: SerializationFormat | int) -> SerializationFormat | int:
 # -- one connection -------------------------------------------------------------------------------
 
 
+class ConnectionHost(Protocol):
+    """What a connection asks of its host (`SubbleHost`, server.py): the hub, the handshake's
+    policy and limits, the handshaken clients by ID, the hooks, and the creating of a produced
+    event. Declared here, so that this module need not import the host's."""
+
+    hub: Hub
+    reactor: Any
+    version: Version
+    handshake_timeout: float | None
+    clients: dict[str, SubbleHostProtocol]
+
+    def address_allowed(self, address: Any) -> bool: ...
+
+    def _check_limits(self, request: HandshakeRequest) -> str | None: ...
+
+    def _identify(self, client_id: str, address: str,
+                  principal: str | None = None) -> tuple[MessageCode, str]: ...
+
+    def _claim(self, client_id: str,
+               principal: str | None) -> tuple[MessageCode, str] | None: ...
+
+    def _hook(self, name: str, *args: Any) -> None: ...
+
+    def _create_event(self, client: SubbleHostProtocol, request: ProduceEvent) -> None: ...
+
+    def _encode_hub_message(self, message: HubMessage) -> tuple[bytes, bool] | None: ...
+
+
 class SubbleHostProtocol(MessageProtocol):
     """The host's side of one SubbleSocket connection; the `client` that hooks get.
 
@@ -109,7 +136,7 @@ class SubbleHostProtocol(MessageProtocol):
     state: HandshakeState = HandshakeState.AWAITING
     _timeout: Any = None
 
-    def __init__(self, host: SubbleHost) -> None:
+    def __init__(self, host: ConnectionHost) -> None:
         self.host = host
 
     def __repr__(self) -> str:

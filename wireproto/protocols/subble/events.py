@@ -1,12 +1,13 @@
-"""What a SubbleSocket client gets: events (`SubbleEvent`), the callbacks listening for them,
-and the errors a handshake or a produce request can end in (docs/subblesocket.md, "The client")."""
+"""What a SubbleSocket client gets: events (`SubbleEvent`), the type of the callbacks listening
+for them (`EventCallback`; a `SubbleClient` holds each as an `EventListener`), and the errors a
+handshake or a produce request can end in (docs/subblesocket.md, "The client")."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wireproto.codecs import subble
 from wireproto.codecs.subble import (
@@ -19,9 +20,6 @@ FORMAT_NAMES = {"msgpack": SerializationFormat.MSGPACK, "json": SerializationFor
 
 READABLE_FORMATS = frozenset({SerializationFormat.MSGPACK, SerializationFormat.JSON})
 
-if TYPE_CHECKING:
-    from wireproto.protocols.subble.client import SubbleClient
-
 __all__ = [
     "FORMAT_NAMES",
     "READABLE_FORMATS",
@@ -33,7 +31,6 @@ __all__ = [
     "EventFailed",
     "SubbleEvent",
     "EventCallback",
-    "EventListener",
 ]
 
 # -- errors --------------------------------------------------------------------------------------
@@ -137,22 +134,6 @@ class SubbleEvent:
 
 
 EventCallback = Callable[[SubbleEvent], object]
-
-
-class EventListener:
-    """One callback for one event type; `cancel()` removes it."""
-
-    def __init__(self, client: SubbleClient, event_type: str, callback: EventCallback) -> None:
-        self.client = client
-        self.event_type = event_type
-        self.callback = callback
-
-    def cancel(self) -> None:
-        listeners = self.client._listeners.get(self.event_type)
-        if listeners is not None and self in listeners:
-            listeners.remove(self)
-            if not listeners:
-                del self.client._listeners[self.event_type]
 
 
 def parse_format(value: str | int) -> SerializationFormat | int:

@@ -1,4 +1,4 @@
-"""One worker process of `wireproto serve --workers N` (wireproto.cluster.workers): the broker
+"""One worker process of `wireproto serve --workers N` (wireproto.supervisor.workers): the broker
 on the listening sockets its supervisor passed, joined to the other workers through NATS. It
 writes ``ready`` to its stdout (a pipe to the supervisor) once it listens and is linked, or
 ``failed: WHY`` if it cannot start, and then exits 1: the supervisor says why, in one line."""
@@ -16,11 +16,11 @@ from typing import Any
 def main() -> int:
     from twisted.internet import defer, reactor
 
-    from wireproto.cli import start_logging
-    from wireproto.cluster.server import die_with_parent
-    from wireproto.cluster.workers import WORKER_ENVIRONMENT, WORKER_FAILED
     from wireproto.config import config_from_options
+    from wireproto.program import start_logging
     from wireproto.service import describe_error, make_service, reload_on_sighup
+    from wireproto.supervisor.natsserver import die_with_parent
+    from wireproto.supervisor.workers import WORKER_ENVIRONMENT, WORKER_FAILED
 
     spec = json.loads(os.environ[WORKER_ENVIRONMENT])
     die_with_parent()

@@ -2,7 +2,7 @@
 
 The supervisor binds every listener's endpoint itself (so port 0 and unix sockets work, and a
 worker that restarts finds the same sockets), starts a private nats-server when the config names
-no `[cluster] url`, and runs each worker as ``python -m wireproto.cluster.worker`` with the
+no `[cluster] url`, and runs each worker as ``python -m wireproto.supervisor.worker`` with the
 listening sockets as inherited file descriptors. The kernel hands each new connection to one
 of the workers; their hubs share one topic space through NATS (wireproto.cluster.link).
 
@@ -38,7 +38,6 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from wireproto.cluster.server import NatsServer, new_user_nkey, write_private
 from wireproto.config import Config
 from wireproto.service import (
     BoundListener,
@@ -47,6 +46,7 @@ from wireproto.service import (
     endpoint_groups,
     format_address,
 )
+from wireproto.supervisor.natsserver import NatsServer, new_user_nkey, write_private
 from wireproto.transports.identity import server_endpoint
 
 __all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "Supervisor", "remove_abandoned_directories"]
@@ -239,7 +239,7 @@ class Supervisor(Service):
         worker = _Worker(self, index)
         self.workers[index] = worker
         self.reactor.spawnProcess(
-            worker, sys.executable, [sys.executable, "-m", "wireproto.cluster.worker"],
+            worker, sys.executable, [sys.executable, "-m", "wireproto.supervisor.worker"],
             env=environment, childFDs=child_fds)
 
     def when_ready(self) -> defer.Deferred:
