@@ -52,7 +52,6 @@ class ServerWebSocket(DirectFrames, WebSocketServerProtocol):
     def connectionMade(self) -> None:
         # The resource set this just before handing the connection over, in the same call.
         self._upgrade_of = self.factory.upgrade_of
-        self.principal = self.factory.next_principal
         super().connectionMade()
 
     def onOpen(self) -> None:
@@ -88,7 +87,6 @@ class ServerWebSocketFactory(WebSocketServerFactory):
         super().__init__()
         self.server = server
         self.upgrade_of: EngineIOSession | None = None
-        self.next_principal: Any = None
         options = server.options.websocket
         self.setProtocolOptions(
             **common_options(options),
