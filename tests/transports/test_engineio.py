@@ -144,7 +144,7 @@ class EIO:
             # Sessions that wait for a last GET to give it the close packet.
             for session in list(self.sessions.values()):
                 if session.state is SessionState.CLOSING:
-                    session._finish()
+                    session.finish()
 
 
 class RawWebSocket(WebSocketClientProtocol):
@@ -821,7 +821,7 @@ async def test_hub_publishes_to_a_slow_poller_wait_in_the_hubs_bounded_queue(eio
     for index in range(20):
         hub.publish(HubMessage("t", b"%03d" % index + b"x" * 197))
     # The engine.io queue stopped near its high-water mark; the rest waits in the hub.
-    assert engine_session._queued_bytes <= 1000 + 201
+    assert engine_session.queued_bytes <= 1000 + 201
     assert member.session.queued_bytes >= 20 * 200 - 1201
     received = []
     while len(received) < 20:

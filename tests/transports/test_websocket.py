@@ -7,7 +7,7 @@ import socket
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
 from twisted.internet.error import ConnectionDone, ConnectionLost
 
 from tests.support import eventually, sleep, wait_for
@@ -332,3 +332,30 @@ async def test_auto_ping_drops_a_peer_that_never_answers(net):
     (server_side,) = net.protocols
     await wait_for(server_side.lost)
     assert isinstance(server_side.reason.value, ConnectionLost)
+
+
+@pytest_twisted.ensureDeferred
+async def test_each_websocket_gets_the_principal_of_its_own_handshake(net):
+    """Two handshakes whose credentials are checked at once, answered in the other order: each
+    WebSocket acts as the principal its own handshake named."""
+    checks: dict[str, defer.Deferred] = {}
+
+    def identify(request):
+        name = request.args[b"who"][0].decode()
+        checks[name] = defer.Deferred()
+        return checks[name]
+
+    resource = websocket_resource(net.factory(Recorder), identify=identify)
+    port = await net.listen_tcp(websocket_site({"/ws": resource}))
+    alice = defer.ensureDeferred(client(net, port, "/ws?who=alice"))
+    bob = defer.ensureDeferred(client(net, port, "/ws?who=bob"))
+    await eventually(lambda: len(checks) == 2)
+    checks["bob"].callback("principal of bob")
+    checks["alice"].callback("principal of alice")
+    await wait_for(alice)
+    await wait_for(bob)
+    servers = [p for p in net.protocols if p.transport.factory.isServer]
+    assert sorted(p.transport.principal for p in servers) == ["principal of alice",
+                                                               "principal of bob"]
+    (server_factory,) = {p.transport.factory for p in servers}
+    assert not hasattr(server_factory, "next_principal")

@@ -61,6 +61,7 @@ __all__ = [
     "websocket_resource",
     "websocket_site",
     "MessageWebSocketResource",
+    "OneConnectionFactory",
     "common_options",
     "accept_deflate_offer",
     "accept_nothing",
@@ -377,13 +378,6 @@ class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
 
 class _MessageWebSocketServerFactory(WebSocketServerFactory):
     protocol = WebSocketServerAdapter
-    # The principal of the handshake being handed over (MessageWebSocketResource.upgrade).
-    next_principal: Any = None
-
-    def buildProtocol(self, addr: Any) -> Any:
-        protocol = super().buildProtocol(addr)
-        protocol.principal = self.next_principal
-        return protocol
 
     def __init__(
         self,
@@ -454,6 +448,24 @@ def websocket_client_factory(
     return _MessageWebSocketClientFactory(url, protocol_factory, options, reactor, headers)
 
 
+class OneConnectionFactory:
+    """The factory WebSocketResource builds one request's protocol with: `make()`, given what
+    belongs to that connection when it is made, under the shared `factory` (its settings, its
+    count of connections), so that nothing of one connection is left on the shared factory."""
+
+    def __init__(
+        self, factory: WebSocketServerFactory, make: Callable[[], WebSocketServerProtocol]
+    ) -> None:
+        self.factory = factory
+        self.make = make
+
+    def buildProtocol(self, addr: Any) -> WebSocketServerProtocol:
+        # What twisted's Factory.buildProtocol does, with the protocol already made.
+        protocol = self.make()
+        protocol.factory = self.factory
+        return protocol
+
+
 class MessageWebSocketResource(WebSocketResource):
     """WebSocketResource that hands the connection's producer slot over to the adapter.
 
@@ -489,14 +501,21 @@ class MessageWebSocketResource(WebSocketResource):
 
     def upgrade(self, request: Any, principal: Any) -> Any:
         """Hand the connection to Autobahn, its adapter acting as `principal`."""
+
+        def adapter() -> WebSocketServerProtocol:
+            protocol = self._factory.protocol()
+            protocol.principal = principal
+            return protocol
+
+        return self.hand_over(request, adapter)
+
+    def hand_over(self, request: Any, make: Callable[[], WebSocketServerProtocol]) -> Any:
+        """Hand the connection to Autobahn, with the protocol `make()` returns for it, which
+        holds whatever belongs to this one connection."""
         transport = request.channel.transport
         if transport is not None:
             transport.unregisterProducer()
-        self._factory.next_principal = principal
-        try:
-            result = super().render(request)
-        finally:
-            self._factory.next_principal = None
+        result = WebSocketResource(OneConnectionFactory(self._factory, make)).render(request)
         if transport is not None and request.channel.transport is not None:
             # Not taken over (Autobahn answered with an HTTP error): give it back to HTTP.
             transport.registerProducer(request.channel, True)

@@ -49,11 +49,13 @@ The package is split as python-engineio splits its server:
 
 - `options`: `EngineIOOptions` and engine.io's names for transports and refusals;
 - `packets`: packets ready for either carrier;
-- `session`: `EngineIOSession`, the message transport and its end;
+- `state`: a session's state machine, sans-IO: its life (`SessionState`), its carrier
+  (`CarrierState`) and the transition table;
+- `session`: `EngineIOSession`, the message transport, the upgrade and the end; the one module
+  that moves a session's state;
 - `heartbeat`: the server's pings of one session;
-- `state`: `SessionState`, where a session is in its life;
-- `polling`: the long-polling side of a session, and engine.io's HTTP answers;
-- `websocket`: the server's WebSockets, a session's frames, and the upgrade;
+- `polling`: `PollingCarrier`, a session's long-polling, and engine.io's HTTP answers;
+- `websocket`: `ServerWebSocket`, the server's WebSockets, each made for its request;
 - `server`: the sessions, the handshake, request routing and the twisted.web resource;
 - `client`: the client role, over polling then WebSocket.
 """

@@ -33,7 +33,7 @@ from wireproto.transports.engineio.options import (
     WEBSOCKET,
     EngineIOOptions,
 )
-from wireproto.transports.engineio.packets import close_websocket
+from wireproto.transports.engineio.packets import Outgoing
 from wireproto.transports.engineio.polling import refuse, respond
 from wireproto.transports.engineio.session import EngineIOSession
 from wireproto.transports.engineio.websocket import ServerWebSocket, ServerWebSocketFactory
@@ -76,7 +76,7 @@ class EngineIOServer:
         self.sessions: dict[str, EngineIOSession] = {}
         self.open_sessions = 0
         self._open_by_address: Counter[str] = Counter()
-        self.ws_factory = ServerWebSocketFactory(self)
+        self.ws_factory = ServerWebSocketFactory(options.websocket)
         self.ws_resource = MessageWebSocketResource(self.ws_factory)
 
     def _slot_refusal(self, address: str) -> str | None:
@@ -102,6 +102,11 @@ class EngineIOServer:
             self._open_by_address[session.address] = left
         else:
             del self._open_by_address[session.address]
+
+    def session_finished(self, session: EngineIOSession) -> None:
+        """`session` is over: its sid is unknown from now on."""
+        if self.sessions.get(session.sid) is session:
+            del self.sessions[session.sid]
 
     def _new_sid(self) -> str:
         # engine.io's base64id: 15 random bytes, URL-safe base64.
@@ -129,15 +134,15 @@ class EngineIOServer:
             if version != "4":
                 return refuse(request, BAD_REQUEST)
             if upgrade:
-                if transport != WEBSOCKET or not self.options.upgrades or not session.canUpgrade:
+                if transport != WEBSOCKET or not self.options.upgrades or not session.can_upgrade:
                     return refuse(request, BAD_REQUEST)
-                return self._websocket(request, upgrade_of=session)
+                return self._websocket(request, session.upgrade_opened)
             if transport != session.transportName:
                 return refuse(request, BAD_REQUEST)
             if request.method == b"GET":
-                return session._on_poll(request)
+                return session.poll(request)
             if request.method == b"POST":
-                return session._on_post(request)
+                return session.post(request)
             return refuse(request, BAD_REQUEST)
         if request.method != b"GET":
             return refuse(request, BAD_HANDSHAKE_METHOD)
@@ -197,44 +202,40 @@ class EngineIOServer:
             respond(request, 503, b"Too many Engine.IO sessions", b"text/plain")
             return NOT_DONE_YET
         if upgrade:
-            return self._websocket(request, upgrade_of=None, principal=principal)
+            return self._websocket(
+                request, lambda ws: self._open_websocket_session(ws, principal)
+            )
         return self._polling_handshake(request, principal)
 
     def _polling_handshake(self, request: Any, principal: Any) -> Any:
         protocol = self.protocol_factory()
         sid = self._new_sid()
-        session = EngineIOSession(self, sid, request.getClientAddress(), request.getHost())
-        session.principal = principal
+        session = EngineIOSession(self, sid, request.getClientAddress(), request.getHost(),
+                                  principal=principal)
         self._add_session(session)
         upgrades = (WEBSOCKET,) if self.options.upgrades else ()
         body = "0" + encode_handshake(self.options._handshake(sid, upgrades))
         respond(request, 200, body.encode("utf-8"), b"text/plain; charset=UTF-8", no_store=True)
         # After the answer, as engine.io: what the protocol sends now goes with the next GET.
-        session._start(protocol)
+        session.start(protocol)
         return NOT_DONE_YET
 
-    def _websocket(self, request: Any, upgrade_of: EngineIOSession | None,
-                   principal: Any = None) -> Any:
-        self.ws_factory.upgrade_of = upgrade_of
-        try:
-            return self.ws_resource.upgrade(request, principal)
-        finally:
-            self.ws_factory.upgrade_of = None
+    def _websocket(self, request: Any, opened: Callable[[ServerWebSocket], None]) -> Any:
+        """Hand the request to a WebSocket of its own, for `opened` once it is open."""
+        return self.ws_resource.hand_over(request, lambda: ServerWebSocket(opened))
 
-    def _open_websocket_session(self, ws: ServerWebSocket) -> None:
-        if self._slot_refusal(address_key(ws.transport.getPeer())) is not None:
-            close_websocket(ws, CLOSE_NORMAL, "too many Engine.IO sessions")
+    def _open_websocket_session(self, ws: ServerWebSocket, principal: Any) -> None:
+        peer, host = ws.addresses()
+        if self._slot_refusal(address_key(peer)) is not None:
+            ws.close_with(CLOSE_NORMAL, "too many Engine.IO sessions")
             return
         protocol = self.protocol_factory()
         sid = self._new_sid()
-        session = EngineIOSession(self, sid, ws.transport.getPeer(), ws.transport.getHost())
-        session.principal = ws.principal
-        session._ws = ws
-        ws.session = session
+        session = EngineIOSession(self, sid, peer, host, principal=principal, websocket=ws)
         self._add_session(session)
         open_packet = "0" + encode_handshake(self.options._handshake(sid, ()))
-        ws.sendMessage(open_packet.encode("utf-8"), False)
-        session._start(protocol)
+        ws.send_packet(Outgoing(open_packet.encode("utf-8"), False))
+        session.start(protocol)
 
 
 class EngineIOResource(Resource):
@@ -261,7 +262,7 @@ class EngineIOResource(Resource):
         the session that sent it is closed, as engine.io does."""
         session = self.engine.sessions.get(query_value(request, b"sid") or "")
         if session is not None and request.method == b"POST":
-            session._post_too_large(request)
+            session.post_too_large(request)
         else:
             respond(request, 413, b"", b"text/html")
 
