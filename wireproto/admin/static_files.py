@@ -23,7 +23,7 @@ PAGE_POLICY = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-sr
 
 
 def _read(folder: str, name: str) -> bytes:
-    return resources.files("wireproto.admin").joinpath("static", folder, name).read_bytes()
+    return resources.files(__package__).joinpath("static", folder, name).read_bytes()
 
 
 class StaticFiles(Resource):

@@ -56,7 +56,7 @@ _WHERE = {
     "UbreSettings": "wireproto.protocols.ubre.server",
     "NydusSettings": "wireproto.protocols.nydus.server",
     "SubbleSettings": "wireproto.protocols.subble.server",
-    "MetricsSettings": "wireproto.metrics",
+    "MetricsSettings": "wireproto.metrics.settings",
     "CaptureSettings": "wireproto.capture.writer",
     "AuthSettings": "wireproto.authentication",
     "LimitSettings": "wireproto.access.quotas",

@@ -12,6 +12,13 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+__all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "main"]
+
+# What a worker is told by its supervisor: a JSON object in this environment variable.
+WORKER_ENVIRONMENT = "WIREPROTO_WORKER"
+# What a worker writes to its stdout, a pipe to the supervisor: "ready", or this and why not.
+WORKER_FAILED = "failed: "
+
 
 def main() -> int:
     from twisted.internet import defer, reactor
@@ -20,7 +27,6 @@ def main() -> int:
     from wireproto.program import start_logging
     from wireproto.service import describe_error, make_service, reload_on_sighup
     from wireproto.supervisor.natsserver import die_with_parent
-    from wireproto.supervisor.workers import WORKER_ENVIRONMENT, WORKER_FAILED
 
     spec = json.loads(os.environ[WORKER_ENVIRONMENT])
     die_with_parent()

@@ -47,16 +47,13 @@ from wireproto.service import (
     format_address,
 )
 from wireproto.supervisor.natsserver import NatsServer, new_user_nkey, write_private
+from wireproto.supervisor.worker import WORKER_ENVIRONMENT, WORKER_FAILED
 from wireproto.transports.identity import server_endpoint
 
 __all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "Supervisor", "remove_abandoned_directories"]
 
 log = Logger(namespace="wireproto.cluster")
 
-# What a worker is told by its supervisor: a JSON object in this environment variable.
-WORKER_ENVIRONMENT = "WIREPROTO_WORKER"
-# What a worker writes to its stdout, a pipe to the supervisor: "ready", or this and why not.
-WORKER_FAILED = "failed: "
 # A worker that dies sooner than this after starting counts towards a growing restart pause.
 QUICK_DEATH = 5.0
 MAX_RESTART_PAUSE = 30.0
