@@ -70,8 +70,9 @@ from wireproto.hub.message import (
     SessionStats,
     new_message,
 )
+from wireproto.hub.peers import log_protocol_error, publish_allowed, transport_name
 from wireproto.hub.retained import LastValues
-from wireproto.hub.session import Session, log_protocol_error, publish_allowed, transport_name
+from wireproto.hub.session import Session
 from wireproto.hub.subscribers import (
     FrameSubscriber,
     LocalSubscriber,

@@ -22,6 +22,7 @@ from wireproto.hub.message import (
     Overflow,
     SessionStats,
 )
+from wireproto.hub.peers import is_reserved, publish_allowed, transport_name
 from wireproto.peerlog import address_key, describe_address
 from wireproto.protocols.calls import RemoteCaller
 from wireproto.topics import validate_pattern
@@ -37,50 +38,9 @@ if TYPE_CHECKING:
     from wireproto.hub.retained import LastValues
     from wireproto.hub.subscribers import Subscriber
 
-__all__ = [
-    "Session",
-    "transport_name",
-    "log_protocol_error",
-    "publish_allowed",
-]
+__all__ = ["Session", "SessionHub"]
 
 log = Logger(namespace="wireproto.hub")
-
-def is_reserved(topic: str) -> bool:
-    """Whether `topic` is one of the broker's own ``$SYS`` topics."""
-    return topic == "$SYS" or topic.startswith("$SYS/")
-
-
-def publish_allowed(grants: Grants | None, topic: str) -> bool:
-    """Whether a session with `grants` (None: no rules) may publish on `topic`, as its
-    `publish` decides: without rules, anywhere but the broker's own ``$SYS`` topics."""
-    if grants is None:
-        return not is_reserved(topic)
-    return grants.allows(Action.PUBLISH, topic)
-
-
-def transport_name(transport: IMessageTransport) -> str:
-    """The transport as a listener names it: ``ws``, ``engineio``, or a stream's framing."""
-    return getattr(transport, "framing", "") or transport.kind
-
-
-def log_protocol_error(
-    protocol: str, transport: IMessageTransport, error: Exception,
-    session: Session | None = None,
-) -> None:
-    """Log the event for a connection closed because its peer broke `protocol` (within the
-    peers' log budget, wireproto.peerlog)."""
-    peer = transport.getPeer()
-    peerlog.warn(
-        log, address_key(peer),
-        "{protocol}: closing the connection from {peer} over {transport}: {error}",
-        event="protocol_error", protocol=protocol, transport=transport_name(transport),
-        peer=describe_address(peer), error=str(error),
-        session=None if session is None else session.id,
-        client=None if session is None else session.client,
-    )
-
-
 
 class SessionHub(Protocol):
     """What a session may ask of its hub (wireproto.hub.Hub is one)."""

@@ -1,0 +1,62 @@
+"""What the hub says of a connection's peer: its transport's name, whether it may publish on a
+topic, and the log line of a connection closed for breaking its protocol."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from twisted.logger import Logger
+
+from wireproto import peerlog
+from wireproto.access import Action, Grants
+from wireproto.peerlog import address_key, describe_address
+from wireproto.transports.base import IMessageTransport
+
+__all__ = ["Identified", "is_reserved", "publish_allowed", "transport_name", "log_protocol_error"]
+
+log = Logger(namespace="wireproto.hub")
+
+
+class Identified(Protocol):
+    """A connection as the log names it (a Session is one)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def client(self) -> str | None: ...
+
+
+def is_reserved(topic: str) -> bool:
+    """Whether `topic` is one of the broker's own ``$SYS`` topics."""
+    return topic == "$SYS" or topic.startswith("$SYS/")
+
+
+def publish_allowed(grants: Grants | None, topic: str) -> bool:
+    """Whether a session with `grants` (None: no rules) may publish on `topic`, as its
+    `publish` decides: without rules, anywhere but the broker's own ``$SYS`` topics."""
+    if grants is None:
+        return not is_reserved(topic)
+    return grants.allows(Action.PUBLISH, topic)
+
+
+def transport_name(transport: IMessageTransport) -> str:
+    """The transport as a listener names it: ``ws``, ``engineio``, or a stream's framing."""
+    return getattr(transport, "framing", "") or transport.kind
+
+
+def log_protocol_error(
+    protocol: str, transport: IMessageTransport, error: Exception,
+    session: Identified | None = None,
+) -> None:
+    """Log the event for a connection closed because its peer broke `protocol` (within the
+    peers' log budget, wireproto.peerlog)."""
+    peer = transport.getPeer()
+    peerlog.warn(
+        log, address_key(peer),
+        "{protocol}: closing the connection from {peer} over {transport}: {error}",
+        event="protocol_error", protocol=protocol, transport=transport_name(transport),
+        peer=describe_address(peer), error=str(error),
+        session=None if session is None else session.id,
+        client=None if session is None else session.client,
+    )
