@@ -476,7 +476,7 @@ class NatsClient:
         endpoint = HostnameEndpoint(self.reactor, server.host, server.port,
                                     timeout=self.options.connect_timeout)
         factory = Factory.forProtocol(lambda: NatsConnection(self, server))
-        attempt = endpoint.connect(factory)
+        attempt: defer.Deferred = endpoint.connect(factory)
         attempt.addCallback(lambda connection: connection.handshaken)
         return attempt.addErrback(self._failed, server)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from enum import Enum
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from twisted.application.internet import backoffPolicy
 from twisted.application.service import Service
@@ -333,7 +333,9 @@ class ReconnectingService(Service):
         self._closed_waiters: list[defer.Deferred] = []
 
     def _connect(self) -> defer.Deferred:
-        return self.endpoint.connect(_ProxyingFactory(self.factory, self))
+        # The proxy declares no interface of its own: it has the factory's.
+        factory = cast(IProtocolFactory, _ProxyingFactory(self.factory, self))
+        return self.endpoint.connect(factory)
 
     def _made(self, protocol: _ConnectionProxy) -> None:
         self.protocol = protocol
