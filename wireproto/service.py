@@ -5,10 +5,10 @@
 - one `StreamServerEndpointService` per distinct listening endpoint. WebSocket listeners on the
   same endpoint share one twisted.web `Site`, each protocol at its own path; a framed-stream
   listener has its endpoint to itself;
-- one `ClientService` per attached link, which reopens the link with a backoff whenever it fails
-  to open or closes;
-- one `ClientService` and one `HubBridge` per Phyllo link (`service.phyllo[name]`), reopened the
-  same way: a USB device that is unplugged is retried until it comes back;
+- one `ReconnectingService` per attached link, which reopens the link with a backoff whenever it
+  fails to open or closes;
+- one `ReconnectingService` and one `HubBridge` per Phyllo link (`service.phyllo[name]`),
+  reopened the same way: a USB device that is unplugged is retried until it comes back;
 - unless ``[metrics] enabled = false``, `service.metrics` (wireproto.metrics), served at
   ``[metrics] path`` on every HTTP listener's port;
 - with ``[capture] directory`` set, `service.capture` (wireproto.capture.wrapper): every
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
-from twisted.application.internet import ClientService, StreamServerEndpointService, backoffPolicy
+from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
 from twisted.internet import defer, task
 from twisted.internet.address import UNIXAddress
@@ -68,6 +68,7 @@ from wireproto.redaction import redact_url
 from wireproto.transports.base import IMessageProtocol, go_away
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.identity import server_endpoint
+from wireproto.transports.reconnect import DEFAULT_RETRY, ReconnectingService
 from wireproto.transports.stream import StreamOptions, stream_client_factory, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
@@ -82,13 +83,9 @@ __all__ = [
     "WireprotoService",
     "make_service",
     "reload_on_sighup",
-    "ATTACH_RETRY",
 ]
 
 log = Logger()
-
-# An attached device that is unplugged is retried quickly at first, then every 30 s at most.
-ATTACH_RETRY = backoffPolicy(initialDelay=0.5, maxDelay=30.0)
 
 
 class ListenFailed(Exception):
@@ -207,7 +204,7 @@ class _LoggingClientEndpoint:
         self._down = False
 
     def __repr__(self) -> str:
-        return self.shown  # as ClientService's own log lines name it
+        return self.shown  # as the reconnector's log lines name it
 
     @property
     def shown(self) -> str:
@@ -480,10 +477,9 @@ class WireprotoService(MultiService):
             self._protocol_factory(link.protocol), self._stream_options(link.framing),
             identify=self._stream_identity(link.principal, None, link.endpoint),
         )
-        link_service = ClientService(
-            endpoint, factory, retryPolicy=retry_policy, clock=self.reactor
-        )
-        link_service.setServiceParent(self)
+        ReconnectingService(
+            self.reactor, endpoint, factory, retry_policy=retry_policy
+        ).setServiceParent(self)
 
     def add_phyllo(self, link: PhylloLink, retry_policy: Callable[[int], float]) -> HubBridge:
         """Open the Phyllo device at `link.endpoint`, reopening it with `retry_policy` whenever
@@ -504,11 +500,10 @@ class WireprotoService(MultiService):
         else:
             endpoint = client_endpoint(self.reactor, link.endpoint)
             factory = Factory.forProtocol(bridge.build_protocol)
-        link_service = ClientService(
-            _LoggingClientEndpoint(endpoint, link), factory, retryPolicy=retry_policy,
-            clock=self.reactor,
-        )
-        link_service.setServiceParent(self)
+        ReconnectingService(
+            self.reactor, _LoggingClientEndpoint(endpoint, link), factory,
+            retry_policy=retry_policy,
+        ).setServiceParent(self)
         self.phyllo[link.name] = bridge
         return bridge
 
@@ -716,7 +711,7 @@ def make_service(
     config: Config,
     reactor: Any = None,
     *,
-    retry_policy: Callable[[int], float] = ATTACH_RETRY,
+    retry_policy: Callable[[int], float] = DEFAULT_RETRY,
     listening_sockets: list[int] | None = None,
 ) -> WireprotoService:
     """The broker `config` describes, ready to start (or to add to an application).

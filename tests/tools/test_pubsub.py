@@ -401,3 +401,10 @@ async def test_phyllo_over_websocket(broker: Broker) -> None:
         assert WebSocketDevice.devices[1].received == [document("led", True)]
     finally:
         await wait_for(port.stopListening())
+
+
+def test_sub_reconnects_1_s_after_a_loss_then_2_4_up_to_30_s_apart() -> None:
+    from wireproto.tools.pubsub import SUB_RETRY
+
+    # Asked with the attempts failed in a row: none right after the connection closed.
+    assert [SUB_RETRY(failed) for failed in range(8)] == [1, 2, 4, 8, 16, 30, 30, 30]

@@ -1,11 +1,14 @@
-"""Reconnector: attempts, backoff after failures, a new attempt after a lost connection, stop.
+"""Reconnector: attempts, backoff after failures, a new attempt after a lost connection, stop,
+and its transition table.
 
 Time is a twisted.internet.task.Clock and each attempt is a Deferred the test fires itself, so
-every delay is exact. The real thing, over sockets, is in tests/protocols/test_ubre_client.py.
+every delay is exact. Over real sockets: tests/transports/test_reconnect_sockets.py, and the
+clients' own tests (tests/protocols/test_ubre_client.py...).
 """
 
 from __future__ import annotations
 
+import pytest
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
@@ -190,3 +193,66 @@ def test_connected_resets_the_failures_and_a_late_success_is_harmless():
     # The new attempt is still the one a stop() cancels.
     reconnector.stop()
     assert attempts.cancelled == [attempts.made[2]]
+
+
+# -- the transition table --------------------------------------------------------------------------
+
+
+def in_state(state: str) -> tuple[Clock, Attempts, Reconnector]:
+    clock, attempts, policy, reconnector = make(0.5)
+    if state != "stopped":
+        reconnector.start()
+    if state == "connected":
+        attempts.made[0].callback(object())
+    elif state == "waiting to retry":
+        attempts.made[0].errback(ConnectionRefusedError())
+    assert reconnector.state.value == state
+    return clock, attempts, reconnector
+
+
+@pytest.mark.parametrize(("state", "call"), [
+    ("stopped", "connected"), ("stopped", "lost"), ("stopped", "stop"),
+    ("connecting", "start"), ("connecting", "lost"),
+    ("connected", "start"), ("connected", "connected"),
+    ("waiting to retry", "start"), ("waiting to retry", "connected"),
+    ("waiting to retry", "lost"),
+])
+def test_what_the_table_has_no_transition_for_changes_nothing(state, call):
+    clock, attempts, reconnector = in_state(state)
+    made, waits = len(attempts.made), len(clock.getDelayedCalls())
+    getattr(reconnector, call)()
+    assert reconnector.state.value == state
+    assert (len(attempts.made), len(clock.getDelayedCalls())) == (made, waits)
+    assert attempts.cancelled == []
+
+
+def test_every_transition_of_the_table_is_taken():
+    from wireproto.transports.reconnect import TRANSITIONS, ReconnectEvent, ReconnectState
+
+    taken = set()
+    for state in ReconnectState:
+        for event in ReconnectEvent:
+            if (state, event) in TRANSITIONS:
+                taken.add((state.value, event.value, TRANSITIONS[state, event].value))
+    assert taken == {
+        ("stopped", "start", "connecting"),
+        ("connecting", "connected", "connected"),
+        ("connecting", "attempt failed", "waiting to retry"),
+        ("connected", "connection lost", "waiting to retry"),
+        ("waiting to retry", "retry due", "connecting"),
+        ("connecting", "stop", "stopped"),
+        ("connected", "stop", "stopped"),
+        ("waiting to retry", "stop", "stopped"),
+    }
+    # And each one is what the reconnector does.
+    clock, attempts, reconnector = in_state("waiting to retry")
+    clock.advance(0.5)
+    assert reconnector.state is ReconnectState.CONNECTING
+    reconnector.connected()
+    assert reconnector.state is ReconnectState.CONNECTED
+    reconnector.lost()
+    assert reconnector.state is ReconnectState.WAITING
+    for state in ("connecting", "connected", "waiting to retry"):
+        reconnector = in_state(state)[2]
+        reconnector.stop()
+        assert reconnector.state is ReconnectState.STOPPED

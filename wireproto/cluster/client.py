@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import itertools
-import random
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from wireproto.cluster.natsproto import (
 )
 from wireproto.protocols.rpc import PendingRequests
 from wireproto.transports.connect import tls_client_options
+from wireproto.transports.reconnect import Reconnector, Rotation, backoff_per_round
 
 __all__ = [
     "NatsOptions",
@@ -95,6 +95,8 @@ class NatsOptions:
     connect_timeout: float = 5.0
     ping_interval: float = 10.0
     max_pings_out: int = 2
+    # The retry policy: each server once without waiting, then 0.1 s doubling with each round
+    # of the list up to 2 s (shortened by up to half at random), as `backoff_per_round` makes.
     reconnect_wait: float = 0.1
     max_reconnect_wait: float = 2.0
     # Bytes a publish may add to a socket the server is not reading before publishes are
@@ -161,6 +163,8 @@ class NatsConnection(Protocol):
         # Bytes written while the socket's buffer is full (None: it is not).
         self.backlog: int | None = None
         self._pinger: Any = None
+        # Fires once the server has answered the CONNECT; fails if the connection closes first.
+        self.handshaken: defer.Deferred = defer.Deferred()
 
     # -- the handshake ---------------------------------------------------------------------------
 
@@ -304,11 +308,14 @@ class NatsClient:
         self._recorders: dict[str, Any] = {}
         self._requests = PendingRequests(reactor)
         self._waiting_ready: list[defer.Deferred] = []
-        self._attempts = 0
-        self._server_index = -1
-        self._retry: Any = None
-        self._connecting: defer.Deferred | None = None
-        self.stopped = True
+        # Round the servers, with those the servers name as they are learnt.
+        rotation = Rotation(self.servers)
+        self._reconnector: Reconnector[_Server] = Reconnector(
+            reactor, self._connect, targets=rotation,
+            retry_policy=backoff_per_round(rotation, options.reconnect_wait,
+                                           options.max_reconnect_wait),
+            what="NATS", log_retries=False,
+        )
         self.published = self.dropped = self.received = self.reconnects = 0
         # The largest message the server takes (its INFO says; a larger one would close the
         # connection, so it is dropped here and counted in `too_large`).
@@ -322,9 +329,11 @@ class NatsClient:
     # -- running ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self.stopped:
-            self.stopped = False
-            self._connect()
+        self._reconnector.start()
+
+    @property
+    def stopped(self) -> bool:
+        return not self._reconnector.running
 
     def when_ready(self) -> defer.Deferred:
         """Fires once a server is connected (at once if one is)."""
@@ -336,12 +345,7 @@ class NatsClient:
 
     def stop(self) -> defer.Deferred:
         """Close the connection and stop reconnecting; fires when it has closed."""
-        self.stopped = True
-        if self._retry is not None and self._retry.active():
-            self._retry.cancel()
-        self._retry = None
-        if self._connecting is not None:
-            self._connecting.cancel()
+        self._reconnector.stop()
         for connection in (self.connection, self._pending):
             if connection is not None and connection.transport is not None:
                 closed: defer.Deferred = defer.Deferred()
@@ -466,59 +470,39 @@ class NatsClient:
 
     # -- the connection's life -------------------------------------------------------------------
 
-    def _next_server(self) -> _Server:
-        self._server_index = (self._server_index + 1) % len(self.servers)
-        return self.servers[self._server_index]
-
-    def _connect(self) -> None:
-        self._retry = None
-        if self.stopped:
-            return
-        server = self._next_server()
+    def _connect(self, server: _Server) -> defer.Deferred:
+        """One attempt: fires once `server` has answered the CONNECT; fails if it cannot be
+        reached, or if the connection closes first."""
         endpoint = HostnameEndpoint(self.reactor, server.host, server.port,
                                     timeout=self.options.connect_timeout)
         factory = Factory.forProtocol(lambda: NatsConnection(self, server))
-        d = endpoint.connect(factory)
-        self._connecting = d
+        attempt: defer.Deferred = endpoint.connect(factory)
+        attempt.addCallback(lambda connection: connection.handshaken)
+        return attempt.addErrback(self._failed, server)
 
-        def failed(reason: Failure) -> None:
-            self._connecting = None
-            if reason.check(defer.CancelledError):
-                return
-            self._failed(server, reason.getErrorMessage())
-
-        def made(_: Any) -> None:
-            self._connecting = None
-
-        d.addCallbacks(made, failed)
-
-    def _failed(self, server: _Server, why: str) -> None:
+    def _failed(self, reason: Failure, server: _Server) -> Failure:
+        if reason.check(defer.CancelledError):
+            return reason  # stopped
+        why = reason.getErrorMessage()
         self.last_error = why
-        self._attempts += 1
-        if self._attempts == 1 or self._attempts % 50 == 0:
+        attempts = self._reconnector.failed_attempts + 1
+        if attempts == 1 or attempts % 50 == 0:
             log.warn("cannot reach NATS server {server}: {why}; retrying",
                      event="cluster_unreachable", server=self._describe(server), why=why,
-                     attempts=self._attempts)
-        self._schedule()
-
-    def _schedule(self) -> None:
-        if self.stopped or self._retry is not None:
-            return
-        rounds = self._attempts // max(len(self.servers), 1)
-        wait = min(self.options.reconnect_wait * (2 ** min(rounds, 10)),
-                   self.options.max_reconnect_wait)
-        wait *= 0.5 + random.random() / 2
-        self._retry = self.reactor.callLater(wait if self._attempts >= len(self.servers) else 0,
-                                             self._connect)
+                     attempts=attempts)
+        return reason
 
     def _opened(self, connection: NatsConnection) -> None:
         self._pending = connection
 
     def _ready(self, connection: NatsConnection) -> None:
+        if self.stopped:
+            return  # stop() is closing it
+        first = self.reconnects == 0 and self._reconnector.failed_attempts == 0
+        self._reconnector.connected()
+        connection.handshaken.callback(connection)
         self._pending = None
         self.connection = connection
-        first = self.reconnects == 0 and self._attempts == 0
-        self._attempts = 0
         commands = [sub_command(subject, sid, queue)
                     for sid, (subject, queue, _) in self._subscriptions.items()]
         if commands:
@@ -557,8 +541,8 @@ class NatsClient:
             reason.getErrorMessage() if reason is not None else "closed")
         if connection is self._pending:
             self._pending = None
-            if not self.stopped:
-                self._failed(connection.server, why)
+        if not connection.handshaken.called:
+            connection.handshaken.errback(NatsUnavailable(why))
         if connection is self.connection:
             self.connection = None
             self.reconnects += 1
@@ -567,7 +551,7 @@ class NatsClient:
                 log.warn("lost NATS server {server}: {why}; reconnecting",
                          event="cluster_disconnected", server=self._describe(connection.server),
                          why=why)
-                self._schedule()
+                self._reconnector.lost()
             if self.on_lost is not None:
                 self.on_lost(why)
         if on_closed is not None:

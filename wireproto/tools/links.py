@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twisted.internet import defer, error
 from twisted.python.failure import Failure
@@ -20,9 +20,6 @@ from wireproto.tools._common import (
     ToolError,
     connect_options,
 )
-
-if TYPE_CHECKING:
-    from wireproto.tools.pubsub import _Run
 
 __all__ = [
     "NO_VALUE",
@@ -330,19 +327,25 @@ def links() -> dict[str, type[Link]]:
     return {name: load(d.pubsub_link) for name, d in PROTOCOLS.items() if d.pubsub_link}
 
 
-async def open_link(run: _Run, reactor: Any, args: argparse.Namespace, protocol: str,
-                topics: list[str], timeout: float | None) -> Link:
+def open_link(reactor: Any, args: argparse.Namespace, protocol: str, topics: list[str],
+              timeout: float | None) -> defer.Deferred[Link]:
+    """Connect a `protocol` link to ``args.address``; fails with a ToolError the tool reports
+    (it cannot reach the address, or did not within `timeout` seconds) or with what else went
+    wrong. Cancelling it cancels the connecting."""
     opening = links()[protocol].open(reactor, args, topics)
     if timeout is not None:
         opening.addTimeout(timeout, reactor)
-    try:
-        return await run.wait(opening)
-    except defer.TimeoutError:
-        raise ToolError(f"no connection to {args.address} within {timeout:g} s",
-                        EXIT_TIMEOUT) from None
-    except (error.ConnectionRefusedError, error.DNSLookupError, error.NoRouteError) as failed:
-        raise ToolError(f"cannot reach {args.address}: {reason_text(failed)}",
-                        EXIT_UNREACHABLE) from None
+
+    def failed(reason: Failure) -> Failure:
+        if reason.check(defer.TimeoutError):
+            raise ToolError(f"no connection to {args.address} within {timeout:g} s",
+                            EXIT_TIMEOUT)
+        if reason.check(error.ConnectionRefusedError, error.DNSLookupError, error.NoRouteError):
+            raise ToolError(f"cannot reach {args.address}: {reason_text(reason.value)}",
+                            EXIT_UNREACHABLE)
+        return reason
+
+    return opening.addErrback(failed)
 
 
 async def close_link(link: Link, reactor: Any, timeout: float) -> BaseException | None:

@@ -25,7 +25,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet import defer, task
+from twisted.application.internet import backoffPolicy
+from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from wireproto.tools._common import (
     EXIT_OK,
@@ -49,11 +51,15 @@ from wireproto.tools.links import (
     open_link,
     reason_text,
 )
+from wireproto.transports.reconnect import Reconnector
 
 __all__ = ["register"]
 
 CLOSE_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
+# sub --reconnect: 1 s after the connection closes, then 2 s, 4 s ... 30 s at most, until an
+# attempt connects.
+SUB_RETRY = backoffPolicy(initialDelay=1.0, maxDelay=30.0, factor=2.0, jitter=lambda: 0.0)
 
 
 # -- the run: ended once, by a count, a deadline, a lost connection or Ctrl-C --------------------
@@ -98,6 +104,14 @@ class _Run:
         finally:
             self._waiting.discard(d)
 
+    async def until_ended(self) -> None:
+        """Return once the run has ended."""
+        if self.outcome is None:
+            try:
+                await self.wait(defer.Deferred())
+            except _Ended:
+                pass
+
     def result(self) -> int:
         if isinstance(self.outcome, BaseException):
             raise self.outcome
@@ -120,7 +134,7 @@ def pub(args: argparse.Namespace) -> int:
         try:
             whole = _whole_message(args)
             lines = stdin_lines(reactor) if whole is None else None
-            link = await open_link(run, reactor, args, protocol, [args.topic], args.timeout)
+            link = await run.wait(open_link(reactor, args, protocol, [args.topic], args.timeout))
             link.on_lost(lambda why: run.end(ToolError(
                 f"the connection closed before every message was sent: {why}", EXIT_UNREACHABLE
             )))
@@ -198,44 +212,56 @@ def sub(args: argparse.Namespace) -> int:
                 run.end(EXIT_OK)
 
         link: Link | None = None
-        gone: defer.Deferred | None = None
+        ever_connected = False
 
-        def lost(why: str) -> None:
-            if args.reconnect and gone is not None and not gone.called:
-                gone.callback(why)  # connect again
+        def opened(new: Link) -> Link:
+            nonlocal link, ever_connected
+            link, ever_connected = new, True
+            reconnector.connected()  # before anything can report it lost
+            new.on_lost(lambda why: lost(new, why))
+            new.subscribe(topics, deliver)
+            return new
+
+        def not_opened(reason: Failure) -> Failure:
+            # The first connection must work; after it, --reconnect tries again as long as the
+            # address cannot be reached (a ToolError), and anything else ends the run. (Cancelled:
+            # the run is ending already.)
+            if reason.check(defer.CancelledError):
+                return reason
+            if not ever_connected or not reason.check(ToolError):
+                reconnector.stop()
+                run.end(reason.value)
+            return reason
+
+        def open_once() -> defer.Deferred:
+            return open_link(reactor, args, protocol, topics, connect_timeout).addCallbacks(
+                opened, not_opened)
+
+        def lost(gone: Link, why: str) -> None:
+            nonlocal link
+            if gone is not link:
+                return
+            if args.reconnect:
+                print(f"wireproto sub: the connection closed: {why}; connecting again",
+                      file=sys.stderr, flush=True)
+                link = None
+                reconnector.lost()
                 return
             hint = ""
             if protocol == "websmq" and any(map(is_pattern, topics)):
                 hint = " (WEBSMQ wildcards need the broker's --wildcards)"
             run.end(ToolError(f"the connection closed: {why}{hint}", EXIT_UNREACHABLE))
 
+        connect_timeout = None if args.timeout is not None else DEFAULT_CONNECT_TIMEOUT
+        reconnector: Reconnector = Reconnector(
+            reactor, open_once, retry_policy=SUB_RETRY, what=args.address, log_retries=False)
         try:
             if args.timeout is not None:
                 run.end_after(args.timeout, timed_out)
-            connect_timeout = None if args.timeout is not None else DEFAULT_CONNECT_TIMEOUT
-            link = await open_link(run, reactor, args, protocol, topics, connect_timeout)
-            attempt = 0
-            while True:
-                gone = defer.Deferred()
-                link.on_lost(lost)
-                link.subscribe(topics, deliver)
-                why = await run.wait(gone)
-                # --reconnect: again, after 1 s, 2 s, 4 s ... at most 30 s, until it works.
-                print(f"wireproto sub: the connection closed: {why}; connecting again",
-                      file=sys.stderr, flush=True)
-                link = None
-                while link is None:
-                    await run.wait(task.deferLater(reactor, min(30.0, 2.0 ** attempt), lambda: 0))
-                    attempt += 1
-                    try:
-                        link = await open_link(run, reactor, args, protocol, topics,
-                                               connect_timeout)
-                    except ToolError:
-                        link = None
-                attempt = 0
-        except _Ended:
-            pass
+            reconnector.start()
+            await run.until_ended()
         finally:
+            reconnector.stop()
             try:
                 if link is not None and not link.closing:
                     await close_link(link, reactor, CLOSE_TIMEOUT)
