@@ -1,8 +1,11 @@
 """The layers of wireproto, read from the import graph (docs/architecture.md draws them).
 
-Every ``import`` in ``wireproto/`` counts, including those inside functions; only imports under
-``if TYPE_CHECKING:`` do not, since they never run. The codecs are also checked at run time: a
-fresh interpreter imports each one and must not have loaded Twisted or any networking module.
+Every ``import`` in ``wireproto/`` counts: inside functions, and under ``if TYPE_CHECKING:`` too,
+since a type named is a dependency as much as a function called. So does every string that
+names a module of wireproto as a descriptor does (``"wireproto.protocols.ubre.server:serve"``,
+``"wireproto.cluster.analysis"``), since it is imported when used; a docstring and a logger's
+namespace are not. The codecs are also checked at run time: a fresh interpreter imports each
+one and must not have loaded Twisted or any networking module.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -34,34 +38,48 @@ def module_files(package: Path = PACKAGE) -> dict[str, Path]:
     return modules
 
 
-def _runs(node: ast.AST) -> bool:
-    return not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+DESCRIPTOR = re.compile(r"(wireproto(?:\.\w+)+)(?::[\w.]+)?")
+
+
+def _not_imports(tree: ast.AST) -> set[int]:
+    """The string constants of `tree` that name no dependency: docstrings and loggers'
+    namespaces."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "namespace":
+            skipped.add(id(node.value))
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant):
+            skipped.add(id(body[0].value))
+    return skipped
 
 
 def imports_of(name: str, source: str, modules: Mapping[str, Path]) -> set[str]:
-    """The wireproto modules that module `name` imports: ``from a import b`` is a.b when that is
-    a module, else a."""
+    """The wireproto modules that module `name` imports or names as a descriptor does:
+    ``from a import b`` is a.b when that is a module, else a."""
     is_package = modules[name].name == "__init__.py"
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if not _runs(child):
-                continue
-            if isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    package = name.split(".") if is_package else name.split(".")[:-1]
-                    package = package[: len(package) - child.level + 1]
-                    base = ".".join(package + ([base] if base else []))
-                for alias in child.names:
-                    target = f"{base}.{alias.name}"
-                    found.add(target if target in modules else base)
-            visit(child)
-
-    visit(ast.parse(source))
+    tree = ast.parse(source)
+    skipped = _not_imports(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                package = package[: len(package) - node.level + 1]
+                base = ".".join(package + ([base] if base else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                found.add(target if target in modules else base)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in skipped:
+            named = DESCRIPTOR.fullmatch(node.value)
+            if named is not None:
+                found.add(named.group(1))
     return {target for target in found if target in modules and target != name}
 
 
@@ -142,11 +160,16 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         _allowed("wireproto.transports", "wireproto.codecs", *FOUNDATION),
     ),
     "wireproto.protocols": (
-        "protocols import the transports only through their interface",
-        lambda target: (
+        "protocols import the transports only through their interface, and nothing above "
+        "them; their registry names the cluster's analysis of its capture records and the "
+        "tools' links to each protocol, as descriptor strings",
+        lambda target: target in ("wireproto.cluster.analysis", "wireproto.tools.links",
+                                  "wireproto.tools.callers") or (
             not within(target, "wireproto.transports") or target in TRANSPORT_INTERFACE
         ) and not within(target, "wireproto.config", "wireproto.service", "wireproto.cli",
-                         "wireproto.tools", "wireproto.pipeline", "wireproto.capture"),
+                         "wireproto.tools", "wireproto.pipeline", "wireproto.capture",
+                         "wireproto.cluster", "wireproto.supervisor", "wireproto.admin",
+                         "wireproto.metrics", "wireproto.broker"),
     ),
     "wireproto.phyllo": (
         "the Phyllo layers and bridge import neither capture, config, the service nor the tools",
@@ -160,8 +183,8 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
                                   "wireproto.transports", "wireproto.tools"),
     ),
     "wireproto.program": (
-        "the program's name and logging set-up import nothing of wireproto",
-        _allowed(exact=("wireproto.program",)),
+        "the program's name and logging set-up import only the [log] table's settings",
+        _allowed(exact=("wireproto.program", "wireproto.config.tables")),
     ),
     "wireproto.supervisor": (
         "the supervisor imports the service, config, the cluster, the transports, the "
@@ -170,10 +193,75 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
                  "wireproto.cluster", "wireproto.transports",
                  exact=("wireproto.program", *FOUNDATION)),
     ),
-    **{layer: ("the service and the cluster never import the supervisor",
-               lambda target: not within(target, "wireproto.supervisor"))
-       for layer in ("wireproto.service", "wireproto.cluster")},
+    "wireproto.hub": (
+        "the hub imports the foundation, access, the codecs, the transports' interface and the "
+        "call contract: a federation is what it is told (wireproto.hub.federation), never the "
+        "cluster",
+        _allowed("wireproto.hub", "wireproto.access", "wireproto.codecs",
+                 exact=(*FOUNDATION, *TRANSPORT_INTERFACE, "wireproto.protocols.calls")),
+    ),
+    "wireproto.cluster": (
+        "the cluster imports the hub, access, the codecs, capture's records, the call contract "
+        "and RPC plumbing, the transports and the foundation; never a protocol server, the "
+        "service, config, admin, metrics, the tools or the pipeline",
+        _allowed("wireproto.cluster", "wireproto.hub", "wireproto.access", "wireproto.codecs",
+                 "wireproto.capture", "wireproto.transports",
+                 exact=(*FOUNDATION, "wireproto.protocols.calls", "wireproto.protocols.rpc")),
+    ),
+    **{layer: (f"{what} see the broker through wireproto.broker and the hub's federation: "
+               "never the service, the cluster, the supervisor, config, the CLI or the tools",
+               lambda target: not within(target, "wireproto.service", "wireproto.cluster",
+                                         "wireproto.supervisor", "wireproto.config",
+                                         "wireproto.cli", "wireproto.tools",
+                                         "wireproto.pipeline"))
+       for layer, what in (("wireproto.admin", "admin"), ("wireproto.metrics", "metrics"))},
+    "wireproto.broker": (
+        "the broker's view names what it shows, never the service that shows it",
+        lambda target: not within(target, "wireproto.service", "wireproto.cli",
+                                  "wireproto.supervisor", "wireproto.admin", "wireproto.metrics"),
+    ),
+    "wireproto.config": (
+        "config reads the settings of every part, but never the service, the CLI, the "
+        "supervisor, the tools or the pipeline",
+        lambda target: not within(target, "wireproto.service", "wireproto.cli",
+                                  "wireproto.supervisor", "wireproto.tools",
+                                  "wireproto.pipeline", "wireproto.broker"),
+    ),
+    "wireproto.service": (
+        "the service assembles the broker: never the CLI, the supervisor (which runs it in "
+        "workers), the tools or the pipeline",
+        lambda target: not within(target, "wireproto.cli", "wireproto.supervisor",
+                                  "wireproto.tools", "wireproto.pipeline"),
+    ),
+    "wireproto.tools": (
+        "the tools are clients: never the hub's server side, the service, config, the "
+        "cluster, the supervisor, admin, metrics or the pipeline",
+        lambda target: not within(target, "wireproto.service", "wireproto.config",
+                                  "wireproto.cluster", "wireproto.supervisor", "wireproto.admin",
+                                  "wireproto.metrics", "wireproto.pipeline", "wireproto.cli",
+                                  "wireproto.broker"),
+    ),
+    "wireproto.capture": (
+        "capture wraps connections and writes records: never the service, config, the "
+        "cluster, admin, metrics, the tools, the pipeline or the CLI",
+        lambda target: not within(target, "wireproto.service", "wireproto.config",
+                                  "wireproto.cluster", "wireproto.supervisor", "wireproto.admin",
+                                  "wireproto.metrics", "wireproto.tools", "wireproto.pipeline",
+                                  "wireproto.cli", "wireproto.broker"),
+    ),
+    **{layer: (f"{what} never imports the service, the CLI, the supervisor, config, the "
+               "cluster, admin, metrics, the tools or the pipeline",
+               lambda target: not within(target, "wireproto.service", "wireproto.cli",
+                                         "wireproto.supervisor", "wireproto.config",
+                                         "wireproto.cluster", "wireproto.admin",
+                                         "wireproto.metrics", "wireproto.tools",
+                                         "wireproto.pipeline", "wireproto.broker"))
+       for layer, what in (("wireproto.authentication", "authentication"),
+                           ("wireproto.limits", "the connection limits"))},
 }
+
+# Every module of wireproto is under a rule, but these, which are above every layer.
+TOP = ("wireproto", "wireproto.__main__", "wireproto.cli")
 
 
 def violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
@@ -199,6 +287,11 @@ def test_each_layer_imports_only_what_it_may():
     assert violations(GRAPH) == []
 
 
+def test_every_module_is_under_a_rule():
+    assert [name for name in sorted(GRAPH)
+            if name not in TOP and not any(within(name, layer) for layer in RULES)] == []
+
+
 def test_the_checks_can_fail():
     graph = {
         "wireproto.codecs.x": {"wireproto.hub"},
@@ -211,17 +304,29 @@ def test_the_checks_can_fail():
                                    "wireproto.program", "wireproto.hub"},
         "wireproto.service": {"wireproto.supervisor.v"},
         "wireproto.cluster.u": {"wireproto.supervisor"},
+        "wireproto.hub.t": {"wireproto.cluster.link", "wireproto.protocols.calls"},
+        "wireproto.admin.s": {"wireproto.service", "wireproto.broker"},
+        "wireproto.metrics": {"wireproto.cluster"},
+        "wireproto.tools.r": {"wireproto.config"},
+        "wireproto.capture.q": {"wireproto.pipeline"},
+        "wireproto.config.p": {"wireproto.service"},
     }
     assert cycles(graph) == [["wireproto.cli", "wireproto.pipeline.w"]]
     assert [line.split(":")[0] for line in violations(graph)] == [
+        "wireproto.admin.s imports wireproto.service",
+        "wireproto.capture.q imports wireproto.pipeline",
         "wireproto.cluster.u imports wireproto.supervisor",
         "wireproto.codecs.x imports wireproto.hub",
+        "wireproto.config.p imports wireproto.service",
+        "wireproto.hub.t imports wireproto.cluster.link",
+        "wireproto.metrics imports wireproto.cluster",
         "wireproto.pipeline.w imports wireproto.cli",
         "wireproto.program imports wireproto.config",
         "wireproto.protocols.z imports wireproto.transports.stream",
         "wireproto.service imports wireproto.supervisor.v",
         "wireproto.supervisor.v imports wireproto.cli",
         "wireproto.supervisor.v imports wireproto.hub",
+        "wireproto.tools.r imports wireproto.config",
         "wireproto.transports.y imports wireproto.hub",
     ]
 
@@ -232,14 +337,28 @@ def test_the_graph_sees_imports_inside_functions_and_relative_ones(tmp_path):
     (package / "__init__.py").write_text("")
     (package / "a.py").write_text("def f():\n    from wireproto.sub import b\n")
     (package / "sub" / "__init__.py").write_text("from . import b\n")
-    (package / "sub" / "b.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import wireproto.a\n"
-        "from ..a import f\n"
-    )
+    (package / "sub" / "b.py").write_text("from ..a import f\n")
     graph = import_graph(module_files(package))
     assert graph["wireproto.a"] == {"wireproto.sub.b"}
     assert graph["wireproto.sub"] == {"wireproto.sub.b"}
     assert graph["wireproto.sub.b"] == {"wireproto.a"}
+
+
+def test_type_imports_and_descriptor_strings_count_but_docstrings_and_loggers_do_not(tmp_path):
+    package = tmp_path / "wireproto"
+    package.mkdir()
+    for name in ("__init__", "a", "b", "c", "d", "e"):
+        (package / f"{name}.py").write_text("")
+    (package / "user.py").write_text(
+        '"""Names wireproto.e in its docstring."""\n'
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from wireproto.a import Thing\n"
+        'SERVE = "wireproto.b:serve"\n'
+        'ANALYSIS = "wireproto.c"\n'
+        'log = Logger(namespace="wireproto.d")\n'
+    )
+    graph = import_graph(module_files(package))
+    assert graph["wireproto.user"] == {"wireproto.a", "wireproto.b", "wireproto.c"}
 
 
 # -- the codecs at run time -----------------------------------------------------------------------

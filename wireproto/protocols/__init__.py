@@ -189,7 +189,7 @@ register_protocol(ProtocolDescriptor(
     requests=RequestPairing("request", ("success", "fail"), ok=("success",)),
     reading_types=("publish",),
     pubsub_link="wireproto.tools.links:UbreLink",
-    caller="wireproto.tools.rpc:UbreCaller",
+    caller="wireproto.tools.callers:UbreCaller",
 ))
 register_protocol(ProtocolDescriptor(
     name="nydus",
@@ -203,7 +203,7 @@ register_protocol(ProtocolDescriptor(
     analysis="wireproto.protocols.nydus.analysis",
     requests=RequestPairing("invoke", ("result", "error"), ok=("result",)),
     reading_types=("publish",),
-    caller="wireproto.tools.rpc:NydusCaller",
+    caller="wireproto.tools.callers:NydusCaller",
 ))
 register_protocol(ProtocolDescriptor(
     name="subble",

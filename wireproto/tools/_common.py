@@ -26,14 +26,12 @@ import base64
 import os
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import IO, Any
-from urllib.parse import urlsplit
 
 from twisted.internet import defer, error, task
 
 from wireproto.codecs.serialization import json_dumps
-from wireproto.protocols import PROTOCOLS
 
 __all__ = [
     "EXIT_FAILED",
@@ -48,7 +46,6 @@ __all__ = [
     "connect_options",
     "emit",
     "payload_text",
-    "protocol_of",
     "one_line",
     "stdin_lines",
     "run_tool",
@@ -62,48 +59,12 @@ EXIT_REFUSED = 4
 EXIT_TIMEOUT = 5
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
-def _path_protocols() -> dict[str, str]:
-    """A ws:// or http:// URL's last path segment -> the protocol served there by default: each
-    descriptor's default path, and engine.io for the protocol that runs over Engine.IO."""
-    found = {}
-    for name, descriptor in PROTOCOLS.items():
-        if descriptor.default_path:
-            found[descriptor.default_path.strip("/").split("/")[-1]] = name
-        if "engineio" in descriptor.transports:
-            found["engine.io"] = name
-    return found
-
-
 class ToolError(Exception):
     """Ends a tool with one line on stderr and `code`."""
 
     def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
         super().__init__(message)
         self.code = code
-
-
-def protocol_of(address: str, given: str | None, allowed: Sequence[str]) -> str:
-    """The protocol to speak at `address`: `given` (--protocol), else the one a URL's path
-    names (``ws://host:8765/ubre``), else phyllo on a ``serial:`` port if allowed."""
-    if given is not None:
-        protocol = given
-    elif "://" in address:
-        path = urlsplit(address).path.strip("/").split("/")
-        protocol = _path_protocols().get(path[-1] if path else "", "")
-    elif address.startswith("serial:") and "phyllo" in allowed:
-        protocol = "phyllo"
-    else:
-        protocol = ""
-    if not protocol:
-        raise ToolError(
-            f"cannot tell the protocol of {address!r}: give --protocol ({', '.join(allowed)})",
-            EXIT_USAGE,
-        )
-    if protocol not in allowed:
-        raise ToolError(
-            f"{protocol} is not spoken here; use {', '.join(allowed)}", EXIT_USAGE
-        )
-    return protocol
 
 
 def add_common_options(parser: argparse.ArgumentParser, protocols: tuple[str, ...]) -> None:

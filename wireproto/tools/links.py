@@ -12,7 +12,6 @@ from twisted.internet import defer, error
 from twisted.python.failure import Failure
 
 from wireproto.payloads import value_from_payload
-from wireproto.protocols import PROTOCOLS, load
 from wireproto.tools._common import (
     EXIT_TIMEOUT,
     EXIT_UNREACHABLE,
@@ -31,7 +30,6 @@ __all__ = [
     "WebsmqLink",
     "UbreLink",
     "PhylloLink",
-    "links",
 ]
 
 # -- what a tool receives, and payloads as values ------------------------------------------------
@@ -321,18 +319,12 @@ def _phyllo_received(topic: str, message: Any) -> Received:
     return Received(topic, payload, value) if _is_json(value) else Received(topic, payload)
 
 
-def links() -> dict[str, type[Link]]:
-    """The protocols the tools publish and subscribe in, each with its link class (the
-    `pubsub_link` of its descriptor in wireproto.protocols)."""
-    return {name: load(d.pubsub_link) for name, d in PROTOCOLS.items() if d.pubsub_link}
-
-
-def open_link(reactor: Any, args: argparse.Namespace, protocol: str, topics: list[str],
+def open_link(reactor: Any, args: argparse.Namespace, link: type[Link], topics: list[str],
               timeout: float | None) -> defer.Deferred[Link]:
-    """Connect a `protocol` link to ``args.address``; fails with a ToolError the tool reports
-    (it cannot reach the address, or did not within `timeout` seconds) or with what else went
-    wrong. Cancelling it cancels the connecting."""
-    opening = links()[protocol].open(reactor, args, topics)
+    """Connect a `link` (a Link class) to ``args.address``; fails with a ToolError the tool
+    reports (it cannot reach the address, or did not within `timeout` seconds) or with what else
+    went wrong. Cancelling it cancels the connecting."""
+    opening = link.open(reactor, args, topics)
     if timeout is not None:
         opening.addTimeout(timeout, reactor)
 

@@ -38,7 +38,6 @@ from wireproto.tools._common import (
     add_common_options,
     emit,
     payload_text,
-    protocol_of,
     run_tool,
     stdin_lines,
 )
@@ -47,10 +46,10 @@ from wireproto.tools.links import (
     Link,
     Received,
     close_link,
-    links,
     open_link,
     reason_text,
 )
+from wireproto.tools.registry import links, protocol_of
 from wireproto.transports.reconnect import Reconnector
 
 __all__ = ["register"]
@@ -134,7 +133,8 @@ def pub(args: argparse.Namespace) -> int:
         try:
             whole = _whole_message(args)
             lines = stdin_lines(reactor) if whole is None else None
-            link = await run.wait(open_link(reactor, args, protocol, [args.topic], args.timeout))
+            link = await run.wait(open_link(
+                reactor, args, links()[protocol], [args.topic], args.timeout))
             link.on_lost(lambda why: run.end(ToolError(
                 f"the connection closed before every message was sent: {why}", EXIT_UNREACHABLE
             )))
@@ -234,7 +234,8 @@ def sub(args: argparse.Namespace) -> int:
             return reason
 
         def open_once() -> defer.Deferred:
-            return open_link(reactor, args, protocol, topics, connect_timeout).addCallbacks(
+            return open_link(
+                reactor, args, links()[protocol], topics, connect_timeout).addCallbacks(
                 opened, not_opened)
 
         def lost(gone: Link, why: str) -> None:

@@ -20,7 +20,6 @@ from typing import IO, Any
 from twisted.internet import defer, error
 
 from wireproto.codecs.serialization import json_dumps, json_parse
-from wireproto.protocols import PROTOCOLS, load
 from wireproto.tools._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -34,19 +33,16 @@ from wireproto.tools._common import (
     emit,
     one_line,
     payload_text,
-    protocol_of,
     run_tool,
     stdin_lines,
 )
+from wireproto.tools.registry import call_protocols, protocol_of
 
 __all__ = [
     "register",
     "parse_data",
     "compact_json",
     "event_record",
-    "call_protocols",
-    "UbreCaller",
-    "NydusCaller",
 ]
 
 SUBBLE_PROTOCOLS = ("subble",)
@@ -246,45 +242,6 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         await _close(reactor, client)
-
-
-def call_protocols() -> dict[str, Any]:
-    """The protocols ``wireproto call`` speaks, each with its caller class (the `caller` of its
-    descriptor in wireproto.protocols)."""
-    return {name: load(d.caller) for name, d in PROTOCOLS.items() if d.caller}
-
-
-class UbreCaller:
-    """``wireproto call`` over UBRE: a request to a named handler."""
-
-    def __init__(self, reactor: Any, address: str, timeout: float, **options: Any) -> None:
-        from wireproto.protocols.rpc import RequestFailed
-        from wireproto.protocols.ubre.client import UbreClient
-
-        self.client = UbreClient(reactor, address, request_timeout=timeout, **options)
-        self.failures: tuple[type[Exception], ...] = (RequestFailed,)
-
-    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> Any:
-        from wireproto.codecs.ubre import NO_BODY
-
-        return self.client.request(target, NO_BODY if data is None else data[0], timeout=timeout)
-
-
-class NydusCaller:
-    """``wireproto call`` over nydus: an INVOKE of a route."""
-
-    def __init__(self, reactor: Any, address: str, timeout: float, **options: Any) -> None:
-        from wireproto.protocols.nydus.client import NydusClient
-        from wireproto.protocols.nydus.invocation import InvokeError
-        from wireproto.protocols.rpc import RequestFailed
-
-        self.client = NydusClient(reactor, address, welcome_timeout=timeout, **options)
-        self.failures = (RequestFailed, InvokeError)
-
-    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> Any:
-        from wireproto.codecs.nydus import NO_DATA
-
-        return self.client.invoke(target, NO_DATA if data is None else data[0], timeout=timeout)
 
 
 # -- produce --------------------------------------------------------------------------------------
