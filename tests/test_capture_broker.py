@@ -101,7 +101,7 @@ async def drive_capturing_broker(directory: Path, topic: str, payloads: list[byt
 
         # While it runs, every connection's protocol sits on a capturing transport.
         assert all(isinstance(protocol.transport, CapturingTransport)
-                   for protocol in service._connections)
+                   for protocol in service.connections.open)
         await wait_for(rpc.close())
     finally:
         for client in clients:
@@ -181,7 +181,7 @@ async def test_a_length32_stream_is_recorded_in_whole_frames_as_read(tmp_path: P
     try:
         client = await wait_for(connectProtocol(clientFromString(reactor, address), Protocol()))
         client.transport.write(frames[0][:3])  # a frame split across reads
-        await eventually(lambda: len(service._connections))
+        await eventually(lambda: len(service.connections.open))
         await deferLater(reactor, 0.05)
         client.transport.write(frames[0][3:] + frames[1] + frames[2][:-1])
         await deferLater(reactor, 0.05)
@@ -214,7 +214,7 @@ async def test_without_capture_nothing_is_wrapped_or_written(
         inbox: list[Any] = []
         client.subscribe(TOPIC, inbox.append)
         await eventually(lambda: service.hub.subscribers(TOPIC))
-        (protocol,) = list(service._connections)
+        (protocol,) = list(service.connections.open)
         assert not isinstance(protocol, CapturingProtocol)
         assert not isinstance(protocol.transport, CapturingTransport)
         await wait_for(client.disconnect())
@@ -324,8 +324,8 @@ async def test_a_message_the_transport_refuses_is_not_captured(tmp_path: Path) -
     service, (address,) = await start(config)
     try:
         client = await wait_for(websmq_connect(reactor, address))
-        await eventually(lambda: service._connections)
-        (protocol,) = list(service._connections)
+        await eventually(lambda: service.connections.open)
+        (protocol,) = list(service.connections.open)
         with pytest.raises(FrameTooLarge):
             protocol.transport.sendMessage(websmq.encode_publish("t", b"x" * 200), True)
         fits = websmq.encode_publish("t", b"ok")

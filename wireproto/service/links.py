@@ -1,0 +1,123 @@
+"""The links a running broker opens itself: attached links (a protocol's client connection to a
+peer that serves it, `--attach`) and Phyllo links (a device on a serial port or another carrier,
+`--phyllo`), each reopened with a backoff whenever it fails to open or closes, so a device that
+is unplugged is retried until it comes back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.application.service import MultiService
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from wireproto.authentication import Authentication
+from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
+from wireproto.config import Attach, Config, PhylloLink
+from wireproto.hub import Hub
+from wireproto.phyllo.bridge import HubBridge
+from wireproto.redaction import redact_url
+from wireproto.service.connections import Connections
+from wireproto.service.listeners import stream_options
+from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
+from wireproto.transports.reconnect import ReconnectingService
+from wireproto.transports.stream import stream_client_factory
+
+__all__ = ["Links"]
+
+log = Logger(namespace="wireproto.service")
+
+
+@implementer(IStreamClientEndpoint)
+class _LoggingClientEndpoint:
+    """Logs why a link does not open: loudly the first time, quietly while it stays down, so an
+    unplugged device does not flood the log."""
+
+    def __init__(self, endpoint: IStreamClientEndpoint, link: Attach | PhylloLink) -> None:
+        self.endpoint = endpoint
+        self.link = link
+        self._down = False
+
+    def __repr__(self) -> str:
+        return self.shown  # as the reconnector's log lines name it
+
+    @property
+    def shown(self) -> str:
+        """The link's address as the log shows it: a URL without its credentials."""
+        return redact_url(self.link.endpoint)
+
+    def connect(self, factory: Any) -> defer.Deferred:
+        def opened(protocol: Any) -> Any:
+            self._down = False
+            log.info("attached {what} on {endpoint}", what=self.link.describe(),
+                     endpoint=self.shown)
+            return protocol
+
+        def failed(reason: Failure) -> Failure:
+            emit = log.info if self._down else log.warn
+            emit("cannot open {endpoint} for {what}: {error}; retrying",
+                 endpoint=self.shown, what=self.link.describe(),
+                 error=reason.getErrorMessage().rstrip("."))
+            self._down = True
+            return reason
+
+        return self.endpoint.connect(factory).addCallbacks(opened, failed)
+
+
+class Links(MultiService):
+    """The attached links and Phyllo links of one broker; `phyllo` is each Phyllo link's
+    bridge to the hub, by its name."""
+
+    def __init__(self, config: Config, hub: Hub, reactor: IReactorTime,
+                 connections: Connections, auth: Authentication | None) -> None:
+        super().__init__()
+        self.setName("links")
+        self.config = config
+        self.hub = hub
+        self.reactor = reactor
+        self.connections = connections
+        self.auth = auth
+        self.phyllo: dict[str, HubBridge] = {}
+
+    def attach(self, link: Attach, retry_policy: Callable[[int], float]) -> None:
+        """Keep a `link.protocol` client connection open to `link.endpoint`."""
+        endpoint = _LoggingClientEndpoint(client_endpoint(self.reactor, link.endpoint), link)
+        factory = stream_client_factory(
+            self.connections.factory(link.protocol), stream_options(self.config, link.framing),
+            identify=None if self.auth is None else self.auth.identify_stream(
+                link.principal, None, link.endpoint),
+        )
+        ReconnectingService(
+            self.reactor, endpoint, factory, retry_policy=retry_policy
+        ).setServiceParent(self)
+
+    def add_phyllo(self, link: PhylloLink, retry_policy: Callable[[int], float]) -> HubBridge:
+        """Open the Phyllo device at `link.endpoint`, reopening it with `retry_policy` whenever
+        it fails or closes, and bridge its topics to the hub under `link.prefix`."""
+        bridge = HubBridge(
+            self.hub, link.name, prefix=link.prefix, stack=link.stack,
+            send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
+            max_chunk_length=link.max_chunk_length,
+            max_frame_payload=min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2),
+            protocol_wrapper=self.connections.wrapper("phyllo"),
+            principal=link.principal,
+        )
+        endpoint: Any
+        if is_websocket_address(link.endpoint):
+            endpoint, factory = websocket_client(
+                self.reactor, link.endpoint, bridge.build_message_protocol, self.config.websocket
+            )
+        else:
+            endpoint = client_endpoint(self.reactor, link.endpoint)
+            factory = Factory.forProtocol(bridge.build_protocol)
+        ReconnectingService(
+            self.reactor, _LoggingClientEndpoint(endpoint, link), factory,
+            retry_policy=retry_policy,
+        ).setServiceParent(self)
+        self.phyllo[link.name] = bridge
+        return bridge

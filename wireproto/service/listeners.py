@@ -1,0 +1,289 @@
+"""The listeners of a running broker: one endpoint service per distinct endpoint, WebSocket and
+Engine.IO listeners on one endpoint sharing a twisted.web site, and the real address of each
+once it is bound (`when_listening`), so port 0 is usable."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import MultiService
+from twisted.internet import defer
+from twisted.internet.address import UNIXAddress
+from twisted.internet.interfaces import IListeningPort, IReactorTime, IStreamServerEndpoint
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.resource import Resource
+from zope.interface import implementer
+
+from wireproto.admin import AdminConsole
+from wireproto.authentication import Authentication
+from wireproto.broker import BoundListener
+from wireproto.config import HTTP_TRANSPORTS, Config, Listener, endpoint_type
+from wireproto.metrics import ServiceMetrics
+from wireproto.protocols import protocol as server_protocol
+from wireproto.service.connections import Connections
+from wireproto.transports.identity import server_endpoint
+from wireproto.transports.stream import StreamOptions, stream_server_factory
+from wireproto.transports.websocket import websocket_resource, websocket_site
+
+__all__ = [
+    "AdoptedEndpoint",
+    "ListenFailed",
+    "Listeners",
+    "endpoint_groups",
+    "format_address",
+    "stream_options",
+]
+
+log = Logger(namespace="wireproto.service")
+
+# Each endpoint's listeners, as (index in config.listeners, listener).
+Group = tuple[tuple[int, Listener], ...]
+
+
+class ListenFailed(Exception):
+    """A listener could not bind its endpoint (a port in use, a missing permission...)."""
+
+    def __init__(self, listeners: tuple[Listener, ...], reason: Failure) -> None:
+        self.listeners = listeners
+        self.reason = reason
+        what = " and ".join(listener.describe() for listener in listeners)
+        super().__init__(
+            f"cannot listen for {what} on {listeners[0].endpoint}: "
+            f"{reason.getErrorMessage()}"
+        )
+
+
+def format_address(listener: Listener, host: Any) -> str:
+    """`host` (a listening port's getHost()) as a connectable address for `listener`."""
+    scheme = {"ws": "ws", "engineio": "http"}.get(listener.transport)
+    if isinstance(host, UNIXAddress):
+        name = host.name.decode() if isinstance(host.name, bytes) else host.name
+        return f"{scheme}+unix://{name}:{listener.path}" if scheme else f"unix:{name}"
+    hostname = f"[{host.host}]" if ":" in host.host else host.host
+    secure = endpoint_type(listener.endpoint) == "ssl"
+    if scheme:
+        return f"{scheme}{'s' if secure else ''}://{hostname}:{host.port}{listener.path}"
+    return f"{'ssl' if secure else 'tcp'}:{hostname}:{host.port}"
+
+
+def endpoint_groups(listeners: tuple[Listener, ...]) -> list[Group]:
+    """The listeners by the endpoint they listen on, as (index, listener), in order: ws and
+    engineio listeners on one endpoint share it; a stream listener has its own (tcp:0 twice is
+    two ports)."""
+    groups: dict[Any, list[tuple[int, Listener]]] = {}
+    for index, listener in enumerate(listeners):
+        shared = listener.transport in HTTP_TRANSPORTS
+        key = listener.endpoint if shared else (listener.endpoint, index)
+        groups.setdefault(key, []).append((index, listener))
+    return [tuple(group) for group in groups.values()]
+
+
+def stream_options(config: Config, framing: str) -> StreamOptions:
+    """The [stream] table's options, with `framing`."""
+    return replace(config.stream, framing=framing)
+
+
+@implementer(IStreamServerEndpoint)
+class AdoptedEndpoint:
+    """Listens on a socket another process bound (a worker's supervisor), with what
+    `endpoint` (the one it stands for) adds: TLS for ``ssl:`` and ``mtls:``."""
+
+    def __init__(self, reactor: Any, fileno: int, endpoint: Any) -> None:
+        self.reactor = reactor
+        self.fileno = fileno
+        self.endpoint = endpoint
+
+    def listen(self, factory: Any) -> defer.Deferred:
+        context = getattr(self.endpoint, "_sslContextFactory", None)
+        if context is not None:
+            from twisted.protocols.tls import TLSMemoryBIOFactory
+
+            factory = TLSMemoryBIOFactory(context, False, factory)
+        with socket.socket(fileno=os.dup(self.fileno)) as probe:
+            family = probe.family
+        return defer.execute(self.reactor.adoptStreamPort, self.fileno, family, factory)
+
+
+@implementer(IStreamServerEndpoint)
+class _ReportingEndpoint:
+    """Tells the listeners when its endpoint is bound, or why it is not."""
+
+    def __init__(
+        self,
+        endpoint: IStreamServerEndpoint,
+        bound: Callable[[IListeningPort], None],
+        failed: Callable[[Failure], None],
+    ) -> None:
+        self.endpoint = endpoint
+        self._bound = bound
+        self._failed = failed
+
+    def listen(self, factory: Any) -> defer.Deferred:
+        def bound(port: IListeningPort) -> IListeningPort:
+            self._bound(port)
+            return port
+
+        def failed(reason: Failure) -> None:
+            # Reported (and logged) by the listeners, in one line rather than a traceback.
+            self._failed(reason)
+
+        return self.endpoint.listen(factory).addCallbacks(bound, failed)
+
+
+class Listeners(MultiService):
+    """Every listener of one broker, and where each is bound."""
+
+    def __init__(self, config: Config, reactor: IReactorTime, connections: Connections, *,
+                 auth: Authentication | None, metrics: ServiceMetrics | None,
+                 admin: AdminConsole | None, listening_sockets: list[int] | None) -> None:
+        super().__init__()
+        self.setName("listeners")
+        self.config = config
+        self.reactor = reactor
+        self.connections = connections
+        self.auth = auth
+        self.metrics = metrics
+        self.admin = admin
+        # A worker's listening sockets, bound by its supervisor: one per endpoint_groups entry.
+        self.listening_sockets = listening_sockets
+        # A listener that cannot bind is logged, unless its caller reports it itself (the CLI).
+        self.log_errors = True
+        self.bound: list[BoundListener] = []
+        self.errors: list[ListenFailed] = []
+        self._groups: list[Group] = []
+        self._reported = 0
+        self._waiters: list[defer.Deferred[list[BoundListener]]] = []
+        self._bound_order: dict[int, int] = {}
+
+    def add(self, listeners: tuple[Listener, ...]) -> None:
+        """One endpoint service per distinct endpoint; ws and engineio listeners on it share a
+        twisted.web Site, each at its path."""
+        for group in endpoint_groups(listeners):
+            first = group[0][1]
+            endpoint = server_endpoint(self.reactor, first.endpoint)
+            # An mtls: endpoint's CAs, which a reload rereads.
+            authorities = getattr(endpoint, "authorities", None)
+            if self.auth is not None:
+                self.auth.watch_authorities(authorities)
+            factory: Any
+            if first.transport in HTTP_TRANSPORTS:
+                factory = self._site(group, authorities)
+            else:
+                factory = stream_server_factory(
+                    self.connections.factory(first.protocol, first),
+                    stream_options(self.config, first.transport),
+                    identify=None if self.auth is None else self.auth.identify_stream(
+                        first.principal, first.identity, first.endpoint, first.allow,
+                        authorities),
+                )
+            self._add_endpoint(group, endpoint, factory)
+
+    def _site(self, group: Group, authorities: Any) -> Any:
+        routes: dict[str, Resource] = {
+            listener.path or server_protocol(listener.protocol).default_path:
+                self._http_resource(listener, authorities)
+            for _, listener in group
+        }
+        if self.metrics is not None:
+            path = self.config.metrics.path
+            if path in routes:
+                raise ValueError(f"[metrics] path {path!r} is also a listener's path")
+            routes[path] = self.metrics.resource()
+        if self.admin is not None:
+            for path, resource in self.admin.routes(routes).items():
+                if path in routes:
+                    raise ValueError(f"{path} is the admin page's ([admin]) and also "
+                                     "a listener's path")
+                routes[path] = resource
+        site = websocket_site(
+            routes, idle_timeout=self.config.websocket.open_handshake_timeout,
+            limits=self.config.http,
+        )
+        self.connections.http_sites.append(site)
+        return site
+
+    def _http_resource(self, listener: Listener, authorities: Any = None) -> Any:
+        factory = self.connections.factory(listener.protocol, listener)
+        identify = None if self.auth is None else self.auth.identify_http(
+            listener.principal, listener.identity, listener.endpoint, listener.allow,
+            authorities,
+        )
+        if listener.transport == "ws":
+            return websocket_resource(factory, self.config.websocket, identify=identify)
+        from wireproto.transports.engineio import engineio_resource
+
+        websocket = self.config.websocket
+        options = replace(self.config.engineio, allowed_origins=websocket.allowed_origins,
+                          websocket=websocket)
+        return engineio_resource(factory, options, reactor=self.reactor, identify=identify)
+
+    def _add_endpoint(self, group: Group, endpoint: IStreamServerEndpoint, factory: Any) -> None:
+        if self.listening_sockets is not None:
+            # A worker process: the supervisor has bound this endpoint already.
+            endpoint = AdoptedEndpoint(
+                self.reactor, self.listening_sockets[len(self._groups)], endpoint)
+        self._groups.append(group)
+        reporting = _ReportingEndpoint(
+            endpoint,
+            lambda port: self._listening(group, port),
+            lambda reason: self._listen_failed(group, reason),
+        )
+        StreamServerEndpointService(reporting, factory).setServiceParent(self)
+
+    # -- reporting bound listeners --------------------------------------------------------------
+
+    def _listening(self, group: Group, port: IListeningPort) -> None:
+        host = port.getHost()
+        for index, listener in group:
+            bound = BoundListener(listener, format_address(listener, host))
+            self._bound_order[id(bound)] = index
+            self.bound.append(bound)
+            log.info("listening: {what}", what=bound.describe())
+        self._reported += 1
+        self._fire_waiters()
+
+    def _listen_failed(self, group: Group, reason: Failure) -> None:
+        error = ListenFailed(tuple(listener for _, listener in group), reason)
+        self.errors.append(error)
+        if self.log_errors and not reason.check(defer.CancelledError):
+            log.error("{error}", error=error)
+        self._reported += 1
+        self._fire_waiters()
+
+    def _fire_waiters(self) -> None:
+        if self._reported < len(self._groups):
+            return
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            self._fire(waiter)
+
+    def _fire(self, waiter: defer.Deferred[list[BoundListener]]) -> None:
+        if self.errors:
+            waiter.errback(self.errors[0])
+        else:
+            order = self._bound_order
+            waiter.callback(sorted(self.bound, key=lambda bound: order[id(bound)]))
+
+    def when_listening(self) -> defer.Deferred[list[BoundListener]]:
+        """Fires, once every listener has tried to bind, with the `BoundListener`s in config
+        order; or fails with the first `ListenFailed`."""
+        waiter: defer.Deferred[list[BoundListener]] = defer.Deferred()
+        if self._reported >= len(self._groups):
+            self._fire(waiter)
+        else:
+            self._waiters.append(waiter)
+        return waiter
+
+    def stopService(self) -> Any:
+        d = super().stopService()
+        self._reported = 0
+        self.bound.clear()
+        self._bound_order.clear()
+        self.errors.clear()
+        return d
