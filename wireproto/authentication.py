@@ -257,7 +257,7 @@ class Authentication:
             max_delay=settings.failed_login_max_delay,
             forget_after=settings.forget_failed_logins_after,
         )
-        self._queue: FairQueue[_PasswordCheck] = FairQueue(
+        self._queue: FairQueue[str, _PasswordCheck] = FairQueue(
             settings.max_pending_password_checks_per_address,
             settings.max_pending_password_checks)
         self._checking = 0

@@ -95,7 +95,7 @@ class AccessRule:
         return True
 
     def patterns(self, action: Action) -> tuple[str, ...]:
-        return getattr(self, action.value)  # type: ignore[no-any-return]
+        return getattr(self, action.value)
 
 
 def _check_placeholders(pattern: str) -> None:
