@@ -250,10 +250,10 @@ class TopicTree:
                 else:
                     children = list(node.children.values())
             else:
-                child = node.children.get(level)
-                if child is None:
+                named = node.children.get(level)
+                if named is None:
                     continue
-                children = [child]
+                children = [named]
             for child in children:
                 examined += 1
                 edge = child.edge

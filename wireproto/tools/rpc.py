@@ -115,6 +115,7 @@ async def _within(reactor: Any, d: defer.Deferred, seconds: float, what: str) ->
 def _check_address(reactor: Any, address: str) -> None:
     """Raise ValueError for an address no client can connect to, before a client tries: a
     client whose first attempt raises would leave a waiter behind."""
+    from wireproto.transports.base import MessageProtocol
     from wireproto.transports.connect import (
         client_endpoint,
         is_websocket_address,
@@ -122,7 +123,7 @@ def _check_address(reactor: Any, address: str) -> None:
     )
 
     if is_websocket_address(address):
-        websocket_client(reactor, address, lambda: None)
+        websocket_client(reactor, address, MessageProtocol)  # made, never connected
     elif not address.lower().startswith(("http://", "https://")):
         client_endpoint(reactor, address)
 
