@@ -38,6 +38,8 @@ from urllib.parse import unquote_to_bytes, urlsplit
 
 from autobahn.util import wildcards2patterns
 from twisted.internet import defer
+from twisted.internet.interfaces import ITCPTransport
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel, combinedLogFormatter
@@ -191,6 +193,7 @@ _BUSY = _status_only(503, b"Service Unavailable")
 class _GuardedRequest(Request):
     """Counts the body as it arrives, and stops taking it the moment it passes the limit."""
 
+    channel: _GuardedChannel
     body_limit: int | None = None
     # Set when the body was over the limit: it was not read (or only in part).
     content_too_large = False
@@ -223,6 +226,8 @@ class _GuardedRequest(Request):
 
 class _GuardedChannel(HTTPChannel):
     site: GuardedSite
+    # TCP, TLS or unix: each can abortConnection, which ITransport does not name
+    transport: ITCPTransport | None
     _pending = False
     _refused = False
     # The rest of a body that was over the limit: not read.
@@ -233,7 +238,7 @@ class _GuardedChannel(HTTPChannel):
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        self._address = address_key(self.transport.getPeer())
+        self._address = address_key(self.getPeer())
         if not self.site.admit(self._address):
             self.refuse(_BUSY, "too_many_pending", "too many pending requests", quiet=True)
             return
@@ -296,7 +301,7 @@ class _GuardedChannel(HTTPChannel):
         if not self._discarding:  # the rest of a cut-off body is not parsed
             super()._respondToBadRequestAndDisconnect()
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._end_request()
         if self._abort_call is not None and self._abort_call.active():
             self._abort_call.cancel()
@@ -336,6 +341,8 @@ class _GuardedChannel(HTTPChannel):
         )
         self.setTimeout(None)
         transport = self.transport
+        if transport is None:  # gone already
+            return
         transport.write(response)
         transport.loseConnection()
         # A peer that does not read the answer does not keep the connection either.
@@ -346,7 +353,8 @@ class _GuardedChannel(HTTPChannel):
 class GuardedSite(Site):
     """A Site whose requests are bounded as the module docstring says."""
 
-    protocol = _GuardedChannel
+    # a plain HTTP/1.1 channel, where Twisted's own type names its HTTP/2-negotiating wrapper
+    protocol = _GuardedChannel  # type: ignore[assignment]
     requestFactory = _GuardedRequest
 
     def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> None:

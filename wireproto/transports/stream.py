@@ -23,7 +23,13 @@ from cobs import cobs
 from twisted.internet.address import UNIXAddress
 from twisted.internet.error import ConnectionLost
 from twisted.internet.interfaces import IAddress, IHandshakeListener, ISSLTransport
-from twisted.internet.protocol import ClientFactory, Factory, Protocol, ServerFactory
+from twisted.internet.protocol import (
+    ClientFactory,
+    Factory,
+    Protocol,
+    ServerFactory,
+    connectionDone,
+)
 from twisted.logger import Logger
 from twisted.protocols.basic import LineOnlyReceiver
 from twisted.python.failure import Failure
@@ -185,7 +191,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         set_keepalive(self.transport, factory.options)
         # A prepared message is the framed bytes: the fan-out path writes them with no frame of
         # Python in between.
-        self.sendPrepared = self.transport.write
+        self.sendPrepared = self.transport.write  # type: ignore[method-assign]
         if factory.identify is not None and ISSLTransport.providedBy(self.transport):
             # A TLS peer's certificate is known once the handshake is done: until then no
             # message can arrive, and the protocol is not connected.
@@ -241,7 +247,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         self.dataReceived = read  # type: ignore[method-assign]
         self._idleCheck = reactor.callLater(timeout, check)
 
-    def connectionLost(self, reason: Failure) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         check = self._idleCheck
         if check is not None and check.active():
             check.cancel()
@@ -328,6 +334,9 @@ class Length32MessageTransport(StreamMessageTransport):
         self._observer: IFrameObserver | None = None
 
     def dataReceived(self, data: bytes) -> None:
+        wrapped = self.wrapped
+        if wrapped is None:  # refused (so paused), or not connected yet: nothing is delivered
+            return
         buffer = self._buffer + data if self._buffer else data
         observer = self._observer
         if observer is not None:
@@ -349,7 +358,7 @@ class Length32MessageTransport(StreamMessageTransport):
                 break
             message = buffer[offset + 4:frame_end]
             offset = frame_end
-            self.wrapped.messageReceived(message, True)
+            wrapped.messageReceived(message, True)
         if observer is not None and offset:
             observer.framesReceived(buffer[:offset])
         if not self.paused:
@@ -383,14 +392,15 @@ class LinesMessageTransport(StreamMessageTransport, LineOnlyReceiver):
             LineOnlyReceiver.dataReceived(self, data)
 
     def lineReceived(self, line: bytes) -> None:
-        if self.paused:
+        wrapped = self.wrapped
+        if self.paused or wrapped is None:
             return
         if line.endswith(b"\r"):
             line = line[:-1]
         if len(line) > self.max_message_size:
             self.lineLengthExceeded(line)
             return
-        self.wrapped.messageReceived(line, False)
+        wrapped.messageReceived(line, False)
 
     def lineLengthExceeded(self, line: bytes) -> None:
         self._frameError(
@@ -422,12 +432,13 @@ class CobsMessageTransport(StreamMessageTransport):
         self._max_frame = max_message_size + max_message_size // 254 + 1
 
     def dataReceived(self, data: bytes) -> None:
-        if self.paused:
+        wrapped = self.wrapped
+        if self.paused or wrapped is None:
             return
         frames = (self._buffer + data).split(b"\x00")
         rest = frames.pop()
         max_frame = self._max_frame
-        deliver = self.wrapped.messageReceived
+        deliver = wrapped.messageReceived
         for frame in frames:
             if not frame:
                 continue
@@ -469,7 +480,7 @@ _TRANSPORTS: dict[str, type[StreamMessageTransport]] = {
 }
 
 
-class _StreamFactory(Factory):
+class _StreamFactory(Factory[StreamMessageTransport]):
     """Builds one framed adapter per connection around a new wrapped message protocol."""
 
     # None: no limit and no counting (clients).
@@ -486,13 +497,13 @@ class _StreamFactory(Factory):
         self.identify = identify
         self._transport_class = _TRANSPORTS[options.framing]
 
-    def buildProtocol(self, addr: IAddress) -> StreamMessageTransport:
+    def buildProtocol(self, addr: IAddress | None) -> StreamMessageTransport:
         transport = self._transport_class(self.options.max_message_size)
         transport.factory = self
         return transport
 
 
-class StreamServerFactory(_StreamFactory, ServerFactory):
+class StreamServerFactory(_StreamFactory, ServerFactory[StreamMessageTransport]):
     """Server side: counts connections and refuses those beyond `max_connections`."""
 
     def __init__(
@@ -503,7 +514,7 @@ class StreamServerFactory(_StreamFactory, ServerFactory):
         self.max_connections = options.max_connections
 
 
-class StreamClientFactory(_StreamFactory, ClientFactory):
+class StreamClientFactory(_StreamFactory, ClientFactory[StreamMessageTransport]):
     """Client side, usable with endpoints and with reactor.connectTCP alike."""
 
 
