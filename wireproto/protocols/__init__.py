@@ -112,7 +112,7 @@ class ProtocolDescriptor:
         if self.server is None:
             raise ValueError(f"wireproto does not serve {self.name}: it has no server role")
         if settings is None and self.settings is not None:
-            settings = self.settings_class()()
+            settings = load(self.settings)()
         return load(self.server)(hub, settings)
 
     def analysis_module(self) -> Any:

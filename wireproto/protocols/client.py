@@ -120,11 +120,12 @@ class ClientBase:
     def _disconnected(self, protocol: Any, reason: Failure) -> None:
         if self.protocol is protocol:
             self.protocol = None
-        final = self._reconnector is None or self.closing
+        reconnector = None if self.closing else self._reconnector
+        final = reconnector is None
         self._on_disconnected(reason, final)
         self._hook("on_disconnect", reason)
-        if not final:
-            self._reconnector.lost()
+        if reconnector is not None:
+            reconnector.lost()
             return
         waiters, self._close_waiters = self._close_waiters, []
         for d in waiters:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from types import EllipsisType
 from typing import Any
 
 from twisted.internet import defer
@@ -258,13 +259,13 @@ class UbreClient(ClientBase, HandlerRegistry):
     # -- requests --------------------------------------------------------------------------------
 
     def request(
-        self, name: str | None, body: Any = NO_BODY, *, timeout: float | None | object = ...
+        self, name: str | None, body: Any = NO_BODY, *, timeout: float | None | EllipsisType = ...
     ) -> defer.Deferred:
         """Ask the server's handler `name` (None: the spec's id-only form, the only one in the
         binary format). Fires with the success body; fails with RequestFailed (its `body` is the
         fail body), RequestTimeout, or ConnectionClosed. `timeout` defaults to the client's
         request_timeout; it counts time spent in the offline queue too."""
-        if timeout is ...:
+        if isinstance(timeout, EllipsisType):  # not given: the client's
             timeout = self.request_timeout
         if self.binary and name is not None:
             # Refused now, connected or not: queued, it could never be sent.
