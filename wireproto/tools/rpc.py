@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from twisted.internet import defer, error
 
@@ -38,6 +38,9 @@ from wireproto.tools._common import (
     run_tool,
     stdin_lines,
 )
+
+if TYPE_CHECKING:
+    from wireproto.protocols.client import ClientBase
 
 __all__ = [
     "register",
@@ -128,7 +131,7 @@ def _check_address(reactor: Any, address: str) -> None:
         client_endpoint(reactor, address)
 
 
-async def _connect(reactor: Any, client: Any, seconds: float) -> None:
+async def _connect(reactor: Any, client: ClientBase[Any], seconds: float) -> None:
     """Connect `client` (and handshake) within `seconds`, with the tools' errors."""
     from wireproto.protocols.rpc import ConnectionClosed
     from wireproto.protocols.subble.client import HandshakeRefused
@@ -157,7 +160,7 @@ async def _connect(reactor: Any, client: Any, seconds: float) -> None:
                         EXIT_UNREACHABLE) from None
 
 
-async def _close(reactor: Any, client: Any) -> None:
+async def _close(reactor: Any, client: ClientBase[Any]) -> None:
     """Close `client`, waiting a little for it; never raises."""
     try:
         d = client.close()
@@ -249,7 +252,18 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
         await _close(reactor, client)
 
 
-def call_protocols() -> dict[str, Any]:
+class Caller(Protocol):
+    """What ``wireproto call`` asks of a protocol's caller: its client, the errors that are the
+    other side's answer, and one call."""
+
+    client: ClientBase[Any]
+    failures: tuple[type[Exception], ...]
+
+    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> defer.Deferred[Any]:
+        ...
+
+
+def call_protocols() -> dict[str, Callable[..., Caller]]:
     """The protocols ``wireproto call`` speaks, each with its caller class (the `caller` of its
     descriptor in wireproto.protocols)."""
     return {name: load(d.caller) for name, d in PROTOCOLS.items() if d.caller}
@@ -265,7 +279,7 @@ class UbreCaller:
         self.client = UbreClient(reactor, address, request_timeout=timeout, **options)
         self.failures: tuple[type[Exception], ...] = (RequestFailed,)
 
-    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> Any:
+    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> defer.Deferred[Any]:
         from wireproto.codecs.ubre import NO_BODY
 
         return self.client.request(target, NO_BODY if data is None else data[0], timeout=timeout)
@@ -282,7 +296,7 @@ class NydusCaller:
         self.client = NydusClient(reactor, address, welcome_timeout=timeout, **options)
         self.failures = (RequestFailed, InvokeError)
 
-    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> Any:
+    def ask(self, target: str, data: tuple[Any] | None, timeout: float) -> defer.Deferred[Any]:
         from wireproto.codecs.nydus import NO_DATA
 
         return self.client.invoke(target, NO_DATA if data is None else data[0], timeout=timeout)

@@ -227,7 +227,7 @@ class NydusClientProtocol(MessageProtocol):
         )
 
 
-class NydusClient(ClientBase):
+class NydusClient(ClientBase[NydusClientProtocol]):
     """A nydus client, connected or (with `reconnect`) reconnecting. See the module docstring
     for addresses and behaviour.
 
