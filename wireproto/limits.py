@@ -33,6 +33,8 @@ from wireproto.peerlog import address_key, describe_address
 from wireproto.transports.base import IMessageProtocol, IMessageTransport
 
 if TYPE_CHECKING:
+    from twisted.internet.interfaces import IDelayedCall
+
     from wireproto.hub.retained import LastValues
 
 __all__ = ["LimitingProtocol"]
@@ -59,7 +61,7 @@ class LimitingProtocol:
         self.transport: IMessageTransport | None = None
         self.usage: PrincipalUsage | None = None
         self.admitted = False
-        self._resume: Any = None
+        self._resume: IDelayedCall | None = None
         # Messages received while reading is paused, if it is.
         self._held: deque[tuple[bytes, bool]] | None = None
 

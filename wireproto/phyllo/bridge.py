@@ -51,7 +51,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.access import ANONYMOUS, Action, Grants, Principal
+from wireproto.access import ANONYMOUS, Action, Grants, Policy, Principal
 from wireproto.codecs import phyllo as phyllo_codec
 from wireproto.codecs.phyllo.codes import TypeCode
 from wireproto.codecs.phyllo.document import (
@@ -301,7 +301,7 @@ class HubBridge:
         self._bridged: BridgeConnection | None = None
         # Who the device is, under the hub's policy (its grants follow a reloaded policy).
         self.principal = Principal(principal) if principal is not None else ANONYMOUS
-        self._grants: tuple[Any, Grants] | None = None
+        self._grants: tuple[Policy, Grants] | None = None
 
     def __repr__(self) -> str:
         return f"<HubBridge {self.name!r} at {self.prefix!r}>"

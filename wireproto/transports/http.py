@@ -33,12 +33,12 @@ import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from autobahn.util import wildcards2patterns
 from twisted.internet import defer
-from twisted.internet.interfaces import ITCPTransport
+from twisted.internet.interfaces import IDelayedCall, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -49,6 +49,9 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from wireproto.peerlog import address_key
 from wireproto.redaction import redact_target
+
+if TYPE_CHECKING:
+    from wireproto.access import Principal
 
 __all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit",
            "origin_allowed"]
@@ -70,18 +73,18 @@ class HTTPRefusal(Exception):
 
 
 # A handshake's principal from its request (credentials, the TLS peer); fails with HTTPRefusal.
-Identify = Callable[[Any], "defer.Deferred[Any]"]
+Identify = Callable[[Any], "defer.Deferred[Principal]"]
 
 _REFUSAL_PHRASES = {401: b"Unauthorized", 403: b"Forbidden", 503: b"Service Unavailable"}
 
 
-def admit(request: Any, identify: Identify, proceed: Callable[[Any], Any],
+def admit(request: Any, identify: Identify, proceed: Callable[[Principal], Any],
           answer_refusal: Callable[[Any, HTTPRefusal], object] | None = None) -> Any:
     """Render `request` by `proceed(principal)` once `identify` gives its principal, or answer
     with the refusal's status (or by `answer_refusal(request, refusal)`, for a protocol with
     its own way to say no). `proceed` returns a body or NOT_DONE_YET, as render does."""
 
-    def identified(principal: Any) -> None:
+    def identified(principal: Principal) -> None:
         if getattr(request, "_disconnected", False):
             return  # gave up while its credentials were checked
         body = proceed(principal)
@@ -232,8 +235,8 @@ class _GuardedChannel(HTTPChannel):
     _refused = False
     # The rest of a body that was over the limit: not read.
     _discarding = False
-    _deadline: Any = None
-    _abort_call: Any = None
+    _deadline: IDelayedCall | None = None
+    _abort_call: IDelayedCall | None = None
     _address: str = ""
 
     def connectionMade(self) -> None:

@@ -17,12 +17,17 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cobs import cobs
 from twisted.internet.address import UNIXAddress
 from twisted.internet.error import ConnectionLost
-from twisted.internet.interfaces import IAddress, IHandshakeListener, ISSLTransport
+from twisted.internet.interfaces import (
+    IAddress,
+    IDelayedCall,
+    IHandshakeListener,
+    ISSLTransport,
+)
 from twisted.internet.protocol import (
     ClientFactory,
     Factory,
@@ -46,6 +51,9 @@ from wireproto.transports.base import (
     IMessageProtocol,
     IMessageTransport,
 )
+
+if TYPE_CHECKING:
+    from wireproto.access import Principal
 
 __all__ = [
     "FRAMINGS",
@@ -150,7 +158,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     factory: _StreamFactory
     wrapped: IMessageProtocol | None = None
     # Who the peer is (None: anonymous).
-    principal: Any = None
+    principal: Principal | None = None
     _awaitingHandshake = False
     paused = False
     # Set when this connection is closed because of a ProtocolError (ours or the wrapped one's).
@@ -158,7 +166,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     _counted = False
     _refused = False
     _active = False
-    _idleCheck: Any = None
+    _idleCheck: IDelayedCall | None = None
 
     def __init__(self, max_message_size: int) -> None:
         self.max_message_size = max_message_size
@@ -489,7 +497,7 @@ class _StreamFactory(Factory[StreamMessageTransport]):
 
     def __init__(
         self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions,
-        identify: Callable[[Any], Any] | None = None,
+        identify: Callable[[Any], Principal | None] | None = None,
     ) -> None:
         self.protocol_factory = protocol_factory
         self.options = options
@@ -508,7 +516,7 @@ class StreamServerFactory(_StreamFactory, ServerFactory[StreamMessageTransport])
 
     def __init__(
         self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions,
-        identify: Callable[[Any], Any] | None = None,
+        identify: Callable[[Any], Principal | None] | None = None,
     ) -> None:
         super().__init__(protocol_factory, options, identify)
         self.max_connections = options.max_connections
@@ -520,7 +528,7 @@ class StreamClientFactory(_StreamFactory, ClientFactory[StreamMessageTransport])
 
 def stream_server_factory(
     protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions(),
-    *, identify: Callable[[Any], Any] | None = None,
+    *, identify: Callable[[Any], Principal | None] | None = None,
 ) -> StreamServerFactory:
     """A factory to listen with on any stream endpoint (``tcp:``, ``ssl:``, ``unix:``).
 
@@ -533,7 +541,7 @@ def stream_server_factory(
 
 def stream_client_factory(
     protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions(),
-    *, identify: Callable[[Any], Any] | None = None,
+    *, identify: Callable[[Any], Principal | None] | None = None,
 ) -> StreamClientFactory:
     """A factory to connect with to a stream endpoint (or a serial port); `identify` as for
     `stream_server_factory` (an attached link is the principal its config names)."""

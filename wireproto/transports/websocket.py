@@ -170,6 +170,8 @@ if TYPE_CHECKING:
     from autobahn.twisted.websocket import WebSocketAdapterProtocol
     from autobahn.wamp.types import TransportDetails
 
+    from wireproto.access import Principal
+
     class _AutobahnProtocol(WebSocketAdapterProtocol, WebSocketProtocol):
         """What the mixins below are mixed into, as the type checker sees it: an Autobahn
         protocol on Twisted, with the options Autobahn sets on each connection."""
@@ -258,7 +260,7 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
     state: int
     wrapped: IMessageProtocol | None = None
     # Who the peer is, as the handshake established it (None: anonymous).
-    principal: Any = None
+    principal: Principal | None = None
     # The close code and reason of this connection's end, once it ended (for logs and tests).
     closeCode: int | None = None
     closeReason: str | None = None
@@ -406,7 +408,7 @@ class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
 class _MessageWebSocketServerFactory(WebSocketServerFactory):
     protocol = WebSocketServerAdapter
     # The principal of the handshake being handed over (MessageWebSocketResource.upgrade).
-    next_principal: Any = None
+    next_principal: Principal | None = None
 
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
@@ -517,7 +519,7 @@ class MessageWebSocketResource(WebSocketResource):
                                                                                 principal))
         return self.upgrade(request, None)
 
-    def upgrade(self, request: Any, principal: Any) -> Any:
+    def upgrade(self, request: Any, principal: Principal | None) -> Any:
         """Hand the connection to Autobahn, its adapter acting as `principal`."""
         transport = request.channel.transport
         if transport is not None:
