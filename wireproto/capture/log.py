@@ -215,6 +215,6 @@ def encode_json(value: dict[str, Any]) -> bytes:
     return json_utf8(value, allow_nan=True)
 
 
-DIRECTIONS: dict[Any, int] = {"in": Kind.IN.value, "out": Kind.OUT.value,
+DIRECTIONS: dict[str | Kind, int] = {"in": Kind.IN.value, "out": Kind.OUT.value,
                                Kind.IN: Kind.IN.value, Kind.OUT: Kind.OUT.value}
 UNKNOWN_CONNECTION = (b"", 0, 0)
