@@ -19,7 +19,7 @@ PACKAGE = Path(wireproto.__file__).parent
 
 # Ceilings: the counts when the last change was made (docs/architecture.md, "Types").
 MOST_ANY_ANNOTATIONS = 869
-MOST_TYPE_IGNORES = 23
+MOST_TYPE_IGNORES = 13
 
 
 def _annotations(tree: ast.AST) -> list[ast.expr]:

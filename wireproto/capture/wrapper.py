@@ -300,6 +300,7 @@ class CapturingProtocol:
                             self.protocol, transport_name(inner))
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
+        # made by makeConnection, before any message; not narrowed on this hot path
         self.connection.add(IN, data, binary)  # type: ignore[union-attr]
         self.wrapped.messageReceived(data, binary)
 

@@ -100,7 +100,8 @@ class ChunkedStream(_Bottom, Protocol):
     # -- layer ----------------------------------------------------------------------------
 
     def _send_chunk(self, chunk: bytes) -> None:
-        self.transport.write(chunk)  # type: ignore[union-attr]
+        if self.transport is not None:  # connected: `send` checked
+            self.transport.write(chunk)
 
     def lose_connection(self) -> None:
         if self.connected and self.transport is not None:
@@ -148,7 +149,8 @@ class MessageChunks(_Bottom, MessageProtocol):
 
     def _send_chunk(self, chunk: bytes) -> None:
         # encode_chunk checked it and added delimiters that a message does not need.
-        self.transport.sendMessage(chunk[1:-1], True)  # type: ignore[union-attr]
+        if self.transport is not None:  # connected: `send` checked
+            self.transport.sendMessage(chunk[1:-1], True)
 
     def lose_connection(self) -> None:
         if self.connected and self.transport is not None:
