@@ -66,12 +66,14 @@ chromium:
 
 test: $(STAMP) $(NPM_STAMP) java mosquitto chromium
 	$(BIN)/ruff check wireproto tests bench twisted examples
+	$(BIN)/mypy wireproto
 	@# pytest exits 5 when it collects nothing: a suite that tests nothing must fail loudly.
 	@$(BIN)/python -m pytest; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check wireproto tests bench twisted examples
+	$(BIN)/mypy wireproto
 
 bench: $(STAMP) mosquitto
 	$(BIN)/python bench/codecs.py

@@ -29,7 +29,12 @@ from wireproto.config import (
     parse_attach,
     parse_listen,
 )
-from wireproto.protocols import server_protocols
+from wireproto.protocols import (
+    ProtocolDescriptor,
+    register_protocol,
+    server_protocols,
+    unregister_protocol,
+)
 from wireproto.transports import WebSocketOptions
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -260,6 +265,19 @@ def test_an_engineio_path_gets_the_trailing_slash_engineio_paths_have() -> None:
     assert parse_listen("nydus+engineio/rt/@tcp:8765").path == "/rt/"
     assert parse_listen("nydus+engineio@tcp:8765").path == "/engine.io/"
     assert parse_listen("nydus+ws@tcp:8765").path == "/nydus"
+
+
+def test_a_protocol_without_a_default_path_needs_one_on_ws() -> None:
+    register_protocol(ProtocolDescriptor(
+        name="pathless", capture_code=254, server=lambda hub, settings: None,
+        transports=frozenset({"ws"}),
+    ))
+    try:
+        with pytest.raises(ConfigError, match="pathless has no default path: give one"):
+            parse_listen("pathless+ws@tcp:8765")
+        assert parse_listen("pathless+ws/p@tcp:8765").path == "/p"
+    finally:
+        unregister_protocol("pathless")
 
 
 def test_nydus_settings_from_toml() -> None:

@@ -156,8 +156,9 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         _allowed("wireproto.codecs", "wireproto.errors"),
     ),
     "wireproto.transports": (
-        "transports import neither the hub, nor capture, nor protocols, config or service",
-        _allowed("wireproto.transports", "wireproto.codecs", *FOUNDATION),
+        "transports import neither the hub, nor capture, nor protocols, config or service "
+        "(of the access policy, sans-IO, they know who a peer is)",
+        _allowed("wireproto.transports", "wireproto.codecs", "wireproto.access", *FOUNDATION),
     ),
     "wireproto.protocols": (
         "protocols import the transports only through their interface, and nothing above "

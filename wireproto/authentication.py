@@ -30,7 +30,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.serialization import Encoding
 from twisted.internet import defer
@@ -61,6 +61,9 @@ from wireproto.transports.identity import (
     peer_certificates,
     unix_peer_user,
 )
+
+if TYPE_CHECKING:
+    from twisted.python.threadpool import ThreadPool
 
 __all__ = [
     "AuthSettings",
@@ -257,14 +260,14 @@ class Authentication:
             max_delay=settings.failed_login_max_delay,
             forget_after=settings.forget_failed_logins_after,
         )
-        self._queue: FairQueue[_PasswordCheck] = FairQueue(
+        self._queue: FairQueue[str, _PasswordCheck] = FairQueue(
             settings.max_pending_password_checks_per_address,
             settings.max_pending_password_checks)
         self._checking = 0
         # The CAs of the mtls: listeners whose certificates name principals, by CA file: a
         # reload rereads them too.
         self._authorities: dict[str, list[ClientAuthorities]] = {}
-        self._pool: Any = None
+        self._pool: ThreadPool | None = None
         # Authentications by outcome ("ok" or a refusal's reason), and password checks run
         # (each one scrypt), for /metrics.
         self.outcomes: dict[str, int] = {}
@@ -597,7 +600,8 @@ class Authentication:
                                   check.user, check.password)
             d.addBoth(self._password_checked, network, check)
 
-    def _password_checked(self, result: Any, network: str, check: _PasswordCheck) -> None:
+    def _password_checked(self, result: bool | Failure, network: str,
+                          check: _PasswordCheck) -> None:
         """Remember the outcome (before the next check from the address is let through), answer,
         and start the next check."""
         self._checking -= 1
@@ -612,7 +616,7 @@ class Authentication:
             check.result.callback(result)
         self._check_passwords()
 
-    def _thread_pool(self) -> Any:
+    def _thread_pool(self) -> ThreadPool:
         if self._pool is None:
             from twisted.python.threadpool import ThreadPool
 

@@ -33,6 +33,8 @@ from wireproto.peerlog import address_key, describe_address
 from wireproto.transports.base import IMessageProtocol, IMessageTransport
 
 if TYPE_CHECKING:
+    from twisted.internet.interfaces import IDelayedCall
+
     from wireproto.hub.retained import LastValues
 
 __all__ = ["LimitingProtocol"]
@@ -59,7 +61,7 @@ class LimitingProtocol:
         self.transport: IMessageTransport | None = None
         self.usage: PrincipalUsage | None = None
         self.admitted = False
-        self._resume: Any = None
+        self._resume: IDelayedCall | None = None
         # Messages received while reading is paused, if it is.
         self._held: deque[tuple[bytes, bool]] | None = None
 
@@ -94,14 +96,17 @@ class LimitingProtocol:
                 last_values = self.last_values
                 if last_values is None:
                     self.wrapped.messageReceived(data, binary)
-                    wait = self.limits.charge(self.usage, len(data))  # type: ignore[arg-type]
+                    # None once handling the message closed the connection: nothing to charge
+                    usage = self.usage
+                    wait = 0.0 if usage is None else self.limits.charge(usage, len(data))
                 else:
                     # What the hub examined while handling this message is this connection's.
                     examined = last_values.examined
                     self.wrapped.messageReceived(data, binary)
                     wait = 0.0
-                    if self.limits.metered:
-                        wait = self.limits.charge(self.usage, len(data))  # type: ignore[arg-type]
+                    usage = self.usage
+                    if self.limits.metered and usage is not None:
+                        wait = self.limits.charge(usage, len(data))
                     examined = last_values.examined - examined
                     if examined:
                         wait = max(wait, self._charge_examined(examined))
@@ -116,7 +121,8 @@ class LimitingProtocol:
         """Stop reading for `wait` seconds, until the buckets are out of debt."""
         self.limits.count(self.protocol, self._limit_in_debt())
         self._held = deque()
-        self.transport.pauseProducing()  # type: ignore[union-attr]
+        if self.transport is not None:  # admitted, so given
+            self.transport.pauseProducing()
         self._resume = self.reactor.callLater(wait, self._debt_paid)
 
     def _charge_examined(self, examined: int) -> float:
@@ -147,8 +153,8 @@ class LimitingProtocol:
             if self._held is not None:  # in debt again: the rest waits, in order
                 self._held = held
                 return
-        if self.admitted:
-            self.transport.resumeProducing()  # type: ignore[union-attr]
+        if self.admitted and self.transport is not None:
+            self.transport.resumeProducing()
 
     def connectionLost(self, reason: Failure) -> None:
         self._held = None
@@ -158,7 +164,8 @@ class LimitingProtocol:
         usage, self.usage = self.usage, None
         if self.admitted:
             self.admitted = False
-            self.limits.close_connection(usage)  # type: ignore[arg-type]
+            if usage is not None:  # admitted, so acquired
+                self.limits.close_connection(usage)
             self.wrapped.connectionLost(reason)
         if usage is not None:
             self.limits.release(usage)

@@ -13,9 +13,12 @@ import functools
 import ipaddress
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
+
+if TYPE_CHECKING:
+    from twisted.internet.interfaces import IDelayedCall
 
 __all__ = ["LogBudget", "warn", "describe_address", "address_key", "count_ipv6_by", "BUDGET"]
 
@@ -95,7 +98,7 @@ class LogBudget:
         self._by_key: dict[str, int] = {}
         self._logged = 0
         self._suppressed = 0
-        self._summary_call: Any = None
+        self._summary_call: IDelayedCall | None = None
 
     def admit(self, key: str) -> bool:
         """Whether a line about `key` may be logged now; if not, it is counted."""

@@ -10,7 +10,8 @@ level is a wildcard does not match a topic that starts with `$` (the broker's ow
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 from wireproto.errors import InvalidTopic
 
@@ -70,23 +71,27 @@ def pattern_covers(outer: str, inner: str) -> bool:
     return len(outer_levels) == len(inner_levels)
 
 
-class PatternNode:
+# Whoever holds a pattern: the tree only keeps them, as dict keys.
+Subscriber = TypeVar("Subscriber", bound=Hashable)
+
+
+class PatternNode(Generic[Subscriber]):
     __slots__ = ("children", "subscribers", "rest")
 
     def __init__(self) -> None:
-        self.children: dict[str, PatternNode] = {}
-        self.subscribers: dict[Any, None] = {}  # the pattern ends here
-        self.rest: dict[Any, None] = {}  # the pattern's next level is '#'
+        self.children: dict[str, PatternNode[Subscriber]] = {}
+        self.subscribers: dict[Subscriber, None] = {}  # the pattern ends here
+        self.rest: dict[Subscriber, None] = {}  # the pattern's next level is '#'
 
 
-class PatternTree:
+class PatternTree(Generic[Subscriber]):
     """Patterns by level, so matching a topic walks only the branches that can match."""
 
     def __init__(self) -> None:
-        self.root = PatternNode()
+        self.root: PatternNode[Subscriber] = PatternNode()
         self.count = 0
 
-    def add(self, pattern: str, subscriber: Any) -> None:
+    def add(self, pattern: str, subscriber: Subscriber) -> None:
         node = self.root
         levels = pattern.split("/")
         for level in levels[:-1]:
@@ -98,7 +103,7 @@ class PatternTree:
             node.subscribers[subscriber] = None
         self.count += 1
 
-    def remove(self, pattern: str, subscriber: Any) -> None:
+    def remove(self, pattern: str, subscriber: Subscriber) -> None:
         path = [self.root]
         levels = pattern.split("/")
         for level in levels[:-1]:
@@ -117,7 +122,7 @@ class PatternTree:
                 break
             del path[depth - 1].children[levels[depth - 1]]
 
-    def match(self, topic: str, into: dict[Any, None]) -> None:
+    def match(self, topic: str, into: dict[Subscriber, None]) -> None:
         levels = topic.split("/")
         frontier = [self.root]
         if topic[:1] == "$":
@@ -250,10 +255,10 @@ class TopicTree:
                 else:
                     children = list(node.children.values())
             else:
-                child = node.children.get(level)
-                if child is None:
+                named = node.children.get(level)
+                if named is None:
                     continue
-                children = [child]
+                children = [named]
             for child in children:
                 examined += 1
                 edge = child.edge

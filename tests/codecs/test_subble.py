@@ -805,6 +805,14 @@ def test_unpack_payload_reads_the_vectors():
     assert unpack_payload(bytearray.fromhex("81a163cb4035800000000000"), 0) == {"c": 21.5}
 
 
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_unpack_payload_takes_any_bytes_like_for_a_long_msgpack_document(kind):
+    # past the depth bound's length, the container bytes are counted: a memoryview has no
+    # translate, so it must be read as bytes
+    data = pack_payload({"values": list(range(200))}, SerializationFormat.MSGPACK)
+    assert unpack_payload(kind(data), 0) == {"values": list(range(200))}
+
+
 @pytest.mark.parametrize("format", [2, 51, 200, 255])
 def test_payload_helpers_refuse_formats_they_cannot_handle(format):
     with pytest.raises(InvalidField, match=f"format {format} is not one wireproto can write"):

@@ -577,6 +577,33 @@ async def test_what_a_frame_cannot_hold_is_counted_not_sent(harness, device) -> 
 
 
 @pytest_twisted.ensureDeferred
+async def test_what_the_send_format_cannot_carry_is_counted_and_logged_not_sent(
+    harness, device
+) -> None:
+    warnings: list[dict] = []
+
+    def observe(event: dict) -> None:
+        if "cannot be sent as" in event.get("log_format", ""):
+            warnings.append(event)
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        address = await harness.start(PhylloLink("dev1", device.endpoint, "reduced",
+                                                  "phyllo/dev1", "json"))
+        bridge = harness.service.phyllo["dev1"]
+        await eventually(lambda: bridge.top is not None)
+        browser = await harness.browser(address)
+        await browser.publish("phyllo/dev1/raw", b"\xff\xfe")  # not UTF-8: JSON cannot carry it
+        await browser.publish("phyllo/dev1/led", b"1")
+        (sent,) = await eventually(device.poll)
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert sent == document("led", 1, Format.JSON)
+    assert bridge.stats.unsendable == 1 and bridge.stats.to_device == 1
+    assert [event["send_format"] for event in warnings] == ["json"]
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_small_boards_chunk_limit_holds_for_what_the_hub_sends(harness, device) -> None:
     link = PhylloLink("uno", device.endpoint, "reduced", "phyllo/uno", "bytes", 40)
     address = await harness.start(link)

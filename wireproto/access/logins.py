@@ -51,7 +51,11 @@ class FailureRecord:
         self.until = now
 
 
-class FailureTable:
+Key = TypeVar("Key", bound=Hashable)
+T = TypeVar("T")
+
+
+class FailureTable(Generic[Key]):
     """Failed logins by key: past `budget` failures (0: no limit) a key waits `delay` seconds
     before its next try, twice that after its next failure, and so on up to `max_delay`; a key
     quiet for `forget_after` seconds (and no longer waiting) is forgotten."""
@@ -66,7 +70,7 @@ class FailureTable:
         self.clock = clock
         self.remembered = remembered
         # Oldest last failure first.
-        self._records: OrderedDict[Hashable, FailureRecord] = OrderedDict()
+        self._records: OrderedDict[Key, FailureRecord] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._records)
@@ -74,7 +78,7 @@ class FailureTable:
     def _forgotten(self, record: FailureRecord, now: float) -> bool:
         return now >= record.until and now - record.last >= self.forget_after
 
-    def wait(self, key: Hashable) -> float:
+    def wait(self, key: Key) -> float:
         """Seconds before `key` may try again; 0.0 if it may now."""
         record = self._records.get(key)
         if record is None:
@@ -85,7 +89,7 @@ class FailureTable:
             return 0.0
         return max(0.0, record.until - now)
 
-    def failed(self, key: Hashable) -> None:
+    def failed(self, key: Key) -> None:
         if not self.budget:
             return
         now = self.clock()
@@ -102,7 +106,7 @@ class FailureTable:
             record.until = now + min(self.delay * 2.0 ** min(over, 64), self.max_delay)
         self._prune(now)
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: Key) -> None:
         self._records.pop(key, None)
 
     def _prune(self, now: float) -> None:
@@ -122,10 +126,10 @@ class LoginThrottle:
     def __init__(self, *, per_address: int, per_user: int, delay: float, max_delay: float,
                  forget_after: float, clock: Callable[[], float] = time.monotonic,
                  remembered: int = REMEMBERED_FAILURES) -> None:
-        self.addresses = FailureTable(per_address, delay, max_delay, forget_after, clock=clock,
-                                      remembered=remembered)
-        self.users = FailureTable(per_user, delay, max_delay, forget_after, clock=clock,
-                                  remembered=remembered)
+        self.addresses: FailureTable[str] = FailureTable(
+            per_address, delay, max_delay, forget_after, clock=clock, remembered=remembered)
+        self.users: FailureTable[tuple[str, bytes]] = FailureTable(
+            per_user, delay, max_delay, forget_after, clock=clock, remembered=remembered)
         # A user name becomes a short keyed digest: any name a client sends costs the same
         # few bytes, and no one can choose names that collide.
         self._key = secrets.token_bytes(16)
@@ -161,10 +165,8 @@ class QueueFull(Exception):
     """No room for one more: the message says whose limit was reached."""
 
 
-T = TypeVar("T")
 
-
-class FairQueue(Generic[T]):
+class FairQueue(Generic[Key, T]):
     """Items waiting for a few workers, one queue per key, served a key at a time in turn. A
     key holds at most `per_key` items, waiting or being worked on, and all keys `in_all`."""
 
@@ -172,16 +174,16 @@ class FairQueue(Generic[T]):
         self.per_key = per_key
         self.in_all = in_all
         # Each key with items waiting, the next to be served first.
-        self._waiting: OrderedDict[Hashable, deque[T]] = OrderedDict()
+        self._waiting: OrderedDict[Key, deque[T]] = OrderedDict()
         # Items each key holds, waiting or taken and not yet `done`.
-        self._held: Counter[Hashable] = Counter()
+        self._held: Counter[Key] = Counter()
         self.held = 0
 
     def __len__(self) -> int:
         """Items waiting."""
         return sum(len(queue) for queue in self._waiting.values())
 
-    def push(self, key: Hashable, item: T) -> list[T]:
+    def push(self, key: Key, item: T) -> list[T]:
         """Queue `item` for `key`; the items shed to make room for it (they will not be served),
         or QueueFull if there is none."""
         held = self._held[key]
@@ -209,7 +211,7 @@ class FairQueue(Generic[T]):
         self._release(fullest)
         return item
 
-    def pop(self) -> tuple[Hashable, T] | None:
+    def pop(self) -> tuple[Key, T] | None:
         """The next key in turn and its oldest item, or None if nothing waits; the key holds the
         item until `done`."""
         if not self._waiting:
@@ -222,11 +224,11 @@ class FairQueue(Generic[T]):
             del self._waiting[key]
         return key, item
 
-    def done(self, key: Hashable) -> None:
+    def done(self, key: Key) -> None:
         """An item `pop` gave for `key` is finished with."""
         self._release(key)
 
-    def _release(self, key: Hashable) -> None:
+    def _release(self, key: Key) -> None:
         self.held -= 1
         self._held[key] -= 1
         if not self._held[key]:

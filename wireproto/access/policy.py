@@ -84,7 +84,9 @@ class AccessRule:
             patterns = tuple(patterns)
             for pattern in patterns:
                 _check_placeholders(pattern)
-                validate_pattern(_substitute(pattern, "x", "x"))  # type: ignore[arg-type]
+                filled = _substitute(pattern, "x", "x")
+                if filled is not None:  # always: "x" is a safe value for each placeholder
+                    validate_pattern(filled)
             object.__setattr__(self, action.value, patterns)
 
     def applies_to(self, principal: Principal) -> bool:
@@ -95,7 +97,7 @@ class AccessRule:
         return True
 
     def patterns(self, action: Action) -> tuple[str, ...]:
-        return getattr(self, action.value)  # type: ignore[no-any-return]
+        return getattr(self, action.value)
 
 
 def _check_placeholders(pattern: str) -> None:

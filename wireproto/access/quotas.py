@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +30,15 @@ __all__ = [
     "PrincipalLimits",
     "PrincipalUsage",
     "TokenBucket",
+    "UsageKey",
 ]
 
 # The names each refusal and pause is counted under.
 LIMITS = ("connections", "subscriptions", "messages", "bytes", "shared_budget",
           "retained_examined")
+
+# Whose budget a connection spends: ("principal", its name), or ("address", its address key).
+UsageKey = tuple[str, str]
 
 # Principals without a connection whose usage is kept (their buckets may be in debt).
 REMEMBERED_IDLE = 10_000
@@ -115,7 +119,7 @@ class PrincipalUsage:
     __slots__ = ("key", "holders", "connections", "subscriptions", "subscription_bytes",
                  "messages", "bytes", "examined")
 
-    def __init__(self, key: Hashable, messages: TokenBucket | None,
+    def __init__(self, key: UsageKey, messages: TokenBucket | None,
                  bytes_: TokenBucket | None) -> None:
         self.key = key
         self.holders = 0
@@ -133,8 +137,8 @@ class PrincipalUsage:
                 f"{self.subscriptions} subscriptions>")
 
 
-def describe_key(key: Hashable) -> str:
-    kind, value = key  # type: ignore[misc]
+def describe_key(key: UsageKey) -> str:
+    kind, value = key
     return repr(value) if kind == "principal" else f"anonymous clients from {value}"
 
 
@@ -148,8 +152,8 @@ class PrincipalLimits:
         self.settings = settings or LimitSettings()
         self.clock = clock
         self.remember_idle = remember_idle
-        self._usage: dict[Hashable, PrincipalUsage] = {}
-        self._idle: OrderedDict[Hashable, None] = OrderedDict()
+        self._usage: dict[UsageKey, PrincipalUsage] = {}
+        self._idle: OrderedDict[UsageKey, None] = OrderedDict()
         # Refusals and pauses by (protocol, limit), for /metrics.
         self.exceeded: dict[tuple[str, str], int] = {}
         # Usages holding any subscribed topic bytes.
@@ -160,19 +164,19 @@ class PrincipalLimits:
         return self.settings.metered
 
     @staticmethod
-    def key(principal: Principal, peer_key: str) -> Hashable:
+    def key(principal: Principal, peer_key: str) -> UsageKey:
         """Whose budget a connection spends: its principal's, or, anonymous, its address's."""
         if principal.name is not None:
             return ("principal", principal.name)
         return ("address", peer_key)
 
-    def usage(self, key: Hashable) -> PrincipalUsage | None:
+    def usage(self, key: UsageKey) -> PrincipalUsage | None:
         return self._usage.get(key)
 
     def __len__(self) -> int:
         return len(self._usage)
 
-    def acquire(self, key: Hashable) -> PrincipalUsage:
+    def acquire(self, key: UsageKey) -> PrincipalUsage:
         usage = self._usage.get(key)
         if usage is None:
             settings, now = self.settings, self.clock()

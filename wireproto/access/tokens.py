@@ -106,9 +106,9 @@ class TokenVerifier:
             keys: Any = self.secret
         elif self.public_key is not None:
             keys = _public_key(self.public_key, algorithms)
-        else:
+        elif self.jwks is not None:  # the one source left (checked above)
             try:
-                keys = jwt.PyJWKSet.from_dict(dict(self.jwks))  # type: ignore[arg-type]
+                keys = jwt.PyJWKSet.from_dict(dict(self.jwks))
             except jwt.PyJWTError as error:
                 raise ValueError(f"the JWKS cannot be read: {error}") from None
         object.__setattr__(self, "_keys", keys)

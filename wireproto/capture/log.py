@@ -152,9 +152,11 @@ class CaptureLog:
             self.file_has_records and self.file_bytes + size > self.max_file_bytes
         ):
             self._start_file()
+        path = self.path
+        assert path is not None  # a file is started above if none was
         chunk = self.pending[-1] if self.pending else None
-        if chunk is None or chunk.path is not self.path:
-            chunk = Chunk(self.path, False)  # type: ignore[arg-type]
+        if chunk is None or chunk.path is not path:
+            chunk = Chunk(path, False)
             self.pending.append(chunk)
         chunk.records += 1
         self.pending_bytes += size
@@ -215,6 +217,6 @@ def encode_json(value: dict[str, Any]) -> bytes:
     return json_utf8(value, allow_nan=True)
 
 
-DIRECTIONS: dict[Any, int] = {"in": Kind.IN.value, "out": Kind.OUT.value,
+DIRECTIONS: dict[str | Kind, int] = {"in": Kind.IN.value, "out": Kind.OUT.value,
                                Kind.IN: Kind.IN.value, Kind.OUT: Kind.OUT.value}
 UNKNOWN_CONNECTION = (b"", 0, 0)

@@ -19,12 +19,15 @@ import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import threads
 from twisted.logger import Logger
 
 from wireproto.capture.reader import capture_files
+
+if TYPE_CHECKING:
+    from twisted.internet.interfaces import IDelayedCall
 
 __all__ = ["Shipper", "ShippingCounters"]
 
@@ -66,7 +69,7 @@ class Shipper:
         self.pending: deque[Path] = deque()
         self._busy = False
         self._delay = 0.0
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
         self._running = False
 
     def start(self) -> None:

@@ -97,9 +97,14 @@ class BrokerCapture:
         if writer is None:
             return defer.succeed(None)
         d = threads.deferToThreadPool(reactor, reactor.getThreadPool(), writer.close)
-        if self.shipper is not None:
+        shipper = self.shipper
+        if shipper is not None:
             # The last file ships at the next start: stopping does not wait for storage.
-            d.addBoth(lambda result: (self.shipper.stop(), result)[1])
+            def stop_shipping(result: Failure | None) -> Failure | None:
+                shipper.stop()
+                return result
+
+            d.addBoth(stop_shipping)
         return d
 
     def next_id(self) -> int:
@@ -210,8 +215,8 @@ class CapturingTransport:
         self.connection_id = connection.connection_id
         self._framed = ILengthPrefixedFrames.providedBy(inner)
         if self._framed:
-            self.prepareMessage = inner.prepareMessage  # its frame is the batch part already
-            self.sendPrepared = self._framed_sender()
+            self.prepareMessage = inner.prepareMessage  # type: ignore[method-assign]
+            self.sendPrepared = self._framed_sender()  # type: ignore[method-assign]
 
     @property
     def prepareKey(self) -> Any:
@@ -295,6 +300,7 @@ class CapturingProtocol:
                             self.protocol, transport_name(inner))
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
+        # made by makeConnection, before any message; not narrowed on this hot path
         self.connection.add(IN, data, binary)  # type: ignore[union-attr]
         self.wrapped.messageReceived(data, binary)
 

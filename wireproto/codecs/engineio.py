@@ -72,9 +72,9 @@ class Packet:
         return isinstance(self.data, bytes)
 
 
-def _type_name(packet_type: object) -> str:
+def _type_name(packet_type: int) -> str:
     try:
-        return PacketType(packet_type).name  # type: ignore[arg-type]
+        return PacketType(packet_type).name
     except ValueError:
         return f"type {packet_type!r}"
 
@@ -137,7 +137,8 @@ decode = decode_packet
 def encode_payload(packets: Iterable[Packet]) -> str:
     """A polling body: the packets joined by U+001E, binary ones as "b" + base64."""
     return SEPARATOR.join(
-        "b" + base64.b64encode(p.data).decode("ascii") if _is_binary_message(p) else _text(p)
+        "b" + base64.b64encode(p.data).decode("ascii")
+        if isinstance(p.data, bytes) and p.type == PacketType.MESSAGE else _text(p)
         for p in packets
     )
 

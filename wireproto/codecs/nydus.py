@@ -172,26 +172,25 @@ def encode(message: Message) -> str:
     not JSON, or for a WELCOME that does not carry `PROTOCOL_VERSION`; InvalidTopic for an empty
     path, one longer than 1024 characters once encoded, or one with a lone surrogate.
     """
-    kind = type(message)
-    if kind is Result:
+    if type(message) is Result:
         return f"2${_check_id(message.id, 2)}|{_encode_data(message.data, 2)}"
-    if kind is Publish:
+    if type(message) is Publish:
         return f"4~{_encode_path(message.path, 4)}|{_encode_data(message.data, 4)}"
-    if kind is Invoke:
+    if type(message) is Invoke:
         return (
             f"1${_check_id(message.id, 1)}~{_encode_path(message.path, 1)}"
             f"|{_encode_data(message.data, 1)}"
         )
-    if kind is Error:
+    if type(message) is Error:
         return f"3${_check_id(message.id, 3)}|{_encode_data(message.data, 3)}"
-    if kind is Welcome:
+    if type(message) is Welcome:
         if message.data != PROTOCOL_VERSION:
             raise InvalidField(
                 f"nydus WELCOME carries the protocol version {PROTOCOL_VERSION}, "
                 f"not {message.data!r}"
             )
         return f"0|{PROTOCOL_VERSION}"
-    raise TypeError(f"nydus cannot encode {kind.__name__}: not a nydus message")
+    raise TypeError(f"nydus cannot encode {type(message).__name__}: not a nydus message")
 
 
 def _check_id(id_: Any, kind: int) -> str:

@@ -12,12 +12,15 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
 import orjson
 
 from wireproto.errors import BadEncoding, BadJSON, InvalidField, ProtocolError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "DEFAULT_MAX_DOCUMENT_ELEMENTS",
@@ -34,7 +37,7 @@ __all__ = [
     "utf8",
 ]
 
-T = TypeVar("T")
+Dataclass = TypeVar("Dataclass", bound="DataclassInstance")
 
 # JSON goes through orjson (about ten times the standard library's pace). Where orjson's result
 # would differ from the standard library's, the standard library answers instead, so values and
@@ -209,7 +212,7 @@ _strict_json_decoder = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _may_hold_a_long_integer(text: str | bytes | bytearray | memoryview) -> bool:
-    data = text.encode() if type(text) is str else bytes(text)
+    data = text.encode() if isinstance(text, str) else bytes(text)
     return _LONG_DIGIT_RUN in data.translate(_DIGITS_AS_NUL)
 
 
@@ -232,10 +235,12 @@ def json_loads(text: str | bytes | bytearray | memoryview, what: str) -> Any:
         # The common case written out (every UBRE message is a map): a text shorter than the
         # value bound holds fewer values, and one with few brackets nests no deeper.
         max_elements, max_depth = _bounds
-        kind = type(text)
-        opens = (text.count(b"[") + text.count(b"{") if kind is bytes  # type: ignore[arg-type]
-                 else text.count("[") + text.count("{") if kind is str  # type: ignore[arg-type]
-                 else max_depth + 1)
+        if type(text) is bytes:
+            opens = text.count(b"[") + text.count(b"{")
+        elif type(text) is str:
+            opens = text.count("[") + text.count("{")
+        else:
+            opens = max_depth + 1
         if (opens > max_depth or len(text) > max_elements) and not _json_within_bounds(text):
             _check_document(value, what, BadJSON)
     return value
@@ -293,7 +298,7 @@ def msgpack_dumps(value: Any) -> bytes:
     return packed
 
 
-def msgpack_loads(data: bytes, what: str) -> Any:
+def msgpack_loads(data: bytes | bytearray | memoryview, what: str) -> Any:
     """Read exactly one msgpack value, within the bounds (`bound_documents`); str stays str
     and bin stays bytes."""
     max_elements, max_depth = _bounds
@@ -315,7 +320,7 @@ def msgpack_loads(data: bytes, what: str) -> Any:
     # Every value takes at least a byte, and every level of nesting a container byte.
     if (type(value) is dict or type(value) is list) and len(data) > max_depth and (
             len(data) > max_elements
-            or data.translate(_MSGPACK_CONTAINERS).count(1) > max_depth):
+            or bytes(data).translate(_MSGPACK_CONTAINERS).count(1) > max_depth):
         _check_document(value, what, BadEncoding)
     return value
 
@@ -341,7 +346,7 @@ def utf8(data: bytes | bytearray | memoryview, what: str) -> str:
         raise BadEncoding(f"{what} is not valid UTF-8 at byte {e.start}", offset=e.start) from None
 
 
-def unchecked_constructor(cls: type[T]) -> Callable[..., T]:
+def unchecked_constructor(cls: type[Dataclass]) -> Callable[..., Dataclass]:
     """A constructor for a frozen, slotted dataclass that skips `__init__` and `__post_init__`.
 
     It takes every field positionally, in declaration order (keyword-only fields included). A
@@ -349,7 +354,7 @@ def unchecked_constructor(cls: type[T]) -> Callable[..., T]:
     most of a small message's decode time; decoders have already checked what they build, so
     they use this instead. Like dataclasses itself, it compiles the function once with exec.
     """
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    names = [f.name for f in fields(cls)]
     # Helper names start with "__" so that no field name can shadow them.
     namespace: dict[str, Any] = {"__new": object.__new__, "__cls": cls}
     lines = [f"def build({', '.join(names)}):", "    __built = __new(__cls)"]

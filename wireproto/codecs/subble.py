@@ -447,9 +447,9 @@ def _decode_event(data: bytes) -> Event:
     if format is None:
         raise _reserved_format(data[1], 1, _EVENT)
     raws, at = _fields(data, 10, _EVENT_FIELDS, _EVENT)
-    event_type, guid, source, payload = raws
+    raw_type, raw_guid, raw_source, payload = raws
     try:
-        event_type, guid, source = event_type.decode(), guid.decode(), source.decode()
+        event_type, guid, source = raw_type.decode(), raw_guid.decode(), raw_source.decode()
     except UnicodeDecodeError:
         raise _utf8_error(raws, 10, _EVENT_FIELDS, _EVENT) from None
     return _build_event(
@@ -476,7 +476,9 @@ _FROM_SERVER: dict[int, Callable[[bytes], Message]] = {
     **dict.fromkeys(EVENT_ERROR_CODES, _decode_event_error),
 }
 # Sender is a StrEnum, so "client" and Sender.CLIENT find the same entry.
-_DECODERS = {Sender.CLIENT: _FROM_CLIENT, Sender.SERVER: _FROM_SERVER}
+_DECODERS: dict[str, dict[int, Callable[[bytes], Message]]] = {
+    Sender.CLIENT: _FROM_CLIENT, Sender.SERVER: _FROM_SERVER,
+}
 _SENDS = {
     Sender.CLIENT: "1 (handshake request) and 27 (produce event)",
     Sender.SERVER: (

@@ -53,6 +53,7 @@ from __future__ import annotations
 import enum
 import reprlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,7 @@ from wireproto.errors import (
     FrameTooLarge,
     InvalidField,
     InvalidTopic,
+    ProtocolError,
     TruncatedFrame,
     UnknownType,
 )
@@ -177,7 +179,9 @@ _ID_TYPES: dict[type, tuple[str, int]] = {
 _TYPES = _TOPIC_TYPES | _ID_TYPES
 _JSON_TYPES: dict[str, type] = {key: cls for cls, (key, _) in _TYPES.items()}
 # Decoders build messages from checked values; see unchecked_constructor. Request alone has `name`.
-_BUILD = {cls: unchecked_constructor(cls) for cls in _TYPES if cls is not Request}
+_BUILD: dict[type, Callable[..., Message]] = {
+    cls: unchecked_constructor(cls) for cls in _TYPES if cls is not Request
+}
 _build_request = unchecked_constructor(Request)
 _BINARY_TYPES: dict[int, type] = {code: cls for cls, (_, code) in _TYPES.items()}
 _BINARY_TYPES[0x63] = Fail  # the spec table's typo for 'f'
@@ -191,20 +195,21 @@ _HEADER = struct.Struct(">BHI")
 
 def encode(message: Message, *, binary: bool = False) -> bytes:
     """The message as compact UTF-8 JSON, or in the binary format if `binary`."""
-    cls = type(message)
-    if cls in _TOPIC_TYPES:
-        key, code = _TOPIC_TYPES[cls]
+    name: Id
+    invalid: type[ProtocolError]
+    if isinstance(message, (Subscribe, Publish, Unsubscribe)):
+        key, code = _TOPIC_TYPES[type(message)]
         name, what, invalid = message.topic, "topic", InvalidTopic
         if not isinstance(name, str):
             raise InvalidTopic(f"UBRE {key} topic must be a str, got {_describe(name)}")
-    elif cls in _ID_TYPES:
-        key, code = _ID_TYPES[cls]
+    elif isinstance(message, (Request, Success, Fail)):
+        key, code = _ID_TYPES[type(message)]
         name, what, invalid = message.id, "id", InvalidField
         if not isinstance(name, (int, str)) or isinstance(name, bool):
             raise InvalidField(f"UBRE {key} id must be an int or a str, got {_describe(name)}")
     else:
         raise TypeError(f"not a UBRE message: {message!r}")
-    handler = message.name if cls is Request else None
+    handler = message.name if isinstance(message, Request) else None
     if handler is not None and not isinstance(handler, str):
         raise InvalidField(f"UBRE request handler name must be a str, got {_describe(handler)}")
     if not binary:
@@ -264,11 +269,16 @@ def encode_binary_regular(cls: type, name: int | str, body: bytes) -> bytes:
     """`encode(cls(name, body or NO_BODY), binary=True)`, the same bytes, for the hot paths of
     requests and replies (Request, Success, Fail): a str or int id and a bytes body (b"" for
     none), not streaming. What this cannot write goes through `encode`, for its errors."""
-    kind = type(name) if cls in _ID_TYPES else None
-    try:
-        name_bytes = name.encode() if kind is str else str(name).encode() if kind is int else None
-    except UnicodeEncodeError:
-        name_bytes = None
+    # exactly str or int: a bool id goes through `encode`, which refuses it
+    name_bytes: bytes | None = None
+    if cls in _ID_TYPES:
+        try:
+            if type(name) is str:
+                name_bytes = name.encode()
+            elif type(name) is int:
+                name_bytes = str(name).encode()
+        except UnicodeEncodeError:
+            pass
     if name_bytes is None or len(name_bytes) > MAX_NAME_LENGTH or len(body) > MAX_BODY_LENGTH:
         return encode(cls(name, body or NO_BODY), binary=True)
     return _HEADER.pack(_TYPES[cls][1], len(name_bytes), len(body)) + name_bytes + body

@@ -102,6 +102,8 @@ def check_listener(
     if transport in HTTP_TRANSPORTS:
         if path is None:
             path = ENGINEIO_PATH if transport == "engineio" else spec.default_path
+        if path is None:  # a protocol may be served on ws without a path of its own
+            raise Invalid("path", f"{protocol} has no default path: give one, e.g. /{protocol}")
         if not path.startswith("/"):
             raise Invalid("path", f"path {path!r} must start with '/'")
         if transport == "engineio" and not path.endswith("/"):

@@ -76,7 +76,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(*flags, action="append", default=[], metavar=option.metavar,
                                 help=option.help)
         else:
-            parser.add_argument(*flags, metavar=option.metavar, type=option.type,
+            parser.add_argument(*flags, metavar=option.metavar, type=option.type or str,
                                 choices=option.choices, help=option.help)
 
 
@@ -188,7 +188,7 @@ def build_config(
         if isinstance(workers, bool) or workers <= 0:
             raise ConfigError(f"--workers: must be a positive number of processes, not {workers}")
         config = config.replace(cluster=replace(config.cluster, workers=workers))
-    check_metrics_path(config, "--listen" if listen else config_file or "the defaults")
+    check_metrics_path(config, "--listen" if listen else str(config_file or "the defaults"))
     given = {"listen": listen, "attach": attach, "phyllo": phyllo}
 
     def located(place: Place) -> str:

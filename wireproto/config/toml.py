@@ -16,6 +16,7 @@ import difflib
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -258,8 +259,7 @@ def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) 
                                        reactor))
     for name, kind in tables.items():
         if name in document:
-            read(name, lambda name=name, kind=kind: _read_table(source, name, document[name],
-                                                                kind))
+            read(name, partial(_read_table, source, name, document[name], kind))
     if "auth" in sections:
         sections["auth"] = replace(sections["auth"], enabled=True)  # [auth] turns it on
     if problems:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -90,6 +90,9 @@ class LayerBase:
     carrier's connection events (`link_made`, `link_lost`)."""
 
     name: ClassVar[str] = "layer"
+
+    if TYPE_CHECKING:  # every layer that is below another sends what that one gives it
+        def send(self, unit: Any) -> None: ...
 
     def __init__(self, below: LayerBase | None = None) -> None:
         self.below = below
@@ -195,7 +198,7 @@ class LayerBase:
     def send_below(self, unit: Any) -> None:
         if self.below is None:
             raise TypeError(f"the Phyllo {self.name} layer has no layer below to send through")
-        self.below.send(unit)  # type: ignore[attr-defined]
+        self.below.send(unit)
         self.counters.sent += 1
 
     def _reject(self, error: ProtocolError, counter: str | None = None) -> None:

@@ -51,7 +51,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.access import ANONYMOUS, Action, Grants, Principal
+from wireproto.access import ANONYMOUS, Action, Grants, Policy, Principal
 from wireproto.codecs import phyllo as phyllo_codec
 from wireproto.codecs.phyllo.codes import TypeCode
 from wireproto.codecs.phyllo.document import (
@@ -170,15 +170,25 @@ class BridgeLayer(LayerBase):
         self.send_below(message)
 
 
+def _message(data: bytes) -> PubSubMessage:
+    """The pub-sub message in the minimal-stack bytes that `phyllo_codec.encode` wrote (those
+    bytes never hold a datagram layer's own message)."""
+    message = phyllo_codec.decode(data)
+    assert isinstance(message, PubSubMessage)
+    return message
+
+
 class BridgeConnection(MessageProtocol):
     """A carrier connection's message protocol: each message is one pub-sub message from the
     device, in its minimal-stack bytes, for the bridge."""
+
+    transport: IMessageTransport  # the link's, as the protocol wrapper gives it
 
     def __init__(self, bridge: HubBridge) -> None:
         self.bridge = bridge
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
-        self.bridge.from_device(phyllo_codec.decode(data))
+        self.bridge.from_device(_message(data))
 
 
 @implementer(IMessageTransport)
@@ -199,7 +209,7 @@ class LinkTransport:
         self.kind = getattr(carrier, "kind", "serial")
 
     def sendMessage(self, data: bytes, binary: bool = True) -> None:
-        self.top.send(phyllo_codec.decode(data))
+        self.top.send(_message(data))
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         return data
@@ -287,9 +297,11 @@ class HubBridge:
         # listener's (capture records the link as a connection of protocol "phyllo").
         self.protocol_wrapper = protocol_wrapper
         self.connection: IMessageProtocol | None = None
+        # The protocol inside that wrapping: what goes to the device is sent through its transport.
+        self._bridged: BridgeConnection | None = None
         # Who the device is, under the hub's policy (its grants follow a reloaded policy).
         self.principal = Principal(principal) if principal is not None else ANONYMOUS
-        self._grants: tuple[Any, Grants] | None = None
+        self._grants: tuple[Policy, Grants] | None = None
 
     def __repr__(self) -> str:
         return f"<HubBridge {self.name!r} at {self.prefix!r}>"
@@ -337,7 +349,8 @@ class HubBridge:
         if transport is not None:
             transport.registerProducer(self, True)
         if self.protocol_wrapper is not None:
-            connection = self.protocol_wrapper(BridgeConnection(self))
+            bridged = self._bridged = BridgeConnection(self)
+            connection = self.protocol_wrapper(bridged)
             top.connection = self.connection = connection
             connection.makeConnection(LinkTransport(top, transport))
         log.info("Phyllo link {link} is up ({stack} stack, hub topics {prefix}/...)",
@@ -355,7 +368,7 @@ class HubBridge:
         if top is not self.top:
             return
         self.top = None
-        connection, self.connection = self.connection, None
+        connection, self.connection, self._bridged = self.connection, None, None
         if connection is not None:
             connection.connectionLost(reason)
         lost = len(self._queue)
@@ -394,6 +407,7 @@ class HubBridge:
     # -- device to hub --------------------------------------------------------------------------
 
     def from_device(self, message: PubSubMessage) -> None:
+        problem: str | None
         try:
             topic = message.topic.decode("utf-8")
         except UnicodeDecodeError:
@@ -436,8 +450,8 @@ class HubBridge:
         message = device_message(suffix, hub_message.payload, self.send_format)
         if message is None:
             self.stats.unsendable += 1
-            log.warn("Phyllo link {name}: a payload on {topic!r} cannot be sent as {format}",
-                     name=self.name, topic=hub_message.topic, format=self.send_format)
+            log.warn("Phyllo link {name}: a payload on {topic!r} cannot be sent as {send_format}",
+                     name=self.name, topic=hub_message.topic, send_format=self.send_format)
             return
         if self.top is None:
             self.stats.offline += 1
@@ -450,10 +464,11 @@ class HubBridge:
     def _send(self, message: PubSubMessage) -> None:
         assert self.top is not None
         try:
-            if self.connection is None:
+            bridged = self._bridged
+            if bridged is None:
                 self.top.send(message)
             else:
-                self.connection.transport.sendMessage(phyllo_codec.encode(message), True)
+                bridged.transport.sendMessage(phyllo_codec.encode(message), True)
         except ProtocolError as error:  # larger than a frame or chunk can hold
             self.stats.unsendable += 1
             log.warn("Phyllo link {name}: cannot send on {topic!r}: {error}", name=self.name,

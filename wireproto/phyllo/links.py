@@ -18,7 +18,7 @@ decodes them; these classes only join the codecs into layers:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
@@ -100,7 +100,8 @@ class ChunkedStream(_Bottom, Protocol):
     # -- layer ----------------------------------------------------------------------------
 
     def _send_chunk(self, chunk: bytes) -> None:
-        self.transport.write(chunk)  # type: ignore[union-attr]
+        if self.transport is not None:  # connected: `send` checked
+            self.transport.write(chunk)
 
     def lose_connection(self) -> None:
         if self.connected and self.transport is not None:
@@ -148,7 +149,8 @@ class MessageChunks(_Bottom, MessageProtocol):
 
     def _send_chunk(self, chunk: bytes) -> None:
         # encode_chunk checked it and added delimiters that a message does not need.
-        self.transport.sendMessage(chunk[1:-1], True)  # type: ignore[union-attr]
+        if self.transport is not None:  # connected: `send` checked
+            self.transport.sendMessage(chunk[1:-1], True)
 
     def lose_connection(self) -> None:
         if self.connected and self.transport is not None:
@@ -187,9 +189,13 @@ class _TypedLayer(Layer[bytes]):
     """A datagram layer: carries one payload type; types below 0x10 are its own messages."""
 
     type_code: ClassVar[int]
-    unit: ClassVar[Callable[[int, bytes], Any]]
-    _pack: ClassVar[Callable[[int, bytes], bytes]]
-    _unpack: ClassVar[Callable[[bytes], tuple[int, bytes]]]
+    if TYPE_CHECKING:  # what each subclass sets: its layer message, and its codec's functions
+        @staticmethod
+        def unit(payload_type: int, payload: bytes) -> Datagram | ValidatedDatagram: ...
+        @staticmethod
+        def _pack(payload_type: int, payload: bytes) -> bytes: ...
+        @staticmethod
+        def _unpack(data: bytes) -> tuple[int, bytes]: ...
 
     def __init__(
         self,

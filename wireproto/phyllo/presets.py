@@ -108,7 +108,7 @@ class StackFactory(Factory):
                 f"the bottom of a Phyllo stack on a stream must be a Twisted protocol such as "
                 f"ChunkedStream, not {bottom!r}"
             )
-        bottom.factory = self  # type: ignore[attr-defined]
+        bottom.factory = self  # type: ignore[attr-defined]  # a Twisted protocol, checked above
         self.built.append(top)
         return bottom
 

@@ -30,6 +30,7 @@ from wireproto.codecs.phyllo.document import (
     serialize,
 )
 from wireproto.codecs.phyllo.message import PubSubMessage, decode_message, encode_message
+from wireproto.codecs.phyllo.message import topic_bytes as message_topic
 from wireproto.errors import InvalidTopic, ProtocolError, UnknownType
 
 from .base import DEFAULT_MAX_QUEUE, Layer, LayerBase
@@ -106,7 +107,7 @@ class MessageLink(Layer[PubSubMessage]):
         self, topic: bytes | str, payload: bytes, payload_type: int = TypeCode.BYTES_BUFFER
     ) -> None:
         """Send a byte buffer on `topic` (payload type 0x10 unless told otherwise)."""
-        self.send(PubSubMessage(payload_type, topic, payload))
+        self.send(PubSubMessage(payload_type, message_topic(topic), payload))
 
 
 _READABLE = (Format.MSGPACK, Format.JSON)

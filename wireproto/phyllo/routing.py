@@ -161,7 +161,7 @@ class SingleEndpointHandler(EndpointHandler):
         super().__init__()
         self.filter = TopicFilter(topic_bytes(topic), prefix)
         if on_receive is not None:
-            self.on_receive = on_receive  # type: ignore[method-assign]
+            self.on_receive = on_receive  # type: ignore[method-assign, assignment]
 
     def __repr__(self) -> str:
         kind = "prefix" if self.filter.prefix else "topic"

@@ -288,7 +288,7 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
         if args.follow and is_remote(args.out) and not args.checkpoint:
             raise UsageError("--follow with --out in storage needs a local --checkpoint")
         options = storage_options(args.storage_option)
-        files = check_captures(args.captures, incomplete_ok=args.follow, options=options)
+        sizes = check_captures(args.captures, incomplete_ok=args.follow, options=options)
         if args.follow:
             from wireproto.pipeline.follow import parse_hub
 
@@ -308,19 +308,19 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
     try:
         if args.follow:
             return _follow(spark, args, announce)
-        return _batch(spark, args, files, announce, error, log_path)
+        return _batch(spark, args, sizes, announce, error, log_path)
     except KeyboardInterrupt:
         return INTERRUPTED
     finally:
         spark.stop()
 
 
-def _batch(spark: Any, args: argparse.Namespace, files: list[Path],
+def _batch(spark: Any, args: argparse.Namespace, sizes: list[int],
            announce: Callable[[list[str]], None], error: Callable[[str], None],
            log_path: Path) -> int:
     from wireproto.pipeline.analyze import analyze
 
-    progress = Progress(spark, files, sys.stderr).start()
+    progress = Progress(spark, sizes, sys.stderr).start()
     options = storage_options(args.storage_option)
     with stopped_by_signals(spark.sparkContext.cancelAllJobs) as stopping:
         try:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -120,7 +120,10 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return chosen
 
 
-def _positive_option(options: Any, name: str, default: int | None) -> int | None:
+Default = TypeVar("Default", bound=int | None)
+
+
+def _positive_option(options: Any, name: str, default: Default) -> int | Default:
     """An option that must be a positive integer, or `default` when it is not given."""
     text = options.get(name)
     if text is None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from wireproto import capture
-from wireproto.protocols import PROTOCOLS, protocol_by_code
+from wireproto.protocols import PROTOCOLS, ProtocolDescriptor, protocol_by_code
 
 __all__ = ["Decoded", "decode_record", "decode_message", "error_row", "KIND_NAMES"]
 
@@ -47,7 +47,7 @@ _CLOSE = Decoded("close", None, None, 0, None)
 
 Columns = Callable[[bytes, bool, bool], tuple[Any, ...]]
 # Protocol code -> (its descriptor, its columns function), filled on first use.
-_columns: dict[int, tuple[Any, Columns]] = {}
+_columns: dict[int, tuple[ProtocolDescriptor, Columns]] = {}
 
 
 def columns_for(code: int) -> Columns | None:

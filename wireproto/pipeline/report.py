@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,8 @@ LISTED_ROUTES = 20  # the latency table's rows
 
 
 def write_report(summary: Any, *, rate: list[Any], histogram: list[Any], latency: list[Any],
-                 top_topics: list[Any], malformed: list[Any], brokers: list[Any] = (),
-                 cluster_latency: list[Any] = ()) -> None:
+                 top_topics: list[Any], malformed: list[Any], brokers: Sequence[Any] = (),
+                 cluster_latency: Sequence[Any] = ()) -> None:
     """Write OUT/report.md and the plots; fills in `summary.report` and `summary.plots`."""
     out = Path(summary.out)
     plots = [_rate_plot(out / RATE_PLOT, rate), _latency_plot(out / LATENCY_PLOT, histogram)]

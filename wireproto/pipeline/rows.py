@@ -14,6 +14,7 @@ column no message is decoded, and without `data` no bytes are copied.
 from __future__ import annotations
 
 from array import array
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -172,7 +173,7 @@ def decode_batch(path: str, batch: capture.Batch, broker: str | None = None,
                     code = table.get(message)
                     found[index] = add(table, message, protocol, kind, binary) if code is None \
                         else code
-        codes.extend(found)
+        codes.extend(cast("list[int]", found))  # each None was filled in above
         append_count(len(messages))
     return _columns(path, broker, batch, codes, counts, distinct, distinct_data, schema)
 

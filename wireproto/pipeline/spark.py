@@ -42,7 +42,7 @@ def spark_session(
     )
     session.conf.set("spark.sql.session.timeZone", "UTC")  # also on a session that was running
     context = session.sparkContext
-    if context.master.startswith("local") and not context.getConf().contains(
+    if (context.master or "").startswith("local") and not context.getConf().contains(
             "spark.sql.shuffle.partitions"):
         # Spark's 200 shuffle partitions are for clusters; one machine's cores do better.
         session.conf.set("spark.sql.shuffle.partitions", str(max(2, context.defaultParallelism)))

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from wireproto.hub import Hub
     from wireproto.transports.base import IMessageProtocol
+
+    # A protocol's server role: ``server(hub, settings)`` -> a factory of its protocols.
+    ServerRole = Callable[[Hub, Any], Callable[[], IMessageProtocol]]
 
 __all__ = [
     "ProtocolDescriptor",
@@ -89,30 +95,32 @@ class ProtocolDescriptor:
       `caller`: the ``wireproto call`` class for it, if it has requests the tool can make.
     """
 
+    # Each of settings, server, analysis, pubsub_link and caller: "module:attribute", or the
+    # object itself.
     name: str
     capture_code: int
-    settings: Any = None
-    server: Any = None
+    settings: str | type | None = None
+    server: str | ServerRole | None = None
     transports: frozenset[str] = frozenset()
     default_framing: str | None = None
     default_path: str | None = None
-    analysis: Any = None
+    analysis: str | ModuleType | None = None
     decoding_reads: tuple[str, ...] = ()
     requests: RequestPairing | None = None
     reading_types: tuple[str, ...] = ()
-    pubsub_link: Any = None
-    caller: Any = None
+    pubsub_link: str | type | None = None
+    caller: str | type | None = None
 
     def settings_class(self) -> type | None:
         return load(self.settings)
 
-    def make_server(self, hub: Any, settings: Any = None) -> Callable[[], IMessageProtocol]:
+    def make_server(self, hub: Hub, settings: object = None) -> Callable[[], IMessageProtocol]:
         """A zero-argument factory of server-role protocols on `hub`, configured by
         `settings` (its table's defaults when None)."""
         if self.server is None:
             raise ValueError(f"wireproto does not serve {self.name}: it has no server role")
         if settings is None and self.settings is not None:
-            settings = self.settings_class()()
+            settings = load(self.settings)()
         return load(self.server)(hub, settings)
 
     def analysis_module(self) -> Any:

@@ -10,22 +10,33 @@ closes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto.protocols.rpc import ConnectionClosed
+from wireproto.transports.base import IMessageTransport
 from wireproto.transports.reconnect import DEFAULT_RETRY, Reconnector
 
-__all__ = ["ClientBase"]
+__all__ = ["ClientBase", "Connection"]
 
 log = Logger()
 
 
-class ClientBase:
-    """A client, connected or (with `reconnect`) reconnecting. `what` names it in logs."""
+class Connection(Protocol):
+    """What a client needs of its connection's protocol."""
+
+    transport: IMessageTransport
+
+
+Connected = TypeVar("Connected", bound=Connection)
+
+
+class ClientBase(Generic[Connected]):
+    """A client, connected or (with `reconnect`) reconnecting, through a `Connected` protocol.
+    `what` names it in logs."""
 
     what = "client"
 
@@ -39,7 +50,7 @@ class ClientBase:
     ) -> None:
         self.reactor = reactor
         self.address = address
-        self.protocol: Any = None
+        self.protocol: Connected | None = None
         self.closing = False
         self._attempt: defer.Deferred | None = None
         self._connect_waiters: list[defer.Deferred] = []
@@ -70,7 +81,7 @@ class ClientBase:
         """One attempt to connect."""
         raise NotImplementedError
 
-    def _on_connected(self, protocol: Any) -> None:
+    def _on_connected(self, protocol: Connected) -> None:
         """A connection is up, before the hook and the waiters hear of it."""
 
     def _on_disconnected(self, reason: Failure, final: bool) -> None:
@@ -105,7 +116,7 @@ class ClientBase:
         for d in waiters:
             d.errback(reason)
 
-    def _connected(self, protocol: Any) -> None:
+    def _connected(self, protocol: Connected) -> None:
         self.protocol = protocol
         self._attempt = None
         if self._reconnector is not None:
@@ -117,14 +128,15 @@ class ClientBase:
         for d in waiters:
             d.callback(self)
 
-    def _disconnected(self, protocol: Any, reason: Failure) -> None:
+    def _disconnected(self, protocol: Connected, reason: Failure) -> None:
         if self.protocol is protocol:
             self.protocol = None
-        final = self._reconnector is None or self.closing
+        reconnector = None if self.closing else self._reconnector
+        final = reconnector is None
         self._on_disconnected(reason, final)
         self._hook("on_disconnect", reason)
-        if not final:
-            self._reconnector.lost()
+        if reconnector is not None:
+            reconnector.lost()
             return
         waiters, self._close_waiters = self._close_waiters, []
         for d in waiters:

@@ -26,7 +26,7 @@ import base64
 import os
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine, Sequence
 from typing import IO, Any
 
 from twisted.internet import defer, error, task
@@ -67,7 +67,7 @@ class ToolError(Exception):
         self.code = code
 
 
-def add_common_options(parser: argparse.ArgumentParser, protocols: tuple[str, ...]) -> None:
+def add_common_options(parser: argparse.ArgumentParser, protocols: Sequence[str]) -> None:
     parser.add_argument("address", metavar="ADDRESS",
                         help="ws://host:port/path URL or a client endpoint string "
                              "(tcp:host:port, serial:/dev/ttyACM0...)")
@@ -220,7 +220,7 @@ def _exit_code(failure: Any) -> tuple[int, str]:
 STOP_TIMEOUT = 5.0
 
 
-def run_tool(name: str, main: Callable[[Any], Awaitable[int]], *,
+def run_tool(name: str, main: Callable[[Any], Coroutine[Any, Any, int]], *,
              until_stopped: bool = False) -> int:
     """Run ``main(reactor)`` under the reactor; its return value is the exit status. Any
     exception becomes one line, ``wireproto NAME: ...``, and the matching exit code.

@@ -7,12 +7,12 @@ registry themselves, so the registry and the tools do not lean on each other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from wireproto.protocols import PROTOCOLS, load
 from wireproto.tools._common import EXIT_USAGE, ToolError
+from wireproto.tools.callers import Caller
 from wireproto.tools.links import Link
 
 __all__ = ["protocol_of", "links", "call_protocols"]
@@ -60,7 +60,7 @@ def links() -> dict[str, type[Link]]:
     return {name: load(d.pubsub_link) for name, d in PROTOCOLS.items() if d.pubsub_link}
 
 
-def call_protocols() -> dict[str, Any]:
+def call_protocols() -> dict[str, Callable[..., Caller]]:
     """The protocols ``wireproto call`` speaks, each with its caller class (the `caller` of its
     descriptor in wireproto.protocols)."""
     return {name: load(d.caller) for name, d in PROTOCOLS.items() if d.caller}

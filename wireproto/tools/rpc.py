@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from twisted.internet import defer, error
 
@@ -37,6 +37,9 @@ from wireproto.tools._common import (
     stdin_lines,
 )
 from wireproto.tools.registry import call_protocols, protocol_of
+
+if TYPE_CHECKING:
+    from wireproto.protocols.client import ClientBase
 
 __all__ = [
     "register",
@@ -111,6 +114,7 @@ async def _within(reactor: Any, d: defer.Deferred, seconds: float, what: str) ->
 def _check_address(reactor: Any, address: str) -> None:
     """Raise ValueError for an address no client can connect to, before a client tries: a
     client whose first attempt raises would leave a waiter behind."""
+    from wireproto.transports.base import MessageProtocol
     from wireproto.transports.connect import (
         client_endpoint,
         is_websocket_address,
@@ -118,12 +122,12 @@ def _check_address(reactor: Any, address: str) -> None:
     )
 
     if is_websocket_address(address):
-        websocket_client(reactor, address, lambda: None)
+        websocket_client(reactor, address, MessageProtocol)  # made, never connected
     elif not address.lower().startswith(("http://", "https://")):
         client_endpoint(reactor, address)
 
 
-async def _connect(reactor: Any, client: Any, seconds: float) -> None:
+async def _connect(reactor: Any, client: ClientBase[Any], seconds: float) -> None:
     """Connect `client` (and handshake) within `seconds`, with the tools' errors."""
     from wireproto.protocols.rpc import ConnectionClosed
     from wireproto.protocols.subble.client import HandshakeRefused
@@ -152,7 +156,7 @@ async def _connect(reactor: Any, client: Any, seconds: float) -> None:
                         EXIT_UNREACHABLE) from None
 
 
-async def _close(reactor: Any, client: Any) -> None:
+async def _close(reactor: Any, client: ClientBase[Any]) -> None:
     """Close `client`, waiting a little for it; never raises."""
     try:
         d = client.close()

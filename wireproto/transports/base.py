@@ -179,7 +179,7 @@ def close_reason(error: ProtocolError, limit: int = MAX_CLOSE_REASON) -> str:
     return raw[: limit - 3].decode("utf-8", "ignore") + "..."
 
 
-def go_away(transport: Any) -> None:
+def go_away(transport: IMessageTransport) -> None:
     """Close `transport` cleanly because this side is shutting down. A transport whose carrier
     has a word for it offers ``goAway()`` (a WebSocket closes with 1001, going away); others
     are closed with ``loseConnection()``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import HostnameEndpoint, clientFromString, wrapClientTLS
@@ -204,10 +204,13 @@ def websocket_client(
     return endpoint, factory
 
 
+Connected = TypeVar("Connected", bound=IMessageProtocol)
+
+
 def connect(
     reactor: Any,
     address: str,
-    protocol_factory: Callable[[], IMessageProtocol],
+    protocol_factory: Callable[[], Connected],
     *,
     framing: str | None = None,
     websocket: WebSocketOptions = _DEFAULT_WEBSOCKET_OPTIONS,
@@ -218,7 +221,7 @@ def connect(
     headers: dict[str, str] | None = None,
     certfile: str | None = None,
     keyfile: str | None = None,
-) -> Deferred[IMessageProtocol]:
+) -> Deferred[Connected]:
     """Connect a new ``protocol_factory()`` protocol to `address`.
 
     The Deferred fires with that protocol once it can send (after the WebSocket opening

@@ -33,11 +33,13 @@ import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from autobahn.util import wildcards2patterns
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall, ITCPTransport
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel, combinedLogFormatter
@@ -47,6 +49,9 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from wireproto.peerlog import address_key
 from wireproto.redaction import redact_target
+
+if TYPE_CHECKING:
+    from wireproto.access import Principal
 
 __all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit",
            "origin_allowed"]
@@ -68,18 +73,18 @@ class HTTPRefusal(Exception):
 
 
 # A handshake's principal from its request (credentials, the TLS peer); fails with HTTPRefusal.
-Identify = Callable[[Any], "defer.Deferred[Any]"]
+Identify = Callable[[Any], "defer.Deferred[Principal]"]
 
 _REFUSAL_PHRASES = {401: b"Unauthorized", 403: b"Forbidden", 503: b"Service Unavailable"}
 
 
-def admit(request: Any, identify: Identify, proceed: Callable[[Any], Any],
+def admit(request: Any, identify: Identify, proceed: Callable[[Principal], Any],
           answer_refusal: Callable[[Any, HTTPRefusal], object] | None = None) -> Any:
     """Render `request` by `proceed(principal)` once `identify` gives its principal, or answer
     with the refusal's status (or by `answer_refusal(request, refusal)`, for a protocol with
     its own way to say no). `proceed` returns a body or NOT_DONE_YET, as render does."""
 
-    def identified(principal: Any) -> None:
+    def identified(principal: Principal) -> None:
         if getattr(request, "_disconnected", False):
             return  # gave up while its credentials were checked
         body = proceed(principal)
@@ -191,6 +196,7 @@ _BUSY = _status_only(503, b"Service Unavailable")
 class _GuardedRequest(Request):
     """Counts the body as it arrives, and stops taking it the moment it passes the limit."""
 
+    channel: _GuardedChannel
     body_limit: int | None = None
     # Set when the body was over the limit: it was not read (or only in part).
     content_too_large = False
@@ -223,17 +229,19 @@ class _GuardedRequest(Request):
 
 class _GuardedChannel(HTTPChannel):
     site: GuardedSite
+    # TCP, TLS or unix: each can abortConnection, which ITransport does not name
+    transport: ITCPTransport | None
     _pending = False
     _refused = False
     # The rest of a body that was over the limit: not read.
     _discarding = False
-    _deadline: Any = None
-    _abort_call: Any = None
+    _deadline: IDelayedCall | None = None
+    _abort_call: IDelayedCall | None = None
     _address: str = ""
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        self._address = address_key(self.transport.getPeer())
+        self._address = address_key(self.getPeer())
         if not self.site.admit(self._address):
             self.refuse(_BUSY, "too_many_pending", "too many pending requests", quiet=True)
             return
@@ -296,7 +304,7 @@ class _GuardedChannel(HTTPChannel):
         if not self._discarding:  # the rest of a cut-off body is not parsed
             super()._respondToBadRequestAndDisconnect()
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._end_request()
         if self._abort_call is not None and self._abort_call.active():
             self._abort_call.cancel()
@@ -336,6 +344,8 @@ class _GuardedChannel(HTTPChannel):
         )
         self.setTimeout(None)
         transport = self.transport
+        if transport is None:  # gone already
+            return
         transport.write(response)
         transport.loseConnection()
         # A peer that does not read the answer does not keep the connection either.
@@ -346,7 +356,8 @@ class _GuardedChannel(HTTPChannel):
 class GuardedSite(Site):
     """A Site whose requests are bounded as the module docstring says."""
 
-    protocol = _GuardedChannel
+    # a plain HTTP/1.1 channel, where Twisted's own type names its HTTP/2-negotiating wrapper
+    protocol = _GuardedChannel  # type: ignore[assignment]
     requestFactory = _GuardedRequest
 
     def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> None:

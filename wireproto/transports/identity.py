@@ -159,6 +159,7 @@ def mtls_server_endpoint(
         raise ValueError("mtls: needs privateKey=KEY.pem (and certKey=CERT.pem if apart)")
     if not caCerts:
         raise ValueError("mtls: needs caCerts=CA.pem, the CAs that sign client certificates")
+    from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
     from OpenSSL import crypto
 
@@ -167,7 +168,12 @@ def mtls_server_endpoint(
     except OSError as error:
         raise ValueError(f"mtls: cannot read {error.filename}: {error.strerror}") from None
     try:
-        key = crypto.PKey.from_cryptography_key(load_pem_private_key(key_pem, None))
+        loaded = load_pem_private_key(key_pem, None)
+        # the kinds pyOpenSSL takes (no DH, no post-quantum key), in its own words
+        if not isinstance(loaded, (dsa.DSAPrivateKey, ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey,
+                                   ed25519.Ed25519PrivateKey, ed448.Ed448PrivateKey)):
+            raise TypeError("Unsupported key type")
+        key = crypto.PKey.from_cryptography_key(loaded)
     except (ValueError, TypeError) as error:
         raise ValueError(f"mtls: privateKey {privateKey}: {error}") from None
     certificate = _certificates(certKey or privateKey)[0]
@@ -184,8 +190,11 @@ class MutualTLSServerParser:
 
     prefix = "mtls"
 
-    def parseStreamServer(self, reactor: Any, *args: str, **kwargs: str) -> SSL4ServerEndpoint:
-        return mtls_server_endpoint(reactor, *args, **kwargs)
+    def parseStreamServer(self, reactor: Any, *args: object,
+                          **kwargs: object) -> MutualTLSServerEndpoint:
+        # the endpoint string's fields, which Twisted hands over as str
+        return mtls_server_endpoint(reactor, *map(str, args),
+                                    **{key: str(value) for key, value in kwargs.items()})
 
 
 def server_endpoint(reactor: Any, description: str) -> Any:

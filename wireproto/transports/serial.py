@@ -20,6 +20,7 @@ from twisted.internet.error import ConnectError, ConnectionAborted
 from twisted.internet.interfaces import (
     IAddress,
     IProtocolFactory,
+    IReactorTime,
     IStreamClientEndpoint,
     IStreamClientEndpointStringParserWithReactor,
 )
@@ -60,6 +61,7 @@ class _SerialTransport(SerialPort):
     def __init__(self, protocol: Any, device: str, reactor: Any, **settings: Any) -> None:
         # Set first: SerialPort.__init__ connects the protocol, which may ask for the address.
         self._address = SerialAddress(device)
+        self._clock: IReactorTime = reactor  # SerialPort's own `reactor` is typed for its fds
         super().__init__(protocol, device, reactor, **settings)
 
     def getHost(self) -> SerialAddress:
@@ -78,7 +80,7 @@ class _SerialTransport(SerialPort):
         self.dataBuffer = b""
         self._tempDataBuffer = []
         self._tempDataLen = 0
-        self.reactor.callLater(0, self.connectionLost, Failure(ConnectionAborted()))
+        self._clock.callLater(0, self.connectionLost, Failure(ConnectionAborted()))
 
 
 @implementer(IStreamClientEndpoint)
@@ -227,5 +229,7 @@ class SerialEndpointParser:
 
     prefix = "serial"
 
-    def parseStreamClient(self, reactor: Any, *args: str, **kwargs: str) -> SerialEndpoint:
-        return _endpoint_from_args(reactor, args, kwargs)
+    def parseStreamClient(self, reactor: Any, *args: object, **kwargs: object) -> SerialEndpoint:
+        # the endpoint string's fields, which Twisted hands over as str
+        return _endpoint_from_args(reactor, tuple(map(str, args)),
+                                   {key: str(value) for key, value in kwargs.items()})

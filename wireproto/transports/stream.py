@@ -17,13 +17,24 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cobs import cobs
 from twisted.internet.address import UNIXAddress
 from twisted.internet.error import ConnectionLost
-from twisted.internet.interfaces import IAddress, IHandshakeListener, ISSLTransport
-from twisted.internet.protocol import ClientFactory, Factory, Protocol, ServerFactory
+from twisted.internet.interfaces import (
+    IAddress,
+    IDelayedCall,
+    IHandshakeListener,
+    ISSLTransport,
+)
+from twisted.internet.protocol import (
+    ClientFactory,
+    Factory,
+    Protocol,
+    ServerFactory,
+    connectionDone,
+)
 from twisted.logger import Logger
 from twisted.protocols.basic import LineOnlyReceiver
 from twisted.python.failure import Failure
@@ -40,6 +51,9 @@ from wireproto.transports.base import (
     IMessageProtocol,
     IMessageTransport,
 )
+
+if TYPE_CHECKING:
+    from wireproto.access import Principal
 
 __all__ = [
     "FRAMINGS",
@@ -144,7 +158,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     factory: _StreamFactory
     wrapped: IMessageProtocol | None = None
     # Who the peer is (None: anonymous).
-    principal: Any = None
+    principal: Principal | None = None
     _awaitingHandshake = False
     paused = False
     # Set when this connection is closed because of a ProtocolError (ours or the wrapped one's).
@@ -152,7 +166,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     _counted = False
     _refused = False
     _active = False
-    _idleCheck: Any = None
+    _idleCheck: IDelayedCall | None = None
 
     def __init__(self, max_message_size: int) -> None:
         self.max_message_size = max_message_size
@@ -185,7 +199,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         set_keepalive(self.transport, factory.options)
         # A prepared message is the framed bytes: the fan-out path writes them with no frame of
         # Python in between.
-        self.sendPrepared = self.transport.write
+        self.sendPrepared = self.transport.write  # type: ignore[method-assign]
         if factory.identify is not None and ISSLTransport.providedBy(self.transport):
             # A TLS peer's certificate is known once the handshake is done: until then no
             # message can arrive, and the protocol is not connected.
@@ -241,7 +255,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         self.dataReceived = read  # type: ignore[method-assign]
         self._idleCheck = reactor.callLater(timeout, check)
 
-    def connectionLost(self, reason: Failure) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         check = self._idleCheck
         if check is not None and check.active():
             check.cancel()
@@ -328,6 +342,9 @@ class Length32MessageTransport(StreamMessageTransport):
         self._observer: IFrameObserver | None = None
 
     def dataReceived(self, data: bytes) -> None:
+        wrapped = self.wrapped
+        if wrapped is None:  # refused (so paused), or not connected yet: nothing is delivered
+            return
         buffer = self._buffer + data if self._buffer else data
         observer = self._observer
         if observer is not None:
@@ -349,7 +366,7 @@ class Length32MessageTransport(StreamMessageTransport):
                 break
             message = buffer[offset + 4:frame_end]
             offset = frame_end
-            self.wrapped.messageReceived(message, True)
+            wrapped.messageReceived(message, True)
         if observer is not None and offset:
             observer.framesReceived(buffer[:offset])
         if not self.paused:
@@ -383,14 +400,15 @@ class LinesMessageTransport(StreamMessageTransport, LineOnlyReceiver):
             LineOnlyReceiver.dataReceived(self, data)
 
     def lineReceived(self, line: bytes) -> None:
-        if self.paused:
+        wrapped = self.wrapped
+        if self.paused or wrapped is None:
             return
         if line.endswith(b"\r"):
             line = line[:-1]
         if len(line) > self.max_message_size:
             self.lineLengthExceeded(line)
             return
-        self.wrapped.messageReceived(line, False)
+        wrapped.messageReceived(line, False)
 
     def lineLengthExceeded(self, line: bytes) -> None:
         self._frameError(
@@ -422,12 +440,13 @@ class CobsMessageTransport(StreamMessageTransport):
         self._max_frame = max_message_size + max_message_size // 254 + 1
 
     def dataReceived(self, data: bytes) -> None:
-        if self.paused:
+        wrapped = self.wrapped
+        if self.paused or wrapped is None:
             return
         frames = (self._buffer + data).split(b"\x00")
         rest = frames.pop()
         max_frame = self._max_frame
-        deliver = self.wrapped.messageReceived
+        deliver = wrapped.messageReceived
         for frame in frames:
             if not frame:
                 continue
@@ -469,7 +488,7 @@ _TRANSPORTS: dict[str, type[StreamMessageTransport]] = {
 }
 
 
-class _StreamFactory(Factory):
+class _StreamFactory(Factory[StreamMessageTransport]):
     """Builds one framed adapter per connection around a new wrapped message protocol."""
 
     # None: no limit and no counting (clients).
@@ -478,7 +497,7 @@ class _StreamFactory(Factory):
 
     def __init__(
         self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions,
-        identify: Callable[[Any], Any] | None = None,
+        identify: Callable[[Any], Principal | None] | None = None,
     ) -> None:
         self.protocol_factory = protocol_factory
         self.options = options
@@ -486,30 +505,30 @@ class _StreamFactory(Factory):
         self.identify = identify
         self._transport_class = _TRANSPORTS[options.framing]
 
-    def buildProtocol(self, addr: IAddress) -> StreamMessageTransport:
+    def buildProtocol(self, addr: IAddress | None) -> StreamMessageTransport:
         transport = self._transport_class(self.options.max_message_size)
         transport.factory = self
         return transport
 
 
-class StreamServerFactory(_StreamFactory, ServerFactory):
+class StreamServerFactory(_StreamFactory, ServerFactory[StreamMessageTransport]):
     """Server side: counts connections and refuses those beyond `max_connections`."""
 
     def __init__(
         self, protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions,
-        identify: Callable[[Any], Any] | None = None,
+        identify: Callable[[Any], Principal | None] | None = None,
     ) -> None:
         super().__init__(protocol_factory, options, identify)
         self.max_connections = options.max_connections
 
 
-class StreamClientFactory(_StreamFactory, ClientFactory):
+class StreamClientFactory(_StreamFactory, ClientFactory[StreamMessageTransport]):
     """Client side, usable with endpoints and with reactor.connectTCP alike."""
 
 
 def stream_server_factory(
     protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions(),
-    *, identify: Callable[[Any], Any] | None = None,
+    *, identify: Callable[[Any], Principal | None] | None = None,
 ) -> StreamServerFactory:
     """A factory to listen with on any stream endpoint (``tcp:``, ``ssl:``, ``unix:``).
 
@@ -522,7 +541,7 @@ def stream_server_factory(
 
 def stream_client_factory(
     protocol_factory: Callable[[], IMessageProtocol], options: StreamOptions = StreamOptions(),
-    *, identify: Callable[[Any], Any] | None = None,
+    *, identify: Callable[[Any], Principal | None] | None = None,
 ) -> StreamClientFactory:
     """A factory to connect with to a stream endpoint (or a serial port); `identify` as for
     `stream_server_factory` (an attached link is the principal its config names)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autobahn.twisted.resource import WebSocketResource
 from autobahn.twisted.websocket import (
@@ -167,7 +167,35 @@ def close_failure(was_clean: bool, code: int | None, reason: str | None) -> Fail
     return Failure(ConnectionLost(message))
 
 
-class DirectFrames:
+if TYPE_CHECKING:
+    from autobahn.twisted.websocket import WebSocketAdapterProtocol
+    from autobahn.wamp.types import TransportDetails
+
+    from wireproto.access import Principal
+
+    class _AutobahnProtocol(WebSocketAdapterProtocol, WebSocketProtocol):
+        """What the mixins below are mixed into, as the type checker sees it: an Autobahn
+        protocol on Twisted, with the options Autobahn sets on each connection."""
+
+        # Set once connected; Autobahn's two bases disagree on whether they may be None.
+        peer: str
+        _transport_details: TransportDetails
+        # The byte transport (TCP or TLS, a producer too) and the factory, whose own class
+        # names this protocol: Twisted's Factory typing has no narrower type that fits both.
+        transport: Any
+        factory: Any
+        maxFramePayloadSize: int
+        maxMessagePayloadSize: int
+        applyMask: bool
+        logFrames: bool
+        logOctets: bool
+        autoFragmentSize: int
+        autoPingRestartOnAnyTraffic: bool
+else:
+    _AutobahnProtocol = object
+
+
+class DirectFrames(_AutobahnProtocol):
     """Mixed into an Autobahn WebSocket protocol: whole text and binary frames are read and written
     here (websocket_frames.py), at a fraction of Autobahn's cost per frame, and every other frame
     by Autobahn as before. Call `start_direct_frames` from onOpen. Off while Autobahn is asked to
@@ -229,12 +257,11 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
 
     kind = "ws"
     prepareKey: tuple[str, str]
-    factory: Any
     transport: Any
     state: int
     wrapped: IMessageProtocol | None = None
     # Who the peer is, as the handshake established it (None: anonymous).
-    principal: Any = None
+    principal: Principal | None = None
     # The close code and reason of this connection's end, once it ended (for logs and tests).
     closeCode: int | None = None
     closeReason: str | None = None
@@ -245,14 +272,15 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
 
     def onOpen(self) -> None:
         self.start_direct_frames()
-        self.wrapped = self.factory.protocol_factory()
+        wrapped = self.wrapped = self.factory.protocol_factory()
         self._attached = True
-        self.wrapped.makeConnection(self)
+        wrapped.makeConnection(self)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         # After we started closing, the peer's last messages no longer have anyone to answer.
-        if not self._closing:
-            self.wrapped.messageReceived(payload, isBinary)
+        wrapped = self.wrapped
+        if wrapped is not None and not self._closing:
+            wrapped.messageReceived(payload, isBinary)
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
         if self.closedByMe and self.localCloseCode is not None:
@@ -260,10 +288,11 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
             raw = self.localCloseReason
             reason = raw.decode("utf-8", "replace") if raw else None
         self.closeCode, self.closeReason = code, reason
-        if not self._attached:
+        wrapped = self.wrapped
+        if not self._attached or wrapped is None:
             return
         self._attached = False
-        self.wrapped.connectionLost(close_failure(wasClean, code, reason))
+        wrapped.connectionLost(close_failure(wasClean, code, reason))
 
     # -- IMessageTransport -------------------------------------------------------------------
 
@@ -278,7 +307,8 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
         """The largest message this connection takes, and sends (WebSocketOptions)."""
         return self.maxMessagePayloadSize
 
-    def sendMessage(self, data: bytes, binary: bool = True, **autobahn_options: Any) -> None:
+    def sendMessage(self, data: bytes, binary: bool = True, fragmentSize: int | None = None,
+                    sync: bool = False, doNotCompress: bool = False) -> None:
         if not self._canSend():
             return
         limit = self.maxMessagePayloadSize
@@ -288,8 +318,8 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
                 f"WebSocket message of {len(data)} bytes is over this connection's limit of "
                 f"{limit} bytes (WebSocketOptions.max_message_size)"
             )
-        if autobahn_options:
-            super().sendMessage(data, binary, **autobahn_options)
+        if fragmentSize is not None or sync or doNotCompress:  # Autobahn's own options
+            super().sendMessage(data, binary, fragmentSize, sync, doNotCompress)
         else:
             self.send_whole(data, binary)
 
@@ -367,7 +397,7 @@ class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
 
     def onOpen(self) -> None:
         super().onOpen()
-        if not self.opened.called:
+        if not self.opened.called and self.wrapped is not None:
             self.opened.callback(self.wrapped)
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
@@ -388,10 +418,11 @@ class _MessageWebSocketServerFactory(WebSocketServerFactory):
         super().__init__(url=url)
         self.protocol_factory = protocol_factory
         self.options = options
-        any_origin = options.allowed_origins is None
+        origins = options.allowed_origins
+        any_origin = origins is None
         self.setProtocolOptions(
             **common_options(options),
-            allowedOrigins=["*"] if any_origin else list(options.allowed_origins),
+            allowedOrigins=["*"] if origins is None else list(origins),
             # Browsers send "Origin: null" from sandboxed pages; only "any origin" admits them.
             allowNullOrigin=any_origin,
             maxConnections=options.max_connections,
@@ -499,7 +530,7 @@ class MessageWebSocketResource(WebSocketResource):
                                                                                 principal))
         return self.upgrade(request, None)
 
-    def upgrade(self, request: Any, principal: Any) -> Any:
+    def upgrade(self, request: Any, principal: Principal | None) -> Any:
         """Hand the connection to Autobahn, its adapter acting as `principal`."""
 
         def adapter() -> WebSocketServerProtocol:

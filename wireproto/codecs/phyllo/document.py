@@ -26,7 +26,7 @@ from wireproto.codecs.serialization import (
 from wireproto.errors import InvalidField, TruncatedFrame, UnknownType
 
 from .codes import TypeCode, type_name
-from .message import PubSubMessage
+from .message import PubSubMessage, topic_bytes
 
 __all__ = [
     "Document",
@@ -153,7 +153,7 @@ def _unreadable(format: int) -> InvalidField | UnknownType:
 
 def message_from_document(topic: bytes | str, document: Document) -> PubSubMessage:
     """The pub-sub message (payload type 0x40) that carries `document` on `topic`."""
-    return PubSubMessage(_DOCUMENT, topic, encode_document(document))
+    return PubSubMessage(_DOCUMENT, topic_bytes(topic), encode_document(document))
 
 
 def document_from_message(message: PubSubMessage) -> Document:

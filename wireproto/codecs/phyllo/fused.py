@@ -41,9 +41,9 @@ _CobsError = cobs.DecodeError
 class FusedPath:
     """A stack's fused functions; each returns None where the layered path must answer."""
 
-    encode: Callable[[int, bytes, bytes], bytes | None]
+    encode: Callable[[int, bytes | str, bytes], bytes | None]
     decode_chunk: Callable[[bytes], PubSubMessage | None]
-    encode_document: Callable[[bytes, Document], bytes | None]
+    encode_document: Callable[[bytes | str, Document], bytes | None]
     decode_document_chunk: Callable[[bytes], tuple[bytes, Document] | None]
 
 
@@ -61,7 +61,7 @@ def fused_path(layer_codes: tuple[int, ...], max_frame: int, max_chunk: int) -> 
     # The datagram's length byte counts what follows its two-byte header.
     longest_message = min(max_frame, 0xFF + 2) - message_at
 
-    def encode(payload_type: int, topic: bytes, payload: bytes) -> bytes | None:
+    def encode(payload_type: int, topic: bytes | str, payload: bytes) -> bytes | None:
         if type(topic) is not bytes or type(payload) is not bytes or len(topic) > MAX_TOPIC_LENGTH:
             return None
         size = 2 + len(topic) + len(payload)
@@ -80,7 +80,7 @@ def fused_path(layer_codes: tuple[int, ...], max_frame: int, max_chunk: int) -> 
             return None
         return b"".join((b"\x00", chunk, b"\x00"))
 
-    def encode_document(topic: bytes, document: Document) -> bytes | None:
+    def encode_document(topic: bytes | str, document: Document) -> bytes | None:
         body = document.body
         if type(body) is not bytes:
             return None

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from wireproto.codecs.serialization import binary, unchecked_constructor
 from wireproto.errors import InvalidField, InvalidTopic, TruncatedFrame
 
-__all__ = ["MAX_TOPIC_LENGTH", "PubSubMessage", "decode_message", "encode_message"]
+__all__ = [
+    "MAX_TOPIC_LENGTH", "PubSubMessage", "decode_message", "encode_message", "topic_bytes",
+]
 
 MAX_TOPIC_LENGTH = 15
 
@@ -30,7 +32,7 @@ class PubSubMessage:
     def __post_init__(self) -> None:
         topic = self.topic
         if type(topic) is not bytes:
-            topic = _topic_bytes(topic)
+            topic = topic_bytes(topic)
             object.__setattr__(self, "topic", topic)
         if len(topic) > MAX_TOPIC_LENGTH:
             raise InvalidTopic(
@@ -38,7 +40,10 @@ class PubSubMessage:
             )
 
 
-def _topic_bytes(topic: str | bytes | bytearray | memoryview) -> bytes:
+def topic_bytes(topic: str | bytes | bytearray | memoryview) -> bytes:
+    """A message's topic as bytes: str as UTF-8; raises InvalidTopic for what cannot be one."""
+    if type(topic) is bytes:
+        return topic
     if isinstance(topic, str):
         try:
             return topic.encode("utf-8")

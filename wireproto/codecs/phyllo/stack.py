@@ -241,8 +241,9 @@ class StackDecoder:
             except ProtocolError as e:
                 errors.append(e)
                 continue
-            if received.payload_type >= LAYER_TYPE_LIMIT:
-                messages.append(received)  # transport units come back only as layer messages
+            # transport units come back only as layer messages (a layer's unit is never one)
+            if received.payload_type >= LAYER_TYPE_LIMIT and isinstance(received, PubSubMessage):
+                messages.append(received)
             else:
                 layer_messages.append(received)
         self.errors = errors

@@ -58,7 +58,7 @@ from wireproto.protocols.rpc import (
     RequestFailed,
     RequestTimeout,
 )
-from wireproto.transports.base import MessageProtocol
+from wireproto.transports.base import IMessageTransport, MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.connect import is_websocket_address
 from wireproto.transports.reconnect import DEFAULT_RETRY
@@ -112,6 +112,8 @@ def _invoke_error(failure: Failure) -> Any:
 class NydusClientProtocol(MessageProtocol):
     """One connection of a `NydusClient`. `welcomed` fires with it once WELCOME has come."""
 
+    # Given on connecting; every use but cancelling `welcomed` comes after (that one checks).
+    transport: IMessageTransport
     _failed = False
     _is_welcomed = False
     _welcome_timer: IDelayedCall | None = None
@@ -173,14 +175,13 @@ class NydusClientProtocol(MessageProtocol):
                 )
             self._refuse(error)
             return
-        kind = type(message)
-        if kind is Publish:
+        if isinstance(message, Publish):
             self.client._published(message)
-        elif kind is Result:
+        elif isinstance(message, Result):
             self._answer(message.id, message.data, self.pending.resolve)
-        elif kind is Error:
+        elif isinstance(message, Error):
             self._answer(message.id, message.data, self.pending.reject)
-        elif kind is Welcome:
+        elif isinstance(message, Welcome):
             self._welcome()
         # An INVOKE is for servers; like nydus-client, ignore it.
 
@@ -226,7 +227,7 @@ class NydusClientProtocol(MessageProtocol):
         )
 
 
-class NydusClient(ClientBase):
+class NydusClient(ClientBase[NydusClientProtocol]):
     """A nydus client, connected or (with `reconnect`) reconnecting. See the module docstring
     for addresses and behaviour.
 

@@ -87,14 +87,15 @@ FORBIDDEN = {"message": "Forbidden", "status": 403}
 # A route that another broker process was to answer did not (docs/cluster.md).
 GATEWAY_TIMEOUT = {"message": "Gateway Timeout", "status": 504}
 SERVICE_UNAVAILABLE = {"message": "Service Unavailable", "status": 503}
-UNANSWERED = {calls.CallNotFound: NOT_FOUND, calls.CallTooManyRequests: TOO_MANY_REQUESTS,
-              calls.CallTimeout: GATEWAY_TIMEOUT}
+UNANSWERED: dict[type[BaseException], dict[str, Any]] = {
+    calls.CallNotFound: NOT_FOUND, calls.CallTooManyRequests: TOO_MANY_REQUESTS,
+    calls.CallTimeout: GATEWAY_TIMEOUT,
+}
 
 
 def unanswered_data(error: BaseException) -> dict[str, Any]:
     """The ERROR data of an INVOKE no process answered, for `error` (a CallUnanswered)."""
     return UNANSWERED.get(type(error), SERVICE_UNAVAILABLE)
-
 
 
 def call_body(data: Any) -> Any:

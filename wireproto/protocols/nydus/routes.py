@@ -276,6 +276,7 @@ class RouteTable:
     def add(self, pattern: str | re.Pattern[str], action: Any) -> None:
         """Add a route (ruta3's addRoute). ValueError for an empty pattern, one that makes an
         invalid regular expression, or a None action."""
+        keys: list[str | None]
         if isinstance(pattern, re.Pattern):
             regex, keys, source = pattern, [], pattern.pattern
         elif isinstance(pattern, str):

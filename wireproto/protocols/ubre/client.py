@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from types import EllipsisType
+from typing import Any, Literal
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -113,7 +114,13 @@ class UbreClientProtocol(UbrePeer):
         super().connectionLost(reason)
 
 
-class UbreClient(ClientBase, HandlerRegistry):
+# What waits for a connection: a publish, or a request (its handler name, body and deadline).
+_QueuedPublish = tuple[Literal["publish"], Publish, "defer.Deferred[None]"]
+_QueuedRequest = tuple[Literal["request"], str | None, Any, float | None, "defer.Deferred[Any]"]
+_Queued = _QueuedPublish | _QueuedRequest
+
+
+class UbreClient(ClientBase[UbreClientProtocol], HandlerRegistry):
     """A UBRE client, connected or (with `reconnect`) reconnecting.
 
     `address` is a ``ws://``/``wss://`` URL or a client endpoint string. On a stream the framing
@@ -154,7 +161,7 @@ class UbreClient(ClientBase, HandlerRegistry):
         # topic -> its subscriptions, and the subscribe message sent on each connection
         self._subscriptions: dict[str, tuple[list[Subscription], Subscribe]] = {}
         self.server_topics: set[str] = set()
-        self._queue: deque[tuple[Any, ...]] = deque()
+        self._queue: deque[_Queued] = deque()
 
     # -- hooks: replace them (on_connect and on_disconnect are ClientBase's) ---------------------
 
@@ -239,7 +246,7 @@ class UbreClient(ClientBase, HandlerRegistry):
             except ProtocolError as error:
                 return defer.fail(error)
             return defer.succeed(None)
-        d: defer.Deferred = defer.Deferred()
+        d: defer.Deferred[None] = defer.Deferred()
         self._enqueue(("publish", message, d), d)
         return d
 
@@ -258,13 +265,13 @@ class UbreClient(ClientBase, HandlerRegistry):
     # -- requests --------------------------------------------------------------------------------
 
     def request(
-        self, name: str | None, body: Any = NO_BODY, *, timeout: float | None | object = ...
+        self, name: str | None, body: Any = NO_BODY, *, timeout: float | None | EllipsisType = ...
     ) -> defer.Deferred:
         """Ask the server's handler `name` (None: the spec's id-only form, the only one in the
         binary format). Fires with the success body; fails with RequestFailed (its `body` is the
         fail body), RequestTimeout, or ConnectionClosed. `timeout` defaults to the client's
         request_timeout; it counts time spent in the offline queue too."""
-        if timeout is ...:
+        if isinstance(timeout, EllipsisType):  # not given: the client's
             timeout = self.request_timeout
         if self.binary and name is not None:
             # Refused now, connected or not: queued, it could never be sent.
@@ -274,9 +281,9 @@ class UbreClient(ClientBase, HandlerRegistry):
             )
         if self.protocol is not None:
             return self.protocol.request(name, body, timeout=timeout)
-        d: defer.Deferred = defer.Deferred()
+        d: defer.Deferred[Any] = defer.Deferred()
         deadline = None if timeout is None else self.reactor.seconds() + timeout
-        item = ("request", name, body, deadline, d)
+        item: _QueuedRequest = ("request", name, body, deadline, d)
         if not self._enqueue(item, d):
             return d
         if timeout is not None:
@@ -284,7 +291,7 @@ class UbreClient(ClientBase, HandlerRegistry):
             d.addBoth(lambda result: (timer.active() and timer.cancel(), result)[1])
         return d
 
-    def _queued_request_timed_out(self, item: tuple[Any, ...], timeout: float) -> None:
+    def _queued_request_timed_out(self, item: _QueuedRequest, timeout: float) -> None:
         try:
             self._queue.remove(item)
         except ValueError:
@@ -296,7 +303,7 @@ class UbreClient(ClientBase, HandlerRegistry):
 
     # -- the offline queue -----------------------------------------------------------------------
 
-    def _enqueue(self, item: tuple[Any, ...], d: defer.Deferred) -> bool:
+    def _enqueue(self, item: _Queued, d: defer.Deferred[Any]) -> bool:
         if self._reconnector is None or self.closing:
             d.errback(ConnectionClosed("the UBRE client is not connected"))
             return False

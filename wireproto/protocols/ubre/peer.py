@@ -6,9 +6,11 @@ See docs/ubre.md for how bodies map to hub payloads and back."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import EllipsisType
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -25,7 +27,7 @@ from wireproto.protocols.rpc import (
     error_body,
     run_handler,
 )
-from wireproto.transports.base import MessageProtocol
+from wireproto.transports.base import IMessageTransport, MessageProtocol
 
 __all__ = [
     "JSON_FORMAT",
@@ -141,6 +143,12 @@ class HandlerRegistry:
     default_handler: Handler | None
     # observe(seconds, succeeded) per request answered by a handler; set by wireproto.metrics.
     observe_request: Callable[[float, bool], Any] | None = None
+    # The settings each connection takes (UbrePeer): a fail's detail, the requests it may have
+    # waiting for answers and how long each waits (None: for ever), and the clock they wait on.
+    debug: bool
+    max_pending_requests: int
+    request_timeout: float | None
+    reactor: IReactorTime
 
     def handle(
         self, name: str | Mapping[str, Handler], handler: Handler | None = None
@@ -168,13 +176,14 @@ class UbrePeer(MessageProtocol):
     requests and matching their replies. Subclasses say what subscribe, unsubscribe and publish
     mean for them."""
 
+    transport: IMessageTransport  # given before any other call (makeConnection)
     # True on a text-only transport (the lines framing), which carries JSON alone.
     text_only = False
     # Format of this connection's latest subscribe: its publishes go that way.
     binary_format = False
     _failed = False
 
-    def __init__(self, owner: Any) -> None:
+    def __init__(self, owner: HandlerRegistry) -> None:
         """`owner` (a UbreServer or a UbreClient) holds the handlers and the settings."""
         self.owner = owner
         self.handlers = owner.handlers
@@ -187,7 +196,7 @@ class UbrePeer(MessageProtocol):
     def default_handler(self) -> Handler | None:
         return self.owner.default_handler
 
-    def makeConnection(self, transport: Any) -> None:
+    def makeConnection(self, transport: IMessageTransport) -> None:
         self._answering = 0
         self.text_only = transport.textOnly
         super().makeConnection(transport)
@@ -211,7 +220,7 @@ class UbrePeer(MessageProtocol):
         name: str | None,
         body: Any = NO_BODY,
         *,
-        timeout: float | None | object = ...,
+        timeout: float | None | EllipsisType = ...,
         binary: bool | None = None,
     ) -> defer.Deferred:
         """Ask the peer: `name` picks its handler (ubre.js's form), None sends the spec's form
@@ -228,7 +237,7 @@ class UbrePeer(MessageProtocol):
             raise ValueError("the lines framing carries UBRE JSON only")
         if not self.connected:
             return defer.fail(ConnectionClosed("the UBRE connection is closed"))
-        if timeout is ...:
+        if isinstance(timeout, EllipsisType):  # not given: the owner's
             timeout = self.request_timeout
         request_id = self.pending.next_id()
         try:
@@ -265,16 +274,15 @@ class UbrePeer(MessageProtocol):
         try:
             message = ubre.decode(data) if binary else ubre.decode_json(data)
             binary_format = not ubre.is_json(data)
-            kind = type(message)
-            if kind is Publish:
+            if isinstance(message, Publish):
                 self.publishReceived(message, data, binary_format)
-            elif kind is Request:
+            elif isinstance(message, Request):
                 self._answer(message, binary_format)
-            elif kind is Success:
+            elif isinstance(message, Success):
                 self.pending.resolve(message.id, incoming_body(message.body, binary_format))
-            elif kind is Fail:
+            elif isinstance(message, Fail):
                 self.pending.reject(message.id, incoming_body(message.body, binary_format))
-            elif kind is Subscribe:
+            elif isinstance(message, Subscribe):
                 self.subscribeReceived(message, binary_format)
             else:
                 self.unsubscribeReceived(message, binary_format)

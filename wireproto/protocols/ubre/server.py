@@ -74,8 +74,10 @@ log = Logger()
 # The fail bodies of a request that another broker process was to answer (docs/cluster.md).
 TIMEOUT = "Timeout"  # it did not answer within [cluster] call_timeout
 UNAVAILABLE = "Unavailable"  # NATS is out of reach, or that process could not answer
-UNANSWERED = {calls.CallNotFound: NOT_FOUND, calls.CallTooManyRequests: TOO_MANY_REQUESTS,
-              calls.CallTimeout: TIMEOUT}
+UNANSWERED: dict[type[BaseException], str] = {
+    calls.CallNotFound: NOT_FOUND, calls.CallTooManyRequests: TOO_MANY_REQUESTS,
+    calls.CallTimeout: TIMEOUT,
+}
 
 
 def unanswered_body(error: BaseException) -> str:

@@ -16,7 +16,7 @@ from wireproto.codecs.websmq import LastWill, Publish, Subscribe, Unsubscribe
 from wireproto.errors import BadEncoding, ProtocolError, UnexpectedMessage
 from wireproto.protocols.websmq.patterns import validate_websmq_pattern
 from wireproto.topics import is_pattern, pattern_matches
-from wireproto.transports.base import MessageProtocol
+from wireproto.transports.base import IMessageTransport, MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
 
 __all__ = [
@@ -34,11 +34,13 @@ class WebsmqClientProtocol(MessageProtocol):
     `publish` and the rest return fire once the frame is handed to the transport; `disconnect`'s
     fires when the connection is closed."""
 
+    transport: IMessageTransport  # given on connecting, before any use
+
     def __init__(self, *, wildcards: bool = False) -> None:
         self.wildcards = wildcards
         self.on_message: Callback | None = None
         self._callbacks: dict[str, list[Callback]] = {}
-        self._close_waiters: list[defer.Deferred] = []
+        self._close_waiters: list[defer.Deferred[BaseException]] = []
         self.close_reason: Failure | None = None
 
     # -- API ------------------------------------------------------------------------------------
@@ -70,18 +72,18 @@ class WebsmqClientProtocol(MessageProtocol):
         self._send(LastWill(topic, payload))
         return defer.succeed(None)
 
-    def disconnect(self) -> defer.Deferred:
+    def disconnect(self) -> defer.Deferred[BaseException]:
         """Close the connection; fires with the reason (an exception) when it is closed."""
         if self.connected:
             self.transport.loseConnection()
         return self.when_closed()
 
-    def when_closed(self) -> defer.Deferred:
+    def when_closed(self) -> defer.Deferred[BaseException]:
         """Fires, never fails, once the connection is gone, with why: `ConnectionDone` for a
         clean close, another exception otherwise."""
         if self.close_reason is not None:
             return defer.succeed(self.close_reason.value)
-        d = defer.Deferred()
+        d: defer.Deferred[BaseException] = defer.Deferred()
         self._close_waiters.append(d)
         return d
 

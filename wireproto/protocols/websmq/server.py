@@ -27,7 +27,7 @@ from wireproto.errors import BadEncoding, Forbidden, InvalidTopic, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.protocols.websmq.patterns import validate_websmq_pattern
 from wireproto.topics import is_pattern
-from wireproto.transports.base import MessageProtocol
+from wireproto.transports.base import IMessageTransport, MessageProtocol
 
 __all__ = [
     "serve",
@@ -94,6 +94,8 @@ def _remember_topic(frame: bytes, topic: str) -> None:
 class WebsmqServerProtocol(MessageProtocol):
     """The broker's side of one WEBSMQ connection."""
 
+    transport: IMessageTransport  # given before any other call (makeConnection)
+    # None until connectionMade, so for a connection lost before it was made
     session: Session | None = None
 
     def __init__(self, hub: Hub, *, wildcards: bool = False) -> None:
@@ -107,13 +109,16 @@ class WebsmqServerProtocol(MessageProtocol):
         )
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
+        session = self.session
+        if session is None:  # not connected
+            return
         # The common case first: a Publish on a topic this broker has already validated.
         if binary and len(data) >= 2 and data[0] < 0x40 and not self._failed:
             end = 2 + (data[0] << 8 | data[1])
             topic = _known_topics.get(data[2:end])
             if topic is not None and end <= len(data):
                 try:
-                    self.session.publish(topic, data[end:], (data, True))
+                    session.publish(topic, data[end:], (data, True))
                 except ProtocolError as error:
                     self._answer_error(error)
                 return
@@ -129,19 +134,18 @@ class WebsmqServerProtocol(MessageProtocol):
             if wildcard is None:
                 self._refuse(error)
                 return
-            self._wildcard(*wildcard)
+            self._wildcard(session, *wildcard)
             return
         except ProtocolError as error:
             self._refuse(error)
             return
-        session = self.session
         kind = type(message)
         try:
             if kind is Publish:
                 _remember_topic(data, message.topic)
                 session.publish(message.topic, message.payload, encoded=(data, True))
             elif self.wildcards and kind is not LastWill and is_pattern(message.topic):
-                self._wildcard(kind, message.topic)
+                self._wildcard(session, kind, message.topic)
             elif kind is Subscribe:
                 session.subscribe(message.topic)
             elif kind is Unsubscribe:
@@ -151,12 +155,12 @@ class WebsmqServerProtocol(MessageProtocol):
         except ProtocolError as error:
             self._answer_error(error)
 
-    def _wildcard(self, kind: type, pattern: str) -> None:
+    def _wildcard(self, session: Session, kind: type, pattern: str) -> None:
         try:
             if kind is Subscribe:
-                self.session.subscribe_pattern(pattern)
+                session.subscribe_pattern(pattern)
             else:
-                self.session.unsubscribe_pattern(pattern)
+                session.unsubscribe_pattern(pattern)
         except ProtocolError as error:
             self._answer_error(error)
 
