@@ -161,7 +161,7 @@ class Hub:
         self.closed_stats: dict[str, SessionStats] = {}
         self._session_ids = itertools.count(1)
         self._exact: dict[str, dict[Subscriber, None]] = {}
-        self._patterns = PatternTree()
+        self._patterns: PatternTree[Subscriber] = PatternTree()
         # (wire format, prepare key) -> a plain object, a cheaper fan-out cache key than the tuple
         self._prepared_keys: dict[tuple, object] = {}
         self._topic_observers: list[TopicObserver] = []

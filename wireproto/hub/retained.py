@@ -43,7 +43,7 @@ class LastValues:
                  max_bytes: int = DEFAULT_MAX_RETAINED_BYTES,
                  path: str | os.PathLike | None = None, mode: int = 0o600) -> None:
         self.patterns = tuple(patterns)
-        self._tree = PatternTree()
+        self._tree: PatternTree[str] = PatternTree()
         for pattern in self.patterns:
             validate_pattern(pattern)
             self._tree.add(pattern, pattern)

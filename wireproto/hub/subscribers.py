@@ -3,7 +3,7 @@ code's `LocalSubscriber`, and the `TopicObserver` told of topics coming and goin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from twisted.logger import Logger
@@ -29,8 +29,9 @@ class TopicObserver(Protocol):
     def topic_ended(self, topic: str) -> None: ...
 
 
-class Subscriber(Protocol):
-    """What the hub delivers to: a connection's `Session`, or host code's `LocalSubscriber`.
+class Subscriber(Hashable, Protocol):
+    """What the hub delivers to, and keys its subscriptions by: a connection's `Session`, or host
+    code's `LocalSubscriber`.
 
     `deliver(message, cache)` is the general path; `cache` holds the encodings and prepared
     frames made so far for this publish, for other subscribers to share. A subscriber whose

@@ -48,6 +48,8 @@ class Part(Service):
 
     def __init__(self, name: str, start: Callable[[], Any], stop: Callable[[], Any]) -> None:
         self.setName(name)
+        # the same, as a str: Twisted's Service allows a service no name
+        self.what = name
         self._start = start
         self._stop = stop
         self.started = False
@@ -66,7 +68,7 @@ class Part(Service):
             except StartFailed:
                 raise
             except Exception as error:
-                raise StartFailed(self.name, error) from None
+                raise StartFailed(self.what, error) from None
             self.started = True
 
     def stopService(self) -> defer.Deferred[None]:
