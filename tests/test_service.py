@@ -652,6 +652,26 @@ def test_a_part_that_cannot_start_is_start_failed_and_nothing_listens(tmp_path: 
     assert service.bound == [] and service.listen_errors == []
 
 
+def test_a_ws_listener_made_in_code_without_a_path_for_a_pathless_protocol_is_refused() -> None:
+    """A listener built in code skips the config's checks: with no path of its own and a protocol
+    with no default one, making the service says so (it failed on None deep in the site's
+    routes)."""
+    from wireproto.config import Listener
+    from wireproto.protocols import ProtocolDescriptor, register_protocol, unregister_protocol
+
+    register_protocol(ProtocolDescriptor(
+        name="pathless", capture_code=254, server=lambda hub, settings: lambda: None,
+        transports=frozenset({"ws"}),
+    ))
+    try:
+        config = Config(listeners=(Listener("pathless", "ws", f"tcp:0:{LOCAL}"),))
+        with pytest.raises(ValueError, match="pathless over ws on .* has no path, and "
+                                             "pathless no default path: give one"):
+            make_service(config, reactor)
+    finally:
+        unregister_protocol("pathless")
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_bad_frame_over_tls_closes_the_connection(broker: Broker, tls_files: Any) -> None:
     """TLS does not close while a producer is registered, and each session is its transport's

@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from wireproto.hub import Hub
-    from wireproto.transports.base import IMessageProtocol
+    from wireproto.transports.base import MessageProtocol
 
     # A protocol's server role: ``server(hub, settings)`` -> a factory of its protocols.
-    ServerRole = Callable[[Hub, Any], Callable[[], IMessageProtocol]]
+    ServerRole = Callable[[Hub, Any], Callable[[], MessageProtocol]]
 
 __all__ = [
     "ProtocolDescriptor",
@@ -114,7 +114,7 @@ class ProtocolDescriptor:
     def settings_class(self) -> type | None:
         return load(self.settings)
 
-    def make_server(self, hub: Hub, settings: object = None) -> Callable[[], IMessageProtocol]:
+    def make_server(self, hub: Hub, settings: object = None) -> Callable[[], MessageProtocol]:
         """A zero-argument factory of server-role protocols on `hub`, configured by
         `settings` (its table's defaults when None)."""
         if self.server is None:

@@ -69,7 +69,7 @@ from wireproto.service.listeners import (
     format_address,
 )
 from wireproto.service.parts import OrderedParts, Part, StartFailed, describe_error
-from wireproto.transports.base import IMessageProtocol, go_away
+from wireproto.transports.base import MessageProtocol, go_away
 from wireproto.transports.http import GuardedSite
 from wireproto.transports.reconnect import DEFAULT_RETRY
 
@@ -225,7 +225,7 @@ class WireprotoService(OrderedParts):
         found += [link.protocol for link in self.config.attach]
         return list(dict.fromkeys(found))
 
-    def server(self, protocol: str) -> Callable[[], IMessageProtocol]:
+    def server(self, protocol: str) -> Callable[[], MessageProtocol]:
         """The server role of `protocol` on this service's hub, made once and shared by all its
         listeners: for UBRE, the `UbreServer` to register handlers and hooks on."""
         return self.connections.server(protocol)

@@ -21,7 +21,7 @@ from wireproto.limits import LimitingProtocol
 from wireproto.metrics import ServiceMetrics
 from wireproto.protocols import protocol as server_protocol
 from wireproto.service.parts import StartFailed
-from wireproto.transports.base import IMessageProtocol, go_away
+from wireproto.transports.base import IMessageProtocol, MessageProtocol, go_away
 from wireproto.transports.http import GuardedSite
 
 __all__ = ["Connections"]
@@ -46,10 +46,10 @@ class Connections(Service):
         self.metrics: ServiceMetrics | None = None
         self.http_sites: list[GuardedSite] = []
         # Every connection's protocol, weakly: what is still open when the broker stops.
-        self.open: weakref.WeakSet[IMessageProtocol] = weakref.WeakSet()
-        self._servers: dict[str, Callable[[], IMessageProtocol]] = {}
+        self.open: weakref.WeakSet[MessageProtocol] = weakref.WeakSet()
+        self._servers: dict[str, Callable[[], MessageProtocol]] = {}
 
-    def server(self, protocol: str) -> Callable[[], IMessageProtocol]:
+    def server(self, protocol: str) -> Callable[[], MessageProtocol]:
         """The server role of `protocol` on the hub, made once and shared by all its listeners:
         for UBRE, the `UbreServer` to register handlers and hooks on."""
         made = self._servers.get(protocol)

@@ -8,16 +8,21 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
 from twisted.internet import defer
 from twisted.internet.address import UNIXAddress
-from twisted.internet.interfaces import IListeningPort, IReactorTime, IStreamServerEndpoint
+from twisted.internet.interfaces import (
+    IListeningPort,
+    IProtocolFactory,
+    IReactorTime,
+    IStreamServerEndpoint,
+)
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.resource import Resource
+from twisted.web.resource import IResource
 from zope.interface import implementer
 
 from wireproto.admin import AdminConsole
@@ -27,7 +32,8 @@ from wireproto.config import HTTP_TRANSPORTS, Config, Listener, endpoint_type
 from wireproto.metrics import ServiceMetrics
 from wireproto.protocols import protocol as server_protocol
 from wireproto.service.connections import Connections
-from wireproto.transports.identity import server_endpoint
+from wireproto.transports.http import GuardedSite
+from wireproto.transports.identity import ClientAuthorities, server_endpoint
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 from wireproto.transports.websocket import websocket_resource, websocket_site
 
@@ -72,6 +78,16 @@ def format_address(listener: Listener, host: Any) -> str:
     return f"{'ssl' if secure else 'tcp'}:{hostname}:{host.port}"
 
 
+def _http_path(listener: Listener) -> str:
+    # A ws or engineio listener made in code, not parsed from a config, may leave its path to
+    # its protocol's default; a protocol may have none.
+    path = listener.path or server_protocol(listener.protocol).default_path
+    if path is None:
+        raise ValueError(f"{listener.describe()} on {listener.endpoint} has no path, and "
+                         f"{listener.protocol} no default path: give one")
+    return path
+
+
 def endpoint_groups(listeners: tuple[Listener, ...]) -> list[Group]:
     """The listeners by the endpoint they listen on, as (index, listener), in order: ws and
     engineio listeners on one endpoint share it; a stream listener has its own (tcp:0 twice is
@@ -99,7 +115,7 @@ class AdoptedEndpoint:
         self.fileno = fileno
         self.endpoint = endpoint
 
-    def listen(self, factory: Any) -> defer.Deferred:
+    def listen(self, factory: IProtocolFactory) -> defer.Deferred[IListeningPort]:
         context = getattr(self.endpoint, "_sslContextFactory", None)
         if context is not None:
             from twisted.protocols.tls import TLSMemoryBIOFactory
@@ -124,8 +140,8 @@ class _ReportingEndpoint:
         self._bound = bound
         self._failed = failed
 
-    def listen(self, factory: Any) -> defer.Deferred:
-        def bound(port: IListeningPort) -> IListeningPort:
+    def listen(self, factory: IProtocolFactory) -> defer.Deferred[IListeningPort]:
+        def bound(port: IListeningPort) -> IListeningPort | None:
             self._bound(port)
             return port
 
@@ -133,7 +149,10 @@ class _ReportingEndpoint:
             # Reported (and logged) by the listeners, in one line rather than a traceback.
             self._failed(reason)
 
-        return self.endpoint.listen(factory).addCallbacks(bound, failed)
+        # On failure it fires with None rather than the port: the endpoint service it is given
+        # to takes that as no port to stop.
+        return cast(defer.Deferred[IListeningPort],
+                    self.endpoint.listen(factory).addCallbacks(bound, failed))
 
 
 class Listeners(MultiService):
@@ -171,7 +190,7 @@ class Listeners(MultiService):
             authorities = getattr(endpoint, "authorities", None)
             if self.auth is not None:
                 self.auth.watch_authorities(authorities)
-            factory: Any
+            factory: IProtocolFactory
             if first.transport in HTTP_TRANSPORTS:
                 factory = self._site(group, authorities)
             else:
@@ -184,10 +203,9 @@ class Listeners(MultiService):
                 )
             self._add_endpoint(group, endpoint, factory)
 
-    def _site(self, group: Group, authorities: Any) -> Any:
-        routes: dict[str, Resource] = {
-            listener.path or server_protocol(listener.protocol).default_path:
-                self._http_resource(listener, authorities)
+    def _site(self, group: Group, authorities: ClientAuthorities | None) -> GuardedSite:
+        routes: dict[str, IResource] = {
+            _http_path(listener): self._http_resource(listener, authorities)
             for _, listener in group
         }
         if self.metrics is not None:
@@ -208,7 +226,8 @@ class Listeners(MultiService):
         self.connections.http_sites.append(site)
         return site
 
-    def _http_resource(self, listener: Listener, authorities: Any = None) -> Any:
+    def _http_resource(self, listener: Listener,
+                       authorities: ClientAuthorities | None = None) -> IResource:
         factory = self.connections.factory(listener.protocol, listener)
         identify = None if self.auth is None else self.auth.identify_http(
             listener.principal, listener.identity, listener.endpoint, listener.allow,
@@ -223,7 +242,8 @@ class Listeners(MultiService):
                           websocket=websocket)
         return engineio_resource(factory, options, reactor=self.reactor, identify=identify)
 
-    def _add_endpoint(self, group: Group, endpoint: IStreamServerEndpoint, factory: Any) -> None:
+    def _add_endpoint(self, group: Group, endpoint: IStreamServerEndpoint,
+                      factory: IProtocolFactory) -> None:
         if self.listening_sockets is not None:
             # A worker process: the supervisor has bound this endpoint already.
             endpoint = AdoptedEndpoint(

@@ -12,7 +12,7 @@ them on one port, one per path. Connecting: see `wireproto.transports.connect`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.pages import notFound
 from twisted.web.resource import IResource, Resource
-from twisted.web.server import Site
 from zope.interface import implementer
 
 from wireproto.errors import CredentialEnded, FrameTooLarge, ProtocolError
@@ -582,11 +581,11 @@ class _Directory(Resource):
 
 
 def websocket_site(
-    routes: dict[str, IResource],
+    routes: Mapping[str, IResource],
     *,
     idle_timeout: float = 10.0,
     limits: HTTPLimits | None = None,
-) -> Site:
+) -> GuardedSite:
     """One twisted.web Site serving each resource at its path ("/", "/websmq", "/a/b/c").
 
     Any other path gets 404, so several protocols can share one port. The Site is a
