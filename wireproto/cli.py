@@ -29,11 +29,18 @@ import argparse
 import importlib
 import sys
 from collections.abc import Iterable, Sequence
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, NoReturn
 
 from wireproto.config.options import add_serve_options
 from wireproto.program import PROG, start_logging
 from wireproto.redaction import redact_url
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+    from twisted.python.failure import Failure
+
+    from wireproto.broker import BoundListener
+    from wireproto.config import Config
 
 __all__ = ["main", "build_parser", "announce"]
 
@@ -119,7 +126,7 @@ def announce(lines: Iterable[str], stream: IO[str]) -> None:
     stream.flush()
 
 
-def banner(config: Any, bound: Sequence[Any]) -> list[str]:
+def banner(config: Config, bound: Sequence[BoundListener]) -> list[str]:
     """One line per listener (``websmq over ws on ws://...``), then one per attached link."""
     lines = [entry.describe() for entry in bound]
     lines += [f"{link.describe()} attached to {redact_url(link.endpoint)}"
@@ -165,10 +172,10 @@ def serve(args: argparse.Namespace) -> int:
     service.log_listen_errors = False  # reported below, in one line
     exit_code = 0
 
-    def listening(bound: list[Any]) -> None:
+    def listening(bound: list[BoundListener]) -> None:
         announce([*banner(config, bound), "ready; Ctrl-C stops"], sys.stdout)
 
-    def cannot_listen(reason: Any) -> None:
+    def cannot_listen(reason: Failure) -> None:
         nonlocal exit_code
         reason.trap(ListenFailed)
         print(f"{PROG}: {reason.value}", file=sys.stderr, flush=True)
@@ -186,7 +193,7 @@ def serve(args: argparse.Namespace) -> int:
             return
         service.when_listening().addCallbacks(listening, cannot_listen)
 
-    def stop() -> Any:
+    def stop() -> Deferred[None] | None:
         return service.stopService() if service.running else None
 
     from wireproto.service import reload_on_sighup
@@ -216,11 +223,12 @@ def why_not_started(error: BaseException) -> str:
     return f"cannot start: {describe_error(error)}"
 
 
-def supervise(config: Any, args: argparse.Namespace) -> int:
+def supervise(config: Config, args: argparse.Namespace) -> int:
     """`wireproto serve --workers N`: the supervisor of N broker processes."""
     import signal
 
     from twisted.internet import reactor
+    from twisted.internet.interfaces import IReactorFromThreads
 
     from wireproto.supervisor.workers import Supervisor
 
@@ -228,12 +236,12 @@ def supervise(config: Any, args: argparse.Namespace) -> int:
     supervisor = Supervisor(config, options, reactor)
     exit_code = 0
 
-    def ready(bound: list[Any]) -> None:
+    def ready(bound: list[BoundListener]) -> None:
         announce([*banner(config, bound), f"{supervisor.count} workers, pids "
                   + " ".join(map(str, supervisor.worker_pids())), "ready; Ctrl-C stops"],
                  sys.stdout)
 
-    def failed(reason: Any) -> None:
+    def failed(reason: Failure) -> None:
         # A listener, the private nats-server or a worker that could not start.
         nonlocal exit_code
         cannot_start(reason.value)
@@ -244,7 +252,7 @@ def supervise(config: Any, args: argparse.Namespace) -> int:
         supervisor.startService()
         supervisor.when_ready().addCallbacks(ready, failed)
 
-    signal.signal(signal.SIGHUP, lambda number, frame: reactor.callFromThread(
+    signal.signal(signal.SIGHUP, lambda number, frame: IReactorFromThreads(reactor).callFromThread(
         supervisor.signal_workers, signal.SIGHUP))
     reactor.callWhenRunning(start)
     reactor.addSystemEventTrigger(

@@ -22,14 +22,14 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wireproto.transports.connect import split_endpoint
 
 if TYPE_CHECKING:
-    from wireproto.config.model import Config
+    from wireproto.config.model import Attach, Config, Listener, PhylloLink
 
 __all__ = [
     "Place",
@@ -76,9 +76,10 @@ def endpoint_key_file(endpoint: str, *, server: bool) -> str | None:
 
 def secret_files(config: Config) -> Iterator[tuple[Place, str]]:
     """Each secret file `config` names, as (place, path), in the order a file shows them."""
-    for section, links, server in (("listen", config.listeners, True),
-                                   ("attach", config.attach, False),
-                                   ("phyllo", config.phyllo, False)):
+    places: tuple[tuple[str, Sequence[Listener | Attach | PhylloLink], bool], ...] = (
+        ("listen", config.listeners, True), ("attach", config.attach, False),
+        ("phyllo", config.phyllo, False))
+    for section, links, server in places:
         for number, link in enumerate(links, 1):
             key = endpoint_key_file(link.endpoint, server=server)
             if key:

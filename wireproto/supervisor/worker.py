@@ -10,7 +10,10 @@ import os
 import signal
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from wireproto.config import Config
 
 __all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "main"]
 
@@ -22,6 +25,9 @@ WORKER_FAILED = "failed: "
 
 def main() -> int:
     from twisted.internet import defer, reactor
+    from twisted.internet.base import ReactorBase
+    from twisted.internet.interfaces import IReactorFromThreads
+    from twisted.python.failure import Failure
 
     from wireproto.config import config_from_options
     from wireproto.program import start_logging
@@ -44,7 +50,7 @@ def main() -> int:
         sys.stdout.flush()
         exit_code = 1
 
-    def worker_config() -> Any:
+    def worker_config() -> Config:
         config = config_from_options(options, reactor=reactor)
         cluster = config.cluster
         node = f"{cluster.node or os.uname().nodename}/worker{index}"
@@ -78,7 +84,7 @@ def main() -> int:
             sys.stdout.write("ready\n")
             sys.stdout.flush()
 
-        def failed(reason: Any) -> None:
+        def failed(reason: Failure) -> None:
             cannot_start(reason.value.subFailure.value)
             reactor.stop()
 
@@ -88,18 +94,19 @@ def main() -> int:
     reactor.callWhenRunning(start)
     reactor.addSystemEventTrigger(
         "before", "shutdown", lambda: service.stopService() if service.running else None)
-    stopping = []
+    stopping: list[int] = []
 
     def stop_once(number: int, frame: Any) -> None:
         # A terminal's Ctrl-C, the supervisor's SIGTERM and the parent-death signal may all
         # come: the first one stops the worker.
         if not stopping:
             stopping.append(number)
-            reactor.callFromThread(reactor.stop)
+            IReactorFromThreads(reactor).callFromThread(reactor.stop)
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, stop_once)
-    reactor.run(installSignalHandlers=False)
+    # Every Twisted reactor is a ReactorBase, whose run() can leave the signals to this process.
+    cast(ReactorBase, reactor).run(installSignalHandlers=False)
     return exit_code
 
 

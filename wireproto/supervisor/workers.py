@@ -129,7 +129,7 @@ class Supervisor(Service):
         self.restarts = 0
         self._ports: list[Any] = []
         self._quick_deaths = 0
-        self._ready_waiters: list[defer.Deferred] = []
+        self._ready_waiters: list[defer.Deferred[list[BoundListener]]] = []
         self._stopping = False
         # Every worker has been ready at once: from then on a worker that fails is restarted.
         self._was_ready = False
@@ -239,12 +239,12 @@ class Supervisor(Service):
             worker, sys.executable, [sys.executable, "-m", "wireproto.supervisor.worker"],
             env=environment, childFDs=child_fds)
 
-    def when_ready(self) -> defer.Deferred:
+    def when_ready(self) -> defer.Deferred[list[BoundListener]]:
         """Fires once every worker is listening and linked to the others; fails with what
         stopped the supervisor from starting (a `ListenFailed`, a `StartFailed`...)."""
         if self.failure is not None:
             return defer.fail(self.failure)
-        d: defer.Deferred = defer.Deferred()
+        d: defer.Deferred[list[BoundListener]] = defer.Deferred()
         self._ready_waiters.append(d)
         self._fire_ready()
         return d

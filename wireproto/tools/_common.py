@@ -151,10 +151,10 @@ def credentials_header(args: argparse.Namespace) -> str | None:
     return None
 
 
-def stdin_lines(reactor: Any) -> defer.DeferredQueue:
+def stdin_lines(reactor: Any) -> defer.DeferredQueue[bytes | None]:
     """Each line of stdin as bytes, without its line ending, as it comes; None at the end. Read
     in a daemon thread with os.read, so the reactor runs meanwhile and exit never waits on it."""
-    lines: defer.DeferredQueue = defer.DeferredQueue()
+    lines: defer.DeferredQueue[bytes | None] = defer.DeferredQueue()
 
     def read() -> None:
         pending = b""

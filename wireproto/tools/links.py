@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from twisted.internet import defer, error
 from twisted.python.failure import Failure
@@ -19,6 +19,9 @@ from wireproto.tools._common import (
     ToolError,
     connect_options,
 )
+
+if TYPE_CHECKING:
+    from wireproto.protocols.websmq.client import WebsmqClientProtocol
 
 __all__ = [
     "NO_VALUE",
@@ -117,6 +120,18 @@ class Link:
         close."""
         raise NotImplementedError
 
+    @classmethod
+    def check_topics(cls, topics: list[str], patterns: bool) -> None:
+        """Refuse, with a ToolError or a ValueError, a topic (or with `patterns`, a pattern)
+        the protocol cannot carry."""
+        raise NotImplementedError
+
+    @classmethod
+    def open(cls, reactor: Any, args: argparse.Namespace,
+             topics: list[str]) -> defer.Deferred[Self]:
+        """Connect to ``args.address``, to publish or subscribe to `topics`."""
+        raise NotImplementedError
+
 
 def reason_text(reason: Any) -> str:
     value = reason.value if isinstance(reason, Failure) else reason
@@ -126,7 +141,7 @@ def reason_text(reason: Any) -> str:
 class WebsmqLink(Link):
     protocol = "websmq"
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: WebsmqClientProtocol) -> None:
         super().__init__()
         self.client = client
         client.when_closed().addCallback(lambda reason: self._was_lost(reason_text(reason)))
@@ -144,7 +159,8 @@ class WebsmqLink(Link):
                 websmq.validate_topic(topic)
 
     @classmethod
-    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
+    def open(cls, reactor: Any, args: argparse.Namespace,
+             topics: list[str]) -> defer.Deferred[Self]:
         from wireproto.protocols import websmq
         from wireproto.topics import is_pattern
 
@@ -184,7 +200,8 @@ class UbreLink(Link):
         pass  # any text is a UBRE topic
 
     @classmethod
-    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
+    def open(cls, reactor: Any, args: argparse.Namespace,
+             topics: list[str]) -> defer.Deferred[Self]:
         from wireproto.protocols.ubre import client as ubre_client
 
         return ubre_client.connect(reactor, args.address,
@@ -240,7 +257,8 @@ class PhylloLink(Link):
                 )
 
     @classmethod
-    def open(cls, reactor: Any, args: argparse.Namespace, topics: list[str]) -> defer.Deferred:
+    def open(cls, reactor: Any, args: argparse.Namespace,
+             topics: list[str]) -> defer.Deferred[Self]:
         from wireproto.phyllo import build_stack, connect_stack
         from wireproto.phyllo.links import MessageChunks
         from wireproto.transports.connect import client_endpoint, connect, is_websocket_address

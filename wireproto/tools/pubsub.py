@@ -141,6 +141,7 @@ def pub(args: argparse.Namespace) -> int:
             if whole is not None:
                 await link.publish(args.topic, whole)
             else:
+                assert lines is not None  # read from the start when there is no whole message
                 while (line := await run.wait(lines.get())) is not None:
                     if line:  # as mosquitto_pub -l, blank lines are not sent
                         await link.publish(args.topic, line)
