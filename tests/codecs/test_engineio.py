@@ -21,6 +21,7 @@ from wireproto.codecs.engineio import (
     encode_handshake,
     encode_packet,
     encode_payload,
+    encode_text_packet,
 )
 from wireproto.errors import (
     BadEncoding,
@@ -125,6 +126,18 @@ def test_text_with_the_separator_cannot_be_encoded():
         encode_packet(Packet(PacketType.MESSAGE, "a\x1eb"))
     with pytest.raises(InvalidField, match="U\\+001E"):
         encode_payload([Packet(PacketType.MESSAGE, "a\x1eb")])
+
+
+@pytest.mark.parametrize(("packet", "frame"), [(p, f) for p, f in PACKETS if isinstance(f, str)])
+def test_a_text_packet_encodes_to_the_text_frame_it_is_in_a_payload_too(packet, frame):
+    assert encode_text_packet(packet) == frame == encode_payload([packet])
+
+
+def test_a_text_packet_is_text():
+    with pytest.raises(InvalidField, match="MESSAGE packet cannot carry bytes"):
+        encode_text_packet(Packet(PacketType.MESSAGE, b"x"))
+    with pytest.raises(InvalidField, match="U\\+001E"):
+        encode_text_packet(Packet(PacketType.MESSAGE, "a\x1eb"))
 
 
 def test_only_a_message_packet_carries_bytes():

@@ -33,6 +33,7 @@ __all__ = [
     "Packet",
     "Handshake",
     "encode_packet",
+    "encode_text_packet",
     "decode_packet",
     "encode_payload",
     "decode_payload",
@@ -109,6 +110,12 @@ def encode_packet(packet: Packet) -> str | bytes:
         if digit is not None:
             return digit + data
     return data if _is_binary_message(packet) else _text(packet)
+
+
+def encode_text_packet(packet: Packet) -> str:
+    """A text packet's frame, which is also its segment of a polling payload; InvalidField if
+    its data is bytes or holds U+001E."""
+    return _text(packet)
 
 
 def decode_packet(frame: str | bytes) -> Packet:

@@ -255,7 +255,7 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
     """IMessageTransport over an Autobahn WebSocket protocol (mixed into server and client)."""
 
     kind = "ws"
-    prepareKey: tuple[str, str]
+    prepareKey: tuple[str, ...]
     transport: Any
     state: int
     wrapped: IMessageProtocol | None = None
@@ -372,7 +372,7 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
 class WebSocketServerAdapter(_MessageTransportMixin, WebSocketServerProtocol):
     """Server side: one wrapped message protocol per accepted WebSocket."""
 
-    prepareKey = ("ws", "server")
+    prepareKey: tuple[str, ...] = ("ws", "server")
 
     def failHandshake(self, reason: str, code: int = 400, responseHeaders: Any = None) -> None:
         # Autobahn refuses a disallowed Origin with 400; RFC 6455 section 10.2 asks for 403.
@@ -385,7 +385,7 @@ class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
     """Client side. `opened` fires with the wrapped protocol once the handshake is done."""
 
     # Client frames are masked, so they cannot share prepared messages with servers.
-    prepareKey = ("ws", "client")
+    prepareKey: tuple[str, ...] = ("ws", "client")
 
     def __init__(self) -> None:
         super().__init__()

@@ -102,7 +102,9 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
             return
         packet_type = packet.type
         if packet_type == PacketType.MESSAGE:
-            deliver(self.wrapped, packet)
+            wrapped = self.wrapped
+            if wrapped is not None:  # made when the open packet came
+                deliver(wrapped, packet)
         elif packet_type == PacketType.PING:
             if self._canSend():
                 # The pong carries the ping's data back, as "2probe" gets "3probe".
@@ -134,12 +136,12 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
         if self._watchdog is not None and self._watchdog.active():
             self._watchdog.cancel()
         self._watchdog = None
-        lost = self._lost_reason
+        lost, wrapped = self._lost_reason, self.wrapped
         if lost is not None:
-            if self._attached:
+            if self._attached and wrapped is not None:
                 self._attached = False
                 self.closeCode, self.closeReason = code, reason
-                self.wrapped.connectionLost(lost)
+                wrapped.connectionLost(lost)
             if not self.opened.called:
                 self.opened.errback(HandshakeFailed(
                     string=f"{redact_url(self.factory.url)}: {lost.value}"))
@@ -147,7 +149,10 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
 
     # -- IMessageTransport -------------------------------------------------------------------
 
-    def sendMessage(self, data: bytes, binary: bool = True, **_ignored: Any) -> None:
+    def sendMessage(self, data: bytes, binary: bool = True, fragmentSize: int | None = None,
+                    sync: bool = False, doNotCompress: bool = False) -> None:
+        # Autobahn's own options (fragmentSize, sync, doNotCompress) have no meaning for the
+        # Engine.IO packet the message is.
         if len(data) > self.maxMessageSize:
             raise FrameTooLarge(
                 f"Engine.IO message of {len(data)} bytes is over the server's limit of "

@@ -7,8 +7,8 @@ from autobahn.websocket.protocol import WebSocketProtocol
 from wireproto.codecs.engineio import (
     Packet,
     PacketType,
-    encode_packet,
     encode_payload,
+    encode_text_packet,
 )
 from wireproto.codecs.serialization import utf8
 from wireproto.errors import (
@@ -68,7 +68,7 @@ class Outgoing:
 
 
 def control_packet(packet_type: PacketType, data: str = "") -> Outgoing:
-    text = encode_packet(Packet(packet_type, data))
+    text = encode_text_packet(Packet(packet_type, data))
     return Outgoing(text.encode("utf-8"), False, text)
 
 
@@ -82,7 +82,7 @@ def prepare_outgoing(data: bytes, binary: bool) -> Outgoing:
     if binary:
         return Outgoing(bytes(data), True)
     text = utf8(data, "Engine.IO text message")
-    segment = encode_packet(Packet(PacketType.MESSAGE, text))  # refuses U+001E
+    segment = encode_text_packet(Packet(PacketType.MESSAGE, text))  # refuses U+001E
     return Outgoing(b"4" + bytes(data), False, segment)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 from twisted.web.pages import notFound
@@ -41,6 +41,9 @@ from wireproto.transports.http import Identify, admit, origin_allowed
 from wireproto.transports.websocket import (
     MessageWebSocketResource,
 )
+
+if TYPE_CHECKING:
+    from wireproto.access import Principal
 
 __all__ = [
     "query_value",
@@ -192,7 +195,7 @@ class EngineIOServer:
         request.setHeader(b"access-control-max-age", b"86400")
         return True
 
-    def _handshake(self, request: Any, upgrade: bool, principal: Any) -> Any:
+    def _handshake(self, request: Any, upgrade: bool, principal: Principal | None) -> Any:
         """A new session for `principal`, on a WebSocket or polling, if there is a slot."""
         peer = request.getClientAddress()
         refusal = self._slot_refusal(address_key(peer))
@@ -207,7 +210,7 @@ class EngineIOServer:
             )
         return self._polling_handshake(request, principal)
 
-    def _polling_handshake(self, request: Any, principal: Any) -> Any:
+    def _polling_handshake(self, request: Any, principal: Principal | None) -> Any:
         protocol = self.protocol_factory()
         sid = self._new_sid()
         session = EngineIOSession(self, sid, request.getClientAddress(), request.getHost(),
@@ -224,7 +227,8 @@ class EngineIOServer:
         """Hand the request to a WebSocket of its own, for `opened` once it is open."""
         return self.ws_resource.hand_over(request, lambda: ServerWebSocket(opened))
 
-    def _open_websocket_session(self, ws: ServerWebSocket, principal: Any) -> None:
+    def _open_websocket_session(self, ws: ServerWebSocket,
+                                principal: Principal | None) -> None:
         peer, host = ws.addresses()
         if self._slot_refusal(address_key(peer)) is not None:
             ws.close_with(CLOSE_NORMAL, "too many Engine.IO sessions")

@@ -7,7 +7,7 @@ its own (`PollingOwner`, `WebSocketOwner`)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet.error import ConnectionAborted, ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall
@@ -39,6 +39,9 @@ from wireproto.transports.engineio.state import (
     SessionState,
 )
 from wireproto.transports.engineio.websocket import ServerWebSocket, decode_frame
+
+if TYPE_CHECKING:
+    from wireproto.access import Principal
 
 __all__ = ["SessionHost", "EngineIOSession"]
 
@@ -72,7 +75,8 @@ class EngineIOSession:
     protocol: IMessageProtocol | None = None
 
     def __init__(
-        self, server: SessionHost, sid: str, peer: Any, host: Any, *, principal: Any = None,
+        self, server: SessionHost, sid: str, peer: Any, host: Any, *,
+        principal: Principal | None = None,
         websocket: ServerWebSocket | None = None,
     ) -> None:
         """A session opened by a polling handshake, or on `websocket`, a WebSocket of its own;
@@ -315,7 +319,9 @@ class EngineIOSession:
         packet_type = packet.type
         self._heartbeat.packet_received(packet_type == PacketType.PONG)
         if packet_type == PacketType.MESSAGE:
-            deliver(self.protocol, packet)
+            protocol = self.protocol
+            if protocol is not None:  # None once the session closed
+                deliver(protocol, packet)
         elif packet_type == PacketType.CLOSE:
             self._closed_by_peer(
                 Failure(ConnectionDone("the Engine.IO client sent a close packet"))
