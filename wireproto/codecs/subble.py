@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum, StrEnum
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, final, overload
 
 from wireproto.codecs.serialization import (
     binary,
@@ -85,6 +85,8 @@ __all__ = [
     "Event",
     "EventError",
     "Message",
+    "ClientMessage",
+    "ServerMessage",
     "encode",
     "decode",
     "datetime_to_ms",
@@ -184,6 +186,7 @@ def supports_version(client: Version, host: Version = PROTOCOL_VERSION) -> bool:
 # -- Messages ---------------------------------------------------------------------------------
 
 
+@final  # so `type(message) is Event` tells the type checker what the message is not
 @dataclass(frozen=True, slots=True)
 class HandshakeRequest:
     """The client's first message (code 1).
@@ -200,6 +203,7 @@ class HandshakeRequest:
     request_data: bytes = b""
 
 
+@final  # so `type(message) is Event` tells the type checker what the message is not
 @dataclass(frozen=True, slots=True)
 class HandshakeResponse:
     """The server's answer to a handshake request (codes 2, 3, 10, 11, 12, 25).
@@ -212,6 +216,7 @@ class HandshakeResponse:
     request_data: bytes = b""
 
 
+@final  # so `type(message) is Event` tells the type checker what the message is not
 @dataclass(frozen=True, slots=True)
 class ProduceEvent:
     """A client's request to create an event (code 27 from a client)."""
@@ -223,6 +228,7 @@ class ProduceEvent:
     request_data: bytes = b""
 
 
+@final  # so `type(message) is Event` tells the type checker what the message is not
 @dataclass(frozen=True, slots=True)
 class Event:
     """An event sent by the server: 26 for a server event, 27 for this client's own event.
@@ -251,6 +257,7 @@ class Event:
             ) from None
 
 
+@final  # so `type(message) is Event` tells the type checker what the message is not
 @dataclass(frozen=True, slots=True)
 class EventError:
     """The server's answer to a request that failed (51 Event not declared, 52 Unknown)."""
@@ -261,6 +268,9 @@ class EventError:
 
 
 Message = HandshakeRequest | HandshakeResponse | ProduceEvent | Event | EventError
+# What each side sends.
+ClientMessage = HandshakeRequest | ProduceEvent
+ServerMessage = HandshakeResponse | Event | EventError
 
 # Decoders build messages from checked values; see unchecked_constructor.
 _build_handshake_request = unchecked_constructor(HandshakeRequest)
@@ -487,6 +497,14 @@ _SENDS = {
 }
 
 
+@overload
+def decode(data: bytes | bytearray | memoryview, *,
+           sender: Literal[Sender.CLIENT, "client"]) -> ClientMessage: ...
+@overload
+def decode(data: bytes | bytearray | memoryview, *,
+           sender: Literal[Sender.SERVER, "server"]) -> ServerMessage: ...
+@overload
+def decode(data: bytes | bytearray | memoryview, *, sender: Sender | str) -> Message: ...
 def decode(data: bytes | bytearray | memoryview, *, sender: Sender | str) -> Message:
     """Read one whole SubbleSocket message sent by `sender` ("client" or "server")."""
     decoders = _DECODERS.get(sender)

@@ -77,7 +77,7 @@ from wireproto.protocols.subble.events import (
     parse_format,
 )
 from wireproto.protocols.subble.state import HandshakeState
-from wireproto.transports.base import MessageProtocol
+from wireproto.transports.base import IMessageTransport, MessageProtocol
 from wireproto.transports.connect import connect as connect_messages
 from wireproto.transports.reconnect import DEFAULT_RETRY
 
@@ -111,6 +111,7 @@ class SubbleClientProtocol(MessageProtocol):
     """One connection of a `SubbleClient`. `handshaken` fires with it once the host accepted
     the handshake, or fails with HandshakeRefused, RequestTimeout or ConnectionClosed."""
 
+    transport: IMessageTransport  # given by makeConnection, before any other call but cancel
     state: HandshakeState = HandshakeState.AWAITING
     # Whether the host accepted this connection (it may have ENDED since).
     accepted = False
@@ -126,7 +127,7 @@ class SubbleClientProtocol(MessageProtocol):
         )
 
     def _cancelHandshake(self, _: defer.Deferred) -> None:
-        if self.transport is not None:
+        if self.connected:  # not before makeConnection; after connectionLost it has fired
             self.transport.abortConnection()
 
     def connectionMade(self) -> None:
@@ -168,16 +169,15 @@ class SubbleClientProtocol(MessageProtocol):
             if not binary:
                 raise BadEncoding("SubbleSocket is binary: the host sent a text message")
             message = subble.decode(data, sender=subble.Sender.SERVER)
-            kind = type(message)
             if self.state is HandshakeState.AWAITING:
-                if kind is not HandshakeResponse:
+                if type(message) is not HandshakeResponse:
                     raise UnexpectedMessage(
                         f"SubbleSocket code {message.code} before the handshake response"
                     )
                 self._response(message)
-            elif kind is Event:
+            elif type(message) is Event:
                 self._event(message)
-            elif kind is EventError:
+            elif type(message) is EventError:
                 self._settle(message.request_data, message)
             else:
                 raise UnexpectedMessage(
@@ -250,9 +250,9 @@ class SubbleClientProtocol(MessageProtocol):
         payload: bytes,
         request_data: bytes | None,
         timeout: float | None,
-    ) -> defer.Deferred:
+    ) -> defer.Deferred[SubbleEvent]:
         generated = request_data is None
-        if generated:
+        if request_data is None:
             request_data = secrets.token_urlsafe(9).encode()
             while request_data in self._order:
                 request_data = secrets.token_urlsafe(9).encode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -36,7 +37,7 @@ from wireproto.protocols.subble.registry import (
     peer_ip,
 )
 from wireproto.protocols.subble.state import HandshakeState
-from wireproto.transports.base import MessageProtocol
+from wireproto.transports.base import IMessageTransport, MessageProtocol
 
 __all__ = [
     "CLIENT_EVENT_CODE",
@@ -128,13 +129,15 @@ class SubbleHostProtocol(MessageProtocol):
     itself and `session` its place in the hub.
     """
 
+    transport: IMessageTransport  # given before any other call (makeConnection)
+    # Set by the handshake, once accepted (state OPEN).
     client_id: str | None = None
     session: Session | None = None
     handshake: HandshakeRequest | None = None
     subscribe: tuple[str, ...] = ()
     produce: frozenset[str] = frozenset()
     state: HandshakeState = HandshakeState.AWAITING
-    _timeout: Any = None
+    _timeout: IDelayedCall | None = None
 
     def __init__(self, host: ConnectionHost) -> None:
         self.host = host
@@ -248,7 +251,7 @@ class SubbleHostProtocol(MessageProtocol):
         self.session = session
         self._send(encode(HandshakeResponse(code, message, request.request_data)))
         for event_type in self.subscribe:
-            self.session.subscribe(event_type)
+            session.subscribe(event_type)
         host._hook("on_handshake", self)
 
     @staticmethod
@@ -314,6 +317,8 @@ class SubbleHostProtocol(MessageProtocol):
     # -- producing ------------------------------------------------------------------------------
 
     def _produce(self, request: ProduceEvent) -> None:
+        session = self.session
+        assert session is not None  # made by the handshake, which is over
         echo = request.request_data
         if request.client_id != self.client_id:
             self._eventError(
@@ -331,7 +336,7 @@ class SubbleHostProtocol(MessageProtocol):
             )
             return
         try:
-            self.session.check(Action.PUBLISH, request.event_type)
+            session.check(Action.PUBLISH, request.event_type)
         except Forbidden as error:
             self._eventError(MessageCode.EVENT_FORBIDDEN, str(error), echo)
             return
@@ -365,8 +370,11 @@ class SubbleHostProtocol(MessageProtocol):
     # -- sending and closing --------------------------------------------------------------------
 
     def _send(self, data: bytes) -> None:
-        # Through the session's queue, in order with events, bounded like them.
-        self.session.send(data, True)
+        # Through the session's queue, in order with events, bounded like them: sent once the
+        # handshake is accepted, which made the session.
+        session = self.session
+        assert session is not None
+        session.send(data, True)
 
     def _refuse(self, error: ProtocolError) -> None:
         """Close this one connection, telling the peer why; the host carries on."""
@@ -378,10 +386,11 @@ class SubbleHostProtocol(MessageProtocol):
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)
         self._cancelTimeout()
-        if self.session is None:
+        session, client_id = self.session, self.client_id
+        if session is None or client_id is None:  # never accepted (both are, together)
             return
-        self.session.close(reason)
+        session.close(reason)
         host = self.host
-        if host.clients.get(self.client_id) is self:
-            del host.clients[self.client_id]
+        if host.clients.get(client_id) is self:
+            del host.clients[client_id]
         host._hook("on_disconnect", self, reason)

@@ -348,11 +348,14 @@ class SubbleHost:
 
     def _create_event(self, client: SubbleHostProtocol, request: ProduceEvent) -> None:
         """Publish an authorized event and send the producer its copy; raises if it cannot."""
+        session = client.session
+        assert session is not None  # a produce comes after the handshake, which made it
         payload = hub_payload(request.payload, request.format)
         self.on_event(client, request.event_type, request.payload, request.format)
+        # The request's client ID is the connection's own (SubbleHostProtocol._produce).
         data = encode(Event(
             MessageCode.SERVER_EVENT, request.format, self._now_ms(), request.event_type,
-            str(uuid.uuid4()), client.client_id, request.payload,
+            str(uuid.uuid4()), request.client_id, request.payload,
         ))
         # The producer's copy differs only in its code (the first byte) and the request data.
         own = CLIENT_EVENT_CODE + data[1:] + request.request_data
@@ -361,9 +364,7 @@ class SubbleHost:
             raise LimitExceeded(
                 f"the event would be {len(own)} bytes, over this connection's limit of {limit}"
             )
-        client.session.publish(
-            request.event_type, payload, encodings={WIRE_FORMAT: (data, True)}
-        )
+        session.publish(request.event_type, payload, encodings={WIRE_FORMAT: (data, True)})
         client._send(own)
 
     def _encode_hub_message(self, message: HubMessage) -> tuple[bytes, bool] | None:
