@@ -5,7 +5,7 @@ See docs/ubre.md for how bodies map to hub payloads and back."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from types import EllipsisType
 from typing import Any
 
@@ -18,7 +18,7 @@ from wireproto.codecs import ubre
 from wireproto.codecs.serialization import json_loads, json_utf8
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
 from wireproto.errors import Forbidden, FrameTooLarge, InvalidField, ProtocolError
-from wireproto.hub import HubMessage
+from wireproto.hub import Encoder, HubMessage
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.protocols.rpc import (
     ConnectionClosed,
@@ -105,7 +105,8 @@ def _encode_json(message: HubMessage) -> tuple[bytes, bool] | None:
     return _encode_json_text(message) or _encode_binary(message)
 
 
-HUB_ENCODERS = {
+# By wire format, as the hub names them (any hashable).
+HUB_ENCODERS: dict[Hashable, Encoder] = {
     JSON_FORMAT: _encode_json,
     JSON_TEXT_FORMAT: _encode_json_text,
     BINARY_FORMAT: _encode_binary,

@@ -22,6 +22,7 @@ payloads and back."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -120,6 +121,8 @@ class UbreSettings:
 class UbreServerProtocol(UbrePeer):
     """The broker's side of one UBRE connection; the `peer` that handlers and hooks get."""
 
+    # Its place in the hub, from connectionMade on: every message, hook and announcement comes
+    # after (the methods they call narrow it so).
     session: Session | None = None
 
     def __init__(self, server: UbreServer, announce: str = ANNOUNCE_SUBSCRIBED) -> None:
@@ -134,13 +137,13 @@ class UbreServerProtocol(UbrePeer):
 
     def connectionMade(self) -> None:
         wire_format = JSON_TEXT_FORMAT if self.text_only else JSON_FORMAT
-        self.session = self.server.hub.attach(
+        session = self.session = self.server.hub.attach(
             self.transport, protocol="ubre", wire_format=wire_format,
             encode=HUB_ENCODERS[wire_format],
         )
         self.server.peers[self] = None
         if self.server.announce_topics and not self.announces_own:
-            may_publish = self.session.may_publish
+            may_publish = session.may_publish
             for topic in self.server.hub.topics():
                 if may_publish(topic):
                     self.announce(Subscribe, topic)
@@ -148,7 +151,9 @@ class UbreServerProtocol(UbrePeer):
 
     def _write(self, data: bytes, binary: bool) -> None:
         # Through the session's queue, in order with publishes, bounded like them.
-        self.session.send(data, binary)
+        session = self.session
+        assert session is not None
+        session.send(data, binary)
 
     def _log_refusal(self, error: ProtocolError) -> None:
         log_protocol_error("ubre", self.transport, error, self.session)
@@ -156,7 +161,9 @@ class UbreServerProtocol(UbrePeer):
     # -- what a client asks of the broker --------------------------------------------------------
 
     def checkCall(self, name: str) -> None:
-        self.session.check(Action.CALL, name)
+        session = self.session
+        assert session is not None
+        session.check(Action.CALL, name)
 
     def _check_topic(self, topic: str) -> None:
         limit = self.server.max_topic_length
@@ -166,7 +173,10 @@ class UbreServerProtocol(UbrePeer):
             )
 
     def publishReceived(self, message: Publish, data: bytes, binary_format: bool) -> None:
+        session = self.session
+        assert session is not None
         self._check_topic(message.topic)
+        encodings: dict[Hashable, tuple[bytes, bool]]
         if binary_format:
             payload = message.body if message.body is not NO_BODY else b""
             encodings = {BINARY_FORMAT: (data, True)}
@@ -174,14 +184,16 @@ class UbreServerProtocol(UbrePeer):
             payload = payload_from_body(message.body)
             json_form = json_publish(message.topic, payload)
             encodings = {JSON_FORMAT: (json_form, False), JSON_TEXT_FORMAT: (json_form, False)}
-        self.session.publish(message.topic, payload, encodings=encodings)
+        session.publish(message.topic, payload, encodings=encodings)
 
     def subscribeReceived(self, message: Subscribe, binary_format: bool) -> None:
+        session = self.session
+        assert session is not None
         self._check_topic(message.topic)
         self._follow_format(binary_format)
-        self.session.subscribe(message.topic)
+        session.subscribe(message.topic)
         if self.announces_own and self.server.announce_topics and (
-            message.topic not in self.announced and self.session.may_publish(message.topic)
+            message.topic not in self.announced and session.may_publish(message.topic)
         ):
             self.announced.add(message.topic)
             self.announce(Subscribe, message.topic)
@@ -190,7 +202,9 @@ class UbreServerProtocol(UbrePeer):
         )
 
     def unsubscribeReceived(self, message: Unsubscribe, binary_format: bool) -> None:
-        if self.session.unsubscribe(message.topic):
+        session = self.session
+        assert session is not None
+        if session.unsubscribe(message.topic):
             if message.topic in self.announced:
                 self.announced.discard(message.topic)
                 self.announce(Unsubscribe, message.topic)
@@ -200,7 +214,9 @@ class UbreServerProtocol(UbrePeer):
 
     def _unhandled(self, message: Request, binary_format: bool) -> None:
         """A request no handler here takes: another broker process may serve its name."""
-        call = Call("ubre", message.name, _call_body(message.body), self.session.caller(),
+        session = self.session
+        assert session is not None
+        call = Call("ubre", message.name, _call_body(message.body), session.caller(),
                     binary=binary_format)
         self._answering += 1
         d = self.server.hub.federation.call(call)
@@ -222,7 +238,9 @@ class UbreServerProtocol(UbrePeer):
             return
         self.binary_format = binary_format
         wire_format = BINARY_FORMAT if binary_format else JSON_FORMAT
-        self.session.set_wire_format(wire_format, HUB_ENCODERS[wire_format])
+        session = self.session
+        assert session is not None
+        session.set_wire_format(wire_format, HUB_ENCODERS[wire_format])
 
     # -- what the server sends this one client ---------------------------------------------------
 
@@ -230,14 +248,15 @@ class UbreServerProtocol(UbrePeer):
         """Send a publish to this client alone, if it subscribes to `topic` (as ubre.js's
         `ubre(target).publish`); False if it does not. Good for a topic's current value in an
         `on_subscribe` hook."""
-        if self.session is None or topic not in self.session.topics:
+        session = self.session
+        if session is None or topic not in session.topics:
             return False
         payload = payload_from_body(body)
         message = HubMessage(topic, payload, protocol="ubre")
-        encoded = HUB_ENCODERS[self.session.wire_format](message)
+        encoded = HUB_ENCODERS[session.wire_format](message)
         if encoded is None:
             return False
-        self.session.send(*encoded)
+        session.send(*encoded)
         return True
 
     def announce(self, kind: type, topic: str) -> None:
@@ -251,12 +270,15 @@ class UbreServerProtocol(UbrePeer):
     def hears_of_others(self, topic: str) -> bool:
         """Whether this client is told when `topic` gains its first subscriber or loses its
         last one: a topic it may publish on, unless it is told of its own topics only."""
-        return not self.announces_own and self.session.may_publish(topic)
+        session = self.session
+        assert session is not None
+        return not self.announces_own and session.may_publish(topic)
 
     def _announce_own_topics_again(self) -> None:
         """With announce "own", after the rules changed: announce each topic this client
         subscribes to and now may publish on, and withdraw those it no longer does or may."""
         session = self.session
+        assert session is not None
         wanted = {topic for topic in session.topics if session.may_publish(topic)}
         for topic in self.announced - wanted:
             self.announce(Unsubscribe, topic)
@@ -271,6 +293,7 @@ class UbreServerProtocol(UbrePeer):
             self._announce_own_topics_again()
             return
         session = self.session
+        assert session is not None
         current = session.grants
         if current is None or previous is None:
             if current is previous:
