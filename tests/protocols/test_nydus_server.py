@@ -727,6 +727,22 @@ async def test_subscribe_client_refuses_bad_paths_and_closes_unused_coroutines(h
     assert pending.cr_frame is None  # closed, so never "never awaited"
 
 
+def test_a_client_on_another_process_is_not_subscribed_here_nor_publishes_from_here(host):
+    """A handler answering an INVOKE made on another broker process gets a RemoteCaller as its
+    client: unsubscribing it finds nothing here, and publishing as it is a TypeError, as
+    subscribing it is (both failed on its session, which is its id on the other process)."""
+    from wireproto.access import Principal
+    from wireproto.protocols.calls import RemoteCaller
+
+    caller = RemoteCaller("nydus", "127.0.0.1:50312", 7, nanoid(),
+                          Principal("alice", frozenset()), "host:4711/1f2e3d4c")
+    assert host.server.unsubscribe_client(caller, "/chat/room") is False
+    with pytest.raises(TypeError, match="connected to another broker process"):
+        host.server.publish("/chat/room", {"text": "hi"}, sender=caller)
+    with pytest.raises(TypeError, match="connected to another broker process"):
+        host.server.subscribe_client(caller, "/chat/room")
+
+
 # -- hub routes -----------------------------------------------------------------------------------
 
 

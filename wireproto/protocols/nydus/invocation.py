@@ -1,6 +1,6 @@
-"""What nydus handlers raise: `InvokeError` for an answer of the handler's choosing, and the data
-an ERROR carries (docs/nydus.md, "Handlers"). What they get, an `Invocation`, is the server's
-(wireproto.protocols.nydus.server)."""
+"""What nydus handlers raise: `InvokeError` for an answer of the handler's choosing (as the hub
+routes do for data that is no path: `path_data`), and the data an ERROR carries (docs/nydus.md,
+"Handlers"). What they get, an `Invocation`, is the server's (wireproto.protocols.nydus.server)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ __all__ = [
     "unanswered_data",
     "call_body",
     "nydus_data",
+    "path_data",
 ]
 
 # -- what handlers raise -----------------------------------------------------------------
@@ -64,6 +65,13 @@ class InvokeError(Exception):
         if self.body is not None:
             data["body"] = self.body
         return data
+
+
+def path_data(data: Any) -> str:
+    """The path a hub route's INVOKE gives as its data; InvokeError 400 if it gives none."""
+    if not isinstance(data, str) or not data.startswith("/"):
+        raise InvokeError(400, f"expected a path that starts with '/', not {data!r:.60}")
+    return data
 
 
 def error_data(error: BaseException, debug: bool) -> Any:

@@ -13,6 +13,7 @@ from wireproto.hub import HubMessage
 from wireproto.payloads import json_from_payload
 
 __all__ = [
+    "call_name",
     "publish_head",
     "nanoid",
     "topic_of_path",
@@ -41,6 +42,12 @@ def topic_of_path(path: str) -> str:
 def path_of_topic(topic: str) -> str:
     """The nydus path of a hub topic: ``/`` and the topic."""
     return "/" + topic
+
+
+def call_name(path: str) -> str:
+    """What an INVOKE of `path` is checked as: its hub topic (the path without its leading
+    ``/``), or the path itself where it has none."""
+    return path[1:] if path.startswith("/") else path
 
 
 def publish_head(path: str) -> bytes:

@@ -60,9 +60,11 @@ from wireproto.protocols.nydus.invocation import (
     call_body,
     error_data,
     nydus_data,
+    path_data,
     unanswered_data,
 )
 from wireproto.protocols.nydus.paths import (
+    call_name,
     encode_for_nydus,
     nanoid,
     path_of_topic,
@@ -71,7 +73,7 @@ from wireproto.protocols.nydus.paths import (
 )
 from wireproto.protocols.nydus.routes import RouteTable, route_key, route_of_key
 from wireproto.protocols.rpc import RequestFailed, run_handler
-from wireproto.transports.base import MessageProtocol
+from wireproto.transports.base import IMessageTransport, MessageProtocol
 
 __all__ = [
     "serve",
@@ -111,11 +113,11 @@ class Invocation:
     `path` is the path the client invoked, decoded; `route` the pattern that matched it (what
     nydus calls `path`); `params` and `splats` its captures (wireproto.routes); `body` the
     INVOKE's data, None when it had none. `client` is the connection, to subscribe or to reply
-    to later; `server` the NydusServer.
+    to later (a RemoteCaller for an INVOKE made on another process); `server` the NydusServer.
     """
 
     server: NydusServer
-    client: NydusServerProtocol
+    client: NydusServerProtocol | RemoteCaller
     path: str
     route: str
     params: dict[str, str | None] = field(default_factory=dict)
@@ -138,7 +140,8 @@ class NydusServerProtocol(MessageProtocol):
     client is subscribed to.
     """
 
-    session: Session | None = None
+    transport: IMessageTransport  # given before any other call (makeConnection)
+    session: Session | None = None  # its place in the hub, from connectionMade on
     _failed = False
 
     def __init__(self, server: NydusServer) -> None:
@@ -164,13 +167,13 @@ class NydusServerProtocol(MessageProtocol):
 
     def connectionMade(self) -> None:
         server = self.server
-        self.session = server.hub.attach(
+        session = self.session = server.hub.attach(
             self.transport, protocol="nydus", wire_format=WIRE_FORMAT, encode=encode_for_nydus,
             client=self.id,
         )
         server.clients[self.id] = self
-        server._sessions[self.session] = self
-        self.session.send(b"0|3", False)
+        server._sessions[session] = self
+        session.send(b"0|3", False)
         server._hook("on_connect", self)
 
     def connectionLost(self, reason: Failure) -> None:
@@ -215,25 +218,17 @@ class NydusServerProtocol(MessageProtocol):
         if self._answering >= server.max_pending_invokes:
             self._reply(Error, message.id, TOO_MANY_REQUESTS)
             return
+        session = self.session
+        assert session is not None  # messages come after connectionMade
         match = server.routes.match(message.path)
-        remote = None
         if match is None:
             remote = server.remote_route(message.path)
             if remote is None:
                 self._reply(Error, message.id, NOT_FOUND)
-                return
-        if remote is not None or match.action not in server.hub_route_handlers:
-            try:
-                self.session.check(Action.CALL, call_name(message.path))
-            except Forbidden:
-                self._reply(Error, message.id, FORBIDDEN)
-                return
-            except LimitExceeded as error:
-                self._reply(Error, message.id, FORBIDDEN)
-                self._over_limit(error)
-                return
-        if remote is not None:
-            self._invoke_elsewhere(message, remote)
+            elif self._may_call(session, message):
+                self._invoke_elsewhere(session, message, remote)
+            return
+        if match.action not in server.hub_route_handlers and not self._may_call(session, message):
             return
         invocation = Invocation(
             server, self, message.path, match.route, match.params, match.splats,
@@ -249,14 +244,27 @@ class NydusServerProtocol(MessageProtocol):
             self._answering += 1
             working.addBoth(self._answered)
 
+    def _may_call(self, session: Session, message: Invoke) -> bool:
+        """Whether this client may INVOKE its path; if not, 403, and closed past a limit."""
+        try:
+            session.check(Action.CALL, call_name(message.path))
+        except Forbidden:
+            self._reply(Error, message.id, FORBIDDEN)
+            return False
+        except LimitExceeded as error:
+            self._reply(Error, message.id, FORBIDDEN)
+            self._over_limit(error)
+            return False
+        return True
+
     def _answered(self, result: Any) -> None:
         self._answering -= 1
         if isinstance(result, Failure):
             log.failure("nydus: sending a reply failed", result)
 
-    def _invoke_elsewhere(self, message: Invoke, route: str) -> None:
+    def _invoke_elsewhere(self, session: Session, message: Invoke, route: str) -> None:
         """Ask the broker process that serves `route`."""
-        call = Call("nydus", route, call_body(message.data), self.session.caller(),
+        call = Call("nydus", route, call_body(message.data), session.caller(),
                     path=message.path, id=message.id)
         self._answering += 1
         d = self.server.hub.federation.call(call)
@@ -285,7 +293,8 @@ class NydusServerProtocol(MessageProtocol):
     # -- sending -------------------------------------------------------------------------------
 
     def _reply(self, kind: type, invoke_id: str, data: Any) -> None:
-        if not self.connected or self._failed:
+        session = self.session
+        if not self.connected or self._failed or session is None:
             return  # the client is gone, and so is its reply
         if kind is Result and data is None:
             data = NO_DATA  # a handler that returns nothing: RESULT with no data, `2$id|`
@@ -298,7 +307,7 @@ class NydusServerProtocol(MessageProtocol):
             except (ProtocolError, TypeError, ValueError):
                 # Even the error is too big for this connection: say only that it failed.
                 encoded = self._encode(Error(invoke_id, error_data(error, False)))
-        self.session.send(encoded, False)
+        session.send(encoded, False)
 
     def _encode(self, message: nydus.Message) -> bytes:
         data = nydus.encode(message).encode("utf-8")
@@ -481,15 +490,9 @@ class NydusServer:
 
     # -- the hub routes ------------------------------------------------------------------------
 
-    @staticmethod
-    def _path_in(body: Any) -> str:
-        if not isinstance(body, str) or not body.startswith("/"):
-            raise InvokeError(400, f"expected a path that starts with '/', not {body!r:.60}")
-        return body
-
     def _route_subscribe(self, invocation: Invocation) -> None:
         try:
-            self.subscribe_client(invocation.client, self._path_in(invocation.body))
+            self.subscribe_client(invocation.client, path_data(invocation.body))
         except LimitExceeded as error:
             raise InvokeError(400, str(error)) from error  # and the connection closes
         except Forbidden:
@@ -498,13 +501,13 @@ class NydusServer:
             raise InvokeError(400, str(error)) from None
 
     def _route_unsubscribe(self, invocation: Invocation) -> None:
-        self.unsubscribe_client(invocation.client, self._path_in(invocation.body))
+        self.unsubscribe_client(invocation.client, path_data(invocation.body))
 
     def _route_publish(self, invocation: Invocation) -> dict[str, int]:
         body = invocation.body
         if not isinstance(body, dict) or set(body) - {"path", "data"} or "path" not in body:
             raise InvokeError(400, 'expected {"path": "/topic", "data": ...}')
-        path = self._path_in(body["path"])
+        path = path_data(body["path"])
         try:
             delivered = self.publish(path, body.get("data", NO_DATA), sender=invocation.client)
         except LimitExceeded as error:
@@ -517,9 +520,8 @@ class NydusServer:
 
     # -- subscriptions ---------------------------------------------------------------------------
 
-    def subscribe_client(
-        self, client: NydusServerProtocol, path: str, initial_data: Any = NO_DATA
-    ) -> bool:
+    def subscribe_client(self, client: NydusServerProtocol | RemoteCaller, path: str,
+                         initial_data: Any = NO_DATA) -> bool:
         """Subscribe `client` to `path` (its hub topic, see the module docstring). If it was not
         subscribed already, `initial_data` goes to it alone as a PUBLISH: at once, or, for a
         Deferred or a coroutine, when that gives a value other than None, if the client is still
@@ -529,7 +531,7 @@ class NydusServer:
         carry, InvalidField for plain initial data that is not JSON, and LimitExceeded past the
         hub's subscriptions limit.
         """
-        if getattr(client, "remote", False):
+        if isinstance(client, RemoteCaller):
             _discard(initial_data)
             raise TypeError(
                 f"{client!r} is connected to another broker process; it can subscribe itself "
@@ -578,10 +580,10 @@ class NydusServer:
             log.warn("nydus: cannot send initial data for {path!r} to {id}: {error}",
                      path=path, id=client.id, error=error)
 
-    def unsubscribe_client(self, client: NydusServerProtocol, path: str) -> bool:
-        """Unsubscribe `client` from `path`; False if it was not subscribed."""
+    def unsubscribe_client(self, client: NydusServerProtocol | RemoteCaller, path: str) -> bool:
+        """Unsubscribe `client` from `path`; False if it was not subscribed here."""
         topic = topic_of_path(path)
-        if getattr(client, "session", None) is None:  # gone, or on another broker process
+        if isinstance(client, RemoteCaller) or client.session is None:
             return False
         return client.session.unsubscribe(topic)
 
@@ -595,14 +597,16 @@ class NydusServer:
                 found = True
         return found
 
-    def publish(
-        self, path: str, data: Any = NO_DATA, *, sender: NydusServerProtocol | None = None
-    ) -> int:
+    def publish(self, path: str, data: Any = NO_DATA, *,
+                sender: NydusServerProtocol | RemoteCaller | None = None) -> int:
         """Publish `data` on `path` to every subscriber of its hub topic, on every protocol
         (but `sender`, a client publishing through the server). Returns how many got it.
         Raises InvalidField for data that is not JSON (bytes go into the hub as they are),
-        ValueError or InvalidTopic for a path without a topic, and Forbidden if `sender` may
-        not publish there."""
+        ValueError or InvalidTopic for a path without a topic, Forbidden if `sender` may
+        not publish there, and TypeError for a sender on another process (it can publish
+        itself, with /_hub/publish)."""
+        if isinstance(sender, RemoteCaller):
+            raise TypeError(f"{sender!r} is connected to another broker process")
         topic = topic_of_path(path)
         head = publish_head(path)
         if sender is not None and sender.session is not None:
@@ -624,12 +628,6 @@ class NydusServer:
         """Close every connection (as nydus's close does); listeners are stopped by their owner."""
         for client in tuple(self.clients.values()):
             client.close()
-
-
-def call_name(path: str) -> str:
-    """What an INVOKE of `path` is checked as: its hub topic (the path without its leading
-    ``/``), or the path itself where it has none."""
-    return path[1:] if path.startswith("/") else path
 
 
 def _discard(initial_data: Any) -> None:
