@@ -10,10 +10,11 @@ topic), `payloads` (a payload as the page shows it), `systopics` and `static_fil
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.web.resource import IResource
 
 from wireproto.admin.api import ADMIN_QUESTION, AdminApi
 from wireproto.admin.gate import AdminGate
@@ -56,9 +57,10 @@ class AdminConsole:
                                     None if group is None else group.node,
                                     reactor) if settings.sys_interval else None
 
-    def routes(self, taken: dict[str, Any]) -> dict[str, Any]:
+    def routes(self, taken: Mapping[str, IResource]) -> dict[str, IResource]:
         """The resources by path, but ``/`` when a listener is there."""
-        routes = {"/ui": self.page_files, "/js": self.clients, "/api": self.api}
+        routes: dict[str, IResource] = {
+            "/ui": self.page_files, "/js": self.clients, "/api": self.api}
         if "/" not in taken:
             routes["/"] = self.page
         return routes

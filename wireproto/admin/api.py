@@ -39,7 +39,7 @@ from wireproto.admin.rates import TopicRates
 from wireproto.admin.tap import Tap
 from wireproto.broker import BrokerView
 from wireproto.errors import InvalidTopic
-from wireproto.hub import HubMessage
+from wireproto.hub import HubMessage, Session
 from wireproto.hub.federation import ProcessGroup, Reply
 from wireproto.peerlog import describe_address
 from wireproto.protocols.calls import NO_BODY, Answer, RemoteCaller
@@ -279,7 +279,7 @@ class AdminApi(Resource):
     def sessions(self) -> list[dict[str, Any]]:
         return [self._describe(session) for session in self.hub.sessions]
 
-    def _describe(self, session: Any) -> dict[str, Any]:
+    def _describe(self, session: Session) -> dict[str, Any]:
         principal = session.principal
         return {
             "id": session.id,
@@ -301,7 +301,7 @@ class AdminApi(Resource):
             "will": None if session.will is None else session.will.topic,
         }
 
-    def _session(self, number: str) -> Any:
+    def _session(self, number: str) -> Session:
         for session in self.hub.sessions:
             if str(session.id) == number:
                 return session

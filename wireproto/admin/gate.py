@@ -18,13 +18,16 @@ where it comes from, the broker's own origin.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 
 from wireproto.access import Principal
 from wireproto.transports.http import HTTPRefusal, origin_allowed
+
+if TYPE_CHECKING:
+    from wireproto.authentication import Authentication
 
 __all__ = ["AdminGate", "LOCAL_ADMIN", "PAGE_HEADER", "is_local_address", "same_origin"]
 
@@ -67,10 +70,10 @@ def _loopback_host(request: Any) -> bool:
 class AdminGate:
     """Admits a request to the admin API, or refuses it with an HTTPRefusal."""
 
-    def __init__(self, allow: tuple[str, ...], auth: Any = None,
+    def __init__(self, allow: tuple[str, ...], auth: Authentication | None = None,
                  allowed_origins: tuple[str, ...] | None = None) -> None:
         self.allow = allow
-        self.auth = auth  # wireproto.authentication.Authentication, or None
+        self.auth = auth
         # Pages elsewhere that may use the API too ([websocket] allowed_origins); None: none.
         self.allowed_origins = allowed_origins
 

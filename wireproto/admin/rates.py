@@ -3,9 +3,12 @@ few seconds while the service runs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import task
+
+if TYPE_CHECKING:
+    from wireproto.hub import Hub
 
 __all__ = ["TopicRates"]
 
@@ -13,7 +16,7 @@ __all__ = ["TopicRates"]
 class TopicRates:
     """Each counted topic's publishes per second over the last sampling period."""
 
-    def __init__(self, hub: Any, reactor: Any, *, period: float = 2.0) -> None:
+    def __init__(self, hub: Hub, reactor: Any, *, period: float = 2.0) -> None:
         self.hub = hub
         self.reactor = reactor
         self.period = period

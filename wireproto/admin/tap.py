@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
 from wireproto.admin.payloads import describe_payload
-from wireproto.hub import Hub, HubMessage
+from wireproto.hub import Hub, HubMessage, LocalSubscriber
 
 __all__ = ["Tap", "SHOWN_PAYLOAD_BYTES"]
 
@@ -36,7 +36,7 @@ class Tap:
         self.shown = 0
         self._paused = False
         self._stopped = stopped
-        self._subscription: Any = hub.subscribe_callback(pattern, self._message)
+        self._subscription: LocalSubscriber | None = hub.subscribe_callback(pattern, self._message)
         request.setHeader(b"content-type", b"application/x-ndjson")
         request.setHeader(b"cache-control", b"no-store")
         request.setHeader(b"x-content-type-options", b"nosniff")

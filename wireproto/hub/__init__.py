@@ -455,10 +455,11 @@ class Hub:
         )
 
     def fan_out(
-        self, topic: str, payload: bytes, will: bool, sender: Any, protocol: str, cache: dict,
+        self, topic: str, payload: bytes, will: bool, sender: object, protocol: str, cache: dict,
         message: HubMessage | None,
     ) -> int:
         """The publish loop, for `publish` and for `Session.publish` (which has no HubMessage).
+        `sender` (a subscriber, the federation, or None) is known by its identity alone.
         `message` is built only if some subscriber needs it (to encode it in another format, or
         a host callback), so forwarding a frame as it came builds none."""
         stats = self.stats

@@ -22,7 +22,6 @@ import itertools
 import os
 import sqlite3
 from collections.abc import Iterable
-from typing import Any
 
 import msgpack
 
@@ -131,7 +130,7 @@ class LastValues:
         """Whether `topic`'s last value is kept."""
         wanted = self._wanted.get(topic)
         if wanted is None:
-            found: dict[Any, None] = {}
+            found: dict[str, None] = {}
             self._tree.match(topic, found)
             wanted = bool(found)
             if len(self._wanted) >= _DECISIONS:

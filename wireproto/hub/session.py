@@ -9,8 +9,9 @@ from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from wireproto import peerlog
@@ -29,8 +30,6 @@ from wireproto.topics import validate_pattern
 from wireproto.transports.base import IMessageTransport
 
 if TYPE_CHECKING:
-    from twisted.internet.interfaces import IReactorTime
-
     from wireproto.access import Policy
     from wireproto.access.quotas import PrincipalLimits
     from wireproto.hub.federation import Federation
@@ -81,7 +80,7 @@ class SessionHub(Protocol):
     def note_denial(self, protocol: str, action: str, topic: str, principal: str | None,
                     peer_key: str, **fields: Any) -> None: ...
 
-    def fan_out(self, topic: str, payload: bytes, will: bool, sender: Any, protocol: str,
+    def fan_out(self, topic: str, payload: bytes, will: bool, sender: object, protocol: str,
                 cache: dict, message: HubMessage | None) -> int: ...
 
     def publish(self, message: HubMessage, cache: dict | None = None) -> int: ...
@@ -158,7 +157,7 @@ class Session:
         limits = hub.limits
         self.usage = limits.acquire(limits.key(self.principal, address_key(transport.getPeer())))
         # The close waiting for the principal's credential to expire, if it can.
-        self.expiry: Any = None
+        self.expiry: IDelayedCall | None = None
         transport.registerProducer(self, True)
 
     def __repr__(self) -> str:
@@ -479,7 +478,7 @@ class Session:
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
         self.hub.federation.hold_will(self.id, self.will)
 
-    def close(self, reason: Any = None) -> None:
+    def close(self, reason: Failure | str | None = None) -> None:
         """Leave the hub: drop every subscription and the queue, then publish the will.
         `reason`, a Failure or text, says why in the log."""
         if self.closed:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -36,6 +36,14 @@ from wireproto.broker import BrokerView
 from wireproto.hub import SessionStats
 from wireproto.hub.federation import ProcessGroup, Reply
 from wireproto.metrics.settings import MetricsSettings
+
+if TYPE_CHECKING:
+    from wireproto.access.quotas import PrincipalLimits
+    from wireproto.authentication import Authentication
+    from wireproto.capture.wrapper import BrokerCapture
+    from wireproto.hub import Hub
+    from wireproto.phyllo.bridge import HubBridge
+    from wireproto.transports.http import GuardedSite
 
 __all__ = [
     "MetricsSettings", "BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS",
@@ -126,7 +134,7 @@ class BrokerCollector(Collector):
             value=peerlog.BUDGET.suppressed_total,
         )
 
-    def _access(self, hub: Any, auth: Any) -> Iterator[Metric]:
+    def _access(self, hub: Hub, auth: Authentication | None) -> Iterator[Metric]:
         if auth is None:
             return
         outcomes = CounterMetricFamily(
@@ -165,7 +173,7 @@ class BrokerCollector(Collector):
             denied.add_metric([protocol, action], count)
         yield denied
 
-    def _limits(self, limits: Any) -> Iterator[Metric]:
+    def _limits(self, limits: PrincipalLimits) -> Iterator[Metric]:
         limited = CounterMetricFamily(
             "wireproto_limited",
             "Connections and subscriptions refused, and connections paused for their rate, "
@@ -213,7 +221,7 @@ class BrokerCollector(Collector):
         ):
             yield CounterMetricFamily(f"wireproto_cluster_{name}", documentation, value=value)
 
-    def _refusals(self, sites: list[Any]) -> Iterator[Metric]:
+    def _refusals(self, sites: list[GuardedSite]) -> Iterator[Metric]:
         reasons: Counter[str] = Counter(dict.fromkeys(
             ("body_too_large", "request_timeout", "too_many_pending", "displaced"), 0))
         for site in sites:
@@ -227,7 +235,7 @@ class BrokerCollector(Collector):
             family.add_metric([reason], reasons[reason])
         yield family
 
-    def _connections(self, hub: Any) -> Iterator[Metric]:
+    def _connections(self, hub: Hub) -> Iterator[Metric]:
         accepted = dict.fromkeys(self._served, 0)
         accepted.update(hub.accepted)
         open_now = dict.fromkeys(accepted, 0)
@@ -252,7 +260,7 @@ class BrokerCollector(Collector):
             counter.add_metric(list(key), accepted[key])
         yield counter
 
-    def _queues(self, hub: Any, stats: dict[str, Any]) -> Iterator[Metric]:
+    def _queues(self, hub: Hub, stats: dict[str, SessionStats]) -> Iterator[Metric]:
         queued_bytes = dict.fromkeys(stats, 0)
         queued_messages = dict.fromkeys(stats, 0)
         for session in hub.sessions:
@@ -270,7 +278,7 @@ class BrokerCollector(Collector):
                 gauge.add_metric([protocol], values[protocol])
             yield gauge
 
-    def _hub(self, hub: Any) -> Iterator[Metric]:
+    def _hub(self, hub: Hub) -> Iterator[Metric]:
         stats = hub.stats
         yield CounterMetricFamily(
             "wireproto_hub_published", "Messages published into the hub, wills included.",
@@ -300,7 +308,7 @@ class BrokerCollector(Collector):
                 "Last values not kept: max_retained or max_retained_bytes reached.",
                 value=retained.refused)
 
-    def _phyllo(self, links: dict[str, Any]) -> Iterator[Metric]:
+    def _phyllo(self, links: dict[str, HubBridge]) -> Iterator[Metric]:
         if not links:
             return
         connected = GaugeMetricFamily(
@@ -320,7 +328,7 @@ class BrokerCollector(Collector):
             yield family
 
 
-    def _capture(self, capture: Any) -> Iterator[Metric]:
+    def _capture(self, capture: BrokerCapture | None) -> Iterator[Metric]:
         writer = None if capture is None else capture.writer
         if writer is None:
             return

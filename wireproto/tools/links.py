@@ -21,6 +21,9 @@ from wireproto.tools._common import (
 )
 
 if TYPE_CHECKING:
+    from wireproto.codecs.phyllo.message import PubSubMessage
+    from wireproto.codecs.ubre import Publish
+    from wireproto.phyllo.pubsub import MessageLink
     from wireproto.protocols.websmq.client import WebsmqClientProtocol
 
 __all__ = [
@@ -218,7 +221,7 @@ class UbreLink(Link):
             raise ToolError(str(closed), EXIT_UNREACHABLE) from None
 
     def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
-        def received(message: Any) -> None:
+        def received(message: Publish) -> None:
             payload = _value_payload(message.body)
             if isinstance(message.body, bytes) or payload is None:
                 deliver(Received(message.topic, payload or b""))
@@ -236,7 +239,7 @@ class UbreLink(Link):
 class PhylloLink(Link):
     protocol = "phyllo"
 
-    def __init__(self, top: Any, send_format: str) -> None:
+    def __init__(self, top: MessageLink, send_format: str) -> None:
         super().__init__()
         self.top = top
         self.send_format = send_format
@@ -268,7 +271,7 @@ class PhylloLink(Link):
         if is_websocket_address(args.address):
             # A device behind a WebSocket: one chunk per binary message, as the broker's
             # --phyllo ws:// links carry it.
-            built: list[Any] = []
+            built: list[MessageLink] = []
 
             def chunks() -> MessageChunks:
                 bottom = MessageChunks()
@@ -287,7 +290,9 @@ class PhylloLink(Link):
     async def publish(self, topic: str, payload: bytes) -> None:
         from wireproto.phyllo.bridge import device_message
 
-        self.top.send(device_message(topic.encode("utf-8"), payload, self.send_format))
+        message = device_message(topic.encode("utf-8"), payload, self.send_format)
+        assert message is not None  # msgpack and bytes, the tools' formats, carry any payload
+        self.top.send(message)
 
     def subscribe(self, topics: list[str], deliver: Callable[[Received], object]) -> None:
         from wireproto.topics import is_pattern, pattern_matches
@@ -295,7 +300,7 @@ class PhylloLink(Link):
         exact = {topic for topic in topics if not is_pattern(topic)}
         patterns = [topic for topic in topics if is_pattern(topic)]
 
-        def received(message: Any) -> None:
+        def received(message: PubSubMessage) -> None:
             topic = message.topic.decode("utf-8", "backslashreplace")
             if topic in exact or any(pattern_matches(p, topic) for p in patterns):
                 deliver(_phyllo_received(topic, message))
@@ -315,7 +320,7 @@ def _unclean(reason: Failure | None) -> BaseException | None:
     return reason.value
 
 
-def _phyllo_received(topic: str, message: Any) -> Received:
+def _phyllo_received(topic: str, message: PubSubMessage) -> Received:
     """A device message: a msgpack or JSON document by its value, anything else by its
     payload (a CBOR document by its body)."""
     from wireproto.codecs.phyllo.codes import TypeCode

@@ -27,6 +27,7 @@ from typing import Any
 
 from twisted.application.internet import backoffPolicy
 from twisted.internet import defer
+from twisted.internet.interfaces import IDelayedCall
 from twisted.python.failure import Failure
 
 from wireproto.tools._common import (
@@ -76,7 +77,7 @@ class _Run:
         self.reactor = reactor
         self.outcome: int | BaseException | None = None
         self._waiting: set[defer.Deferred] = set()
-        self._timer: Any = None
+        self._timer: IDelayedCall | None = None
 
     def end(self, outcome: int | BaseException) -> None:
         if self.outcome is not None:

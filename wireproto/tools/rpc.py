@@ -40,6 +40,7 @@ from wireproto.tools.registry import call_protocols, protocol_of
 
 if TYPE_CHECKING:
     from wireproto.protocols.client import ClientBase
+    from wireproto.protocols.subble.events import SubbleEvent
 
 __all__ = [
     "register",
@@ -251,7 +252,7 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
 # -- produce --------------------------------------------------------------------------------------
 
 
-def event_record(event: Any) -> dict[str, Any]:
+def event_record(event: SubbleEvent) -> dict[str, Any]:
     """A SubbleEvent as the JSON object ``events --json`` prints."""
     return {
         "type": event.type,
@@ -347,7 +348,7 @@ async def _events(reactor: Any, args: argparse.Namespace) -> int:
     done: defer.Deferred[int] = defer.Deferred()
     received = 0
 
-    def on_event(event: Any) -> None:
+    def on_event(event: SubbleEvent) -> None:
         nonlocal received
         if done.called:
             return

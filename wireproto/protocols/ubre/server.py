@@ -22,7 +22,7 @@ payloads and back."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -492,7 +492,7 @@ class UbreServer(HandlerRegistry):
 class _Handlers(dict):
     """Handlers by name, telling the hub when they change, so the cluster serves their names."""
 
-    def __init__(self, changed: Any) -> None:
+    def __init__(self, changed: Callable[[], object]) -> None:
         super().__init__()
         self._changed = changed
 
