@@ -18,8 +18,8 @@ import wireproto
 PACKAGE = Path(wireproto.__file__).parent
 
 # Ceilings: the counts when the last change was made (docs/architecture.md, "Types").
-MOST_ANY_ANNOTATIONS = 869
-MOST_TYPE_IGNORES = 13
+MOST_ANY_ANNOTATIONS = 789
+MOST_TYPE_IGNORES = 12
 
 
 def _annotations(tree: ast.AST) -> list[ast.expr]:

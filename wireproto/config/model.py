@@ -169,8 +169,7 @@ class Config:
             return NotImplemented
         return (self.listeners, self.attach, self.phyllo, self.acl, dict(self.tables)) == (
             other.listeners, other.attach, other.phyllo, other.acl, dict(other.tables))
-
-    __hash__ = None  # type: ignore[assignment]
+    # With __eq__ and no __hash__, a Config is unhashable, as its tables may be.
 
     def __repr__(self) -> str:
         tables = ", ".join(f"{name}={value!r}" for name, value in self.tables.items())

@@ -10,7 +10,12 @@ from typing import Any
 
 from twisted.application.service import MultiService
 from twisted.internet import defer
-from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
+from twisted.internet.interfaces import (
+    IProtocol,
+    IProtocolFactory,
+    IReactorTime,
+    IStreamClientEndpoint,
+)
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -51,8 +56,8 @@ class _LoggingClientEndpoint:
         """The link's address as the log shows it: a URL without its credentials."""
         return redact_url(self.link.endpoint)
 
-    def connect(self, factory: Any) -> defer.Deferred:
-        def opened(protocol: Any) -> Any:
+    def connect(self, factory: IProtocolFactory) -> defer.Deferred[IProtocol]:
+        def opened(protocol: IProtocol) -> IProtocol:
             self._down = False
             log.info("attached {what} on {endpoint}", what=self.link.describe(),
                      endpoint=self.shown)
