@@ -398,3 +398,19 @@ def test_the_probe_sees_an_io_import():
 def test_codec_exposes_encode_and_decode(name):
     module = importlib.import_module(f"wireproto.codecs.{name}")
     assert callable(module.encode) and callable(module.decode)
+
+
+# -- the size of a module -------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 650
+# Modules that may be longer, because each reads top to bottom as one spec's text.
+READS_AS_ONE_SPEC = {
+    "wireproto.codecs.subble": "the SubbleSocket spec: its codes, messages, decoding, encoding",
+}
+
+
+def test_no_module_is_over_650_lines_but_one_that_reads_as_one_spec():
+    lines = {name: len(path.read_text().splitlines()) for name, path in module_files().items()}
+    assert {name: count for name, count in lines.items()
+            if count > MAX_MODULE_LINES and name not in READS_AS_ONE_SPEC} == {}
+    assert set(READS_AS_ONE_SPEC) <= set(lines)
