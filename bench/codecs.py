@@ -24,7 +24,7 @@ from typing import Any
 import msgpack
 import orjson
 
-from wireproto.codecs import engineio, nats, nydus, phyllo, subble, ubre, websmq
+from wireproto.codecs import engineio, nats, nydus, phyllo, subble, ubre, websmq, wpheader
 
 PAYLOAD = bytes(range(32, 96))  # 64 bytes of printable ASCII, so JSON can carry it as text
 TOPIC = "sensors/temps/living_room"
@@ -140,6 +140,15 @@ def cases() -> list[Case]:
         "nats message (HMSG)", nats.encode, nats.decode, delivered,
         {"subject": delivered.subject, "sid": 3, "reply": None, "headers": headers,
          "payload": PAYLOAD}, "msgpack", expected=[delivered],
+    )
+    # The cluster's paths: the writer on the way out, the decoder on the way in.
+    writer = wpheader.HeaderWriter("host:41/0a1b2c3d")
+    forwarded = wpheader.WpHeader("host:41/0a1b2c3d", 17, False, "websmq")
+    add(
+        "wpheader forwarded", lambda h: writer.write(h.sequence, h.will, h.protocol),
+        wpheader.decode, forwarded,
+        {"origin": "host:41/0a1b2c3d", "sequence": 17, "will": False, "protocol": "websmq"},
+        "msgpack",
     )
     add("phyllo document, minimal",
         lambda value: phyllo.MINIMAL.encode_document(b"temp", phyllo.serialize(value)),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wireproto.codecs import engineio, nats, nydus, phyllo, subble, ubre, websmq
+from wireproto.codecs import engineio, nats, nydus, phyllo, subble, ubre, websmq, wpheader
 from wireproto.codecs.phyllo import MINIMAL, REDUCED, ChunkSplitter, StackDecoder
 
 
@@ -49,6 +49,13 @@ def _nats_stream(data: bytes) -> Any:
     return events
 
 
+def _wpheader(data: bytes) -> Any:
+    """A header block that holds a Wp line (the rest of the input), its encodings split off a
+    payload of the same bytes."""
+    header = wpheader.decode(b"NATS/1.0\r\nWp: " + data)
+    return header if header is None else wpheader.split(header.carried, data)
+
+
 TARGETS: dict[str, Target] = {
     "websmq": Target(websmq.decode),
     "ubre": Target(ubre.decode),
@@ -72,4 +79,5 @@ TARGETS: dict[str, Target] = {
     "phyllo-reduced-stream": Target(_phyllo_stream(REDUCED)),
     "phyllo-minimal-stream": Target(_phyllo_stream(MINIMAL)),
     "nats": Target(_nats_stream),
+    "wpheader": Target(_wpheader),
 }
