@@ -29,7 +29,8 @@ from twisted.python.failure import Failure
 
 from wireproto.access.policy import Principal
 from wireproto.cluster.client import NoResponders
-from wireproto.cluster.natsproto import STATUS_HEADER, header_values, headers_block
+from wireproto.codecs.nats import header_values, headers_block
+from wireproto.codecs.wpheader import STATUS_HEADER
 from wireproto.protocols.rpc import CallNotServed, CallRefused
 
 if TYPE_CHECKING:

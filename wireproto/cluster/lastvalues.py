@@ -23,8 +23,8 @@ import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from wireproto.cluster.natsproto import header_values, headers_block
 from wireproto.cluster.subjects import safe_token
+from wireproto.codecs.nats import header_values, headers_block
 from wireproto.hub.message import new_message
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.internet import task
 
-from wireproto.cluster.natsproto import headers_block
+from wireproto.codecs.nats import headers_block
 
 if TYPE_CHECKING:
     from wireproto.cluster.link import ClusterLink

@@ -18,8 +18,8 @@ import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from wireproto.cluster.natsproto import headers_block
 from wireproto.cluster.subjects import safe_token
+from wireproto.codecs.nats import headers_block
 
 if TYPE_CHECKING:
     from wireproto.cluster.link import ClusterLink
