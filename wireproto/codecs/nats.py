@@ -223,7 +223,7 @@ class Decoder:
         append = events.append
         position, end = 0, len(buffer)
         waiting = self._waiting
-        max_line = self.max_control_line
+        max_line, max_payload = self.max_control_line, self.max_payload
         while position < end:
             if waiting is None:
                 line_end = buffer.find(b"\r\n", position)
@@ -236,35 +236,36 @@ class Decoder:
                     raise self._too_long(buffer[position:line_end], ended=True)
                 line = buffer[position:line_end]
                 position = line_end + 2
-                first = line[:4]
-                if first != b"HMSG" and first != b"MSG ":
-                    append(self._other(line))
-                    continue
-                # The message line, written out: it is most of what a server sends.
+                # The message lines, written out: they are most of what a server sends.
                 parts = line.split()
                 count = len(parts)
+                operation = parts[0] if count else line
+                if operation != b"HMSG" and operation != b"MSG":
+                    append(self._other(line))
+                    continue
                 try:
-                    if first == b"MSG ":
-                        header_size, size = 0, int(parts[-1])
-                        reply = parts[3].decode() if count == 5 else None
-                        good = count == 4 or count == 5
-                    else:
+                    if operation == b"HMSG":
+                        if count != 5 and count != 6:
+                            raise ValueError
                         header_size, size = int(parts[-2]), int(parts[-1])
                         reply = parts[3].decode() if count == 6 else None
-                        good = (count == 5 or count == 6) and parts[0] == b"HMSG"
+                    else:
+                        if count != 4 and count != 5:
+                            raise ValueError
+                        header_size, size = 0, int(parts[-1])
+                        reply = parts[3].decode() if count == 5 else None
                     sid = int(parts[2])
                     subject = parts[1].decode()
-                except (ValueError, IndexError):
-                    good = False
-                if not good or sid < 0 or header_size < 0 or header_size > size \
-                        or size > self.max_payload:
+                except ValueError:  # UnicodeDecodeError is one too
+                    raise self._bad_message_line(line) from None
+                if sid < 0 or not 0 <= header_size <= size <= max_payload:
                     raise self._bad_message_line(line)
                 waiting = subject, sid, reply, header_size, size
             subject, sid, reply, header_size, size = waiting
             stop = position + size
             if stop + 2 > end:
                 break
-            if buffer[stop:stop + 2] != b"\r\n":
+            if buffer[stop] != 13 or buffer[stop + 1] != 10:  # CR LF
                 raise InvalidField(
                     f"NATS message on {subject!r}: its {size}-byte payload is not followed by "
                     f"CRLF but by {buffer[stop:stop + 2]!r}; the sizes in its MSG line are wrong",
