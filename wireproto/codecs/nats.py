@@ -313,8 +313,8 @@ class Decoder:
         if size > self.max_payload:
             return FrameTooLarge(
                 f"NATS message of {size} bytes is over the decoder's max_payload of "
-                f"{self.max_payload} ({_excerpt(line)}); a server sends none larger than its "
-                "INFO's max_payload, so give the decoder that")
+                f"{self.max_payload} ({_excerpt(line)}); a server sends none over the "
+                "max_payload of its INFO, which the decoder's may be raised to")
         return BadEncoding(f"NATS subject or reply subject that is not UTF-8: {_excerpt(line)}")
 
     def _other(self, line: bytes) -> ServerEvent:
