@@ -248,6 +248,19 @@ def test_encode_refuses_what_is_not_an_operation():
         encode(("PING",))  # type: ignore[arg-type]
 
 
+def test_a_header_block_may_open_with_a_status():
+    assert headers_block({}, 503) == b"NATS/1.0 503\r\n\r\n"
+    block = headers_block({"A": "b"}, 408, "Request Timeout")
+    assert block == b"NATS/1.0 408 Request Timeout\r\nA: b\r\n\r\n"
+    assert header_status(block) == 408 and header_values(block) == {"A": "b"}
+    assert decode(encode(Msg("_INBOX.1", 1, None, headers_block({}, 503), b"")))[0].status == 503
+    for status in (99, 1000, "503"):
+        with pytest.raises(InvalidField, match="three digits"):
+            headers_block({}, status)  # type: ignore[arg-type]
+    with pytest.raises(InvalidField, match="description"):
+        headers_block({}, 503, "No\r\nResponders")
+
+
 @pytest.mark.parametrize(("values", "says"), [
     ({"A B": "x"}, "header name 'A B'"),
     ({"A:B": "x"}, "holds a colon"),

@@ -464,9 +464,21 @@ def encode(operation: Operation) -> bytes:
 # -- headers ------------------------------------------------------------------------------------
 
 
-def headers_block(values: Mapping[str, str]) -> bytes:
-    """A header block: ``NATS/1.0``, then ``Name: value`` lines, then a blank line."""
-    lines = [HEADER_LINE]
+def headers_block(values: Mapping[str, str], status: int | None = None,
+                  description: str = "") -> bytes:
+    """A header block: ``NATS/1.0`` (with a status, ``NATS/1.0 503`` and its description if
+    any), then ``Name: value`` lines, then a blank line."""
+    first = HEADER_LINE
+    if status is not None:
+        if type(status) is not int or not 100 <= status <= 999:
+            raise InvalidField(f"NATS header status must be an int of three digits, not "
+                               f"{status!r}")
+        if not description.isprintable():
+            raise InvalidField(f"NATS header status description {description[:64]!r} holds a "
+                               "control character, which would end its line")
+        first = b"%s %d%s" % (first, status, (" " + description).encode() if description
+                              else b"")
+    lines = [first]
     for name, value in values.items():
         if not name or ":" in name or not name.isprintable() or " " in name:
             raise InvalidField(f"NATS header name {name!r} is empty or holds a colon, a space "
