@@ -77,7 +77,7 @@ __all__ = [
     "header_values",
 ]
 
-# nats-server's own default for the control lines it reads; its lines to a client are as long.
+# nats-server's own default for the control lines it reads, which bounds the ones it sends.
 DEFAULT_MAX_CONTROL_LINE = 4096
 # The most a nats-server's max_payload may be set to (its default is 1 MiB).
 DEFAULT_MAX_PAYLOAD = 64 << 20
@@ -178,7 +178,7 @@ class Unsub:
 ServerEvent = Info | Msg | Ping | Pong | Ok | Err
 Operation = ServerEvent | Connect | Pub | Sub | Unsub
 
-PING, PONG, OK = Ping(), Pong(), Ok()
+_PING, _PONG, _OK = Ping(), Pong(), Ok()
 _msg = unchecked_constructor(Msg)
 
 
@@ -319,11 +319,11 @@ class Decoder:
 
     def _other(self, line: bytes) -> ServerEvent:
         if line == b"PING":
-            return PING
+            return _PING
         if line == b"PONG":
-            return PONG
+            return _PONG
         if line == b"+OK":
-            return OK
+            return _OK
         if line[:5] == b"INFO ":
             info = json_loads(line[5:], "NATS INFO")
             if type(info) is not dict:
