@@ -234,6 +234,7 @@ def test_a_subject_that_would_break_the_line_is_refused(subject):
     (Pub("a", b"x", headers=b"X: 1\r\n\r\n"), "headers must be a block"),
     (Msg("a", 1, None, b"NATS/1.0\r\n", b""), "headers must be a block"),
     (Connect({"x": object()}), "cannot be written as JSON"),
+    (Info({"x": float("nan")}), "cannot be written as JSON"),
     (Err("it's\r\n"), "would not be read back"),
     (Err(" padded"), "would not be read back"),
     (Pub(b"a", b"x"), "subject must be str"),  # type: ignore[arg-type]

@@ -409,7 +409,7 @@ def _block(headers: bytes, what: str) -> bytes:
 
 def _json(value: dict[str, Any], what: str) -> bytes:
     try:
-        return json.dumps(value, separators=(",", ":")).encode()
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as error:
         raise InvalidField(f"NATS {what} cannot be written as JSON: {error}") from None
 
