@@ -344,7 +344,7 @@ def decode(data: bytes) -> list[ServerEvent]:
     does (TruncatedFrame otherwise)."""
     decoder = Decoder()
     events = decoder.feed(data if type(data) is bytes else binary(data, "NATS bytes"))
-    if decoder.pending:
+    if decoder._buffer:
         where = "inside a message's payload" if decoder.inside_message else \
             "inside a control line (no CRLF)"
         raise TruncatedFrame(f"NATS bytes end {where}: {decoder.pending} bytes after the last "
@@ -415,13 +415,15 @@ def _json(value: dict[str, Any], what: str) -> bytes:
 
 
 def _encode_msg(msg: Msg) -> bytes:
-    head = b"%s %s %s" % (_subject(msg.subject), _sid(msg.sid), b"" if msg.reply is None
-                          else _field(msg.reply, "reply subject") + b" ")
-    if msg.headers is None:
-        return b"".join((b"MSG ", head, b"%d\r\n" % len(msg.payload), msg.payload, b"\r\n"))
-    size = len(_block(msg.headers, "MSG"))
-    return b"".join((b"HMSG ", head, b"%d %d\r\n" % (size, size + len(msg.payload)),
-                     msg.headers, msg.payload, b"\r\n"))
+    head = _subject(msg.subject) + b" " + _sid(msg.sid)
+    if msg.reply is not None:
+        head += b" " + _field(msg.reply, "reply subject")
+    payload, headers = msg.payload, msg.headers
+    if headers is None:
+        return b"".join((b"MSG ", head, b" %d\r\n" % len(payload), payload, b"\r\n"))
+    size = len(_block(headers, "MSG"))
+    return b"".join((b"HMSG ", head, b" %d %d\r\n" % (size, size + len(payload)),
+                     headers, payload, b"\r\n"))
 
 
 def _encode_err(err: Err) -> bytes:
