@@ -25,23 +25,24 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.cluster.natsproto import (
-    ERR,
-    INFO,
-    MSG,
-    OK,
-    PING,
+from wireproto.codecs.nats import (
     PING_COMMAND,
-    PONG,
     PONG_COMMAND,
-    NatsParser,
-    NatsProtocolError,
-    connect_command,
+    Connect,
+    Decoder,
+    Err,
+    Info,
+    Msg,
+    Ok,
+    Ping,
+    Pong,
+    Sub,
+    Unsub,
+    encode,
+    encode_pub,
     header_status,
-    pub_command,
-    sub_command,
-    unsub_command,
 )
+from wireproto.errors import ProtocolError
 from wireproto.protocols.rpc import PendingRequests
 from wireproto.transports.connect import tls_client_options
 from wireproto.transports.reconnect import Reconnector, Rotation, backoff_per_round
@@ -155,7 +156,7 @@ class NatsConnection(Protocol):
     def __init__(self, client: NatsClient, server: _Server) -> None:
         self.client = client
         self.server = server
-        self.parser = NatsParser()
+        self.parser = Decoder()
         self.ready = False
         self.info: dict[str, Any] = {}
         self.pings_out = 0
@@ -203,26 +204,26 @@ class NatsConnection(Protocol):
             connect["nkey"] = public
             if nonce:
                 connect["sig"] = signature
-        self.transport.write(connect_command(connect) + PING_COMMAND)
+        self.transport.write(encode(Connect(connect)) + PING_COMMAND)
 
     # -- what the server says --------------------------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
         try:
             events = self.parser.feed(data)
-        except NatsProtocolError as error:
+        except ProtocolError as error:
             log.error("NATS server {server}: {error}", event="cluster_protocol_error",
                       server=self.client._describe(self.server), error=str(error))
             self.transport.abortConnection()
             return
         client = self.client
         for event in events:
-            kind = event[0]
-            if kind is MSG:
-                client._message(event[1], event[2], event[3], event[4], event[5])
-            elif kind is PING:
+            if type(event) is Msg:
+                client._message(event.subject, event.sid, event.reply, event.headers,
+                                event.payload)
+            elif type(event) is Ping:
                 self.transport.write(PONG_COMMAND)
-            elif kind is PONG:
+            elif type(event) is Pong:
                 self.pings_out = 0
                 if self.pongs:
                     self.pongs.pop(0).callback(None)
@@ -232,16 +233,16 @@ class NatsConnection(Protocol):
                         client.options.ping_interval, self._ping)
                     self.transport.registerProducer(self, True)
                     client._ready(self)
-            elif kind is INFO:
+            elif type(event) is Info:
                 if not self.info:
-                    self._handshake(event[1])
+                    self._handshake(event.properties)
                 else:
-                    self.info = {**self.info, **event[1]}
-                    client._learn(event[1])
-            elif kind is ERR:
-                client._server_error(self, event[1])
-            elif kind is not OK:
-                raise AssertionError(kind)
+                    self.info = {**self.info, **event.properties}
+                    client._learn(event.properties)
+            elif type(event) is Err:
+                client._server_error(self, event.text)
+            elif type(event) is not Ok:
+                raise AssertionError(event)
 
     def ping(self) -> defer.Deferred:
         """Fires when the server has answered: everything written before has reached it."""
@@ -369,7 +370,7 @@ class NatsClient:
         if connection is None:
             self.dropped += 1
             return False
-        data = pub_command(subject, payload, reply, headers)
+        data = encode_pub(subject, payload, reply, headers)
         if len(payload) + (len(headers) if headers else 0) > self.max_payload:
             self.dropped += 1
             self.too_large += 1
@@ -392,12 +393,12 @@ class NatsClient:
         sid = next(self._sids)
         self._subscriptions[sid] = (subject, queue, handler)
         if self.connection is not None:
-            self.connection.transport.write(sub_command(subject, sid, queue))
+            self.connection.transport.write(encode(Sub(subject, sid, queue)))
         return sid
 
     def unsubscribe(self, sid: int) -> None:
         if self._subscriptions.pop(sid, None) is not None and self.connection is not None:
-            self.connection.transport.write(unsub_command(sid))
+            self.connection.transport.write(encode(Unsub(sid)))
 
     def flush(self) -> defer.Deferred:
         """Fires once the server has read everything written before (a PING's PONG)."""
@@ -503,7 +504,7 @@ class NatsClient:
         connection.handshaken.callback(connection)
         self._pending = None
         self.connection = connection
-        commands = [sub_command(subject, sid, queue)
+        commands = [encode(Sub(subject, sid, queue))
                     for sid, (subject, queue, _) in self._subscriptions.items()]
         if commands:
             connection.transport.write(b"".join(commands))

@@ -20,9 +20,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto.cluster.client import NatsClient
-from wireproto.cluster.natsproto import headers_block
 from wireproto.cluster.roster import Roster
 from wireproto.cluster.subjects import Subjects, safe_token
+from wireproto.codecs.nats import headers_block
 from wireproto.hub.message import HubMessage
 
 __all__ = ["WillKeeper"]
