@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import itertools
 import secrets
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +150,23 @@ def _sign_nonce(seed: bytes, nonce: str) -> tuple[str, str]:
         keys.wipe()
 
 
+class _NatsTransport(typing.Protocol):
+    """What a NATS connection's transport is: TCP that can start TLS, and a consumer whose
+    producer (this connection) is paused while its buffer is full."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def startTLS(self, contextFactory: Any) -> None: ...
+
+    def registerProducer(self, producer: object, streaming: bool) -> None: ...
+
+    def unregisterProducer(self) -> None: ...
+
+    def loseConnection(self) -> None: ...
+
+    def abortConnection(self) -> None: ...
+
+
 @implementer(IPushProducer)
 class NatsConnection(Protocol):
     """One connection to one NATS server, for its `NatsClient`."""
@@ -167,6 +185,11 @@ class NatsConnection(Protocol):
         # Fires once the server has answered the CONNECT; fails if the connection closes first.
         self.handshaken: defer.Deferred = defer.Deferred()
 
+    @property
+    def wire(self) -> _NatsTransport:
+        """The connected transport: TCP that can start TLS (the client uses none before)."""
+        return typing.cast(_NatsTransport, self.transport)
+
     # -- the handshake ---------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
@@ -176,7 +199,7 @@ class NatsConnection(Protocol):
         options = self.client.options
         self.info = info
         if self.server.tls or info.get("tls_required") or options.certfile or options.cafile:
-            self.transport.startTLS(tls_client_options(
+            self.wire.startTLS(tls_client_options(
                 self.server.host, cafile=options.cafile, certfile=options.certfile,
                 keyfile=options.keyfile))
         connect: dict[str, Any] = {
@@ -204,7 +227,7 @@ class NatsConnection(Protocol):
             connect["nkey"] = public
             if nonce:
                 connect["sig"] = signature
-        self.transport.write(encode(Connect(connect)) + PING_COMMAND)
+        self.wire.write(encode(Connect(connect)) + PING_COMMAND)
 
     # -- what the server says --------------------------------------------------------------------
 
@@ -214,7 +237,7 @@ class NatsConnection(Protocol):
         except ProtocolError as error:
             log.error("NATS server {server}: {error}", event="cluster_protocol_error",
                       server=self.client._describe(self.server), error=str(error))
-            self.transport.abortConnection()
+            self.wire.abortConnection()
             return
         client = self.client
         for event in events:
@@ -222,7 +245,7 @@ class NatsConnection(Protocol):
                 client._message(event.subject, event.sid, event.reply, event.headers,
                                 event.payload)
             elif type(event) is Ping:
-                self.transport.write(PONG_COMMAND)
+                self.wire.write(PONG_COMMAND)
             elif type(event) is Pong:
                 self.pings_out = 0
                 if self.pongs:
@@ -231,7 +254,7 @@ class NatsConnection(Protocol):
                     self.ready = True
                     self._pinger = client.reactor.callLater(
                         client.options.ping_interval, self._ping)
-                    self.transport.registerProducer(self, True)
+                    self.wire.registerProducer(self, True)
                     client._ready(self)
             elif type(event) is Info:
                 if not self.info:
@@ -248,7 +271,7 @@ class NatsConnection(Protocol):
         """Fires when the server has answered: everything written before has reached it."""
         d: defer.Deferred = defer.Deferred()
         self.pongs.append(d)
-        self.transport.write(PING_COMMAND)
+        self.wire.write(PING_COMMAND)
         return d
 
     def _ping(self) -> None:
@@ -256,10 +279,10 @@ class NatsConnection(Protocol):
         if self.pings_out >= self.client.options.max_pings_out:
             log.warn("NATS server {server} stopped answering PINGs; reconnecting",
                      event="cluster_stale", server=self.client._describe(self.server))
-            self.transport.abortConnection()
+            self.wire.abortConnection()
             return
         self.pings_out += 1
-        self.transport.write(PING_COMMAND)
+        self.wire.write(PING_COMMAND)
         self._pinger = self.client.reactor.callLater(
             self.client.options.ping_interval, self._ping)
 
@@ -353,8 +376,8 @@ class NatsClient:
                 connection._on_closed = closed  # type: ignore[attr-defined]
                 if connection.ready:
                     # A TLS transport does not close while a producer is registered.
-                    connection.transport.unregisterProducer()
-                connection.transport.loseConnection()
+                    connection.wire.unregisterProducer()
+                connection.wire.loseConnection()
                 return closed
         return defer.succeed(None)
 
@@ -381,7 +404,7 @@ class NatsClient:
                 self.dropped += 1
                 return False
             connection.backlog = backlog + len(data)
-        connection.transport.write(data)
+        connection.wire.write(data)
         self.published += 1
         return True
 
@@ -393,12 +416,12 @@ class NatsClient:
         sid = next(self._sids)
         self._subscriptions[sid] = (subject, queue, handler)
         if self.connection is not None:
-            self.connection.transport.write(encode(Sub(subject, sid, queue)))
+            self.connection.wire.write(encode(Sub(subject, sid, queue)))
         return sid
 
     def unsubscribe(self, sid: int) -> None:
         if self._subscriptions.pop(sid, None) is not None and self.connection is not None:
-            self.connection.transport.write(encode(Unsub(sid)))
+            self.connection.wire.write(encode(Unsub(sid)))
 
     def flush(self) -> defer.Deferred:
         """Fires once the server has read everything written before (a PING's PONG)."""
@@ -507,7 +530,7 @@ class NatsClient:
         commands = [encode(Sub(subject, sid, queue))
                     for sid, (subject, queue, _) in self._subscriptions.items()]
         if commands:
-            connection.transport.write(b"".join(commands))
+            connection.wire.write(b"".join(commands))
         self._learn(connection.info)
         self.max_payload = int(connection.info.get("max_payload") or self.max_payload)
         log.info("connected to NATS server {server}" + ("" if first else " again"),
