@@ -16,6 +16,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+import types
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -394,7 +395,57 @@ def test_the_probe_sees_an_io_import():
     assert "twisted" in _loaded_io_modules("twisted.internet.protocol").split(",")
 
 
+def incremental_decoders(module: object) -> set[type]:
+    """The codec's own classes in a module that decode bytes as they arrive: those with `feed`."""
+    return {cls for name, cls in vars(module).items()
+            if not name.startswith("_") and isinstance(cls, type)
+            and cls.__module__.startswith("wireproto.codecs") and hasattr(cls, "feed")}
+
+
 @pytest.mark.parametrize("name", SPEC_CODECS)
 def test_codec_exposes_encode_and_decode(name):
     module = importlib.import_module(f"wireproto.codecs.{name}")
     assert callable(module.encode) and callable(module.decode)
+
+
+@pytest.mark.parametrize("name", SPEC_CODECS)
+def test_an_incremental_codec_names_its_decoder(name):
+    """A codec of a byte stream, where one read may end inside a message or hold several, has
+    `decode` for a whole buffer and names its incremental decoder `Decoder`, whose `feed` returns
+    what the bytes so far complete; a codec with no such class names none."""
+    module = importlib.import_module(f"wireproto.codecs.{name}")
+    found = incremental_decoders(module)
+    if not found:
+        assert not hasattr(module, "Decoder")
+        return
+    assert getattr(module, "Decoder", None) in found, f"{name}.Decoder is none of {found}"
+    assert "Decoder" in module.__all__
+    assert module.Decoder().feed(b"") == []
+
+
+def test_the_convention_sees_a_codec_that_does_not_name_its_decoder():
+    class Splitter:
+        def feed(self, data: bytes) -> list[bytes]:
+            return []
+
+    Splitter.__module__ = "wireproto.codecs.made_up"
+    codec = types.ModuleType("wireproto.codecs.made_up")
+    codec.Splitter, codec.encode = Splitter, len  # type: ignore[attr-defined]
+    assert incremental_decoders(codec) == {Splitter}
+    assert getattr(codec, "Decoder", None) not in incremental_decoders(codec)
+
+
+# -- the size of a module -------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 650
+# Modules that may be longer, because each reads top to bottom as one spec's text.
+READS_AS_ONE_SPEC = {
+    "wireproto.codecs.subble": "the SubbleSocket spec: its codes, messages, decoding, encoding",
+}
+
+
+def test_no_module_is_over_650_lines_but_one_that_reads_as_one_spec():
+    lines = {name: len(path.read_text().splitlines()) for name, path in module_files().items()}
+    assert {name: count for name, count in lines.items()
+            if count > MAX_MODULE_LINES and name not in READS_AS_ONE_SPEC} == {}
+    assert set(READS_AS_ONE_SPEC) <= set(lines)

@@ -12,69 +12,9 @@ from twisted.internet import reactor
 
 from tests.support import eventually, failure_of, sleep, wait_for
 from wireproto.cluster.client import NatsClient, NatsOptions, NoResponders
-from wireproto.cluster.natsproto import (
-    ERR,
-    INFO,
-    MSG,
-    PING,
-    NatsParser,
-    NatsProtocolError,
-    header_status,
-    header_values,
-    headers_block,
-)
+from wireproto.codecs.nats import headers_block
 from wireproto.protocols.rpc import RequestTimeout
 from wireproto.supervisor.natsserver import NatsServer
-
-# -- the parser --------------------------------------------------------------------------------
-
-STREAM = (
-    b'INFO {"server_id":"x","headers":true}\r\nPING\r\n'
-    b"MSG a.b 1 5\r\nhello\r\n"
-    b"MSG a.b 2 _INBOX.x 7\r\nab\r\ncd \r\n"
-    b"HMSG a.c 3 21 24\r\nNATS/1.0\r\nWp: o 1\r\n\r\nabc\r\n"
-    b"HMSG _INBOX.y.1 4 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
-    b"-ERR 'Authorization Violation'\r\n"
-)
-EVENTS = [
-    (INFO, {"server_id": "x", "headers": True}),
-    (PING,),
-    (MSG, "a.b", 1, None, None, b"hello"),
-    (MSG, "a.b", 2, "_INBOX.x", None, b"ab\r\ncd "),
-    (MSG, "a.c", 3, None, b"NATS/1.0\r\nWp: o 1\r\n\r\n", b"abc"),
-    (MSG, "_INBOX.y.1", 4, None, b"NATS/1.0 503\r\n\r\n", b""),
-    (ERR, "Authorization Violation"),
-]
-
-
-def test_the_parser_reads_every_operation():
-    assert NatsParser().feed(STREAM) == EVENTS
-
-
-def test_the_parser_reads_a_stream_split_anywhere():
-    for cut in range(1, len(STREAM)):
-        parser = NatsParser()
-        assert parser.feed(STREAM[:cut]) + parser.feed(STREAM[cut:]) == EVENTS
-    parser = NatsParser()
-    assert [event for byte in STREAM for event in parser.feed(bytes([byte]))] == EVENTS
-
-
-@pytest.mark.parametrize("data", [
-    b"WHAT\r\n", b"MSG a b 5\r\n", b"MSG a 1 -1\r\n", b"HMSG a 1 9 5\r\n", b"INFO [1]\r\n",
-    b"INFO {\r\n", b"MSG " + b"a" * 5000,
-])
-def test_the_parser_refuses_what_is_not_nats(data):
-    with pytest.raises(NatsProtocolError):
-        NatsParser().feed(data)
-
-
-def test_headers():
-    block = headers_block({"Wp": "origin 7", "Other": "x"})
-    assert block == b"NATS/1.0\r\nWp: origin 7\r\nOther: x\r\n\r\n"
-    assert header_values(block) == {"Wp": "origin 7", "Other": "x"}
-    assert header_status(block) is None
-    assert header_status(b"NATS/1.0 503\r\n\r\n") == 503
-
 
 # -- against a real server ---------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wireproto.codecs import engineio, nydus, phyllo, subble, ubre, websmq
+from wireproto.codecs import engineio, nats, nydus, phyllo, subble, ubre, websmq, wpheader
 from wireproto.codecs.phyllo import MINIMAL, REDUCED, ChunkSplitter, StackDecoder
 
 
@@ -38,6 +38,24 @@ def _chunks(data: bytes) -> Any:
     return ChunkSplitter().feed(data)
 
 
+def _nats_stream(data: bytes) -> Any:
+    """The bytes after the first fed in two reads, cut where the first says; the same bytes
+    decoded whole must give the same events (an AssertionError is a finding too)."""
+    cut, stream = (data[0], data[1:]) if data else (0, b"")
+    decoder = nats.Decoder(max_control_line=64, max_payload=256)
+    events = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
+    whole = nats.decode(stream)
+    assert events == whole, (events, whole)
+    return events
+
+
+def _wpheader(data: bytes) -> Any:
+    """A header block that holds a Wp line (the rest of the input), its encodings split off a
+    payload of the same bytes."""
+    header = wpheader.decode(b"NATS/1.0\r\nWp: " + data)
+    return header if header is None else wpheader.split(header.carried, data)
+
+
 TARGETS: dict[str, Target] = {
     "websmq": Target(websmq.decode),
     "ubre": Target(ubre.decode),
@@ -60,4 +78,6 @@ TARGETS: dict[str, Target] = {
     "phyllo-chunks": Target(_chunks),
     "phyllo-reduced-stream": Target(_phyllo_stream(REDUCED)),
     "phyllo-minimal-stream": Target(_phyllo_stream(MINIMAL)),
+    "nats": Target(_nats_stream),
+    "wpheader": Target(_wpheader),
 }

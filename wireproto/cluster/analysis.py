@@ -13,7 +13,8 @@ from typing import Any
 
 import msgpack
 
-from wireproto.cluster.natsproto import STATUS_HEADER, header_status, header_values
+from wireproto.codecs.nats import header_status, header_values
+from wireproto.codecs.wpheader import STATUS_HEADER
 from wireproto.payloads import NO_VALUE
 
 __all__ = ["columns", "value"]

@@ -32,9 +32,10 @@ from twisted.python.failure import Failure
 
 from wireproto.access.policy import Principal
 from wireproto.cluster.client import NatsClient, NatsUnavailable, NoResponders
-from wireproto.cluster.natsproto import STATUS_HEADER, header_values, headers_block
 from wireproto.cluster.roster import Roster
 from wireproto.cluster.subjects import Subjects
+from wireproto.codecs.nats import header_values, headers_block
+from wireproto.codecs.wpheader import STATUS_HEADER
 from wireproto.errors import ProtocolError
 from wireproto.protocols.calls import (
     Answer,

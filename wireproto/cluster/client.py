@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import itertools
 import secrets
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,23 +26,24 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto.cluster.natsproto import (
-    ERR,
-    INFO,
-    MSG,
-    OK,
-    PING,
+from wireproto.codecs.nats import (
     PING_COMMAND,
-    PONG,
     PONG_COMMAND,
-    NatsParser,
-    NatsProtocolError,
-    connect_command,
+    Connect,
+    Decoder,
+    Err,
+    Info,
+    Msg,
+    Ok,
+    Ping,
+    Pong,
+    Sub,
+    Unsub,
+    encode,
+    encode_pub,
     header_status,
-    pub_command,
-    sub_command,
-    unsub_command,
 )
+from wireproto.errors import ProtocolError
 from wireproto.protocols.rpc import PendingRequests
 from wireproto.transports.connect import tls_client_options
 from wireproto.transports.reconnect import Reconnector, Rotation, backoff_per_round
@@ -148,6 +150,23 @@ def _sign_nonce(seed: bytes, nonce: str) -> tuple[str, str]:
         keys.wipe()
 
 
+class _NatsTransport(typing.Protocol):
+    """What a NATS connection's transport is: TCP that can start TLS, and a consumer whose
+    producer (this connection) is paused while its buffer is full."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def startTLS(self, contextFactory: Any) -> None: ...
+
+    def registerProducer(self, producer: object, streaming: bool) -> None: ...
+
+    def unregisterProducer(self) -> None: ...
+
+    def loseConnection(self) -> None: ...
+
+    def abortConnection(self) -> None: ...
+
+
 @implementer(IPushProducer)
 class NatsConnection(Protocol):
     """One connection to one NATS server, for its `NatsClient`."""
@@ -155,7 +174,7 @@ class NatsConnection(Protocol):
     def __init__(self, client: NatsClient, server: _Server) -> None:
         self.client = client
         self.server = server
-        self.parser = NatsParser()
+        self.parser = Decoder()
         self.ready = False
         self.info: dict[str, Any] = {}
         self.pings_out = 0
@@ -166,6 +185,11 @@ class NatsConnection(Protocol):
         # Fires once the server has answered the CONNECT; fails if the connection closes first.
         self.handshaken: defer.Deferred = defer.Deferred()
 
+    @property
+    def wire(self) -> _NatsTransport:
+        """The connected transport: TCP that can start TLS (the client uses none before)."""
+        return typing.cast(_NatsTransport, self.transport)
+
     # -- the handshake ---------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
@@ -175,7 +199,7 @@ class NatsConnection(Protocol):
         options = self.client.options
         self.info = info
         if self.server.tls or info.get("tls_required") or options.certfile or options.cafile:
-            self.transport.startTLS(tls_client_options(
+            self.wire.startTLS(tls_client_options(
                 self.server.host, cafile=options.cafile, certfile=options.certfile,
                 keyfile=options.keyfile))
         connect: dict[str, Any] = {
@@ -203,26 +227,26 @@ class NatsConnection(Protocol):
             connect["nkey"] = public
             if nonce:
                 connect["sig"] = signature
-        self.transport.write(connect_command(connect) + PING_COMMAND)
+        self.wire.write(encode(Connect(connect)) + PING_COMMAND)
 
     # -- what the server says --------------------------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
         try:
             events = self.parser.feed(data)
-        except NatsProtocolError as error:
+        except ProtocolError as error:
             log.error("NATS server {server}: {error}", event="cluster_protocol_error",
                       server=self.client._describe(self.server), error=str(error))
-            self.transport.abortConnection()
+            self.wire.abortConnection()
             return
         client = self.client
         for event in events:
-            kind = event[0]
-            if kind is MSG:
-                client._message(event[1], event[2], event[3], event[4], event[5])
-            elif kind is PING:
-                self.transport.write(PONG_COMMAND)
-            elif kind is PONG:
+            if type(event) is Msg:
+                client._message(event.subject, event.sid, event.reply, event.headers,
+                                event.payload)
+            elif type(event) is Ping:
+                self.wire.write(PONG_COMMAND)
+            elif type(event) is Pong:
                 self.pings_out = 0
                 if self.pongs:
                     self.pongs.pop(0).callback(None)
@@ -230,24 +254,24 @@ class NatsConnection(Protocol):
                     self.ready = True
                     self._pinger = client.reactor.callLater(
                         client.options.ping_interval, self._ping)
-                    self.transport.registerProducer(self, True)
+                    self.wire.registerProducer(self, True)
                     client._ready(self)
-            elif kind is INFO:
+            elif type(event) is Info:
                 if not self.info:
-                    self._handshake(event[1])
+                    self._handshake(event.properties)
                 else:
-                    self.info = {**self.info, **event[1]}
-                    client._learn(event[1])
-            elif kind is ERR:
-                client._server_error(self, event[1])
-            elif kind is not OK:
-                raise AssertionError(kind)
+                    self.info = {**self.info, **event.properties}
+                    client._learn(event.properties)
+            elif type(event) is Err:
+                client._server_error(self, event.text)
+            elif type(event) is not Ok:
+                raise AssertionError(event)
 
     def ping(self) -> defer.Deferred:
         """Fires when the server has answered: everything written before has reached it."""
         d: defer.Deferred = defer.Deferred()
         self.pongs.append(d)
-        self.transport.write(PING_COMMAND)
+        self.wire.write(PING_COMMAND)
         return d
 
     def _ping(self) -> None:
@@ -255,10 +279,10 @@ class NatsConnection(Protocol):
         if self.pings_out >= self.client.options.max_pings_out:
             log.warn("NATS server {server} stopped answering PINGs; reconnecting",
                      event="cluster_stale", server=self.client._describe(self.server))
-            self.transport.abortConnection()
+            self.wire.abortConnection()
             return
         self.pings_out += 1
-        self.transport.write(PING_COMMAND)
+        self.wire.write(PING_COMMAND)
         self._pinger = self.client.reactor.callLater(
             self.client.options.ping_interval, self._ping)
 
@@ -352,8 +376,8 @@ class NatsClient:
                 connection._on_closed = closed  # type: ignore[attr-defined]
                 if connection.ready:
                     # A TLS transport does not close while a producer is registered.
-                    connection.transport.unregisterProducer()
-                connection.transport.loseConnection()
+                    connection.wire.unregisterProducer()
+                connection.wire.loseConnection()
                 return closed
         return defer.succeed(None)
 
@@ -369,7 +393,7 @@ class NatsClient:
         if connection is None:
             self.dropped += 1
             return False
-        data = pub_command(subject, payload, reply, headers)
+        data = encode_pub(subject, payload, reply, headers)
         if len(payload) + (len(headers) if headers else 0) > self.max_payload:
             self.dropped += 1
             self.too_large += 1
@@ -380,7 +404,7 @@ class NatsClient:
                 self.dropped += 1
                 return False
             connection.backlog = backlog + len(data)
-        connection.transport.write(data)
+        connection.wire.write(data)
         self.published += 1
         return True
 
@@ -392,12 +416,12 @@ class NatsClient:
         sid = next(self._sids)
         self._subscriptions[sid] = (subject, queue, handler)
         if self.connection is not None:
-            self.connection.transport.write(sub_command(subject, sid, queue))
+            self.connection.wire.write(encode(Sub(subject, sid, queue)))
         return sid
 
     def unsubscribe(self, sid: int) -> None:
         if self._subscriptions.pop(sid, None) is not None and self.connection is not None:
-            self.connection.transport.write(unsub_command(sid))
+            self.connection.wire.write(encode(Unsub(sid)))
 
     def flush(self) -> defer.Deferred:
         """Fires once the server has read everything written before (a PING's PONG)."""
@@ -503,10 +527,10 @@ class NatsClient:
         connection.handshaken.callback(connection)
         self._pending = None
         self.connection = connection
-        commands = [sub_command(subject, sid, queue)
+        commands = [encode(Sub(subject, sid, queue))
                     for sid, (subject, queue, _) in self._subscriptions.items()]
         if commands:
-            connection.transport.write(b"".join(commands))
+            connection.wire.write(b"".join(commands))
         self._learn(connection.info)
         self.max_payload = int(connection.info.get("max_payload") or self.max_payload)
         log.info("connected to NATS server {server}" + ("" if first else " again"),

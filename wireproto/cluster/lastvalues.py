@@ -24,8 +24,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto.cluster.client import NatsClient
-from wireproto.cluster.natsproto import header_values, headers_block
 from wireproto.cluster.subjects import Subjects, safe_token
+from wireproto.codecs.nats import header_values, headers_block
 from wireproto.hub.message import new_message
 from wireproto.hub.retained import LastValues
 

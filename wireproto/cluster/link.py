@@ -40,6 +40,8 @@ from wireproto.cluster.roster import Roster
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.cluster.subjects import SubjectError, Subjects, safe_token
 from wireproto.cluster.wills import WillKeeper
+from wireproto.codecs import wpheader
+from wireproto.errors import ProtocolError
 from wireproto.hub import Hub, HubMessage
 from wireproto.hub.federation import (
     Answerer,
@@ -54,7 +56,6 @@ __all__ = ["ClusterLink", "nats_options"]
 
 log = Logger(namespace="wireproto.cluster")
 
-WP_HEADER = b"\r\nWp: "
 # The most origins whose last sequence number is remembered (processes seen publishing).
 MAX_ORIGINS = 10_000
 
@@ -124,10 +125,9 @@ class ClusterLink:
         # subject -> its subscription; those with wildcards are in _wildcards too
         self._interest: dict[str, _Interest] = {}
         self._wildcards: dict[str, _Interest] = {}
-        self._header_start = b"NATS/1.0" + WP_HEADER + self.origin.encode() + b" "
-        self._header_ends: dict[tuple[bool, str], bytes] = {}
+        self._headers = wpheader.HeaderWriter(self.origin)
         self._sequence = 0
-        self._last_seen: dict[bytes, int] = {}
+        self._last_seen: dict[str, int] = {}
         self._topic_of: dict[str, str] = {}
         self.forwarded = self.received = self.duplicates = self.refused = 0
         self.running = False
@@ -341,50 +341,33 @@ class ClusterLink:
         """Publish a message made in this process to the others (the hub calls this), with its
         encodings in the hub's portable formats."""
         self._sequence += 1
-        end = self._header_ends.get((will, protocol))
-        if end is None:
-            end = self._header_ends[(will, protocol)] = (
-                (b" w " if will else b" - ") + (protocol or "-").encode() + b"\r\n\r\n")
-        headers = self._header_start + str(self._sequence).encode() + end
         if encodings:
-            carried = [(wire_format, encodings[wire_format])
-                       for wire_format in self.hub.portable_formats if wire_format in encodings]
-            if carried:
-                headers = headers[:-4] + b"".join(
-                    b" %s:%d:%s" % (str(wire_format).encode(), len(data), b"b" if binary else b"t")
-                    for wire_format, (data, binary) in carried) + b"\r\n\r\n"
-                payload = b"".join(data for _, (data, _) in carried) + payload
+            carried = {str(wire_format): encodings[wire_format]
+                       for wire_format in self.hub.portable_formats if wire_format in encodings}
+            headers = self._headers.write(self._sequence, will, protocol, carried)
+            payload = wpheader.carry(carried, payload)
+        else:
+            headers = self._headers.write(self._sequence, will, protocol)
         if self.client.publish(self.subjects.topic(topic), payload, headers=headers):
             self.forwarded += 1
 
     def _received(self, through: _Interest, subject: str, headers: bytes | None,
                   payload: bytes) -> None:
-        will, protocol = False, ""
         encodings: dict = {}
-        at = -1 if headers is None else headers.find(WP_HEADER)
-        if at < 0:
+        try:
+            fields = None if headers is None else wpheader.read(headers)
+            if fields is not None and fields[4]:  # it carries encodings
+                encodings, payload = wpheader.split(fields[4], payload)
+        except ProtocolError as error:
+            self._refuse(subject, f"a malformed Wp header: {error}")
+            return
+        if fields is None:
             if through is not self._first_interest(subject):
                 self.duplicates += 1
                 return
+            will, protocol = False, ""
         else:
-            fields = headers[at + 6:headers.find(b"\r\n", at + 6)].split(b" ")
-            try:
-                origin, sequence = fields[0], int(fields[1])
-                will = fields[2] == b"w"
-                protocol = fields[3].decode() if fields[3] != b"-" else ""
-                start = 0
-                for carried in fields[4:]:
-                    name, length, kind = carried.split(b":")
-                    end = start + int(length)
-                    if end > len(payload):
-                        raise ValueError("an encoding longer than the message")
-                    encodings[name.decode()] = (payload[start:end], kind == b"b")
-                    start = end
-                if start:
-                    payload = payload[start:]
-            except (IndexError, ValueError, UnicodeDecodeError):
-                self._refuse(subject, "a malformed Wp header")
-                return
+            origin, sequence, will, protocol, _ = fields
             last = self._last_seen.get(origin)
             if last is not None and sequence <= last:
                 self.duplicates += 1

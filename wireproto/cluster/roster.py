@@ -16,8 +16,8 @@ from twisted.internet import task
 from twisted.internet.interfaces import IReactorTime
 
 from wireproto.cluster.client import NatsClient
-from wireproto.cluster.natsproto import headers_block
 from wireproto.cluster.subjects import Subjects
+from wireproto.codecs.nats import headers_block
 
 __all__ = ["Roster"]
 

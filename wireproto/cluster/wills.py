@@ -20,9 +20,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto.cluster.client import NatsClient
-from wireproto.cluster.natsproto import headers_block
 from wireproto.cluster.roster import Roster
 from wireproto.cluster.subjects import Subjects, safe_token
+from wireproto.codecs.nats import headers_block
 from wireproto.hub.message import HubMessage
 
 __all__ = ["WillKeeper"]
@@ -79,12 +79,12 @@ class WillKeeper:
                      "outlive their process", event="cluster_no_jetstream", error=str(error))
             return
         answer = json.loads(reply)
-        error = answer.get("error")
+        refusal = answer.get("error")
         # 10058: the bucket exists already (made by another process).
-        if error and error.get("err_code") != 10058:
+        if refusal and refusal.get("err_code") != 10058:
             self.available = False
             log.warn("cluster: cannot make the wills bucket: {error}", event="cluster_no_jetstream",
-                     error=error.get("description"))
+                     error=refusal.get("description"))
             return
         self.available = True
 

@@ -19,7 +19,8 @@ apart so that they are never handed to the application.
 
 The module-level `encode` and `decode` speak the minimal stack, the one every phyllo peer
 understands: `encode(message)` gives the wire bytes of one pub-sub message, delimiters included,
-and `decode(wire)` reads them back.
+and `decode(wire)` reads them back. `Decoder`, the incremental decoder of a serial line's bytes
+as they arrive, is `StackDecoder` (the minimal stack unless given another).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from .stack import (
 __all__ = [
     "DATAGRAM_LAYER",
     "DELIMITER",
+    "Decoder",
     "LAYER_TYPE_LIMIT",
     "MAX_CHUNK_LENGTH",
     "MAX_FRAME_PAYLOAD",
@@ -102,6 +104,9 @@ __all__ = [
     "serialize",
     "type_name",
 ]
+
+
+Decoder = StackDecoder
 
 
 def encode(message: PubSubMessage) -> bytes:
