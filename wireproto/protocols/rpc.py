@@ -28,9 +28,6 @@ __all__ = [
     "RequestFailed",
     "RequestTimeout",
     "ConnectionClosed",
-    "CallNotServed",
-    "CallRefused",
-    "why_unanswered",
     "PendingRequests",
     "run_handler",
     "error_body",
@@ -67,31 +64,6 @@ class RequestTimeout(TimeoutError):
 
 class ConnectionClosed(ConnectionError):
     """The connection closed (or was never open) before the request could be answered."""
-
-
-class CallNotServed(LookupError):
-    """No broker process of the cluster serves the call's name (or route)."""
-
-
-class CallRefused(Exception):
-    """The broker process that serves a call would not take it: `why` is ``busy`` (its
-    max_remote_calls are all at work) or ``failed`` (it could not answer; its log says why)."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(f"the serving process answered {why!r}")
-        self.why = why
-
-
-def why_unanswered(failure: Failure) -> str:
-    """Why a call to another broker process got no answer, for the protocol to say in its own
-    words: ``not served``, ``busy``, ``timeout`` or ``unavailable``."""
-    if failure.check(CallNotServed):
-        return "not served"
-    if failure.check(CallRefused) and failure.value.why == "busy":
-        return "busy"
-    if failure.check(RequestTimeout):
-        return "timeout"
-    return "unavailable"
 
 
 class PendingRequests:
