@@ -55,3 +55,21 @@ def test_under_twistd_parts_start_before_privileges_are_dropped_and_only_once():
     parts.privilegedStartService()
     parts.startService()
     assert log == ["start a", "start b"]
+
+
+def test_a_child_that_is_no_part_is_stopped_too_when_a_later_one_cannot_start():
+    from twisted.application.service import Service
+
+    log: list[str] = []
+    parts = OrderedParts()
+    Part("a", lambda: log.append("start a"), lambda: log.append("stop a")).setServiceParent(parts)
+    plain = Service()
+    plain.setServiceParent(parts)
+
+    def cannot() -> None:
+        raise ValueError("no")
+
+    Part("c", cannot, lambda: None).setServiceParent(parts)
+    with pytest.raises(StartFailed, match="^c: no$"):
+        parts.startService()
+    assert not plain.running and log == ["start a", "stop a"]

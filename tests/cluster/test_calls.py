@@ -331,3 +331,62 @@ async def test_any_json_body_crosses_as_itself(broker, nats, body):
         assert await wait_for(client.request("echo", body)) == body
     finally:
         await wait_for(client.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_call_whose_body_cannot_be_read_is_refused_at_once_not_left_to_time_out(
+        broker, nats):
+    first, _ = await broker_on(broker, nats, call_timeout=30.0)
+    second, _ = await broker_on(broker, nats)
+    first.server("ubre").handle("echo", lambda value, peer: value)
+    await serving(first, second)
+    # An envelope of wireproto's whose JSON body does not parse.
+    import msgpack
+
+    from wireproto.access.policy import Principal
+    from wireproto.cluster.calls import pack_caller
+    from wireproto.protocols.calls import RemoteCaller
+
+    caller = RemoteCaller("ubre", "127.0.0.1:1", 1, None, Principal("someone"), "")
+    payload = msgpack.packb([pack_caller(caller, "elsewhere/1"), None, None, False, 1, b"{nope"])
+    subject = first.cluster.subjects.call("ubre", "echo")
+    headers, body = await wait_for(
+        second.cluster.client.request(subject, payload, timeout=5.0), 10)
+    assert b"Wp-Status: failed" in headers and body == b""
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_admin_call_answered_elsewhere_names_the_admin_pages_process(broker, nats):
+    """Where an admin call is answered does not change who its handler sees calling: the node
+    the admin page gave its caller."""
+    from wireproto.access.policy import Principal
+    from wireproto.protocols.calls import RemoteCaller
+
+    first, _ = await broker_on(broker, nats)
+    second, _ = await broker_on(broker, nats)
+    first.server("ubre").handle("who", lambda value, caller: [caller.node, caller.protocol])
+    await serving(first, second)
+    admin = RemoteCaller("admin", "127.0.0.1:1", 0, None, Principal("root"), second.node)
+    answer = await wait_for(second.server("ubre").call("who", None, admin), 10)
+    assert answer.succeeded and answer.body == [second.node, "admin"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stopping_link_asks_no_other_process(broker, nats):
+    first, _ = await broker_on(broker, nats)
+    second, _ = await broker_on(broker, nats)
+    first.server("nydus").register_route("/far", lambda invocation: "far")
+    await serving(first, second)
+    link = second.cluster
+    assert link.served_elsewhere("nydus").names
+    link.running = False  # as between stop()'s first line and the hub leaving the link
+    try:
+        from wireproto.access.policy import Principal
+        from wireproto.protocols.calls import Call, CallNotFound, RemoteCaller
+
+        call = Call("nydus", "p/far", None, RemoteCaller("nydus", "-", 0, None,
+                                                          Principal("x"), ""), path="/far")
+        assert isinstance(await failure_of(link.call(call)), CallNotFound)
+        assert link.served_elsewhere("nydus").names == []
+    finally:
+        link.running = True

@@ -154,11 +154,20 @@ class RemoteCalls:
             return
         try:
             fields, path, call_id, binary, kind, data = msgpack.unpackb(payload)
-            call = Call(protocol, name, unpack_body(kind, data), unpack_caller(fields),
-                        path=path, id=call_id, binary=bool(binary))
+            caller = unpack_caller(fields)
         except _MALFORMED:
             log.warn("cluster: a call to {protocol} {name!r} that is not wireproto's; ignored",
                      event="cluster_refused", protocol=protocol, name=name)
+            return
+        try:
+            call = Call(protocol, name, unpack_body(kind, data), caller, path=path, id=call_id,
+                        binary=bool(binary))
+        except _MALFORMED as error:
+            # Its caller is told at once, rather than after its call_timeout.
+            log.warn("cluster: a call to {protocol} {name!r} whose body cannot be read: "
+                     "{error}", event="cluster_refused", protocol=protocol, name=name,
+                     error=str(error))
+            self._send_reply(reply, b"", FAILED)
             return
         server = self.servers().get(protocol)
         if server is None:
@@ -172,7 +181,8 @@ class RemoteCalls:
 
     @staticmethod
     def _pack_answer(answer: Answer) -> bytes:
-        return msgpack.packb([answer.succeeded, *pack_body(answer.body)])
+        packed = answer.packed or pack_body(answer.body)
+        return msgpack.packb([answer.succeeded, *packed])
 
     def _reply(self, reply: str, answer: bytes) -> None:
         self.answering -= 1
@@ -198,7 +208,8 @@ class RemoteCalls:
         that does is busy, CallTimeout after [cluster] call_timeout, or CallUnavailable while
         NATS is out of reach or when that process could not answer."""
         try:
-            payload = msgpack.packb([pack_caller(call.caller, self.origin), call.path, call.id,
+            payload = msgpack.packb([pack_caller(call.caller, call.caller.node or self.origin),
+                                     call.path, call.id,
                                      call.binary, *pack_body(call.body)])
         except (TypeError, ValueError):
             # A body JSON cannot say (the codec let it in): no process could take it.

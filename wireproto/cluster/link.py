@@ -50,7 +50,7 @@ from wireproto.hub.federation import (
     Reply,
     ServedElsewhere,
 )
-from wireproto.protocols.calls import Answer, Call
+from wireproto.protocols.calls import Answer, Call, CallNotFound
 
 __all__ = ["ClusterLink", "nats_options"]
 
@@ -223,9 +223,13 @@ class ClusterLink:
         self.wills.drop(session)
 
     def call(self, call: Call) -> defer.Deferred[Answer]:
+        if not self.running:  # stopping: no other process is asked any more
+            return defer.fail(CallNotFound("this process is leaving its cluster"))
         return self.calls.call(call)
 
     def served_elsewhere(self, protocol: str) -> ServedElsewhere:
+        if not self.running:
+            return ServedElsewhere(self.calls.version, [])
         return ServedElsewhere(self.calls.version, self.calls.elsewhere(protocol))
 
     # -- questions every process answers (the admin API's, the metrics') ------------------------

@@ -18,8 +18,9 @@ A body is `NO_BODY` (UBRE's missing body, nydus's empty data), bytes, or a JSON 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from wireproto.access.policy import Principal
 from wireproto.codecs.serialization import json_loads, json_utf8
@@ -36,13 +37,15 @@ __all__ = [
     "Answer",
     "CallServer",
     "pack_body",
+    "to_call",
+    "from_call",
     "unpack_body",
     "CallUnanswered",
     "CallNotFound",
-    "CallForbidden",
     "CallTooManyRequests",
     "CallTimeout",
     "CallUnavailable",
+    "unanswered",
 ]
 
 
@@ -70,6 +73,7 @@ NO_BODY = _NoBody()
 
 # bytes, a JSON value, or NO_BODY
 Body = Any
+T = TypeVar("T")
 # What a server answers, as it names it: a UBRE request name, a nydus route's key; None for a
 # protocol's unnamed call (UBRE's default handler).
 CallName = str | None
@@ -114,10 +118,18 @@ class Call:
 @dataclass(frozen=True)
 class Answer:
     """A call's answer: its body, a failure's (a UBRE Fail's, a nydus ERROR's) when not
-    `succeeded`."""
+    `succeeded`. `packed` is the body as `pack_body` packs it, when the answering server has
+    packed it already (`Answer.sendable`), so it is packed once."""
 
     succeeded: bool
     body: Body = NO_BODY
+    packed: tuple[int, bytes] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def sendable(cls, succeeded: bool, body: Body) -> Answer:
+        """An answer whose body is known to cross to the caller: TypeError or ValueError if it
+        cannot (a value JSON cannot say)."""
+        return cls(succeeded, body, pack_body(body))
 
 
 class CallServer(Protocol):
@@ -133,6 +145,17 @@ class CallServer(Protocol):
         """Make a call from outside any connection (the admin page) as `caller`: `target` is a
         UBRE request name, a nydus path. A handler of this process's answers it, else one of
         another's; a call no one answers gets the protocol's own failure as its Answer."""
+
+
+def to_call(value: Any, absent: object) -> Body:
+    """A protocol's body as a call carries it: its own "no body" (`absent`: UBRE's NO_BODY,
+    nydus's NO_DATA) is this contract's NO_BODY."""
+    return NO_BODY if value is absent else value
+
+
+def from_call(body: Body, absent: object) -> Any:
+    """A call's body in a protocol's terms: NO_BODY is its own `absent`."""
+    return absent if body is NO_BODY else body
 
 
 _NONE, _JSON, _BYTES = 0, 1, 2
@@ -158,38 +181,32 @@ def unpack_body(kind: int, data: bytes) -> Body:
 
 
 class CallUnanswered(Exception):
-    """A call got no answer; `reason` is why, in words every protocol maps to its own."""
-
-    reason = "unavailable"
+    """A call got no answer; each protocol says why in its own words (`unanswered`)."""
 
 
 class CallNotFound(CallUnanswered, LookupError):
     """No broker process serves the call's name."""
-
-    reason = "not found"
-
-
-class CallForbidden(CallUnanswered):
-    """The caller may not make this call."""
-
-    reason = "forbidden"
 
 
 class CallTooManyRequests(CallUnanswered):
     """The process that serves it is answering as many calls as it may
     (``[cluster] max_remote_calls``)."""
 
-    reason = "too many requests"
-
 
 class CallTimeout(CallUnanswered, TimeoutError):
     """No answer came in time (``[cluster] call_timeout``)."""
-
-    reason = "timeout"
 
 
 class CallUnavailable(CallUnanswered):
     """The other processes are out of reach, or the one that serves the call could not answer
     (its log says why)."""
 
-    reason = "unavailable"
+
+def unanswered(error: BaseException, said: Mapping[type[BaseException], T], otherwise: T) -> T:
+    """What a protocol says (`said`, by CallUnanswered class) of a call that got no answer
+    because of `error`: the entry of its nearest class, else `otherwise` (for CallUnavailable,
+    and for any failure that is no CallUnanswered, so that the client is always answered)."""
+    for kind in type(error).__mro__:
+        if kind in said:
+            return said[kind]
+    return otherwise

@@ -5,8 +5,9 @@ the hub joined to its cluster before a listener takes a client, and on the way o
 connections must close (publishing their wills) before the cluster link goes, and the capture
 last of all. Twisted's `MultiService` starts its children in order but stops them all at once,
 and does not undo a start that failed half-way. `OrderedParts` does both: each child starts when
-the one before it has, a child that cannot start stops those already started and raises
-`StartFailed`, and each child stops only once the one after it has stopped.
+the one before it has, a child that cannot start stops those already started (a `Part` that
+cannot start raises `StartFailed`), and each child stops only once the one after it has
+stopped.
 """
 
 from __future__ import annotations
@@ -96,8 +97,9 @@ class OrderedParts(MultiService):
             try:
                 getattr(child, step)()
             except BaseException:
+                # Undone without waiting: the error is what the caller hears of.
                 for started in reversed(done):
-                    if isinstance(started, Part) and started.started:
+                    if started.running or isinstance(started, Part) and started.started:
                         started.stopService()
                 if step == "startService":
                     Service.stopService(self)

@@ -23,8 +23,6 @@ __all__ = [
     "GATEWAY_TIMEOUT",
     "SERVICE_UNAVAILABLE",
     "unanswered_data",
-    "call_body",
-    "nydus_data",
     "path_data",
 ]
 
@@ -102,15 +100,7 @@ UNANSWERED: dict[type[BaseException], dict[str, Any]] = {
 
 
 def unanswered_data(error: BaseException) -> dict[str, Any]:
-    """The ERROR data of an INVOKE no process answered, for `error` (a CallUnanswered)."""
-    return UNANSWERED.get(type(error), SERVICE_UNAVAILABLE)
+    """The ERROR data of an INVOKE no process answered, because of `error`."""
+    return calls.unanswered(error, UNANSWERED, SERVICE_UNAVAILABLE)
 
 
-def call_body(data: Any) -> Any:
-    """nydus data as a call carries it."""
-    return calls.NO_BODY if data is NO_DATA else data
-
-
-def nydus_data(body: Any) -> Any:
-    """A call's body as nydus data."""
-    return NO_DATA if body is calls.NO_BODY else body

@@ -51,15 +51,13 @@ from wireproto.errors import Forbidden, FrameTooLarge, LimitExceeded, ProtocolEr
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import payload_from_value
 from wireproto.protocols import calls
-from wireproto.protocols.calls import Answer, Call, CallName, CallUnanswered, RemoteCaller
+from wireproto.protocols.calls import Answer, Call, CallName, RemoteCaller
 from wireproto.protocols.nydus.invocation import (
     FORBIDDEN,
     NOT_FOUND,
     TOO_MANY_REQUESTS,
     InvokeError,
-    call_body,
     error_data,
-    nydus_data,
     path_data,
     unanswered_data,
 )
@@ -264,7 +262,7 @@ class NydusServerProtocol(MessageProtocol):
 
     def _invoke_elsewhere(self, session: Session, message: Invoke, route: str) -> None:
         """Ask the broker process that serves `route`."""
-        call = Call("nydus", route, call_body(message.data), session.caller(),
+        call = Call("nydus", route, calls.to_call(message.data, NO_DATA), session.caller(),
                     path=message.path, id=message.id)
         self._answering += 1
         d = self.server.hub.federation.call(call)
@@ -273,10 +271,10 @@ class NydusServerProtocol(MessageProtocol):
         d.addBoth(self._answered)
 
     def _remote_answered(self, answer: Answer, invoke_id: str) -> None:
-        self._reply(Result if answer.succeeded else Error, invoke_id, nydus_data(answer.body))
+        self._reply(Result if answer.succeeded else Error, invoke_id,
+                    calls.from_call(answer.body, NO_DATA))
 
     def _remote_failed(self, failure: Failure, invoke_id: str) -> None:
-        failure.trap(CallUnanswered)
         self._reply(Error, invoke_id, unanswered_data(failure.value))
 
     def _handler_failed(self, invocation: Invocation, failure: Failure) -> None:
@@ -421,19 +419,18 @@ class NydusServer:
         """INVOKE `path` with `data` (None: no data) as `caller` (the admin page), answered by
         a route here or on another broker process; its Answer's body is an ERROR's data when
         not, NO_BODY for none."""
-        call_body = calls.NO_BODY if data is None else data
+        body = calls.to_call(NO_DATA if data is None else data, NO_DATA)
         match = self.routes.match(path)
         if match is not None and match.action not in self.hub_route_handlers:
             key = route_key(self.routes.routes[match.index])
-            return self.answer(Call("nydus", key, call_body, caller, path=path, id="admin"))
+            return self.answer(Call("nydus", key, body, caller, path=path, id="admin"))
         remote = self.remote_route(path)
         if remote is None:
             return defer.succeed(Answer(False, NOT_FOUND))
         d = self.hub.federation.call(
-            Call("nydus", remote, call_body, caller, path=path, id="admin"))
+            Call("nydus", remote, body, caller, path=path, id="admin"))
 
         def unanswered(failure: Failure) -> Answer:
-            failure.trap(CallUnanswered)
             return Answer(False, unanswered_data(failure.value))
 
         return d.addErrback(unanswered)
@@ -470,13 +467,12 @@ class NydusServer:
         answered: defer.Deferred[Answer] = defer.Deferred()
 
         def succeeded(value: Any) -> None:
-            body = calls.NO_BODY if value is None else value
             try:
-                calls.pack_body(body)  # raises if it cannot cross to the caller
+                answer = Answer.sendable(True, calls.NO_BODY if value is None else value)
             except (TypeError, ValueError) as error:
                 failed(Failure(error))
                 return
-            answered.callback(Answer(True, body))
+            answered.callback(answer)
 
         def failed(failure: Failure) -> None:
             error = failure.value

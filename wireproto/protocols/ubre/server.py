@@ -36,7 +36,7 @@ from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Su
 from wireproto.errors import InvalidTopic, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error, publish_allowed
 from wireproto.protocols import calls
-from wireproto.protocols.calls import Answer, Call, CallName, CallUnanswered, RemoteCaller
+from wireproto.protocols.calls import Answer, Call, CallName, RemoteCaller
 from wireproto.protocols.rpc import (
     DEFAULT_REQUEST_TIMEOUT,
     RequestFailed,
@@ -82,18 +82,9 @@ UNANSWERED: dict[type[BaseException], str] = {
 
 
 def unanswered_body(error: BaseException) -> str:
-    """The Fail body of a request no process answered, for `error` (a CallUnanswered)."""
-    return UNANSWERED.get(type(error), UNAVAILABLE)
+    """The Fail body of a request no process answered, because of `error`."""
+    return calls.unanswered(error, UNANSWERED, UNAVAILABLE)
 
-
-def _call_body(body: Any) -> Any:
-    """A UBRE body as a call carries it."""
-    return calls.NO_BODY if body is NO_BODY else body
-
-
-def _ubre_body(body: Any) -> Any:
-    """A call's body as a UBRE body."""
-    return NO_BODY if body is calls.NO_BODY else body
 
 # What a connection is told of the hub's topics (a listener's `announce`; docs/ubre.md).
 ANNOUNCE_SUBSCRIBED = "subscribed"  # every topic with a subscriber, that it may publish on
@@ -216,7 +207,7 @@ class UbreServerProtocol(UbrePeer):
         """A request no handler here takes: another broker process may serve its name."""
         session = self.session
         assert session is not None
-        call = Call("ubre", message.name, _call_body(message.body), session.caller(),
+        call = Call("ubre", message.name, calls.to_call(message.body, NO_BODY), session.caller(),
                     binary=binary_format)
         self._answering += 1
         d = self.server.hub.federation.call(call)
@@ -226,11 +217,10 @@ class UbreServerProtocol(UbrePeer):
         d.addBoth(self._answered)
 
     def _remote_answered(self, answer: Answer, message: Request, binary_format: bool) -> None:
-        self._reply(Success if answer.succeeded else Fail, message.id, _ubre_body(answer.body),
-                    binary_format)
+        self._reply(Success if answer.succeeded else Fail, message.id,
+                    calls.from_call(answer.body, NO_BODY), binary_format)
 
     def _remote_failed(self, failure: Failure, message: Request, binary_format: bool) -> None:
-        failure.trap(CallUnanswered)
         self._reply(Fail, message.id, unanswered_body(failure.value), binary_format)
 
     def _follow_format(self, binary_format: bool) -> None:
@@ -429,7 +419,6 @@ class UbreServer(HandlerRegistry):
         d = self.hub.federation.call(Call("ubre", name, body, caller))
 
         def unanswered(failure: Failure) -> Answer:
-            failure.trap(CallUnanswered)
             return Answer(False, unanswered_body(failure.value))
 
         return d.addErrback(unanswered)
@@ -445,23 +434,21 @@ class UbreServer(HandlerRegistry):
     def answer(self, call: Call) -> defer.Deferred[Answer]:
         """Answer a request made elsewhere: its handler gets the call's `RemoteCaller`."""
         binary_format = call.binary
-        body = incoming_body(_ubre_body(call.body), binary_format)
+        body = incoming_body(calls.from_call(call.body, NO_BODY), binary_format)
         name = call.name
         handler = self.handlers.get(name) if name is not None else self._default_handler
         if handler is None:  # removed since this process said it serves the name
             return defer.succeed(Answer(False, NOT_FOUND))
         answered: defer.Deferred[Answer] = defer.Deferred()
 
-        def sendable(value: Any) -> Any:
-            body = _call_body(outgoing_body(value, binary_format))
-            calls.pack_body(body)  # raises if it cannot cross to the caller
-            return body
-
         def succeeded(value: Any) -> None:
             try:
-                answered.callback(Answer(True, sendable(value)))
+                answer = Answer.sendable(
+                    True, calls.to_call(outgoing_body(value, binary_format), NO_BODY))
             except (ProtocolError, TypeError, ValueError) as error:
                 failed(Failure(error))
+                return
+            answered.callback(answer)
 
         def failed(failure: Failure) -> None:
             error = failure.value
@@ -471,7 +458,8 @@ class UbreServer(HandlerRegistry):
                 log.failure("ubre: handler for request {what!r} raised", failure,
                             what=name if name is not None else "(default)")
                 body = error_body(error, debug=self.debug)
-            answered.callback(Answer(False, _call_body(outgoing_body(body, binary_format))))
+            answered.callback(Answer(False, calls.to_call(outgoing_body(body, binary_format),
+                                                          NO_BODY)))
 
         run_handler(handler, (body, call.caller), succeeded, failed, self.observe_request)
         return answered
