@@ -15,6 +15,11 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+# Every Spark JVM the tests start (the shared SparkSession, each `wireproto analyze` child)
+# compiles with C1 alone: their jobs are short, and C2's compiler threads took a third of the
+# CPU of a `wireproto analyze` here (56 s against 38), which the suite's other workers want.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
 
 # -- parallel workers (pytest-xdist) --------------------------------------------------------------
 #
