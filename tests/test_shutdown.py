@@ -75,6 +75,17 @@ async def test_sigterm_closes_websockets_with_1001_and_streams_cleanly(
     )
     websocket = await wait_for(connect(reactor, addresses["websmq+ws"]))
     stream = await wait_for(connect(reactor, addresses["websmq+length32"]))
+    # The stream is connected once the kernel has queued it for the broker, which may not have
+    # taken it yet: one SIGTERM stops listening, and the kernel resets what is still queued.
+    # The broker has the stream once it delivers to it.
+    heard: list = []
+    stream.subscribe("ready", heard.append)
+
+    def delivered() -> bool:
+        websocket.publish("ready", b"")
+        return bool(heard)
+
+    await eventually(delivered, timeout=10, interval=0.05)
     child.process.send_signal(signal.SIGTERM)
     assert await child.exit_code() == 0, child.output()
     assert isinstance(await wait_for(websocket.when_closed()), ConnectionDone)
