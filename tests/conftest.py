@@ -1,4 +1,6 @@
+import fcntl
 import os
+from pathlib import Path
 
 import pytest
 import pytest_twisted
@@ -12,6 +14,122 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# Every Spark JVM the tests start (the shared SparkSession, each `wireproto analyze` child)
+# compiles with C1 alone: their jobs are short, and C2's compiler threads took a third of the
+# CPU of a `wireproto analyze` here (56 s against 38), which the suite's other workers want.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
+
+# -- parallel workers (pytest-xdist) --------------------------------------------------------------
+#
+# setup.cfg runs the suite with `-n auto --dist loadgroup --no-loadscope-reorder`: the tests
+# mostly wait on sockets and child processes, so more workers than cores keep both cores busy.
+# A test marked `xdist_group(NAME)` runs on the same worker as every other test of that group,
+# one after another: those that share a SparkSession ("spark", given below to every user of the
+# `spark` fixture), those that start a Spark of their own ("own-spark") and those that need the
+# default ports ("default-ports", both in tests.support), and those that run alone ("alone",
+# below). The workers take the groups and tests in the order of the collection, which puts the
+# long Spark groups first and the `alone` tests last (RUN_ORDER).
+SUITE_WORKERS = 4
+RUN_ORDER = ("own-spark", "spark", "a group", "no group", "alone")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: SUITE_WORKERS for the suite or a directory of it; none (one process, as plain
+    pytest) for test files or tests named on the command line. PYTEST_XDIST_AUTO_NUM_WORKERS
+    overrides both, and so does any `-n N` given."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if all(argument.split("::")[0].endswith(".py") for argument in config.args):
+        return 0
+    return SUITE_WORKERS
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        if item.get_closest_marker("alone") is not None:
+            item.add_marker(pytest.mark.xdist_group("alone"))
+    if getattr(config.option, "loadgroup", False):  # on a worker of `--dist loadgroup`
+        items.sort(key=lambda item: RUN_ORDER.index(_run_order_name(_group(item))))
+        for item in items:
+            _name_its_group(item)
+
+
+def _group(item: pytest.Item) -> str:
+    return "_".join(sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                            for mark in item.iter_markers("xdist_group")}))
+
+
+def _run_order_name(group: str) -> str:
+    return group if group in RUN_ORDER else "a group" if group else "no group"
+
+
+def _name_its_group(item: pytest.Item) -> None:
+    """The scheduler reads a test's group from its node id, "ID@GROUP". pytest-xdist 3.8 writes
+    it where pytest 8 kept the id, which pytest 9.2 no longer reads, so its groups are silently
+    ignored (pytest-xdist issue 1386); and it runs before the "spark" marks above. Write it
+    where this pytest keeps the id."""
+    group = _group(item)
+    if not group or item.nodeid.endswith("@" + group):
+        return
+    named = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):  # pytest 9.2 and later
+        item._id = type(item._id).parse(named)
+    else:
+        item._nodeid = named
+    assert item.nodeid == named, (item.nodeid, named)
+
+
+# A test marked `alone` bounds in seconds how long the broker keeps a client waiting while it
+# works for others, and the other workers' tests would stretch those seconds: it runs while no
+# other test of the run does. Each test holds the run's lock, shared, while it runs; an `alone`
+# test holds it alone. Each test first passes a gate, which an `alone` test holds closed while
+# it waits for the lock, so that it is not kept waiting by tests that start after it asked.
+# Consecutive `alone` tests (one group, so one worker) keep both until the last one is done.
+_locks: dict[str, int] = {}
+
+
+def _lock(config: pytest.Config, name: str) -> int | None:
+    """A lock file shared by the workers of this run, opened once; None without workers."""
+    if not hasattr(config, "workerinput"):
+        return None
+    if name not in _locks:
+        run_directory = Path(config.option.basetemp).parent  # each worker's basetemp is in it
+        _locks[name] = os.open(run_directory / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    return _locks[name]
+
+
+def _alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    gate, run = _lock(item.config, "gate"), _lock(item.config, "run")
+    if gate is None or run is None:
+        yield
+        return
+    if not _alone(item):
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        fcntl.flock(run, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)
+        return
+    fcntl.flock(gate, fcntl.LOCK_EX)  # held already if the test before was alone too
+    fcntl.flock(run, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        if not _alone(nextitem):
+            fcntl.flock(run, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -13,7 +13,18 @@ import pytest
 from twisted.internet import defer, reactor, task
 
 __all__ = ["wait_for", "sleep", "eventually", "failure_of", "free_port", "Inbox",
-           "need_interop_peer", "write_secret"]
+           "need_interop_peer", "write_secret", "on_the_default_ports", "starts_its_own_spark"]
+
+# The tests that run a broker on the built-in default ports (8765-8769), as a user's first
+# `wireproto serve` does: the suite's parallel workers (pytest-xdist, --dist loadgroup) run
+# them all on one worker, one after another, since only one broker at a time can hold them.
+on_the_default_ports = pytest.mark.xdist_group("default-ports")
+
+# The tests that start a Spark of their own, a JVM each (a `wireproto analyze` child, or the
+# pipeline benchmark's session): one worker runs them one after another, so that with the
+# worker holding the shared SparkSession (tests/pipeline/conftest.py) at most two JVMs share
+# the cores; more made each of them several times slower, past their time limits.
+starts_its_own_spark = pytest.mark.xdist_group("own-spark")
 
 
 def write_secret(path: Path, data: bytes) -> Path:

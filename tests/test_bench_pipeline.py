@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import need_peer
+from tests.support import need_peer, starts_its_own_spark
 from wireproto import capture
 from wireproto.pipeline.rows import decode_batch, projected_schema
 
@@ -57,6 +57,7 @@ def test_a_wrong_row_count_fails_the_run() -> None:
         pipeline._timed("one process", 6, lambda: 5, 1)
 
 
+@starts_its_own_spark
 def test_a_tiny_run_through_spark_prints_the_figures(tmp_path: Path, monkeypatch) -> None:
     need_peer(
         "pyspark is not installed; pip install -e '.[spark]'"

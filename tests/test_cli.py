@@ -18,7 +18,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
 
-from tests.support import eventually, sleep, wait_for
+from tests.support import eventually, on_the_default_ports, sleep, wait_for
 from wireproto.cli import announce, main
 from wireproto.codecs import websmq
 from wireproto.protocols.websmq.client import WebsmqClientProtocol, connect
@@ -195,6 +195,7 @@ def _default_ports_free() -> None:
                             "listeners need 8765-8769")
 
 
+@on_the_default_ports
 @pytest_twisted.ensureDeferred
 async def test_serve_with_no_arguments_joins_every_protocol(children: list[Child]) -> None:
     """One message from each protocol's own client reaches the clients of all the others."""

@@ -26,7 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import on_the_default_ports
 from tests.test_docs import PAGES, fenced_blocks
+
+# The docs' broker and their `wireproto serve` commands hold the default ports.
+pytestmark = on_the_default_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -23,6 +23,7 @@ async def addresses_of(broker, *listeners, **tables):
                      for entry in bound}
 
 
+@pytest.mark.alone
 @pytest_twisted.ensureDeferred
 async def test_a_document_of_many_values_is_refused_at_once_and_others_are_not_kept_waiting(
         broker):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import pytest_twisted
 from hypothesis import given
 from hypothesis import strategies as st
@@ -231,6 +232,7 @@ async def _canary_round_trips(canary, seconds: float) -> float:
     return slowest
 
 
+@pytest.mark.alone
 @pytest_twisted.ensureDeferred
 async def test_a_client_subscribing_a_thousand_patterns_slows_only_itself(broker):
     service, address = await _kept(broker, 10_000)
@@ -245,6 +247,7 @@ async def test_a_client_subscribing_a_thousand_patterns_slows_only_itself(broker
     assert service.hub.limits.exceeded[("websmq", "retained_examined")] >= 1
 
 
+@pytest.mark.alone
 @pytest_twisted.ensureDeferred
 async def test_many_connections_from_one_address_share_its_budget(broker):
     """60 connections of one address, 50 patterns each: each connection kept within its own

@@ -13,7 +13,6 @@ import sys
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.error import ConnectionDone
-from twisted.internet.task import deferLater
 
 from tests.support import eventually, need_interop_peer, wait_for
 from tests.test_cli import LISTENER_LINE, Child, children
@@ -38,6 +37,28 @@ async def start_broker(children: list[Child], *listen: str) -> tuple[Child, dict
     return child, addresses
 
 
+def poll_sent_after_first_message(node: NodeClient) -> int | None:
+    """The local port of the first long-poll GET written out after the first message."""
+    kinds = [event["event"] for event in node.events]
+    if "message" not in kinds:
+        return None
+    after = node.events[kinds.index("message"):]
+    return next((event["port"] for event in after if event["event"] == "poll sent"), None)
+
+
+def unread_bytes(server_port: int, client_port: int) -> int | None:
+    """What the server's end of the TCP connection from `client_port` (on 127.0.0.1) holds
+    that the server has not read; None while there is no such connection."""
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            local, remote = fields[1], fields[2]
+            if (int(local.rsplit(":", 1)[1], 16) == server_port
+                    and int(remote.rsplit(":", 1)[1], 16) == client_port):
+                return int(fields[4].split(":")[1], 16)
+    return None
+
+
 @pytest_twisted.ensureDeferred
 async def test_sigterm_answers_a_held_engineio_poll_with_the_close_packet(
     children: list[Child],
@@ -52,10 +73,11 @@ async def test_sigterm_answers_a_held_engineio_poll_with_the_close_packet(
                          env=os.environ)
     try:
         await eventually(lambda: node.of("message"), timeout=10)  # nydus's welcome: polling
-        # The poll the close packet answers: sent after the welcome, then given time to arrive
-        # (without it, a loaded machine could stop the broker before the poll reached it).
-        await eventually(lambda: node.polls_after_first_message(), timeout=10)
-        await deferLater(reactor, 0.5)
+        # The poll the close packet answers: sent after the welcome, and read by the broker
+        # (SIGTERM first stops listening: a poll still on its way would be refused).
+        port = await eventually(lambda: poll_sent_after_first_message(node), timeout=10)
+        broker_port = int(base.rsplit(":", 1)[1])
+        await eventually(lambda: unread_bytes(broker_port, port) == 0, timeout=10)
         child.process.send_signal(signal.SIGTERM)
         assert await child.exit_code() == 0, child.output()
         await eventually(lambda: node.of("close"), timeout=10)
@@ -75,6 +97,17 @@ async def test_sigterm_closes_websockets_with_1001_and_streams_cleanly(
     )
     websocket = await wait_for(connect(reactor, addresses["websmq+ws"]))
     stream = await wait_for(connect(reactor, addresses["websmq+length32"]))
+    # The stream is connected once the kernel has queued it for the broker, which may not have
+    # taken it yet: one SIGTERM stops listening, and the kernel resets what is still queued.
+    # The broker has the stream once it delivers to it.
+    heard: list = []
+    stream.subscribe("ready", heard.append)
+
+    def delivered() -> bool:
+        websocket.publish("ready", b"")
+        return bool(heard)
+
+    await eventually(delivered, timeout=10, interval=0.05)
     child.process.send_signal(signal.SIGTERM)
     assert await child.exit_code() == 0, child.output()
     assert isinstance(await wait_for(websocket.when_closed()), ConnectionDone)

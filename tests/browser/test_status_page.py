@@ -12,7 +12,7 @@ from tests.admin.http import start
 from tests.brokers import LOCAL, Broker
 from tests.browser.conftest import SCREENSHOTS, Browser
 from tests.phyllo.test_bridge import PtyDevice, document
-from tests.support import Inbox, eventually, wait_for
+from tests.support import Inbox, eventually, on_the_default_ports, wait_for
 from wireproto.authentication import AuthSettings
 from wireproto.config import parse_phyllo
 from wireproto.hub import HubSettings
@@ -215,6 +215,7 @@ async def test_behind_access_control_the_page_needs_an_admin_login(
     assert "ws://127.0.0.1" in listeners
 
 
+@on_the_default_ports
 @pytest_twisted.ensureDeferred
 async def test_the_broker_of_make_serve_shows_itself_live_at_its_address(
     broker: Broker, browser: Browser,

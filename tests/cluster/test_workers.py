@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 
 import pytest_twisted
@@ -58,10 +59,15 @@ class Supervised:
     def tcp(self) -> str:
         return next(address for address in self.addresses if address.startswith("tcp:"))
 
-    async def client_on(self, pid: int | None = None, *, tries: int = 60):
-        """A WEBSMQ client over TCP, on the worker `pid` (any, if None), with its worker."""
+    async def client_on(self, pid: int | None = None, *, tries: int = 60, within: float = 0):
+        """A WEBSMQ client over TCP, on the worker `pid` (any, if None), with its worker: tried
+        `tries` times, and on for `within` seconds (a worker just started accepts only once
+        it is ready; until then the other takes every connection)."""
         port = int(self.tcp.rsplit(":", 1)[1])
-        for _ in range(tries):
+        deadline = time.monotonic() + within
+        attempt = 0
+        while attempt < tries or time.monotonic() < deadline:
+            attempt += 1
             client = await wait_for(connect(reactor, self.tcp))
             local = client.transport.getHost().port
             # Generous: on a busy machine a worker that was just started (or starved of CPU)
@@ -71,7 +77,7 @@ class Supervised:
             if pid is None or owner == pid:
                 return client, owner
             await wait_for(client.disconnect())
-        raise AssertionError(f"no connection landed on worker {pid} in {tries} tries")
+        raise AssertionError(f"no connection landed on worker {pid} in {attempt} tries")
 
 
 async def start_supervised(*arguments: str) -> Supervised:
@@ -151,8 +157,8 @@ async def test_a_killed_worker_is_started_again_and_the_other_serves_meanwhile(s
     restarted = await eventually(
         lambda: [pid for pid in workers_of(supervisor) if pid not in (first, second)], 15)
     supervised.pids = [restarted[0], second]
-    await sleep(1.0)  # it links to NATS before it accepts
-    client, owner = await supervised.client_on(restarted[0])
+    # It links to NATS before it accepts.
+    client, owner = await supervised.client_on(restarted[0], within=30)
     await wait_for(client.disconnect())
 
 

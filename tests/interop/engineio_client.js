@@ -8,13 +8,22 @@
 // stdin, one command per line:  send TEXT | sendbin HEX | close
 // stdout, one JSON object per line: {"event":"open","transport":..}, {"event":"upgrade",
 // "transport":..}, {"event":"message","text":..} or {"event":"message","hex":..},
-// {"event":"poll"} (a long-poll request sent, while polling), {"event":"close","reason":..},
-// {"event":"error","message":..}
+// {"event":"poll"} (a long-poll request sent, while polling), {"event":"poll sent","port":..}
+// (that request handed to the operating system, from that local port), {"event":"close",
+// "reason":..}, {"event":"error","message":..}
 "use strict";
+const diagnostics = require("diagnostics_channel");
 const { Socket } = require("engine.io-client");
 const readline = require("readline");
 
 const out = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
+// Each long-poll GET once written out, with the port it leaves from: a test can then watch the
+// server's end of that connection until the server has read it.
+diagnostics.subscribe("http.client.request.start", ({ request }) => {
+  if (request.method === "GET" && request.path.includes("transport=polling")) {
+    request.on("finish", () => out({ event: "poll sent", port: request.socket.localPort }));
+  }
+});
 const options = process.argv[3] ? { transports: process.argv[3].split(",") } : {};
 const socket = new Socket(process.argv[2], options);
 socket.on("open", () => {

@@ -21,8 +21,9 @@ import pytest
 from tests.support import free_port, need_peer
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def need_spark() -> None:
+    """Skip (or under CI fail) a test that runs Spark, here or in a `wireproto analyze`, where
+    pyspark or Java is missing."""
     need_peer(
         "pyspark is not installed; pip install -e '.[spark]'"
         if importlib.util.find_spec("pyspark") is None
@@ -30,6 +31,12 @@ def spark() -> Iterator[Any]:
         else None,
         "Spark",
     )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The SparkSession of this process; its tests share one worker (tests/conftest.py)."""
+    need_spark()
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     # The Python workers run this interpreter, so they import the same wireproto.
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

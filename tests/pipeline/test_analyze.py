@@ -21,7 +21,8 @@ from twisted.internet import protocol as tx_protocol
 from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint
 
-from tests.support import eventually, failure_of, wait_for
+from tests.pipeline.conftest import need_spark
+from tests.support import eventually, failure_of, starts_its_own_spark, wait_for
 from tests.test_capture_broker import LOCAL, start
 from wireproto import capture
 from wireproto.codecs import ubre, websmq
@@ -278,8 +279,10 @@ def run_cli(*args: str, timeout: float = 200) -> subprocess.CompletedProcess[str
                           capture_output=True, text=True, timeout=timeout)
 
 
+@starts_its_own_spark
 @pytest.mark.timeout(240)
-def test_the_analyze_command(tmp_path: Path, spark: Any) -> None:
+def test_the_analyze_command(tmp_path: Path) -> None:
+    need_spark()  # the command starts its own
     directory = tmp_path / "capture"
     small_capture(directory)
     out = tmp_path / "out"
@@ -353,6 +356,7 @@ def test_inputs_are_checked_before_spark_starts(tmp_path: Path) -> None:
         assert not out.exists()
 
 
+@starts_its_own_spark
 @pytest.mark.timeout(240)
 def test_ctrl_c_stops_a_batch_analyze_quietly_with_130(tmp_path: Path) -> None:
     import pty

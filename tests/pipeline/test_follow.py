@@ -17,7 +17,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor, threads
 
-from tests.support import eventually, need_module, sleep, wait_for
+from tests.support import eventually, need_module, sleep, starts_its_own_spark, wait_for
 from tests.test_capture_broker import LOCAL, start
 from tests.test_cli import Child
 from wireproto import capture
@@ -170,6 +170,7 @@ async def test_finished_windows_reach_a_subscriber_once(tmp_path: Path, spark: A
 FOLLOWING = re.compile(r"^wireproto: following (\S+); publishing to (\S+); Ctrl-C stops$")
 
 
+@starts_its_own_spark
 @pytest_twisted.ensureDeferred
 async def test_the_follow_command_publishes_live_and_stops_on_ctrl_c(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -10,8 +10,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
-from tests.pipeline.conftest import BUCKET, S3Server
-from tests.support import eventually
+from tests.pipeline.conftest import BUCKET, S3Server, need_spark
+from tests.support import eventually, starts_its_own_spark
 from wireproto import capture
 from wireproto.codecs import websmq
 
@@ -74,10 +74,12 @@ def test_a_stream_picks_up_files_as_they_are_uploaded(tmp_path: Path, spark: Any
         query.stop()
 
 
+@starts_its_own_spark
 @pytest.mark.timeout(240)
-def test_analyze_reads_from_and_writes_to_object_storage(tmp_path: Path, spark: Any,
-                                                         s3: S3Server) -> None:
+def test_analyze_reads_from_and_writes_to_object_storage(tmp_path: Path, s3: S3Server) -> None:
     from tests.pipeline.test_analyze import run_cli, small_capture
+
+    need_spark()  # the command starts its own
 
     small_capture(tmp_path / "site-1")
     for path in capture.capture_files(tmp_path / "site-1"):

@@ -1019,11 +1019,6 @@ class NodeClient(protocol.ProcessProtocol):
     def of(self, event: str) -> list[dict]:
         return [e for e in self.events if e["event"] == event]
 
-    def polls_after_first_message(self) -> bool:
-        """Whether a long-poll request went out after the first message came in."""
-        kinds = [e["event"] for e in self.events]
-        return "message" in kinds and "poll" in kinds[kinds.index("message") :]
-
 
 async def start_node(eio: EIO, transports: str | None) -> NodeClient:
     executable = need_interop_peer(INTEROP / "node_modules" / "engine.io-client",
