@@ -31,19 +31,32 @@ def nats(tmp_path) -> Iterator[NatsServer]:
 
 @pytest.fixture
 def nats_cluster(tmp_path) -> Iterator[list[NatsServer]]:
-    """Three nats-servers routed into one NATS cluster, each with its own client port."""
+    """Three nats-servers routed into one NATS cluster, each with its own client port.
+
+    Each server's route port is picked free before the three start, so another test on another
+    worker may take one meanwhile: then the cluster is started again on new ports."""
     _need_nats_server()
-    route_ports = [free_port() for _ in range(3)]
-    routes = tuple(f"nats-route://127.0.0.1:{port}" for port in route_ports)
-    servers = [
-        NatsServer(directory=str(tmp_path / f"nats{index}"), cluster_port=route_ports[index],
-                   routes=tuple(route for i, route in enumerate(routes) if i != index),
-                   server_name=f"n{index}")
-        for index in range(3)
-    ]
+    for attempt in range(3):
+        route_ports = [free_port() for _ in range(3)]
+        routes = tuple(f"nats-route://127.0.0.1:{port}" for port in route_ports)
+        servers = [
+            NatsServer(directory=str(tmp_path / f"nats{attempt}-{index}"),
+                       cluster_port=route_ports[index],
+                       routes=tuple(route for i, route in enumerate(routes) if i != index),
+                       server_name=f"n{index}")
+            for index in range(3)
+        ]
+        try:
+            for server in servers:
+                server.start()
+        except RuntimeError as error:
+            for server in servers:
+                server.stop()
+            if "address already in use" not in str(error) or attempt == 2:
+                raise
+            continue
+        break
     try:
-        for server in servers:
-            server.start()
         yield servers
     finally:
         for server in servers:
