@@ -108,8 +108,11 @@ class WireprotoServiceMaker:
 
         def listening(bound: list[Any]) -> None:
             # twistd sends sys.stdout to its log; these lines go to the real stdout, as
-            # `wireproto serve` prints them, for scripts that wait for the ports.
-            announce([*banner(config, bound), "ready"], sys.__stdout__)
+            # `wireproto serve` prints them, for scripts that wait for the ports. Not before
+            # the reactor runs: twistd binds the ports before it takes SIGTERM, and "ready"
+            # promises a clean stop on it.
+            reactor.callWhenRunning(
+                announce, [*banner(config, bound), "ready"], sys.__stdout__)
 
         def cannot_listen(reason: Any) -> None:
             reason.trap(ListenFailed)  # already logged; twistd stops on it
