@@ -185,14 +185,14 @@ class NatsConnection(Protocol):
         # Fires once the server has answered the CONNECT; fails if the connection closes first.
         self.handshaken: defer.Deferred = defer.Deferred()
 
-    @property
-    def wire(self) -> _NatsTransport:
-        """The connected transport: TCP that can start TLS (the client uses none before)."""
-        return typing.cast(_NatsTransport, self.transport)
+    # The connected transport, as what it is: TCP that can start TLS (set once connected, the
+    # client uses none before; an attribute, since every publish writes through it).
+    wire: _NatsTransport
 
     # -- the handshake ---------------------------------------------------------------------------
 
     def connectionMade(self) -> None:
+        self.wire = typing.cast(_NatsTransport, self.transport)
         self.client._opened(self)
 
     def _handshake(self, info: dict[str, Any]) -> None:
