@@ -24,7 +24,7 @@ from wireproto.protocols.ubre.client import connect as ubre_connect
 
 
 def cluster_table(nats, **settings) -> ClusterSettings:
-    return ClusterSettings(url=nats.url, heartbeat_interval=0.2, dead_after=1.0, **settings)
+    return ClusterSettings(url=nats.url, heartbeat_interval=0.2, lease=1.0, **settings)
 
 
 async def broker_on(broker: Broker, nats, **cluster) -> tuple:
@@ -290,7 +290,7 @@ call = ["echo", "open/#"]
 [cluster]
 url = "{nats.url}"
 heartbeat_interval = 0.2
-dead_after = 1.0
+lease = 1.0
 """
     services = []
     for _ in range(2):

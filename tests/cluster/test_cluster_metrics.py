@@ -15,7 +15,7 @@ async def node(broker, nats, name: str):
     service, bound = await broker.start(
         f"websmq+ws@tcp:0:{LOCAL}", f"ubre+lines@tcp:0:{LOCAL}",
         cluster=ClusterSettings(url=nats.url, node=name, heartbeat_interval=0.2,
-                                dead_after=1.0))
+                                lease=1.0))
     await wait_for(service.cluster.when_ready(), 10)
     return service, {entry.listener.protocol: entry.address for entry in bound}
 

@@ -28,7 +28,7 @@ async def cluster_broker(broker: Broker, nats, **tables) -> tuple[WireprotoServi
         f"websmq+ws@tcp:0:{LOCAL}", f"websmq+length32@tcp:0:{LOCAL}",
         f"ubre+lines@tcp:0:{LOCAL}",
         cluster=ClusterSettings(url=nats.url if hasattr(nats, "url") else nats,
-                                heartbeat_interval=0.2, dead_after=1.0),
+                                heartbeat_interval=0.2, lease=1.0),
         websmq=WebsmqSettings(wildcards=True), **tables)
     await wait_for(service.cluster.when_ready(), 10)
     addresses = {entry.listener.protocol + "+" + entry.listener.transport: entry.address
@@ -242,7 +242,7 @@ async def test_a_subble_event_is_the_same_event_on_every_process(broker, nats):
     for _ in range(2):
         service, bound = await broker.start(
             f"subble+ws@tcp:0:{LOCAL}", f"ubre+lines@tcp:0:{LOCAL}",
-            cluster=ClusterSettings(url=nats.url, heartbeat_interval=0.2, dead_after=1.0))
+            cluster=ClusterSettings(url=nats.url, heartbeat_interval=0.2, lease=1.0))
         await wait_for(service.cluster.when_ready(), 10)
         services.append((service, {entry.listener.protocol: entry.address for entry in bound}))
     (first, at_first), (second, at_second) = services

@@ -27,7 +27,7 @@ CALLS = 5
 async def fleet_broker(broker: Broker, server: Any, directory: Path, node: str) -> tuple:
     service, (bound,) = await broker.start(
         f"ubre+lines@tcp:0:{LOCAL}",
-        cluster=ClusterSettings(url=server.url, node=node, heartbeat_interval=0.2, dead_after=1.0),
+        cluster=ClusterSettings(url=server.url, node=node, heartbeat_interval=0.2, lease=1.0),
         capture=CaptureSettings(directory=str(directory / node), flush_interval=0.05))
     await wait_for(service.cluster.when_ready(), 10)
     return service, bound.address

@@ -193,7 +193,17 @@ class NatsConnection(Protocol):
 
     def connectionMade(self) -> None:
         self.wire = typing.cast(_NatsTransport, self.transport)
+        # A server that accepts (its kernel does, even while it is paused) but never finishes
+        # the handshake is given up, as one that cannot be reached, so the next one is tried.
+        self._pinger = self.client.reactor.callLater(
+            self.client.options.connect_timeout, self._handshake_too_slow)
         self.client._opened(self)
+
+    def _handshake_too_slow(self) -> None:
+        self._pinger = None
+        self.client.last_error = (f"no answer to the handshake within "
+                                  f"{self.client.options.connect_timeout:g} s")
+        self.wire.abortConnection()
 
     def _handshake(self, info: dict[str, Any]) -> None:
         options = self.client.options
@@ -252,6 +262,8 @@ class NatsConnection(Protocol):
                     self.pongs.pop(0).callback(None)
                 elif not self.ready:
                     self.ready = True
+                    if self._pinger is not None and self._pinger.active():
+                        self._pinger.cancel()
                     self._pinger = client.reactor.callLater(
                         client.options.ping_interval, self._ping)
                     self.wire.registerProducer(self, True)

@@ -36,6 +36,7 @@ from wireproto import peerlog
 from wireproto.cluster.calls import RemoteCalls
 from wireproto.cluster.client import NatsClient, NatsOptions
 from wireproto.cluster.lastvalues import SharedLastValues
+from wireproto.cluster.lease import Lease
 from wireproto.cluster.roster import Roster
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.cluster.subjects import SubjectError, Subjects, safe_token
@@ -75,6 +76,9 @@ def nats_options(settings: ClusterSettings, name: str) -> NatsOptions:
         nkey_seed_file=settings.nkey_seed_file or None,
         creds_file=settings.creds_file or None, cafile=settings.cafile or None,
         certfile=settings.certfile or None, keyfile=settings.keyfile or None,
+        # A server that stops answering (a paused or partitioned node) is left, for another
+        # of the cluster's, well within a lease: two PINGs unanswered.
+        ping_interval=min(max(settings.lease / 5, 0.5), 10.0), max_pings_out=2,
     )
 
 
@@ -116,26 +120,27 @@ class ClusterLink:
         self.reactor = reactor
         self.subjects = Subjects(settings.subject_prefix)
         self.node = settings.node or f"{socket.gethostname()}:{os.getpid()}"
-        # No spaces: it is a field of the Wp header.
-        self.origin = "".join("_" if c.isspace() else c for c in self.node) + \
-            "/" + secrets.token_hex(4)
-        # The origin as one subject token and key name.
-        self.origin_token = safe_token(self.origin)
         self.client = NatsClient(reactor, nats_options(settings, name=f"wireproto {self.node}"))
         # subject -> its subscription; those with wildcards are in _wildcards too
         self._interest: dict[str, _Interest] = {}
         self._wildcards: dict[str, _Interest] = {}
-        self._headers = wpheader.HeaderWriter(self.origin)
-        self._sequence = 0
         self._last_seen: dict[str, int] = {}
         self._topic_of: dict[str, str] = {}
+        self.origin, self.origin_token = self._new_origin()
+        self._headers = wpheader.HeaderWriter(self.origin)
+        self._sequence = 0
         self.forwarded = self.received = self.duplicates = self.refused = 0
         self.running = False
         self.roster = Roster(self.client, reactor, self.subjects, origin=self.origin_token,
-                             interval=settings.heartbeat_interval,
-                             dead_after=settings.dead_after)
+                             interval=settings.heartbeat_interval, lease=settings.lease)
         self.wills = WillKeeper(self.client, self.roster, self.subjects,
-                                origin=self.origin_token, publish=hub.publish)
+                                origin=self.origin_token, node=self.node, lease=settings.lease,
+                                publish=hub.publish)
+        # The wills held here, by session (the keeper's own dict: checked on the publish path).
+        self._held = self.wills.held
+        self.lease = self._new_lease()
+        self.fenced = 0
+        self._fencing = False
         self.calls = RemoteCalls(self.client, self.subjects, self.roster, origin=self.origin,
                                  timeout=settings.call_timeout,
                                  max_answering=settings.max_remote_calls,
@@ -146,6 +151,71 @@ class ClusterLink:
         # metrics'), by question, and the subscriptions that hear them.
         self._answerers: dict[str, Answerer] = {}
         self._question_sids: dict[str, int] = {}
+
+    # -- identity and lease -----------------------------------------------------------------------
+
+    def _new_origin(self) -> tuple[str, str]:
+        """A fresh name for this process among the others (no spaces: it is a field of the Wp
+        header), and the same as one subject token and key name."""
+        origin = "".join("_" if c.isspace() else c for c in self.node) + \
+            "/" + secrets.token_hex(4)
+        return origin, safe_token(origin)
+
+    def _new_lease(self) -> Lease:
+        lease = Lease(self.client, bucket=self.wills.bucket, stream=self.wills.stream,
+                      holder=self.origin_token, node=self.node, duration=self.settings.lease)
+        lease.on_renewed = self.roster.renewed
+        lease.on_lost = self._lease_refused
+        return lease
+
+    def _lease_refused(self, why: str) -> None:
+        self._fence(why)
+
+    def _guard(self) -> None:
+        """Fence this process if its lease may be over (it must not serve the connections whose
+        wills another process may have published)."""
+        lease = self.lease
+        if lease.expired():
+            self._fence(lease.lost or "its lease ran out by its own clock, "
+                        f"{self.settings.lease:g} s after its last renewal reached NATS")
+
+    def _fence(self, why: str) -> None:
+        """Give up this identity: close the connections whose wills were kept under it (the
+        claim of the identity publishes them), and go on as a new process."""
+        if self._fencing:
+            return
+        self._fencing = True
+        try:
+            former = self.origin_token
+            abandoned = self.wills.abandon(self.lease.sequence)
+            self.lease.on_lost = self.lease.on_renewed = None
+            self.origin, self.origin_token = self._new_origin()
+            self._headers = wpheader.HeaderWriter(self.origin)
+            self._sequence = 0
+            self.roster.origin = self.origin_token
+            self.roster.lease_sequence = 0
+            self.calls.origin = self.origin
+            self.wills.took_identity(self.origin_token)
+            self.lease = self._new_lease()
+            if self.wills.available:
+                self.lease.start()
+            self.fenced += 1
+            self.roster.leave(former)
+            closed = self.hub.end_sessions(
+                abandoned, "this broker process lost its place in the cluster; its will is "
+                "published by the process that took its place over")
+            log.warn("cluster: this process was fenced ({why}): it closed the {count} "
+                     "connections whose wills were kept as {former}, and goes on as {origin}",
+                     event="cluster_fenced", why=why, count=closed, former=former,
+                     origin=self.origin_token)
+            self.lease.renew()
+        finally:
+            self._fencing = False
+
+    def _tick(self) -> None:
+        self._guard()
+        if self.wills.available:
+            self.lease.renew()
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -163,6 +233,7 @@ class ClusterLink:
             self.topic_started(topic)
         for pattern in hub.patterns():
             self.pattern_started(pattern)
+        self.roster.on_tick.append(self._tick)
         self.roster.start()
         for question in self._answerers:
             self._hear(question)
@@ -174,8 +245,14 @@ class ClusterLink:
 
     def _connected(self) -> None:
         self.roster.connected()
-        self.wills.connected()
+        d = self.wills.connected()
+        d.addCallback(self._bucket_ready)
         self.last_values.connected()
+
+    def _bucket_ready(self, _: object) -> None:
+        if self.wills.available:
+            self.lease.start()
+            self.lease.renew()
 
     def calls_changed(self) -> None:
         """What this process's servers answer changed (the hub calls this)."""
@@ -196,6 +273,7 @@ class ClusterLink:
                 yield self.client.flush().addTimeout(2.0, self.reactor)
             except Exception:  # a server gone or slow: nothing more to do on the way out
                 pass
+        yield self.lease.release()
         self.roster.leave()
         self.calls.stop()
         if self.calls.recorder is not None:
@@ -205,6 +283,8 @@ class ClusterLink:
         self._question_sids.clear()
         self.wills.stop()
         self.last_values.stop()
+        if self._tick in self.roster.on_tick:
+            self.roster.on_tick.remove(self._tick)
         self.roster.stop()
         self.hub.remove_topic_observer(self)
         self.hub.leave(self)
@@ -217,10 +297,12 @@ class ClusterLink:
         self.last_values.put(topic, payload, protocol, encodings)
 
     def hold_will(self, session: int, will: HubMessage) -> None:
+        self._guard()
         self.wills.keep(session, will)
 
-    def release_will(self, session: int) -> None:
-        self.wills.drop(session)
+    def release_will(self, session: int) -> bool:
+        self._guard()
+        return self.wills.drop(session)
 
     def call(self, call: Call) -> defer.Deferred[Answer]:
         if not self.running:  # stopping: no other process is asked any more
@@ -344,6 +426,8 @@ class ClusterLink:
                 encodings: Encodings | None = None) -> None:
         """Publish a message made in this process to the others (the hub calls this), with its
         encodings in the hub's portable formats."""
+        if self._held and self.lease.expired():
+            self._guard()
         self._sequence += 1
         if encodings:
             carried = {str(wire_format): encodings[wire_format]
@@ -357,6 +441,8 @@ class ClusterLink:
 
     def _received(self, through: _Interest, subject: str, headers: bytes | None,
                   payload: bytes) -> None:
+        if self._held and self.lease.expired():
+            self._guard()
         encodings: dict = {}
         try:
             fields = None if headers is None else wpheader.read(headers)

@@ -38,14 +38,23 @@ class ClusterSettings:
     cafile: str = ""
     certfile: str = ""
     keyfile: str = ""
-    # Each process says it is alive this often; one silent for `dead_after` seconds is dead,
-    # and the others publish its connections' wills.
+    # Each process renews its lease and says it is alive this often. A process whose lease has
+    # not been renewed for `lease` seconds is over: another publishes its connections' wills,
+    # and it closes them itself before it serves them again (docs/cluster.md, "Leases and
+    # fencing").
     heartbeat_interval: float = 1.0
-    dead_after: float = 3.0
+    lease: float = 10.0
     # A call that another process answers fails after this many seconds without an answer.
     call_timeout: float = 30.0
     # Calls from other processes this one works on at once; past it, they are refused as busy.
     max_remote_calls: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.lease < 3 * self.heartbeat_interval:
+            raise ValueError(
+                f"lease ({self.lease:g} s) must be at least three heartbeat_intervals "
+                f"({3 * self.heartbeat_interval:g} s): a process renews its lease every "
+                "heartbeat_interval, and must be able to miss one or two")
 
     @property
     def enabled(self) -> bool:

@@ -1,12 +1,22 @@
-"""Wills that outlive their process (docs/cluster.md, "Wills").
+"""Wills that outlive their process (docs/cluster.md, "Wills", and "Leases and fencing").
 
 Each broker process keeps the wills of its connections in a JetStream key-value bucket, one key
-per connection (``w.ORIGIN.SESSION``), and says it is alive with its heartbeat
-(wireproto.cluster.roster). Every process lists the bucket's keys after each heartbeat; the wills
-of an origin that no one has heard from for `dead_after` seconds are published by the
-one process that wins its claim (a ``c.ORIGIN`` key written only if it does not exist yet), then
-purged. A connection that closes while its process lives publishes its will itself, and its key
-is purged, so a will goes out once either way.
+per connection (``w.ORIGIN.SESSION``), beside its lease (``l.ORIGIN``, wireproto.cluster.lease).
+A connection that closes while its process lives publishes its will itself, and its key is
+purged.
+
+Every process lists the bucket's lease keys every heartbeat (and its will keys every half
+lease, for wills left without a lease). A process whose lease key has stayed at one sequence
+for a whole lease, by this process's clock (wireproto.cluster.roster), is over: this process
+claims its lease key by writing it on the condition that it is still at that sequence. The one
+claim that wins publishes each of its wills, then purges that will's key (so a claimer that dies
+halfway leaves only the wills it has not published for the next claim), then removes the lease
+key. A claim that loses learns the key's new sequence: a renewal, or another claim.
+
+A process that finds its own lease lost is fenced (wireproto.cluster.link): the wills it held
+under that identity are `abandon`ed, and the connections they belong to are closed without
+publishing them, since the claim publishes them; it claims its former identity at once itself,
+so they go out without waiting for anyone's clock.
 """
 
 from __future__ import annotations
@@ -20,38 +30,66 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto.cluster.client import NatsClient
+from wireproto.cluster.lease import (
+    WRONG_LAST_SEQUENCE,
+    JetStreamRefused,
+    last_message,
+    lease_record,
+    write_if_at,
+)
 from wireproto.cluster.roster import Roster
 from wireproto.cluster.subjects import Subjects, safe_token
-from wireproto.codecs.nats import headers_block
 from wireproto.hub.message import HubMessage
 
-__all__ = ["WillKeeper"]
+__all__ = ["WillKeeper", "HeldWill"]
 
 log = Logger(namespace="wireproto.cluster")
 
-CLAIM_ONCE = headers_block({"Nats-Expected-Last-Subject-Sequence": "0"})
+TIMEOUT = 5.0
+
+
+class HeldWill:
+    """A will this process keeps in the bucket for one of its connections: under which of its
+    identities, and whether the bucket has it (True), has not (False), or may (None: written,
+    not yet acknowledged)."""
+
+    __slots__ = ("origin", "will", "stored", "landing")
+
+    def __init__(self, origin: str, will: HubMessage) -> None:
+        self.origin = origin
+        self.will = will
+        self.stored: bool | None = False
+        self.landing: defer.Deferred | None = None
 
 
 class WillKeeper:
-    """The wills of one process's connections in the cluster's bucket, and the wills of dead
-    processes published."""
+    """The wills of one process's connections in the cluster's bucket, and the wills of
+    processes whose leases are over published."""
 
     def __init__(self, client: NatsClient, roster: Roster, subjects: Subjects, *, origin: str,
-                 publish: Callable[[HubMessage], object]) -> None:
+                 node: str, lease: float, publish: Callable[[HubMessage], object]) -> None:
         self.client = client
         self.roster = roster
         self.bucket = safe_token(subjects.prefix) + "_wills"
         self.stream = f"KV_{self.bucket}"
-        # this process, as a subject token
+        # this process, as a subject token (changes when it is fenced)
         self.origin = origin
+        self.node = node
+        self.lease = lease
         # publishes a dead process's will in this one
         self.publish = publish
         self.available = False
         self.published = 0
+        # session -> its will
+        self.held: dict[int, HeldWill] = {}
+        # This process's former identities, given up when it was fenced, and the sequence their
+        # lease keys were at: claimed at once.
+        self.abandoned: dict[str, int] = {}
         self._scanning = False
+        self._ticks = 0
 
-    def key(self, session: int) -> str:
-        return f"$KV.{self.bucket}.w.{self.origin}.{session}"
+    def key(self, session: int, origin: str | None = None) -> str:
+        return f"$KV.{self.bucket}.w.{origin or self.origin}.{session}"
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -64,7 +102,8 @@ class WillKeeper:
 
     @defer.inlineCallbacks
     def connected(self) -> Any:
-        """Make the bucket (if no one has yet) once a server is connected."""
+        """Make the bucket (if no one has yet) once a server is connected, then write every
+        will held here again (the server may be a new one, or have lost them)."""
         config = {
             "name": self.stream, "subjects": [f"$KV.{self.bucket}.>"],
             "max_msgs_per_subject": 1, "discard": "new", "allow_direct": True,
@@ -72,7 +111,8 @@ class WillKeeper:
         }
         try:
             _, reply = yield self.client.request(
-                f"$JS.API.STREAM.CREATE.{self.stream}", json.dumps(config).encode(), timeout=5)
+                f"$JS.API.STREAM.CREATE.{self.stream}", json.dumps(config).encode(),
+                timeout=TIMEOUT)
         except Exception as error:
             self.available = False
             log.warn("cluster: no JetStream on the NATS server ({error}); wills will not "
@@ -87,80 +127,171 @@ class WillKeeper:
                      error=refusal.get("description"))
             return
         self.available = True
+        for session, held in self.held.items():
+            if held.origin == self.origin:
+                self._store(session, held)
 
     # -- this process's wills ---------------------------------------------------------------------
 
     def keep(self, session: int, will: HubMessage) -> None:
-        value = msgpack.packb([will.topic, will.payload, will.protocol])
-        self.client.publish(self.key(session), value)
+        held = self.held[session] = HeldWill(self.origin, will)
+        self._store(session, held)
 
-    def drop(self, session: int) -> None:
-        """Forget a will its connection published itself. The key is purged, leaving no
-        marker behind, so the bucket holds only the wills of open connections."""
-        if not self.client.connected:
+    def _store(self, session: int, held: HeldWill) -> None:
+        if not (self.available and self.client.connected):
+            held.stored = False  # written when a server is connected
             return
-        d = self.client.request(
-            f"$JS.API.STREAM.PURGE.{self.stream}",
-            json.dumps({"filter": self.key(session)}).encode(), timeout=5)
-        d.addErrback(lambda failure: log.warn(
-            "cluster: could not forget the will of session {session}: {why}",
-            event="cluster_wills_failed", session=session, why=failure.getErrorMessage()))
+        will = held.will
+        held.stored = None
+        d = self.client.request(self.key(session, held.origin),
+                                msgpack.packb([will.topic, will.payload, will.protocol]),
+                                timeout=TIMEOUT)
+
+        def landed(reply: tuple[Any, bytes]) -> None:
+            error = json.loads(reply[1]).get("error")
+            if error:
+                held.stored = False
+                log.warn("cluster: the bucket refused the will of session {session}: {why}",
+                         event="cluster_wills_failed", session=session,
+                         why=error.get("description"))
+            else:
+                held.stored = True
+
+        def lost(failure: Any) -> None:
+            # A timeout leaves it unknown (None); a connection lost, rewritten on the next.
+            log.warn("cluster: could not keep the will of session {session}: {why}",
+                     event="cluster_wills_failed", session=session,
+                     why=failure.getErrorMessage())
+
+        held.landing = d.addCallbacks(landed, lost)
+
+    def drop(self, session: int) -> bool:
+        """Session `session` is closing: whether this process is to publish its will. Not when
+        it was kept under an identity this process gave up, since whoever claims that identity
+        publishes it; else its key is purged, leaving no marker behind."""
+        held = self.held.pop(session, None)
+        if held is None:
+            return True
+        if held.origin != self.origin:
+            return False
+
+        def purge(_: object = None) -> None:
+            if not self.client.connected:
+                return
+            d = self.client.request(
+                f"$JS.API.STREAM.PURGE.{self.stream}",
+                json.dumps({"filter": self.key(session)}).encode(), timeout=TIMEOUT)
+            d.addErrback(lambda failure: log.warn(
+                "cluster: could not forget the will of session {session}: {why}",
+                event="cluster_wills_failed", session=session, why=failure.getErrorMessage()))
+
+        if held.landing is not None and not held.landing.called:
+            held.landing.addBoth(purge)
+        elif held.stored is not False:
+            purge()
+        return True
+
+    def abandon(self, sequence: int) -> list[int]:
+        """This process gives up its identity, whose lease key was last at `sequence`: the
+        sessions whose wills the bucket has or may have under it, which the claim of that
+        identity will publish. The caller gives this keeper its new identity next."""
+        self.abandoned[self.origin] = sequence
+        return [session for session, held in self.held.items()
+                if held.origin == self.origin and held.stored is not False]
+
+    def took_identity(self, origin: str) -> None:
+        """This process is `origin` from now on: the wills never stored under its former
+        identity are kept under this one."""
+        self.origin = origin
+        for session, held in list(self.held.items()):
+            if held.origin != origin and held.stored is False:
+                self.keep(session, held.will)
 
     # -- other processes --------------------------------------------------------------------------
 
     def _tick(self) -> None:
         if self.available and self.client.connected and not self._scanning:
             self._scanning = True
-            d = self._scan()
+            self._ticks += 1
+            every = max(1, round(self.lease / 2 / max(self.roster.interval, 0.01)))
+            d = self._scan(orphans=self._ticks % every == 1 or every == 1)
             d.addErrback(lambda failure: log.warn(
-                "cluster: looking for dead processes' wills failed: {why}",
+                "cluster: looking for processes whose lease is over failed: {why}",
                 event="cluster_wills_failed", why=failure.getErrorMessage()))
             d.addBoth(lambda _: setattr(self, "_scanning", False))
 
     @defer.inlineCallbacks
-    def _scan(self) -> Any:
-        if not self.roster.listened_long_enough():
-            return  # not listening long enough to know who is alive
+    def _subjects(self, pattern: str) -> Any:
         _, reply = yield self.client.request(
             f"$JS.API.STREAM.INFO.{self.stream}",
-            json.dumps({"subjects_filter": f"$KV.{self.bucket}.w.>"}).encode(), timeout=5)
-        subjects = (json.loads(reply).get("state") or {}).get("subjects") or {}
-        prefix = f"$KV.{self.bucket}.w."
-        origins: dict[str, list[str]] = {}
-        for subject in subjects:
-            origin = subject[len(prefix):].split(".", 1)[0]
-            origins.setdefault(origin, []).append(subject)
-        for origin, keys in origins.items():
-            if origin == self.origin or self.roster.alive(origin):
-                continue
-            yield self._take_over(origin, keys)
+            json.dumps({"subjects_filter": f"$KV.{self.bucket}.{pattern}"}).encode(),
+            timeout=TIMEOUT)
+        return list((json.loads(reply).get("state") or {}).get("subjects") or {})
 
     @defer.inlineCallbacks
-    def _take_over(self, origin: str, keys: list[str]) -> Any:
-        _, reply = yield self.client.request(
-            f"$KV.{self.bucket}.c.{origin}", self.origin.encode(), timeout=5,
-            headers=CLAIM_ONCE)
-        if json.loads(reply).get("error"):
-            return  # another process claimed it
+    def _scan(self, *, orphans: bool) -> Any:
+        leases = yield self._subjects("l.>")
+        start = len(f"$KV.{self.bucket}.l.")
+        origins = {subject[start:] for subject in leases}
+        if orphans:
+            wills = yield self._subjects("w.>")
+            start = len(f"$KV.{self.bucket}.w.")
+            origins.update(subject[start:].split(".", 1)[0] for subject in wills)
+        else:
+            origins.update(self.roster.judged())
+        origins.discard(self.origin)
+        origins.update(self.abandoned)
+        self.roster.judge_only(origins)
+        for origin in sorted(origins):
+            if origin in self.abandoned:
+                yield self._claim(origin, self.abandoned[origin])
+                continue
+            sequence = self.roster.lease_over(origin)
+            if sequence is not None:
+                yield self._claim(origin, sequence)
+            elif not self.roster.known(origin):
+                # Never heard: its lease is judged from now, at the sequence it has.
+                found, _ = yield last_message(self.client, self.stream, self._lease_key(origin),
+                                              timeout=TIMEOUT)
+                self.roster.observe(origin, found)
+
+    def _lease_key(self, origin: str) -> str:
+        return f"$KV.{self.bucket}.l.{origin}"
+
+    @defer.inlineCallbacks
+    def _claim(self, origin: str, sequence: int) -> Any:
+        try:
+            yield write_if_at(self.client, self._lease_key(origin),
+                              lease_record(self.origin, self.node, self.lease, takes=origin),
+                              sequence, timeout=TIMEOUT)
+        except JetStreamRefused as refused:
+            if refused.code != WRONG_LAST_SEQUENCE:
+                raise
+            # Renewed, or claimed by another process: judged again from its new sequence.
+            self.abandoned.pop(origin, None)
+            found, _ = yield last_message(self.client, self.stream, self._lease_key(origin),
+                                          timeout=TIMEOUT)
+            self.roster.observe(origin, found)
+            return
+        self.abandoned.pop(origin, None)
+        self.roster.forget_lease(origin)
+        keys = yield self._subjects(f"w.{origin}.>")
         published = 0
         for key in keys:
+            _, value = yield last_message(self.client, self.stream, key, timeout=TIMEOUT)
             try:
-                headers, value = yield self.client.request(
-                    f"$JS.API.DIRECT.GET.{self.stream}",
-                    json.dumps({"last_by_subj": key}).encode(), timeout=5)
-            except Exception:
-                continue
-            if not value:
-                continue  # purged meanwhile: its connection closed cleanly
-            try:
-                topic, payload, protocol = msgpack.unpackb(value)
+                topic, payload, protocol = msgpack.unpackb(value) if value else (None,) * 3
             except (ValueError, TypeError, msgpack.UnpackException):
-                continue
-            self.publish(HubMessage(topic, payload, will=True, protocol=protocol))
-            published += 1
+                topic = None
+            if isinstance(topic, str) and isinstance(payload, bytes):
+                self.publish(HubMessage(topic, payload, will=True, protocol=str(protocol or "")))
+                published += 1
+            yield self._purge(key)
         self.published += published
-        yield self.client.request(
-            f"$JS.API.STREAM.PURGE.{self.stream}",
-            json.dumps({"filter": f"$KV.{self.bucket}.w.{origin}.>"}).encode(), timeout=5)
-        log.info("cluster: {origin} is gone; published its {count} wills",
+        yield self._purge(self._lease_key(origin))
+        log.info("cluster: the lease of {origin} is over; published its {count} wills",
                  event="cluster_wills_taken_over", origin=origin, count=published)
+
+    def _purge(self, subject: str) -> defer.Deferred:
+        return self.client.request(f"$JS.API.STREAM.PURGE.{self.stream}",
+                                   json.dumps({"filter": subject}).encode(), timeout=TIMEOUT)

@@ -36,7 +36,7 @@ to), `session` (one connection's place), and `Hub` itself here.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -82,7 +82,7 @@ from wireproto.hub.subscribers import (
 from wireproto.peerlog import describe_address
 from wireproto.protocols.calls import CallServer
 from wireproto.topics import PatternTree, is_pattern, validate_pattern
-from wireproto.transports.base import IMessageTransport
+from wireproto.transports.base import IMessageTransport, go_away
 
 __all__ = [
     "DEFAULT_QUEUE_BYTES",
@@ -329,6 +329,18 @@ class Hub:
             if why is not None:
                 session.end(CredentialEnded(f"credential withdrawn: {why}"),
                             "credential_withdrawn", why)
+                ended += 1
+        return ended
+
+    def end_sessions(self, ids: Collection[int], reason: str) -> int:
+        """Close the sessions whose ids are in `ids` as this side going away (a WebSocket
+        closes with 1001), with `reason` in the log; returns how many."""
+        wanted = set(ids)
+        ended = 0
+        for session in tuple(self.sessions):
+            if session.id in wanted and not session.closed:
+                session.close(reason)
+                go_away(session.transport)
                 ended += 1
         return ended
 

@@ -69,8 +69,10 @@ class Federation(Protocol):
     def hold_will(self, session: int, will: HubMessage) -> None:
         """Session `session` has a will: if this process dies, another is to publish it."""
 
-    def release_will(self, session: int) -> None:
-        """Session `session`'s will is published or no longer wanted."""
+    def release_will(self, session: int) -> bool:
+        """Session `session` is closing: whether its will (if it may publish one) is to be
+        published here. False when another process publishes it, because this one gave up
+        the place in which it held it (docs/cluster.md, "Leases and fencing")."""
 
     def calls_changed(self) -> None:
         """What the hub's call servers answer changed."""
@@ -98,8 +100,8 @@ class Alone:
     def hold_will(self, session: int, will: HubMessage) -> None:
         pass
 
-    def release_will(self, session: int) -> None:
-        pass
+    def release_will(self, session: int) -> bool:
+        return True
 
     def calls_changed(self) -> None:
         pass

@@ -519,8 +519,13 @@ class Session:
         self.queued_bytes = 0
         self.hub.detach(self)
         will, self.will = self.will, None
-        if will is not None:
-            hub.federation.release_will(self.id)
+        if will is not None and not hub.federation.release_will(self.id):
+            log.info(
+                "{protocol} session {session} from {peer}: its will on {topic!r} is published "
+                "by another broker process", event="will_elsewhere", protocol=self.protocol,
+                peer=self.peer, session=self.id, client=self.client, topic=will.topic,
+            )
+            will = None
         if will is not None and self.grants is not None and not self.grants.allows(
             Action.PUBLISH, will.topic
         ):

@@ -1,0 +1,227 @@
+"""This process's lease: what makes it a live member of its cluster (docs/cluster.md, "Leases
+and fencing").
+
+A broker process holds a lease while it keeps rewriting one key of the wills bucket,
+``l.ORIGIN``, every heartbeat_interval, each write on the condition that the key is still at the
+sequence its previous write left (JetStream's ``Nats-Expected-Last-Subject-Sequence``). Another
+process that has seen the same sequence for a whole lease claims the key on the same condition
+(wireproto.cluster.wills); exactly one of the two writes can win. So a lease is over for
+everyone at once: a claim that wins means no renewal can, and a renewal that wins means the
+claim fails.
+
+The holder also judges by its own clock, so that it gives its lease up before anyone can have
+claimed it: it counts the lease from when it *sent* its last acknowledged renewal, while the
+others count from when they saw that renewal, which is later, and it keeps a margin for clocks
+that run at slightly different rates. The clock is `lease_clock`: it counts a suspended machine's
+time too, which the monotonic clock does not.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from wireproto.cluster.client import NatsClient
+from wireproto.codecs.nats import header_values, headers_block
+
+__all__ = [
+    "LEASE_VERSION",
+    "WRONG_LAST_SEQUENCE",
+    "JetStreamRefused",
+    "Lease",
+    "lease_clock",
+    "lease_record",
+    "read_record",
+    "write_if_at",
+]
+
+log = Logger(namespace="wireproto.cluster")
+
+# The version of the lease record (and of the heartbeat headers that carry its sequence).
+LEASE_VERSION = 1
+# JetStream's error code for a conditional write whose subject is not at the sequence expected.
+WRONG_LAST_SEQUENCE = 10071
+
+
+def lease_clock() -> float:
+    """Seconds from an arbitrary start that never go back, and that go on while the machine is
+    suspended (CLOCK_BOOTTIME on Linux; the monotonic clock elsewhere)."""
+    return time.clock_gettime(BOOTTIME) if BOOTTIME is not None else time.monotonic()
+
+
+BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+class JetStreamRefused(Exception):
+    """JetStream refused a write: its error code and description."""
+
+    def __init__(self, code: int, description: str) -> None:
+        super().__init__(f"{description} (JetStream error {code})")
+        self.code = code
+        self.description = description
+
+
+def lease_record(holder: str, node: str, duration: float, *, takes: str | None = None) -> bytes:
+    """What a lease key holds: its version, who holds it, and, for a claim, whose lease the
+    holder took over."""
+    record: dict[str, Any] = {"v": LEASE_VERSION, "holder": holder, "node": node,
+                              "lease": duration}
+    if takes is not None:
+        record["takes"] = takes
+    return msgpack.packb(record)
+
+
+def read_record(value: bytes) -> dict[str, Any] | None:
+    """A lease key's record, or None if it is not one this version reads."""
+    try:
+        record = msgpack.unpackb(value)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("v"), int):
+        return None
+    return record
+
+
+@defer.inlineCallbacks
+def write_if_at(client: NatsClient, subject: str, value: bytes, sequence: int, *,
+                timeout: float) -> Any:
+    """Write `value` on `subject` of a JetStream stream if the subject's last message is at
+    `sequence` (0: it has none); fires with the new sequence, or fails with JetStreamRefused (a
+    `WRONG_LAST_SEQUENCE` code when it is not), or the request's own errors."""
+    _, reply = yield client.request(
+        subject, value, timeout=timeout,
+        headers=headers_block({"Nats-Expected-Last-Subject-Sequence": str(sequence)}))
+    answer = json.loads(reply)
+    error = answer.get("error")
+    if error:
+        raise JetStreamRefused(int(error.get("err_code") or 0), str(error.get("description")))
+    return int(answer["seq"])
+
+
+@defer.inlineCallbacks
+def last_message(client: NatsClient, stream: str, subject: str, *, timeout: float) -> Any:
+    """The last message on `subject` of `stream` as ``(sequence, value)``, or ``(0, b"")`` when
+    the subject has none."""
+    headers, value = yield client.request(
+        f"$JS.API.DIRECT.GET.{stream}", json.dumps({"last_by_subj": subject}).encode(),
+        timeout=timeout)
+    if headers is None:
+        return 0, b""
+    found = header_values(headers).get("Nats-Sequence")
+    if found is None or not found.isdigit():
+        return 0, b""  # "404 Message Not Found", or a purge that left nothing
+    return int(found), value
+
+
+class Lease:
+    """This process's lease under one identity (`holder`, its origin as a subject token).
+
+    `renew()` is called every heartbeat interval; `expired()` says whether this process must
+    take its lease as lost (it was refused, or by its own clock it may have run out), and
+    `on_lost(why)` is called once when a renewal is refused."""
+
+    def __init__(self, client: NatsClient, *, bucket: str, stream: str, holder: str, node: str,
+                 duration: float, now: Callable[[], float] = lease_clock) -> None:
+        self.client = client
+        self.stream = stream
+        self.subject = f"$KV.{bucket}.l.{holder}"
+        self.holder = holder
+        self.duration = duration
+        # Kept off the end of the lease, for clocks that run at different rates and for the
+        # time a renewal takes to reach the others.
+        self.margin = max(0.1 * duration, 0.05)
+        self.now = now
+        self.record = lease_record(holder, node, duration)
+        # The key's sequence after this process's last acknowledged write (0: none yet).
+        self.sequence = 0
+        # In force once the bucket is there: before, no one can claim it.
+        self.in_force = False
+        self.valid_until = float("inf")
+        self.lost: str | None = None
+        self.on_lost: Callable[[str], object] | None = None
+        self.on_renewed: Callable[[int], object] | None = None
+        self._renewing = False
+        self.failures = 0
+
+    def start(self) -> None:
+        """The bucket is there: the lease is in force, and runs from now (no one can have
+        judged this identity before it could be written)."""
+        if not self.in_force:
+            self.in_force = True
+            self.valid_until = self.now() + self.duration - self.margin
+
+    def expired(self) -> bool:
+        return self.lost is not None or self.now() >= self.valid_until
+
+    def renew(self) -> None:
+        """Write the lease again, if no write is on its way already."""
+        if self._renewing or self.lost is not None or not self.in_force \
+                or not self.client.connected:
+            return
+        self._renewing = True
+        sent = self.now()
+        d = write_if_at(self.client, self.subject, self.record, self.sequence,
+                        timeout=max(self.duration / 4, 0.5))
+        d.addCallbacks(self._renewed, self._refused, callbackArgs=(sent,))
+        d.addBoth(self._done)
+
+    def _done(self, _: object) -> None:
+        self._renewing = False
+
+    def _renewed(self, sequence: int, sent: float) -> None:
+        self.sequence = sequence
+        self.failures = 0
+        if self.lost is None:
+            self.valid_until = max(self.valid_until, sent + self.duration - self.margin)
+            if self.on_renewed is not None:
+                self.on_renewed(sequence)
+
+    @defer.inlineCallbacks
+    def _refused(self, failure: Any) -> Any:
+        error = failure.value
+        if isinstance(error, JetStreamRefused) and error.code == WRONG_LAST_SEQUENCE:
+            # Maybe a write of ours whose acknowledgement was lost: the key is still ours then.
+            try:
+                sequence, value = yield last_message(self.client, self.stream, self.subject,
+                                                     timeout=max(self.duration / 4, 0.5))
+            except Exception:
+                return  # asked again at the next renewal
+            record = read_record(value) if sequence else None
+            if record is not None and record.get("holder") == self.holder \
+                    and "takes" not in record:
+                self.sequence = sequence
+                return
+            self._lose("another process took its lease over" if sequence
+                       else "its lease was taken over and removed")
+            return
+        self.failures += 1
+        if self.failures in (1, 10) or self.failures % 100 == 0:
+            log.warn("cluster: could not renew this process's lease ({why}); it is valid "
+                     "for {left:.1f} s more", event="cluster_lease_unrenewed",
+                     why=failure.getErrorMessage(), left=max(self.valid_until - self.now(), 0))
+
+    def _lose(self, why: str) -> None:
+        if self.lost is None:
+            self.lost = why
+            if self.on_lost is not None:
+                self.on_lost(why)
+
+    @defer.inlineCallbacks
+    def release(self) -> Any:
+        """Remove the lease key as this process stops: its connections have published their
+        own wills, and the others need not wait for the lease to run out."""
+        if self.lost is not None or not self.sequence or not self.client.connected:
+            return
+        self.lost = "released"
+        try:
+            yield self.client.request(
+                f"$JS.API.STREAM.PURGE.{self.stream}",
+                json.dumps({"filter": self.subject}).encode(), timeout=2)
+        except Exception:
+            pass  # the others claim it when it runs out
