@@ -166,9 +166,15 @@ endpoint = "tcp:0:{LOCAL}"
     running = await start_supervised("--config", str(config))
     try:
         first, second = running.pids
-        holder, _ = await running.client_on(first)
-        holder.set_will("gone/a", b"bye a")
-        watch = Watch((await running.client_on(second))[0], ["gone/a", "chat"])
+        # On each worker a connection with a will, and one that watches the other's.
+        holders, watches = [], []
+        for name, mine, others in (("a", first, second), ("b", second, first)):
+            holder, _ = await running.client_on(mine)
+            holder.set_will(f"gone/{name}", b"bye " + name.encode())
+            holders.append(holder)
+            watches.append(Watch((await running.client_on(others))[0],
+                                 ["gone/a", "gone/b", "chat"]))
+        holder, watch = holders[0], watches[0]
         await sleep(1.0)
         holder.publish("chat", b"0")
         await eventually(lambda: watch.on("chat") == [b"0"], timeout=10)
@@ -193,11 +199,16 @@ endpoint = "tcp:0:{LOCAL}"
         assert in_order_once(watch.on("chat"))
         assert resumed < 10, resumed
         await sleep(8.0)  # past the lease, counted from the outage
-        assert watch.on("gone/a") == []
-        assert holder.connected and holder.close_reason is None
+        for each in watches:
+            assert each.on("gone/a") + each.on("gone/b") == []
+        for each in holders:
+            assert each.connected and each.close_reason is None
         assert not any("was fenced" in line for line in running.child.stderr)
-        await wait_for(holder.disconnect())
-        await eventually(lambda: watch.on("gone/a") == [b"bye a"], timeout=10)
-        await wait_for(watch.client.disconnect())
+        for each in holders:
+            await wait_for(each.disconnect())
+        for each in watches:
+            await eventually(lambda each=each: sorted(each.on("gone/a") + each.on("gone/b"))
+                             == [b"bye a", b"bye b"], timeout=10)
+            await wait_for(each.client.disconnect())
     finally:
         await stop_supervised(running.child)
