@@ -175,7 +175,7 @@ class ClusterLink:
         """Fence this process if its lease may be over (it must not serve the connections whose
         wills another process may have published)."""
         lease = self.lease
-        if lease.expired():
+        if lease.expired() and lease.in_force:
             self._fence(lease.lost or "its lease ran out by its own clock, "
                         f"{self.settings.lease:g} s after its last renewal reached NATS")
 
@@ -423,11 +423,12 @@ class ClusterLink:
     # -- messages ---------------------------------------------------------------------------------
 
     def forward(self, topic: str, payload: bytes, will: bool, protocol: str,
-                encodings: Encodings | None = None) -> None:
+                encodings: Encodings | None = None) -> bool:
         """Publish a message made in this process to the others (the hub calls this), with its
         encodings in the hub's portable formats."""
         if self._held and self.lease.expired():
             self._guard()
+            return False  # made before this process knew it was fenced: it goes nowhere
         self._sequence += 1
         if encodings:
             carried = {str(wire_format): encodings[wire_format]
@@ -438,6 +439,7 @@ class ClusterLink:
             headers = self._headers.write(self._sequence, will, protocol)
         if self.client.publish(self.subjects.topic(topic), payload, headers=headers):
             self.forwarded += 1
+        return True
 
     def _received(self, through: _Interest, subject: str, headers: bytes | None,
                   payload: bytes) -> None:

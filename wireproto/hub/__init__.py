@@ -489,7 +489,8 @@ class Hub:
             stats.published += 1
             if will:
                 stats.wills_published += 1
-            federation.forward(topic, payload, will, protocol, cache)
+            if not federation.forward(topic, payload, will, protocol, cache):
+                return 0
         retained = self.retained
         if retained is not None and retained.wants(topic):
             # Kept without its sender (a subscriber gets its own last value too) and as a plain

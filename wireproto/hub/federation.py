@@ -58,9 +58,11 @@ class Federation(Protocol):
     the hub is joined to."""
 
     def forward(self, topic: str, payload: bytes, will: bool, protocol: str,
-                encodings: Encodings) -> None:
+                encodings: Encodings) -> bool:
         """A message published in this process (the hub's fan-out calls this once per
-        publish): send it to the others, with its encodings in the hub's portable formats."""
+        publish): send it to the others, with its encodings in the hub's portable formats.
+        False: this process has just found it must not serve the connections it was holding
+        wills for, and closed them; the message goes nowhere, here either."""
 
     def keep_last_value(self, topic: str, payload: bytes, protocol: str,
                         encodings: Encodings) -> None:
@@ -90,8 +92,8 @@ class Alone:
     _nothing = ServedElsewhere(0, [])
 
     def forward(self, topic: str, payload: bytes, will: bool, protocol: str,
-                encodings: Encodings) -> None:
-        pass
+                encodings: Encodings) -> bool:
+        return True
 
     def keep_last_value(self, topic: str, payload: bytes, protocol: str,
                         encodings: Encodings) -> None:
