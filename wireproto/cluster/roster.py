@@ -50,6 +50,8 @@ class Roster:
         self.on_tick: list[Callable[[], Any]] = []
         # Called with no argument when some process's announcement changes, or it is forgotten.
         self.on_change: list[Callable[[], Any]] = []
+        # Called with the origin of each process forgotten: at its goodbye, or its silence.
+        self.on_gone: list[Callable[[str], object]] = []
         self._loop: task.LoopingCall | None = None
         self._sid: int | None = None
 
@@ -115,7 +117,9 @@ class Roster:
         if headers is not None and b"Wp-Gone" in headers:
             # What it served is gone now; its wills wait for dead_after all the same, as the
             # last ones its connections published themselves may still be on their way out.
-            self.left.add(origin)
+            if origin not in self.left:
+                self.left.add(origin)
+                self._gone(origin)
             if self.announced.pop(origin, b""):
                 self._changed()
             return
@@ -131,11 +135,17 @@ class Roster:
         gone = [origin for origin, heard in self.heard.items() if now - heard >= self.dead_after]
         for origin in gone:
             del self.heard[origin]
+            if origin not in self.left:
+                self._gone(origin)
             self.left.discard(origin)
             if self.announced.pop(origin, b""):
                 self._changed()
         for listener in tuple(self.on_tick):
             listener()
+
+    def _gone(self, origin: str) -> None:
+        for listener in tuple(self.on_gone):
+            listener(origin)
 
     def _changed(self) -> None:
         for listener in tuple(self.on_change):
