@@ -247,7 +247,8 @@ class RemoteCalls:
         """Ask a process that serves `call.name` of `call.protocol`; fires with its Answer.
         Fails with CallNotFound when no process serves it, CallTooManyRequests when the one
         that does is busy, CallTimeout after [cluster] call_timeout, or CallUnavailable while
-        NATS is out of reach or when that process could not answer."""
+        NATS is out of reach, when that process could not answer, or as soon as the process
+        that took it is gone."""
         try:
             payload = msgpack.packb([pack_caller(call.caller, call.caller.node or self.origin),
                                      call.path, call.id,
