@@ -6,6 +6,8 @@ answers for them as the messages of one connection of protocol ``cluster`` over 
 payload]``. A call's reply subject is its NATS inbox, unique in the cluster, so the caller's
 record of a call and the answering process's record of the same call carry the same id, and
 ``wireproto analyze`` pairs them across brokers (`wireproto.cluster.analysis` reads them).
+A call's acknowledgement (which process took it) is not recorded, so the first reply recorded
+for a call is its answer.
 """
 
 from __future__ import annotations

@@ -18,10 +18,21 @@ knows how they cross NATS: the request is msgpack ``[caller, path, id, binary, k
 ``[succeeded, kind, body]``, and a process that will not answer says why in a ``Wp-Status``
 header (``busy`` or ``failed``). It also bounds how many calls from elsewhere a process works
 on at once (`[cluster] max_remote_calls`).
+
+A call goes to a queue group, so its caller does not know which process took it until that
+process says so: a request carries ``Wp-Call: 2`` (the version of this format its caller
+speaks), and a process that cannot answer it at once first replies with an acknowledgement, no
+payload and ``Wp-Taken: ORIGIN`` (its origin as the roster knows it), then with the answer on
+the same inbox. When the roster forgets a process (its goodbye, or its silence), every call it
+took and has not answered fails at once with CallUnavailable, rather than after call_timeout.
+A request without ``Wp-Call`` (version 1, wireproto before acknowledgements) gets no
+acknowledgement, and a reply without ``Wp-Taken`` is the answer whoever sends it, so processes
+of both versions answer each other.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -59,6 +70,14 @@ log = Logger(namespace="wireproto.cluster")
 QUEUE_GROUP = "wireproto"
 BUSY = headers_block({STATUS_HEADER: "busy"})
 FAILED = headers_block({STATUS_HEADER: "failed"})
+# The version of the call format this process speaks: 2 takes acknowledgements.
+VERSION_HEADER = "Wp-Call"
+VERSION = 2
+ASKING = headers_block({VERSION_HEADER: str(VERSION)})
+# Who took a call, in its acknowledgement.
+TAKEN_HEADER = "Wp-Taken"
+_TAKEN = TAKEN_HEADER.encode()
+_ORIGIN = re.compile(r"[A-Za-z0-9_-]+")
 _MALFORMED = (ValueError, TypeError, IndexError, ProtocolError, msgpack.UnpackException)
 
 
@@ -93,8 +112,9 @@ class RemoteCalls:
         self.servers = servers
         # subject -> (sid, protocol, name)
         self._serving: dict[str, tuple[int, str, CallName]] = {}
-        # Calls from elsewhere being answered here now.
-        self.answering = 0
+        # Calls from elsewhere being answered here now, by reply subject.
+        self._answering: dict[str, None] = {}
+        self._taken = headers_block({TAKEN_HEADER: roster.origin})
         self.answered = self.refused = 0
         self.made = 0
         # protocol -> names the other processes serve, and a count bumped when they change
@@ -103,6 +123,12 @@ class RemoteCalls:
         # With capture on: records the calls made and answered (wireproto.cluster.callcapture).
         self.recorder: Any = None
         self.roster.on_change.append(self._others_changed)
+        self.roster.on_gone.append(self._gone)
+
+    @property
+    def answering(self) -> int:
+        """How many calls from elsewhere this process is answering now."""
+        return len(self._answering)
 
     # -- serving -----------------------------------------------------------------------------------
 
@@ -126,11 +152,18 @@ class RemoteCalls:
         self.roster.announce(msgpack.packb({"calls": announced}) if announced else b"")
 
     def stop(self) -> None:
+        """Serve no more: each call still being answered here is refused now (its answer could
+        no longer be sent), so its caller is told at once, whatever its version."""
         for sid, _, _ in self._serving.values():
             self.client.unsubscribe(sid)
         self._serving.clear()
+        for reply in list(self._answering):
+            self._send_reply(reply, b"", FAILED)
+        self._answering.clear()
         if self._others_changed in self.roster.on_change:
             self.roster.on_change.remove(self._others_changed)
+        if self._gone in self.roster.on_gone:
+            self.roster.on_gone.remove(self._gone)
 
     def serving(self) -> list[str]:
         """The subjects this process answers calls on."""
@@ -141,13 +174,14 @@ class RemoteCalls:
                      payload: bytes) -> None:
             if self.recorder is not None:
                 self.recorder.received(subject, reply, headers, payload)
-            self._answer(protocol, name, reply, payload)
+            self._answer(protocol, name, reply, headers, payload)
 
         return received
 
-    def _answer(self, protocol: str, name: CallName, reply: str | None, payload: bytes) -> None:
-        if reply is None:
-            return  # a publish, not a request: no one to answer
+    def _answer(self, protocol: str, name: CallName, reply: str | None, headers: bytes | None,
+                payload: bytes) -> None:
+        if reply is None or reply in self._answering:
+            return  # a publish, not a request (no one to answer), or a copy of one being answered
         if self.answering >= self.max_answering:
             self.refused += 1
             self._send_reply(reply, b"", BUSY)
@@ -173,8 +207,11 @@ class RemoteCalls:
         if server is None:
             self._send_reply(reply, b"", FAILED)
             return
-        self.answering += 1
+        self._answering[reply] = None
         d = defer.maybeDeferred(server.answer, call)
+        if not d.called and headers is not None and _version(headers) >= 2:
+            # Not recorded in a capture: the capture pairs a call with its answer.
+            self.client.publish(reply, b"", headers=self._taken)
         d.addCallback(self._pack_answer)
         d.addCallbacks(lambda answer: self._reply(reply, answer),
                        lambda failure: self._failed(reply, protocol, name, failure))
@@ -185,12 +222,16 @@ class RemoteCalls:
         return msgpack.packb([answer.succeeded, *packed])
 
     def _reply(self, reply: str, answer: bytes) -> None:
-        self.answering -= 1
+        if reply not in self._answering:
+            return  # refused as this process stopped
+        del self._answering[reply]
         self.answered += 1
         self._send_reply(reply, answer)
 
     def _failed(self, reply: str, protocol: str, name: CallName, failure: Failure) -> None:
-        self.answering -= 1
+        if reply not in self._answering:
+            return
+        del self._answering[reply]
         log.failure("cluster: answering a {protocol} call to {name!r} failed", failure,
                     protocol=protocol, name=name)
         self._send_reply(reply, b"", FAILED)
@@ -206,7 +247,8 @@ class RemoteCalls:
         """Ask a process that serves `call.name` of `call.protocol`; fires with its Answer.
         Fails with CallNotFound when no process serves it, CallTooManyRequests when the one
         that does is busy, CallTimeout after [cluster] call_timeout, or CallUnavailable while
-        NATS is out of reach or when that process could not answer."""
+        NATS is out of reach, when that process could not answer, or as soon as the process
+        that took it is gone."""
         try:
             payload = msgpack.packb([pack_caller(call.caller, call.caller.node or self.origin),
                                      call.path, call.id,
@@ -216,8 +258,20 @@ class RemoteCalls:
             return defer.fail(CallNotFound("the call's body cannot cross to another process"))
         self.made += 1
         d = self.client.request(self.subjects.call(call.protocol, call.name), payload,
-                                timeout=self.timeout, recorder=self.recorder)
+                                timeout=self.timeout, headers=ASKING, recorder=self.recorder,
+                                acknowledgement=_taken_by)
         return d.addCallbacks(self._answered, self._not_answered)
+
+    def taken_by(self, origin: str) -> int:
+        """How many calls made here the process `origin` took and has not answered yet."""
+        return self.client.acknowledged(origin)
+
+    def _gone(self, origin: str) -> None:
+        failed = self.client.fail_acknowledged(
+            origin, CallUnavailable("the process that took it is gone"))
+        if failed:
+            log.info("cluster: {origin} is gone; {count} calls it took fail as unavailable",
+                     event="cluster_calls_orphaned", count=failed, origin=origin)
 
     @staticmethod
     def _answered(answer: tuple[bytes | None, bytes]) -> Answer:
@@ -271,3 +325,20 @@ class RemoteCalls:
                     continue
             self._elsewhere = {key: list(names) for key, names in collected.items()}
         return self._elsewhere.get(protocol, [])
+
+
+def _version(headers: bytes) -> int:
+    """The version of the call format a request's caller speaks (1 when it does not say)."""
+    if headers == ASKING:
+        return VERSION
+    value = header_values(headers).get(VERSION_HEADER, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 6 else 1
+
+
+def _taken_by(headers: bytes) -> str | None:
+    """Who took a call, if this reply is its acknowledgement (None: it is the answer); "" for
+    one that names no process (malformed: it is no answer either)."""
+    if _TAKEN not in headers:
+        return None
+    taker = header_values(headers).get(TAKEN_HEADER, "")
+    return taker if _ORIGIN.fullmatch(taker) else ""

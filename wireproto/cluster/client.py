@@ -342,6 +342,11 @@ class NatsClient:
         self._inbox_sid: int | None = None
         # Reply subject -> who records the reply (requests made with a recorder).
         self._recorders: dict[str, Any] = {}
+        # Requests that take an acknowledgement: token -> how to read one, token -> who sent
+        # it, and who acknowledged -> its requests waiting on their answers.
+        self._acknowledging: dict[str, Callable[[bytes], str | None]] = {}
+        self._acknowledger: dict[str, str] = {}
+        self._acknowledged: dict[str, dict[str, None]] = {}
         self._requests = PendingRequests(reactor)
         self._waiting_ready: list[defer.Deferred] = []
         # Round the servers, with those the servers name as they are learnt.
@@ -442,18 +447,27 @@ class NatsClient:
         return self.connection.ping()
 
     def request(self, subject: str, payload: bytes, *, timeout: float,
-                headers: bytes | None = None, recorder: Any = None) -> defer.Deferred:
+                headers: bytes | None = None, recorder: Any = None,
+                acknowledgement: Callable[[bytes], str | None] | None = None) -> defer.Deferred:
         """Publish a request and fire with the first reply as ``(headers, payload)``; fails with
         NoResponders if no one subscribes to `subject`, RequestTimeout after `timeout`, or
         NatsUnavailable while no server is connected. A `recorder`
         (wireproto.cluster.callcapture.CallCapture) is told of the request sent and of its
-        reply, each as ``(subject, reply, headers, payload)``."""
+        reply, each as ``(subject, reply, headers, payload)``.
+
+        With `acknowledgement`, the one who takes the request may first acknowledge it: for a
+        reply with headers, `acknowledgement(headers)` is None if it is the answer, else who
+        sent it ("" for no one that can be named); the request then waits on for its answer,
+        and `fail_acknowledged` can fail it. An acknowledgement is not recorded."""
         if self.connection is None:
             return defer.fail(NatsUnavailable("no NATS server is connected"))
         if self._inbox_sid is None:
             self._inbox_sid = self.subscribe(self._inbox + "*", self._reply)
         token = self._requests.next_id()
         d = self._requests.add(token, timeout=timeout, what=subject)
+        if acknowledgement is not None:
+            self._acknowledging[str(token)] = acknowledgement
+            d.addBoth(self._settled, str(token))
         inbox = f"{self._inbox}{token}"
         if not self.publish(subject, payload, reply=inbox, headers=headers):
             self._requests.fail(token, NatsUnavailable(f"could not send the request on "
@@ -463,6 +477,26 @@ class NatsClient:
             self._recorders[inbox] = recorder
             d.addBoth(lambda result: (self._recorders.pop(inbox, None), result)[1])
         return d
+
+    def acknowledged(self, by: str) -> int:
+        """How many requests `by` acknowledged and has not answered."""
+        return len(self._acknowledged.get(by, ()))
+
+    def fail_acknowledged(self, by: str, error: Exception) -> int:
+        """Fail with `error` every request that `by` acknowledged and has not answered; how
+        many."""
+        tokens = self._acknowledged.pop(by, {})
+        return sum(self._requests.fail(token, error) for token in list(tokens))
+
+    def _settled(self, result: object, token: str) -> object:
+        del self._acknowledging[token]
+        by = self._acknowledger.pop(token, None)
+        tokens = self._acknowledged.get(by) if by else None
+        if by and tokens is not None:
+            tokens.pop(token, None)
+            if not tokens:
+                del self._acknowledged[by]
+        return result
 
     def gather(self, subject: str, payload: bytes, *, expected: int,
                timeout: float) -> defer.Deferred:
@@ -496,6 +530,14 @@ class NatsClient:
     def _reply(self, subject: str, reply: str | None, headers: bytes | None,
                payload: bytes) -> None:
         token = subject[len(self._inbox):]
+        acknowledgement = self._acknowledging.get(token) if headers is not None else None
+        if acknowledgement is not None and headers is not None:
+            by = acknowledgement(headers)
+            if by is not None:
+                if by and token not in self._acknowledger:  # the first to take it did
+                    self._acknowledger[token] = by
+                    self._acknowledged.setdefault(by, {})[token] = None
+                return
         recorder = self._recorders.get(subject)
         if recorder is not None:
             recorder.received(subject, reply, headers, payload)

@@ -198,8 +198,8 @@ class CallTimeout(CallUnanswered, TimeoutError):
 
 
 class CallUnavailable(CallUnanswered):
-    """The other processes are out of reach, or the one that serves the call could not answer
-    (its log says why)."""
+    """The other processes are out of reach, the one that serves the call could not answer
+    (its log says why), or the one that took it is gone (died or stopped) before answering."""
 
 
 def unanswered(error: BaseException, said: Mapping[type[BaseException], T], otherwise: T) -> T:
