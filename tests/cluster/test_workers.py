@@ -152,8 +152,9 @@ async def test_a_killed_worker_is_started_again_and_the_other_serves_meanwhile(s
     client, owner = await supervised.client_on()
     assert owner != first
     await wait_for(client.disconnect())
-    await eventually(lambda: any("worker 0 ended" in line for line in supervised.child.stderr),
-                     timeout=10)
+    # The supervisor says which process it was, as the worker's own lines do.
+    await eventually(lambda: any(f"worker 0 (pid {first}) ended" in line
+                                 for line in supervised.child.stderr), timeout=10)
     supervisor = supervised.child.process.pid
     restarted = await eventually(
         lambda: [pid for pid in workers_of(supervisor) if pid not in (first, second)], 15)
