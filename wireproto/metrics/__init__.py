@@ -215,19 +215,21 @@ class BrokerCollector(Collector):
             "the most any one hears from).",
             value=stats.processes)
         for name, documentation, value in (
-            ("forwarded", "Publishes made here and sent to the other processes.",
+            ("forwarded", "Publishes made here and sent to NATS for the other processes.",
              stats.forwarded),
             ("received", "Publishes that came through NATS delivered here: from the other "
              "processes, or from NATS clients that are not brokers.", stats.received),
             ("duplicates", "Second copies of a publish (overlapping subscriptions) dropped.",
              stats.duplicates),
-            ("refused", "NATS messages ignored: not wireproto's, or malformed.", stats.refused),
+            ("refused", "Messages on the topics' NATS subjects ignored: a malformed Wp header, "
+             "or a subject that is no topic.", stats.refused),
             ("dropped", "NATS messages this process did not send (publishes for the other "
              "processes, wills and last values to keep, answers): no NATS server, or over its "
              "backlog or message size limit.", stats.dropped),
             ("reconnects", "Times this process connected to a NATS server again.",
              stats.reconnects),
-            ("calls_made", "Calls sent to other processes.", stats.calls_made),
+            ("calls_made", "Calls made to other processes, those that failed at once for "
+             "want of a NATS server included.", stats.calls_made),
             ("calls_answered", "Calls from other processes answered here.",
              stats.calls_answered),
             ("calls_refused", "Calls from other processes refused: max_remote_calls at work.",
