@@ -84,3 +84,18 @@ async def test_last_values_every_process_keeps_are_not_summed(broker, nats):
     # One topic's last value, kept by both: 2 would be untrue, so there is no total.
     for name in ("wireproto_hub_retained", "wireproto_hub_retained_bytes"):
         assert {labels["worker"] for labels in page.labels(name)} == {"alpha", "beta"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_restart_of_the_nats_server_is_one_reconnect(broker, nats):
+    service, at = await node(broker, nats, "alone")
+    nats.stop(kill=True)
+    await eventually(lambda: not service.cluster.client.connected, timeout=10)
+    page = await scrape(http_base(at["websmq"]), "/metrics?scope=process")
+    assert page.value("wireproto_cluster_connected") == 0
+    assert page.value("wireproto_cluster_reconnects_total") == 0  # lost, not back
+    nats.start()
+    await eventually(lambda: service.cluster.client.connected, timeout=15)
+    page = await scrape(http_base(at["websmq"]), "/metrics?scope=process")
+    assert page.value("wireproto_cluster_connected") == 1
+    assert page.value("wireproto_cluster_reconnects_total") == 1
