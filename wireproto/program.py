@@ -12,6 +12,8 @@ import sys
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from twisted.logger import ILogObserver
+
     from wireproto.config.tables import LogSettings
 
 __all__ = ["PROG", "open_log_file", "start_logging"]
@@ -28,14 +30,21 @@ def open_log_file(path: str) -> IO[str]:
     return open(descriptor, "a", encoding="utf-8")  # noqa: SIM115
 
 
-def start_logging(settings: LogSettings, verbose: bool) -> None:
+def start_logging(settings: LogSettings, verbose: bool, worker: int | None = None) -> None:
     """Log to stderr (or `settings.file`, its directory made if missing, created readable by
     its owner only) at `settings.level`, info with -v; as text, or as one JSON object per line
-    (`format = "json"`). OSError if the file cannot be opened."""
+    (`format = "json"`). OSError if the file cannot be opened.
+
+    A worker of ``--workers`` (`worker`: its index) shares its supervisor's stderr or log file
+    with the other workers, so each of its lines says which it is: the fields ``worker`` (the
+    index) and ``pid`` in JSON, ``[worker 1 pid 4242]`` after the time in text."""
     from twisted.logger import (
+        FileLogObserver,
         FilteringLogObserver,
         LogLevel,
         LogLevelFilterPredicate,
+        eventAsText,
+        formatTime,
         globalLogBeginner,
         jsonFileLogObserver,
         textFileLogObserver,
@@ -45,9 +54,40 @@ def start_logging(settings: LogSettings, verbose: bool) -> None:
     if verbose and level > LogLevel.info:
         level = LogLevel.info
     stream = open_log_file(settings.file) if settings.file else sys.stderr
-    make = jsonFileLogObserver if settings.format == "json" else textFileLogObserver
+    output: ILogObserver
+    if settings.format == "json":
+        output = jsonFileLogObserver(stream)
+    elif worker is None:
+        output = textFileLogObserver(stream)
+    else:
+        # As twisted.logger's text, with the worker after the time.
+        whose = f"[worker {worker} pid {os.getpid()}]"
+
+        def text(event: dict) -> str | None:
+            line = eventAsText(event, includeTimestamp=False)
+            if not line:
+                return None
+            stamp = formatTime(event.get("log_time"))
+            return f"{stamp} {whose} " + line.replace("\n", "\n\t") + "\n"
+
+        output = FileLogObserver(stream, text)
+    if worker is not None:
+        output = _stamped(output, {"worker": worker, "pid": os.getpid()})
     observer = FilteringLogObserver(
-        make(stream), [LogLevelFilterPredicate(defaultLogLevel=level)]
+        output, [LogLevelFilterPredicate(defaultLogLevel=level)]
     )
     # stdout stays ours: it carries the listener lines that scripts parse.
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+
+def _stamped(observer: ILogObserver, fields: dict[str, object]) -> ILogObserver:
+    """`observer`, given each event with `fields` added (a copy: other observers see the
+    event as it was)."""
+    from twisted.logger import ILogObserver
+    from zope.interface import provider
+
+    @provider(ILogObserver)
+    def stamp(event: dict) -> None:
+        observer({**event, **fields})
+
+    return stamp

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.logger import eventsFromJSONLogFile
 
 from tests.brokers import LOCAL
 from tests.cluster.conftest import _need_nats_server
@@ -151,8 +152,9 @@ async def test_a_killed_worker_is_started_again_and_the_other_serves_meanwhile(s
     client, owner = await supervised.client_on()
     assert owner != first
     await wait_for(client.disconnect())
-    await eventually(lambda: any("worker 0 ended" in line for line in supervised.child.stderr),
-                     timeout=10)
+    # The supervisor says which process it was, as the worker's own lines do.
+    await eventually(lambda: any(f"worker 0 (pid {first}) ended" in line
+                                 for line in supervised.child.stderr), timeout=10)
     supervisor = supervised.child.process.pid
     restarted = await eventually(
         lambda: [pid for pid in workers_of(supervisor) if pid not in (first, second)], 15)
@@ -291,6 +293,11 @@ async def test_sighup_reloads_the_rules_of_every_worker(tmp_path):
         supervised.child.process.send_signal(signal.SIGHUP)
         await eventually(lambda: sum("reload: " in line for line in supervised.child.output()
                                      .splitlines()) == 2, timeout=15)
+        # Each worker's text log line says which worker it is, after the time.
+        reloads = sorted(line for line in supervised.child.stderr if "reload: " in line)
+        whose = sorted(re.match(r"\S+ \[worker (\d) pid (\d+)\] \[wireproto\.service#info\] "
+                                r"reload: ", line).groups() for line in reloads)
+        assert whose == [("0", str(first)), ("1", str(second))], reloads
         for client, received in clients:
             client.subscribe("b/y", received.append)
         await sleep(0.5)
@@ -310,3 +317,49 @@ async def test_sighup_reloads_the_rules_of_every_worker(tmp_path):
         await wait_for(publisher.disconnect())
     finally:
         await stop_supervised(supervised.child)
+
+
+LOGGED = """
+[log]
+level = "info"
+format = "json"
+file = "{file}"
+[[listen]]
+protocol = "websmq"
+transport = "ws"
+endpoint = "tcp:0:interface=127.0.0.1"
+"""
+
+
+@pytest_twisted.ensureDeferred
+async def test_two_workers_scraped_and_their_json_log_lines_say_which_is_which(tmp_path):
+    log_file = tmp_path / "wireproto.log"
+    config = tmp_path / "wireproto.toml"
+    config.write_text(LOGGED.format(file=log_file))
+    supervised = await start_supervised("--config", str(config))
+    try:
+        first, second = supervised.pids
+        http = http_base(next(a for a in supervised.addresses if a.startswith("ws")))
+        deadline = time.monotonic() + 30
+        while True:  # until each worker hears the other, and answers the scrape
+            page = await scrape(http)
+            workers = {labels["worker"] for labels in page.labels("wireproto_cluster_processes")}
+            if len(workers) == 3 and all(
+                    page.value("wireproto_cluster_processes", worker=worker) == 2
+                    for worker in workers - {"total"}):
+                break
+            assert time.monotonic() < deadline, page.text
+            await sleep(0.2)
+        assert page.value("wireproto_cluster_processes", worker="total") == 2
+        assert page.value("wireproto_cluster_connected", worker="total") == 1
+        assert page.value("wireproto_cluster_reconnects_total", worker="total") == 0
+    finally:
+        await stop_supervised(supervised.child)
+    with open(log_file) as file:
+        events = list(eventsFromJSONLogFile(file))
+    # The supervisor's lines have neither field; every worker's line has both.
+    stamped = [event for event in events if "worker" in event]
+    assert {(event["worker"], event["pid"]) for event in stamped} == {(0, first), (1, second)}
+    connected = [event for event in events if event.get("event") == "cluster_connected"]
+    assert sorted((event["worker"], event["pid"]) for event in connected) == [
+        (0, first), (1, second)]

@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint
+from twisted.internet.error import ConnectionAborted, ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -184,6 +185,9 @@ class NatsConnection(Protocol):
         self._pinger: Any = None
         # Fires once the server has answered the CONNECT; fails if the connection closes first.
         self.handshaken: defer.Deferred = defer.Deferred()
+        # Why this side aborted the connection, and the -ERR the server closed it after.
+        self.aborted_because: str | None = None
+        self.error: str | None = None
 
     # The connected transport, as what it is: TCP that can start TLS (set once connected, the
     # client uses none before; an attribute, since every publish writes through it).
@@ -247,6 +251,7 @@ class NatsConnection(Protocol):
         except ProtocolError as error:
             log.error("NATS server {server}: {error}", event="cluster_protocol_error",
                       server=self.client._describe(self.server), error=str(error))
+            self.aborted_because = f"it broke the NATS protocol: {error}"
             self.wire.abortConnection()
             return
         client = self.client
@@ -288,9 +293,10 @@ class NatsConnection(Protocol):
 
     def _ping(self) -> None:
         self._pinger = None
-        if self.pings_out >= self.client.options.max_pings_out:
-            log.warn("NATS server {server} stopped answering PINGs; reconnecting",
-                     event="cluster_stale", server=self.client._describe(self.server))
+        options = self.client.options
+        if self.pings_out >= options.max_pings_out:
+            self.aborted_because = (f"no answer to {self.pings_out} PINGs in "
+                            f"{self.pings_out * options.ping_interval:g} s")
             self.wire.abortConnection()
             return
         self.pings_out += 1
@@ -317,6 +323,30 @@ class NatsConnection(Protocol):
         for d in pongs:
             d.errback(NatsUnavailable("the NATS connection closed"))
         self.client._closed(self, reason)
+
+
+# -ERRs after which the server keeps the connection open (every other one closes it).
+_ERRORS_THAT_KEEP_THE_CONNECTION = ("permissions violation", "invalid subject")
+
+
+def _why_closed(connection: NatsConnection, reason: Failure | None) -> str:
+    """Why `connection` closed, in words: this side's reason for closing it, the -ERR the
+    server closed it after, or what became of the socket."""
+    if connection.aborted_because is not None:
+        return connection.aborted_because
+    if connection.error is not None:
+        return f"the server closed the connection after -ERR '{connection.error}'"
+    if reason is None or reason.check(ConnectionDone):
+        if connection.info.get("ldm"):
+            return "the server closed the connection: it was shutting down (lame duck mode)"
+        return "the server closed the connection without an error"
+    if reason.check(ConnectionAborted):
+        return "this side aborted the connection"
+    if reason.check(ConnectionLost):
+        return "the connection broke: reset, or cut without a clean close"
+    if reason.check("OpenSSL.SSL.Error"):
+        return f"TLS error: {reason.getErrorMessage()}"
+    return reason.getErrorMessage()
 
 
 class NatsClient:
@@ -357,7 +387,11 @@ class NatsClient:
                                            options.max_reconnect_wait),
             what="NATS", log_retries=False,
         )
-        self.published = self.dropped = self.received = self.reconnects = 0
+        # Connections made again after one was lost (the first connection is not one).
+        self.reconnects = 0
+        self.published = self.dropped = self.received = 0
+        # When the last connection was lost, while none has been made since.
+        self._lost_at: float | None = None
         # The largest message the server takes (its INFO says; a larger one would close the
         # connection, so it is dropped here and counted in `too_large`).
         self.max_payload = 1 << 20
@@ -576,7 +610,6 @@ class NatsClient:
     def _ready(self, connection: NatsConnection) -> None:
         if self.stopped:
             return  # stop() is closing it
-        first = self.reconnects == 0 and self._reconnector.failed_attempts == 0
         self._reconnector.connected()
         connection.handshaken.callback(connection)
         self._pending = None
@@ -587,8 +620,15 @@ class NatsClient:
             connection.wire.write(b"".join(commands))
         self._learn(connection.info)
         self.max_payload = int(connection.info.get("max_payload") or self.max_payload)
-        log.info("connected to NATS server {server}" + ("" if first else " again"),
-                 event="cluster_connected", server=self._describe(connection.server))
+        lost_at, self._lost_at = self._lost_at, None
+        if lost_at is None:
+            log.info("connected to NATS server {server}", event="cluster_connected",
+                     server=self._describe(connection.server), away=None)
+        else:
+            self.reconnects += 1
+            log.info("connected to NATS server {server} again, after {away:.1f} s without one",
+                     event="cluster_connected", server=self._describe(connection.server),
+                     away=self.reactor.seconds() - lost_at)
         waiting, self._waiting_ready = self._waiting_ready, []
         for d in waiting:
             d.callback(self)
@@ -610,22 +650,23 @@ class NatsClient:
 
     def _server_error(self, connection: NatsConnection, text: str) -> None:
         self.last_error = text
+        if not text.lower().startswith(_ERRORS_THAT_KEEP_THE_CONNECTION):
+            connection.error = text
         log.warn("NATS server {server}: {error}", event="cluster_server_error",
                  server=self._describe(connection.server), error=text)
 
     def _closed(self, connection: NatsConnection, reason: Failure | None) -> None:
         on_closed = getattr(connection, "_on_closed", None)
-        why = self.last_error if not connection.ready and self.last_error else (
-            reason.getErrorMessage() if reason is not None else "closed")
+        why = _why_closed(connection, reason)
         if connection is self._pending:
             self._pending = None
         if not connection.handshaken.called:
             connection.handshaken.errback(NatsUnavailable(why))
         if connection is self.connection:
             self.connection = None
-            self.reconnects += 1
             self._requests.fail_all(NatsUnavailable("the NATS connection closed"))
             if not self.stopped:
+                self._lost_at = self.reactor.seconds()
                 log.warn("lost NATS server {server}: {why}; reconnecting",
                          event="cluster_disconnected", server=self._describe(connection.server),
                          why=why)

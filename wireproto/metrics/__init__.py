@@ -14,8 +14,8 @@ metric.
 
 In a cluster (wireproto.cluster), a scrape of any process asks every other process for its
 metrics over NATS and serves them all: each sample once per process with a ``worker`` label (its
-node name), and once more with ``worker="total"``, summed. ``?scope=process`` serves the
-process's own metrics alone.
+node name), and once more with ``worker="total"``: summed, but for the gauges a sum would
+misstate (`GAUGE_TOTALS`). ``?scope=process`` serves the process's own metrics alone.
 """
 
 from __future__ import annotations
@@ -47,13 +47,25 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MetricsSettings", "BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS",
-    "WORKER_LABEL", "family_rows", "MergedFamilies",
+    "WORKER_LABEL", "family_rows", "MergedFamilies", "GAUGE_TOTALS",
 ]
 
 # The label that says which broker process of a cluster a sample is from ("total": summed).
 WORKER_LABEL = "worker"
 # What a process of a cluster asks the others for its /metrics.
 METRICS_QUESTION = "metrics"
+
+# The gauges whose worker="total" is not the sum of the processes' values, and what it is
+# instead (None: there is none). Each process counts itself and the others it hears from, and
+# is connected or not; a topic may have subscribers in several processes, and every process
+# keeps the cluster's last values: neither adds up across processes.
+GAUGE_TOTALS: dict[str, Callable[[list[float]], float] | None] = {
+    "wireproto_cluster_processes": max,
+    "wireproto_cluster_connected": min,
+    "wireproto_hub_topics": None,
+    "wireproto_hub_retained": None,
+    "wireproto_hub_retained_bytes": None,
+}
 
 # Handlers on the broker often answer in well under a millisecond: finer buckets than the
 # client library's default at the low end.
@@ -194,24 +206,30 @@ class BrokerCollector(Collector):
             return
         stats = group.stats()
         yield GaugeMetricFamily(
-            "wireproto_cluster_connected", "1 while this process has a NATS server.",
+            "wireproto_cluster_connected",
+            "1 while this process has a NATS server (total: 1 while every one has).",
             value=1 if stats.connected else 0)
         yield GaugeMetricFamily(
             "wireproto_cluster_processes",
-            "Broker processes of the cluster this one hears from, itself included.",
+            "Broker processes of the cluster this one hears from, itself included (total: "
+            "the most any one hears from).",
             value=stats.processes)
         for name, documentation, value in (
-            ("forwarded", "Publishes made here and sent to the other processes.",
+            ("forwarded", "Publishes made here and sent to NATS for the other processes.",
              stats.forwarded),
-            ("received", "Publishes from other processes delivered here.", stats.received),
+            ("received", "Publishes that came through NATS delivered here: from the other "
+             "processes, or from NATS clients that are not brokers.", stats.received),
             ("duplicates", "Second copies of a publish (overlapping subscriptions) dropped.",
              stats.duplicates),
-            ("refused", "NATS messages ignored: not wireproto's, or malformed.", stats.refused),
-            ("dropped", "Publishes not sent to the other processes: no NATS server, or its "
+            ("refused", "Messages on the topics' NATS subjects ignored: a malformed Wp header, "
+             "or a subject that is no topic.", stats.refused),
+            ("dropped", "NATS messages this process did not send (publishes for the other "
+             "processes, wills and last values to keep, answers): no NATS server, or over its "
              "backlog or message size limit.", stats.dropped),
             ("reconnects", "Times this process connected to a NATS server again.",
              stats.reconnects),
-            ("calls_made", "Calls sent to other processes.", stats.calls_made),
+            ("calls_made", "Calls made to other processes, those that failed at once for "
+             "want of a NATS server included.", stats.calls_made),
             ("calls_answered", "Calls from other processes answered here.",
              stats.calls_answered),
             ("calls_refused", "Calls from other processes refused: max_remote_calls at work.",
@@ -381,30 +399,33 @@ def family_rows(registry: CollectorRegistry) -> list[list]:
 
 class MergedFamilies(Collector):
     """The metrics of several processes, `parts` as [(node, family_rows), ...]: each sample
-    labelled with its process, and summed over them as ``worker="total"`` (but the ``_created``
-    timestamps)."""
+    labelled with its process, and their total as ``worker="total"``: the sum (but of the
+    ``_created`` timestamps), or what `GAUGE_TOTALS` says."""
 
     def __init__(self, parts: list[tuple[str, list]]) -> None:
         self.parts = parts
 
     def collect(self) -> Iterator[Metric]:
         merged: dict[str, Metric] = {}
-        totals: dict[str, dict[tuple, float]] = {}
+        values: dict[str, dict[tuple, list[float]]] = {}
         for node, rows in self.parts:
             for name, documentation, kind, unit, samples in rows:
                 metric = merged.get(name)
                 if metric is None:
                     metric = merged[name] = Metric(name, documentation, kind, unit)
-                    totals[name] = {}
-                summed = totals[name]
+                    values[name] = {}
+                each = values[name]
                 for sample_name, labels, value in samples:
                     metric.add_sample(sample_name, {**labels, WORKER_LABEL: node}, value)
                     if not sample_name.endswith("_created"):
-                        key = (sample_name, tuple(sorted(labels.items())))
-                        summed[key] = summed.get(key, 0.0) + value
+                        each.setdefault((sample_name, tuple(sorted(labels.items()))),
+                                        []).append(value)
         for name, metric in merged.items():
-            for (sample_name, labels), value in totals[name].items():
-                metric.add_sample(sample_name, {**dict(labels), WORKER_LABEL: "total"}, value)
+            total = GAUGE_TOTALS.get(name, sum) if metric.type == "gauge" else sum
+            if total is not None:
+                for (sample_name, labels), found in values[name].items():
+                    metric.add_sample(sample_name, {**dict(labels), WORKER_LABEL: "total"},
+                                      total(found))
             yield metric
 
 

@@ -63,7 +63,7 @@ def main() -> int:
 
     try:
         config = worker_config()
-        start_logging(config.log, bool(options.get("verbose")))
+        start_logging(config.log, bool(options.get("verbose")), worker=index)
         service = make_service(config, reactor, listening_sockets=spec["sockets"])
     except Exception as error:  # the config, its log file, a part that cannot be made
         cannot_start(error)

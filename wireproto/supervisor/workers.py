@@ -89,6 +89,8 @@ class _Worker(protocol.ProcessProtocol):
     def __init__(self, supervisor: Supervisor, index: int) -> None:
         self.supervisor = supervisor
         self.index = index
+        # Its process's id, kept after it ended, to say which process it was.
+        self.pid: int | None = None
         self.ready = False
         self.started = supervisor.reactor.seconds()
         self.ended: defer.Deferred = defer.Deferred()
@@ -235,9 +237,10 @@ class Supervisor(Service):
         child_fds.update({fd: fd for fd in fds})
         worker = _Worker(self, index)
         self.workers[index] = worker
-        self.reactor.spawnProcess(
+        process = self.reactor.spawnProcess(
             worker, sys.executable, [sys.executable, "-m", "wireproto.supervisor.worker"],
             env=environment, childFDs=child_fds)
+        worker.pid = process.pid
 
     def when_ready(self) -> defer.Deferred[list[BoundListener]]:
         """Fires once every worker is listening and linked to the others; fails with what
@@ -251,7 +254,7 @@ class Supervisor(Service):
 
     def _worker_ready(self, worker: _Worker) -> None:
         log.info("worker {index} (pid {pid}) ready", event="worker_ready", index=worker.index,
-                 pid=worker.transport.pid if worker.transport else None)
+                 pid=worker.pid)
         self._fire_ready()
 
     def _worker_failed(self, worker: _Worker, why: str) -> None:
@@ -260,8 +263,8 @@ class Supervisor(Service):
         if not self._was_ready:
             self._fail(StartFailed(f"worker {worker.index}", why))
         else:
-            log.error("worker {index} could not start: {why}", event="worker_failed",
-                      index=worker.index, why=why)
+            log.error("worker {index} (pid {pid}) could not start: {why}",
+                      event="worker_failed", index=worker.index, pid=worker.pid, why=why)
 
     def _fire_ready(self) -> None:
         if self.failure is not None:
@@ -281,9 +284,9 @@ class Supervisor(Service):
         self._quick_deaths = self._quick_deaths + 1 if lived < QUICK_DEATH else 0
         pause = min(0.5 * 2 ** max(self._quick_deaths - 1, 0), MAX_RESTART_PAUSE) \
             if self._quick_deaths else 0.1
-        log.warn("worker {index} ended ({why}); starting it again in {pause:.1f} s",
-                 event="worker_died", index=worker.index, why=reason.getErrorMessage(),
-                 pause=pause)
+        log.warn("worker {index} (pid {pid}) ended ({why}); starting it again in {pause:.1f} s",
+                 event="worker_died", index=worker.index, pid=worker.pid,
+                 why=reason.getErrorMessage(), pause=pause)
         self.restarts += 1
 
         def again() -> None:
