@@ -30,7 +30,7 @@ async def test_the_client_goes_round_its_servers_to_one_that_answers(nats):
         # well before reconnect_wait.
         await wait_for(client.when_ready(), 2)
         assert client.connection is not None
-        assert client._describe(client.connection.server) == nats.url
+        assert client.describe(client.connection.server) == nats.url
         assert client.last_error and "refused" in client.last_error.lower()
     finally:
         await wait_for(client.stop())

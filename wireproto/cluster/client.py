@@ -9,44 +9,35 @@ subscription is made again once a server is back.
 
 from __future__ import annotations
 
-import base64
 import itertools
 import secrets
-import typing
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint
-from twisted.internet.error import ConnectionAborted, ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import IPushProducer
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from zope.interface import implementer
 
+from wireproto.cluster.connection import (
+    ERRORS_THAT_KEEP_THE_CONNECTION,
+    NatsConnection,
+    NatsError,
+    NatsOptions,
+    NatsUnavailable,
+    NoResponders,
+    Server,
+    why_closed,
+)
 from wireproto.codecs.nats import (
-    PING_COMMAND,
-    PONG_COMMAND,
-    Connect,
-    Decoder,
-    Err,
-    Info,
-    Msg,
-    Ok,
-    Ping,
-    Pong,
     Sub,
     Unsub,
     encode,
     encode_pub,
     header_status,
 )
-from wireproto.errors import ProtocolError
 from wireproto.protocols.rpc import PendingRequests
-from wireproto.transports.connect import tls_client_options
 from wireproto.transports.reconnect import Reconnector, Rotation, backoff_per_round
 
 __all__ = [
@@ -63,292 +54,6 @@ log = Logger(namespace="wireproto.cluster")
 # handler(subject, reply, headers, payload)
 MessageHandler = Callable[[str, "str | None", "bytes | None", bytes], object]
 
-DEFAULT_PORT = 4222
-
-
-class NatsError(Exception):
-    """The NATS server refused something (an -ERR), or cannot be reached."""
-
-
-class NoResponders(NatsError):
-    """A request that no subscriber of its subject was there to answer."""
-
-
-class NatsUnavailable(NatsError):
-    """No NATS server is connected at the moment."""
-
-
-@dataclass(frozen=True)
-class NatsOptions:
-    """How to reach the NATS servers: `servers` are ``nats://[user:password@]host:port`` or
-    ``tls://host:port`` URLs (the cluster's others are learnt from the servers); a token, user
-    and password, an NKey seed file or a creds file (JWT and seed) authenticate; `cafile`,
-    `certfile` and `keyfile` are for TLS."""
-
-    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
-    name: str = "wireproto"
-    user: str | None = None
-    password: str | None = None
-    token: str | None = None
-    nkey_seed_file: str | None = None
-    creds_file: str | None = None
-    cafile: str | None = None
-    certfile: str | None = None
-    keyfile: str | None = None
-    connect_timeout: float = 5.0
-    ping_interval: float = 10.0
-    max_pings_out: int = 2
-    # The retry policy: each server once without waiting, then 0.1 s doubling with each round
-    # of the list up to 2 s (shortened by up to half at random), as `backoff_per_round` makes.
-    reconnect_wait: float = 0.1
-    max_reconnect_wait: float = 2.0
-    # Bytes a publish may add to a socket the server is not reading before publishes are
-    # dropped (and counted) rather than held.
-    max_pending_bytes: int = 8 << 20
-
-
-@dataclass(frozen=True)
-class _Server:
-    host: str
-    port: int
-    tls: bool
-    user: str | None = None
-    password: str | None = None
-
-    @classmethod
-    def parse(cls, url: str) -> _Server:
-        parts = urlsplit(url if "://" in url else f"nats://{url}")
-        if parts.scheme not in ("nats", "tls"):
-            raise ValueError(f"NATS server {url!r}: the scheme must be nats:// or tls://")
-        if not parts.hostname:
-            raise ValueError(f"NATS server {url!r} has no host")
-        return cls(parts.hostname, parts.port or DEFAULT_PORT, parts.scheme == "tls",
-                   unquote(parts.username) if parts.username else None,
-                   unquote(parts.password) if parts.password else None)
-
-
-def _read_creds(path: str) -> tuple[str, bytes]:
-    """The JWT and NKey seed of a NATS creds file."""
-    with open(path, encoding="utf-8") as file:
-        lines = [line.strip() for line in file]
-    found: list[str] = []
-    for index, line in enumerate(lines):
-        if line.startswith("-----BEGIN") and index + 1 < len(lines):
-            found.append(lines[index + 1])
-    if len(found) < 2:
-        raise ValueError(f"{path}: not a NATS creds file (a JWT and an NKey seed)")
-    return found[0], found[1].encode()
-
-
-def _sign_nonce(seed: bytes, nonce: str) -> tuple[str, str]:
-    """The signature of `nonce` with an NKey seed, and the seed's public key."""
-    import nkeys
-
-    keys = nkeys.from_seed(bytearray(seed))
-    try:
-        return base64.b64encode(keys.sign(nonce.encode())).decode(), keys.public_key.decode()
-    finally:
-        keys.wipe()
-
-
-class _NatsTransport(typing.Protocol):
-    """What a NATS connection's transport is: TCP that can start TLS, and a consumer whose
-    producer (this connection) is paused while its buffer is full."""
-
-    def write(self, data: bytes) -> None: ...
-
-    def startTLS(self, contextFactory: Any) -> None: ...
-
-    def registerProducer(self, producer: object, streaming: bool) -> None: ...
-
-    def unregisterProducer(self) -> None: ...
-
-    def loseConnection(self) -> None: ...
-
-    def abortConnection(self) -> None: ...
-
-
-@implementer(IPushProducer)
-class NatsConnection(Protocol):
-    """One connection to one NATS server, for its `NatsClient`."""
-
-    def __init__(self, client: NatsClient, server: _Server) -> None:
-        self.client = client
-        self.server = server
-        self.parser = Decoder()
-        self.ready = False
-        self.info: dict[str, Any] = {}
-        self.pings_out = 0
-        self.pongs: list[defer.Deferred] = []
-        # Bytes written while the socket's buffer is full (None: it is not).
-        self.backlog: int | None = None
-        self._pinger: Any = None
-        # Fires once the server has answered the CONNECT; fails if the connection closes first.
-        self.handshaken: defer.Deferred = defer.Deferred()
-        # Why this side aborted the connection, and the -ERR the server closed it after.
-        self.aborted_because: str | None = None
-        self.error: str | None = None
-
-    # The connected transport, as what it is: TCP that can start TLS (set once connected, the
-    # client uses none before; an attribute, since every publish writes through it).
-    wire: _NatsTransport
-
-    # -- the handshake ---------------------------------------------------------------------------
-
-    def connectionMade(self) -> None:
-        self.wire = typing.cast(_NatsTransport, self.transport)
-        # A server that accepts (its kernel does, even while it is paused) but never finishes
-        # the handshake is given up, as one that cannot be reached, so the next one is tried.
-        self._pinger = self.client.reactor.callLater(
-            self.client.options.connect_timeout, self._handshake_too_slow)
-        self.client._opened(self)
-
-    def _handshake_too_slow(self) -> None:
-        self._pinger = None
-        self.client.last_error = (f"no answer to the handshake within "
-                                  f"{self.client.options.connect_timeout:g} s")
-        self.wire.abortConnection()
-
-    def _handshake(self, info: dict[str, Any]) -> None:
-        options = self.client.options
-        self.info = info
-        if self.server.tls or info.get("tls_required") or options.certfile or options.cafile:
-            self.wire.startTLS(tls_client_options(
-                self.server.host, cafile=options.cafile, certfile=options.certfile,
-                keyfile=options.keyfile))
-        connect: dict[str, Any] = {
-            "verbose": False, "pedantic": False, "lang": "python-twisted",
-            "version": "wireproto", "protocol": 1, "name": options.name,
-            "echo": False, "headers": True, "no_responders": True,
-        }
-        user = options.user or self.server.user
-        password = options.password or self.server.password
-        if user is not None:
-            connect["user"] = user
-            connect["pass"] = password or ""
-        if options.token is not None:
-            connect["auth_token"] = options.token
-        nonce = info.get("nonce")
-        if options.creds_file is not None:
-            jwt, seed = _read_creds(options.creds_file)
-            connect["jwt"] = jwt
-            if nonce:
-                connect["sig"] = _sign_nonce(seed, nonce)[0]
-        elif options.nkey_seed_file is not None:
-            with open(options.nkey_seed_file, "rb") as file:
-                seed = file.read().strip()
-            signature, public = _sign_nonce(seed, nonce or "")
-            connect["nkey"] = public
-            if nonce:
-                connect["sig"] = signature
-        self.wire.write(encode(Connect(connect)) + PING_COMMAND)
-
-    # -- what the server says --------------------------------------------------------------------
-
-    def dataReceived(self, data: bytes) -> None:
-        try:
-            events = self.parser.feed(data)
-        except ProtocolError as error:
-            log.error("NATS server {server}: {error}", event="cluster_protocol_error",
-                      server=self.client._describe(self.server), error=str(error))
-            self.aborted_because = f"it broke the NATS protocol: {error}"
-            self.wire.abortConnection()
-            return
-        client = self.client
-        for event in events:
-            if type(event) is Msg:
-                client._message(event.subject, event.sid, event.reply, event.headers,
-                                event.payload)
-            elif type(event) is Ping:
-                self.wire.write(PONG_COMMAND)
-            elif type(event) is Pong:
-                self.pings_out = 0
-                if self.pongs:
-                    self.pongs.pop(0).callback(None)
-                elif not self.ready:
-                    self.ready = True
-                    if self._pinger is not None and self._pinger.active():
-                        self._pinger.cancel()
-                    self._pinger = client.reactor.callLater(
-                        client.options.ping_interval, self._ping)
-                    self.wire.registerProducer(self, True)
-                    client._ready(self)
-            elif type(event) is Info:
-                if not self.info:
-                    self._handshake(event.properties)
-                else:
-                    self.info = {**self.info, **event.properties}
-                    client._learn(event.properties)
-            elif type(event) is Err:
-                client._server_error(self, event.text)
-            elif type(event) is not Ok:
-                raise AssertionError(event)
-
-    def ping(self) -> defer.Deferred:
-        """Fires when the server has answered: everything written before has reached it."""
-        d: defer.Deferred = defer.Deferred()
-        self.pongs.append(d)
-        self.wire.write(PING_COMMAND)
-        return d
-
-    def _ping(self) -> None:
-        self._pinger = None
-        options = self.client.options
-        if self.pings_out >= options.max_pings_out:
-            self.aborted_because = (f"no answer to {self.pings_out} PINGs in "
-                            f"{self.pings_out * options.ping_interval:g} s")
-            self.wire.abortConnection()
-            return
-        self.pings_out += 1
-        self.wire.write(PING_COMMAND)
-        self._pinger = self.client.reactor.callLater(
-            self.client.options.ping_interval, self._ping)
-
-    # -- the socket's buffer, as a producer -------------------------------------------------------
-
-    def pauseProducing(self) -> None:
-        self.backlog = 0
-
-    def resumeProducing(self) -> None:
-        self.backlog = None
-
-    def stopProducing(self) -> None:
-        self.backlog = None
-
-    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
-        if self._pinger is not None and self._pinger.active():
-            self._pinger.cancel()
-        self._pinger = None
-        pongs, self.pongs = self.pongs, []
-        for d in pongs:
-            d.errback(NatsUnavailable("the NATS connection closed"))
-        self.client._closed(self, reason)
-
-
-# -ERRs after which the server keeps the connection open (every other one closes it).
-_ERRORS_THAT_KEEP_THE_CONNECTION = ("permissions violation", "invalid subject")
-
-
-def _why_closed(connection: NatsConnection, reason: Failure | None) -> str:
-    """Why `connection` closed, in words: this side's reason for closing it, the -ERR the
-    server closed it after, or what became of the socket."""
-    if connection.aborted_because is not None:
-        return connection.aborted_because
-    if connection.error is not None:
-        return f"the server closed the connection after -ERR '{connection.error}'"
-    if reason is None or reason.check(ConnectionDone):
-        if connection.info.get("ldm"):
-            return "the server closed the connection: it was shutting down (lame duck mode)"
-        return "the server closed the connection without an error"
-    if reason.check(ConnectionAborted):
-        return "this side aborted the connection"
-    if reason.check(ConnectionLost):
-        return "the connection broke: reset, or cut without a clean close"
-    if reason.check("OpenSSL.SSL.Error"):
-        return f"TLS error: {reason.getErrorMessage()}"
-    return reason.getErrorMessage()
-
-
 class NatsClient:
     """A NATS client that keeps itself connected to one of `options.servers`.
 
@@ -362,7 +67,7 @@ class NatsClient:
             raise ValueError("no NATS servers")
         self.reactor = reactor
         self.options = options
-        self.servers = [_Server.parse(url) for url in options.servers]
+        self.servers = [Server.parse(url) for url in options.servers]
         self.connection: NatsConnection | None = None
         self._pending: NatsConnection | None = None
         self._sids = itertools.count(1)
@@ -381,7 +86,7 @@ class NatsClient:
         self._waiting_ready: list[defer.Deferred] = []
         # Round the servers, with those the servers name as they are learnt.
         rotation = Rotation(self.servers)
-        self._reconnector: Reconnector[_Server] = Reconnector(
+        self._reconnector: Reconnector[Server] = Reconnector(
             reactor, self._connect, targets=rotation,
             retry_policy=backoff_per_round(rotation, options.reconnect_wait,
                                            options.max_reconnect_wait),
@@ -582,7 +287,7 @@ class NatsClient:
 
     # -- the connection's life -------------------------------------------------------------------
 
-    def _connect(self, server: _Server) -> defer.Deferred:
+    def _connect(self, server: Server) -> defer.Deferred:
         """One attempt: fires once `server` has answered the CONNECT; fails if it cannot be
         reached, or if the connection closes first."""
         endpoint = HostnameEndpoint(self.reactor, server.host, server.port,
@@ -592,7 +297,7 @@ class NatsClient:
         attempt.addCallback(lambda connection: connection.handshaken)
         return attempt.addErrback(self._failed, server)
 
-    def _failed(self, reason: Failure, server: _Server) -> Failure:
+    def _failed(self, reason: Failure, server: Server) -> Failure:
         if reason.check(defer.CancelledError):
             return reason  # stopped
         why = reason.getErrorMessage()
@@ -600,14 +305,14 @@ class NatsClient:
         attempts = self._reconnector.failed_attempts + 1
         if attempts == 1 or attempts % 50 == 0:
             log.warn("cannot reach NATS server {server}: {why}; retrying",
-                     event="cluster_unreachable", server=self._describe(server), why=why,
+                     event="cluster_unreachable", server=self.describe(server), why=why,
                      attempts=attempts)
         return reason
 
-    def _opened(self, connection: NatsConnection) -> None:
+    def connection_opened(self, connection: NatsConnection) -> None:
         self._pending = connection
 
-    def _ready(self, connection: NatsConnection) -> None:
+    def connection_ready(self, connection: NatsConnection) -> None:
         if self.stopped:
             return  # stop() is closing it
         self._reconnector.connected()
@@ -618,16 +323,16 @@ class NatsClient:
                     for sid, (subject, queue, _) in self._subscriptions.items()]
         if commands:
             connection.wire.write(b"".join(commands))
-        self._learn(connection.info)
+        self.learn_servers(connection.info)
         self.max_payload = int(connection.info.get("max_payload") or self.max_payload)
         lost_at, self._lost_at = self._lost_at, None
         if lost_at is None:
             log.info("connected to NATS server {server}", event="cluster_connected",
-                     server=self._describe(connection.server), away=None)
+                     server=self.describe(connection.server), away=None)
         else:
             self.reconnects += 1
             log.info("connected to NATS server {server} again, after {away:.1f} s without one",
-                     event="cluster_connected", server=self._describe(connection.server),
+                     event="cluster_connected", server=self.describe(connection.server),
                      away=self.reactor.seconds() - lost_at)
         waiting, self._waiting_ready = self._waiting_ready, []
         for d in waiting:
@@ -635,29 +340,30 @@ class NatsClient:
         if self.on_ready is not None:
             self.on_ready()
 
-    def _learn(self, info: dict[str, Any]) -> None:
+    def learn_servers(self, info: Mapping[str, object]) -> None:
         """Add the cluster's other servers, as the server tells them (connect_urls)."""
         known = {(server.host, server.port) for server in self.servers}
         tls = any(server.tls for server in self.servers)
-        for address in info.get("connect_urls") or ():
+        addresses = info.get("connect_urls")
+        for address in addresses if isinstance(addresses, list) else ():
             try:
-                server = _Server.parse(f"{'tls' if tls else 'nats'}://{address}")
+                server = Server.parse(f"{'tls' if tls else 'nats'}://{address}")
             except ValueError:
                 continue
             if (server.host, server.port) not in known:
                 self.servers.append(server)
                 known.add((server.host, server.port))
 
-    def _server_error(self, connection: NatsConnection, text: str) -> None:
+    def server_error(self, connection: NatsConnection, text: str) -> None:
         self.last_error = text
-        if not text.lower().startswith(_ERRORS_THAT_KEEP_THE_CONNECTION):
+        if not text.lower().startswith(ERRORS_THAT_KEEP_THE_CONNECTION):
             connection.error = text
         log.warn("NATS server {server}: {error}", event="cluster_server_error",
-                 server=self._describe(connection.server), error=text)
+                 server=self.describe(connection.server), error=text)
 
-    def _closed(self, connection: NatsConnection, reason: Failure | None) -> None:
+    def connection_closed(self, connection: NatsConnection, reason: Failure | None) -> None:
         on_closed = getattr(connection, "_on_closed", None)
-        why = _why_closed(connection, reason)
+        why = why_closed(connection, reason)
         if connection is self._pending:
             self._pending = None
         if not connection.handshaken.called:
@@ -668,7 +374,7 @@ class NatsClient:
             if not self.stopped:
                 self._lost_at = self.reactor.seconds()
                 log.warn("lost NATS server {server}: {why}; reconnecting",
-                         event="cluster_disconnected", server=self._describe(connection.server),
+                         event="cluster_disconnected", server=self.describe(connection.server),
                          why=why)
                 self._reconnector.lost()
             if self.on_lost is not None:
@@ -676,7 +382,7 @@ class NatsClient:
         if on_closed is not None:
             on_closed.callback(None)
 
-    def _message(self, subject: str, sid: int, reply: str | None, headers: bytes | None,
+    def message(self, subject: str, sid: int, reply: str | None, headers: bytes | None,
                  payload: bytes) -> None:
         self.received += 1
         subscription = self._subscriptions.get(sid)
@@ -688,10 +394,10 @@ class NatsClient:
             log.failure("NATS subscriber of {subject!r} raised", subject=subscription[0])
 
     @staticmethod
-    def _describe(server: _Server) -> str:
+    def describe(server: Server) -> str:
         return f"{'tls' if server.tls else 'nats'}://{server.host}:{server.port}"
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "disconnected"
-        return f"<NatsClient {state} {', '.join(map(self._describe, self.servers))}>"
+        return f"<NatsClient {state} {', '.join(map(self.describe, self.servers))}>"
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
 
 import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from wireproto.cluster.client import NatsClient
 from wireproto.codecs.nats import header_values, headers_block
@@ -70,14 +70,14 @@ class JetStreamRefused(Exception):
 def lease_record(holder: str, node: str, duration: float, *, takes: str | None = None) -> bytes:
     """What a lease key holds: its version, who holds it, and, for a claim, whose lease the
     holder took over."""
-    record: dict[str, Any] = {"v": LEASE_VERSION, "holder": holder, "node": node,
+    record: dict[str, object] = {"v": LEASE_VERSION, "holder": holder, "node": node,
                               "lease": duration}
     if takes is not None:
         record["takes"] = takes
     return msgpack.packb(record)
 
 
-def read_record(value: bytes) -> dict[str, Any] | None:
+def read_record(value: bytes) -> dict[str, object] | None:
     """A lease key's record, or None if it is not one this version reads."""
     try:
         record = msgpack.unpackb(value)
@@ -88,29 +88,37 @@ def read_record(value: bytes) -> dict[str, Any] | None:
     return record
 
 
-@defer.inlineCallbacks
 def write_if_at(client: NatsClient, subject: str, value: bytes, sequence: int, *,
-                timeout: float) -> Any:
+                timeout: float) -> defer.Deferred[int]:
     """Write `value` on `subject` of a JetStream stream if the subject's last message is at
     `sequence` (0: it has none); fires with the new sequence, or fails with JetStreamRefused (a
     `WRONG_LAST_SEQUENCE` code when it is not), or the request's own errors."""
-    _, reply = yield client.request(
+    d: defer.Deferred[tuple[bytes | None, bytes]] = client.request(
         subject, value, timeout=timeout,
         headers=headers_block({"Nats-Expected-Last-Subject-Sequence": str(sequence)}))
-    answer = json.loads(reply)
+    return d.addCallback(_acknowledged)
+
+
+def _acknowledged(reply: tuple[bytes | None, bytes]) -> int:
+    answer = json.loads(reply[1])
     error = answer.get("error")
     if error:
         raise JetStreamRefused(int(error.get("err_code") or 0), str(error.get("description")))
     return int(answer["seq"])
 
 
-@defer.inlineCallbacks
-def last_message(client: NatsClient, stream: str, subject: str, *, timeout: float) -> Any:
+def last_message(client: NatsClient, stream: str, subject: str, *,
+                 timeout: float) -> defer.Deferred[tuple[int, bytes]]:
     """The last message on `subject` of `stream` as ``(sequence, value)``, or ``(0, b"")`` when
     the subject has none."""
-    headers, value = yield client.request(
+    d: defer.Deferred[tuple[bytes | None, bytes]] = client.request(
         f"$JS.API.DIRECT.GET.{stream}", json.dumps({"last_by_subj": subject}).encode(),
         timeout=timeout)
+    return d.addCallback(_found)
+
+
+def _found(reply: tuple[bytes | None, bytes]) -> tuple[int, bytes]:
+    headers, value = reply
     if headers is None:
         return 0, b""
     found = header_values(headers).get("Nats-Sequence")
@@ -182,29 +190,29 @@ class Lease:
             if self.on_renewed is not None:
                 self.on_renewed(sequence)
 
-    @defer.inlineCallbacks
-    def _refused(self, failure: Any) -> Any:
+    def _refused(self, failure: Failure) -> defer.Deferred[None] | None:
         error = failure.value
         if isinstance(error, JetStreamRefused) and error.code == WRONG_LAST_SEQUENCE:
             # Maybe a write of ours whose acknowledgement was lost: the key is still ours then.
-            try:
-                sequence, value = yield last_message(self.client, self.stream, self.subject,
-                                                     timeout=max(self.duration / 4, 0.5))
-            except Exception:
-                return  # asked again at the next renewal
-            record = read_record(value) if sequence else None
-            if record is not None and record.get("holder") == self.holder \
-                    and "takes" not in record:
-                self.sequence = sequence
-                return
-            self._lose("another process took its lease over" if sequence
-                       else "its lease was taken over and removed")
-            return
+            d = last_message(self.client, self.stream, self.subject,
+                             timeout=max(self.duration / 4, 0.5))
+            # If it cannot be read, it is asked again at the next renewal.
+            return d.addCallbacks(self._judge_refusal, lambda _: None)
         self.failures += 1
         if self.failures in (1, 10) or self.failures % 100 == 0:
             log.warn("cluster: could not renew this process's lease ({why}); it is valid "
                      "for {left:.1f} s more", event="cluster_lease_unrenewed",
                      why=failure.getErrorMessage(), left=max(self.valid_until - self.now(), 0))
+        return None
+
+    def _judge_refusal(self, found: tuple[int, bytes]) -> None:
+        sequence, value = found
+        record = read_record(value) if sequence else None
+        if record is not None and record.get("holder") == self.holder and "takes" not in record:
+            self.sequence = sequence
+            return
+        self._lose("another process took its lease over" if sequence
+                   else "its lease was taken over and removed")
 
     def _lose(self, why: str) -> None:
         if self.lost is None:
@@ -212,16 +220,13 @@ class Lease:
             if self.on_lost is not None:
                 self.on_lost(why)
 
-    @defer.inlineCallbacks
-    def release(self) -> Any:
+    def release(self) -> defer.Deferred[None]:
         """Remove the lease key as this process stops: its connections have published their
         own wills, and the others need not wait for the lease to run out."""
         if self.lost is not None or not self.sequence or not self.client.connected:
-            return
+            return defer.succeed(None)
         self.lost = "released"
-        try:
-            yield self.client.request(
-                f"$JS.API.STREAM.PURGE.{self.stream}",
-                json.dumps({"filter": self.subject}).encode(), timeout=2)
-        except Exception:
-            pass  # the others claim it when it runs out
+        d = self.client.request(f"$JS.API.STREAM.PURGE.{self.stream}",
+                                json.dumps({"filter": self.subject}).encode(), timeout=2)
+        # Not removed: the others claim it when it runs out.
+        return d.addCallbacks(lambda _: None, lambda _: None)

@@ -77,7 +77,7 @@ class Roster:
         self.on_change: list[Callable[[], Any]] = []
         # Called with a process's origin when it is forgotten: it said goodbye, or was silent
         # for a whole lease.
-        self.on_gone: list[Callable[[str], Any]] = []
+        self.on_gone: list[Callable[[str], object]] = []
         self._loop: task.LoopingCall | None = None
         self._sid: int | None = None
 

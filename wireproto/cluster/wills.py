@@ -28,6 +28,7 @@ from typing import Any
 import msgpack
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from wireproto.cluster.client import NatsClient
 from wireproto.cluster.lease import (
@@ -147,7 +148,7 @@ class WillKeeper:
                                 msgpack.packb([will.topic, will.payload, will.protocol]),
                                 timeout=TIMEOUT)
 
-        def landed(reply: tuple[Any, bytes]) -> None:
+        def landed(reply: tuple[bytes | None, bytes]) -> None:
             error = json.loads(reply[1]).get("error")
             if error:
                 held.stored = False
@@ -157,7 +158,7 @@ class WillKeeper:
             else:
                 held.stored = True
 
-        def lost(failure: Any) -> None:
+        def lost(failure: Failure) -> None:
             # A timeout leaves it unknown (None); a connection lost, rewritten on the next.
             log.warn("cluster: could not keep the will of session {session}: {why}",
                      event="cluster_wills_failed", session=session,
@@ -220,13 +221,13 @@ class WillKeeper:
                 event="cluster_wills_failed", why=failure.getErrorMessage()))
             d.addBoth(lambda _: setattr(self, "_scanning", False))
 
-    @defer.inlineCallbacks
-    def _subjects(self, pattern: str) -> Any:
-        _, reply = yield self.client.request(
+    def _subjects(self, pattern: str) -> defer.Deferred[list[str]]:
+        d: defer.Deferred[tuple[bytes | None, bytes]] = self.client.request(
             f"$JS.API.STREAM.INFO.{self.stream}",
             json.dumps({"subjects_filter": f"$KV.{self.bucket}.{pattern}"}).encode(),
             timeout=TIMEOUT)
-        return list((json.loads(reply).get("state") or {}).get("subjects") or {})
+        return d.addCallback(
+            lambda reply: list((json.loads(reply[1]).get("state") or {}).get("subjects") or {}))
 
     @defer.inlineCallbacks
     def _scan(self, *, orphans: bool) -> Any:

@@ -520,12 +520,7 @@ class Session:
         self.hub.detach(self)
         will, self.will = self.will, None
         if will is not None and not hub.federation.release_will(self.id):
-            log.info(
-                "{protocol} session {session} from {peer}: its will on {topic!r} is published "
-                "by another broker process", event="will_elsewhere", protocol=self.protocol,
-                peer=self.peer, session=self.id, client=self.client, topic=will.topic,
-            )
-            will = None
+            will = None  # another broker process publishes it: it took this one's place over
         if will is not None and self.grants is not None and not self.grants.allows(
             Action.PUBLISH, will.topic
         ):
