@@ -47,6 +47,7 @@ from wireproto.service import (
     format_address,
 )
 from wireproto.supervisor.natsserver import NatsServer, new_user_nkey, write_private
+from wireproto.supervisor.restarts import RestartPause
 from wireproto.supervisor.worker import WORKER_ENVIRONMENT, WORKER_FAILED
 from wireproto.transports.identity import server_endpoint
 
@@ -54,9 +55,6 @@ __all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "Supervisor", "remove_abandone
 
 log = Logger(namespace="wireproto.cluster")
 
-# A worker that dies sooner than this after starting counts towards a growing restart pause.
-QUICK_DEATH = 5.0
-MAX_RESTART_PAUSE = 30.0
 STOP_TIMEOUT = 15.0
 # The private nats-server's directory: its config, the workers' key and JetStream's data.
 PRIVATE_NATS_PREFIX = "wireproto-nats-"
@@ -128,7 +126,7 @@ class Supervisor(Service):
         self.nkey_seed_file: str | None = None
         self.restarts = 0
         self._ports: list[Any] = []
-        self._quick_deaths = 0
+        self._restart_pause = RestartPause()
         self._ready_waiters: list[defer.Deferred[list[BoundListener]]] = []
         self._stopping = False
         # Every worker has been ready at once: from then on a worker that fails is restarted.
@@ -277,10 +275,7 @@ class Supervisor(Service):
             del self.workers[worker.index]
         if self._stopping or self.failure is not None:
             return
-        lived = self.reactor.seconds() - worker.started
-        self._quick_deaths = self._quick_deaths + 1 if lived < QUICK_DEATH else 0
-        pause = min(0.5 * 2 ** max(self._quick_deaths - 1, 0), MAX_RESTART_PAUSE) \
-            if self._quick_deaths else 0.1
+        pause = self._restart_pause.after(self.reactor.seconds() - worker.started)
         log.warn("worker {index} ended ({why}); starting it again in {pause:.1f} s",
                  event="worker_died", index=worker.index, why=reason.getErrorMessage(),
                  pause=pause)
