@@ -25,6 +25,7 @@ __all__ = [
     "die_with_parent",
     "new_user_nkey",
     "write_private",
+    "describe_exit",
     "NatsServer",
 ]
 
@@ -77,6 +78,17 @@ def write_private(path: str | os.PathLike, data: bytes) -> None:
         os.close(fd)
 
 
+def describe_exit(returncode: int) -> str:
+    """How a process ended, in an operator's words, from its `Popen.returncode`."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with status {returncode}"
+
+
 @dataclass
 class NatsServer:
     """One nats-server on `host`, with JetStream, its data in `directory` (a temporary one by
@@ -96,6 +108,8 @@ class NatsServer:
     user_nkey: str | None = None
     process: subprocess.Popen | None = field(default=None, init=False)
     url: str = field(default="", init=False)
+    # Where the last launch began writing in nats.log.
+    _log_start: int = field(default=0, init=False, repr=False)
 
     def config_text(self) -> str:
         directory = self.directory or ""
@@ -116,7 +130,9 @@ class NatsServer:
             lines.append(self.extra_config)
         return "\n".join(lines) + "\n"
 
-    def start(self, timeout: float = 20.0) -> NatsServer:
+    def launch(self) -> None:
+        """Start the process and return at once; `started()` says when it accepts clients.
+        A port found by an earlier start is kept, so the server comes back where it was."""
         if self.directory is None:
             self.directory = tempfile.mkdtemp(prefix="wireproto-nats-")
         directory = Path(self.directory)
@@ -128,26 +144,51 @@ class NatsServer:
         ports.mkdir()
         log = os.fdopen(os.open(directory / "nats.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                                 0o600), "ab")
-        self.process = subprocess.Popen(
-            [nats_server_binary(), "-c", str(config), "--ports_file_dir", str(ports)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=die_with_parent,
-        )
-        log.close()
+        self._log_start = log.seek(0, os.SEEK_END)
+        try:
+            self.process = subprocess.Popen(
+                [nats_server_binary(), "-c", str(config), "--ports_file_dir", str(ports)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=die_with_parent,
+            )
+        finally:
+            log.close()
+
+    def started(self) -> bool:
+        """Whether the launched server accepts clients yet (it has written its ports file),
+        its `url` and `port` then set; RuntimeError, with what it said, if it ended first."""
+        assert self.process is not None and self.directory is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"nats-server {describe_exit(self.process.returncode)}: "
+                               f"{self.output()[-2000:]}")
+        for found in (Path(self.directory) / "ports").glob("*.ports"):
+            try:
+                urls = json.loads(found.read_text()).get("nats") or []
+            except (OSError, ValueError):  # being written, or gone
+                continue
+            if urls:
+                self.url = urls[0]
+                self.port = int(self.url.rsplit(":", 1)[1])
+                return True
+        return False
+
+    def output(self) -> str:
+        """What the server wrote to its log since its last launch."""
+        if self.directory is None:
+            return ""
+        try:
+            with open(Path(self.directory) / "nats.log", "rb") as log:
+                log.seek(self._log_start)
+                return log.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def start(self, timeout: float = 20.0) -> NatsServer:
+        self.launch()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"nats-server exited with {self.process.returncode}: "
-                                   f"{(directory / 'nats.log').read_text()[-2000:]}")
-            for found in ports.glob("*.ports"):
-                try:
-                    urls = json.loads(found.read_text()).get("nats") or []
-                except ValueError:
-                    continue
-                if urls:
-                    self.url = urls[0]
-                    self.port = int(self.url.rsplit(":", 1)[1])
-                    return self
+            if self.started():
+                return self
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"nats-server did not start within {timeout} s")
@@ -157,6 +198,7 @@ class NatsServer:
         if process is None or process.poll() is not None:
             return
         process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        process.send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) server acts on it at once
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:

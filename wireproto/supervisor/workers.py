@@ -9,11 +9,14 @@ of the workers; their hubs share one topic space through NATS (wireproto.cluster
 The private nats-server admits only the workers: each start makes a fresh NKey, tells the
 server its public key (in a config file only this user reads) and leaves its seed in a file
 beside it, in a directory only this user may enter; a worker is told the file's path. So
-another local user cannot join the cluster, and no key is ever on a command line.
+another local user cannot join the cluster, and no key is ever on a command line. A private
+nats-server that ends or stops answering is started again where it was
+(wireproto.supervisor.privatenats), and the workers reconnect to it.
 
 A worker that dies is started again, after a pause that grows while workers keep dying. SIGHUP
 is passed to every worker (each rereads its access rules); stopping the supervisor stops the
-workers first (their connections' wills go out through NATS), then the private nats-server.
+workers first (their connections' wills go out through NATS), then the private nats-server,
+which is not started again from the moment the supervisor begins to stop.
 
 A supervisor that cannot start what its config asks for (bind a listener, start its
 nats-server, or have each worker start its broker) does not run on half started: `when_ready`
@@ -25,10 +28,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,7 +47,8 @@ from wireproto.service import (
     endpoint_groups,
     format_address,
 )
-from wireproto.supervisor.natsserver import NatsServer, new_user_nkey, write_private
+from wireproto.supervisor.privatenats import PrivateNats, remove_abandoned_directories
+from wireproto.supervisor.restarts import RestartPause
 from wireproto.supervisor.worker import WORKER_ENVIRONMENT, WORKER_FAILED
 from wireproto.transports.identity import server_endpoint
 
@@ -54,35 +56,7 @@ __all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "Supervisor", "remove_abandone
 
 log = Logger(namespace="wireproto.cluster")
 
-# A worker that dies sooner than this after starting counts towards a growing restart pause.
-QUICK_DEATH = 5.0
-MAX_RESTART_PAUSE = 30.0
 STOP_TIMEOUT = 15.0
-# The private nats-server's directory: its config, the workers' key and JetStream's data.
-PRIVATE_NATS_PREFIX = "wireproto-nats-"
-
-
-def remove_abandoned_directories(parent: str | None = None) -> None:
-    """Remove the private nats-server directories of this user's supervisors that are gone (one
-    killed outright cannot remove its own). A directory is named after its supervisor's pid;
-    one whose pid is alive, even if reused by another process, is left alone."""
-    parent = parent or tempfile.gettempdir()
-    try:
-        entries = list(os.scandir(parent))
-    except OSError:
-        return
-    for entry in entries:
-        pid = entry.name[len(PRIVATE_NATS_PREFIX):].split("-", 1)[0]
-        if not (entry.name.startswith(PRIVATE_NATS_PREFIX) and pid.isdigit()):
-            continue
-        try:
-            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
-                continue
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(entry.path, ignore_errors=True)
-        except OSError:
-            continue
 
 
 class _Worker(protocol.ProcessProtocol):
@@ -124,13 +98,14 @@ class Supervisor(Service):
         self.count = config.cluster.workers
         self.workers: dict[int, _Worker] = {}
         self.bound: list[BoundListener] = []
-        self.nats: NatsServer | None = None
+        # The private nats-server, when the config names no [cluster] url.
+        self.nats: PrivateNats | None = None
         self.cluster_url = config.cluster.url
         # The file of the NKey seed the workers sign with, for the private nats-server.
         self.nkey_seed_file: str | None = None
         self.restarts = 0
         self._ports: list[Any] = []
-        self._quick_deaths = 0
+        self._restart_pause = RestartPause()
         self._ready_waiters: list[defer.Deferred[list[BoundListener]]] = []
         self._stopping = False
         # Every worker has been ready at once: from then on a worker that fails is restarted.
@@ -155,13 +130,28 @@ class Supervisor(Service):
             return
         try:
             self._bind()
-            if not self.cluster_url:
-                self._start_private_nats()
-                log.info("started a private nats-server on {url}",
-                         event="cluster_private_nats", url=self.cluster_url)
         except Exception as error:
             self._fail(error)
             return
+        if self.cluster_url:
+            self._spawn_all()
+            return
+        self.nats = PrivateNats(self.reactor)
+        self.nats.start().addCallbacks(self._private_nats_started, self._private_nats_failed)
+
+    def _private_nats_started(self, url: str) -> None:
+        if self._stopping or self.nats is None:
+            return
+        self.cluster_url = url
+        self.nkey_seed_file = self.nats.seed_file
+        log.info("started a private nats-server on {url}", event="cluster_private_nats", url=url)
+        self._spawn_all()
+
+    def _private_nats_failed(self, reason: Failure) -> None:
+        self._fail(reason.value if isinstance(reason.value, Exception) else
+                   RuntimeError(reason.getErrorMessage()))
+
+    def _spawn_all(self) -> None:
         for index in range(self.count):
             self._spawn(index)
 
@@ -174,30 +164,6 @@ class Supervisor(Service):
         waiters, self._ready_waiters = self._ready_waiters, []
         for waiter in waiters:
             waiter.errback(error)
-
-    def _start_private_nats(self) -> None:
-        remove_abandoned_directories()
-        # mkdtemp's directory is this user's alone (0700).
-        directory = tempfile.mkdtemp(prefix=f"{PRIVATE_NATS_PREFIX}{os.getpid()}-")
-        seed, public_key = new_user_nkey()
-        seed_file = os.path.join(directory, "worker.nk")
-        write_private(seed_file, seed)
-        self.nkey_seed_file = seed_file
-        self.nats = NatsServer(directory=directory, user_nkey=public_key,
-                               extra_config="max_payload: 8MB")
-        try:
-            self.nats.start()
-        except BaseException:
-            self._remove_private_nats()
-            raise
-        self.cluster_url = self.nats.url
-
-    def _remove_private_nats(self) -> None:
-        if self.nats is not None:
-            self.nats.stop()
-            if self.nats.directory:
-                shutil.rmtree(self.nats.directory, ignore_errors=True)
-            self.nats = None
 
     def _bind(self) -> None:
         """Listen on every endpoint, without accepting: the workers accept."""
@@ -280,10 +246,7 @@ class Supervisor(Service):
             del self.workers[worker.index]
         if self._stopping or self.failure is not None:
             return
-        lived = self.reactor.seconds() - worker.started
-        self._quick_deaths = self._quick_deaths + 1 if lived < QUICK_DEATH else 0
-        pause = min(0.5 * 2 ** max(self._quick_deaths - 1, 0), MAX_RESTART_PAUSE) \
-            if self._quick_deaths else 0.1
+        pause = self._restart_pause.after(self.reactor.seconds() - worker.started)
         log.warn("worker {index} (pid {pid}) ended ({why}); starting it again in {pause:.1f} s",
                  event="worker_died", index=worker.index, pid=worker.pid,
                  why=reason.getErrorMessage(), pause=pause)
@@ -315,6 +278,9 @@ class Supervisor(Service):
     def stopService(self) -> Any:
         self._stopping = True
         super().stopService()
+        if self.nats is not None:
+            # Not started again from now on; stopped once the workers are gone.
+            self.nats.stop_watching()
         ended = [worker.ended for worker in self.workers.values()]
         self.signal_workers(signal.SIGTERM)
         if ended:
@@ -326,4 +292,5 @@ class Supervisor(Service):
         for port in self._ports:
             yield port.stopListening()
         self._ports.clear()
-        self._remove_private_nats()
+        if self.nats is not None:
+            self.nats.stop()
