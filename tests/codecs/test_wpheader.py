@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from wireproto.codecs import wpheader
 from wireproto.codecs.nats import headers_block
+from wireproto.errors import ProtocolError
 from wireproto.codecs.wpheader import (
     Carried,
     HeaderWriter,
@@ -61,6 +62,21 @@ def test_a_block_without_the_line_has_no_header():
     for block in (b"NATS/1.0\r\n\r\n", headers_block({"Wp-Status": "busy"}),
                   headers_block({"Wp-Gone": "1"}), b"NATS/1.0 503\r\n\r\n"):
         assert decode(block) is None and read(block) is None
+
+
+def test_a_later_versions_line_is_refused_not_taken_for_a_plain_publish():
+    """A later version names its line Wp2, Wp3...: a process that cannot read it must not
+    deliver the message as if it carried no header (no duplicate dropped, no will)."""
+    for block in (headers_block({"Wp2": "o 9 - websmq x"}),
+                  headers_block({"Other": "x", "Wp17": "anything at all"})):
+        with pytest.raises(wpheader.UnknownVersion, match="later version than 1"):
+            read(block)
+        with pytest.raises(wpheader.UnknownVersion):
+            decode(block)
+    assert issubclass(wpheader.UnknownVersion, ProtocolError)
+    # The version 1 line is still read when another version's line is beside it.
+    both = headers_block({"Wp": "o 9 - websmq", "Wp2": "o 9 - websmq x"})
+    assert decode(both) == WpHeader("o", 9, False, "websmq")
 
 
 def test_the_line_is_found_among_other_headers():

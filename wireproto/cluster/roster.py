@@ -21,6 +21,7 @@ from typing import Any
 
 from twisted.internet import task
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 
 from wireproto.cluster.client import NatsClient
 from wireproto.cluster.lease import LEASE_VERSION, lease_clock
@@ -28,6 +29,8 @@ from wireproto.cluster.subjects import Subjects
 from wireproto.codecs.nats import header_values, headers_block
 
 __all__ = ["Roster", "Member"]
+
+log = Logger(namespace="wireproto.cluster")
 
 # The last heartbeat of a process that stops cleanly: forget it at once.
 GOODBYE = headers_block({"Wp-Gone": "1"})
@@ -46,7 +49,7 @@ class Member:
         self.sequence = 0
         self.since = now
         self.announced = b""
-        self.version = 0
+        self.version = LEASE_VERSION
 
 
 class Roster:
@@ -212,7 +215,15 @@ class Roster:
             member.sequence = int(sequence)
             member.since = now
         version = values.get(VERSION_HEADER, "")
-        member.version = int(version) if version.isdigit() else 0
+        # Before versions were said, there was version 1.
+        speaks = int(version) if version.isdigit() and len(version) < 6 else 1
+        if speaks != member.version:
+            if speaks > LEASE_VERSION:
+                log.info("cluster: {origin} reads version {speaks} of what processes say to "
+                         "each other, this one {mine}: both write version {mine}",
+                         event="cluster_version", origin=origin, speaks=speaks,
+                         mine=LEASE_VERSION)
+            member.version = speaks
         if member.announced != payload:
             member.announced = payload
             self._changed()

@@ -29,6 +29,7 @@ On bad input `decode` and `split` raise only `wireproto.errors.ProtocolError` su
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ from wireproto.errors import BadEncoding, BadLength, InvalidField, TruncatedFram
 
 __all__ = [
     "STATUS_HEADER",
+    "VERSION",
+    "UnknownVersion",
     "Carried",
     "WpHeader",
     "HeaderWriter",
@@ -49,6 +52,16 @@ __all__ = [
 
 # The header by which a wireproto process refuses a call from another ("busy", "failed").
 STATUS_HEADER = "Wp-Status"
+# The version of the line this module reads and writes. Its name says it: a later version
+# of the line will be ``Wp2:``, ``Wp3:``..., written only once every process of the cluster
+# says in its heartbeat that it reads it (docs/cluster.md, "Versions and rolling upgrades").
+VERSION = 1
+_NEWER = re.compile(rb"\r\nWp(?:[2-9]|[1-9][0-9]+): [^\r]*")
+
+
+class UnknownVersion(InvalidField):
+    """A ``Wp`` header of a later version than this process reads."""
+
 
 _BLOCK_START = b"NATS/1.0\r\nWp: "
 _LINE = b"\r\nWp: "
@@ -228,6 +241,11 @@ def read(block: bytes) -> tuple[str, int, bool, str, tuple[Carried, ...]] | None
     more than reading it."""
     at = block.find(_LINE)
     if at < 0:
+        newer = _NEWER.search(block)
+        if newer is not None:
+            # A later version's header: never taken for a plain publish, which it is not.
+            raise UnknownVersion(f"Wp header of a later version than {VERSION}: "
+                                 f"{_excerpt(newer.group(0)[2:])}")
         return None
     start = at + 6
     stop = block.find(b"\r\n", start)
