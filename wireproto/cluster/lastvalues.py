@@ -6,7 +6,8 @@ token); an empty publish writes a purge marker, as a KV purge does. Every proces
 bucket with an ephemeral push consumer that first sends the last value of every key, then each
 new one, and keeps them in its own hub's `LastValues`. So a subscriber on any process gets a
 topic's last value at once, even if its process had no subscriber when it was published. On
-each new connection to NATS the consumer is made again, and the values read again.
+each new connection to NATS the consumer is made again, and the values read again. How the
+bucket is made, with its replicas, and JetStream's errors retried: wireproto.cluster.jetstream.
 
 The bucket holds at most [hub] max_retained topics (the oldest go first); each process's own
 bounds still apply to what it keeps.
@@ -15,7 +16,6 @@ bounds still apply to what it keeps.
 from __future__ import annotations
 
 import base64
-import json
 import secrets
 from typing import Any
 
@@ -24,6 +24,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto.cluster.client import NatsClient
+from wireproto.cluster.jetstream import Bucket, Retrying, jetstream_api
 from wireproto.cluster.subjects import Subjects, safe_token
 from wireproto.codecs.nats import header_values, headers_block
 from wireproto.hub.message import new_message
@@ -56,16 +57,32 @@ class SharedLastValues:
     """One process's side of the cluster's last values."""
 
     def __init__(self, client: NatsClient, subjects: Subjects,
-                 retained: LastValues | None) -> None:
+                 retained: LastValues | None, *, replicas: int = 0) -> None:
         self.client = client
         # the hub's last values, which this process's share of the cluster's are kept in
         self.retained = retained
         self.bucket = safe_token(subjects.prefix) + "_retained"
         self.stream = f"KV_{self.bucket}"
-        self.available = False
+        # The bucket, made and kept with its replicas (wireproto.cluster.jetstream); none
+        # without [hub] retain.
+        self.store: Bucket | None = None
+        if retained is not None:
+            self.store = Bucket(client, self.stream, {
+                "subjects": [f"$KV.{self.bucket}.>"], "max_msgs_per_subject": 1,
+                "max_msgs": retained.max_topics, "max_bytes": 2 * retained.max_bytes,
+                "discard": "old", "allow_direct": True, "allow_rollup_hdrs": True,
+                "deny_delete": True, "storage": "file",
+            }, replicas=replicas, what="the last-values bucket",
+                lacking="each process keeps the last values of the publishes it sees")
+        self.following = Retrying(client, f"the last-values consumer ({self.stream})")
         self.written = self.read = self.refused = 0
         self._sid: int | None = None
         self._inbox: str | None = None
+
+    @property
+    def available(self) -> bool:
+        """The bucket is there to write to, on the NATS connection there is now."""
+        return self.store is not None and self.store.available
 
     def subject(self, topic: str) -> str:
         return f"$KV.{self.bucket}.{key_of_topic(topic)}"
@@ -74,37 +91,18 @@ class SharedLastValues:
 
     @defer.inlineCallbacks
     def connected(self) -> Any:
-        """Make the bucket (if no one has yet), then follow it."""
-        retained = self.retained
-        if retained is None:
+        """Make the bucket (if no one has yet), then follow it; JetStream errors are retried
+        for as long as this connection lasts."""
+        if self.store is None:
             return
-        config = {
-            "name": self.stream, "subjects": [f"$KV.{self.bucket}.>"],
-            "max_msgs_per_subject": 1, "max_msgs": retained.max_topics,
-            "max_bytes": 2 * retained.max_bytes, "discard": "old", "allow_direct": True,
-            "allow_rollup_hdrs": True, "deny_delete": True, "storage": "file",
-            "num_replicas": 1,
-        }
-        try:
-            _, reply = yield self.client.request(
-                f"$JS.API.STREAM.CREATE.{self.stream}", json.dumps(config).encode(), timeout=5)
-            error = json.loads(reply).get("error")
-            # 10058: the bucket exists already (made by another process).
-            if error and error.get("err_code") != 10058:
-                raise ValueError(error.get("description"))
-            yield self._follow()
-        except Exception as error:
-            self.available = False
-            log.warn("cluster: last values are not shared between processes: {error}",
-                     event="cluster_no_jetstream", error=str(error))
-            return
-        self.available = True
+        self.following.stop()
+        if (yield self.store.ensure()):
+            self.following.run(self._follow)
 
     @defer.inlineCallbacks
     def _follow(self) -> Any:
         """An ephemeral push consumer: every key's last value, then each new one."""
-        if self._sid is not None:
-            self.client.unsubscribe(self._sid)
+        self._unfollow()
         self._inbox = f"_INBOX.{secrets.token_hex(8)}"
         self._sid = self.client.subscribe(self._inbox, self._received)
         config = {
@@ -112,17 +110,19 @@ class SharedLastValues:
             "ack_policy": "none", "filter_subject": f"$KV.{self.bucket}.>",
             "mem_storage": True, "num_replicas": 1, "inactive_threshold": 10_000_000_000,
         }
-        _, reply = yield self.client.request(
-            f"$JS.API.CONSUMER.CREATE.{self.stream}",
-            json.dumps({"stream_name": self.stream, "config": config}).encode(), timeout=5)
-        error = json.loads(reply).get("error")
-        if error:
-            raise ValueError(error.get("description"))
+        yield jetstream_api(self.client, f"CONSUMER.CREATE.{self.stream}",
+                            {"stream_name": self.stream, "config": config})
 
-    def stop(self) -> None:
+    def _unfollow(self) -> None:
         if self._sid is not None:
             self.client.unsubscribe(self._sid)
             self._sid = None
+
+    def stop(self) -> None:
+        self.following.stop()
+        if self.store is not None:
+            self.store.stop()
+        self._unfollow()
 
     # -- writing ----------------------------------------------------------------------------------
 

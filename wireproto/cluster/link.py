@@ -135,12 +135,14 @@ class ClusterLink:
                              interval=settings.heartbeat_interval,
                              dead_after=settings.dead_after)
         self.wills = WillKeeper(self.client, self.roster, self.subjects,
-                                origin=self.origin_token, publish=hub.publish)
+                                origin=self.origin_token, publish=hub.publish,
+                                replicas=settings.replicas)
         self.calls = RemoteCalls(self.client, self.subjects, self.roster, origin=self.origin,
                                  timeout=settings.call_timeout,
                                  max_answering=settings.max_remote_calls,
                                  servers=lambda: hub.call_servers)
-        self.last_values = SharedLastValues(self.client, self.subjects, hub.retained)
+        self.last_values = SharedLastValues(self.client, self.subjects, hub.retained,
+                                            replicas=settings.replicas)
         self.client.on_ready = self._connected
         # What this process answers the others' questions with (the admin API's, the
         # metrics'), by question, and the subscriptions that hear them.

@@ -20,6 +20,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from wireproto.cluster.client import NatsClient
+from wireproto.cluster.jetstream import Bucket
 from wireproto.cluster.roster import Roster
 from wireproto.cluster.subjects import Subjects, safe_token
 from wireproto.codecs.nats import headers_block
@@ -37,7 +38,7 @@ class WillKeeper:
     processes published."""
 
     def __init__(self, client: NatsClient, roster: Roster, subjects: Subjects, *, origin: str,
-                 publish: Callable[[HubMessage], object]) -> None:
+                 publish: Callable[[HubMessage], object], replicas: int = 0) -> None:
         self.client = client
         self.roster = roster
         self.bucket = safe_token(subjects.prefix) + "_wills"
@@ -46,9 +47,18 @@ class WillKeeper:
         self.origin = origin
         # publishes a dead process's will in this one
         self.publish = publish
-        self.available = False
+        # The bucket, made and kept with its replicas (wireproto.cluster.jetstream).
+        self.store = Bucket(client, self.stream, {
+            "subjects": [f"$KV.{self.bucket}.>"], "max_msgs_per_subject": 1, "discard": "new",
+            "allow_direct": True, "storage": "file",
+        }, replicas=replicas, what="the wills bucket",
+            lacking="wills die with their process")
         self.published = 0
         self._scanning = False
+
+    @property
+    def available(self) -> bool:
+        return self.store.available
 
     def key(self, session: int) -> str:
         return f"$KV.{self.bucket}.w.{self.origin}.{session}"
@@ -61,32 +71,12 @@ class WillKeeper:
     def stop(self) -> None:
         if self._tick in self.roster.on_tick:
             self.roster.on_tick.remove(self._tick)
+        self.store.stop()
 
-    @defer.inlineCallbacks
-    def connected(self) -> Any:
-        """Make the bucket (if no one has yet) once a server is connected."""
-        config = {
-            "name": self.stream, "subjects": [f"$KV.{self.bucket}.>"],
-            "max_msgs_per_subject": 1, "discard": "new", "allow_direct": True,
-            "storage": "file", "num_replicas": 1,
-        }
-        try:
-            _, reply = yield self.client.request(
-                f"$JS.API.STREAM.CREATE.{self.stream}", json.dumps(config).encode(), timeout=5)
-        except Exception as error:
-            self.available = False
-            log.warn("cluster: no JetStream on the NATS server ({error}); wills will not "
-                     "outlive their process", event="cluster_no_jetstream", error=str(error))
-            return
-        answer = json.loads(reply)
-        refusal = answer.get("error")
-        # 10058: the bucket exists already (made by another process).
-        if refusal and refusal.get("err_code") != 10058:
-            self.available = False
-            log.warn("cluster: cannot make the wills bucket: {error}", event="cluster_no_jetstream",
-                     error=refusal.get("description"))
-            return
-        self.available = True
+    def connected(self) -> defer.Deferred[bool]:
+        """Make the bucket (if no one has yet) once a server is connected: fires True once it
+        is there (JetStream errors are retried meanwhile), False if the connection went first."""
+        return self.store.ensure()
 
     # -- this process's wills ---------------------------------------------------------------------
 
