@@ -6,7 +6,10 @@ timeout, no JetStream) logged for what it is and tried again until the bucket is
 from __future__ import annotations
 
 import os
+import re
 import signal
+import sys
+import time
 from typing import Any
 
 import msgpack
@@ -17,6 +20,7 @@ from twisted.logger import formatEvent
 
 from tests.brokers import LOCAL
 from tests.support import eventually, free_port, sleep, wait_for
+from tests.test_cli import LISTENER_LINE, Child
 from tests.test_log_events import logged, named
 from wireproto.cluster.client import NatsClient, NatsOptions
 from wireproto.cluster.jetstream import Bucket, JetStreamError, jetstream_api
@@ -27,6 +31,7 @@ from wireproto.hub import HubSettings
 from wireproto.supervisor.natsserver import NatsServer
 
 RETAIN = HubSettings(retain=("sensors/#",))
+READY = re.compile(r"^wireproto: ready; Ctrl-C stops$")
 WILLS, RETAINED = "KV_wireproto_wills", "KV_wireproto_retained"
 # The buckets as wireproto made them before they had replicas.
 OLD_WILLS = {"name": WILLS, "subjects": ["$KV.wireproto_wills.>"], "max_msgs_per_subject": 1,
@@ -376,3 +381,109 @@ async def test_no_jetstream_is_said_only_when_the_server_has_none_and_is_asked_a
     finally:
         await wait_for(service.stopService(), 10)
         server.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_last_values_consumer_that_is_lost_is_made_again(broker, nats):
+    """The consumer a process follows the bucket with has one replica, so it can be lost (with
+    its NATS node, or deleted, as here) while the process's connection stays: its heartbeats
+    stop, and the process follows the bucket again."""
+    first, at_first = await start_broker(broker, nats.url)
+    second, _ = await start_broker(broker, nats.url)
+    await eventually(lambda: buckets_ready(first) and buckets_ready(second), timeout=10)
+    async with JetStream(nats.url) as jetstream:
+        names = (await jetstream.ask(f"CONSUMER.NAMES.{RETAINED}"))["consumers"]
+        assert len(names) == 2
+        with logged() as events:
+            for name in names:
+                await jetstream.ask(f"CONSUMER.DELETE.{RETAINED}.{name}")
+            publisher = await broker.client(at_first)
+            await wait_for(publisher.publish("sensors/lost", b"1"))
+            await eventually(lambda: second.hub.retained.get("sensors/lost"), timeout=20)
+    assert first.cluster.last_values.refollowed == second.cluster.last_values.refollowed == 1
+    said = texts(events, "cluster_jetstream_consumer_lost")
+    assert len(said) == 2 and said[0] == (
+        "cluster: the last-values consumer (KV_wireproto_retained) sent nothing for 6 s, not "
+        "even a heartbeat; following the bucket again")
+
+
+# -- a NATS node lost ----------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_wills_and_last_values_outlive_the_nats_node_that_leads_the_wills(
+        broker, nats_cluster, tmp_path):
+    """A broker process (`wireproto serve`) holding a client's will is killed together with
+    the NATS node that leads the wills bucket: the surviving brokers publish the will within
+    15 s, and the last values are still there to read and to write."""
+    survivor, at_survivor = await start_broker(broker, nats_cluster[0].url)
+    await eventually(lambda: survivor.cluster.wills.store.replicas == 3
+                     and survivor.cluster.last_values.store.replicas == 3, timeout=30)
+    async with JetStream(nats_cluster[0].url) as jetstream:
+        leader = (await jetstream.eventually(f"STREAM.INFO.{WILLS}"))["cluster"]["leader"]
+    doomed_node = next(node for node in nats_cluster if node.server_name == leader)
+    elsewhere = next(node for node in nats_cluster if node is not doomed_node)
+
+    config = tmp_path / "doomed.toml"
+    config.write_text(f'listen = ["websmq+length32@tcp:0:{LOCAL}"]\n'
+                      '[hub]\nretain = ["sensors/#"]\n'
+                      f'[cluster]\nurl = "{elsewhere.url}"\nheartbeat_interval = 0.2\n'
+                      'dead_after = 1.0\n')
+    doomed = Child(sys.executable, "-m", "wireproto", "serve", "--config", str(config))
+    try:
+        await doomed.line(READY, 30)
+        (address,) = [match.group(3) for match in map(LISTENER_LINE.match, doomed.stdout)
+                      if match]
+        listener = await broker.client(at_survivor)
+        wills: list = []
+        listener.subscribe("gone/a", wills.append)
+        await eventually(lambda: survivor.cluster.roster.members(), timeout=15)
+        client = await broker.client(address)
+        await wait_for(client.set_will("gone/a", b"bye"))
+        await wait_for(client.publish("sensors/before", b"1"))
+        await eventually(lambda: survivor.hub.retained.get("sensors/before"), timeout=15)
+        async with JetStream(elsewhere.url) as jetstream:
+            await eventually_async(lambda: will_keys(jetstream), timeout=15)
+        # A third broker, on a node that stays, follows the last values.
+        watcher, _ = await start_broker(broker, elsewhere.url)
+        await eventually(lambda: watcher.hub.retained.get("sensors/before"), timeout=15)
+
+        doomed_node.stop(kill=True)
+        doomed.process.kill()
+        killed = time.monotonic()
+        await eventually(lambda: wills, timeout=15)
+        took = time.monotonic() - killed
+        assert [message.payload for message in wills] == [b"bye"], took
+        await sleep(2.0)  # dead_after and more: nothing is published twice
+        assert len(wills) == 1
+
+        # Written once the bucket has a leader again, a value reaches the watcher (whose
+        # consumer may have been lost with the node: it is made again), and a newcomer reads
+        # the values from before and after.
+        async with JetStream(elsewhere.url) as jetstream:
+            await jetstream.eventually(f"STREAM.INFO.{RETAINED}")
+        publisher = await broker.client(at_survivor)
+        await wait_for(publisher.publish("sensors/after", b"2"))
+        await eventually(lambda: watcher.hub.retained.get("sensors/after"), timeout=30)
+        newcomer, _ = await start_broker(broker, elsewhere.url)
+        await eventually(lambda: newcomer.hub.retained.get("sensors/before")
+                         and newcomer.hub.retained.get("sensors/after"), timeout=30)
+        assert newcomer.hub.retained.get("sensors/before")[0].payload == b"1"
+    finally:
+        doomed.kill()
+
+
+async def will_keys(jetstream: JetStream) -> list[str]:
+    info = await jetstream.ask(f"STREAM.INFO.{WILLS}",
+                               {"subjects_filter": "$KV.wireproto_wills.w.>"})
+    return list((info.get("state") or {}).get("subjects") or {})
+
+
+async def eventually_async(check: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = await check()
+        if result:
+            return result
+        await sleep(0.1)
+    raise TimeoutError(f"condition not met within {timeout} s: {check}")
