@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from wireproto.codecs import wpheader
 from wireproto.codecs.nats import headers_block
-from wireproto.errors import ProtocolError
 from wireproto.codecs.wpheader import (
     Carried,
     HeaderWriter,

@@ -6,7 +6,9 @@ token); an empty publish writes a purge marker, as a KV purge does. Every proces
 bucket with an ephemeral push consumer that first sends the last value of every key, then each
 new one, and keeps them in its own hub's `LastValues`. So a subscriber on any process gets a
 topic's last value at once, even if its process had no subscriber when it was published. On
-each new connection to NATS the consumer is made again, and the values read again.
+each new connection to NATS the consumer is made again, and the values read again; so it is
+when the consumer goes silent (its heartbeats stop: it was lost with its NATS node). How the
+bucket is made, with its replicas, and JetStream's errors retried: wireproto.cluster.jetstream.
 
 The bucket holds at most [hub] max_retained topics (the oldest go first); each process's own
 bounds still apply to what it keeps.
@@ -15,15 +17,15 @@ bounds still apply to what it keeps.
 from __future__ import annotations
 
 import base64
-import json
 import secrets
 from typing import Any
 
 import msgpack
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from wireproto.cluster.client import NatsClient
+from wireproto.cluster.jetstream import Bucket, Retrying, jetstream_api
 from wireproto.cluster.subjects import Subjects, safe_token
 from wireproto.codecs.nats import header_values, headers_block
 from wireproto.hub.message import new_message
@@ -34,6 +36,10 @@ __all__ = ["SharedLastValues", "key_of_topic"]
 log = Logger(namespace="wireproto.cluster")
 
 PURGE = headers_block({"KV-Operation": "PURGE", "Nats-Rollup": "sub"})
+
+# The consumer's heartbeat while it has nothing to send, and how long a silence means it is gone.
+HEARTBEAT = 2.0
+SILENT_AFTER = 3 * HEARTBEAT
 
 
 def key_of_topic(topic: str) -> str:
@@ -56,16 +62,36 @@ class SharedLastValues:
     """One process's side of the cluster's last values."""
 
     def __init__(self, client: NatsClient, subjects: Subjects,
-                 retained: LastValues | None) -> None:
+                 retained: LastValues | None, *, replicas: int = 0) -> None:
         self.client = client
         # the hub's last values, which this process's share of the cluster's are kept in
         self.retained = retained
         self.bucket = safe_token(subjects.prefix) + "_retained"
         self.stream = f"KV_{self.bucket}"
-        self.available = False
+        # The bucket, made and kept with its replicas (wireproto.cluster.jetstream); none
+        # without [hub] retain.
+        self.store: Bucket | None = None
+        if retained is not None:
+            self.store = Bucket(client, self.stream, {
+                "subjects": [f"$KV.{self.bucket}.>"], "max_msgs_per_subject": 1,
+                "max_msgs": retained.max_topics, "max_bytes": 2 * retained.max_bytes,
+                "discard": "old", "allow_direct": True, "allow_rollup_hdrs": True,
+                "deny_delete": True, "storage": "file",
+            }, replicas=replicas, what="the last-values bucket",
+                lacking="each process keeps the last values of the publishes it sees")
+        self.following = Retrying(client, f"the last-values consumer ({self.stream})")
         self.written = self.read = self.refused = 0
+        # Times the consumer went silent and was made again.
+        self.refollowed = 0
         self._sid: int | None = None
         self._inbox: str | None = None
+        self._heard = False
+        self._watch: Any = None
+
+    @property
+    def available(self) -> bool:
+        """The bucket is there to write to, on the NATS connection there is now."""
+        return self.store is not None and self.store.available
 
     def subject(self, topic: str) -> str:
         return f"$KV.{self.bucket}.{key_of_topic(topic)}"
@@ -74,55 +100,64 @@ class SharedLastValues:
 
     @defer.inlineCallbacks
     def connected(self) -> Any:
-        """Make the bucket (if no one has yet), then follow it."""
-        retained = self.retained
-        if retained is None:
+        """Make the bucket (if no one has yet), then follow it; JetStream errors are retried
+        for as long as this connection lasts."""
+        if self.store is None:
             return
-        config = {
-            "name": self.stream, "subjects": [f"$KV.{self.bucket}.>"],
-            "max_msgs_per_subject": 1, "max_msgs": retained.max_topics,
-            "max_bytes": 2 * retained.max_bytes, "discard": "old", "allow_direct": True,
-            "allow_rollup_hdrs": True, "deny_delete": True, "storage": "file",
-            "num_replicas": 1,
-        }
-        try:
-            _, reply = yield self.client.request(
-                f"$JS.API.STREAM.CREATE.{self.stream}", json.dumps(config).encode(), timeout=5)
-            error = json.loads(reply).get("error")
-            # 10058: the bucket exists already (made by another process).
-            if error and error.get("err_code") != 10058:
-                raise ValueError(error.get("description"))
-            yield self._follow()
-        except Exception as error:
-            self.available = False
-            log.warn("cluster: last values are not shared between processes: {error}",
-                     event="cluster_no_jetstream", error=str(error))
-            return
-        self.available = True
+        self.following.stop()
+        if (yield self.store.ensure()):
+            self.following.run(self._follow)
 
     @defer.inlineCallbacks
     def _follow(self) -> Any:
-        """An ephemeral push consumer: every key's last value, then each new one."""
-        if self._sid is not None:
-            self.client.unsubscribe(self._sid)
+        """An ephemeral push consumer: every key's last value, then each new one. It sends a
+        heartbeat when it has nothing to send, so a consumer lost with its NATS node (it has
+        one replica) is noticed and made again."""
+        self._unfollow()
         self._inbox = f"_INBOX.{secrets.token_hex(8)}"
         self._sid = self.client.subscribe(self._inbox, self._received)
         config = {
             "deliver_subject": self._inbox, "deliver_policy": "last_per_subject",
             "ack_policy": "none", "filter_subject": f"$KV.{self.bucket}.>",
             "mem_storage": True, "num_replicas": 1, "inactive_threshold": 10_000_000_000,
+            "idle_heartbeat": int(HEARTBEAT * 1e9),
         }
-        _, reply = yield self.client.request(
-            f"$JS.API.CONSUMER.CREATE.{self.stream}",
-            json.dumps({"stream_name": self.stream, "config": config}).encode(), timeout=5)
-        error = json.loads(reply).get("error")
-        if error:
-            raise ValueError(error.get("description"))
+        yield jetstream_api(self.client, f"CONSUMER.CREATE.{self.stream}",
+                            {"stream_name": self.stream, "config": config})
+        self._heard = True
+        self._watch = task.LoopingCall(self._check, self.client.connection)
+        self._watch.clock = self.client.reactor
+        self._watch.start(SILENT_AFTER, now=False)
 
-    def stop(self) -> None:
+    def _check(self, connection: object) -> None:
+        """Every SILENT_AFTER seconds: the consumer said something, or it is made again."""
+        if self.client.connection is not connection:
+            self._stop_watching()  # the next connection follows the bucket afresh
+        elif not self._heard:
+            self.refollowed += 1
+            log.warn("cluster: the last-values consumer ({stream}) sent nothing for {seconds:g} "
+                     "s, not even a heartbeat; following the bucket again",
+                     event="cluster_jetstream_consumer_lost", stream=self.stream,
+                     seconds=SILENT_AFTER)
+            self.following.run(self._follow)
+        self._heard = False
+
+    def _stop_watching(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and watch.running:
+            watch.stop()
+
+    def _unfollow(self) -> None:
+        self._stop_watching()
         if self._sid is not None:
             self.client.unsubscribe(self._sid)
             self._sid = None
+
+    def stop(self) -> None:
+        self.following.stop()
+        if self.store is not None:
+            self.store.stop()
+        self._unfollow()
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -143,6 +178,7 @@ class SharedLastValues:
 
     def _received(self, subject: str, reply: str | None, headers: bytes | None,
                   payload: bytes) -> None:
+        self._heard = True
         retained = self.retained
         if retained is None:
             return

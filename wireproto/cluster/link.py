@@ -135,7 +135,7 @@ class ClusterLink:
                              interval=settings.heartbeat_interval, lease=settings.lease)
         self.wills = WillKeeper(self.client, self.roster, self.subjects,
                                 origin=self.origin_token, node=self.node, lease=settings.lease,
-                                publish=hub.publish)
+                                publish=hub.publish, replicas=settings.replicas)
         # The wills held here, by session (the keeper's own dict: checked on the publish path).
         self._held = self.wills.held
         self.lease = self._new_lease()
@@ -145,7 +145,8 @@ class ClusterLink:
                                  timeout=settings.call_timeout,
                                  max_answering=settings.max_remote_calls,
                                  servers=lambda: hub.call_servers)
-        self.last_values = SharedLastValues(self.client, self.subjects, hub.retained)
+        self.last_values = SharedLastValues(self.client, self.subjects, hub.retained,
+                                            replicas=settings.replicas)
         self.client.on_ready = self._connected
         # What this process answers the others' questions with (the admin API's, the
         # metrics'), by question, and the subscriptions that hear them.

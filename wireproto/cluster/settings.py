@@ -6,7 +6,7 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from wireproto.settings import setting, string
+from wireproto.settings import integer, setting, string
 
 __all__ = ["ClusterSettings"]
 
@@ -17,6 +17,16 @@ def _subject_prefix(value: object) -> str:
 
     Subjects(prefix)  # a ValueError says what is wrong with it
     return prefix
+
+
+def _replicas(value: object) -> int:
+    from wireproto.cluster.jetstream import MAX_REPLICAS
+
+    replicas = integer(value)
+    if not 0 <= replicas <= MAX_REPLICAS:
+        raise ValueError(f"must be 0 (as many as the NATS cluster can place: 3, or 1) to "
+                         f"{MAX_REPLICAS}, not {replicas}")
+    return replicas
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,9 @@ class ClusterSettings:
     call_timeout: float = 30.0
     # Calls from other processes this one works on at once; past it, they are refused as busy.
     max_remote_calls: int = 1000
+    # Replicas of the JetStream buckets of wills and last values; 0: 3 where the NATS cluster
+    # can place them, else 1 (wireproto.cluster.jetstream).
+    replicas: int = setting(0, read=_replicas)
 
     def __post_init__(self) -> None:
         if self.lease < 3 * self.heartbeat_interval:

@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto.cluster.client import NatsClient
+from wireproto.cluster.jetstream import Bucket
 from wireproto.cluster.lease import (
     WRONG_LAST_SEQUENCE,
     JetStreamRefused,
@@ -68,7 +69,8 @@ class WillKeeper:
     processes whose leases are over published."""
 
     def __init__(self, client: NatsClient, roster: Roster, subjects: Subjects, *, origin: str,
-                 node: str, lease: float, publish: Callable[[HubMessage], object]) -> None:
+                 node: str, lease: float, publish: Callable[[HubMessage], object],
+                 replicas: int = 0) -> None:
         self.client = client
         self.roster = roster
         self.bucket = safe_token(subjects.prefix) + "_wills"
@@ -79,7 +81,12 @@ class WillKeeper:
         self.lease = lease
         # publishes a dead process's will in this one
         self.publish = publish
-        self.available = False
+        # The bucket, made and kept with its replicas (wireproto.cluster.jetstream).
+        self.store = Bucket(client, self.stream, {
+            "subjects": [f"$KV.{self.bucket}.>"], "max_msgs_per_subject": 1, "discard": "new",
+            "allow_direct": True, "storage": "file",
+        }, replicas=replicas, what="the wills bucket",
+            lacking="wills die with their process")
         self.published = 0
         # session -> its will
         self.held: dict[int, HeldWill] = {}
@@ -88,6 +95,10 @@ class WillKeeper:
         self.abandoned: dict[str, int] = {}
         self._scanning = False
         self._ticks = 0
+
+    @property
+    def available(self) -> bool:
+        return self.store.available
 
     def key(self, session: int, origin: str | None = None) -> str:
         return f"$KV.{self.bucket}.w.{origin or self.origin}.{session}"
@@ -100,37 +111,21 @@ class WillKeeper:
     def stop(self) -> None:
         if self._tick in self.roster.on_tick:
             self.roster.on_tick.remove(self._tick)
+        self.store.stop()
 
-    @defer.inlineCallbacks
-    def connected(self) -> Any:
+    def connected(self) -> defer.Deferred[bool]:
         """Make the bucket (if no one has yet) once a server is connected, then write every
-        will held here again (the server may be a new one, or have lost them)."""
-        config = {
-            "name": self.stream, "subjects": [f"$KV.{self.bucket}.>"],
-            "max_msgs_per_subject": 1, "discard": "new", "allow_direct": True,
-            "storage": "file", "num_replicas": 1,
-        }
-        try:
-            _, reply = yield self.client.request(
-                f"$JS.API.STREAM.CREATE.{self.stream}", json.dumps(config).encode(),
-                timeout=TIMEOUT)
-        except Exception as error:
-            self.available = False
-            log.warn("cluster: no JetStream on the NATS server ({error}); wills will not "
-                     "outlive their process", event="cluster_no_jetstream", error=str(error))
-            return
-        answer = json.loads(reply)
-        refusal = answer.get("error")
-        # 10058: the bucket exists already (made by another process).
-        if refusal and refusal.get("err_code") != 10058:
-            self.available = False
-            log.warn("cluster: cannot make the wills bucket: {error}", event="cluster_no_jetstream",
-                     error=refusal.get("description"))
-            return
-        self.available = True
-        for session, held in self.held.items():
-            if held.origin == self.origin:
-                self._store(session, held)
+        will held here again (the server may be a new one, or have lost them). Fires True once
+        the bucket is there (JetStream errors are retried meanwhile), False if the connection
+        went first."""
+        return self.store.ensure().addCallback(self._bucket_there)
+
+    def _bucket_there(self, there: bool) -> bool:
+        if there:
+            for session, held in self.held.items():
+                if held.origin == self.origin:
+                    self._store(session, held)
+        return there
 
     # -- this process's wills ---------------------------------------------------------------------
 
