@@ -18,6 +18,7 @@ time too, which the monotonic clock does not.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto.cluster.client import NatsClient
-from wireproto.codecs.nats import header_values, headers_block
+from wireproto.codecs.nats import headers_block
 
 __all__ = [
     "LEASE_VERSION",
@@ -47,6 +48,8 @@ log = Logger(namespace="wireproto.cluster")
 LEASE_VERSION = 1
 # JetStream's error code for a conditional write whose subject is not at the sequence expected.
 WRONG_LAST_SEQUENCE = 10071
+# JetStream's error code for a subject with no message.
+NO_MESSAGE = 10037
 
 
 def lease_clock() -> float:
@@ -110,21 +113,23 @@ def _acknowledged(reply: tuple[bytes | None, bytes]) -> int:
 def last_message(client: NatsClient, stream: str, subject: str, *,
                  timeout: float) -> defer.Deferred[tuple[int, bytes]]:
     """The last message on `subject` of `stream` as ``(sequence, value)``, or ``(0, b"")`` when
-    the subject has none."""
+    the subject has none. Read through the stream's leader, never a replica that may lag (or be
+    paused, and never answer)."""
     d: defer.Deferred[tuple[bytes | None, bytes]] = client.request(
-        f"$JS.API.DIRECT.GET.{stream}", json.dumps({"last_by_subj": subject}).encode(),
+        f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps({"last_by_subj": subject}).encode(),
         timeout=timeout)
     return d.addCallback(_found)
 
 
 def _found(reply: tuple[bytes | None, bytes]) -> tuple[int, bytes]:
-    headers, value = reply
-    if headers is None:
-        return 0, b""
-    found = header_values(headers).get("Nats-Sequence")
-    if found is None or not found.isdigit():
-        return 0, b""  # "404 Message Not Found", or a purge that left nothing
-    return int(found), value
+    answer = json.loads(reply[1])
+    error = answer.get("error")
+    if error:
+        if error.get("err_code") == NO_MESSAGE:
+            return 0, b""
+        raise JetStreamRefused(int(error.get("err_code") or 0), str(error.get("description")))
+    message = answer.get("message") or {}
+    return int(message.get("seq") or 0), base64.b64decode(message.get("data") or "")
 
 
 class Lease:

@@ -77,8 +77,8 @@ def nats_options(settings: ClusterSettings, name: str) -> NatsOptions:
         creds_file=settings.creds_file or None, cafile=settings.cafile or None,
         certfile=settings.certfile or None, keyfile=settings.keyfile or None,
         # A server that stops answering (a paused or partitioned node) is left, for another
-        # of the cluster's, well within a lease: two PINGs unanswered.
-        ping_interval=min(max(settings.lease / 5, 0.5), 10.0), max_pings_out=2,
+        # of the cluster's, well within a lease: two PINGs unanswered, a tenth of it apart.
+        ping_interval=min(max(settings.lease / 10, 0.5), 10.0), max_pings_out=2,
     )
 
 
@@ -215,8 +215,9 @@ class ClusterLink:
 
     def _tick(self) -> None:
         self._guard()
-        if self.wills.available:
-            self.lease.renew()
+        # Renewed whether or not the bucket has been seen on this connection yet: after a move
+        # to another NATS node, the renewal itself is the quickest way back.
+        self.lease.renew()
 
     # -- running ----------------------------------------------------------------------------------
 
