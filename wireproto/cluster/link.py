@@ -370,7 +370,7 @@ class ClusterLink:
             forwarded=self.forwarded, received=self.received, duplicates=self.duplicates,
             refused=self.refused, dropped=client.dropped, reconnects=client.reconnects,
             calls_made=calls.made, calls_answered=calls.answered, calls_refused=calls.refused,
-            wills_published=self.wills.published)
+            wills_published=self.wills.published, fenced=self.fenced)
 
     # -- interest ---------------------------------------------------------------------------------
 

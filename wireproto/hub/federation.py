@@ -146,6 +146,8 @@ class FederationStats:
     calls_answered: int
     calls_refused: int
     wills_published: int
+    # Times this process found its lease lost and was fenced (docs/cluster.md).
+    fenced: int = 0
 
 
 # Answers a question from another process: its answer (msgpack values), or None for none.

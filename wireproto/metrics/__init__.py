@@ -234,8 +234,11 @@ class BrokerCollector(Collector):
              stats.calls_answered),
             ("calls_refused", "Calls from other processes refused: max_remote_calls at work.",
              stats.calls_refused),
-            ("wills_published", "Wills of dead processes published here.",
+            ("wills_published", "Wills of processes whose lease was over published here.",
              stats.wills_published),
+            ("fenced", "Times this process found its lease lost (a pause, a partition) and was "
+             "fenced: it closed its connections whose wills it kept, and took a new identity.",
+             stats.fenced),
         ):
             yield CounterMetricFamily(f"wireproto_cluster_{name}", documentation, value=value)
 
