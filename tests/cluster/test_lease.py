@@ -167,7 +167,7 @@ async def test_a_fenced_process_closes_the_connections_whose_wills_it_kept(broke
     await wait_for(holder.when_closed(), 10)
     await eventually(lambda: len(wills) == 1)
     assert [message.payload for message in wills] == [b"bye a"]
-    assert link.origin_token != former and link.fenced == 1
+    assert link.origin_token != former and link.stats().fenced == 1
     # The connection without a will is still served.
     received: list = []
     plain.subscribe("chat", received.append)
