@@ -256,10 +256,10 @@ class WillKeeper:
 
     @defer.inlineCallbacks
     def _claim(self, origin: str, sequence: int) -> Any:
+        record = lease_record(self.origin, self.node, self.lease, takes=origin)
         try:
-            yield write_if_at(self.client, self._lease_key(origin),
-                              lease_record(self.origin, self.node, self.lease, takes=origin),
-                              sequence, timeout=TIMEOUT)
+            claim = yield write_if_at(self.client, self._lease_key(origin), record, sequence,
+                                      timeout=TIMEOUT)
         except JetStreamRefused as refused:
             if refused.code != WRONG_LAST_SEQUENCE:
                 raise
@@ -273,12 +273,29 @@ class WillKeeper:
         self.roster.forget_lease(origin)
         keys = yield self._subjects(f"w.{origin}.>")
         published = 0
+        renewed = self.roster.now()
         for key in keys:
             _, value = yield last_message(self.client, self.stream, key, timeout=TIMEOUT)
             try:
                 topic, payload, protocol = msgpack.unpackb(value) if value else (None,) * 3
             except (ValueError, TypeError, msgpack.UnpackException):
                 topic = None
+            if self.roster.now() - renewed >= self.roster.interval:
+                # A long takeover keeps its claim, as a lease is kept, and checks it holds just
+                # before a will goes out (this process may have been paused meanwhile): no
+                # other process can claim it again, and publish the same wills, while it does.
+                try:
+                    claim = yield write_if_at(self.client, self._lease_key(origin), record, claim,
+                                              timeout=TIMEOUT)
+                except JetStreamRefused as refused:
+                    if refused.code != WRONG_LAST_SEQUENCE:
+                        raise
+                    log.warn("cluster: another process took over the wills of {origin} from "
+                             "this one, after {count} of them", event="cluster_wills_taken_over",
+                             origin=origin, count=published)
+                    self.published += published
+                    return
+                renewed = self.roster.now()
             if isinstance(topic, str) and isinstance(payload, bytes):
                 self.publish(HubMessage(topic, payload, will=True, protocol=str(protocol or "")))
                 published += 1
