@@ -350,3 +350,40 @@ async def test_a_nats_node_killed_or_paused_keeps_the_will_invariant(tmp_path, n
         if fault == "stop" and doomed.process is not None:
             os.kill(doomed.process.pid, signal.SIGCONT)
         await stop_supervised(running.child)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_pause_near_the_bound_of_the_default_lease_publishes_nothing(tmp_path):
+    """With the defaults a pause of up to 8.8 s changes nothing (docs/cluster.md, "Leases and
+    fencing": the lease, less a heartbeat since the last renewal and a fiftieth): 7.5 s here,
+    the rest for a loaded machine. With a tenth kept off the lease, 8 s was the most."""
+    config = tmp_path / "wireproto.toml"
+    config.write_text(f"""
+[[listen]]
+protocol = "websmq"
+transport = "length32"
+endpoint = "tcp:0:{LOCAL}"
+""")
+    running = await start_supervised("--config", str(config))
+    try:
+        paused, other = running.pids
+        watch = Watch((await running.client_on(other))[0], ["gone/a", "chat"])
+        holder, _ = await running.client_on(paused)
+        holder.set_will("gone/a", b"bye a")
+        await sleep(2.0)  # the will reaches the bucket, the lease is renewed
+        os.kill(paused, signal.SIGSTOP)
+        try:
+            await sleep(7.5)
+        finally:
+            os.kill(paused, signal.SIGCONT)
+        await sleep(4.0)
+        fenced = [line for line in running.child.stderr if "was fenced" in line]
+        assert (watch.on("gone/a"), holder.close_reason, fenced) == ([], None, []), \
+            running.child.output()
+        holder.publish("chat", b"1")
+        await eventually(lambda: watch.on("chat") == [b"1"], timeout=10)
+        await wait_for(holder.disconnect())
+        await eventually(lambda: watch.on("gone/a") == [b"bye a"], timeout=10)
+        await wait_for(watch.client.disconnect())
+    finally:
+        await stop_supervised(running.child)
