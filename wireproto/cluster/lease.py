@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import time
 from collections.abc import Callable
 
@@ -132,6 +133,27 @@ def _found(reply: tuple[bytes | None, bytes]) -> tuple[int, bytes]:
     return int(message.get("seq") or 0), base64.b64decode(message.get("data") or "")
 
 
+def bucket_epoch(client: NatsClient, stream: str, bucket: str, *,
+                 timeout: float) -> defer.Deferred[bytes]:
+    """The bucket's epoch: a random value written once, by whoever first finds the bucket
+    without one. A bucket whose store was lost (a NATS server started again without its
+    JetStream data) has a new epoch, which tells a lease key gone with the store from one that a
+    claim removed."""
+    subject = f"$KV.{bucket}.e"
+
+    def written(result: tuple[int, bytes]) -> defer.Deferred[bytes] | bytes:
+        sequence, value = result
+        if sequence:
+            return value
+        fresh = secrets.token_hex(8).encode()
+        d = write_if_at(client, subject, fresh, 0, timeout=timeout)
+        # Another process wrote one first: that one is the epoch.
+        return d.addCallbacks(lambda _: fresh, lambda _: last_message(
+            client, stream, subject, timeout=timeout).addCallback(lambda found: found[1]))
+
+    return last_message(client, stream, subject, timeout=timeout).addCallback(written)
+
+
 class Lease:
     """This process's lease under one identity (`holder`, its origin as a subject token).
 
@@ -151,9 +173,12 @@ class Lease:
         # between a look at the clock and what is done on it.
         self.margin = max(0.02 * duration, 0.05)
         self.now = now
+        self.bucket = bucket
         self.record = lease_record(holder, node, duration)
-        # The key's sequence after this process's last acknowledged write (0: none yet).
+        # The key's sequence after this process's last acknowledged write (0: none yet), and
+        # the epoch of the bucket it was written in.
         self.sequence = 0
+        self.epoch: bytes | None = None
         # In force once the bucket is there: before, no one can claim it.
         self.in_force = False
         self.valid_until = float("inf")
@@ -180,10 +205,23 @@ class Lease:
             return
         self._renewing = True
         sent = self.now()
+        if self.epoch is None:
+            d = bucket_epoch(self.client, self.stream, self.bucket, timeout=self._timeout)
+            written = d.addCallback(self._write_in, sent)
+        else:
+            written = self._write_in(self.epoch, sent)
+        written.addErrback(self._refused)
+        written.addBoth(self._done)
+
+    @property
+    def _timeout(self) -> float:
+        return max(self.duration / 4, 0.5)
+
+    def _write_in(self, epoch: bytes, sent: float) -> defer.Deferred[None]:
+        self.epoch = epoch
         d = write_if_at(self.client, self.subject, self.record, self.sequence,
-                        timeout=max(self.duration / 4, 0.5))
-        d.addCallbacks(self._renewed, self._refused, callbackArgs=(sent,))
-        d.addBoth(self._done)
+                        timeout=self._timeout)
+        return d.addCallback(self._renewed, sent)
 
     def _done(self, _: object) -> None:
         self._renewing = False
@@ -200,8 +238,7 @@ class Lease:
         error = failure.value
         if isinstance(error, JetStreamRefused) and error.code == WRONG_LAST_SEQUENCE:
             # Maybe a write of ours whose acknowledgement was lost: the key is still ours then.
-            d = last_message(self.client, self.stream, self.subject,
-                             timeout=max(self.duration / 4, 0.5))
+            d = last_message(self.client, self.stream, self.subject, timeout=self._timeout)
             # If it cannot be read, it is asked again at the next renewal.
             return d.addCallbacks(self._judge_refusal, lambda _: None)
         self.failures += 1
@@ -211,14 +248,29 @@ class Lease:
                      why=failure.getErrorMessage(), left=max(self.valid_until - self.now(), 0))
         return None
 
-    def _judge_refusal(self, found: tuple[int, bytes]) -> None:
+    def _judge_refusal(self, found: tuple[int, bytes]) -> defer.Deferred[None] | None:
         sequence, value = found
-        record = read_record(value) if sequence else None
+        if not sequence:
+            # Gone: removed by a claim that is over, or with the bucket's whole store.
+            d = bucket_epoch(self.client, self.stream, self.bucket, timeout=self._timeout)
+            return d.addCallbacks(self._judge_gone, lambda _: None)
+        record = read_record(value)
         if record is not None and record.get("holder") == self.holder and "takes" not in record:
             self.sequence = sequence
+            return None
+        self._lose("another process took its lease over")
+        return None
+
+    def _judge_gone(self, epoch: bytes) -> None:
+        if epoch == self.epoch:
+            self._lose("its lease was taken over and removed")
             return
-        self._lose("another process took its lease over" if sequence
-                   else "its lease was taken over and removed")
+        # A new bucket: nothing of this process's was there to claim. Its lease is written
+        # afresh (and its wills are, as on every reconnect).
+        log.info("cluster: the wills bucket is new (its store was lost); this process's lease "
+                 "is written again", event="cluster_bucket_new")
+        self.epoch = epoch
+        self.sequence = 0
 
     def _lose(self, why: str) -> None:
         if self.lost is None:

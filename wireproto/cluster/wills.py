@@ -55,12 +55,14 @@ class HeldWill:
     identities, and whether the bucket has it (True), has not (False), or may (None: written,
     not yet acknowledged)."""
 
-    __slots__ = ("origin", "will", "stored", "landing")
+    __slots__ = ("origin", "will", "stored", "retry", "landing")
 
     def __init__(self, origin: str, will: HubMessage) -> None:
         self.origin = origin
         self.will = will
         self.stored: bool | None = False
+        # To be written again: the last try failed, or found no bucket.
+        self.retry = False
         self.landing: defer.Deferred | None = None
 
 
@@ -93,6 +95,8 @@ class WillKeeper:
         # This process's former identities, given up when it was fenced, and the sequence their
         # lease keys were at: claimed at once.
         self.abandoned: dict[str, int] = {}
+        # Keys of wills published here whose purge has not been done yet.
+        self._unforgotten: set[str] = set()
         self._scanning = False
         self._ticks = 0
 
@@ -125,6 +129,8 @@ class WillKeeper:
             for session, held in self.held.items():
                 if held.origin == self.origin:
                     self._store(session, held)
+            for key in list(self._unforgotten):
+                self._forget(key)
         return there
 
     # -- this process's wills ---------------------------------------------------------------------
@@ -134,8 +140,11 @@ class WillKeeper:
         self._store(session, held)
 
     def _store(self, session: int, held: HeldWill) -> None:
+        held.retry = False
         if not (self.available and self.client.connected):
-            held.stored = False  # written when a server is connected
+            # Written once the bucket is there again (every heartbeat tries).
+            held.stored = False
+            held.retry = True
             return
         will = held.will
         held.stored = None
@@ -147,16 +156,20 @@ class WillKeeper:
             error = json.loads(reply[1]).get("error")
             if error:
                 held.stored = False
-                log.warn("cluster: the bucket refused the will of session {session}: {why}",
-                         event="cluster_wills_failed", session=session,
+                held.retry = True
+                log.warn("cluster: the bucket refused the will of session {session}: {why}; "
+                         "trying again", event="cluster_wills_failed", session=session,
                          why=error.get("description"))
             else:
                 held.stored = True
 
         def lost(failure: Failure) -> None:
-            # A timeout leaves it unknown (None); a connection lost, rewritten on the next.
-            log.warn("cluster: could not keep the will of session {session}: {why}",
-                     event="cluster_wills_failed", session=session,
+            # It may have landed (a timeout) or not (no responders while the bucket elects a
+            # leader): unknown, and written again at the next heartbeat, which costs nothing
+            # if it had.
+            held.retry = True
+            log.warn("cluster: could not keep the will of session {session}: {why}; trying "
+                     "again", event="cluster_wills_failed", session=session,
                      why=failure.getErrorMessage())
 
         held.landing = d.addCallbacks(landed, lost)
@@ -164,28 +177,42 @@ class WillKeeper:
     def drop(self, session: int) -> bool:
         """Session `session` is closing: whether this process is to publish its will. Not when
         it was kept under an identity this process gave up, since whoever claims that identity
-        publishes it; else its key is purged, leaving no marker behind."""
+        publishes it; else its key is purged, leaving no marker behind (once NATS is there, if
+        it is not now: the will is published here, and must not be again by a claim)."""
         held = self.held.pop(session, None)
         if held is None:
             return True
         if held.origin != self.origin:
             return False
-
-        def purge(_: object = None) -> None:
-            if not self.client.connected:
-                return
-            d = self.client.request(
-                f"$JS.API.STREAM.PURGE.{self.stream}",
-                json.dumps({"filter": self.key(session)}).encode(), timeout=TIMEOUT)
-            d.addErrback(lambda failure: log.warn(
-                "cluster: could not forget the will of session {session}: {why}",
-                event="cluster_wills_failed", session=session, why=failure.getErrorMessage()))
-
+        # Purged whatever is known of it: an earlier will of the same connection may be there.
+        key = self.key(session)
         if held.landing is not None and not held.landing.called:
-            held.landing.addBoth(purge)
-        elif held.stored is not False:
-            purge()
+            held.landing.addBoth(lambda _: self._forget(key))
+        else:
+            self._forget(key)
         return True
+
+    def _forget(self, key: str) -> None:
+        self._unforgotten.add(key)
+        if not (self.available and self.client.connected):
+            return  # purged at the next heartbeat with the bucket there
+        d = self._purge(key)
+
+        def purged(_: object) -> None:
+            self._unforgotten.discard(key)
+
+        d.addCallbacks(purged, lambda failure: log.warn(
+            "cluster: could not forget the will {key}: {why}; trying again",
+            event="cluster_wills_failed", key=key, why=failure.getErrorMessage()))
+
+    def _catch_up(self) -> None:
+        """Write the wills, and purge the keys, that could not be written or purged before."""
+        for session, held in list(self.held.items()):
+            if held.retry and held.origin == self.origin and \
+                    (held.landing is None or held.landing.called):
+                self._store(session, held)
+        for key in list(self._unforgotten):
+            self._forget(key)
 
     def abandon(self, sequence: int) -> list[int]:
         """This process gives up its identity, whose lease key was last at `sequence`: the
@@ -206,6 +233,8 @@ class WillKeeper:
     # -- other processes --------------------------------------------------------------------------
 
     def _tick(self) -> None:
+        if self.available and self.client.connected:
+            self._catch_up()
         if self.available and self.client.connected and not self._scanning:
             self._scanning = True
             self._ticks += 1
@@ -269,7 +298,9 @@ class WillKeeper:
                                           timeout=TIMEOUT)
             self.roster.observe(origin, found)
             return
-        self.abandoned.pop(origin, None)
+        # One of this process's former identities: the wills it published itself while NATS
+        # was away are not published again.
+        own = self.abandoned.pop(origin, None) is not None
         self.roster.forget_lease(origin)
         keys = yield self._subjects(f"w.{origin}.>")
         published = 0
@@ -296,10 +327,13 @@ class WillKeeper:
                     self.published += published
                     return
                 renewed = self.roster.now()
+            if own and key in self._unforgotten:
+                topic = None
             if isinstance(topic, str) and isinstance(payload, bytes):
                 self.publish(HubMessage(topic, payload, will=True, protocol=str(protocol or "")))
                 published += 1
             yield self._purge(key)
+            self._unforgotten.discard(key)
         self.published += published
         yield self._purge(self._lease_key(origin))
         log.info("cluster: the lease of {origin} is over; published its {count} wills",
