@@ -1,13 +1,18 @@
-"""Real `wireproto serve` processes joined to a NATS server of the test's, for the tests in
-tests/cluster/test_takeover.py and others, and an observer that sees every message crossing NATS."""
+"""Real `wireproto serve` processes joined to a NATS server of the test's, for the tests of
+wills under faults (tests/cluster/test_takeover.py, test_wills_and_nats.py,
+test_fenced_calls.py), and an observer that sees every message crossing NATS."""
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import re
+import signal
 import time
 
 from twisted.internet import reactor
+from twisted.internet.protocol import ClientCreator, Factory, Protocol
 
 from tests.brokers import LOCAL
 from tests.cluster.test_workers import WIREPROTO
@@ -71,6 +76,7 @@ async def serve(tmp_path, name: str, url: str, *, heartbeat: float = 1.0, lease:
 async def stop(served: Served) -> None:
     if served.child.process.poll() is None:
         served.child.process.terminate()
+        served.child.process.send_signal(signal.SIGCONT)  # a paused one acts on it at once
     await served.child.exit_code(30)
 
 
@@ -78,8 +84,9 @@ class Observer:
     """A plain NATS client that notes every message on the topic subjects, with its origin, and
     asks JetStream about the wills bucket."""
 
-    def __init__(self, url: str) -> None:
-        self.client = NatsClient(reactor, NatsOptions(servers=tuple(url.split(","))))
+    def __init__(self, url: str, seed_file: str | None = None) -> None:
+        self.client = NatsClient(reactor, NatsOptions(servers=tuple(url.split(",")),
+                                                      nkey_seed_file=seed_file))
         # (time, topic subject, origin or None, will, payload)
         self.seen: list[tuple[float, str, str | None, bool, bytes]] = []
 
@@ -126,3 +133,78 @@ def duplicates(wills: list[tuple[str, bytes]]) -> dict[str, int]:
     for subject, _ in wills:
         counts[subject] = counts.get(subject, 0) + 1
     return {subject: count for subject, count in counts.items() if count != 1}
+
+
+def private_nats(supervisor: int) -> tuple[str, str]:
+    """The URL of the private nats-server of the supervisor `supervisor`, and its workers' seed
+    file (this test runs as the supervisor's user)."""
+    directory = glob.glob(f"/tmp/wireproto-nats-{supervisor}-*")[0]
+    ports = glob.glob(os.path.join(directory, "ports", "*.ports"))[0]
+    with open(ports) as file:
+        url = json.load(file)["nats"][0]
+    return url, os.path.join(directory, "worker.nk")
+
+
+class _Pipe(Protocol):
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+        self.peer: _Pipe | None = None
+        self.pending: list[bytes] = []
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.partition.cut:
+            return  # lost on the way
+        if self.peer is None or self.peer.transport is None:
+            self.pending.append(data)
+        else:
+            self.peer.transport.write(data)
+
+    def connectionLost(self, reason=None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.abortConnection()
+
+
+class _Upstream(_Pipe):
+    def connectionMade(self) -> None:
+        assert self.peer is not None
+        for data in self.peer.pending:
+            self.transport.write(data)
+        self.peer.pending.clear()
+
+
+class _Downstream(_Pipe):
+    def connectionMade(self) -> None:
+        self.partition.pipes.append(self)
+        if self.partition.cut:
+            return  # nothing answers: the connection hangs, as a SYN dropped would
+        upstream = _Upstream(self.partition)
+        upstream.peer, self.peer = self, upstream
+        ClientCreator(reactor, lambda: upstream).connectTCP(*self.partition.upstream)
+
+
+class Partition(Factory):
+    """A TCP proxy in front of a NATS server that can cut the network: while `cut`, every byte
+    either way is lost and new connections hang unanswered; `heal()` ends the connections that
+    were cut (as their peers would find them dead) and lets new ones through."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.cut = False
+        self.pipes: list[_Pipe] = []
+        self.port = reactor.listenTCP(0, self, interface="127.0.0.1")
+        self.url = f"nats://127.0.0.1:{self.port.getHost().port}"
+
+    def buildProtocol(self, addr) -> _Pipe:
+        return _Downstream(self)
+
+    def heal(self) -> None:
+        self.cut = False
+        for pipe in self.pipes:
+            if pipe.transport is not None:
+                pipe.transport.abortConnection()
+        self.pipes.clear()
+
+    async def close(self) -> None:
+        self.heal()
+        await self.port.stopListening()

@@ -114,7 +114,10 @@ class RemoteCalls:
         self._serving: dict[str, tuple[int, str, CallName]] = {}
         # Calls from elsewhere being answered here now, by reply subject.
         self._answering: dict[str, None] = {}
+        # The acknowledgement's header, made again when this process's origin changes (a
+        # fenced process goes on under a new one, and the others know only that).
         self._taken = headers_block({TAKEN_HEADER: roster.origin})
+        self._taken_as = roster.origin
         self.answered = self.refused = 0
         self.made = 0
         # protocol -> names the other processes serve, and a count bumped when they change
@@ -211,6 +214,9 @@ class RemoteCalls:
         d = defer.maybeDeferred(server.answer, call)
         if not d.called and headers is not None and _version(headers) >= 2:
             # Not recorded in a capture: the capture pairs a call with its answer.
+            if self._taken_as != self.roster.origin:
+                self._taken_as = self.roster.origin
+                self._taken = headers_block({TAKEN_HEADER: self._taken_as})
             self.client.publish(reply, b"", headers=self._taken)
         d.addCallback(self._pack_answer)
         d.addCallbacks(lambda answer: self._reply(reply, answer),

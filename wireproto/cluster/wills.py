@@ -286,6 +286,9 @@ class WillKeeper:
     @defer.inlineCallbacks
     def _claim(self, origin: str, sequence: int) -> Any:
         record = lease_record(self.origin, self.node, self.lease, takes=origin)
+        # A claim is kept from when it was sent, as a lease is: another process counts from
+        # when it saw it, which is later.
+        renewed = self.roster.now()
         try:
             claim = yield write_if_at(self.client, self._lease_key(origin), record, sequence,
                                       timeout=TIMEOUT)
@@ -304,20 +307,25 @@ class WillKeeper:
         self.roster.forget_lease(origin)
         keys = yield self._subjects(f"w.{origin}.>")
         published = 0
-        renewed = self.roster.now()
         for key in keys:
             _, value = yield last_message(self.client, self.stream, key, timeout=TIMEOUT)
             try:
                 topic, payload, protocol = msgpack.unpackb(value) if value else (None,) * 3
             except (ValueError, TypeError, msgpack.UnpackException):
                 topic = None
-            if self.roster.now() - renewed >= self.roster.interval:
+            # Renewed once a heartbeat has passed, and again until a renewal is answered
+            # within half a lease of being sent (so this process was not paused while it
+            # waited for the answer, which another claim may have come before).
+            due = self.roster.interval
+            while self.roster.now() - renewed >= due:
+                due = self.lease / 2
+                sent = self.roster.now()
                 # A long takeover keeps its claim, as a lease is kept, and checks it holds just
                 # before a will goes out (this process may have been paused meanwhile): no
                 # other process can claim it again, and publish the same wills, while it does.
                 try:
-                    claim = yield write_if_at(self.client, self._lease_key(origin), record, claim,
-                                              timeout=TIMEOUT)
+                    claim = yield write_if_at(self.client, self._lease_key(origin), record,
+                                              claim, timeout=TIMEOUT)
                 except JetStreamRefused as refused:
                     if refused.code != WRONG_LAST_SEQUENCE:
                         raise
@@ -326,7 +334,7 @@ class WillKeeper:
                              origin=origin, count=published)
                     self.published += published
                     return
-                renewed = self.roster.now()
+                renewed = sent
             if own and key in self._unforgotten:
                 topic = None
             if isinstance(topic, str) and isinstance(payload, bytes):
