@@ -437,21 +437,21 @@ async def test_wills_and_last_values_outlive_the_nats_node_that_leads_the_wills(
         listener = await broker.client(at_survivor)
         wills: list = []
         listener.subscribe("gone/a", wills.append)
-        await eventually(lambda: survivor.cluster.roster.members(), timeout=15)
+        await eventually(lambda: survivor.cluster.roster.members(), timeout=30)
         client = await broker.client(address)
         await wait_for(client.set_will("gone/a", b"bye"))
         await wait_for(client.publish("sensors/before", b"1"))
-        await eventually(lambda: survivor.hub.retained.get("sensors/before"), timeout=15)
+        await eventually(lambda: survivor.hub.retained.get("sensors/before"), timeout=30)
         async with JetStream(elsewhere.url) as jetstream:
-            await eventually_async(lambda: will_keys(jetstream), timeout=15)
+            await eventually_async(lambda: will_keys(jetstream), timeout=30)
         # A third broker, on a node that stays, follows the last values.
         watcher, _ = await start_broker(broker, elsewhere.url)
-        await eventually(lambda: watcher.hub.retained.get("sensors/before"), timeout=15)
+        await eventually(lambda: watcher.hub.retained.get("sensors/before"), timeout=30)
 
         doomed_node.stop(kill=True)
         doomed.process.kill()
         killed = time.monotonic()
-        await eventually(lambda: wills, timeout=15)
+        await eventually(lambda: wills, timeout=30)
         took = time.monotonic() - killed
         assert [message.payload for message in wills] == [b"bye"], took
         await sleep(2.0)  # a lease and more: nothing is published twice

@@ -308,7 +308,7 @@ class WillKeeper:
         keys = yield self._subjects(f"w.{origin}.>")
         published = 0
         for key in keys:
-            _, value = yield last_message(self.client, self.stream, key, timeout=TIMEOUT)
+            at, value = yield last_message(self.client, self.stream, key, timeout=TIMEOUT)
             try:
                 topic, payload, protocol = msgpack.unpackb(value) if value else (None,) * 3
             except (ValueError, TypeError, msgpack.UnpackException):
@@ -337,6 +337,16 @@ class WillKeeper:
                 renewed = sent
             if own and key in self._unforgotten:
                 topic = None
+            if isinstance(topic, str) and isinstance(payload, bytes):
+                # Each will is taken by an empty value written on the condition that the key is
+                # still at the will: of two claims that both read it (one paused while another
+                # claimed again), one alone writes it, and one alone publishes the will.
+                try:
+                    yield write_if_at(self.client, key, b"", at, timeout=TIMEOUT)
+                except JetStreamRefused as refused:
+                    if refused.code != WRONG_LAST_SEQUENCE:
+                        raise
+                    topic = None
             if isinstance(topic, str) and isinstance(payload, bytes):
                 self.publish(HubMessage(topic, payload, will=True, protocol=str(protocol or "")))
                 published += 1
