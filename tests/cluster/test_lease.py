@@ -183,3 +183,23 @@ async def test_a_fenced_process_closes_the_connections_whose_wills_it_kept(broke
     await eventually(lambda: len(wills) == 2)
     await sleep(1.5)  # a lease and more
     assert sorted(message.payload for message in wills) == [b"bye a", b"bye b"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_process_holding_no_will_is_not_fenced_by_its_clock_alone(broker, nats):
+    """Late renewals (a loaded machine) put nothing at risk while no will is held: the process
+    goes on under its identity, and its calls' callers do not see it go; once it holds a will,
+    the same clock fences it."""
+    process, at_process = await cluster_broker(broker, nats)
+    link = process.cluster
+    await eventually(lambda: link.lease.sequence > 0)
+    former = link.origin_token
+    link.lease.valid_until = 0  # its renewals came late
+    await sleep(1.0)  # five heartbeats
+    assert link.stats().fenced == 0 and link.origin_token == former
+    assert not link.lease.expired()  # a renewal landed, and the lease runs from it again
+    link.lease.valid_until = 0
+    holder = await broker.client(at_process["websmq+ws"])
+    holder.set_will("gone/a", b"bye a")
+    await eventually(lambda: link.stats().fenced == 1)
+    assert link.origin_token != former

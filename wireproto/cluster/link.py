@@ -214,7 +214,10 @@ class ClusterLink:
             self._fencing = False
 
     def _tick(self) -> None:
-        self._guard()
+        # Without a will held there is nothing to fence by the clock alone: a renewal that
+        # lands late goes on, one refused fences (and a will set meanwhile is checked then).
+        if self._held:
+            self._guard()
         # Renewed whether or not the bucket has been seen on this connection yet: after a move
         # to another NATS node, the renewal itself is the quickest way back.
         self.lease.renew()
