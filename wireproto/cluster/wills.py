@@ -140,6 +140,8 @@ class WillKeeper:
         self._store(session, held)
 
     def _store(self, session: int, held: HeldWill) -> None:
+        # A will written again after a failure is not logged again each time it fails.
+        again = held.retry
         held.retry = False
         if not (self.available and self.client.connected):
             # Written once the bucket is there again (every heartbeat tries).
@@ -168,9 +170,10 @@ class WillKeeper:
             # leader): unknown, and written again at the next heartbeat, which costs nothing
             # if it had.
             held.retry = True
-            log.warn("cluster: could not keep the will of session {session}: {why}; trying "
-                     "again", event="cluster_wills_failed", session=session,
-                     why=failure.getErrorMessage())
+            if not again:
+                log.warn("cluster: could not keep the will of session {session}: {why}; "
+                         "trying again at each heartbeat", event="cluster_wills_failed",
+                         session=session, why=failure.getErrorMessage())
 
         held.landing = d.addCallbacks(landed, lost)
 
