@@ -420,7 +420,15 @@ async def test_wills_and_last_values_outlive_the_nats_node_that_leads_the_wills(
     await eventually(lambda: survivor.cluster.wills.store.replicas == 3
                      and survivor.cluster.last_values.store.replicas == 3, timeout=30)
     async with JetStream(nats_cluster[0].url) as jetstream:
-        leader = (await jetstream.eventually(f"STREAM.INFO.{WILLS}"))["cluster"]["leader"]
+        # Just after its replicas changed, the stream may be between leaders for a moment.
+        leader = None
+        for _ in range(30):
+            leader = (await jetstream.eventually(f"STREAM.INFO.{WILLS}")).get(
+                "cluster", {}).get("leader")
+            if leader:
+                break
+            await sleep(0.5)
+        assert leader, "the wills bucket has no leader"
     doomed_node = next(node for node in nats_cluster if node.server_name == leader)
     elsewhere = next(node for node in nats_cluster if node is not doomed_node)
 
