@@ -410,6 +410,7 @@ async def test_a_last_values_consumer_that_is_lost_is_made_again(broker, nats):
 # -- a NATS node lost ----------------------------------------------------------------------------
 
 
+@pytest.mark.alone  # a 1 s lease and a node killed: other tests' load overran it
 @pytest_twisted.ensureDeferred
 async def test_wills_and_last_values_outlive_the_nats_node_that_leads_the_wills(
         broker, nats_cluster, tmp_path):
