@@ -20,6 +20,7 @@ from tests.cluster.processes import (
     stop,
     wills_stored,
 )
+from tests.cluster.test_membership import command_line, descendants
 from tests.cluster.test_workers import start_supervised, stop_supervised
 from tests.support import sleep, wait_for
 
@@ -28,19 +29,8 @@ NOT_FIXED = pytest.mark.xfail(strict=True, reason="a known defect, not fixed yet
 
 def nats_server_of(supervisor: int) -> int | None:
     """The pid of the supervisor's nats-server, if it has one now."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as file:
-                parent = int(file.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as file:
-                command = file.read()
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
-        if parent == supervisor and b"nats-server" in command:
-            return int(entry)
-    return None
+    return next((pid for pid in descendants(supervisor)
+                 if command_line(pid)[0].endswith("nats-server")), None)
 
 
 @NOT_FIXED
