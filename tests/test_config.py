@@ -366,7 +366,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
     [
         ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, acl, hub, websocket, "
                        "http, stream, websmq, ubre, nydus, subble, engineio, log, metrics, "
-                       "capture, auth, limits, cluster, admin or secrets (did you mean "
+                       "capture, auth, limits, cluster, admin, secrets or app (did you mean "
                        "'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',

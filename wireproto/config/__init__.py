@@ -7,7 +7,7 @@ docs/configuration.md describe the syntax. The package has one module per job:
 
 - `model`: the values (`Config`, `Listener`, `Attach`, `PhylloLink`, `ConfigError`);
 - `tables`: which settings class each table is (declared by the code it configures; those of
-  `[log]` and `[secrets]` here);
+  `[log]`, `[secrets]` and `[app]` here);
 - `forms`: the ``--listen``/``--attach``/``--phyllo`` forms and the checks they pass;
 - `endpoints`: endpoint strings, their loopback default and their checks;
 - `toml`: reading and writing config files;
@@ -62,6 +62,7 @@ _WHERE = {
     "LimitSettings": "wireproto.access.quotas",
     "AdminSettings": "wireproto.admin.settings",
     "SecretsSettings": "tables",
+    "AppSettings": "tables",
 }
 
 __all__ = sorted(_WHERE)

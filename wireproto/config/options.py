@@ -62,6 +62,9 @@ SERVE_OPTIONS = (
                 "(docs/pipeline.md)", "DIR"),
     ServeOption("workers", "run N broker processes on the same listeners, one topic space "
                 "through NATS (docs/cluster.md)", "N", type=int),
+    ServeOption("app", "call FUNCTION of MODULE (./MODULE.py, or on the Python path) with the "
+                "broker in each of its processes, before it starts, to register handlers "
+                "(docs/embedding.md)", "MODULE:FUNCTION"),
 )
 
 
@@ -123,6 +126,7 @@ def build_config(
     wildcards: bool | None = None,
     capture: str | None = None,
     workers: int | None = None,
+    app: str | None = None,
     reactor: Any = None,
     check_places: bool = False,
 ) -> Config:
@@ -141,6 +145,7 @@ def build_config(
         parse_phyllo,
     )
     from wireproto.config.model import Config, ConfigError
+    from wireproto.config.tables import app_setup
     from wireproto.config.toml import check_metrics_path, load_config
     from wireproto.settings import table_readers
 
@@ -188,6 +193,11 @@ def build_config(
         if isinstance(workers, bool) or workers <= 0:
             raise ConfigError(f"--workers: must be a positive number of processes, not {workers}")
         config = config.replace(cluster=replace(config.cluster, workers=workers))
+    if app is not None:
+        try:
+            config = config.replace(app=replace(config.app, setup=app_setup(app)))
+        except ValueError as error:
+            raise ConfigError(f"--app {app!r}: {error}") from None
     check_metrics_path(config, "--listen" if listen else str(config_file or "the defaults"))
     given = {"listen": listen, "attach": attach, "phyllo": phyllo}
 

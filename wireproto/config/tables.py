@@ -7,12 +7,14 @@ a protocol registered later has its table too.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from wireproto.settings import boolean, choice, setting
+from wireproto.settings import boolean, choice, setting, shown
 
-__all__ = ["config_tables", "LogSettings", "SecretsSettings", "LOG_LEVELS", "LOG_FORMATS"]
+__all__ = ["config_tables", "AppSettings", "LogSettings", "SecretsSettings", "app_setup",
+           "LOG_LEVELS", "LOG_FORMATS"]
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
 LOG_FORMATS = ("text", "json")
@@ -38,6 +40,26 @@ class SecretsSettings:
     # purpose); off, such a file stops the broker before it starts.
     allow_loose_permissions: bool = setting(False, read=boolean)
 
+
+# MODULE:FUNCTION, each a dotted name, as uvicorn's `module:app` (wireproto.service.app).
+_APP_SETUP = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*:[^\W\d]\w*(\.[^\W\d]\w*)*")
+
+
+def app_setup(value: object) -> str:
+    """`[app] setup` and ``--app``: ``MODULE:FUNCTION`` (dotted names), or "" for none."""
+    if not isinstance(value, str) or value and _APP_SETUP.fullmatch(value) is None:
+        raise ValueError(f"expected MODULE:FUNCTION, as myapp:setup or myapp.broker:setup, "
+                         f"got {shown(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """The [app] table: the application's function that `wireproto serve` and `twistd
+    wireproto` call with the broker in each of its processes (wireproto.service.app).
+    Declared here: the front ends run it."""
+
+    setup: str = setting("", read=app_setup)
 
 
 
@@ -69,5 +91,6 @@ def config_tables() -> dict[str, type]:
             tables[name] = kind
     tables.update(engineio=EngineIOOptions, log=LogSettings, metrics=MetricsSettings,
                   capture=CaptureSettings, auth=AuthSettings, limits=LimitSettings,
-                  cluster=ClusterSettings, admin=AdminSettings, secrets=SecretsSettings)
+                  cluster=ClusterSettings, admin=AdminSettings, secrets=SecretsSettings,
+                  app=AppSettings)
     return tables
