@@ -15,9 +15,13 @@ length32 on 8769. It prints one line per listener, then a ready line::
     wireproto: subble over length32 on tcp:127.0.0.1:8769
     wireproto: ready; Ctrl-C stops
 
-Exit status: 0 after Ctrl-C or SIGTERM; 1 when a listener cannot bind or another part the
-config asks for cannot start (``wireproto: WHAT: WHY``); 2 for a bad option or config file, or a
-place it would write but cannot. Every error is one line on stderr, never a traceback.
+With ``--app MODULE:FUNCTION`` (``[app] setup``) it first calls the application's function
+with the broker (wireproto.service.app), and starts the broker once it is done.
+
+Exit status: 0 after Ctrl-C or SIGTERM; 1 when a listener cannot bind, another part the config
+asks for cannot start, or the application cannot be loaded or fails (``wireproto: WHAT: WHY``);
+2 for a bad option or config file, or a place it would write but cannot. Every error is one line
+on stderr, never a traceback.
 
 ``wireproto analyze CAPTURES --out DIR`` runs the Spark jobs over capture files
 (docs/pipeline.md): 0 when done, 1 when Spark fails, 2 for bad usage or a missing spark extra.
@@ -152,6 +156,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
 
     from wireproto.service import ListenFailed, make_service
+    from wireproto.service.app import run_app
 
     try:
         start_logging(config.log, args.verbose)
@@ -182,8 +187,24 @@ def serve(args: argparse.Namespace) -> int:
         exit_code = 1
         reactor.stop()
 
+    stopping = False
+
     def start() -> None:
+        # The application's function first ([app] setup, --app): its handlers are in place
+        # before anything listens or the cluster hears what this process serves.
+        run_app(service).addCallbacks(start_service, app_failed)
+
+    def app_failed(reason: Failure) -> None:
         nonlocal exit_code
+        if not stopping:
+            cannot_start(reason.value)
+            exit_code = 1
+            reactor.stop()
+
+    def start_service(_: None) -> None:
+        nonlocal exit_code
+        if stopping:
+            return
         try:
             service.startService()
         except Exception as error:
@@ -194,6 +215,8 @@ def serve(args: argparse.Namespace) -> int:
         service.when_listening().addCallbacks(listening, cannot_listen)
 
     def stop() -> Deferred[None] | None:
+        nonlocal stopping
+        stopping = True
         return service.stopService() if service.running else None
 
     from wireproto.service import reload_on_sighup
@@ -270,10 +293,16 @@ def check_config(path: str) -> int:
         # As `wireproto serve --config FILE` reads it: its key files' permissions, and the
         # places it writes, checked too.
         config = build_config(config_file=path, check_places=True)
+        problems = []
         try:
             check_auth_files(config.auth, config.acl)
         except ValueError as error:
-            raise ConfigError(f"{path}: auth.{error}") from None
+            problems.append(f"{path}: auth.{error}")
+        why = app_problem(config.app.setup)
+        if why is not None:
+            problems.append(f"{path}: app.setup: {why}")
+        if problems:
+            raise ConfigError(*problems)
     except ConfigError as error:
         for problem in error.problems:  # every problem of the file, one line each
             print(f"{PROG} check-config: {problem}", file=sys.stderr, flush=True)
@@ -286,11 +315,27 @@ def check_config(path: str) -> int:
     lines += [f"phyllo: {link.describe()} on {link.endpoint}" for link in config.phyllo]
     if config.auth.enabled:
         lines.append(f"auth: on, {len(config.acl)} access rules")
+    if config.app.setup:
+        lines.append(f"app: {config.app.setup}")
     warning = config.cluster.open_membership_warning()
     if warning is not None:
         lines.append(f"warning: {warning}")
     announce(lines, sys.stdout)
     return 0
+
+
+def app_problem(spec: str) -> str | None:
+    """What keeps the application's function from loading, as `wireproto serve` would load
+    it (its module imported, its function found), without calling it; None if nothing."""
+    if not spec:
+        return None
+    from wireproto.service.app import AppFailed, load_setup
+
+    try:
+        load_setup(spec)
+    except AppFailed as failed:
+        return str(failed.error)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

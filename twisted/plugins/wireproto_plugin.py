@@ -118,7 +118,38 @@ class WireprotoServiceMaker:
             reason.trap(ListenFailed)  # already logged; twistd stops on it
 
         service.when_listening().addCallbacks(listening, cannot_listen)
+        return _after_app(service, reactor)
+
+
+def _after_app(service: Any, reactor: Any) -> Any:
+    """The application's function ([app] setup, --app) run now, before twistd starts the
+    service, binds its listeners and drops privileges: what fails is one line on stderr and
+    status 1. An app still running (waiting for the reactor) has the service started once it
+    is done (wireproto.service.app.AfterApp)."""
+    from twisted.python.failure import Failure
+
+    from wireproto.cli import cannot_start, why_not_started
+    from wireproto.service.app import AfterApp, run_app
+
+    ready = run_app(service)
+    if ready.called:
+        outcome: list[Any] = []
+        ready.addBoth(outcome.append)
+        if isinstance(outcome[0], Failure):
+            cannot_start(outcome[0].value)
+            raise SystemExit(1)
         return service
+
+    def failed(reason: Failure) -> None:
+        if not reason.check(SystemExit):  # a SystemExit's reason is logged already
+            from twisted.logger import Logger
+
+            Logger(namespace="wireproto.service").error(
+                "wireproto: {error}", event="start_failed", error=why_not_started(reason.value))
+        _exit_status_after_twistd(1)
+        reactor.callWhenRunning(reactor.stop)
+
+    return AfterApp(service, ready, failed)
 
 
 def _supervisor(config: Any, options: Options) -> Any:

@@ -171,13 +171,19 @@ class WireprotoService(OrderedParts):
 
     def setServiceParent(self, parent: Any) -> Any:
         result = super().setServiceParent(parent)
+        self.give_log_observer(parent)
+        return result
+
+    def give_log_observer(self, application: object) -> None:
+        """`parent_log_observer` as `application`'s, if it takes one and has none."""
+        from twisted.python.components import Componentized
+
         observer = self.parent_log_observer
-        if observer is not None and hasattr(parent, "setComponent"):
+        if observer is not None and isinstance(application, Componentized):
             from twisted.logger import ILogObserver
 
-            if parent.getComponent(ILogObserver, None) is None:
-                parent.setComponent(ILogObserver, observer)
-        return result
+            if application.getComponent(ILogObserver, None) is None:
+                application.setComponent(ILogObserver, observer)
 
     # -- what its parts hold ----------------------------------------------------------------------
 

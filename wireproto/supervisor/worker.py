@@ -32,6 +32,7 @@ def main() -> int:
     from wireproto.config import config_from_options
     from wireproto.program import start_logging
     from wireproto.service import describe_error, make_service, reload_on_sighup
+    from wireproto.service.app import run_app
     from wireproto.supervisor.natsserver import die_with_parent
 
     spec = json.loads(os.environ[WORKER_ENVIRONMENT])
@@ -70,6 +71,19 @@ def main() -> int:
         return exit_code
 
     def start() -> None:
+        # The application's function first, as under `wireproto serve`: its handlers are in
+        # place before this worker accepts or announces its calls. A worker started again runs
+        # it again.
+        run_app(service).addCallbacks(start_service, app_failed)
+
+    def app_failed(reason: Failure) -> None:
+        if not stopping:
+            cannot_start(reason.value)
+            reactor.stop()
+
+    def start_service(_: None) -> None:
+        if stopping:
+            return
         try:
             service.startService()
         except Exception as error:
