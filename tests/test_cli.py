@@ -31,12 +31,13 @@ class Child:
     """A subprocess whose stdout and stderr lines are read by threads, so waiting for a line
     never blocks the reactor and always has a timeout."""
 
-    def __init__(self, *args: str, stdin: str | None = None, hold_stdin: bool = False) -> None:
-        """Run `args`; `stdin` is written to its standard input, which is then closed (or, with
-        `hold_stdin`, left open, as a terminal's is)."""
+    def __init__(self, *args: str, stdin: str | None = None, hold_stdin: bool = False,
+                 cwd: str | Path | None = None) -> None:
+        """Run `args` (in `cwd`, if given); `stdin` is written to its standard input, which is
+        then closed (or, with `hold_stdin`, left open, as a terminal's is)."""
         self.process = subprocess.Popen(
             args, stdin=subprocess.PIPE if stdin is not None or hold_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
         )
         if stdin is not None:
             assert self.process.stdin is not None
