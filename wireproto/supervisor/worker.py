@@ -79,7 +79,7 @@ def main() -> int:
     def app_failed(reason: Failure) -> None:
         if not stopping:
             cannot_start(reason.value)
-            reactor.stop()
+            stop()
 
     def start_service(_: None) -> None:
         if stopping:
@@ -88,7 +88,7 @@ def main() -> int:
             service.startService()
         except Exception as error:
             cannot_start(error)
-            reactor.stop()
+            stop()
             return
         assert service.cluster is not None
         ready = defer.gatherResults([service.when_listening(), service.cluster.when_ready()],
@@ -100,7 +100,7 @@ def main() -> int:
 
         def failed(reason: Failure) -> None:
             cannot_start(reason.value.subFailure.value)
-            reactor.stop()
+            stop()
 
         ready.addCallbacks(announce, failed)
 
@@ -110,12 +110,15 @@ def main() -> int:
         "before", "shutdown", lambda: service.stopService() if service.running else None)
     stopping: list[int] = []
 
-    def stop_once(number: int, frame: Any) -> None:
-        # A terminal's Ctrl-C, the supervisor's SIGTERM and the parent-death signal may all
-        # come: the first one stops the worker.
+    def stop(number: int = 0) -> None:
+        # A start that failed, a terminal's Ctrl-C, the supervisor's SIGTERM and the
+        # parent-death signal may all come: the first one stops the worker.
         if not stopping:
             stopping.append(number)
-            IReactorFromThreads(reactor).callFromThread(reactor.stop)
+            reactor.stop()
+
+    def stop_once(number: int, frame: Any) -> None:
+        IReactorFromThreads(reactor).callFromThread(stop, number)
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, stop_once)
