@@ -229,6 +229,40 @@ async def test_a_handler_of_one_worker_answers_clients_of_the_other(tmp_path: Pa
 
 
 @pytest_twisted.ensureDeferred
+async def test_each_worker_knows_the_others_routes_once_ready(tmp_path: Path) -> None:
+    # A nydus route is known to the other processes from their heartbeats. With 5 s between
+    # them, a worker ready before the other told it of none of the other's routes for up to 5 s,
+    # and its clients were answered 404 for a route the other worker serves.
+    write_app(tmp_path)
+    config = tmp_path / "broker.toml"
+    config.write_text("[cluster]\nheartbeat_interval = 5.0\nlease = 15.0\n")
+    child, _ = await supervised("--config", str(config), "--app", "myapp:setup", "--listen",
+                                "nydus+lines@tcp:0:interface=127.0.0.1", cwd=tmp_path)
+    try:
+        lines = addresses(child)["nydus"].replace("tcp:127.0.0.1:", "tcp:host=127.0.0.1:port=")
+        began = time.monotonic()
+        seen = set()
+        while len(seen) < 2:
+            assert time.monotonic() - began < 20, seen
+            client = await wait_for(nydus_client.connect(reactor, lines), 10)
+            try:
+                here = await wait_for(client.invoke("/here", timeout=10), 15)
+                # Each worker's clients call the route only the other serves.
+                if here == f"{HOST}/worker0":
+                    assert await wait_for(client.invoke("/node", timeout=10), 15) == \
+                        f"{HOST}/worker1"
+                else:
+                    assert await wait_for(client.invoke("/first/x", timeout=10), 15) == {
+                        "thing": "x", "node": f"{HOST}/worker0"}
+                seen.add(here)
+            finally:
+                await wait_for(client.close(), 10)
+        assert time.monotonic() - began < 4.0
+    finally:
+        await stop(child)
+
+
+@pytest_twisted.ensureDeferred
 async def test_sighup_does_not_run_the_app_again(tmp_path: Path) -> None:
     write_app(tmp_path)
     child, pids = await supervised("--app", "myapp:setup", "--listen",

@@ -6,6 +6,9 @@ Every process publishes a heartbeat on ``PREFIX.cluster.alive.ORIGIN`` every
 (the calls it serves: wireproto.cluster.calls) and, in its headers, the version of what it
 speaks and the sequence of its lease key after its latest renewal (wireproto.cluster.lease).
 
+A process heard for the first time is sent a heartbeat at once, so one that has just started
+knows the others' announcements as soon as they know its own.
+
 A process is judged by this one's own clock, never by the time it says: it is alive while it has
 been heard within a lease, and its lease is over when its lease sequence has not changed for a
 whole lease. Both are counted from the later of when it was heard (or its sequence changed) and
@@ -209,6 +212,9 @@ class Roster:
         if member is None:
             member = self._observed.pop(origin, None) or Member(now)
             self.others[origin] = member
+            # A process just heard: it learns what this one serves (its nydus routes) now,
+            # not a heartbeat later, after it has begun to take clients.
+            self._beat()
         member.heard = now
         sequence = values.get(LEASE_HEADER, "")
         if sequence.isdigit() and int(sequence) != member.sequence:
