@@ -361,3 +361,21 @@ async def test_twistd_workers_run_the_app(tmp_path: Path) -> None:
         await wait_for(client.close(), 10)
     finally:
         await stop(child)
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_the_app_prints_never_passes_for_a_workers_report(tmp_path: Path) -> None:
+    # A worker's stdout is its pipe to the supervisor, where "ready" and "failed: WHY" are its
+    # reports: an app that printed "failed: ..." stopped the supervisor, one that printed
+    # "ready" could make it ready early, and what it printed was never seen.
+    write_app(tmp_path)
+    child, pids = await supervised("--app", "myapp:prints", "--listen",
+                                   "ubre+ws@tcp:0:interface=127.0.0.1", cwd=tmp_path)
+    try:
+        assert sorted(noted(tmp_path, "calls")) == sorted(pids)
+        assert child.stderr.count("failed: not really") == 2, child.output()
+        assert not any("not really" in line for line in child.stdout)
+        client = await answered_by(addresses(child)["ubre"], f"{HOST}/worker1")
+        await wait_for(client.close(), 10)
+    finally:
+        await stop(child)

@@ -1,7 +1,8 @@
 """One worker process of `wireproto serve --workers N` (wireproto.supervisor.workers): the broker
 on the listening sockets its supervisor passed, joined to the other workers through NATS. It
 writes ``ready`` to its stdout (a pipe to the supervisor) once it listens and is linked, or
-``failed: WHY`` if it cannot start, and then exits 1: the supervisor says why, in one line."""
+``failed: WHY`` if it cannot start, and then exits 1: the supervisor says why, in one line.
+Anything else written to its stdout (an application's prints) goes to its stderr."""
 
 from __future__ import annotations
 
@@ -42,13 +43,18 @@ def main() -> int:
     index = spec["index"]
     options = spec["options"]
     exit_code = 0
+    # The pipe to the supervisor on a descriptor of its own, and stdout sent to stderr: what the
+    # application (--app) prints shows, and never passes for "ready" or "failed: ".
+    report = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(2, 1)
 
     def cannot_start(error: BaseException) -> None:
         """Tell the supervisor why, in one line; this process then exits 1."""
         nonlocal exit_code
         why = "; ".join(describe_error(error).splitlines())  # a ConfigError's problems too
-        sys.stdout.write(f"{WORKER_FAILED}{why}\n")
-        sys.stdout.flush()
+        report.write(f"{WORKER_FAILED}{why}\n")
+        report.flush()
         exit_code = 1
 
     def worker_config() -> Config:
@@ -95,8 +101,8 @@ def main() -> int:
                                     consumeErrors=True)
 
         def announce(_: Any) -> None:
-            sys.stdout.write("ready\n")
-            sys.stdout.flush()
+            report.write("ready\n")
+            report.flush()
 
         def failed(reason: Failure) -> None:
             cannot_start(reason.value.subFailure.value)
