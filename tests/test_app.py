@@ -449,3 +449,36 @@ def test_check_config_refuses_a_malformed_app(tmp_path: Path) -> None:
     assert done.stderr == (f"wireproto check-config: {config}: app.setup: expected "
                            "MODULE:FUNCTION, as myapp:setup or myapp.broker:setup, got "
                            "\"myapp\"\n")
+
+
+# -- from a program that embeds the broker ------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_run_app_runs_the_configs_app_for_a_program_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wireproto.config import config_from_toml
+    from wireproto.service import make_service
+    from wireproto.service.app import AppFailed, run_app
+
+    (tmp_path / "embedded_app.py").write_text(
+        "async def setup(service):\n"
+        "    service.server('ubre').handle('ping', lambda body, peer: 'pong')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # run_app puts the directory first
+    monkeypatch.delitem(sys.modules, "embedded_app", raising=False)
+    config = config_from_toml('listen = ["ubre+ws@tcp:0:interface=127.0.0.1"]\n'
+                              '[app]\nsetup = "embedded_app:setup"\n')
+    service = make_service(config, reactor)
+    await wait_for(run_app(service), 10)  # before the service starts
+    service.startService()
+    try:
+        bound = await wait_for(service.when_listening(), 10)
+        assert await ubre_request(bound[0].address, "ping") == "pong"
+    finally:
+        await wait_for(service.stopService(), 10)
+    with pytest.raises(AppFailed, match=r"^app embedded_app:nothing: module embedded_app has no "
+                                        r"attribute 'nothing'$"):
+        await run_app(service, "embedded_app:nothing")
+    sys.modules.pop("embedded_app", None)
