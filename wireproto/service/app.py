@@ -49,7 +49,8 @@ class AppFailed(StartFailed):
 
 
 def _described(error: BaseException) -> str:
-    text = str(error)
+    """`error` with its type, in one line (its message's lines joined)."""
+    text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
