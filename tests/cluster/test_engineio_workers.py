@@ -50,6 +50,7 @@ INTEROP = Path(__file__).resolve().parents[1] / "interop"
 NYDUS_CLIENT = INTEROP / "nydus_client.mjs"
 
 CONFIG = """
+{more}
 [limits]
 connections = 0
 [engineio]
@@ -182,13 +183,13 @@ def result(number: int) -> bytes:
 
 
 async def start(tmp_path: Path, ping_interval: float = 25, ping_timeout: float = 20,
-                tls: TLSFiles | None = None) -> Broker:
+                tls: TLSFiles | None = None, more: str = "") -> Broker:
     endpoint = "tcp:0:interface=127.0.0.1"
     if tls is not None:
         endpoint = f"ssl:0:interface=127.0.0.1:privateKey={tls.key}:certKey={tls.cert}"
     config = tmp_path / "workers.toml"
     config.write_text(CONFIG.format(ping_interval=ping_interval, ping_timeout=ping_timeout,
-                                    endpoint=endpoint))
+                                    endpoint=endpoint, more=more))
     return Broker(await start_supervised("--config", str(config)), tls)
 
 
@@ -494,6 +495,37 @@ async def test_forged_sids_and_hostile_requests_get_engineios_answers_at_once(br
 def private_sockets(broker: Broker) -> list[str]:
     (directory,) = glob.glob(f"/tmp/wireproto-workers-{broker.child.process.pid}-*")
     return [os.path.join(directory, f"{worker}.sock") for worker in (0, 1)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_a_nats_server_of_the_configs_the_workers_still_pass_requests(tmp_path, nats):
+    more = f'[cluster]\nurl = "{nats.url}"\n'
+    running = await start(tmp_path, more=more)
+    try:
+        supervisor = running.child.process.pid
+        assert not glob.glob(f"/tmp/wireproto-nats-{supervisor}-*")  # no private nats-server
+        directory = os.path.dirname(private_sockets(running)[0])
+        for worker, sid in (await sessions_of_both(running)).items():
+            answer = await running.request("POST", f"{HANDSHAKE}&sid={sid}", invoke(1),
+                                           worker=other(worker))
+            assert (answer.status, answer.body) == (200, b"ok"), answer
+            answer = await running.request("GET", f"{HANDSHAKE}&sid={sid}",
+                                           worker=other(worker))
+            assert (answer.status, answer.body) == (200, result(1)), answer
+        # Killed outright, the supervisor leaves its directory (its workers die with it)...
+        running.child.process.kill()
+        await running.child.exit_code(15)
+        await eventually(lambda: not workers_of(supervisor), timeout=15)
+        assert os.path.isdir(directory)
+    finally:
+        if running.child.process.poll() is None:
+            await stop_supervised(running.child)
+    # ...and the next supervisor of this user removes it.
+    again = await start(tmp_path, more=more)
+    try:
+        assert not os.path.exists(directory)
+    finally:
+        await stop_supervised(again.child)
 
 
 @pytest_twisted.ensureDeferred
