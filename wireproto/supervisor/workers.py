@@ -140,12 +140,12 @@ class Supervisor(Service):
             return
         try:
             self._bind()
+            remove_abandoned_directories(prefix=WORKERS_PREFIX)
+            # mkdtemp's directory is this user's alone (0700).
+            self.private_directory = tempfile.mkdtemp(prefix=f"{WORKERS_PREFIX}{os.getpid()}-")
         except Exception as error:
             self._fail(error)
             return
-        remove_abandoned_directories(prefix=WORKERS_PREFIX)
-        # mkdtemp's directory is this user's alone (0700).
-        self.private_directory = tempfile.mkdtemp(prefix=f"{WORKERS_PREFIX}{os.getpid()}-")
         if self.cluster_url:
             self._spawn_all()
             return
