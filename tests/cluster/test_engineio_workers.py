@@ -588,3 +588,28 @@ async def test_silent_clients_of_passed_sessions_are_dropped_by_the_owners_heart
             await until_unknown(running, sid, timeout=15)
     finally:
         await stop_supervised(running.child)
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_owner_paused_with_a_passed_poll_costs_the_client_its_connection(tmp_path):
+    # A deadline of ping_interval + ping_timeout: 4 s here.
+    running = await start(tmp_path, ping_interval=2, ping_timeout=2)
+    try:
+        worker = 0
+        sid = await running.handshake(worker)
+        raw, _ = await running.connect(other(worker))
+        os.kill(running.pids[worker], signal.SIGSTOP)
+        try:
+            paused = time.monotonic()
+            raw.send("GET", f"{HANDSHAKE}&sid={sid}")
+            await wait_for(raw.ended, 20)
+            assert 3.5 < time.monotonic() - paused < 15
+            assert raw.data == b""
+        finally:
+            os.kill(running.pids[worker], signal.SIGCONT)
+        counts = await running.metrics()
+        assert counts[running.node(other(worker)), "lost"] == 1
+        # Running again, the owner serves the sessions it holds, wherever their requests land.
+        await polls_and_posts(running, await running.handshake(worker))
+    finally:
+        await stop_supervised(running.child)
