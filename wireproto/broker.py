@@ -7,6 +7,7 @@ never import the service, and the service is free to change how it is built.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -70,6 +71,11 @@ class BrokerView(Protocol):
     @property
     def http_sites(self) -> list[GuardedSite]:
         """The HTTP sites of its listeners, for their refusals."""
+
+    @property
+    def engineio_handovers(self) -> Counter[str] | None:
+        """Engine.IO requests passed to the worker that holds their session, and taken from
+        the others, by outcome; None when it is no worker of a supervisor."""
 
     @property
     def bound(self) -> Sequence[BoundListener]:

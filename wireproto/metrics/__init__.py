@@ -137,6 +137,7 @@ class BrokerCollector(Collector):
         yield from self._phyllo(self.service.phyllo)
         yield from self._capture(self.service.capture)
         yield from self._refusals(self.service.http_sites)
+        yield from self._handovers(self.service.engineio_handovers)
         yield from self._access(hub, self.service.auth)
         yield from self._limits(hub.limits)
         yield from self._cluster(self.service.cluster)
@@ -254,6 +255,20 @@ class BrokerCollector(Collector):
         )
         for reason in sorted(reasons):
             family.add_metric([reason], reasons[reason])
+        yield family
+
+    def _handovers(self, counts: Counter[str] | None) -> Iterator[Metric]:
+        if counts is None:
+            return
+        family = CounterMetricFamily(
+            "wireproto_engineio_handovers",
+            "Engine.IO requests for a session another worker holds, passed to it (passed), "
+            "refused as its socket was gone (unreachable) or cut off (lost); and requests "
+            "another worker passed here (taken).",
+            labels=["outcome"],
+        )
+        for outcome in ("passed", "taken", "unreachable", "lost"):
+            family.add_metric([outcome], counts[outcome])
         yield family
 
     def _connections(self, hub: Hub) -> Iterator[Metric]:

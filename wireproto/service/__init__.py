@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -69,6 +70,7 @@ from wireproto.service.listeners import (
     format_address,
 )
 from wireproto.service.parts import OrderedParts, Part, StartFailed, describe_error
+from wireproto.service.siblings import Siblings
 from wireproto.transports.base import MessageProtocol, go_away
 from wireproto.transports.http import GuardedSite
 from wireproto.transports.reconnect import DEFAULT_RETRY
@@ -79,6 +81,7 @@ __all__ = [
     "endpoint_groups",
     "format_address",
     "ListenFailed",
+    "Siblings",
     "StartFailed",
     "describe_error",
     "WireprotoService",
@@ -93,7 +96,8 @@ class WireprotoService(OrderedParts):
     """Every part of one broker, around one hub."""
 
     def __init__(self, config: Config, hub: Hub, reactor: Any,
-                 listening_sockets: list[int] | None = None) -> None:
+                 listening_sockets: list[int] | None = None,
+                 siblings: Siblings | None = None) -> None:
         super().__init__()
         self.config = config
         self.hub = hub
@@ -128,6 +132,9 @@ class WireprotoService(OrderedParts):
                 # The calls between processes go to the capture too, so a fleet's can be paired.
                 self.cluster.calls.recorder = CallCapture(self.capture, config.cluster.url)
         self.connections = Connections(config, hub, reactor, self.capture)
+        # Engine.IO requests passed to the worker that holds their session, and taken from the
+        # others, by outcome; None when it is no worker of a supervisor.
+        self.engineio_handovers: Counter[str] | None = None if siblings is None else Counter()
         self.links = Links(config, hub, reactor, self.connections, self.auth)
         # Read at once: the registry asks its collectors what they show.
         self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
@@ -136,7 +143,8 @@ class WireprotoService(OrderedParts):
         self.admin = AdminConsole(self, config.admin, reactor) if config.admin.enabled else None
         self.listeners = Listeners(config, reactor, self.connections, auth=self.auth,
                                    metrics=self.metrics, admin=self.admin,
-                                   listening_sockets=listening_sockets)
+                                   listening_sockets=listening_sockets, siblings=siblings,
+                                   handovers=self.engineio_handovers)
         self._add_parts()
 
     def _add_parts(self) -> None:
@@ -355,19 +363,22 @@ def make_service(
     *,
     retry_policy: Callable[[int], float] = DEFAULT_RETRY,
     listening_sockets: list[int] | None = None,
+    siblings: Siblings | None = None,
 ) -> WireprotoService:
     """The broker `config` describes, ready to start (or to add to an application).
 
     `service.hub` is its hub; `service.when_listening()` gives the bound addresses.
     `retry_policy(attempt) -> seconds` paces the reopening of attached links.
     `listening_sockets` are the file descriptors a worker process listens on, bound by its
-    supervisor (wireproto.supervisor), one per `endpoint_groups(config.listeners)` entry.
+    supervisor (wireproto.supervisor), one per `endpoint_groups(config.listeners)` entry;
+    `siblings` are the supervisor's other workers, which serve the Engine.IO sessions they hold
+    (wireproto.service.siblings).
     A part that cannot be made (a last-values file that is no database...) is StartFailed.
     """
     if reactor is None:
         from twisted.internet import reactor
     hub = _hub(config)
-    service = WireprotoService(config, hub, reactor, listening_sockets)
+    service = WireprotoService(config, hub, reactor, listening_sockets, siblings)
     service.add_listeners(config.listeners)
     for link in config.attach:
         service.add_attach(link, retry_policy)

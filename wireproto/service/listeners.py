@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
@@ -18,6 +19,7 @@ from twisted.internet.interfaces import (
     IListeningPort,
     IProtocolFactory,
     IReactorTime,
+    IReactorUNIX,
     IStreamServerEndpoint,
 )
 from twisted.logger import Logger
@@ -32,6 +34,7 @@ from wireproto.config import HTTP_TRANSPORTS, Config, Listener, endpoint_type
 from wireproto.metrics import ServiceMetrics
 from wireproto.protocols import protocol as server_protocol
 from wireproto.service.connections import Connections
+from wireproto.service.siblings import PrivateEndpoint, Siblings, passed_path, private_site
 from wireproto.transports.http import GuardedSite
 from wireproto.transports.identity import ClientAuthorities, server_endpoint
 from wireproto.transports.stream import StreamOptions, stream_server_factory
@@ -58,6 +61,10 @@ class ListenFailed(Exception):
     def __init__(self, listeners: tuple[Listener, ...], reason: Failure) -> None:
         self.listeners = listeners
         self.reason = reason
+        if not listeners:
+            super().__init__(f"cannot listen on this worker's private socket: "
+                             f"{reason.getErrorMessage()}")
+            return
         what = " and ".join(listener.describe() for listener in listeners)
         super().__init__(
             f"cannot listen for {what} on {listeners[0].endpoint}: "
@@ -160,7 +167,9 @@ class Listeners(MultiService):
 
     def __init__(self, config: Config, reactor: IReactorTime, connections: Connections, *,
                  auth: Authentication | None, metrics: ServiceMetrics | None,
-                 admin: AdminConsole | None, listening_sockets: list[int] | None) -> None:
+                 admin: AdminConsole | None, listening_sockets: list[int] | None,
+                 siblings: Siblings | None = None,
+                 handovers: Counter[str] | None = None) -> None:
         super().__init__()
         self.setName("listeners")
         self.config = config
@@ -171,6 +180,14 @@ class Listeners(MultiService):
         self.admin = admin
         # A worker's listening sockets, bound by its supervisor: one per endpoint_groups entry.
         self.listening_sockets = listening_sockets
+        self._adopted = 0
+        # The other workers of its supervisor, which pass it the Engine.IO requests for its
+        # sessions on its private socket (wireproto.service.siblings), and it them theirs.
+        self.siblings = siblings
+        self._passed_routes: dict[str, IResource] = {}
+        self._private_added = False
+        # Engine.IO requests passed to other workers, taken from them...: SessionOwners.counts.
+        self.engineio_handovers: Counter[str] = Counter() if handovers is None else handovers
         # A listener that cannot bind is logged, unless its caller reports it itself (the CLI).
         self.log_errors = True
         self.bound: list[BoundListener] = []
@@ -202,11 +219,13 @@ class Listeners(MultiService):
                         authorities),
                 )
             self._add_endpoint(group, endpoint, factory)
+        if self._passed_routes and not self._private_added:
+            self._add_private()
 
     def _site(self, group: Group, authorities: ClientAuthorities | None) -> GuardedSite:
         routes: dict[str, IResource] = {
-            _http_path(listener): self._http_resource(listener, authorities)
-            for _, listener in group
+            _http_path(listener): self._http_resource(listener, authorities, index)
+            for index, listener in group
         }
         if self.metrics is not None:
             path = self.config.metrics.path
@@ -227,7 +246,7 @@ class Listeners(MultiService):
         return site
 
     def _http_resource(self, listener: Listener,
-                       authorities: ClientAuthorities | None = None) -> IResource:
+                       authorities: ClientAuthorities | None = None, index: int = 0) -> IResource:
         factory = self.connections.factory(listener.protocol, listener)
         identify = None if self.auth is None else self.auth.identify_http(
             listener.principal, listener.identity, listener.endpoint, listener.allow,
@@ -240,14 +259,40 @@ class Listeners(MultiService):
         websocket = self.config.websocket
         options = replace(self.config.engineio, allowed_origins=websocket.allowed_origins,
                           websocket=websocket)
-        return engineio_resource(factory, options, reactor=self.reactor, identify=identify)
+        siblings = self.siblings
+        owners = None if siblings is None else siblings.owners(
+            cast(IReactorUNIX, self.reactor), index, self.engineio_handovers)
+        resource = engineio_resource(factory, options, reactor=self.reactor, identify=identify,
+                                     owners=owners)
+        if siblings is not None:
+            self._passed_routes[passed_path(index, _http_path(listener))] = (
+                resource.for_passed_requests())
+        return resource
+
+    def _add_private(self) -> None:
+        """Listen on this worker's private socket, for the Engine.IO requests that the other
+        workers pass it (wireproto.service.siblings). Not a listener of the config: it is
+        reported only if it cannot listen."""
+        assert self.siblings is not None
+        self._private_added = True
+        site = private_site(self._passed_routes, self.config)
+        self.connections.http_sites.append(site)
+        group: Group = ()
+        self._groups.append(group)
+        reporting = _ReportingEndpoint(
+            PrivateEndpoint(cast(IReactorUNIX, self.reactor), self.siblings.socket),
+            lambda port: self._listening(group, port),
+            lambda reason: self._listen_failed(group, reason),
+        )
+        StreamServerEndpointService(reporting, site).setServiceParent(self)
 
     def _add_endpoint(self, group: Group, endpoint: IStreamServerEndpoint,
                       factory: IProtocolFactory) -> None:
         if self.listening_sockets is not None:
             # A worker process: the supervisor has bound this endpoint already.
             endpoint = AdoptedEndpoint(
-                self.reactor, self.listening_sockets[len(self._groups)], endpoint)
+                self.reactor, self.listening_sockets[self._adopted], endpoint)
+            self._adopted += 1
         self._groups.append(group)
         reporting = _ReportingEndpoint(
             endpoint,

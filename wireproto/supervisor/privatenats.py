@@ -67,18 +67,20 @@ HUNG_AFTER = 5.0
 START_TIMEOUT = 20.0
 
 
-def remove_abandoned_directories(parent: str | None = None) -> None:
-    """Remove the private nats-server directories of this user's supervisors that are gone (one
-    killed outright cannot remove its own). A directory is named after its supervisor's pid;
-    one whose pid is alive, even if reused by another process, is left alone."""
+def remove_abandoned_directories(parent: str | None = None,
+                                 prefix: str = PRIVATE_NATS_PREFIX) -> None:
+    """Remove the private nats-server directories (or others named with `prefix`) of this
+    user's supervisors that are gone (one killed outright cannot remove its own). A directory
+    is named after its supervisor's pid; one whose pid is alive, even if reused by another
+    process, is left alone."""
     parent = parent or tempfile.gettempdir()
     try:
         entries = list(os.scandir(parent))
     except OSError:
         return
     for entry in entries:
-        pid = entry.name[len(PRIVATE_NATS_PREFIX):].split("-", 1)[0]
-        if not (entry.name.startswith(PRIVATE_NATS_PREFIX) and pid.isdigit()):
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if not (entry.name.startswith(prefix) and pid.isdigit()):
             continue
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():

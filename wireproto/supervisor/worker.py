@@ -32,7 +32,7 @@ def main() -> int:
 
     from wireproto.config import config_from_options
     from wireproto.program import start_logging
-    from wireproto.service import describe_error, make_service, reload_on_sighup
+    from wireproto.service import Siblings, describe_error, make_service, reload_on_sighup
     from wireproto.service.app import run_app
     from wireproto.supervisor.natsserver import die_with_parent
 
@@ -71,7 +71,11 @@ def main() -> int:
     try:
         config = worker_config()
         start_logging(config.log, bool(options.get("verbose")), worker=index)
-        service = make_service(config, reactor, listening_sockets=spec["sockets"])
+        # The other workers: each serves the Engine.IO sessions it holds (its private socket).
+        private_sockets = spec.get("private_sockets")
+        siblings = Siblings(index, tuple(private_sockets)) if private_sockets else None
+        service = make_service(config, reactor, listening_sockets=spec["sockets"],
+                               siblings=siblings)
     except Exception as error:  # the config, its log file, a part that cannot be made
         cannot_start(error)
         return exit_code

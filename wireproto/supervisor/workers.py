@@ -13,6 +13,10 @@ another local user cannot join the cluster, and no key is ever on a command line
 nats-server that ends or stops answering is started again where it was
 (wireproto.supervisor.privatenats), and the workers reconnect to it.
 
+Each worker also listens on a private unix socket, in a directory of the supervisor's own (0700,
+removed when it stops), where the other workers pass it the Engine.IO requests for the sessions
+it holds (wireproto.service.siblings): each worker is told every worker's socket in its spec.
+
 A worker that dies is started again, after a pause that grows while workers keep dying. SIGHUP
 is passed to every worker (each rereads its access rules); stopping the supervisor stops the
 workers first (their connections' wills go out through NATS), then the private nats-server,
@@ -28,8 +32,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +63,8 @@ __all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "Supervisor", "remove_abandone
 log = Logger(namespace="wireproto.cluster")
 
 STOP_TIMEOUT = 15.0
+# The supervisor's directory, with each worker's private socket.
+WORKERS_PREFIX = "wireproto-workers-"
 
 
 class _Worker(protocol.ProcessProtocol):
@@ -104,6 +112,8 @@ class Supervisor(Service):
         # The file of the NKey seed the workers sign with, for the private nats-server.
         self.nkey_seed_file: str | None = None
         self.restarts = 0
+        # The supervisor's own directory (0700), where each worker has its private socket.
+        self.private_directory: str | None = None
         self._ports: list[Any] = []
         self._restart_pause = RestartPause()
         self._ready_waiters: list[defer.Deferred[list[BoundListener]]] = []
@@ -130,6 +140,9 @@ class Supervisor(Service):
             return
         try:
             self._bind()
+            remove_abandoned_directories(prefix=WORKERS_PREFIX)
+            # mkdtemp's directory is this user's alone (0700).
+            self.private_directory = tempfile.mkdtemp(prefix=f"{WORKERS_PREFIX}{os.getpid()}-")
         except Exception as error:
             self._fail(error)
             return
@@ -197,6 +210,7 @@ class Supervisor(Service):
             "cluster_url": self.cluster_url,
             "nkey_seed_file": self.nkey_seed_file,
             "supervisor": os.getpid(),
+            "private_sockets": self._private_sockets(),
         }
         environment = {**os.environ, WORKER_ENVIRONMENT: json.dumps(spec)}
         child_fds: dict[int, Any] = {0: 0, 1: "r", 2: 2}
@@ -207,6 +221,13 @@ class Supervisor(Service):
             worker, sys.executable, [sys.executable, "-m", "wireproto.supervisor.worker"],
             env=environment, childFDs=child_fds)
         worker.pid = process.pid
+
+    def _private_sockets(self) -> list[str]:
+        """Each worker's private socket, by index, where the others pass it the Engine.IO
+        requests for its sessions (wireproto.service.siblings)."""
+        assert self.private_directory is not None
+        return [os.path.join(self.private_directory, f"{index}.sock")
+                for index in range(self.count)]
 
     def when_ready(self) -> defer.Deferred[list[BoundListener]]:
         """Fires once every worker is listening and linked to the others; fails with what
@@ -292,5 +313,7 @@ class Supervisor(Service):
         for port in self._ports:
             yield port.stopListening()
         self._ports.clear()
+        if self.private_directory is not None:
+            shutil.rmtree(self.private_directory, ignore_errors=True)
         if self.nats is not None:
             self.nats.stop()

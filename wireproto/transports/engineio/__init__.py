@@ -43,6 +43,10 @@ engine.io has no such check; `allow_request` may add others. A page of an allowe
 read its polls (CORS, as engine.io's cors option); without `allowed_origins` no CORS header is
 sent, as engine.io sends none without that option.
 
+Several processes may share one listener (`wireproto serve --workers N`): with `owners`, a
+server marks the sids it makes, and passes a request for another one's session to that one
+(`handover`).
+
 Not handled: cookies, JSONP, Engine.IO 3, WebTransport.
 
 The package is split as python-engineio splits its server:
@@ -57,6 +61,8 @@ The package is split as python-engineio splits its server:
 - `polling`: `PollingCarrier`, a session's long-polling, and engine.io's HTTP answers;
 - `websocket`: `ServerWebSocket`, the server's WebSockets, each made for its request;
 - `server`: the sessions, the handshake, request routing and the twisted.web resource;
+- `handover`: the sessions of other processes that share the listener (`SessionOwners`), to
+  which their requests are passed;
 - `client`: the client role, over polling then WebSocket.
 """
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 from twisted.web.pages import notFound
-from twisted.web.resource import IResource, Resource
+from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from wireproto import peerlog
@@ -21,6 +21,7 @@ from wireproto.peerlog import address_key, describe_address
 from wireproto.transports.base import (
     IMessageProtocol,
 )
+from wireproto.transports.engineio.handover import SessionOwners, pass_request
 from wireproto.transports.engineio.options import (
     BAD_HANDSHAKE_METHOD,
     BAD_REQUEST,
@@ -68,10 +69,13 @@ class EngineIOServer:
 
     def __init__(
         self, protocol_factory: Callable[[], IMessageProtocol], options: EngineIOOptions,
-        reactor: Any, identify: Identify | None = None,
+        reactor: Any, identify: Identify | None = None, owners: SessionOwners | None = None,
     ) -> None:
         self.protocol_factory = protocol_factory
         self.identify = identify
+        # The other processes that share the listener, whose sessions' requests are passed to
+        # them (wireproto.transports.engineio.handover).
+        self.owners = owners
         self.options = options
         self.reactor = reactor
         # Every session until it is forgotten, open or closing (waiting to give a GET the close
@@ -112,13 +116,18 @@ class EngineIOServer:
             del self.sessions[session.sid]
 
     def _new_sid(self) -> str:
-        # engine.io's base64id: 15 random bytes, URL-safe base64.
+        # engine.io's base64id: 15 random bytes, URL-safe base64; marked as this process's
+        # when others share the listener.
         while True:
             sid = secrets.token_urlsafe(15)
+            if self.owners is not None:
+                sid = self.owners.new_sid(sid)
             if sid not in self.sessions:
                 return sid
 
-    def handle(self, request: Any) -> Any:
+    def handle(self, request: Any, *, passed: bool = False) -> Any:
+        """Answer `request`; `passed` by another process that shares the listener, for a
+        session of this one's."""
         if request.postpath != [b""]:
             # engine.io's path is "/engine.io/", trailing slash included.
             return notFound().render(request)
@@ -130,16 +139,25 @@ class EngineIOServer:
         upgrade = (request.getHeader(b"upgrade") or b"").lower() == b"websocket"
         if transport not in (POLLING, WEBSOCKET):
             return refuse(request, UNKNOWN_TRANSPORT)
+        owners = self.owners
+        if passed and owners is not None:
+            owners.counts["taken"] += 1
         if sid:
             session = self.sessions.get(sid)
             if session is None:
-                return refuse(request, UNKNOWN_SID)
+                owner = None if passed or owners is None else owners.owner_of(sid)
+                if owner is None:
+                    return refuse(request, UNKNOWN_SID)
+                assert owners is not None
+                # A client gives up on a session by then (engine.io-client's ping timeout).
+                deadline = self.options.ping_interval + self.options.ping_timeout
+                return pass_request(request, owner, owners, deadline, self.reactor)
             if version != "4":
                 return refuse(request, BAD_REQUEST)
             if upgrade:
                 if transport != WEBSOCKET or not self.options.upgrades or not session.can_upgrade:
                     return refuse(request, BAD_REQUEST)
-                return self._websocket(request, session.upgrade_opened)
+                return self._websocket(request, session.upgrade_opened, passed=passed)
             if transport != session.transportName:
                 return refuse(request, BAD_REQUEST)
             if request.method == b"GET":
@@ -147,6 +165,8 @@ class EngineIOServer:
             if request.method == b"POST":
                 return session.post(request)
             return refuse(request, BAD_REQUEST)
+        if passed:
+            return refuse(request, BAD_REQUEST)  # a handshake is never passed
         if request.method != b"GET":
             return refuse(request, BAD_HANDSHAKE_METHOD)
         if (transport == WEBSOCKET) != upgrade:
@@ -223,9 +243,10 @@ class EngineIOServer:
         session.start(protocol)
         return NOT_DONE_YET
 
-    def _websocket(self, request: Any, opened: Callable[[ServerWebSocket], None]) -> Any:
+    def _websocket(self, request: Any, opened: Callable[[ServerWebSocket], None], *,
+                   passed: bool = False) -> Any:
         """Hand the request to a WebSocket of its own, for `opened` once it is open."""
-        return self.ws_resource.hand_over(request, lambda: ServerWebSocket(opened))
+        return self.ws_resource.hand_over(request, lambda: ServerWebSocket(opened, passed=passed))
 
     def _open_websocket_session(self, ws: ServerWebSocket,
                                 principal: Principal | None) -> None:
@@ -245,10 +266,12 @@ class EngineIOServer:
 class EngineIOResource(Resource):
     isLeaf = True
 
-    def __init__(self, engine: EngineIOServer) -> None:
+    def __init__(self, engine: EngineIOServer, *, passed: bool = False) -> None:
         super().__init__()
         # Not "server": twisted.web gives every Resource a `server` attribute of its own.
         self.engine = engine
+        # Serves the requests other processes pass to this one (see for_passed_requests).
+        self.passed = passed
         # A polling POST's payload: a GuardedSite refuses a larger body before reading it.
         self.max_request_body = engine.options.max_payload
 
@@ -259,7 +282,13 @@ class EngineIOResource(Resource):
         return self.engine.identify is not None
 
     def render(self, request: Any) -> Any:
-        return self.engine.handle(request)
+        return self.engine.handle(request, passed=self.passed)
+
+    def for_passed_requests(self) -> EngineIOResource:
+        """The same server, for the requests that other processes sharing its listener pass to
+        it (`SessionOwners`): it serves those for its own sessions, passes none on, and refuses
+        any handshake."""
+        return EngineIOResource(self.engine, passed=True)
 
     def render_content_too_large(self, request: Any) -> None:
         """A GuardedSite's answer to a POST over max_payload, which it did not read: 413, and
@@ -280,7 +309,8 @@ def engineio_resource(
     *,
     reactor: Any = None,
     identify: Identify | None = None,
-) -> IResource:
+    owners: SessionOwners | None = None,
+) -> EngineIOResource:
     """A twisted.web resource serving `protocol_factory()` protocols over Engine.IO 4, timing
     its pings and deadlines on `reactor` (the global reactor if None).
 
@@ -288,7 +318,11 @@ def engineio_resource(
     `websocket_site`); it answers at "/engine.io/", trailing slash included. With `identify`,
     each handshake's principal comes from it first, and a refused one gets its HTTP status
     (nydus-client fires "unauthorized" on 403) without any session being made.
+
+    With `owners`, other processes share its listener: its sids say they are this process's,
+    and a request for a session of another one is passed to it
+    (wireproto.transports.engineio.handover); its `for_passed_requests()` serves theirs.
     """
     if reactor is None:
         from twisted.internet import reactor
-    return EngineIOResource(EngineIOServer(protocol_factory, options, reactor, identify))
+    return EngineIOResource(EngineIOServer(protocol_factory, options, reactor, identify, owners))

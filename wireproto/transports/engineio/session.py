@@ -396,7 +396,8 @@ class EngineIOSession:
         self._machine.process(SessionEvent.UPGRADE)
         self._forget_upgrade()
         self._websocket = ws
-        self._peer, self._host = ws.addresses()
+        if not ws.passed:  # else its peer is the process that passed it: the handshake's stays
+            self._peer, self._host = ws.addresses()
         for packet in self._polling.take_queue():
             ws.send_packet(packet)
         # A GET held through an upgrade without a probe took nothing: it gets a noop.

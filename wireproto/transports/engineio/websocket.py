@@ -46,10 +46,13 @@ class ServerWebSocket(DirectFrames, WebSocketServerProtocol):
 
     transport: Any
 
-    def __init__(self, opened: Callable[[ServerWebSocket], None]) -> None:
+    def __init__(self, opened: Callable[[ServerWebSocket], None], *,
+                 passed: bool = False) -> None:
         super().__init__()
         self._opened = opened
         self._owner: WebSocketOwner | None = None
+        # Passed by the process that accepted the connection: its peer is that process.
+        self.passed = passed
 
     # -- Autobahn's callbacks --------------------------------------------------------------------
 
