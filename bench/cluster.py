@@ -6,7 +6,7 @@ one run (docs/cluster.md, docs/performance.md).
    publishers and `--subscribers` subscribers connect to the shared port, so the kernel spreads
    them over the workers; each publisher sends 64-byte payloads to the one topic, never more than
    `--window` messages ahead of the slowest subscriber. Every delivery is checked byte by byte.
-   The goal is at least 1.6 times the single process's rate on this 2-core machine.
+   The broker's CPU per delivery counts its workers and their nats-server.
 2. **Delivery latency.** Two broker processes (bench/_cluster_node.py) on one nats-server. A
    subscriber on the first; a publisher on the first (same process) or on the second (across
    NATS) publishes one message at a time and waits for it: p50 and p99 of the round.
@@ -14,6 +14,12 @@ one run (docs/cluster.md, docs/performance.md).
    a client on the second is answered across NATS: p50 and p99 of one request at a time.
 
 The measurements take turns (same, cross, same, cross...) so a noisy spell hits both alike.
+The run ends with the three goals (`GOALS`), each met or missed, side by side:
+
+- `--workers 2` delivers at least 1.4 times one process's deliveries per second on this 2-core
+  machine (the workers, their nats-server and the load generator share the two cores);
+- its broker CPU per delivery is at most 1.15 times one process's;
+- a publish across NATS takes at most 1.5 times the same-process p50.
 
     .venv/bin/python bench/cluster.py [--messages N] [--rounds R] [--quick]
 
@@ -49,7 +55,12 @@ from _harness import BenchError  # noqa: E402
 from wireproto.codecs import websmq  # noqa: E402
 from wireproto.supervisor.natsserver import NatsServer  # noqa: E402
 
-GOAL = 1.6
+# name: (what is measured, the goal, whether higher is better)
+GOALS = {
+    "throughput": ("--workers 2 / 1 process, deliveries per second", 1.4, True),
+    "cpu": ("--workers 2 / 1 process, broker CPU per delivery", 1.15, False),
+    "latency": ("publish p50, across NATS / same process", 1.5, False),
+}
 READY = re.compile(r"wireproto: ready")
 
 
@@ -295,16 +306,17 @@ async def run(options: argparse.Namespace, out: Any = print) -> dict:
             rates[name].append(rate)
             cpu[name].append(per_delivery)
             generator[name].append(generating)
+    results["cpu"] = {}
     out(f"{'deliveries':<30} {'per second':>12} {'broker CPU µs':>14} {'load CPU µs':>12}")
     for name in SYSTEMS:
         median = statistics.median(rates[name])
         results["throughput"][name] = median
-        out(f"{name:<30} {median:>12,.0f} {statistics.median(cpu[name]):>14.2f} "
+        results["cpu"][name] = statistics.median(cpu[name])
+        out(f"{name:<30} {median:>12,.0f} {results['cpu'][name]:>14.2f} "
             f"{statistics.median(generator[name]):>12.2f}")
     ratio = results["throughput"]["--workers 2"] / results["throughput"]["1 process"]
     results["ratio"] = ratio
-    out(f"--workers 2 / 1 process: {ratio:.2f}x (goal {GOAL}x: "
-        f"{'met' if ratio >= GOAL else 'not met'})")
+    out(f"--workers 2 / 1 process: {ratio:.2f}x")
 
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as folder:
         nats = NatsServer(directory=folder).start()
@@ -332,7 +344,30 @@ async def run(options: argparse.Namespace, out: Any = print) -> dict:
         p50, p99 = percentile(values, 0.5) * 1e6, percentile(values, 0.99) * 1e6
         results["latency"][name] = (p50, p99)
         out(f"{name:<30} {p50:>12,.0f} {p99:>14,.0f}")
+    results["goals"] = goals(results)
+    out(f"{'goal':<50} {'measured':>9} {'goal':>8}")
+    for key, (what, goal, higher) in GOALS.items():
+        measured, met = results["goals"][key]
+        bound = ">=" if higher else "<="
+        out(f"{what:<50} {measured:>8.2f}x {bound:>3} {goal:.2f}x  {'met' if met else 'MISSED'}")
     return results
+
+
+def goals(results: dict) -> dict[str, tuple[float, bool]]:
+    """Each goal's measured ratio, and whether it is met."""
+    latency = results["latency"]
+
+    def ratio(value: float, to: float) -> float:
+        # A run too short for /proc's ticks to count its CPU has no ratio: it is a miss.
+        return value / to if to > 0 else float("inf")
+
+    measured = {
+        "throughput": results["ratio"],
+        "cpu": ratio(results["cpu"]["--workers 2"], results["cpu"]["1 process"]),
+        "latency": ratio(latency["publish, across NATS"][0], latency["publish, same process"][0]),
+    }
+    return {key: (value, value >= GOALS[key][1] if GOALS[key][2] else value <= GOALS[key][1])
+            for key, value in measured.items()}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

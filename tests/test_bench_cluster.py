@@ -28,3 +28,10 @@ async def test_every_system_delivers_and_every_figure_is_measured():
     assert set(results["latency"]) == {"publish, same process", "publish, across NATS",
                                        "RPC, same process", "RPC, across NATS"}
     assert any(line.startswith("--workers 2 / 1 process:") for line in lines)
+    # The three goals, each judged and printed in the same run.
+    assert set(results["goals"]) == {"throughput", "cpu", "latency"}
+    for key, (what, _, _) in cluster.GOALS.items():
+        measured, met = results["goals"][key]
+        assert measured > 0
+        assert [line for line in lines if line.startswith(what)
+                and line.endswith("met" if met else "MISSED")], (key, lines)
