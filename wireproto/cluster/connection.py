@@ -310,8 +310,7 @@ class NatsConnection(Protocol):
         client = self.client
         for event in events:
             if type(event) is Msg:
-                client.message(event.subject, event.sid, event.reply, event.headers,
-                                event.payload)
+                client.message(*event)  # subject, sid, reply, headers, payload
             elif type(event) is Ping:
                 self.wire.write(PONG_COMMAND)
             elif type(event) is Pong:
