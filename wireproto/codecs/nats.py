@@ -429,10 +429,9 @@ def encode_pub(subject: str, payload: bytes, reply: str | None = None,
     if reply is not None:
         field = field + b" " + _field(reply, "reply subject")
     if headers is None:
-        return b"".join((b"PUB ", field, b" %d\r\n" % len(payload), payload, b"\r\n"))
+        return b"PUB %s %d\r\n%s\r\n" % (field, len(payload), payload)
     size = len(headers)
-    return b"".join((b"HPUB ", field, b" %d %d\r\n" % (size, size + len(payload)),
-                     headers, payload, b"\r\n"))
+    return b"HPUB %s %d %d\r\n%s%s\r\n" % (field, size, size + len(payload), headers, payload)
 
 
 def _block(headers: bytes, what: str) -> bytes:

@@ -139,9 +139,9 @@ def encode(header: WpHeader) -> bytes:
 
 
 class HeaderWriter:
-    """The header blocks of the messages one process forwards (its `origin`): a block costs a
-    join of three parts, since the part after the sequence number is made once for each (will,
-    protocol), and the field of each encoding's name once."""
+    """The header blocks of the messages one process forwards (its `origin`): a block costs one
+    formatting of three parts, since the part after the sequence number is made once for each
+    (will, protocol), and the field of each encoding's name once."""
 
     __slots__ = ("origin", "_start", "_ends", "_names")
 
@@ -160,7 +160,7 @@ class HeaderWriter:
             end = self._ends[(will, protocol)] = b" " + _tail(will, protocol) + _BLOCK_END
         if encodings:
             end = end[:-4] + self._carried(encodings) + _BLOCK_END
-        return self._start + str(sequence).encode() + end
+        return b"%s%d%s" % (self._start, sequence, end)
 
     def _carried(self, encodings: Mapping[str, tuple[bytes, bool]]) -> bytes:
         fields = []
