@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from twisted.internet import defer
 from twisted.internet.error import ConnectionAborted, ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -215,7 +215,7 @@ class NatsConnection(Protocol):
         # What `send` collected in this reactor turn, its size, and the call that writes it.
         self._outgoing: list[bytes] = []
         self._outgoing_size = 0
-        self._writer: Any = None
+        self._writer: IDelayedCall | None = None
 
     # The connected transport, as what it is: TCP that can start TLS (set once connected, the
     # client uses none before; an attribute, since every publish writes through it).
