@@ -6,6 +6,9 @@ message over the server's max_payload is refused alone."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest_twisted
 from twisted.internet import reactor
 
@@ -236,6 +239,45 @@ async def test_a_batch_cut_by_a_lost_connection_is_never_sent_twice_nor_out_of_o
         await wait_for(publisher.stop())
         await wait_for(subscriber.stop())
         await partition.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_batches_to_a_paused_server_stay_within_the_bound_and_arrive_once_it_reads(nats):
+    """While the server is paused (SIGSTOP), a turn's batches fill the socket, then the
+    transport, then `max_pending_bytes`: past that, publishes are refused and counted, however
+    the turn's batches are cut. Every publish taken arrives, in order, once the server reads."""
+    subscriber, received = await subscribed(nats.url, "paused")
+    publisher = await nats_client(nats.url)
+    limit = publisher.options.max_pending_bytes
+    payload = b"x" * 1000
+    taken: list[int] = []
+    os.kill(nats.process.pid, signal.SIGSTOP)
+    try:
+        sent = 0
+        while publisher.dropped < 100:
+            assert sent < 100_000, "nothing was ever refused"
+            for _ in range(1000):  # 1 MB in one turn
+                if publisher.publish("paused", b"%d:" % sent + payload):
+                    taken.append(sent)
+                sent += 1
+            connection = publisher.connection
+            assert connection is not None
+            assert (connection.backlog or 0) <= limit
+            await sleep(0)  # the turn ends: its batch is written
+        assert taken == list(range(len(taken)))  # refused only once full, never in between
+        # Taken: what the kernel's socket buffers hold (32 MiB at most here), then the bound.
+        assert len(taken) * len(payload) < limit + (40 << 20)
+    finally:
+        os.kill(nats.process.pid, signal.SIGCONT)
+    try:
+        await eventually(lambda: len(received.payloads) >= len(taken), 30)
+        await wait_for(publisher.flush())
+        await wait_for(subscriber.flush())
+        assert numbers(received.payloads) == taken
+        assert publisher.reconnects == 0
+    finally:
+        await wait_for(publisher.stop())
+        await wait_for(subscriber.stop())
 
 
 @pytest_twisted.ensureDeferred

@@ -359,7 +359,10 @@ class NatsConnection(Protocol):
     # -- the socket's buffer, as a producer -------------------------------------------------------
 
     def pauseProducing(self) -> None:
-        self.backlog = 0
+        # The transport says so again on every write while its buffer is over its size: the
+        # bytes counted since the first time stay counted.
+        if self.backlog is None:
+            self.backlog = 0
 
     def resumeProducing(self) -> None:
         self.backlog = None
