@@ -156,6 +156,11 @@ def test_what_is_read_once_is_remembered_within_bounds():
     for sequence in (b"x7", b"", b"1" * 20, b"-1"):
         with pytest.raises(InvalidField, match="SEQUENCE"):
             read(b"NATS/1.0\r\nWp: o5 %s - p5\r\n\r\n" % sequence)
+    # A long line is read, not kept: what is kept stays small whatever another process sends.
+    wpheader._known.clear()
+    long = b"NATS/1.0\r\nWp: %s 1 - p\r\n\r\n" % (b"o" * 100_000)
+    assert read(long)[0] == "o" * 100_000
+    assert not wpheader._known
 
 
 # -- properties ---------------------------------------------------------------------------------

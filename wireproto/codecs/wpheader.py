@@ -203,6 +203,8 @@ def _read_carried(field: bytes) -> Carried:
 # receiving process sees the same few again and again. Bounded, and emptied when full.
 _known: dict[tuple[bytes, bytes], tuple[str, bool, str, tuple[Carried, ...]]] = {}
 _CACHE_SIZE = 1024
+# The longest origin and rest of a line kept (a few times what a process writes).
+_KEPT_SIZE = 512
 
 
 def _read_tail(tail: bytes, line: bytes) -> tuple[bool, str, tuple[Carried, ...]]:
@@ -263,9 +265,10 @@ def _read_line(line: bytes, start: int) -> tuple[str, int, bool, str, tuple[Carr
     origin, sequence, tail = fields
     will, protocol, carried = _read_tail(tail, line)
     name = _read_origin(origin, line)
-    if len(_known) >= _CACHE_SIZE:
-        _known.clear()
-    _known[(origin, tail)] = (name, will, protocol, carried)
+    if len(origin) + len(tail) <= _KEPT_SIZE:  # a line as long as NATS takes is not kept
+        if len(_known) >= _CACHE_SIZE:
+            _known.clear()
+        _known[(origin, tail)] = (name, will, protocol, carried)
     return name, int(sequence), will, protocol, carried
 
 
