@@ -6,9 +6,9 @@ own methods, and the client alone decides what to do about it.
 
 What the client sends in one reactor turn (its PUBs, SUBs, PINGs...) is collected by `send`
 and written as one write when the turn ends (a call made with no delay, which the reactor runs
-before it next waits), or as soon as `BATCH_LIMIT` bytes are waiting: the socket sees one
-write per turn rather than one per publish, in the order they were sent, and nothing waits
-longer than it would have in the transport's own buffer.
+before it next waits), or as soon as `BATCH_LIMIT` bytes are waiting: the transport gets one
+write per turn rather than one per publish, in the order they were sent, and nothing waits for
+a timer (the transport itself sends only in the reactor's next turn, batched or not).
 """
 
 from __future__ import annotations
