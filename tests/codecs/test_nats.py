@@ -73,6 +73,24 @@ def test_the_parser_reads_a_stream_split_anywhere():
     assert [event for byte in STREAM for event in parser.feed(bytes([byte]))] == EVENTS
 
 
+def test_a_line_read_before_is_read_again_split_anywhere_and_checked_again():
+    """A decoder reads a message line it has read before by a look-up: the same messages,
+    however the bytes are cut, and a payload not ended by CRLF is refused the second time too."""
+    messages = [Msg("a.b", 1, None, None, b"hello"), Msg("a.c", 3, None, b"NATS/1.0\r\n\r\n",
+                                                       b"abc")]
+    stream = b"".join(encode(message) for message in messages)
+    parser = Decoder()
+    assert parser.feed(stream) == messages
+    for cut in range(1, len(stream)):
+        assert parser.feed(stream[:cut]) + parser.feed(stream[cut:]) == messages
+    assert parser.feed(stream * 3) == messages * 3
+    with pytest.raises(InvalidField, match="not followed by CRLF"):
+        parser.feed(b"MSG a.b 1 5\r\nhelloXY")
+    # A smaller max_payload on another decoder refuses what this one has read.
+    with pytest.raises(FrameTooLarge):
+        Decoder(max_payload=3).feed(b"MSG a.b 1 5\r\n")
+
+
 @pytest.mark.parametrize("data", [
     b"WHAT\r\n", b"MSG a b 5\r\n", b"MSG a 1 -1\r\n", b"HMSG a 1 9 5\r\n", b"INFO [1]\r\n",
     b"INFO {\r\n", b"MSG " + b"a" * 5000,

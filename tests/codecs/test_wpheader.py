@@ -147,8 +147,20 @@ def test_the_writer_refuses_an_origin_or_protocol_that_would_break_the_line():
 def test_what_is_read_once_is_remembered_within_bounds():
     for number in range(wpheader._CACHE_SIZE + 10):
         assert read(b"NATS/1.0\r\nWp: o%d 1 - p%d\r\n\r\n" % (number, number))[3] == f"p{number}"
-    assert len(wpheader._tails) <= wpheader._CACHE_SIZE
-    assert len(wpheader._origins) <= wpheader._CACHE_SIZE
+    assert len(wpheader._known) <= wpheader._CACHE_SIZE
+    # Read again, from what is remembered: the sequence number is each message's own, and one
+    # that is not a number is refused as the first time.
+    assert read(b"NATS/1.0\r\nWp: o5 77 - p5\r\n\r\n") == ("o5", 77, False, "p5", ())
+    assert read(b"NATS/1.0\r\nWp: o5 77 - p5\r\n\r\n") == ("o5", 77, False, "p5", ())
+    assert read(b"NATS/1.0\r\nWp: o5 78 - p5\r\n\r\n")[1] == 78
+    for sequence in (b"x7", b"", b"1" * 20, b"-1"):
+        with pytest.raises(InvalidField, match="SEQUENCE"):
+            read(b"NATS/1.0\r\nWp: o5 %s - p5\r\n\r\n" % sequence)
+    # A long line is read, not kept: what is kept stays small whatever another process sends.
+    wpheader._known.clear()
+    long = b"NATS/1.0\r\nWp: %s 1 - p\r\n\r\n" % (b"o" * 100_000)
+    assert read(long)[0] == "o" * 100_000
+    assert not wpheader._known
 
 
 # -- properties ---------------------------------------------------------------------------------

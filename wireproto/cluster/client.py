@@ -130,6 +130,7 @@ class NatsClient:
             if connection is not None and connection.transport is not None:
                 closed: defer.Deferred = defer.Deferred()
                 connection._on_closed = closed  # type: ignore[attr-defined]
+                connection.write_outgoing()  # sent before the close, as if written already
                 if connection.ready:
                     # A TLS transport does not close while a producer is registered.
                     connection.wire.unregisterProducer()
@@ -160,7 +161,7 @@ class NatsClient:
                 self.dropped += 1
                 return False
             connection.backlog = backlog + len(data)
-        connection.wire.write(data)
+        connection.send(data)
         self.published += 1
         return True
 
@@ -172,12 +173,12 @@ class NatsClient:
         sid = next(self._sids)
         self._subscriptions[sid] = (subject, queue, handler)
         if self.connection is not None:
-            self.connection.wire.write(encode(Sub(subject, sid, queue)))
+            self.connection.send(encode(Sub(subject, sid, queue)))
         return sid
 
     def unsubscribe(self, sid: int) -> None:
         if self._subscriptions.pop(sid, None) is not None and self.connection is not None:
-            self.connection.wire.write(encode(Unsub(sid)))
+            self.connection.send(encode(Unsub(sid)))
 
     def flush(self) -> defer.Deferred:
         """Fires once the server has read everything written before (a PING's PONG)."""
@@ -322,7 +323,7 @@ class NatsClient:
         commands = [encode(Sub(subject, sid, queue))
                     for sid, (subject, queue, _) in self._subscriptions.items()]
         if commands:
-            connection.wire.write(b"".join(commands))
+            connection.send(b"".join(commands))
         self.learn_servers(connection.info)
         self.max_payload = int(connection.info.get("max_payload") or self.max_payload)
         lost_at, self._lost_at = self._lost_at, None

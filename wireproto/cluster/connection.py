@@ -3,6 +3,12 @@ handshake (credentials, TLS), what the server says, its PINGs, and why it closed
 
 The connection is the client's part: it tells its client what happens through the client's
 own methods, and the client alone decides what to do about it.
+
+What the client sends in one reactor turn (its PUBs, SUBs, PINGs...) is collected by `send`
+and written as one write when the turn ends (a call made with no delay, which the reactor runs
+before it next waits), or as soon as `BATCH_LIMIT` bytes are waiting: the transport gets one
+write per turn rather than one per publish, in the order they were sent, and nothing waits for
+a timer (the transport itself sends only in the reactor's next turn, batched or not).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from twisted.internet import defer
 from twisted.internet.error import ConnectionAborted, ConnectionDone, ConnectionLost
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -39,6 +45,7 @@ from wireproto.errors import ProtocolError
 from wireproto.transports.connect import tls_client_options
 
 __all__ = [
+    "BATCH_LIMIT",
     "DEFAULT_PORT",
     "ERRORS_THAT_KEEP_THE_CONNECTION",
     "NatsError",
@@ -54,6 +61,9 @@ __all__ = [
 log = Logger(namespace="wireproto.cluster")
 
 DEFAULT_PORT = 4222
+# The most bytes `send` collects before it writes them at once, without waiting for the turn
+# to end: the transport's own buffer size, past which it pauses its producer.
+BATCH_LIMIT = 64 * 1024
 
 
 class NatsError(Exception):
@@ -202,6 +212,10 @@ class NatsConnection(Protocol):
         # Why this side aborted the connection, and the -ERR the server closed it after.
         self.aborted_because: str | None = None
         self.error: str | None = None
+        # What `send` collected in this reactor turn, its size, and the call that writes it.
+        self._outgoing: list[bytes] = []
+        self._outgoing_size = 0
+        self._writer: IDelayedCall | None = None
 
     # The connected transport, as what it is: TCP that can start TLS (set once connected, the
     # client uses none before; an attribute, since every publish writes through it).
@@ -257,6 +271,31 @@ class NatsConnection(Protocol):
                 connect["sig"] = signature
         self.wire.write(encode(Connect(connect)) + PING_COMMAND)
 
+    # -- what the client sends ---------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """Write `data` after everything sent before it: at the end of this reactor turn, with
+        the rest of the turn's, or at once with them when `BATCH_LIMIT` bytes are waiting."""
+        outgoing = self._outgoing
+        outgoing.append(data)
+        self._outgoing_size += len(data)
+        if self._outgoing_size >= BATCH_LIMIT:
+            self.write_outgoing()
+        elif self._writer is None:
+            self._writer = self.client.reactor.callLater(0, self._end_of_turn)
+
+    def _end_of_turn(self) -> None:
+        self._writer = None
+        self.write_outgoing()
+
+    def write_outgoing(self) -> None:
+        """Write what `send` collected now, as one write."""
+        if self._outgoing:
+            data = b"".join(self._outgoing) if len(self._outgoing) > 1 else self._outgoing[0]
+            self._outgoing = []
+            self._outgoing_size = 0
+            self.wire.write(data)
+
     # -- what the server says --------------------------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
@@ -271,8 +310,7 @@ class NatsConnection(Protocol):
         client = self.client
         for event in events:
             if type(event) is Msg:
-                client.message(event.subject, event.sid, event.reply, event.headers,
-                                event.payload)
+                client.message(*event)  # subject, sid, reply, headers, payload
             elif type(event) is Ping:
                 self.wire.write(PONG_COMMAND)
             elif type(event) is Pong:
@@ -302,7 +340,7 @@ class NatsConnection(Protocol):
         """Fires when the server has answered: everything written before has reached it."""
         d: defer.Deferred = defer.Deferred()
         self.pongs.append(d)
-        self.wire.write(PING_COMMAND)
+        self.send(PING_COMMAND)
         return d
 
     def _ping(self) -> None:
@@ -314,14 +352,17 @@ class NatsConnection(Protocol):
             self.wire.abortConnection()
             return
         self.pings_out += 1
-        self.wire.write(PING_COMMAND)
+        self.send(PING_COMMAND)
         self._pinger = self.client.reactor.callLater(
             self.client.options.ping_interval, self._ping)
 
     # -- the socket's buffer, as a producer -------------------------------------------------------
 
     def pauseProducing(self) -> None:
-        self.backlog = 0
+        # The transport says so again on every write while its buffer is over its size: the
+        # bytes counted since the first time stay counted.
+        if self.backlog is None:
+            self.backlog = 0
 
     def resumeProducing(self) -> None:
         self.backlog = None
@@ -333,6 +374,13 @@ class NatsConnection(Protocol):
         if self._pinger is not None and self._pinger.active():
             self._pinger.cancel()
         self._pinger = None
+        # What was sent in the turn the connection was lost in goes nowhere, as it would had it
+        # been written to the transport: the socket is gone.
+        if self._writer is not None and self._writer.active():
+            self._writer.cancel()
+        self._writer = None
+        self._outgoing = []
+        self._outgoing_size = 0
         pongs, self.pongs = self.pongs, []
         for d in pongs:
             d.errback(NatsUnavailable("the NATS connection closed"))

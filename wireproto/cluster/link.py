@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -86,18 +87,14 @@ class _Interest:
     """One NATS subscription of the link, held while any of the hub's topics and patterns need
     its subject; its messages come to the link with itself."""
 
-    __slots__ = ("link", "subject", "tokens", "sid", "needed")
+    __slots__ = ("subject", "tokens", "sid", "needed")
 
     def __init__(self, link: ClusterLink, subject: str) -> None:
-        self.link = link
         self.subject = subject
         self.tokens = subject.split(".")
         self.needed = 1
-        self.sid = link.client.subscribe(subject, self.received)
-
-    def received(self, subject: str, reply: str | None, headers: bytes | None,
-                 payload: bytes) -> None:
-        self.link._received(self, subject, headers, payload)
+        # The link's own method with this subscription bound first: no call in between.
+        self.sid = link.client.subscribe(subject, partial(link._received, self))
 
     def matches(self, tokens: list[str]) -> bool:
         """Whether this (wildcard) subscription's subject matches a subject of `tokens`."""
@@ -435,9 +432,10 @@ class ClusterLink:
             self._guard()
             return False  # made before this process knew it was fenced: it goes nowhere
         self._sequence += 1
-        if encodings:
-            carried = {str(wire_format): encodings[wire_format]
-                       for wire_format in self.hub.portable_formats if wire_format in encodings}
+        portable = self.hub.portable_formats
+        carried = {str(wire_format): encodings[wire_format] for wire_format in portable
+                   if wire_format in encodings} if encodings and portable else None
+        if carried:
             headers = self._headers.write(self._sequence, will, protocol, carried)
             payload = wpheader.carry(carried, payload)
         else:
@@ -446,8 +444,8 @@ class ClusterLink:
             self.forwarded += 1
         return True
 
-    def _received(self, through: _Interest, subject: str, headers: bytes | None,
-                  payload: bytes) -> None:
+    def _received(self, through: _Interest, subject: str, reply: str | None,
+                  headers: bytes | None, payload: bytes) -> None:
         if self._held and self.lease.expired():
             self._guard()
         encodings: dict = {}

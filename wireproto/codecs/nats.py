@@ -181,6 +181,8 @@ ServerEvent = Info | Msg | Ping | Pong | Ok | Err
 Operation = ServerEvent | Connect | Pub | Sub | Unsub
 
 _PING, _PONG, _OK = Ping(), Pong(), Ok()
+# The message lines a decoder remembers having read, and reads again by a look-up.
+_LINES_KEPT = 256
 _new_tuple = tuple.__new__
 
 
@@ -199,7 +201,7 @@ class Decoder:
     (headers and payload), raises FrameTooLarge however the bytes are cut into reads.
     """
 
-    __slots__ = ("max_control_line", "max_payload", "_buffer", "_waiting")
+    __slots__ = ("max_control_line", "max_payload", "_buffer", "_waiting", "_lines")
 
     def __init__(self, max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
                  max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
@@ -208,6 +210,8 @@ class Decoder:
         self._buffer = b""
         # A MSG or HMSG line read, its payload not yet: (subject, sid, reply, header size, size)
         self._waiting: tuple[str, int, str | None, int, int] | None = None
+        # MSG and HMSG lines without a reply subject, as read before (at most _LINES_KEPT).
+        self._lines: dict[bytes, tuple[str, int, str | None, int, int]] = {}
 
     @property
     def pending(self) -> int:
@@ -226,6 +230,7 @@ class Decoder:
         position, end = 0, len(buffer)
         waiting = self._waiting
         max_line, max_payload = self.max_control_line, self.max_payload
+        lines = self._lines
         while position < end:
             if waiting is None:
                 line_end = buffer.find(b"\r\n", position)
@@ -238,6 +243,25 @@ class Decoder:
                     raise self._too_long(buffer[position:line_end], ended=True)
                 line = buffer[position:line_end]
                 position = line_end + 2
+                # A subscription's messages of one size have the same line: read it once.
+                waiting = lines.get(line)
+                if waiting is not None:
+                    subject, sid, reply, header_size, size = waiting
+                    stop = position + size
+                    if stop + 2 > end:
+                        break
+                    if buffer[stop] != 13 or buffer[stop + 1] != 10:  # CR LF
+                        raise self._not_ended(subject, size, buffer, stop)
+                    if header_size:
+                        append(_new_tuple(Msg, (subject, sid, reply,
+                                                buffer[position:position + header_size],
+                                                buffer[position + header_size:stop])))
+                    else:
+                        append(_new_tuple(Msg, (subject, sid, reply, None,
+                                                buffer[position:stop])))
+                    position = stop + 2
+                    waiting = None
+                    continue
                 # The message lines, written out: they are most of what a server sends.
                 parts = line.split()
                 count = len(parts)
@@ -263,15 +287,16 @@ class Decoder:
                 if sid < 0 or not 0 <= header_size <= size <= max_payload:
                     raise self._bad_message_line(line)
                 waiting = subject, sid, reply, header_size, size
+                if reply is None:  # a reply subject is seldom seen twice
+                    if len(lines) >= _LINES_KEPT:
+                        lines.clear()
+                    lines[line] = waiting
             subject, sid, reply, header_size, size = waiting
             stop = position + size
             if stop + 2 > end:
                 break
             if buffer[stop] != 13 or buffer[stop + 1] != 10:  # CR LF
-                raise InvalidField(
-                    f"NATS message on {subject!r}: its {size}-byte payload is not followed by "
-                    f"CRLF but by {buffer[stop:stop + 2]!r}; the sizes in its MSG line are wrong",
-                    offset=stop)
+                raise self._not_ended(subject, size, buffer, stop)
             if header_size:
                 append(_new_tuple(Msg, (subject, sid, reply,
                                         buffer[position:position + header_size],
@@ -283,6 +308,13 @@ class Decoder:
         self._waiting = waiting
         self._buffer = buffer[position:] if position < end else b""
         return events
+
+    @staticmethod
+    def _not_ended(subject: str, size: int, buffer: bytes, stop: int) -> InvalidField:
+        return InvalidField(
+            f"NATS message on {subject!r}: its {size}-byte payload is not followed by "
+            f"CRLF but by {buffer[stop:stop + 2]!r}; the sizes in its MSG line are wrong",
+            offset=stop)
 
     def _too_long(self, line: bytes, *, ended: bool) -> FrameTooLarge:
         so_far = "" if ended else " and not ended yet"
@@ -397,10 +429,9 @@ def encode_pub(subject: str, payload: bytes, reply: str | None = None,
     if reply is not None:
         field = field + b" " + _field(reply, "reply subject")
     if headers is None:
-        return b"".join((b"PUB ", field, b" %d\r\n" % len(payload), payload, b"\r\n"))
+        return b"PUB %s %d\r\n%s\r\n" % (field, len(payload), payload)
     size = len(headers)
-    return b"".join((b"HPUB ", field, b" %d %d\r\n" % (size, size + len(payload)),
-                     headers, payload, b"\r\n"))
+    return b"HPUB %s %d %d\r\n%s%s\r\n" % (field, size, size + len(payload), headers, payload)
 
 
 def _block(headers: bytes, what: str) -> bytes:

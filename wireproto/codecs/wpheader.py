@@ -139,9 +139,9 @@ def encode(header: WpHeader) -> bytes:
 
 
 class HeaderWriter:
-    """The header blocks of the messages one process forwards (its `origin`): a block costs a
-    join of three parts, since the part after the sequence number is made once for each (will,
-    protocol), and the field of each encoding's name once."""
+    """The header blocks of the messages one process forwards (its `origin`): a block costs one
+    formatting of three parts, since the part after the sequence number is made once for each
+    (will, protocol), and the field of each encoding's name once."""
 
     __slots__ = ("origin", "_start", "_ends", "_names")
 
@@ -160,7 +160,7 @@ class HeaderWriter:
             end = self._ends[(will, protocol)] = b" " + _tail(will, protocol) + _BLOCK_END
         if encodings:
             end = end[:-4] + self._carried(encodings) + _BLOCK_END
-        return self._start + str(sequence).encode() + end
+        return b"%s%d%s" % (self._start, sequence, end)
 
     def _carried(self, encodings: Mapping[str, tuple[bytes, bool]]) -> bytes:
         fields = []
@@ -199,11 +199,12 @@ def _read_carried(field: bytes) -> Carried:
     return _carried(name.decode(), int(length), _KINDS[kind])
 
 
-# What follows the sequence number, and the origins, as read before: a receiving process sees
-# the same few again and again. Each is bounded, and emptied when full.
-_tails: dict[bytes, tuple[bool, str, tuple[Carried, ...]]] = {}
-_origins: dict[bytes, str] = {}
+# What is around the sequence number, as read before, by (origin, what follows the number): a
+# receiving process sees the same few again and again. Bounded, and emptied when full.
+_known: dict[tuple[bytes, bytes], tuple[str, bool, str, tuple[Carried, ...]]] = {}
 _CACHE_SIZE = 1024
+# The longest origin and rest of a line kept (a few times what a process writes).
+_KEPT_SIZE = 512
 
 
 def _read_tail(tail: bytes, line: bytes) -> tuple[bool, str, tuple[Carried, ...]]:
@@ -213,26 +214,18 @@ def _read_tail(tail: bytes, line: bytes) -> tuple[bool, str, tuple[Carried, ...]
         raise InvalidField(f"Wp header whose will flag is neither w nor -, or with no "
                            f"protocol: {_excerpt(line)}")
     try:
-        known = (will == b"w", "" if protocol == b"-" else protocol.decode(),
-                 tuple(map(_read_carried, fields[2:])))
+        return (will == b"w", "" if protocol == b"-" else protocol.decode(),
+                tuple(map(_read_carried, fields[2:])))
     except UnicodeDecodeError:
         raise BadEncoding(f"Wp header whose protocol or an encoding's name is not UTF-8: "
                           f"{_excerpt(line)}") from None
-    if len(_tails) >= _CACHE_SIZE:
-        _tails.clear()
-    _tails[tail] = known
-    return known
 
 
 def _read_origin(origin: bytes, line: bytes) -> str:
     try:
-        name = origin.decode()
+        return origin.decode()
     except UnicodeDecodeError:
         raise BadEncoding(f"Wp header whose origin is not UTF-8: {_excerpt(line)}") from None
-    if len(_origins) >= _CACHE_SIZE:
-        _origins.clear()
-    _origins[origin] = name
-    return name
 
 
 def read(block: bytes) -> tuple[str, int, bool, str, tuple[Carried, ...]] | None:
@@ -252,20 +245,31 @@ def read(block: bytes) -> tuple[str, int, bool, str, tuple[Carried, ...]] | None
     if stop < 0:
         raise TruncatedFrame(f"Wp header line not ended by CRLF: {_excerpt(block[start:])}",
                              offset=len(block))
-    line = block[start:stop]
+    fields = block[start:stop].split(b" ", 2)
+    if len(fields) == 3:
+        origin, sequence, tail = fields
+        # One process's messages differ in their sequence number alone: what is around it
+        # is read once.
+        known = _known.get((origin, tail))
+        if known is not None and sequence.isdigit() and len(sequence) <= 19:
+            return known[0], int(sequence), known[1], known[2], known[3]
+    return _read_line(block[start:stop], start)
+
+
+def _read_line(line: bytes, start: int) -> tuple[str, int, bool, str, tuple[Carried, ...]]:
     fields = line.split(b" ", 2)
     if len(fields) != 3 or not fields[0] or not fields[1].isdigit() or len(fields[1]) > 19:
         raise InvalidField(f"Wp header that is not ORIGIN SEQUENCE WILL PROTOCOL [NAME:LENGTH:"
                            f"KIND ...], its sequence a decimal integer of at most 19 digits: "
                            f"{_excerpt(line)}", offset=start)
     origin, sequence, tail = fields
-    known = _tails.get(tail)
-    if known is None:
-        known = _read_tail(tail, line)
-    name = _origins.get(origin)
-    if name is None:
-        name = _read_origin(origin, line)
-    return name, int(sequence), known[0], known[1], known[2]
+    will, protocol, carried = _read_tail(tail, line)
+    name = _read_origin(origin, line)
+    if len(origin) + len(tail) <= _KEPT_SIZE:  # a line as long as NATS takes is not kept
+        if len(_known) >= _CACHE_SIZE:
+            _known.clear()
+        _known[(origin, tail)] = (name, will, protocol, carried)
+    return name, int(sequence), will, protocol, carried
 
 
 def decode(block: bytes) -> WpHeader | None:
