@@ -60,6 +60,7 @@ def setup(service):
 
 
 async def later(service):
+    open(os.path.join(HERE, "waiting"), "w").close()
     await task.deferLater(reactor, 1.5)
     print("app: done", flush=True)
     setup(service)
@@ -279,7 +280,8 @@ async def test_ctrl_c_while_the_app_is_still_waiting_stops_cleanly(tmp_path: Pat
     write_app(tmp_path)
     child = Child(WIREPROTO, "serve", "--app", "myapp:later",
                   "--listen", "ubre+ws@tcp:0:interface=127.0.0.1", cwd=tmp_path)
-    await sleep(1.0)  # the reactor runs, the app waits
+    # The reactor runs and the app waits (a loaded machine may take seconds to get there).
+    await eventually(lambda: (tmp_path / "waiting").exists(), timeout=30)
     child.process.send_signal(signal.SIGINT)
     assert await child.exit_code(30) == 0, child.output()
     assert "Traceback" not in child.output()
