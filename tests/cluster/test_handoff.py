@@ -98,8 +98,7 @@ class Setup:
             if endpoint.port is not None:
                 endpoint.port.stopListening()
         for channel in list(self.handoff.channels.values()):
-            if channel.transport is not None:
-                channel.transport.loseConnection()
+            channel.close()
         self.listening.close()
 
 
@@ -162,6 +161,30 @@ async def test_what_a_dead_worker_had_not_taken_goes_to_another_intact(setup: Se
 
 
 @pytest_twisted.ensureDeferred
+async def test_what_a_worker_took_before_it_went_is_not_handed_again(setup: Setup) -> None:
+    await setup.worker(0)
+    setup.handoff.ready(0)
+    end = setup.handoff.open_channel(1)
+    setup.handoff.started(1, os.getpid(), os.dup(end))
+    setup.handoff.ready(1)
+    first = await setup.ask(b"0")
+    assert who(await wait_for(first.answer)) == "w0"
+    second = await setup.ask(b"1")  # worker 1's turn
+    await eventually(lambda: setup.handoff.channels[1].untaken)
+    with socket.socket(fileno=end) as worker_end:
+        # Worker 1 takes it, says so and goes, all before the supervisor reads its channel.
+        _, (taken,), _, _ = socket.recv_fds(worker_end, 16, 1)
+        worker_end.send(handoff.TAKEN)
+    await eventually(lambda: 1 not in setup.handoff.channels)
+    await sleep(0.3)
+    assert not second.answer.called  # not handed to worker 0 as well
+    with socket.socket(fileno=taken) as connection:
+        assert connection.recv(16) == b"1"  # every byte its client sent is still there
+        connection.send(b"worker 1 had it")
+    assert await wait_for(second.answer) == b"worker 1 had it"
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_worker_that_takes_nothing_for_a_while_is_handed_no_more(
     setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -201,7 +224,7 @@ async def test_a_worker_accepts_by_itself_while_its_supervisor_is_silent(
 ) -> None:
     monkeypatch.setattr(handoff, "SILENCE", 0.3)
     endpoint = AdoptedEndpoint(reactor, setup.listening.fileno(), None)
-    supervisor, worker_end = socket.socketpair()
+    supervisor, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with supervisor:
         Receiver.attach(reactor, worker_end.detach(), [endpoint])
         await endpoint.listen(Factory.forProtocol(lambda: Answering("alone")))

@@ -3,11 +3,12 @@ on every listening socket and hands each connection, in turn, to a worker that i
 running, over a unix socket pair of that worker's (SCM_RIGHTS). docs/cluster.md, "How
 connections reach the workers", says why this way.
 
-The channel carries records of three bytes. The supervisor sends ``C`` and the listener's index
-(two bytes, big-endian) with the connection's descriptor attached, or ``T`` (and two zero
-bytes), a tick, every `TICK` seconds. The worker answers each ``C`` with one byte, ``+``, as soon
-as it has made the connection its own, before it reads a byte of it. The supervisor keeps its
-own descriptor of every connection until then:
+The channel is a SOCK_SEQPACKET socket pair, so each message arrives whole, with the descriptor
+sent with it, in one system call. The supervisor sends ``C`` and the listener's index (two bytes,
+big-endian) with the connection's descriptor attached, or ``T`` and two zero bytes, a tick,
+every `TICK` seconds. The worker answers with a ``+`` for each connection as soon as it has
+made it its own, before it reads a byte of it. The supervisor keeps its own descriptor of every
+connection until then:
 
 - a worker that dies, or closes its channel as it stops, loses nothing: what it had not taken is
   handed to another worker, untouched (what it had taken ends with it, as its other connections
@@ -31,19 +32,10 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Sequence
-from typing import cast
 
 from twisted.internet import task
-from twisted.internet.interfaces import (
-    IAddress,
-    IDelayedCall,
-    IFileDescriptorReceiver,
-    IReadDescriptor,
-    ISystemHandle,
-    IUNIXTransport,
-)
+from twisted.internet.interfaces import IDelayedCall, IReadDescriptor
 from twisted.internet.posixbase import PosixReactorBase
-from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -74,8 +66,8 @@ ACCEPT_PAUSE = 0.1
 # accepted: the next one is accepted at once.
 GONE_BEFORE_ACCEPTED = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.EINTR})
 
-# (the connection, the index of its listener, when it was handed out)
-Held = tuple[socket.socket, int, float]
+# (the connection's descriptor, the index of its listener, when it was handed out)
+Held = tuple[int, int, float]
 
 
 def _stopped(pid: int | None) -> bool:
@@ -83,19 +75,24 @@ def _stopped(pid: int | None) -> bool:
     if pid is None:
         return False
     try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            state = file.read().rsplit(b")", 1)[1].split(None, 1)[0]
+        descriptor = os.open(f"/proc/{pid}/stat", os.O_RDONLY)  # 3 system calls, not 10
+        try:
+            state = os.read(descriptor, 512).rsplit(b")", 1)[1].split(None, 1)[0]
+        finally:
+            os.close(descriptor)
     except (OSError, IndexError):
         return False
     return state in (b"T", b"t")
 
 
-class _Channel(Protocol):
+@implementer(IReadDescriptor)
+class _Channel:
     """The supervisor's end of one worker's channel."""
 
-    def __init__(self, handoff: Handoff, index: int) -> None:
+    def __init__(self, handoff: Handoff, index: int, end: socket.socket) -> None:
         self.handoff = handoff
         self.index = index
+        self.socket = end
         self.pid: int | None = None
         self.ready = False
         self.open = True
@@ -104,9 +101,17 @@ class _Channel(Protocol):
         # it is stopped.
         self.lagging = False
         self.stopped = False
+        # Its channel had no room for the last connection handed.
+        self.full = False
+        # Read as soon as something arrives (while the supervisor waits for a worker that can
+        # take), rather than when it is needed.
+        self.watched = False
 
-    def can_take(self, now: float) -> bool:
-        if not (self.ready and self.open) or len(self.untaken) >= MAX_UNTAKEN:
+    def can_take(self, now: float, look: bool = True) -> bool:
+        """Whether it can be handed a connection now; only with `look` is /proc asked
+        whether it is stopped (for the one about to be handed one)."""
+        self.read_answers()
+        if not (self.ready and self.open) or self.full or len(self.untaken) >= MAX_UNTAKEN:
             return False
         if self.untaken and now - self.untaken[0][2] >= UNRESPONSIVE:
             if not self.lagging:
@@ -116,6 +121,8 @@ class _Channel(Protocol):
                          event="worker_lagging", index=self.index, pid=self.pid,
                          seconds=now - self.untaken[0][2])
             return False
+        if not look:
+            return True
         stopped = _stopped(self.pid)
         if stopped != self.stopped:
             self.stopped = stopped
@@ -125,31 +132,92 @@ class _Channel(Protocol):
                          pid=self.pid)
         return not stopped
 
-    def hand(self, held: Held) -> None:
+    def hand(self, held: Held) -> bool:
+        """Send it the connection `held`: False if its channel has no room or is gone."""
         connection, group, _ = held
-        transport = cast(IUNIXTransport, self.transport)
-        transport.sendFileDescriptor(connection.fileno())
-        transport.write(RECORD.pack(b"C", group))
+        try:
+            socket.send_fds(self.socket, [RECORD.pack(b"C", group)], [connection])
+        except BlockingIOError:
+            self.full = True  # its worker reads nothing: until a tick or an answer gets in
+            return False
+        except OSError:
+            self.close()
+            return False
         self.untaken.append((connection, group, self.handoff.reactor.seconds()))
+        return True
 
     def tick(self) -> None:
-        if self.open and self.transport is not None:
-            self.transport.write(RECORD.pack(b"T", 0))
+        if not self.open:
+            return
+        try:
+            self.socket.send(RECORD.pack(b"T", 0))
+            self.full = False
+        except BlockingIOError:
+            pass  # a worker stopped for long: its channel is full of ticks already
+        except OSError:
+            self.close()
 
-    def dataReceived(self, data: bytes) -> None:
-        for _ in range(data.count(TAKEN)):
-            if self.untaken:
-                self.untaken.popleft()[0].close()
+    def fileno(self) -> int:
+        return self.socket.fileno()
+
+    def logPrefix(self) -> str:
+        return f"worker {self.index} channel"
+
+    def watch(self, watched: bool) -> None:
+        if self.open and watched != self.watched:
+            self.watched = watched
+            if watched:
+                self.handoff.reactor.addReader(self)
+            else:
+                self.handoff.reactor.removeReader(self)
+
+    def doRead(self) -> None:
+        self.read_answers()
+        self.handoff.dispatch()
+
+    def read_answers(self) -> None:
+        """Take in what the worker said it took, and whether it has gone: read when a
+        connection is to be handed out, at each tick, when its process ends and while the
+        supervisor waits for room, so that each connection costs the supervisor one wake-up,
+        not two."""
+        if not self.open:
+            return
+        taken, gone = 0, False
+        while True:
+            try:
+                data = self.socket.recv(4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                gone = True
+                break
+            taken += data.count(TAKEN)
+        if taken:
+            self.full = False
+        # What it took is its own, even if it has gone since: only the rest is handed again.
+        for _ in range(min(taken, len(self.untaken))):
+            os.close(self.untaken.popleft()[0])
+        if gone:
+            self.close()
+            return
         if self.lagging and not self.untaken:
             self.lagging = False
             log.info("worker {index} (pid {pid}) takes connections again",
                      event="worker_lagging_over", index=self.index, pid=self.pid)
-        self.handoff.dispatch()
 
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self.open = False
-        self.ready = False
-        self.handoff.lost(self)
+    def close(self) -> None:
+        """Its worker has gone (or closed its end as it stops)."""
+        if self.open:
+            self.watch(False)
+            self.open = False
+            self.ready = False
+            self.socket.close()
+            self.handoff.lost(self)
+
+    def connectionLost(self, reason: Failure) -> None:
+        pass
 
 
 @implementer(IReadDescriptor)
@@ -174,7 +242,7 @@ class _Acceptor:
                 handoff.pause_accepting()
                 return
             try:
-                connection, _ = self.socket.accept()
+                accepted, _ = self.socket.accept()
             except BlockingIOError:
                 return
             except OSError as error:
@@ -184,8 +252,8 @@ class _Acceptor:
                 handoff.pause_accepting(ACCEPT_PAUSE, error)
                 return
             handoff.failing = False
-            connection.setblocking(False)
-            handoff.waiting.append((connection, self.group, 0.0))
+            # Its bare descriptor (close-on-exec): the worker makes it non-blocking.
+            handoff.waiting.append((accepted.detach(), self.group, 0.0))
             handoff.dispatch()
 
     def connectionLost(self, reason: Failure) -> None:
@@ -209,6 +277,7 @@ class Handoff:
         # For each listener, the worker it handed its last connection to.
         self._last = [-1] * len(self.acceptors)
         self._resume: IDelayedCall | None = None
+        self._dispatching = False
         self._ticks = task.LoopingCall(self._tick)
         self._ticks.clock = reactor
 
@@ -221,18 +290,23 @@ class Handoff:
     def open_channel(self, index: int) -> int:
         """A new channel for the worker `index` (started again, or for the first time): the
         descriptor of the worker's end, to pass to it and then close with `started`."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setblocking(False)
-        channel = _Channel(self, index)
+        channel = _Channel(self, index, ours)
         self.channels[index] = channel
-        self.reactor.adoptStreamConnection(ours.fileno(), socket.AF_UNIX,
-                                           _OneProtocol(channel))
-        ours.close()  # the reactor keeps its own
+        channel.watch(not self.accepting)
         return theirs.detach()
 
     def started(self, index: int, pid: int, worker_end: int) -> None:
         self.channels[index].pid = pid
         os.close(worker_end)
+
+    def ended(self, index: int) -> None:
+        """The process of the worker `index` ended: what it had not taken goes to another."""
+        channel = self.channels.get(index)
+        if channel is not None:
+            channel.read_answers()  # what it took before it ended, then its end closed
+            channel.close()
 
     def ready(self, index: int) -> None:
         """The worker `index` listens and is linked: it takes connections from now on."""
@@ -251,9 +325,9 @@ class Handoff:
             self._resume.cancel()
         for channel in self.channels.values():
             while channel.untaken:
-                channel.untaken.popleft()[0].close()
+                os.close(channel.untaken.popleft()[0])
         while self.waiting:
-            self.waiting.popleft()[0].close()
+            os.close(self.waiting.popleft()[0])
 
     # -- handing out ------------------------------------------------------------------------------
 
@@ -267,35 +341,49 @@ class Handoff:
                 [index for index in order if index <= last]
         now = self.reactor.seconds()
         for index in order:
-            channel = self.channels[index]
-            if channel.can_take(now):
+            channel = self.channels.get(index)  # it may have gone as it was read
+            if channel is not None and channel.can_take(now, look=group is not None):
                 return channel
         return None
 
     def dispatch(self) -> None:
         """Hand out what waits, then accept again if a worker can take."""
-        if not self.running:
-            return
+        if not self.running or self._dispatching:
+            return  # (a worker found gone while choosing gives back what it had: see below)
+        self._dispatching = True
+        try:
+            self._hand_out()
+        finally:
+            self._dispatching = False
+
+    def _hand_out(self) -> None:
         while self.waiting:
             held = self.waiting[0]
             channel = self.choose(held[1])
+            if self.waiting[0] is not held:
+                continue  # a worker found gone gave back what it had not taken: first in line
             if channel is None:
                 self.pause_accepting()
                 return
-            self.waiting.popleft()
-            self._last[held[1]] = channel.index
-            channel.hand(held)
+            if channel.hand(held):
+                self.waiting.popleft()
+                self._last[held[1]] = channel.index
         if not self.accepting and (self._resume is None or not self._resume.active()) \
                 and self.choose() is not None:
             self.accepting = True
             for acceptor in self.acceptors:
                 self.reactor.addReader(acceptor)
+            for channel in self.channels.values():
+                channel.watch(False)
 
     def pause_accepting(self, pause: float = 0.0, error: OSError | None = None) -> None:
         if self.accepting:
             self.accepting = False
             for acceptor in self.acceptors:
                 self.reactor.removeReader(acceptor)
+            # A worker's answer, or its end, is what can let the supervisor accept again.
+            for channel in self.channels.values():
+                channel.watch(True)
         if pause and self.running:
             if not self.failing:
                 self.failing = True
@@ -311,36 +399,29 @@ class Handoff:
         channel.untaken.clear()
         if not self.running:
             for held in taken_back:
-                held[0].close()
+                os.close(held[0])
             return
         self.waiting.extendleft(reversed(taken_back))
         self.dispatch()
 
     def _tick(self) -> None:
-        for channel in self.channels.values():
+        for channel in list(self.channels.values()):
+            channel.read_answers()
             channel.tick()
         self.dispatch()  # a worker continued after a SIGSTOP can take again
 
 
-class _OneProtocol(Factory):
-    def __init__(self, channel: _Channel) -> None:
-        self.channel = channel
-
-    def buildProtocol(self, addr: IAddress | None) -> _Channel:
-        return self.channel
-
-
-@implementer(IFileDescriptorReceiver)
-class Receiver(Protocol):
+@implementer(IReadDescriptor)
+class Receiver:
     """A worker's side: serves each connection its supervisor hands it on the listening
     endpoint it came from (one of `endpoints`, the worker's adopted endpoints), and accepts by
     itself while it hears nothing from the supervisor."""
 
-    def __init__(self, reactor: PosixReactorBase, endpoints: Sequence[AdoptedEndpoint]) -> None:
+    def __init__(self, reactor: PosixReactorBase, end: socket.socket,
+                 endpoints: Sequence[AdoptedEndpoint]) -> None:
         self.reactor = reactor
+        self.socket = end
         self.endpoints = list(endpoints)
-        self.descriptors: deque[int] = deque()
-        self._buffer = b""
         self.heard = reactor.seconds()
         self.alone = False
         self.closing = False
@@ -352,71 +433,76 @@ class Receiver(Protocol):
     @classmethod
     def attach(cls, reactor: PosixReactorBase, fileno: int, endpoints: Sequence[AdoptedEndpoint]
                ) -> Receiver:
-        """The receiver on the channel end `fileno`; its endpoints accept nothing themselves
-        until it hears nothing."""
+        """The receiver on the channel end `fileno` (which it owns from now on); its endpoints
+        accept nothing themselves until it hears nothing."""
         for endpoint in endpoints:
             endpoint.accept(False)
-        receiver = cls(reactor, endpoints)
-        os.set_blocking(fileno, False)
-        reactor.adoptStreamConnection(fileno, socket.AF_UNIX, _Receiving(receiver))
-        os.close(fileno)
+        end = socket.socket(fileno=fileno)
+        end.set_inheritable(False)
+        end.setblocking(False)
+        receiver = cls(reactor, end, endpoints)
+        reactor.addReader(receiver)
         receiver._watch.start(WATCH, now=False)
         return receiver
+
+    def fileno(self) -> int:
+        return self.socket.fileno()
+
+    def logPrefix(self) -> str:
+        return "handoff"
 
     def close(self) -> None:
         """The worker stops: its supervisor hands it nothing more (what it had handed and is
         not taken goes to another worker)."""
-        self.closing = True
-        if self._watch.running:
-            self._watch.stop()
-        if self.transport is not None:
-            self.transport.loseConnection()
+        if not self.closing:
+            self.closing = True
+            if self._watch.running:
+                self._watch.stop()
+            self.reactor.removeReader(self)
+            self.socket.close()
 
-    def fileDescriptorReceived(self, descriptor: int) -> None:
-        self.descriptors.append(descriptor)
-
-    def dataReceived(self, data: bytes) -> None:
-        self.heard = self.reactor.seconds()
-        if self.alone:
-            self._alone(False)
-        buffer = self._buffer + data
-        end = len(buffer) - len(buffer) % RECORD.size
-        taken = 0
-        for offset in range(0, end, RECORD.size):
-            kind, group = RECORD.unpack_from(buffer, offset)
-            if kind == b"C":
-                # Said taken even without its descriptor (which cannot happen), so that the
-                # supervisor closes it rather than hand out the next one in its place.
+    def doRead(self) -> None:
+        taken, heard = 0, False
+        while not self.closing:
+            try:
+                data, descriptors, _, _ = socket.recv_fds(self.socket, RECORD.size, 4)
+            except BlockingIOError:
+                break
+            except OSError:
+                data, descriptors = b"", []
+            if not data:
+                self._lost()
+                return
+            heard = True
+            kind, group = RECORD.unpack(data) if len(data) == RECORD.size else (b"", 0)
+            if kind == b"C" and descriptors:
+                self._serve(descriptors[0], group)
                 taken += 1
-                if self.descriptors:
-                    self._serve(self.descriptors.popleft(), group)
-                else:
-                    log.error("the supervisor handed a connection without its descriptor",
-                              event="handoff_failed")
-        self._buffer = buffer[end:]
-        if taken and not self.closing:
-            self._unsent += taken
+            for extra in descriptors[1:] if kind == b"C" else descriptors:
+                os.close(extra)
+        if heard:
+            self.heard = self.reactor.seconds()
+            if self.alone:
+                self._alone(False)
+        self._unsent += taken
         self._say_taken()
 
     def _say_taken(self) -> None:
         """Tell the supervisor now, not at the reactor's next turn: before this worker reads a
         byte of what it took. So if it dies, the supervisor either knows it took a connection
         (which then ends with it) or hands that connection on untouched."""
-        if not self._unsent or self.transport is None:
+        if not self._unsent or self.closing:
             return
         try:
-            handle = cast(socket.socket, cast(ISystemHandle, self.transport).getHandle())
-            sent = handle.send(TAKEN * self._unsent)
+            self.socket.send(TAKEN * self._unsent)
         except BlockingIOError:
-            sent = 0  # the supervisor is not reading: said at the next tick
+            return  # the supervisor is not reading: said at the next look
         except OSError:
             return  # the channel is gone: so is the supervisor's copy of each connection
-        self._unsent -= sent
+        self._unsent = 0
 
     def _serve(self, descriptor: int, group: int) -> None:
         try:
-            if self.closing:
-                return  # not taken: the supervisor hands it to another worker
             self.endpoints[group].adopt_connection(descriptor)
         except Exception:
             log.failure("cannot serve a connection handed by the supervisor",
@@ -440,20 +526,10 @@ class Receiver(Protocol):
         else:
             log.info("the supervisor hands out connections again", event="supervisor_back")
 
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        for descriptor in self.descriptors:
-            os.close(descriptor)
-        self.descriptors.clear()
-        if not self.closing:
-            self.closing = True
-            if self._watch.running:
-                self._watch.stop()
-            self._alone(True)  # no supervisor to hand out: accept alone
+    def _lost(self) -> None:
+        """The supervisor's end is closed: with no supervisor to hand out, accept alone."""
+        self.close()
+        self._alone(True)
 
-
-class _Receiving(Factory):
-    def __init__(self, receiver: Receiver) -> None:
-        self.receiver = receiver
-
-    def buildProtocol(self, addr: IAddress | None) -> Receiver:
-        return self.receiver
+    def connectionLost(self, reason: Failure) -> None:
+        pass

@@ -256,6 +256,8 @@ class Supervisor(Service):
     def _worker_ended(self, worker: _Worker, reason: Failure) -> None:
         if self.workers.get(worker.index) is worker:
             del self.workers[worker.index]
+            if self.handoff is not None:
+                self.handoff.ended(worker.index)
         if self._stopping or self.failure is not None:
             return
         pause = self._restart_pause.after(self.reactor.seconds() - worker.started)
