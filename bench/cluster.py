@@ -3,9 +3,10 @@ one run (docs/cluster.md, docs/performance.md).
 
 1. **Deliveries per second.** `wireproto serve` on one process, then `wireproto serve --workers
    2` (its private nats-server included), each on a WEBSMQ length32 listener. `--publishers`
-   publishers and `--subscribers` subscribers connect to the shared port, so the kernel spreads
-   them over the workers; each publisher sends 64-byte payloads to the one topic, never more than
-   `--window` messages ahead of the slowest subscriber. Every delivery is checked byte by byte.
+   publishers and `--subscribers` subscribers connect to the one port, and the supervisor hands
+   them to the workers in turn (how many each served is printed); each publisher sends 64-byte
+   payloads to the one topic, never more than `--window` messages ahead of the slowest
+   subscriber. Every delivery is checked byte by byte.
    The goal is at least 1.6 times the single process's rate on this 2-core machine.
 2. **Delivery latency.** Two broker processes (bench/_cluster_node.py) on one nats-server. A
    subscriber on the first; a publisher on the first (same process) or on the second (across
@@ -56,8 +57,7 @@ READY = re.compile(r"wireproto: ready")
 # -- 1. deliveries per second -------------------------------------------------------------------
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of `pid` and every process below it (workers, their nats-server)."""
+def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -69,6 +69,12 @@ def tree_cpu(pid: int) -> float:
             continue
         parent = int(text[text.rindex(b")") + 2:].split()[1])
         children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and every process below it (workers, their nats-server)."""
+    children = _children()
     total, waiting = 0.0, [pid]
     while waiting:
         current = waiting.pop()
@@ -88,6 +94,35 @@ def start_serve(name: str, extra: list[str]) -> pubsub.RunningBroker:
                                address=f"tcp:127.0.0.1:{port}", timeout=60)
 
 
+def spread(pid: int, port: int, local_ports: list[int]) -> list[int]:
+    """How many of the connections from `local_ports` to `port` each broker process of `pid`'s
+    tree serves, most first (by the inodes of their server ends, from /proc). A process with
+    children is the supervisor, which may hold a connection for a moment as it hands it out."""
+    wanted = set(local_ports)
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as file:
+            for line in file.readlines()[1:]:
+                fields = line.split()
+                if (int(fields[1].rsplit(":", 1)[1], 16) == port
+                        and int(fields[2].rsplit(":", 1)[1], 16) in wanted):
+                    inodes.add(f"socket:[{fields[9]}]")
+    children, counts, waiting = _children(), [], [pid]
+    while waiting:
+        current = waiting.pop()
+        if current in children:
+            waiting.extend(children[current])
+            continue
+        try:
+            links = [os.readlink(f"/proc/{current}/fd/{fd}")
+                     for fd in os.listdir(f"/proc/{current}/fd")]
+        except OSError:
+            continue
+        if held := sum(link in inodes for link in links):
+            counts.append(held)
+    return sorted(counts, reverse=True)
+
+
 SYSTEMS = {"1 process": [], "--workers 2": ["--workers", "2"]}
 
 
@@ -97,9 +132,11 @@ async def _connect(host: str, port: int, client: Any, what: str) -> Any:
 
 
 async def measure_throughput(broker: pubsub.RunningBroker, publishers: int, subscribers: int,
-                             messages: int, window: int) -> tuple[float, float, float]:
+                             messages: int, window: int
+                             ) -> tuple[float, float, float, list[int]]:
     """Deliveries per second, the broker's CPU µs per delivery (its workers and nats-server
-    included), and the load generator's (this process's)."""
+    included), the load generator's (this process's), and how many subscribers each broker
+    process served."""
     dialect = broker.dialect
     clients: list[pubsub.BenchClient] = []
 
@@ -116,6 +153,7 @@ async def measure_throughput(broker: pubsub.RunningBroker, publishers: int, subs
         for sub in subs:
             sub.transport.write(dialect.subscribe())
         await pubsub._warm_up(senders[0], subs, dialect, timeout=30)
+        served = spread(broker.pid, broker.port, [s.transport.getHost().port for s in subs])
         total = messages * publishers
         frame = dialect.publish(pubsub.PAYLOAD)
         done: defer.Deferred = defer.Deferred()
@@ -156,7 +194,7 @@ async def measure_throughput(broker: pubsub.RunningBroker, publishers: int, subs
                                  f"{sub.counter.error or 'wrong count'}: "
                                  f"{sub.counter.delivered} of {total}")
         deliveries = total * subscribers
-        return deliveries / elapsed, cpu / deliveries * 1e6, own / deliveries * 1e6
+        return deliveries / elapsed, cpu / deliveries * 1e6, own / deliveries * 1e6, served
     finally:
         for client in clients:
             client.close()
@@ -283,11 +321,12 @@ async def run(options: argparse.Namespace, out: Any = print) -> dict:
     rates: dict[str, list[float]] = {name: [] for name in SYSTEMS}
     cpu: dict[str, list[float]] = {name: [] for name in SYSTEMS}
     generator: dict[str, list[float]] = {name: [] for name in SYSTEMS}
+    served: dict[str, list[list[int]]] = {name: [] for name in SYSTEMS}
     for _ in range(options.rounds):
         for name, extra in SYSTEMS.items():
             broker = start_serve(name, extra)
             try:
-                rate, per_delivery, generating = await measure_throughput(
+                rate, per_delivery, generating, subscribers = await measure_throughput(
                     broker, options.publishers, options.subscribers, options.messages,
                     options.window)
             finally:
@@ -295,12 +334,16 @@ async def run(options: argparse.Namespace, out: Any = print) -> dict:
             rates[name].append(rate)
             cpu[name].append(per_delivery)
             generator[name].append(generating)
+            served[name].append(subscribers)
     out(f"{'deliveries':<30} {'per second':>12} {'broker CPU µs':>14} {'load CPU µs':>12}")
     for name in SYSTEMS:
         median = statistics.median(rates[name])
         results["throughput"][name] = median
         out(f"{name:<30} {median:>12,.0f} {statistics.median(cpu[name]):>14.2f} "
             f"{statistics.median(generator[name]):>12.2f}")
+    results["spread"] = served["--workers 2"]
+    out("subscribers per worker, each round: " + ", ".join(
+        "/".join(map(str, counts)) for counts in served["--workers 2"]))
     ratio = results["throughput"]["--workers 2"] / results["throughput"]["1 process"]
     results["ratio"] = ratio
     out(f"--workers 2 / 1 process: {ratio:.2f}x (goal {GOAL}x: "
