@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, reactor
+from twisted.internet import defer, error, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.protocol import Protocol
 
@@ -396,3 +396,30 @@ async def test_the_connection_limit_counts_each_peer_by_its_own_address(tmp_path
             await wait_for(client.disconnect())
     finally:
         await stop_supervised(supervised.child)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_supervisor_killed_outright_takes_its_workers_and_their_connections():
+    supervised = await start_supervised("--listen", f"websmq+length32@tcp:0:{LOCAL}")
+    try:
+        client = await wait_for(connect(reactor, supervised.tcp))
+        killed_at = time.monotonic()
+        supervised.child.process.kill()
+        await wait_for(client.when_closed(), 20)
+        await eventually(lambda: not any(map(alive, supervised.pids)), 20)
+        print(f"the workers were gone {time.monotonic() - killed_at:.2f} s after the kill")
+        with pytest.raises(error.ConnectionRefusedError):
+            await wait_for(connect(reactor, supervised.tcp))
+    finally:
+        supervised.child.process.kill()
+        for pid in supervised.pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
