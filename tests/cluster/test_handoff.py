@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 from collections.abc import Iterator
 
 import pytest
@@ -14,8 +15,10 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import LogLevel
 
 from tests.support import eventually, sleep, wait_for
+from tests.test_log_events import logged
 from wireproto.service import AdoptedEndpoint
 from wireproto.supervisor import handoff
 from wireproto.supervisor.handoff import RECORD, Handoff, Receiver
@@ -182,6 +185,23 @@ async def test_what_a_worker_took_before_it_went_is_not_handed_again(setup: Setu
         assert connection.recv(16) == b"1"  # every byte its client sent is still there
         connection.send(b"worker 1 had it")
     assert await wait_for(second.answer) == b"worker 1 had it"
+
+
+@pytest_twisted.ensureDeferred
+async def test_connections_their_peers_reset_before_a_worker_took_them_are_dropped_quietly(
+    setup: Setup,
+) -> None:
+    await setup.worker(0)
+    for _ in range(20):  # queued while no worker can take, then reset by their peers
+        peer = socket.create_connection(("127.0.0.1", setup.port))
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()
+    with logged() as events:
+        setup.handoff.ready(0)
+        await eventually(lambda: not setup.handoff.channels[0].untaken and
+                         not setup.handoff.waiting)
+        assert who(await wait_for((await setup.ask()).answer)) == "w0"
+    assert [event for event in events if event["log_level"] >= LogLevel.warn] == []
 
 
 @pytest_twisted.ensureDeferred

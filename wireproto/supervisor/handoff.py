@@ -504,9 +504,12 @@ class Receiver:
     def _serve(self, descriptor: int, group: int) -> None:
         try:
             self.endpoints[group].adopt_connection(descriptor)
-        except Exception:
-            log.failure("cannot serve a connection handed by the supervisor",
-                        event="handoff_failed")
+        except Exception as error:
+            # One its peer reset while it waited to be accepted has no address left: dropped
+            # without a word, as a process that accepts itself never sees it.
+            if not (isinstance(error, OSError) and error.errno == errno.ENOTCONN):
+                log.failure("cannot serve a connection handed by the supervisor",
+                            event="handoff_failed")
         finally:
             os.close(descriptor)
 
