@@ -8,7 +8,8 @@ sent with it, in one system call. The supervisor sends ``C`` and the listener's 
 big-endian) with the connection's descriptor attached, or ``T`` and two zero bytes, a tick,
 every `TICK` seconds. The worker answers with a ``+`` for each connection as soon as it has
 made it its own, before it reads a byte of it. The supervisor keeps its own descriptor of every
-connection until then:
+connection until it has read that (when it next chooses a worker, at its tick, or when it waits
+for one; never on a wake-up of its own, which would double what a connection costs it):
 
 - a worker that dies, or closes its channel as it stops, loses nothing: what it had not taken is
   handed to another worker, untouched (what it had taken ends with it, as its other connections
