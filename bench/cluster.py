@@ -3,13 +3,13 @@ one run (docs/cluster.md, docs/performance.md).
 
 1. **Deliveries per second.** `wireproto serve` on one process, then `wireproto serve --workers
    2` (its private nats-server included), each on a WEBSMQ length32 listener. `--publishers`
-   publishers and `--subscribers` subscribers connect to the shared port, so the kernel spreads
-   them over the workers; each publisher sends 64-byte payloads to the one topic, never more than
-   `--window` messages ahead of the slowest subscriber. Every delivery is checked byte by byte.
-   The broker's CPU per delivery counts its workers and their nats-server. Then the same load
-   on two processes (bench/_cluster_node.py) on a nats-server, each given half the clients
-   (``2 processes, even``): `--workers 2` with its connections spread evenly, whatever the
-   kernel does with a shared port, so what crossing NATS costs shows on its own.
+   publishers and `--subscribers` subscribers connect to the one port, and the supervisor hands
+   them to the workers in turn (how many each served is printed); each publisher sends 64-byte
+   payloads to the one topic, never more than `--window` messages ahead of the slowest
+   subscriber. Every delivery is checked byte by byte. The broker's CPU per delivery counts its
+   workers and their nats-server. Then the same load on two processes (bench/_cluster_node.py)
+   on a nats-server, each given half the clients (``2 processes, even``): two processes with
+   no supervisor between them and their clients, so what crossing NATS costs shows on its own.
 2. **Delivery latency.** Two broker processes (bench/_cluster_node.py) on one nats-server. A
    subscriber on the first; a publisher on the first (same process) or on the second (across
    NATS) publishes one message at a time and waits for it: p50 and p99 of the round.
@@ -71,8 +71,7 @@ READY = re.compile(r"wireproto: ready")
 # -- 1. deliveries per second -------------------------------------------------------------------
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of `pid` and every process below it (workers, their nats-server)."""
+def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -84,6 +83,12 @@ def tree_cpu(pid: int) -> float:
             continue
         parent = int(text[text.rindex(b")") + 2:].split()[1])
         children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and every process below it (workers, their nats-server)."""
+    children = _children()
     total, waiting = 0.0, [pid]
     while waiting:
         current = waiting.pop()
@@ -93,6 +98,35 @@ def tree_cpu(pid: int) -> float:
             continue
         waiting.extend(children.get(current, ()))
     return total
+
+
+def spread(pid: int, port: int, local_ports: list[int]) -> list[int]:
+    """How many of the connections from `local_ports` to `port` each broker process of `pid`'s
+    tree serves, most first (by the inodes of their server ends, from /proc). A process with
+    children is the supervisor, which may hold a connection for a moment as it hands it out."""
+    wanted = set(local_ports)
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as file:
+            for line in file.readlines()[1:]:
+                fields = line.split()
+                if (int(fields[1].rsplit(":", 1)[1], 16) == port
+                        and int(fields[2].rsplit(":", 1)[1], 16) in wanted):
+                    inodes.add(f"socket:[{fields[9]}]")
+    children, counts, waiting = _children(), [], [pid]
+    while waiting:
+        current = waiting.pop()
+        if current in children:
+            waiting.extend(children[current])
+            continue
+        try:
+            links = [os.readlink(f"/proc/{current}/fd/{fd}")
+                     for fd in os.listdir(f"/proc/{current}/fd")]
+        except OSError:
+            continue
+        if held := sum(link in inodes for link in links):
+            counts.append(held)
+    return sorted(counts, reverse=True)
 
 
 def start_serve(name: str, extra: list[str]) -> pubsub.RunningBroker:
@@ -125,9 +159,11 @@ class Target:
 
 
 async def measure_throughput(broker: Target, publishers: int, subscribers: int,
-                             messages: int, window: int) -> tuple[float, float, float]:
+                             messages: int, window: int
+                             ) -> tuple[float, float, float, list[int]]:
     """Deliveries per second, the broker's CPU µs per delivery (its workers and nats-server
-    included), and the load generator's (this process's)."""
+    included), the load generator's (this process's), and how many subscribers each broker
+    process served."""
     dialect = pubsub.Length32Websmq()
     clients: list[pubsub.BenchClient] = []
 
@@ -148,6 +184,11 @@ async def measure_throughput(broker: Target, publishers: int, subscribers: int,
         for sub in subs:
             sub.transport.write(dialect.subscribe())
         await pubsub._warm_up(senders[0], subs, dialect, timeout=30)
+        ports = [sub.transport.getHost().port for sub in subs]
+        # Each broker process with its port; a nats-server among the pids serves no client.
+        pairs = zip(broker.pids, broker.addresses, strict=False)
+        served = sorted((count for pid, (_, port) in pairs
+                         for count in spread(pid, port, ports)), reverse=True)
         total = messages * publishers
         frame = dialect.publish(pubsub.PAYLOAD)
         done: defer.Deferred = defer.Deferred()
@@ -188,14 +229,16 @@ async def measure_throughput(broker: Target, publishers: int, subscribers: int,
                                  f"{sub.counter.error or 'wrong count'}: "
                                  f"{sub.counter.delivered} of {total}")
         deliveries = total * subscribers
-        return deliveries / elapsed, cpu / deliveries * 1e6, own / deliveries * 1e6
+        return (deliveries / elapsed, cpu / deliveries * 1e6, own / deliveries * 1e6,
+                served)
     finally:
         for client in clients:
             client.close()
         await pubsub._within(defer.DeferredList([c.lost for c in clients]), 5, "closing")
 
 
-async def measure_even(load: tuple[int, int, int, int]) -> tuple[float, float, float]:
+async def measure_even(load: tuple[int, int, int, int]
+                       ) -> tuple[float, float, float, list[int]]:
     """`measure_throughput` of two processes (bench/_cluster_node.py) on a nats-server of their
     own, the clients dealt to each in turn; the broker's CPU is theirs and the nats-server's."""
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as folder:
@@ -334,6 +377,7 @@ async def run(options: argparse.Namespace, out: Any = print) -> dict:
     rates: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     generator: dict[str, list[float]] = {name: [] for name in names}
+    served: dict[str, list[list[int]]] = {name: [] for name in names}
     load = (options.publishers, options.subscribers, options.messages, options.window)
     for _ in range(options.rounds):
         for name, extra in SYSTEMS.items():
@@ -343,9 +387,10 @@ async def run(options: argparse.Namespace, out: Any = print) -> dict:
                     Target(name, [(broker.host, broker.port)], [broker.pid]), *load)
             finally:
                 broker.stop()
-            for into, value in zip((rates, cpu, generator), measured, strict=True):
+            for into, value in zip((rates, cpu, generator, served), measured, strict=True):
                 into[name].append(value)
-        for into, value in zip((rates, cpu, generator), await measure_even(load), strict=True):
+        measured = await measure_even(load)
+        for into, value in zip((rates, cpu, generator, served), measured, strict=True):
             into[EVEN].append(value)
     results["cpu"] = {}
     out(f"{'deliveries':<30} {'per second':>12} {'broker CPU µs':>14} {'load CPU µs':>12}")
@@ -355,6 +400,9 @@ async def run(options: argparse.Namespace, out: Any = print) -> dict:
         results["cpu"][name] = statistics.median(cpu[name])
         out(f"{name:<30} {median:>12,.0f} {results['cpu'][name]:>14.2f} "
             f"{statistics.median(generator[name]):>12.2f}")
+    results["spread"] = served["--workers 2"]
+    out("subscribers per worker, each round: " + ", ".join(
+        "/".join(map(str, counts)) for counts in served["--workers 2"]))
     ratio = results["throughput"]["--workers 2"] / results["throughput"]["1 process"]
     results["ratio"] = ratio
     out(f"--workers 2 / 1 process: {ratio:.2f}x")

@@ -115,12 +115,21 @@ def stream_options(config: Config, framing: str) -> StreamOptions:
 @implementer(IStreamServerEndpoint)
 class AdoptedEndpoint:
     """Listens on a socket another process bound (a worker's supervisor), with what
-    `endpoint` (the one it stands for) adds: TLS for ``ssl:`` and ``mtls:``."""
+    `endpoint` (the one it stands for) adds: TLS for ``ssl:`` and ``mtls:``.
+
+    It accepts from the socket while `accepting`; otherwise its connections are handed to it
+    already accepted (`adopt_connection`), and it listens only to say where it is bound."""
 
     def __init__(self, reactor: Any, fileno: int, endpoint: Any) -> None:
         self.reactor = reactor
         self.fileno = fileno
         self.endpoint = endpoint
+        self.accepting = True
+        # Once listening: its port, and the factory its connections are built with (TLS's
+        # around the listener's own, for ssl: and mtls:).
+        self.port: IListeningPort | None = None
+        self.factory: IProtocolFactory | None = None
+        self._family = socket.AF_INET
 
     def listen(self, factory: IProtocolFactory) -> defer.Deferred[IListeningPort]:
         context = getattr(self.endpoint, "_sslContextFactory", None)
@@ -129,8 +138,34 @@ class AdoptedEndpoint:
 
             factory = TLSMemoryBIOFactory(context, False, factory)
         with socket.socket(fileno=os.dup(self.fileno)) as probe:
-            family = probe.family
-        return defer.execute(self.reactor.adoptStreamPort, self.fileno, family, factory)
+            self._family = probe.family
+        d = defer.execute(self.reactor.adoptStreamPort, self.fileno, self._family, factory)
+
+        def listening(port: IListeningPort) -> IListeningPort:
+            self.port, self.factory = port, factory
+            if not self.accepting:
+                cast(Any, port).stopReading()  # before the reactor can run: it accepts none
+            return port
+
+        return d.addCallback(listening)
+
+    def accept(self, accepting: bool) -> None:
+        """Accept from the socket (True), or take only the connections handed to it."""
+        self.accepting = accepting
+        port = cast(Any, self.port)
+        if port is not None and port.connected:
+            if accepting:
+                port.startReading()
+            else:
+                port.stopReading()
+
+    def adopt_connection(self, fileno: int) -> None:
+        """Serve the connection accepted on this endpoint's socket by another process, whose
+        descriptor is `fileno` (this process still closes its own)."""
+        if self.factory is None or self.port is None or not cast(Any, self.port).connected:
+            raise RuntimeError("not listening")
+        os.set_blocking(fileno, False)
+        self.reactor.adoptStreamConnection(fileno, self._family, self.factory)
 
 
 @implementer(IStreamServerEndpoint)
@@ -180,7 +215,6 @@ class Listeners(MultiService):
         self.admin = admin
         # A worker's listening sockets, bound by its supervisor: one per endpoint_groups entry.
         self.listening_sockets = listening_sockets
-        self._adopted = 0
         # The other workers of its supervisor, which pass it the Engine.IO requests for its
         # sessions on its private socket (wireproto.service.siblings), and it them theirs.
         self.siblings = siblings
@@ -196,6 +230,8 @@ class Listeners(MultiService):
         self._reported = 0
         self._waiters: list[defer.Deferred[list[BoundListener]]] = []
         self._bound_order: dict[int, int] = {}
+        # A worker's adopted endpoints, in the order of its listening sockets.
+        self.adopted: list[AdoptedEndpoint] = []
 
     def add(self, listeners: tuple[Listener, ...]) -> None:
         """One endpoint service per distinct endpoint; ws and engineio listeners on it share a
@@ -291,8 +327,8 @@ class Listeners(MultiService):
         if self.listening_sockets is not None:
             # A worker process: the supervisor has bound this endpoint already.
             endpoint = AdoptedEndpoint(
-                self.reactor, self.listening_sockets[self._adopted], endpoint)
-            self._adopted += 1
+                self.reactor, self.listening_sockets[len(self.adopted)], endpoint)
+            self.adopted.append(endpoint)
         self._groups.append(group)
         reporting = _ReportingEndpoint(
             endpoint,

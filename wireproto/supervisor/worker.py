@@ -1,5 +1,6 @@
 """One worker process of `wireproto serve --workers N` (wireproto.supervisor.workers): the broker
-on the listening sockets its supervisor passed, joined to the other workers through NATS. It
+on the listening sockets its supervisor passed, serving the connections its supervisor hands it
+(wireproto.supervisor.handoff), joined to the other workers through NATS. It
 writes ``ready`` to its stdout (a pipe to the supervisor) once it listens and is linked, or
 ``failed: WHY`` if it cannot start, and then exits 1: the supervisor says why, in one line.
 Anything else written to its stdout (an application's prints) goes to its stderr."""
@@ -76,6 +77,15 @@ def main() -> int:
         siblings = Siblings(index, tuple(private_sockets)) if private_sockets else None
         service = make_service(config, reactor, listening_sockets=spec["sockets"],
                                siblings=siblings)
+        if spec.get("handoff") is not None:
+            from twisted.internet.posixbase import PosixReactorBase
+
+            from wireproto.supervisor.handoff import Receiver
+
+            receiver = Receiver.attach(cast(PosixReactorBase, reactor), spec["handoff"],
+                                       service.listeners.adopted)
+            # First thing as it stops: its supervisor hands its connections to the others.
+            reactor.addSystemEventTrigger("before", "shutdown", receiver.close)
     except Exception as error:  # the config, its log file, a part that cannot be made
         cannot_start(error)
         return exit_code

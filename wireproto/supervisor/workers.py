@@ -3,8 +3,9 @@
 The supervisor binds every listener's endpoint itself (so port 0 and unix sockets work, and a
 worker that restarts finds the same sockets), starts a private nats-server when the config names
 no `[cluster] url`, and runs each worker as ``python -m wireproto.supervisor.worker`` with the
-listening sockets as inherited file descriptors. The kernel hands each new connection to one
-of the workers; their hubs share one topic space through NATS (wireproto.cluster.link).
+listening sockets as inherited file descriptors. The supervisor accepts each new connection and
+hands it to one of the workers in turn (wireproto.supervisor.handoff); their hubs share one topic
+space through NATS (wireproto.cluster.link).
 
 The private nats-server admits only the workers: each start makes a fresh NKey, tells the
 server its public key (in a config file only this user reads) and leaves its seed in a file
@@ -53,6 +54,7 @@ from wireproto.service import (
     endpoint_groups,
     format_address,
 )
+from wireproto.supervisor.handoff import Handoff
 from wireproto.supervisor.privatenats import PrivateNats, remove_abandoned_directories
 from wireproto.supervisor.restarts import RestartPause
 from wireproto.supervisor.worker import WORKER_ENVIRONMENT, WORKER_FAILED
@@ -115,6 +117,8 @@ class Supervisor(Service):
         # The supervisor's own directory (0700), where each worker has its private socket.
         self.private_directory: str | None = None
         self._ports: list[Any] = []
+        # Accepts on the listening sockets and hands each connection to a worker.
+        self.handoff: Handoff | None = None
         self._restart_pause = RestartPause()
         self._ready_waiters: list[defer.Deferred[list[BoundListener]]] = []
         self._stopping = False
@@ -179,7 +183,7 @@ class Supervisor(Service):
             waiter.errback(error)
 
     def _bind(self) -> None:
-        """Listen on every endpoint, without accepting: the workers accept."""
+        """Listen on every endpoint; the connections are accepted by `handoff`."""
         if self._ports:
             return
         for group in endpoint_groups(self.config.listeners):
@@ -200,9 +204,13 @@ class Supervisor(Service):
             for _, listener in group:
                 self.bound.append(BoundListener(listener, format_address(listener,
                                                                          port.getHost())))
+        self.handoff = Handoff(self.reactor, [port.socket for port in self._ports])
+        self.handoff.start()
 
     def _spawn(self, index: int) -> None:
         fds = [port.fileno() for port in self._ports]
+        assert self.handoff is not None
+        channel = self.handoff.open_channel(index)
         spec = {
             "index": index,
             "options": self.options,
@@ -211,16 +219,18 @@ class Supervisor(Service):
             "nkey_seed_file": self.nkey_seed_file,
             "supervisor": os.getpid(),
             "private_sockets": self._private_sockets(),
+            "handoff": channel,
         }
         environment = {**os.environ, WORKER_ENVIRONMENT: json.dumps(spec)}
         child_fds: dict[int, Any] = {0: 0, 1: "r", 2: 2}
-        child_fds.update({fd: fd for fd in fds})
+        child_fds.update({fd: fd for fd in [*fds, channel]})
         worker = _Worker(self, index)
         self.workers[index] = worker
         process = self.reactor.spawnProcess(
             worker, sys.executable, [sys.executable, "-m", "wireproto.supervisor.worker"],
             env=environment, childFDs=child_fds)
         worker.pid = process.pid
+        self.handoff.started(index, process.pid, channel)
 
     def _private_sockets(self) -> list[str]:
         """Each worker's private socket, by index, where the others pass it the Engine.IO
@@ -242,6 +252,8 @@ class Supervisor(Service):
     def _worker_ready(self, worker: _Worker) -> None:
         log.info("worker {index} (pid {pid}) ready", event="worker_ready", index=worker.index,
                  pid=worker.pid)
+        if self.handoff is not None and self.workers.get(worker.index) is worker:
+            self.handoff.ready(worker.index)
         self._fire_ready()
 
     def _worker_failed(self, worker: _Worker, why: str) -> None:
@@ -265,6 +277,8 @@ class Supervisor(Service):
     def _worker_ended(self, worker: _Worker, reason: Failure) -> None:
         if self.workers.get(worker.index) is worker:
             del self.workers[worker.index]
+            if self.handoff is not None:
+                self.handoff.ended(worker.index)
         if self._stopping or self.failure is not None:
             return
         pause = self._restart_pause.after(self.reactor.seconds() - worker.started)
@@ -302,6 +316,8 @@ class Supervisor(Service):
         if self.nats is not None:
             # Not started again from now on; stopped once the workers are gone.
             self.nats.stop_watching()
+        if self.handoff is not None:
+            self.handoff.stop()
         ended = [worker.ended for worker in self.workers.values()]
         self.signal_workers(signal.SIGTERM)
         if ended:
