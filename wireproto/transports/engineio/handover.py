@@ -1,10 +1,10 @@
 """Engine.IO sessions held by another process that shares the listener.
 
-The workers of ``wireproto serve --workers N`` take connections from shared sockets, so a
-client's requests (each long-poll GET, each POST and the WebSocket upgrade, which browsers make
-on different connections) may reach any of them. Each process marks the sids it makes: its
-mark and a dot before engine.io's 15 random bytes in URL-safe base64, so a sid is still
-URL-safe, as unguessable as engine.io's, and says which process holds its session.
+The workers of ``wireproto serve --workers N`` are handed the connections of shared listeners
+in turn, so a client's requests (each long-poll GET, each POST and the WebSocket upgrade,
+which browsers make on different connections) may reach any of them. Each process marks the
+sids it makes: its mark and a dot before engine.io's 15 random bytes in URL-safe base64, so a
+sid is still URL-safe, as unguessable as engine.io's, and says which process holds its session.
 
 A request whose sid another process marked is *passed* to that process (`pass_request`): sent
 again, whole, over the owner's endpoint (a unix socket only this user may reach), and the
