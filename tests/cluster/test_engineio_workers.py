@@ -497,6 +497,9 @@ def private_sockets(broker: Broker) -> list[str]:
     return [os.path.join(directory, f"{worker}.sock") for worker in (0, 1)]
 
 
+# Alone: another test's supervisor, starting meanwhile, would rightly remove the directory that
+# this one's supervisor, killed outright, leaves.
+@pytest.mark.alone
 @pytest_twisted.ensureDeferred
 async def test_with_a_nats_server_of_the_configs_the_workers_still_pass_requests(tmp_path, nats):
     more = f'[cluster]\nurl = "{nats.url}"\n'

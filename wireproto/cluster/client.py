@@ -299,8 +299,10 @@ class NatsClient:
         return attempt.addErrback(self._failed, server)
 
     def _failed(self, reason: Failure, server: Server) -> Failure:
-        if reason.check(defer.CancelledError):
-            return reason  # stopped
+        if reason.check(defer.CancelledError) or self.stopped:
+            # Stopped: an attempt still under way fails as the reactor stops (its name
+            # lookup's threads go), which is no news.
+            return reason
         why = reason.getErrorMessage()
         self.last_error = why
         attempts = self._reconnector.failed_attempts + 1

@@ -94,7 +94,12 @@ def main() -> int:
         # The application's function first, as under `wireproto serve`: its handlers are in
         # place before this worker accepts or announces its calls. A worker started again runs
         # it again.
-        run_app(service).addCallbacks(start_service, app_failed)
+        in_app.append(True)
+        try:
+            setting_up = run_app(service)
+        finally:
+            in_app.clear()
+        setting_up.addCallbacks(start_service, app_failed)
 
     def app_failed(reason: Failure) -> None:
         if not stopping:
@@ -129,6 +134,8 @@ def main() -> int:
     reactor.addSystemEventTrigger(
         "before", "shutdown", lambda: service.stopService() if service.running else None)
     stopping: list[int] = []
+    # While the app's function runs (its own code, which may block), the reactor cannot stop.
+    in_app: list[bool] = []
 
     def stop(number: int = 0) -> None:
         # A start that failed, a terminal's Ctrl-C, the supervisor's SIGTERM and the
@@ -138,6 +145,10 @@ def main() -> int:
             reactor.stop()
 
     def stop_once(number: int, frame: Any) -> None:
+        if in_app:
+            # Nothing is accepted or linked yet: exit now, or a function that blocks would keep
+            # this worker (and the sockets it holds) after its supervisor has gone.
+            os._exit(1)
         IReactorFromThreads(reactor).callFromThread(stop, number)
 
     for number in (signal.SIGINT, signal.SIGTERM):

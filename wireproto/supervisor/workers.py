@@ -42,6 +42,7 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer, protocol
+from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -65,6 +66,11 @@ __all__ = ["WORKER_ENVIRONMENT", "WORKER_FAILED", "Supervisor", "remove_abandone
 log = Logger(namespace="wireproto.cluster")
 
 STOP_TIMEOUT = 15.0
+# A worker's pipes normally close as it exits; one that a process it forked still holds open
+# is taken for closed this long after the worker exited.
+PIPES_GRACE = 1.0
+# A worker not ready this long after it was started is logged, and again after each doubling.
+NOT_READY_NOTICE = 10.0
 # The supervisor's directory, with each worker's private socket.
 WORKERS_PREFIX = "wireproto-workers-"
 
@@ -79,6 +85,7 @@ class _Worker(protocol.ProcessProtocol):
         self.started = supervisor.reactor.seconds()
         self.ended: defer.Deferred = defer.Deferred()
         self._lines = b""
+        self._pipes_grace: IDelayedCall | None = None
 
     def outReceived(self, data: bytes) -> None:
         self._lines += data
@@ -91,7 +98,27 @@ class _Worker(protocol.ProcessProtocol):
             elif text.startswith(WORKER_FAILED):
                 self.supervisor._worker_failed(self, text.removeprefix(WORKER_FAILED))
 
+    def processExited(self, reason: Failure) -> None:
+        # What it had been handed and not taken goes to another worker now. Its last report may
+        # still be in its pipe, read before processEnded; but a process the worker forked (an
+        # app's) may hold that pipe open for ever.
+        self.supervisor._worker_exited(self)
+        self._pipes_grace = self.supervisor.reactor.callLater(PIPES_GRACE, self._held, reason)
+
+    def _held(self, reason: Failure) -> None:
+        """The worker exited, and its pipes are still open: not read any more."""
+        if self.transport is not None:
+            self.transport.loseConnection()
+        self._end(reason)
+
     def processEnded(self, reason: Failure) -> None:
+        self._end(reason)
+
+    def _end(self, reason: Failure) -> None:
+        if self.ended.called:
+            return
+        if self._pipes_grace is not None and self._pipes_grace.active():
+            self._pipes_grace.cancel()
         self.ended.callback(None)
         self.supervisor._worker_ended(self, reason)
 
@@ -170,7 +197,8 @@ class Supervisor(Service):
 
     def _spawn_all(self) -> None:
         for index in range(self.count):
-            self._spawn(index)
+            if self.failure is None:
+                self._spawn(index)
 
     def _fail(self, error: Exception) -> None:
         """The supervisor cannot start: `when_ready` fails with `error`, and no worker is
@@ -225,12 +253,44 @@ class Supervisor(Service):
         child_fds: dict[int, Any] = {0: 0, 1: "r", 2: 2}
         child_fds.update({fd: fd for fd in [*fds, channel]})
         worker = _Worker(self, index)
+        try:
+            process = self.reactor.spawnProcess(
+                worker, sys.executable, [sys.executable, "-m", "wireproto.supervisor.worker"],
+                env=environment, childFDs=child_fds)
+        except Exception as error:  # no process left to this user, no descriptor, no memory
+            os.close(channel)
+            self.handoff.ended(index)
+            self._cannot_spawn(index, error)
+            return
         self.workers[index] = worker
-        process = self.reactor.spawnProcess(
-            worker, sys.executable, [sys.executable, "-m", "wireproto.supervisor.worker"],
-            env=environment, childFDs=child_fds)
         worker.pid = process.pid
         self.handoff.started(index, process.pid, channel)
+        self.reactor.callLater(NOT_READY_NOTICE, self._not_ready_yet, worker, NOT_READY_NOTICE)
+
+    def _cannot_spawn(self, index: int, error: Exception) -> None:
+        """No process could be made for the worker `index`: at the start, the supervisor cannot
+        start; later, it tries again as for a worker that died."""
+        why = f"could not be started: {error}"
+        if not self._was_ready:
+            self._fail(StartFailed(f"worker {index}", why))
+            return
+        pause = self._restart_pause.after(0.0)
+        log.error("worker {index} {why}; trying again in {pause:.1f} s", event="worker_failed",
+                  index=index, why=why, pause=pause)
+        self.reactor.callLater(pause, self._spawn_again, index)
+
+    def _spawn_again(self, index: int) -> None:
+        if not self._stopping and self.failure is None and index not in self.workers:
+            self._spawn(index)
+
+    def _not_ready_yet(self, worker: _Worker, after: float) -> None:
+        """Say so while `worker` is still starting (its app's function, say, has not returned):
+        nothing times it out."""
+        if worker.ready or worker.ended.called or self._stopping or self.failure is not None:
+            return
+        log.warn("worker {index} (pid {pid}) is not ready after {after:.0f} s",
+                 event="worker_not_ready", index=worker.index, pid=worker.pid, after=after)
+        self.reactor.callLater(after, self._not_ready_yet, worker, after * 2)
 
     def _private_sockets(self) -> list[str]:
         """Each worker's private socket, by index, where the others pass it the Engine.IO
@@ -274,6 +334,10 @@ class Supervisor(Service):
             for d in waiters:
                 d.callback(self.bound)
 
+    def _worker_exited(self, worker: _Worker) -> None:
+        if self.handoff is not None and self.workers.get(worker.index) is worker:
+            self.handoff.ended(worker.index)
+
     def _worker_ended(self, worker: _Worker, reason: Failure) -> None:
         if self.workers.get(worker.index) is worker:
             del self.workers[worker.index]
@@ -281,17 +345,19 @@ class Supervisor(Service):
                 self.handoff.ended(worker.index)
         if self._stopping or self.failure is not None:
             return
+        if not self._was_ready:
+            # At the start, a worker that ends before it is ready (its app stopped its reactor,
+            # say) fails the start, as one that says why.
+            self._fail(StartFailed(f"worker {worker.index}",
+                                   f"ended before it was ready ({reason.getErrorMessage()})"))
+            return
         pause = self._restart_pause.after(self.reactor.seconds() - worker.started)
         log.warn("worker {index} (pid {pid}) ended ({why}); starting it again in {pause:.1f} s",
                  event="worker_died", index=worker.index, pid=worker.pid,
                  why=reason.getErrorMessage(), pause=pause)
         self.restarts += 1
 
-        def again() -> None:
-            if not self._stopping and worker.index not in self.workers:
-                self._spawn(worker.index)
-
-        self.reactor.callLater(pause, again)
+        self.reactor.callLater(pause, self._spawn_again, worker.index)
 
     # -- running ----------------------------------------------------------------------------------
 
