@@ -245,52 +245,36 @@ class Decoder:
                 position = line_end + 2
                 # A subscription's messages of one size have the same line: read it once.
                 waiting = lines.get(line)
-                if waiting is not None:
-                    subject, sid, reply, header_size, size = waiting
-                    stop = position + size
-                    if stop + 2 > end:
-                        break
-                    if buffer[stop] != 13 or buffer[stop + 1] != 10:  # CR LF
-                        raise self._not_ended(subject, size, buffer, stop)
-                    if header_size:
-                        append(_new_tuple(Msg, (subject, sid, reply,
-                                                buffer[position:position + header_size],
-                                                buffer[position + header_size:stop])))
-                    else:
-                        append(_new_tuple(Msg, (subject, sid, reply, None,
-                                                buffer[position:stop])))
-                    position = stop + 2
-                    waiting = None
-                    continue
-                # The message lines, written out: they are most of what a server sends.
-                parts = line.split()
-                count = len(parts)
-                operation = parts[0] if count else line
-                if operation != b"HMSG" and operation != b"MSG":
-                    append(self._other(line))
-                    continue
-                try:
-                    if operation == b"HMSG":
-                        if count != 5 and count != 6:
-                            raise ValueError
-                        header_size, size = int(parts[-2]), int(parts[-1])
-                        reply = parts[3].decode() if count == 6 else None
-                    else:
-                        if count != 4 and count != 5:
-                            raise ValueError
-                        header_size, size = 0, int(parts[-1])
-                        reply = parts[3].decode() if count == 5 else None
-                    sid = int(parts[2])
-                    subject = parts[1].decode()
-                except ValueError:  # UnicodeDecodeError is one too
-                    raise self._bad_message_line(line) from None
-                if sid < 0 or not 0 <= header_size <= size <= max_payload:
-                    raise self._bad_message_line(line)
-                waiting = subject, sid, reply, header_size, size
-                if reply is None:  # a reply subject is seldom seen twice
-                    if len(lines) >= _LINES_KEPT:
-                        lines.clear()
-                    lines[line] = waiting
+                if waiting is None:
+                    # The message lines, written out: they are most of what a server sends.
+                    parts = line.split()
+                    count = len(parts)
+                    operation = parts[0] if count else line
+                    if operation != b"HMSG" and operation != b"MSG":
+                        append(self._other(line))
+                        continue
+                    try:
+                        if operation == b"HMSG":
+                            if count != 5 and count != 6:
+                                raise ValueError
+                            header_size, size = int(parts[-2]), int(parts[-1])
+                            reply = parts[3].decode() if count == 6 else None
+                        else:
+                            if count != 4 and count != 5:
+                                raise ValueError
+                            header_size, size = 0, int(parts[-1])
+                            reply = parts[3].decode() if count == 5 else None
+                        sid = int(parts[2])
+                        subject = parts[1].decode()
+                    except ValueError:  # UnicodeDecodeError is one too
+                        raise self._bad_message_line(line) from None
+                    if sid < 0 or not 0 <= header_size <= size <= max_payload:
+                        raise self._bad_message_line(line)
+                    waiting = subject, sid, reply, header_size, size
+                    if reply is None:  # a reply subject is seldom seen twice
+                        if len(lines) >= _LINES_KEPT:
+                            lines.clear()
+                        lines[line] = waiting
             subject, sid, reply, header_size, size = waiting
             stop = position + size
             if stop + 2 > end:
