@@ -98,6 +98,15 @@ def returns_a_value(service):
 
 def exits(service):
     sys.exit(3)
+
+
+def cancels(service):
+    import asyncio
+    raise asyncio.CancelledError("in setup")
+
+
+def interrupts(service):
+    raise KeyboardInterrupt
 '''
 
 
@@ -323,6 +332,7 @@ FILES = {
     "broken_dependency.py": "import wireproto_no_such_dependency\n",
     "broken_syntax.py": "def setup(:\n",
     "raising_import.py": "raise RuntimeError('no config file')\n",
+    "cancelled_import.py": "import asyncio\nraise asyncio.CancelledError('at import')\n",
 }
 
 FAILURES = [
@@ -342,6 +352,10 @@ FAILURES = [
     ("myapp:yields", "returned a generator: give it @inlineCallbacks, or make it async def"),
     ("myapp:returns_a_value", "returned int 42: give None, a Deferred or an awaitable"),
     ("myapp:exits", "raised SystemExit: 3"),
+    # Not Exceptions: before, each one left the broker running, never ready, for ever.
+    ("cancelled_import:setup", "importing cancelled_import failed: CancelledError: at import"),
+    ("myapp:cancels", "raised CancelledError: in setup"),
+    ("myapp:interrupts", "raised KeyboardInterrupt"),
 ]
 
 
@@ -422,8 +436,8 @@ def test_check_config_imports_the_app_without_calling_it(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("spec", "why"), [f for f in FAILURES if f[0] in (
-    "nosuch:setup", "broken_syntax:setup", "raising_import:setup", "myapp:missing",
-    "myapp:NOT_CALLABLE")])
+    "nosuch:setup", "broken_syntax:setup", "raising_import:setup", "cancelled_import:setup",
+    "myapp:missing", "myapp:NOT_CALLABLE")])
 def test_check_config_reports_an_app_it_cannot_load(tmp_path: Path, spec: str, why: str) -> None:
     failing_apps(tmp_path)
     config = tmp_path / "broker.toml"

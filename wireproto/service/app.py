@@ -79,7 +79,9 @@ def load_setup(spec: str) -> Setup:
             raise AppFailed(spec, f"no module named {module_name!r} in {os.getcwd()} or on "
                                   "the Python path") from None
         raise AppFailed(spec, f"importing {module_name} failed: {_described(error)}") from None
-    except (Exception, SystemExit) as error:  # a syntax error, or whatever its code raised
+    # A syntax error, or whatever its code raised: a CancelledError or a KeyboardInterrupt
+    # too (no BaseException of the app's may pass for the broker's own).
+    except BaseException as error:
         log.info("app {spec}: importing {module} failed", spec=spec, module=module_name,
                  log_failure=Failure())
         raise AppFailed(spec, f"importing {module_name} failed: {_described(error)}") from None
@@ -91,7 +93,7 @@ def load_setup(spec: str) -> Setup:
         except AttributeError:
             where = f"{module_name}:{'.'.join(parts[:index])}" if index else f"module {module_name}"
             raise AppFailed(spec, f"{where} has no attribute {part!r}") from None
-        except (Exception, SystemExit) as error:  # a module's __getattr__ that raised
+        except BaseException as error:  # a module's __getattr__ that raised
             raise AppFailed(spec, f"{name}: {_described(error)}") from None
     if not callable(found):
         raise AppFailed(spec, f"{name} is not callable: it is {type(found).__name__} "
@@ -119,7 +121,7 @@ def run_app(service: WireprotoService, spec: str | None = None) -> defer.Deferre
         returned = setup(service)
     except AppFailed:
         return defer.fail()
-    except (Exception, SystemExit) as error:
+    except BaseException as error:
         log.info("app {spec} raised", spec=spec, log_failure=Failure())
         return defer.fail(AppFailed(spec, f"raised {_described(error)}"))
     if returned is None:
@@ -179,7 +181,7 @@ class AfterApp(MultiService):
         try:
             self.service.privilegedStartService()
             self.service.startService()
-        except (Exception, SystemExit):
+        except BaseException:
             self._failed(Failure())
 
     def _failed(self, reason: Failure) -> None:
