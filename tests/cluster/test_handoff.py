@@ -257,3 +257,27 @@ async def test_a_worker_accepts_by_itself_while_its_supervisor_is_silent(
         client = await setup.ask()
         await sleep(0.2)
         assert not client.answer.called  # the supervisor hands it out again (nobody, here)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_continued_after_a_pause_reads_its_supervisors_ticks_before_judging(
+    setup: Setup,
+) -> None:
+    # A worker stopped (SIGSTOP) for longer than SILENCE, whose supervisor ticked meanwhile: on
+    # SIGCONT its reactor may run the silence check before it reads the channel. Before, it then
+    # accepted by itself, beside the supervisor that hands out (a full run caught a connection
+    # made during the pause landing on the paused worker).
+    endpoint = AdoptedEndpoint(reactor, setup.listening.fileno(), None)
+    supervisor, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with supervisor:
+        receiver = Receiver.attach(reactor, worker_end.detach(), [endpoint])
+        setup.receivers.append(receiver)
+        await endpoint.listen(Factory.forProtocol(lambda: Answering("paused")))
+        setup.endpoints.append(endpoint)
+        reactor.removeReader(receiver)  # as if stopped: nothing is read...
+        supervisor.send(RECORD.pack(b"T", 0))  # ...while the supervisor ticks
+        receiver.heard -= 2 * handoff.SILENCE
+        receiver._check()  # continued: the timed check comes first
+        assert not receiver.alone
+        assert not endpoint.accepting
+        reactor.addReader(receiver)

@@ -517,7 +517,12 @@ class Receiver:
     def _check(self) -> None:
         self._say_taken()
         if not self.alone and self.reactor.seconds() - self.heard >= SILENCE:
-            self._alone(True)
+            # What the supervisor sent is read first: a worker continued after a SIGSTOP runs
+            # its timed calls before it reads, and would take the ticks queued meanwhile for
+            # a supervisor's silence (and accept by itself).
+            self.doRead()
+            if not self.closing and self.reactor.seconds() - self.heard >= SILENCE:
+                self._alone(True)
 
     def _alone(self, alone: bool) -> None:
         self.alone = alone
