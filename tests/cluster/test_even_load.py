@@ -231,7 +231,12 @@ async def test_a_paused_worker_is_handed_no_connection_until_it_runs_again(super
         late = {p.number: outcomes[p] for p in during
                 if not isinstance(outcomes[p], float) or outcomes[p] > WITHIN}
         assert not late, late
-        assert {socket_owner(p.local_port, port, [first, second]) for p in during} == {second}
+        # One made just before the SIGCONT may be accepted after it, when the worker runs
+        # again and may rightly be handed it: the supervisor looks when it hands out.
+        handed_while_paused = [p for p in during if p.started < resumed_at - 0.3]
+        assert handed_while_paused
+        assert {socket_owner(p.local_port, port, [first, second])
+                for p in handed_while_paused} == {second}
         # What it had been handed before it stopped waited for it, and was then answered.
         assert all(isinstance(outcome, float) for outcome in outcomes.values())
         after = [p for p in outcomes if p.started > resumed_at + 0.5]
