@@ -208,8 +208,10 @@ async def test_serve_with_no_arguments_joins_every_protocol(children: list[Child
     child = Child(sys.executable, "-m", "wireproto", "serve")
     children.append(child)
     await child.line(re.compile(r"^wireproto: ready; Ctrl-C stops$"))
-    listeners = [LISTENER_LINE.match(line) for line in child.stdout[:-1]]
+    listeners = [LISTENER_LINE.match(line) for line in child.stdout[:-2]]
     assert all(listeners) and len(listeners) == 8, child.output()
+    assert child.stdout[-2] == ("wireproto: status page on http://127.0.0.1:8765/, metrics on "
+                                "http://127.0.0.1:8765/metrics")
 
     got: dict[str, list[Any]] = {name: [] for name in ("websmq", "ubre", "nydus", "subble")}
     websmq_client = await wait_for(connect(reactor, "ws://127.0.0.1:8765/websmq"))
@@ -390,6 +392,31 @@ def test_the_default_listeners_lines() -> None:
         "wireproto: subble over length32 on tcp:127.0.0.1:8769\n"
         "wireproto: ready; Ctrl-C stops\n"
     )
+
+
+def test_the_banner_names_the_status_page_and_metrics_of_the_first_http_port() -> None:
+    from wireproto.admin.settings import AdminSettings
+    from wireproto.cli import banner
+    from wireproto.config import Config, MetricsSettings, parse_listen
+    from wireproto.service import BoundListener
+
+    stream = parse_listen("websmq+length32@tcp:8766")
+    web = parse_listen("websmq+ws@tcp:8443")  # the addresses below decide
+    bound = [BoundListener(stream, "tcp:127.0.0.1:8766"),
+             BoundListener(web, "wss://127.0.0.1:8443/websmq"),
+             BoundListener(web, "ws://127.0.0.1:8765/websmq")]
+    config = Config(listeners=(stream, web))
+    assert banner(config, bound)[3] == (
+        "status page on https://127.0.0.1:8443/, metrics on https://127.0.0.1:8443/metrics")
+    assert banner(config.replace(admin=AdminSettings(enabled=False),
+                                 metrics=MetricsSettings(path="/m")), bound)[3] == (
+        "metrics on https://127.0.0.1:8443/m")
+    quiet = config.replace(admin=AdminSettings(enabled=False),
+                           metrics=MetricsSettings(enabled=False))
+    assert len(banner(quiet, bound)) == 3
+    # Stream listeners, or HTTP only on a unix socket: no URL a browser can open.
+    assert banner(config, bound[:1]) == ["websmq over length32 on tcp:127.0.0.1:8766"]
+    assert len(banner(config, [BoundListener(web, "ws+unix:///run/w.sock:/websmq")])) == 1
 
 
 def test_help_shows_the_listen_syntax(capsys: pytest.CaptureFixture[str]) -> None:

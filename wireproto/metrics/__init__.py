@@ -16,6 +16,11 @@ In a cluster (wireproto.cluster), a scrape of any process asks every other proce
 metrics over NATS and serves them all: each sample once per process with a ``worker`` label (its
 node name), and once more with ``worker="total"``: summed, but for the gauges a sum would
 misstate (`GAUGE_TOTALS`). ``?scope=process`` serves the process's own metrics alone.
+
+Each registry also holds prometheus_client's process collector (``process_*``: memory, open
+descriptors, CPU seconds, start time; empty where there is no /proc) and
+``wireproto_build_info``. A worker of ``serve --workers`` adds its supervisor's process metrics
+to the scrapes it answers (``worker="HOST/supervisor"``).
 """
 
 from __future__ import annotations
@@ -24,14 +29,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
-from wireproto import peerlog
+from wireproto import __version__, peerlog
 from wireproto.broker import BrokerView
 from wireproto.hub import SessionStats
 from wireproto.hub.federation import ProcessGroup, Reply
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MetricsSettings", "BrokerCollector", "MetricsResource", "ServiceMetrics", "RPC_BUCKETS",
-    "WORKER_LABEL", "family_rows", "MergedFamilies", "GAUGE_TOTALS",
+    "WORKER_LABEL", "family_rows", "MergedFamilies", "GAUGE_TOTALS", "BuildInfo", "process_rows",
 ]
 
 # The label that says which broker process of a cluster a sample is from ("total": summed).
@@ -65,6 +70,10 @@ GAUGE_TOTALS: dict[str, Callable[[list[float]], float] | None] = {
     "wireproto_hub_topics": None,
     "wireproto_hub_retained": None,
     "wireproto_hub_retained_bytes": None,
+    # Each process's own: a sum of start times, limits or versions means nothing.
+    "process_start_time_seconds": None,
+    "process_max_fds": None,
+    "wireproto_build_info": None,
 }
 
 # Handlers on the broker often answer in well under a millisecond: finer buckets than the
@@ -384,6 +393,25 @@ _CAPTURE_COUNTERS = {
 }
 
 
+class BuildInfo(Collector):
+    """``wireproto_build_info{version="..."} 1``: the version this process runs."""
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("wireproto_build_info",
+                                 "Always 1; the version of wireproto this process runs.",
+                                 labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+
+
+def process_rows(pid: int) -> list[list]:
+    """The process metrics of another process of this user, `pid`, as `family_rows` gives
+    them (none once it is gone, or where there is no /proc)."""
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(pid=lambda: pid, registry=registry)
+    return family_rows(registry)
+
+
 class MetricsResource(Resource):
     """twisted.web resource serving `registry` in the text format a scraper asks for."""
 
@@ -451,9 +479,12 @@ class ClusterMetricsResource(MetricsResource):
     """/metrics of a process in a cluster: every process's metrics, gathered over NATS when
     scraped, and their totals; ``?scope=process`` for this process's alone."""
 
-    def __init__(self, registry: CollectorRegistry, group: ProcessGroup) -> None:
+    def __init__(self, registry: CollectorRegistry, group: ProcessGroup,
+                 supervisor: tuple[int, str] | None = None) -> None:
         super().__init__(registry)
         self.group = group
+        # A worker's supervisor, (pid, name), whose process metrics this one serves too.
+        self.supervisor = supervisor
 
     def render_GET(self, request: Any) -> Any:
         if request.args.get(b"scope") == [b"process"]:
@@ -465,8 +496,12 @@ class ClusterMetricsResource(MetricsResource):
         def gathered(replies: list[Reply]) -> None:
             if gone:
                 return  # the scraper hung up meanwhile
+            parts = [(reply.node, reply.answer) for reply in replies]
+            if self.supervisor is not None:
+                pid, name = self.supervisor
+                parts.append((name, process_rows(pid)))
             merged = CollectorRegistry(auto_describe=False)
-            merged.register(MergedFamilies([(reply.node, reply.answer) for reply in replies]))
+            merged.register(MergedFamilies(parts))
             request.write(encoder(merged))
             request.finish()
 
@@ -476,12 +511,17 @@ class ClusterMetricsResource(MetricsResource):
 
 
 class ServiceMetrics:
-    """One service's registry: the broker's counters and the RPC latency histogram."""
+    """One service's registry: the broker's counters, the RPC latency histogram, the process's
+    metrics and the build's. `supervisor`, (pid, name): a worker's supervisor, whose process
+    metrics a scrape of the cluster shows too."""
 
-    def __init__(self, service: BrokerView) -> None:
+    def __init__(self, service: BrokerView, supervisor: tuple[int, str] | None = None) -> None:
         self.service = service
+        self.supervisor = supervisor
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(BrokerCollector(service))
+        ProcessCollector(registry=self.registry)
+        self.registry.register(BuildInfo())
         self.rpc_seconds = Histogram(
             "wireproto_rpc_handling_seconds",
             "Time from a request's arrival to its reply, for requests a handler answers "
@@ -516,5 +556,5 @@ class ServiceMetrics:
     def resource(self) -> Resource:
         group = self.service.cluster
         if group is not None:
-            return ClusterMetricsResource(self.registry, group)
+            return ClusterMetricsResource(self.registry, group, self.supervisor)
         return MetricsResource(self.registry)

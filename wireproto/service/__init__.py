@@ -97,7 +97,8 @@ class WireprotoService(OrderedParts):
 
     def __init__(self, config: Config, hub: Hub, reactor: Any,
                  listening_sockets: list[int] | None = None,
-                 siblings: Siblings | None = None) -> None:
+                 siblings: Siblings | None = None,
+                 supervisor: tuple[int, str] | None = None) -> None:
         super().__init__()
         self.config = config
         self.hub = hub
@@ -137,7 +138,7 @@ class WireprotoService(OrderedParts):
         self.engineio_handovers: Counter[str] | None = None if siblings is None else Counter()
         self.links = Links(config, hub, reactor, self.connections, self.auth)
         # Read at once: the registry asks its collectors what they show.
-        self.metrics = ServiceMetrics(self) if config.metrics.enabled else None
+        self.metrics = ServiceMetrics(self, supervisor) if config.metrics.enabled else None
         self.connections.metrics = self.metrics
         # The status page, the browser clients, the admin API and the $SYS topics.
         self.admin = AdminConsole(self, config.admin, reactor) if config.admin.enabled else None
@@ -364,6 +365,7 @@ def make_service(
     retry_policy: Callable[[int], float] = DEFAULT_RETRY,
     listening_sockets: list[int] | None = None,
     siblings: Siblings | None = None,
+    supervisor: tuple[int, str] | None = None,
 ) -> WireprotoService:
     """The broker `config` describes, ready to start (or to add to an application).
 
@@ -372,13 +374,14 @@ def make_service(
     `listening_sockets` are the file descriptors a worker process listens on, bound by its
     supervisor (wireproto.supervisor), one per `endpoint_groups(config.listeners)` entry;
     `siblings` are the supervisor's other workers, which serve the Engine.IO sessions they hold
-    (wireproto.service.siblings).
+    (wireproto.service.siblings); `supervisor`, (pid, name), is a worker's supervisor, whose
+    process metrics its scrapes show too.
     A part that cannot be made (a last-values file that is no database...) is StartFailed.
     """
     if reactor is None:
         from twisted.internet import reactor
     hub = _hub(config)
-    service = WireprotoService(config, hub, reactor, listening_sockets, siblings)
+    service = WireprotoService(config, hub, reactor, listening_sockets, siblings, supervisor)
     service.add_listeners(config.listeners)
     for link in config.attach:
         service.add_attach(link, retry_policy)

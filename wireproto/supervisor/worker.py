@@ -69,6 +69,10 @@ def main() -> int:
                               nkey_seed_file=spec["nkey_seed_file"])
         return config.replace(cluster=cluster)
 
+    def supervisor_name(config: Config) -> str:
+        """HOST/supervisor beside HOST/worker0, ..., in the metrics."""
+        return config.cluster.node.rpartition("/")[0] + "/supervisor"
+
     try:
         config = worker_config()
         start_logging(config.log, bool(options.get("verbose")), worker=index)
@@ -76,7 +80,8 @@ def main() -> int:
         private_sockets = spec.get("private_sockets")
         siblings = Siblings(index, tuple(private_sockets)) if private_sockets else None
         service = make_service(config, reactor, listening_sockets=spec["sockets"],
-                               siblings=siblings)
+                               siblings=siblings,
+                               supervisor=(spec["supervisor"], supervisor_name(config)))
         if spec.get("handoff") is not None:
             from twisted.internet.posixbase import PosixReactorBase
 
