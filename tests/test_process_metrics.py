@@ -60,14 +60,15 @@ async def stop(child: Child) -> None:
     assert await child.exit_code(30) == 0, child.output()
 
 
-async def check_status_page(url: str) -> None:
+async def check_status_page(url: str, kind: str = "text/html") -> None:
+    """`url` answers 200 with a body of type `kind` (the status page, by default)."""
     response = await wait_for(Agent(reactor).request(b"GET", url.encode()))
     reader = BodyReader()
     response.deliverBody(reader)
     body = await wait_for(reader.done)
-    assert response.code == 200
-    assert response.headers.getRawHeaders(b"content-type")[0].startswith(b"text/html")
-    assert b"<html" in body.lower()
+    assert response.code == 200, url
+    assert kind in response.headers.getRawHeaders(b"content-type")[0].decode(), url
+    assert body and (kind != "text/html" or b"<html" in body.lower())
 
 
 @pytest_twisted.ensureDeferred

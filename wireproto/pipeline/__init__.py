@@ -9,6 +9,7 @@
 - `wireproto.pipeline.spark`, `analyze`, `report`: ``wireproto analyze``, its Parquet tables
   and its report; `wireproto.pipeline.follow`: ``wireproto analyze --follow``.
 
-All but `decode` and `values` need the ``spark`` extra (``pip install 'wireproto[spark]'``), so
-this package imports none of them.
+All but `decode` and `values` need the ``spark`` extra (``pip install -e '.[spark]'`` in a
+checkout; `wireproto analyze` names its packages when they are missing), so this package
+imports none of them.
 """

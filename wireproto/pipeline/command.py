@@ -28,10 +28,30 @@ from typing import IO, Any
 from wireproto.capture import CaptureError, IncompleteCapture, capture_files, read_header
 from wireproto.program import PROG
 
-__all__ = ["register", "main", "run", "check_captures", "Progress", "INTERRUPTED"]
+__all__ = ["register", "main", "run", "check_captures", "Progress", "INTERRUPTED",
+           "spark_missing"]
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
-SPARK_MISSING = "install the spark extra: pip install 'wireproto[spark]'"
+
+
+def spark_missing() -> str:
+    """What to install for `analyze`: the spark extra's requirements, as the installed package's
+    metadata lists them (wireproto is not on a package index, so ``wireproto[spark]`` is not
+    there to install), and the command for a source checkout."""
+    import importlib.metadata
+    import shlex
+
+    try:
+        requirements = importlib.metadata.requires("wireproto") or []
+    except importlib.metadata.PackageNotFoundError:
+        requirements = []
+    spark = [requirement.partition(";")[0].strip() for requirement in requirements
+             if requirement.partition(";")[2].replace("'", '"').strip() == 'extra == "spark"']
+    checkout = "in wireproto's source directory, pip install -e '.[spark]'"
+    if not spark:
+        return f"install the spark extra: {checkout}"
+    return (f"install the spark extra: pip install {' '.join(map(shlex.quote, spark))} "
+            f"(or, {checkout})")
 
 
 class UsageError(Exception):
@@ -279,7 +299,7 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
 
     try:
         if importlib.util.find_spec("pyspark") is None:
-            raise UsageError(SPARK_MISSING)
+            raise UsageError(spark_missing())
         if not args.follow and (args.available_now or args.checkpoint):
             raise UsageError("--checkpoint and --available-now go with --follow")
         if not is_remote(args.out) and os.path.exists(args.out) and \

@@ -1,6 +1,6 @@
 """The SparkSession of `wireproto analyze`: embedded ``local[*]`` unless told otherwise.
 
-Needs the ``spark`` extra (``pip install 'wireproto[spark]'``) and Java 17.
+Needs the ``spark`` extra (``pip install -e '.[spark]'`` in a checkout) and Java 17.
 """
 
 from __future__ import annotations
