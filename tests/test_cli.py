@@ -210,7 +210,7 @@ async def test_serve_with_no_arguments_joins_every_protocol(children: list[Child
     await child.line(re.compile(r"^wireproto: ready; Ctrl-C stops$"))
     listeners = [LISTENER_LINE.match(line) for line in child.stdout[:-2]]
     assert all(listeners) and len(listeners) == 8, child.output()
-    assert child.stdout[-2] == ("wireproto: status page on http://127.0.0.1:8765/, metrics on "
+    assert child.stdout[-2] == ("wireproto: status page at http://127.0.0.1:8765/, metrics at "
                                 "http://127.0.0.1:8765/metrics")
 
     got: dict[str, list[Any]] = {name: [] for name in ("websmq", "ubre", "nydus", "subble")}
@@ -407,10 +407,10 @@ def test_the_banner_names_the_status_page_and_metrics_of_the_first_http_port() -
              BoundListener(web, "ws://127.0.0.1:8765/websmq")]
     config = Config(listeners=(stream, web))
     assert banner(config, bound)[3] == (
-        "status page on https://127.0.0.1:8443/, metrics on https://127.0.0.1:8443/metrics")
+        "status page at https://127.0.0.1:8443/, metrics at https://127.0.0.1:8443/metrics")
     assert banner(config.replace(admin=AdminSettings(enabled=False),
                                  metrics=MetricsSettings(path="/m")), bound)[3] == (
-        "metrics on https://127.0.0.1:8443/m")
+        "metrics at https://127.0.0.1:8443/m")
     quiet = config.replace(admin=AdminSettings(enabled=False),
                            metrics=MetricsSettings(enabled=False))
     assert len(banner(quiet, bound)) == 3

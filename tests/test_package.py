@@ -134,7 +134,7 @@ async def test_the_wheel_installs_into_a_fresh_venv_and_serves(tmp_path: Path) -
                   "--listen", f"websmq+ws@tcp:0:{LOCAL}", cwd=tmp_path)
     try:
         listening = await serve.line(LISTENER_LINE, 60)
-        page = await serve.line(re.compile(r"^wireproto: status page on (\S+), metrics"))
+        page = await serve.line(re.compile(r"^wireproto: status page at (\S+), metrics"))
         await serve.line(re.compile(r"^wireproto: ready; Ctrl-C stops$"))
         await exchange(listening.group(3))
         # The status page's files came with the wheel.

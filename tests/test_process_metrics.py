@@ -22,7 +22,7 @@ from tests.test_metrics import BodyReader, Scrape, scrape
 from wireproto import __version__
 
 WIREPROTO = os.path.join(os.path.dirname(sys.executable), "wireproto")
-PAGE_LINE = re.compile(r"^wireproto: status page on (http://\S+/), metrics on (http://\S+)$")
+PAGE_LINE = re.compile(r"^wireproto: status page at (http://\S+/), metrics at (http://\S+)$")
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"),
                                 reason="the process collector reads /proc")

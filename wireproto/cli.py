@@ -13,7 +13,7 @@ length32 on 8769. It prints one line per listener, then a ready line::
     wireproto: nydus over lines on tcp:127.0.0.1:8768
     wireproto: subble over ws on ws://127.0.0.1:8765/subble
     wireproto: subble over length32 on tcp:127.0.0.1:8769
-    wireproto: status page on http://127.0.0.1:8765/, metrics on http://127.0.0.1:8765/metrics
+    wireproto: status page at http://127.0.0.1:8765/, metrics at http://127.0.0.1:8765/metrics
     wireproto: ready; Ctrl-C stops
 
 With ``--app MODULE:FUNCTION`` (``[app] setup``) it first calls the application's function
@@ -141,8 +141,8 @@ def banner(config: Config, bound: Sequence[BoundListener]) -> list[str]:
     if http is not None:
         scheme, rest = http.split("://", 1)
         base = f"{'https' if scheme in ('wss', 'https') else 'http'}://{rest.split('/', 1)[0]}"
-        served = [f"status page on {base}/"] if config.admin.enabled else []
-        served += [f"metrics on {base}{config.metrics.path}"] if config.metrics.enabled else []
+        served = [f"status page at {base}/"] if config.admin.enabled else []
+        served += [f"metrics at {base}{config.metrics.path}"] if config.metrics.enabled else []
         lines += [", ".join(served)] if served else []
     lines += [f"{link.describe()} attached to {redact_url(link.endpoint)}"
               for link in config.attach]
