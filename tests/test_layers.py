@@ -130,7 +130,7 @@ def within(name: str, *packages: str) -> bool:
 # What each layer may import of wireproto; everything else of wireproto is refused.
 FOUNDATION = (
     "wireproto.errors", "wireproto.peerlog", "wireproto.topics", "wireproto.settings",
-    "wireproto.payloads", "wireproto.redaction",
+    "wireproto.payloads", "wireproto.redaction", "wireproto.logs",
 )
 TRANSPORT_INTERFACE = (
     "wireproto.transports",  # the package's public names
@@ -185,8 +185,9 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
                                   "wireproto.transports", "wireproto.tools"),
     ),
     "wireproto.program": (
-        "the program's name and logging set-up import only the [log] table's settings",
-        _allowed(exact=("wireproto.program", "wireproto.config.tables")),
+        "the program's name and logging set-up import only the [log] table's settings and "
+        "the log's form",
+        _allowed(exact=("wireproto.program", "wireproto.config.tables", "wireproto.logs")),
     ),
     "wireproto.supervisor": (
         "the supervisor imports the service, config, the cluster, the transports, the "

@@ -92,7 +92,14 @@ async def test_a_connections_life_is_logged_once_with_stable_fields(broker: Brok
     assert (will["topic"], will["protocol"], will["delivered"]) == ("gone", "websmq", 1)
     assert will["session"] == connect["session"]
     hub_events = [e for e in events if e.get("log_namespace") == "wireproto.hub"]
-    assert [e["event"] for e in hub_events] == ["connect", "connect", "disconnect", "will"]
+    assert [e["event"] for e in hub_events if e["log_level"] is not LogLevel.debug] == [
+        "connect", "connect", "disconnect", "will"]
+    # The subscription, at debug (shown: nothing here has said debug is off).
+    (subscribe,) = named(events, "subscribe")
+    assert subscribe["log_level"] is LogLevel.debug and subscribe["topic"] == "gone"
+    (watcher_connect,) = [e for e in named(events, "connect") if e["peer"] != leaver_peer]
+    assert (subscribe["session"], subscribe["peer"], subscribe["pattern"]) == (
+        watcher_connect["session"], watcher_connect["peer"], False)
 
 
 @pytest_twisted.ensureDeferred

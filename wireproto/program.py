@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from twisted.logger import ILogObserver
+    from twisted.logger import ILogFilterPredicate, ILogObserver
 
     from wireproto.config.tables import LogSettings
 
@@ -32,8 +33,9 @@ def open_log_file(path: str) -> IO[str]:
 
 def start_logging(settings: LogSettings, verbose: bool, worker: int | None = None) -> None:
     """Log to stderr (or `settings.file`, its directory made if missing, created readable by
-    its owner only) at `settings.level`, info with -v; as text, or as one JSON object per line
-    (`format = "json"`). OSError if the file cannot be opened.
+    its owner only) at `settings.level`, info with -v; as text, or as JSON Lines (`format =
+    "json"`, `wireproto.logs.json_line`); never Twisted's own chatter (`wireproto.logs`).
+    OSError if the file cannot be opened.
 
     A worker of ``--workers`` (`worker`: its index) shares its supervisor's stderr or log file
     with the other workers, so each of its lines says which it is: the fields ``worker`` (the
@@ -46,17 +48,19 @@ def start_logging(settings: LogSettings, verbose: bool, worker: int | None = Non
         eventAsText,
         formatTime,
         globalLogBeginner,
-        jsonFileLogObserver,
         textFileLogObserver,
     )
+
+    from wireproto.logs import is_chatter, json_line, set_debugging
 
     level = LogLevel.levelWithName(settings.level)
     if verbose and level > LogLevel.info:
         level = LogLevel.info
+    set_debugging(level <= LogLevel.debug)
     stream = open_log_file(settings.file) if settings.file else sys.stderr
     output: ILogObserver
     if settings.format == "json":
-        output = jsonFileLogObserver(stream)
+        output = FileLogObserver(stream, json_line)
     elif worker is None:
         output = textFileLogObserver(stream)
     else:
@@ -73,11 +77,24 @@ def start_logging(settings: LogSettings, verbose: bool, worker: int | None = Non
         output = FileLogObserver(stream, text)
     if worker is not None:
         output = _stamped(output, {"worker": worker, "pid": os.getpid()})
-    observer = FilteringLogObserver(
-        output, [LogLevelFilterPredicate(defaultLogLevel=level)]
-    )
+    observer = FilteringLogObserver(output, [
+        LogLevelFilterPredicate(defaultLogLevel=level),
+        _without(is_chatter),
+    ])
     # stdout stays ours: it carries the listener lines that scripts parse.
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+
+def _without(unwanted: Callable[[dict], bool]) -> ILogFilterPredicate:
+    """A filter predicate that drops the events `unwanted` says yes to."""
+    from twisted.logger import ILogFilterPredicate, PredicateResult
+    from zope.interface import provider
+
+    @provider(ILogFilterPredicate)
+    def predicate(event: dict) -> PredicateResult:
+        return PredicateResult.no if unwanted(event) else PredicateResult.maybe
+
+    return predicate
 
 
 def _stamped(observer: ILogObserver, fields: dict[str, object]) -> ILogObserver:

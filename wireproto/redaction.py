@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_plus
 
-__all__ = ["REDACTED", "CREDENTIAL_PARAMETERS", "redact_url", "redact_target"]
+__all__ = ["REDACTED", "CREDENTIAL_PARAMETERS", "redact_url"]
 
 REDACTED = "***"
 # Query parameters that carry a credential wherever they appear.
@@ -55,7 +55,3 @@ def redact_url(url: str, *, every_value: bool = False) -> str:
             parts[index] = f"{name}={REDACTED}"
     return base + question + "".join(parts) + hash_mark + fragment
 
-
-def redact_target(target: bytes, *, every_value: bool = False) -> bytes:
-    """`redact_url` for an HTTP request target as twisted.web keeps it (bytes)."""
-    return redact_url(target.decode("latin-1"), every_value=every_value).encode("latin-1")

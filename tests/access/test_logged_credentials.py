@@ -1,5 +1,6 @@
-"""No credential reaches the log: `wireproto serve -v` with [auth] and a log file, on real sockets,
-sent tokens and passwords every way a client may, then the file read back (and its mode)."""
+"""No credential reaches the log: `wireproto serve` at debug with [auth] and a JSON log file, on
+real sockets, sent tokens and passwords every way a client may, then the file read back (and its
+mode)."""
 
 from __future__ import annotations
 
@@ -59,9 +60,9 @@ async def test_no_token_or_password_reaches_the_log_file_which_only_its_owner_re
         f'[[phyllo]]\nname = "dev2"\nendpoint = "{refusing}"\n\n'
         + auth_files.auth_table()
         + '\n[[acl]]\nprincipal = "alice"\ncall = ["#"]\n\n'
-        f'[log]\nfile = "{log_file}"\n'
+        f'[log]\nfile = "{log_file}"\nlevel = "debug"\nformat = "json"\n'
     )
-    command = [sys.executable, "-m", "wireproto", "serve", "-v", "--config", str(config)]
+    command = [sys.executable, "-m", "wireproto", "serve", "--config", str(config)]
     child = Child("sh", "-c", "umask 022 && exec " + shlex.join(command))
     children.append(child)
     await child.line(re.compile(r"^wireproto: ready; Ctrl-C stops$"))
@@ -91,7 +92,12 @@ async def test_no_token_or_password_reaches_the_log_file_which_only_its_owner_re
     await eventually(lambda: "cannot open" in log_file.read_text()
                      and log_file.read_text().count("ngine.io/") >= 7, timeout=10)
     logged = log_file.read_text()
-    assert '"POST /engine.io/?EIO=***&transport=***&access_token=***&t=***&sid=*** ' in logged
+    requests = [record for record in map(json.loads, logged.splitlines())
+                if record["event"] == "http_request"]
+    targets = {record["target"] for record in requests}
+    assert "/engine.io/?EIO=***&transport=***&access_token=***&t=***&sid=***" in targets
+    assert [record["referer"] for record in requests if record["referer"]] == [
+        "http://app.example/?access_token=***"]
     for secret in (token, expired, sid, "hunter2", "hunter3", "hunter4", "carol's password",
                    PHYLLO_PASSWORD):
         assert secret not in logged, secret

@@ -4,6 +4,7 @@ subscribers spread over both workers; a worker killed outright is started again.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,7 +14,6 @@ from collections.abc import AsyncIterator
 
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.logger import eventsFromJSONLogFile
 
 from tests.brokers import LOCAL
 from tests.cluster.conftest import _need_nats_server
@@ -321,7 +321,7 @@ async def test_sighup_reloads_the_rules_of_every_worker(tmp_path):
 
 LOGGED = """
 [log]
-level = "info"
+level = "debug"
 format = "json"
 file = "{file}"
 [[listen]]
@@ -355,11 +355,17 @@ async def test_two_workers_scraped_and_their_json_log_lines_say_which_is_which(t
         assert page.value("wireproto_cluster_reconnects_total", worker="total") == 0
     finally:
         await stop_supervised(supervised.child)
-    with open(log_file) as file:
-        events = list(eventsFromJSONLogFile(file))
+    # JSON Lines: every line one object, none with twisted.logger's own fields.
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert all(list(event)[:5] == ["time", "level", "namespace", "event", "message"]
+               and not any(key.startswith("log_") for key in event) for event in events)
     # The supervisor's lines have neither field; every worker's line has both.
     stamped = [event for event in events if "worker" in event]
     assert {(event["worker"], event["pid"]) for event in stamped} == {(0, first), (1, second)}
+    # At debug, the scrapes, each answered by a worker, which says which.
+    scraped = [event for event in events if event["event"] == "http_request"]
+    assert scraped and all(event["target"] == "/metrics" and event["worker"] in (0, 1)
+                           for event in scraped)
     connected = [event for event in events if event.get("event") == "cluster_connected"]
     # One is the supervisor's own connection, by which it watches its nats-server.
     assert sorted((event.get("worker"), event.get("pid")) for event in connected

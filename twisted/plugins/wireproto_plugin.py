@@ -214,6 +214,9 @@ def _twistd_log_observer(twistd_options: Any, level: str) -> Any:
     )
     from twisted.scripts.twistd import _SomeApplicationRunner
 
+    from wireproto.logs import set_debugging
+
+    set_debugging(level == "debug")  # what logs often at debug builds no event otherwise
     inner = _SomeApplicationRunner.loggerFactory(twistd_options)._getLogObserver()
     if not ILogObserver.providedBy(inner):
         inner = LegacyLogObserverWrapper(inner)

@@ -1,5 +1,6 @@
 """What the hub says of a connection's peer: its transport's name, whether it may publish on a
-topic, and the log line of a connection closed for breaking its protocol."""
+topic, and the log lines of a connection closed for breaking its protocol and of its
+subscriptions."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from typing import Protocol
 from twisted.logger import Logger
 
 from wireproto import peerlog
-from wireproto.access import Action, Grants
+from wireproto.access import Action, Grants, Principal
+from wireproto.logs import debugging
 from wireproto.peerlog import address_key, describe_address
 from wireproto.transports.base import IMessageTransport
 
-__all__ = ["Identified", "is_reserved", "publish_allowed", "transport_name", "log_protocol_error"]
+__all__ = ["Identified", "is_reserved", "publish_allowed", "transport_name", "log_protocol_error",
+           "log_subscription", "log_revoked"]
 
 log = Logger(namespace="wireproto.hub")
 
@@ -25,6 +28,15 @@ class Identified(Protocol):
 
     @property
     def client(self) -> str | None: ...
+
+
+class Subscribing(Identified, Protocol):
+    """A connection as its subscriptions' log lines name it (a Session is one)."""
+
+    protocol: str
+    transport_name: str
+    peer: str
+    principal: Principal
 
 
 def is_reserved(topic: str) -> bool:
@@ -59,4 +71,28 @@ def log_protocol_error(
         peer=describe_address(peer), error=str(error),
         session=None if session is None else session.id,
         client=None if session is None else session.client,
+    )
+
+
+def log_subscription(session: Subscribing, subscribed: bool, topic: str, pattern: bool) -> None:
+    """Log `session`'s subscribe (or unsubscribe) to `topic` (a pattern if `pattern`), at debug:
+    nothing is built when debug is off."""
+    if not debugging():
+        return
+    log.debug(
+        "{protocol} session {session} from {peer} "
+        + ("subscribed to {topic!r}" if subscribed else "unsubscribed from {topic!r}"),
+        event="subscribe" if subscribed else "unsubscribe", protocol=session.protocol,
+        transport=session.transport_name, peer=session.peer, session=session.id,
+        client=session.client, principal=session.principal.name, topic=topic, pattern=pattern,
+    )
+
+
+def log_revoked(session: Subscribing, topic: str) -> None:
+    """Log the end of `session`'s subscription to `topic` that a reload's rules forbid."""
+    log.info(
+        "{protocol} session {session} from {peer}: subscription to {topic!r} ended: the "
+        "rules no longer allow it", event="subscription_revoked", protocol=session.protocol,
+        peer=session.peer, session=session.id, client=session.client,
+        principal=session.principal.name, topic=topic,
     )

@@ -17,13 +17,14 @@ from zope.interface import implementer
 from wireproto import peerlog
 from wireproto.access import ANONYMOUS, Action, Grants, Principal
 from wireproto.errors import CredentialEnded, Forbidden, LimitExceeded
-from wireproto.hub.message import (
-    Encoder,
-    HubMessage,
-    Overflow,
-    SessionStats,
+from wireproto.hub.message import Encoder, HubMessage, Overflow, SessionStats
+from wireproto.hub.peers import (
+    is_reserved,
+    log_revoked,
+    log_subscription,
+    publish_allowed,
+    transport_name,
 )
-from wireproto.hub.peers import is_reserved, publish_allowed, transport_name
 from wireproto.peerlog import address_key, describe_address
 from wireproto.protocols.calls import RemoteCaller
 from wireproto.topics import validate_pattern
@@ -197,6 +198,7 @@ class Session:
         self._hold(topic)
         self.topics.add(topic)
         subscribed = self.hub.subscribe(self, topic)
+        log_subscription(self, True, topic, False)
         if self.hub.retained is not None:
             self.hub.send_last_values(self, topic, pattern=False)
         return subscribed
@@ -219,6 +221,7 @@ class Session:
             return False
         self.topics.discard(topic)
         self._release(topic)
+        log_subscription(self, False, topic, False)
         return self.hub.unsubscribe(self, topic)
 
     def subscribe_pattern(self, pattern: str) -> bool:
@@ -230,6 +233,7 @@ class Session:
         self._hold(pattern)
         self.hub.subscribe_pattern(self, pattern)
         self.patterns.add(pattern)
+        log_subscription(self, True, pattern, True)
         if self.hub.retained is not None:
             self.hub.send_last_values(self, pattern, pattern=True)
         return True
@@ -239,6 +243,7 @@ class Session:
             return False
         self.patterns.discard(pattern)
         self._release(pattern)
+        log_subscription(self, False, pattern, True)
         self.hub.unsubscribe_pattern(self, pattern)
         return True
 
@@ -266,21 +271,13 @@ class Session:
             if not self.grants.allows(Action.SUBSCRIBE, topic):
                 self.unsubscribe(topic)
                 ended += 1
-                self._log_revoked(topic)
+                log_revoked(self, topic)
         for pattern in tuple(self.patterns):
             if not self.grants.allows(Action.SUBSCRIBE, pattern):
                 self.unsubscribe_pattern(pattern)
                 ended += 1
-                self._log_revoked(pattern)
+                log_revoked(self, pattern)
         return ended
-
-    def _log_revoked(self, topic: str) -> None:
-        log.info(
-            "{protocol} session {session} from {peer}: subscription to {topic!r} ended: the "
-            "rules no longer allow it", event="subscription_revoked", protocol=self.protocol,
-            peer=self.peer, session=self.id, client=self.client,
-            principal=self.principal.name, topic=topic,
-        )
 
     # -- the credential's end ------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ class _LoggingClientEndpoint:
     def connect(self, factory: IProtocolFactory) -> defer.Deferred[IProtocol]:
         def opened(protocol: IProtocol) -> IProtocol:
             self._down = False
-            log.info("attached {what} on {endpoint}", what=self.link.describe(),
+            log.info("attached {what} on {endpoint}", event="attached", what=self.link.describe(),
                      endpoint=self.shown)
             return protocol
 

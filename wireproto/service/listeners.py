@@ -345,7 +345,7 @@ class Listeners(MultiService):
             bound = BoundListener(listener, format_address(listener, host))
             self._bound_order[id(bound)] = index
             self.bound.append(bound)
-            log.info("listening: {what}", what=bound.describe())
+            log.info("listening: {what}", event="listening", what=bound.describe())
         self._reported += 1
         self._fire_waiters()
 
@@ -353,7 +353,7 @@ class Listeners(MultiService):
         error = ListenFailed(tuple(listener for _, listener in group), reason)
         self.errors.append(error)
         if self.log_errors and not reason.check(defer.CancelledError):
-            log.error("{error}", error=error)
+            log.error("{error}", event="listen_failed", error=error)
         self._reported += 1
         self._fire_waiters()
 

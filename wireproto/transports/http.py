@@ -20,11 +20,12 @@ are still arriving. `GuardedSite` closes those doors:
   address with the most takes the place of that address's oldest (503), so a few addresses
   that drip requests cannot keep everyone else out; otherwise it gets 503. A WebSocket that
   finished its handshake, or a held Engine.IO poll, is not pending.
-- **The access log.** twisted.web logs each request's line (the Combined Log Format), at info.
-  Its target and Referer are logged as `wireproto.redaction` shows a URL: no ``user:password@``
-  and no ``access_token`` value; on a path whose resource says `checks_credentials` (a listener
-  or the admin API with [auth]) no query value at all, since engine.io clients repeat their
-  token with every poll.
+- **The access log.** Each answered request is one ``http_request`` event at debug (nothing is
+  built when debug is off), in place of twisted.web's Combined Log Format line. Its target and
+  Referer are logged as `wireproto.redaction` shows a URL: no ``user:password@`` and no
+  ``access_token`` value; on a path whose resource says `checks_credentials` (a listener or
+  the admin API with [auth]) no query value at all, since engine.io clients repeat their token
+  with every poll.
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ from twisted.internet.interfaces import IDelayedCall, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.http import HTTPChannel, combinedLogFormatter
+from twisted.web.http import HTTPChannel
+from twisted.web.http import Request as HTTPRequest
 from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from wireproto.peerlog import address_key
-from wireproto.redaction import redact_target
+from wireproto.logs import debugging
+from wireproto.peerlog import address_key, describe_address
+from wireproto.redaction import redact_url
 
 if TYPE_CHECKING:
     from wireproto.access import Principal
@@ -165,23 +168,6 @@ def checks_credentials(resource: Any) -> bool:
     return bool(getattr(resource, "checks_credentials", False))
 
 
-class _AsLogged:
-    """A request as the access log shows it: its target and Referer without credentials."""
-
-    def __init__(self, request: Any, every_value: bool) -> None:
-        self._request = request
-        self.uri = redact_target(request.uri, every_value=every_value)
-
-    def getHeader(self, name: bytes) -> bytes | None:
-        value = self._request.getHeader(name)
-        if value is not None and name.lower() == b"referer":
-            return redact_target(value)
-        return value
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._request, name)
-
-
 def _status_only(code: int, phrase: bytes) -> bytes:
     return (
         b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
@@ -289,7 +275,8 @@ class _GuardedChannel(HTTPChannel):
             self.site.refusals["body_too_large"] += 1
             # Counted here; the resource that answers says more (Engine.IO logs the session).
             log.debug("refused a request body from {peer}: over {limit} bytes",
-                      peer=self._address, limit=request.body_limit)
+                      event="http_refused", reason="body_too_large", peer=self._address,
+                      limit=request.body_limit)
 
     def _finishRequestBody(self, data: bytes) -> None:
         if not self._discarding:  # a chunked body cut off: its end was not waited for
@@ -340,7 +327,8 @@ class _GuardedChannel(HTTPChannel):
         self._end_request()
         self.site.refusals[reason] += 1
         (log.debug if quiet else log.info)(
-            "refused an HTTP request from {peer}: {detail}", peer=self._address, detail=detail
+            "refused an HTTP request from {peer}: {detail}", event="http_refused",
+            peer=self._address, reason=reason, detail=detail,
         )
         self.setTimeout(None)
         transport = self.transport
@@ -361,7 +349,7 @@ class GuardedSite(Site):
     requestFactory = _GuardedRequest
 
     def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> None:
-        super().__init__(root, timeout=idle_timeout, logFormatter=self.access_log_line)
+        super().__init__(root, timeout=idle_timeout)
         self.limits = limits
         # The pending connections of each address, oldest first.
         self._pending_by_address: dict[str, dict[_GuardedChannel, None]] = {}
@@ -413,10 +401,23 @@ class GuardedSite(Site):
         if not pending:
             del self._pending_by_address[channel._address]
 
-    def access_log_line(self, timestamp: str, request: Any) -> str:
-        """`request`'s line in the access log, without the credentials it carried."""
+    def log(self, request: HTTPRequest) -> None:
+        """`request`, answered, as an ``http_request`` event at debug, without the credentials
+        it carried (twisted.web would write its Combined Log Format line)."""
+        if not debugging():
+            return
         every_value = checks_credentials(self.resource_at(request.uri))
-        return combinedLogFormatter(timestamp, _AsLogged(request, every_value))
+        referer = request.getHeader(b"referer")
+        agent = request.getHeader(b"user-agent")
+        log.debug(
+            "HTTP {method} {target} from {peer}: {status}, {bytes} bytes", event="http_request",
+            peer=describe_address(request.getClientAddress()),
+            method=request.method.decode("latin-1"),
+            target=redact_url(request.uri.decode("latin-1"), every_value=every_value),
+            status=request.code, bytes=request.sentLength,
+            referer=None if referer is None else redact_url(referer.decode("latin-1")),
+            user_agent=None if agent is None else agent.decode("latin-1"),
+        )
 
     def body_limit_for(self, target: bytes) -> int:
         """What the resource at request target `target` takes as a body."""

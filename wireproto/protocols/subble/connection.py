@@ -281,9 +281,9 @@ class SubbleHostProtocol(MessageProtocol):
         """Answer with a refusal, then close: nothing more is read from this connection."""
         self.state = HandshakeState.ENDED
         log.warn(
-            "subble: refused {peer}: {code} {message}", event="handshake_refused",
+            "subble: refused {peer}: {code} {reason}", event="handshake_refused",
             protocol="subble", peer=describe_address(self.transport.getPeer()), code=int(code),
-            message=message,
+            reason=message,
         )
         data = encode(HandshakeResponse(code, message, echo))
         if len(data) > self.transport.maxMessageSize:
