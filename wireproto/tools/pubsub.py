@@ -42,6 +42,7 @@ from wireproto.tools._common import (
     run_tool,
     stdin_lines,
 )
+from wireproto.tools.habits import check_habits
 from wireproto.tools.links import (
     NO_VALUE,
     Link,
@@ -329,6 +330,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     publish.add_argument("--stack", choices=("minimal", "reduced"), default="reduced",
                          help="Phyllo: the device's stack (default reduced)")
     publish.set_defaults(run=pub)
+    check_habits(publish, "pub", path="/websmq", one_topic="topic")
 
     follow = commands.add_parser(
         "sub",
@@ -355,7 +357,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="print only each message's payload, as it came (bytes too)")
     follow.add_argument("--stack", choices=("minimal", "reduced"), default="reduced",
                         help="Phyllo: the device's stack (default reduced)")
+    follow.add_argument("-v", "--verbose", action="store_true",
+                        help="print TOPIC PAYLOAD, the default (as mosquitto_sub -v)")
     follow.set_defaults(run=sub)
+    check_habits(follow, "sub", path="/websmq")
 
 
 def _option(parser: argparse.ArgumentParser, flag: str) -> argparse.Action:

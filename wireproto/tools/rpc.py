@@ -36,6 +36,7 @@ from wireproto.tools._common import (
     run_tool,
     stdin_lines,
 )
+from wireproto.tools.habits import check_habits
 from wireproto.tools.registry import call_protocols, protocol_of
 
 if TYPE_CHECKING:
@@ -429,6 +430,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     call.add_argument("data", metavar="DATA", nargs="?",
                       help="the request's body or the invoke's data, as JSON")
     call.set_defaults(run=_runner("call", _call))
+    check_habits(call, "call", path="/ubre")
 
     produce = commands.add_parser(
         "produce",
@@ -446,6 +448,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     produce.add_argument("--client-id", metavar="ID",
                          help="the client ID to handshake with (default: a new one)")
     produce.set_defaults(run=_runner("produce", _produce))
+    check_habits(produce, "produce", path="/subble", one_topic="event type")
 
     events = commands.add_parser(
         "events",
@@ -467,3 +470,4 @@ def register(commands: argparse._SubParsersAction) -> None:
     events.add_argument("--client-id", metavar="ID",
                         help="the client ID to handshake with (default: a new one)")
     events.set_defaults(run=_runner("events", _events, until_stopped=True))
+    check_habits(events, "events", path="/subble")

@@ -1,0 +1,56 @@
+"""`wireproto serve` and the tools as real processes, for the tools' tests: a broker started with
+its listeners (or a config file), read from its banner, and tools run against it."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import AsyncIterator
+
+import pytest_twisted
+
+from tests.test_cli import LISTENER_LINE, Child
+
+READY = re.compile(r"^wireproto: ready; Ctrl-C stops$")
+
+
+class Processes:
+    """Every process a test starts, killed at its end."""
+
+    def __init__(self) -> None:
+        self.started: list[Child] = []
+
+    def run(self, *args: str, stdin: str | None = None) -> Child:
+        """``python -m wireproto ARGS`` (PYTHONPATH, inherited, names the wireproto tested)."""
+        child = Child(sys.executable, "-m", "wireproto", *args, stdin=stdin)
+        self.started.append(child)
+        return child
+
+    async def serve(self, *args: str) -> dict[str, str]:
+        """Start ``wireproto serve ARGS``; once it is ready, its address for each listener,
+        by ``PROTOCOL over TRANSPORT`` (``websmq over ws``)."""
+        broker = self.run("serve", *args)
+        await broker.line(READY, timeout=30)
+        return {f"{m.group(1)} over {m.group(2)}": m.group(3)
+                for m in map(LISTENER_LINE.match, broker.stdout) if m}
+
+    def kill(self) -> None:
+        for child in self.started:
+            child.kill()
+
+
+@pytest_twisted.async_yield_fixture
+async def processes() -> AsyncIterator[Processes]:
+    running = Processes()
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+async def one_line(tool: Child, code: int) -> str:
+    """`tool` exits with `code` having printed one line on stderr and nothing on stdout; that
+    line."""
+    assert await tool.exit_code(timeout=30) == code, tool.output()
+    assert tool.stdout == [] and len(tool.stderr) == 1, tool.output()
+    return tool.stderr[0]
