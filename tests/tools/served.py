@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import AsyncIterator
-
-import pytest_twisted
 
 from tests.test_cli import LISTENER_LINE, Child
 
@@ -19,6 +16,8 @@ class Processes:
 
     def __init__(self) -> None:
         self.started: list[Child] = []
+        # Each listener of the last broker started: (PROTOCOL over TRANSPORT, its address).
+        self.listening: list[tuple[str, str]] = []
 
     def run(self, *args: str, stdin: str | None = None) -> Child:
         """``python -m wireproto ARGS`` (PYTHONPATH, inherited, names the wireproto tested)."""
@@ -28,24 +27,19 @@ class Processes:
 
     async def serve(self, *args: str) -> dict[str, str]:
         """Start ``wireproto serve ARGS``; once it is ready, its address for each listener,
-        by ``PROTOCOL over TRANSPORT`` (``websmq over ws``)."""
+        by ``PROTOCOL over TRANSPORT`` (``websmq over ws``; the first, if several)."""
         broker = self.run("serve", *args)
         await broker.line(READY, timeout=30)
-        return {f"{m.group(1)} over {m.group(2)}": m.group(3)
-                for m in map(LISTENER_LINE.match, broker.stdout) if m}
+        self.listening = [(f"{m.group(1)} over {m.group(2)}", m.group(3))
+                          for m in map(LISTENER_LINE.match, broker.stdout) if m]
+        addresses: dict[str, str] = {}
+        for name, address in self.listening:
+            addresses.setdefault(name, address)
+        return addresses
 
     def kill(self) -> None:
         for child in self.started:
             child.kill()
-
-
-@pytest_twisted.async_yield_fixture
-async def processes() -> AsyncIterator[Processes]:
-    running = Processes()
-    try:
-        yield running
-    finally:
-        running.kill()
 
 
 async def one_line(tool: Child, code: int) -> str:

@@ -11,7 +11,7 @@ import pytest
 import pytest_twisted
 
 from tests.support import eventually
-from tests.tools.served import Processes, one_line, processes  # noqa: F401 - a fixture
+from tests.tools.served import Processes, one_line
 
 LISTEN = ("--listen", "websmq+ws@tcp:0", "--listen", "ubre+ws@tcp:0",
           "--listen", "subble+ws@tcp:0")
@@ -76,8 +76,8 @@ async def test_mosquitto_options_on_pub_and_sub_say_the_wireproto_way_and_publis
             "wireproto pub: -V: the protocol is the ADDRESS's path (/websmq, /ubre) or "
             "-p/--protocol PROTOCOL",
         ("sub", "-h", "localhost", "-t", "x", "-C", "1"):
-            f"wireproto sub: -h is --help here; the broker goes in the ADDRESS: "
-            f"ws://localhost:8765/websmq",
+            "wireproto sub: -h is --help here; the broker goes in the ADDRESS: "
+            "ws://localhost:8765/websmq",
         ("sub", websmq, "-p", port, "-t", "x", "-C", "1"):
             "wireproto sub: -p is --protocol here (websmq, ubre, phyllo); the port goes in "
             f"the ADDRESS: ws://127.0.0.1:{port}/websmq",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from typing import Any
 
 __all__ = ["check_habits", "foreign_habit"]
 
@@ -158,7 +157,8 @@ def check_habits(parser: argparse.ArgumentParser, tool: str, *, path: str,
 
     parse = parser.parse_known_args
 
-    def checked(args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+    def checked(args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+                ) -> tuple[argparse.Namespace, list[str]]:
         line = foreign_habit(tool, list(args or ()), path=path, protocols=protocols,
                              one_topic=one_topic, takes_value=takes_value)
         if line is not None:
