@@ -151,3 +151,17 @@ async def test_a_wrong_path_or_protocol_says_what_the_broker_serves_there(
     ]
     for args, code, line in cases:
         assert await one_line(processes.run(*args), code) == line, args
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_origin_the_broker_does_not_take_is_named(
+    processes: Processes, tmp_path: Path,
+) -> None:
+    config = tmp_path / "origins.toml"
+    config.write_text('[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n'
+                      '[websocket]\nallowed_origins = ["https://app.example:443"]\n')
+    websmq = (await processes.serve("--config", str(config)))["websmq over ws"]
+    tool = processes.run("pub", websmq, "-t", "x", "-m", "hi", "-H", "Origin: https://evil.example")
+    assert await one_line(tool, 4) == (
+        f"wireproto pub: {websmq}: 403 Forbidden: the broker does not take this Origin header "
+        "(its [websocket] allowed_origins)")
