@@ -24,6 +24,7 @@ __all__ = [
     "Forbidden",
     "CredentialEnded",
     "UnexpectedMessage",
+    "NotThisProtocol",
 ]
 
 
@@ -104,3 +105,28 @@ class CredentialEnded(ProtocolError):
 
 class UnexpectedMessage(ProtocolError):
     """A well-formed message that this role must never receive (a broker-only frame at a broker)."""
+
+
+_SERVES = "this serves "
+
+
+class NotThisProtocol(ProtocolError):
+    """A message the protocol served here cannot read, most often one from a client of another
+    protocol. Its message, the reason a broker closes the connection with, names the protocol
+    first (``this serves websmq: WEBSMQ frames are binary...``), so the client can say where
+    it went wrong (`served_by`)."""
+
+    def __init__(self, served: str, error: ProtocolError) -> None:
+        super().__init__(f"{_SERVES}{served}: {error}", offset=error.offset)
+        self.served = served
+        self.error = error
+
+    @staticmethod
+    def served_by(reason: str) -> str | None:
+        """The protocol a close reason says is served where it came from (one of this
+        class's), or None."""
+        at = reason.find(_SERVES)
+        if at < 0:
+            return None
+        name, colon, _ = reason[at + len(_SERVES):].partition(":")
+        return name if colon and name.isidentifier() else None

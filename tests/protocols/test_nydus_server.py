@@ -526,7 +526,7 @@ async def test_a_parser_error_closes_only_that_connection(host, peers, way, bad)
     if way == "ws":
         code, reason = info
         assert code == 1002
-        assert reason.startswith("nydus")
+        assert reason.startswith("this serves nydus: nydus")  # what is served, then why
     assert errors == [(offender.remote, bad.encode())]
     assert offender.remote.id not in host.server.clients
     assert await bystander.invoke("/echo", "7", "b") == "2$b|7"

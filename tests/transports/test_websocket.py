@@ -119,6 +119,22 @@ async def test_protocol_error_closes_with_1002_and_truncated_reason(net):
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_refusal_crossing_the_clients_own_close_still_reaches_it(net):
+    # The client sends a message the server refuses, and closes at once: the server's 1002
+    # and its reason, not the client's own 1000, are what the client hears. (The server
+    # aborted the connection with its close frame unsent, and the client reported its own.)
+    port = await serve(net, RejectsEverything)
+    for _ in range(5):
+        peer = await client(net, port)
+        peer.transport.sendMessage(b"\x09")
+        peer.transport.loseConnection()
+        await wait_for(peer.lost)
+        assert peer.reason.check(ConnectionLost), peer.reason
+        assert peer.transport.closeCode == 1002
+        assert peer.transport.closeReason == close_reason(RejectsEverything.error)
+
+
+@pytest_twisted.ensureDeferred
 async def test_origin_allowlist_refuses_other_origins_with_403(net):
     port = await serve(net, allowed_origins=("https://good.example:443", "http://*.good.example:*"))
     bad = await http_response_head(net, port, upgrade_request(Origin="https://evil.example"))

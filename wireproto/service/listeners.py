@@ -277,6 +277,8 @@ class Listeners(MultiService):
         site = websocket_site(
             routes, idle_timeout=self.config.websocket.open_handshake_timeout,
             limits=self.config.http,
+            served=", ".join(f"{_http_path(listener)} {listener.protocol}"
+                             for _, listener in group),
         )
         self.connections.http_sites.append(site)
         return site

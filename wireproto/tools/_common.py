@@ -92,7 +92,7 @@ def add_common_options(parser: argparse.ArgumentParser, protocols: Sequence[str]
     parser.add_argument("--token", metavar="JWT",
                         help="a token for the broker's [auth] (default: $WIREPROTO_TOKEN), "
                              "sent as Authorization: Bearer")
-    parser.add_argument("--user", metavar="USER",
+    parser.add_argument("-u", "--user", metavar="USER",
                         help="a user of the broker's password file (default: $WIREPROTO_USER); "
                              "the password from --password or $WIREPROTO_PASSWORD")
     parser.add_argument("--password", metavar="PASSWORD",

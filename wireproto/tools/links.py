@@ -196,7 +196,12 @@ class UbreLink(Link):
     def __init__(self, client: Any) -> None:
         super().__init__()
         self.client = client
-        client.on_disconnect = lambda reason: self._was_lost(reason_text(reason))
+        self._lost_reason: Failure | None = None
+        client.on_disconnect = self._disconnected
+
+    def _disconnected(self, reason: Failure) -> None:
+        self._lost_reason = reason
+        self._was_lost(reason_text(reason))
 
     @classmethod
     def check_topics(cls, topics: list[str], patterns: bool) -> None:
@@ -233,7 +238,8 @@ class UbreLink(Link):
 
     def close(self) -> defer.Deferred:
         self.closing = True
-        return self.client.close()
+        # An unclean close is the broker refusing what was sent (a WEBSMQ path, say).
+        return self.client.close().addCallback(lambda _: _unclean(self._lost_reason))
 
 
 class PhylloLink(Link):

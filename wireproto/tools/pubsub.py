@@ -42,6 +42,8 @@ from wireproto.tools._common import (
     run_tool,
     stdin_lines,
 )
+from wireproto.tools.explain import closed_line, explain_refusal
+from wireproto.tools.habits import check_habits
 from wireproto.tools.links import (
     NO_VALUE,
     Link,
@@ -135,10 +137,12 @@ def pub(args: argparse.Namespace) -> int:
             whole = _whole_message(args)
             lines = stdin_lines(reactor) if whole is None else None
             link = await run.wait(open_link(
-                reactor, args, links()[protocol], [args.topic], args.timeout))
+                reactor, args, links()[protocol], [args.topic], args.timeout).addErrback(
+                lambda failure: explain_refusal(args, protocol, failure)))
             link.on_lost(lambda why: run.end(ToolError(
-                f"the connection closed before every message was sent: {why}", EXIT_UNREACHABLE
-            )))
+                closed_line(args.address, protocol, why)
+                or f"the connection closed before every message was sent: {why}",
+                EXIT_UNREACHABLE)))
             if whole is not None:
                 await link.publish(args.topic, whole)
             else:
@@ -153,7 +157,9 @@ def pub(args: argparse.Namespace) -> int:
                 if link is not None:
                     closed = await close_link(link, reactor, args.timeout)
                     if closed is not None and run.outcome is None:
-                        run.end(ToolError(f"the connection closed badly: {reason_text(closed)}"))
+                        why = reason_text(closed)
+                        run.end(ToolError(closed_line(args.address, protocol, why)
+                                          or f"the connection closed badly: {why}"))
             finally:
                 run.release()
         return run.result()
@@ -237,7 +243,8 @@ def sub(args: argparse.Namespace) -> int:
 
         def open_once() -> defer.Deferred:
             return open_link(
-                reactor, args, links()[protocol], topics, connect_timeout).addCallbacks(
+                reactor, args, links()[protocol], topics, connect_timeout).addErrback(
+                lambda failure: explain_refusal(args, protocol, failure)).addCallbacks(
                 opened, not_opened)
 
         def lost(gone: Link, why: str) -> None:
@@ -253,7 +260,8 @@ def sub(args: argparse.Namespace) -> int:
             hint = ""
             if protocol == "websmq" and any(map(is_pattern, topics)):
                 hint = " (WEBSMQ wildcards need the broker's --wildcards)"
-            run.end(ToolError(f"the connection closed: {why}{hint}", EXIT_UNREACHABLE))
+            run.end(ToolError(closed_line(args.address, protocol, why)
+                              or f"the connection closed: {why}{hint}", EXIT_UNREACHABLE))
 
         connect_timeout = None if args.timeout is not None else DEFAULT_CONNECT_TIMEOUT
         reconnector: Reconnector = Reconnector(
@@ -329,6 +337,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     publish.add_argument("--stack", choices=("minimal", "reduced"), default="reduced",
                          help="Phyllo: the device's stack (default reduced)")
     publish.set_defaults(run=pub)
+    check_habits(publish, "pub", path="/websmq", one_topic="topic")
 
     follow = commands.add_parser(
         "sub",
@@ -355,7 +364,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="print only each message's payload, as it came (bytes too)")
     follow.add_argument("--stack", choices=("minimal", "reduced"), default="reduced",
                         help="Phyllo: the device's stack (default reduced)")
+    follow.add_argument("-v", "--verbose", action="store_true",
+                        help="print TOPIC PAYLOAD, the default (as mosquitto_sub -v)")
     follow.set_defaults(run=sub)
+    check_habits(follow, "sub", path="/websmq")
 
 
 def _option(parser: argparse.ArgumentParser, flag: str) -> argparse.Action:

@@ -36,6 +36,8 @@ from wireproto.tools._common import (
     run_tool,
     stdin_lines,
 )
+from wireproto.tools.explain import closed_line, refusal
+from wireproto.tools.habits import check_habits
 from wireproto.tools.registry import call_protocols, protocol_of
 
 if TYPE_CHECKING:
@@ -128,8 +130,10 @@ def _check_address(reactor: Any, address: str) -> None:
         client_endpoint(reactor, address)
 
 
-async def _connect(reactor: Any, client: ClientBase[Any], seconds: float) -> None:
-    """Connect `client` (and handshake) within `seconds`, with the tools' errors."""
+async def _connect(reactor: Any, client: ClientBase[Any], seconds: float, protocol: str,
+                   args: argparse.Namespace) -> None:
+    """Connect `client` (and handshake) within `seconds`, with the tools' errors: `client`
+    speaks `protocol`, with what `args` give."""
     from wireproto.protocols.rpc import ConnectionClosed
     from wireproto.protocols.subble.client import HandshakeRefused
     from wireproto.transports.websocket import HandshakeFailed
@@ -137,9 +141,7 @@ async def _connect(reactor: Any, client: ClientBase[Any], seconds: float) -> Non
     try:
         await _within(reactor, client.connect(), seconds, f"connecting to {client.address}")
     except HandshakeFailed as failed:
-        reason = failed.args[0] if failed.args and failed.args[0] else str(failed)
-        raise ToolError(one_line(f"WebSocket handshake refused: {reason}"),
-                        EXIT_REFUSED) from None
+        raise refusal(args, protocol, failed) from None
     except HandshakeRefused as refused:
         code = int(refused.code)
         meaning = HANDSHAKE_CODES.get(code, "refused")
@@ -153,8 +155,9 @@ async def _connect(reactor: Any, client: ClientBase[Any], seconds: float) -> Non
         raise ToolError(f"cannot connect to {client.address}: {reason}",
                         EXIT_UNREACHABLE) from None
     except (ConnectionClosed, error.ConnectionDone, error.ConnectionLost) as closed:
-        raise ToolError(one_line(f"{client.address}: the connection closed: {closed}"),
-                        EXIT_UNREACHABLE) from None
+        raise ToolError(one_line(
+            closed_line(args.address, protocol, str(closed), answered=False)
+            or f"{client.address}: the connection closed: {closed}"), EXIT_UNREACHABLE) from None
 
 
 async def _close(reactor: Any, client: ClientBase[Any]) -> None:
@@ -229,7 +232,7 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
     caller = callers[protocol](reactor, args.address, timeout, **connect_options(args))
     client = caller.client
     try:
-        await _connect(reactor, client, timeout)
+        await _connect(reactor, client, timeout, protocol, args)
         started = time.monotonic()
         try:
             result = await caller.ask(target, None if data is _NOTHING else (data,), timeout)
@@ -241,7 +244,9 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
                 emit(True, {"error": _jsonable(said), "ms": _ms(started)}, "")
             raise ToolError(one_line(f"{target} failed: {text}"), EXIT_FAILED) from None
         except ConnectionClosed as closed:
-            raise ToolError(one_line(f"{target}: {closed}"), EXIT_UNREACHABLE) from None
+            raise ToolError(one_line(
+                closed_line(args.address, protocol, str(closed), answered=False)
+                or f"{target}: {closed}"), EXIT_UNREACHABLE) from None
         ms = _ms(started)
         emit(args.json, {"result": _jsonable(result), "ms": ms}, compact_json(result))
         return EXIT_OK
@@ -302,7 +307,7 @@ async def _produce(reactor: Any, args: argparse.Namespace) -> int:
             raise ToolError("nothing to produce: give -m DATA or lines on stdin", EXIT_USAGE)
         lines = stdin_lines(reactor)
     try:
-        await _connect(reactor, client, timeout)
+        await _connect(reactor, client, timeout, "subble", args)
         while True:
             if lines is None:
                 text = args.message
@@ -327,7 +332,8 @@ async def _produce(reactor: Any, args: argparse.Namespace) -> int:
                 raise ToolError(f"{event_type}: no echo within {timeout:g} s",
                                 EXIT_TIMEOUT) from None
             except ConnectionClosed as closed:
-                raise ToolError(one_line(f"{event_type}: {closed}"), EXIT_UNREACHABLE) from None
+                raise ToolError(one_line(closed_line(args.address, "subble", str(closed))
+                                         or f"{event_type}: {closed}"), EXIT_UNREACHABLE) from None
             if args.json:
                 emit(True, event_record(echo), "")
             if lines is None:
@@ -368,14 +374,15 @@ async def _events(reactor: Any, args: argparse.Namespace) -> int:
     connect_timeout = timeout or CONNECT_TIMEOUT
     client = _subble_client(reactor, args, connect_timeout, subscribe=args.event_types,
                             on_event=on_event)
-    client.on_disconnect = lambda reason: end(ToolError(
-        one_line(f"{args.address}: the connection closed: {reason.getErrorMessage()}"),
+    client.on_disconnect = lambda reason: end(ToolError(one_line(
+        closed_line(args.address, "subble", reason.getErrorMessage())
+        or f"{args.address}: the connection closed: {reason.getErrorMessage()}"),
         EXIT_UNREACHABLE,
     ))
 
     timer = None
     try:
-        await _connect(reactor, client, connect_timeout)
+        await _connect(reactor, client, connect_timeout, "subble", args)
         if done.called:
             return await done
         if timeout is not None:
@@ -429,6 +436,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     call.add_argument("data", metavar="DATA", nargs="?",
                       help="the request's body or the invoke's data, as JSON")
     call.set_defaults(run=_runner("call", _call))
+    check_habits(call, "call", path="/ubre")
 
     produce = commands.add_parser(
         "produce",
@@ -446,6 +454,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     produce.add_argument("--client-id", metavar="ID",
                          help="the client ID to handshake with (default: a new one)")
     produce.set_defaults(run=_runner("produce", _produce))
+    check_habits(produce, "produce", path="/subble", one_topic="event type")
 
     events = commands.add_parser(
         "events",
@@ -467,3 +476,4 @@ def register(commands: argparse._SubParsersAction) -> None:
     events.add_argument("--client-id", metavar="ID",
                         help="the client ID to handshake with (default: a new one)")
     events.set_defaults(run=_runner("events", _events, until_stopped=True))
+    check_habits(events, "events", path="/subble")

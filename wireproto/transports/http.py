@@ -20,6 +20,10 @@ are still arriving. `GuardedSite` closes those doors:
   address with the most takes the place of that address's oldest (503), so a few addresses
   that drip requests cannot keep everyone else out; otherwise it gets 503. A WebSocket that
   finished its handshake, or a held Engine.IO poll, is not pending.
+- **What a port serves.** A WebSocket or Engine.IO handshake answered 400 or 404 (a path
+  nothing is served at, a protocol the path does not serve) carries `SERVES_HEADER`, every
+  path of the port with its protocol (``/websmq websmq, /engine.io/ nydus``), so a client
+  can say where it should have gone.
 - **The access log.** Each answered request is one ``http_request`` event at debug (nothing is
   built when debug is off), in place of twisted.web's Combined Log Format line. Its target and
   Referer are logged as `wireproto.redaction` shows a URL: no ``user:password@`` and no
@@ -46,7 +50,7 @@ from twisted.python.failure import Failure
 from twisted.web.http import HTTPChannel
 from twisted.web.http import Request as HTTPRequest
 from twisted.web.iweb import IRequest
-from twisted.web.resource import IResource
+from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from wireproto.logs import debugging
@@ -57,7 +61,7 @@ if TYPE_CHECKING:
     from wireproto.access import Principal
 
 __all__ = ["HTTPLimits", "GuardedSite", "max_request_body", "HTTPRefusal", "Identify", "admit",
-           "origin_allowed"]
+           "origin_allowed", "SERVES_HEADER", "NotServed", "ServedDirectory", "text_answer"]
 
 log = Logger()
 
@@ -79,6 +83,47 @@ class HTTPRefusal(Exception):
 Identify = Callable[[Any], "defer.Deferred[Principal]"]
 
 _REFUSAL_PHRASES = {401: b"Unauthorized", 403: b"Forbidden", 503: b"Service Unavailable"}
+SERVES_HEADER = b"wireproto-serves"
+
+
+def text_answer(request: IRequest, code: int, phrase: bytes, text: str) -> bytes:
+    """Answer `request` with `code` and one line of plain text; returns the body to render."""
+    body = f"{code} {phrase.decode('ascii')}: {text}\n".encode()
+    request.setResponseCode(code, phrase)
+    request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+    request.setHeader(b"x-content-type-options", b"nosniff")  # it may quote the request's path
+    request.setHeader(b"content-length", b"%d" % len(body))
+    return body
+
+
+class NotServed(Resource):
+    """404 for a path a listener's port serves nothing at, naming what it serves."""
+
+    isLeaf = True
+
+    def __init__(self, served: str) -> None:
+        super().__init__()
+        self.served = served
+
+    def render(self, request: IRequest) -> bytes:
+        path = request.path.decode("utf-8", "replace")
+        what = f"; this port serves {self.served}" if self.served else ""
+        return text_answer(request, 404, b"Not Found", f"nothing at {path}{what}")
+
+
+class ServedDirectory(Resource):
+    """A path above a port's routes: 404 for itself and for any child that is not a route,
+    naming what the port serves."""
+
+    def __init__(self, served: str) -> None:
+        super().__init__()
+        self.served = served
+
+    def getChild(self, path: bytes, request: IRequest) -> IResource:
+        return NotServed(self.served)
+
+    def render(self, request: IRequest) -> bytes:
+        return NotServed(self.served).render(request)
 
 
 def admit(request: Any, identify: Identify, proceed: Callable[[Principal], Any],
@@ -198,6 +243,14 @@ class _GuardedRequest(Request):
                 self.channel.body_over_limit(self)
                 return
         super().handleContentChunk(data)
+
+    def setResponseCode(self, code: int, message: bytes | None = None) -> None:
+        super().setResponseCode(code, message)
+        served = self.channel.site.served if self.channel is not None else ""
+        if code in (400, 404) and served and (
+                (self.getHeader(b"upgrade") or b"").lower() == b"websocket"
+                or b"EIO" in (self.args or {})):
+            self.setHeader(SERVES_HEADER, served.encode("utf-8"))
 
     def render(self, resource: Any) -> None:
         if self.content_too_large:
@@ -348,9 +401,12 @@ class GuardedSite(Site):
     protocol = _GuardedChannel  # type: ignore[assignment]
     requestFactory = _GuardedRequest
 
-    def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float) -> None:
+    def __init__(self, root: IResource, limits: HTTPLimits, *, idle_timeout: float,
+                 served: str = "") -> None:
         super().__init__(root, timeout=idle_timeout)
         self.limits = limits
+        # Each WebSocket and Engine.IO path with its protocol, for SERVES_HEADER.
+        self.served = served
         # The pending connections of each address, oldest first.
         self._pending_by_address: dict[str, dict[_GuardedChannel, None]] = {}
         # Open HTTP connections (weakly: one taken over by a WebSocket is no longer HTTP).

@@ -34,8 +34,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError, ConnectionDone, ConnectionLost
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.pages import notFound
-from twisted.web.resource import IResource, Resource
+from twisted.web.resource import IResource
 from zope.interface import implementer
 
 from wireproto.errors import CredentialEnded, FrameTooLarge, ProtocolError
@@ -47,7 +46,14 @@ from wireproto.transports.base import (
     IMessageTransport,
     close_reason,
 )
-from wireproto.transports.http import GuardedSite, HTTPLimits, Identify, admit
+from wireproto.transports.http import (
+    GuardedSite,
+    HTTPLimits,
+    Identify,
+    ServedDirectory,
+    admit,
+    text_answer,
+)
 from wireproto.transports.websocket_frames import frame, whole_frame
 
 __all__ = [
@@ -76,6 +82,8 @@ CLOSE_PROTOCOL_ERROR = WebSocketProtocol.CLOSE_STATUS_CODE_PROTOCOL_ERROR
 CLOSE_POLICY_VIOLATION = WebSocketProtocol.CLOSE_STATUS_CODE_POLICY_VIOLATION
 # Close codes that mean something went wrong, even when the closing handshake itself was clean.
 _ERROR_CLOSE_CODES = frozenset({1002, 1003, 1006, 1007, 1008, 1009, 1010, 1011, 1015})
+_NORMAL_CLOSE_CODES = frozenset({CLOSE_NORMAL, CLOSE_GOING_AWAY})
+REFUSAL_FLUSH = 2.0
 _STATE_OPEN = WebSocketProtocol.STATE_OPEN
 
 
@@ -119,7 +127,14 @@ class WebSocketOptions:
 
 
 class HandshakeFailed(ConnectError):
-    """WebSocket opening handshake failed"""
+    """WebSocket opening handshake failed; `status` and `headers` are the server's HTTP
+    answer, if it gave one other than 101 (lower-case header names)."""
+
+    def __init__(self, string: str = "", status: int | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(string=string)
+        self.status = status
+        self.headers = dict(headers or {})
 
 
 def common_options(options: WebSocketOptions) -> dict[str, Any]:
@@ -282,7 +297,12 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
             wrapped.messageReceived(payload, isBinary)
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
-        if self.closedByMe and self.localCloseCode is not None:
+        # Our own code and reason, unless we closed normally and the peer's close, crossing
+        # ours, said what was wrong (a broker refusing what we sent as we closed).
+        if self.closedByMe and self.localCloseCode in _NORMAL_CLOSE_CODES and (
+                self.remoteCloseCode in _ERROR_CLOSE_CODES):
+            code, reason = self.remoteCloseCode, self.remoteCloseReason
+        elif self.closedByMe and self.localCloseCode is not None:
             code = self.localCloseCode
             raw = self.localCloseReason
             reason = raw.decode("utf-8", "replace") if raw else None
@@ -366,9 +386,6 @@ class _MessageTransportMixin(DirectFrames, ByteTransportDelegate):
         self.sendMessage(data, True)
 
 
-
-
-
 class WebSocketServerAdapter(_MessageTransportMixin, WebSocketServerProtocol):
     """Server side: one wrapped message protocol per accepted WebSocket."""
 
@@ -379,6 +396,15 @@ class WebSocketServerAdapter(_MessageTransportMixin, WebSocketServerProtocol):
         if reason.startswith("WebSocket connection denied: origin"):
             code = 403
         super().failHandshake(reason, code, responseHeaders)
+
+    def _closeConnection(self, abort: bool = False) -> None:
+        # Autobahn aborts once the client's close answers ours, discarding a close that refused
+        # the client if it closed as we did: flushed instead, for at most REFUSAL_FLUSH s.
+        if abort and self.localCloseCode in _ERROR_CLOSE_CODES and self.transport is not None:
+            self.transport.loseConnection()
+            self.factory.reactor.callLater(REFUSAL_FLUSH, self.transport.abortConnection)
+        else:
+            super()._closeConnection(abort)
 
 
 class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
@@ -402,7 +428,11 @@ class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
         super().onClose(wasClean, code, reason)
         if not self.opened.called:
-            self.opened.errback(HandshakeFailed(string=f"{redact_url(self.factory.url)}: {reason}"))
+            status = getattr(self, "http_status_line", "").split()[1:2]  # the server's answer
+            answered = status != ["101"] and status[0].isdigit() if status else False
+            self.opened.errback(HandshakeFailed(
+                f"{redact_url(self.factory.url)}: {reason}", int(status[0]) if answered else None,
+                getattr(self, "http_headers", None) if answered else None))
 
 
 class _MessageWebSocketServerFactory(WebSocketServerFactory):
@@ -524,6 +554,8 @@ class MessageWebSocketResource(WebSocketResource):
             request.setHeader(b"content-type", b"text/plain; charset=utf-8")
             request.setHeader(b"content-length", b"%d" % len(body))
             return body
+        if b"EIO" in request.args and request.channel.site.served:  # Engine.IO's, on a broker
+            return text_answer(request, 400, b"Bad Request", "this path is no Engine.IO's")
         if self.identify is not None:
             return admit(request, self.identify, lambda principal: self.upgrade(request,
                                                                                 principal))
@@ -570,31 +602,23 @@ def websocket_resource(
     )
 
 
-class _Directory(Resource):
-    """A path above the routes: 404 for itself and for any child that is not a route."""
-
-    def getChild(self, path: bytes, request: Any) -> IResource:
-        return notFound()
-
-    def render(self, request: Any) -> bytes:
-        return notFound().render(request)
-
-
 def websocket_site(
     routes: Mapping[str, IResource],
     *,
     idle_timeout: float = 10.0,
     limits: HTTPLimits | None = None,
+    served: str = "",
 ) -> GuardedSite:
     """One twisted.web Site serving each resource at its path ("/", "/websmq", "/a/b/c").
 
-    Any other path gets 404, so several protocols can share one port. The Site is a
+    Any other path gets 404, so several protocols can share one port; `served` (``/websmq
+    websmq, /ubre ubre``) is what the 404 says the port serves. The Site is a
     `wireproto.transports.http.GuardedSite`: request bodies, the time a request may take to
     arrive and the requests still arriving are bounded by `limits`; a connection silent for
     `idle_timeout` seconds between requests is dropped (twisted.web's own default is 12 hours).
     An open WebSocket is not affected by either.
     """
-    root = _Directory()
+    root = ServedDirectory(served)
     leaves: dict[tuple[bytes, ...], IResource] = {}
     for path, resource in routes.items():
         if not path.startswith("/"):
@@ -619,8 +643,8 @@ def websocket_site(
         for segment in segments[:-1]:
             child = parent.children.get(segment)
             if child is None:
-                child = _Directory()
+                child = ServedDirectory(served)
                 parent.putChild(segment, child)
             parent = child
         parent.putChild(segments[-1], resource)
-    return GuardedSite(root, limits or HTTPLimits(), idle_timeout=idle_timeout)
+    return GuardedSite(root, limits or HTTPLimits(), idle_timeout=idle_timeout, served=served)

@@ -47,7 +47,7 @@ from twisted.python.failure import Failure
 from wireproto.access import Action
 from wireproto.codecs import nydus
 from wireproto.codecs.nydus import NO_DATA, Error, Invoke, Publish, Result
-from wireproto.errors import Forbidden, FrameTooLarge, LimitExceeded, ProtocolError
+from wireproto.errors import Forbidden, FrameTooLarge, LimitExceeded, NotThisProtocol, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import payload_from_value
 from wireproto.protocols import calls
@@ -203,7 +203,7 @@ class NydusServerProtocol(MessageProtocol):
         self._failed = True
         log_protocol_error("nydus", self.transport, error, self.session)
         self.server._hook("on_parser_error", self, raw)
-        self.transport.loseConnection(error)
+        self.transport.loseConnection(NotThisProtocol("nydus", error))
 
     def _over_limit(self, error: LimitExceeded) -> None:
         """Past a per-connection limit of the hub's: closed, as in every protocol."""

@@ -28,6 +28,7 @@ from wireproto.errors import (
     BadEncoding,
     Forbidden,
     LimitExceeded,
+    NotThisProtocol,
     ProtocolError,
     UnexpectedMessage,
 )
@@ -156,12 +157,13 @@ class SubbleHostProtocol(MessageProtocol):
         if self.state is HandshakeState.ENDED:
             return
         if not binary:
-            self._refuse(BadEncoding("SubbleSocket is binary: a text message is not SubbleSocket"))
+            self._refuse(NotThisProtocol("subble", BadEncoding(
+                "SubbleSocket is binary: a text message is not SubbleSocket")))
             return
         try:
             message = decode(data, sender=Sender.CLIENT)
         except ProtocolError as error:
-            self._refuse(error)
+            self._refuse(NotThisProtocol("subble", error))
             return
         if type(message) is HandshakeRequest:
             if self.state is HandshakeState.AWAITING:
@@ -380,7 +382,8 @@ class SubbleHostProtocol(MessageProtocol):
         """Close this one connection, telling the peer why; the host carries on."""
         self.state = HandshakeState.ENDED
         self._cancelTimeout()
-        log_protocol_error("subble", self.transport, error, self.session)
+        logged = error.error if isinstance(error, NotThisProtocol) else error
+        log_protocol_error("subble", self.transport, logged, self.session)
         self.transport.loseConnection(error)
 
     def connectionLost(self, reason: Failure) -> None:

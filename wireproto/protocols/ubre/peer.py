@@ -17,7 +17,13 @@ from twisted.python.failure import Failure
 from wireproto.codecs import ubre
 from wireproto.codecs.serialization import json_loads, json_utf8
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
-from wireproto.errors import Forbidden, FrameTooLarge, InvalidField, ProtocolError
+from wireproto.errors import (
+    Forbidden,
+    FrameTooLarge,
+    InvalidField,
+    NotThisProtocol,
+    ProtocolError,
+)
 from wireproto.hub import Encoder, HubMessage
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.protocols.rpc import (
@@ -183,6 +189,9 @@ class UbrePeer(MessageProtocol):
     # Format of this connection's latest subscribe: its publishes go that way.
     binary_format = False
     _failed = False
+    # The broker's side says, closing a connection for a message it cannot read, that it
+    # serves UBRE (NotThisProtocol): its peer may be a client of another protocol.
+    serves: str | None = None
 
     def __init__(self, owner: HandlerRegistry) -> None:
         """`owner` (a UbreServer or a UbreClient) holds the handlers and the settings."""
@@ -274,6 +283,10 @@ class UbrePeer(MessageProtocol):
                 return
         try:
             message = ubre.decode(data) if binary else ubre.decode_json(data)
+        except ProtocolError as error:
+            self._refuse(error if self.serves is None else NotThisProtocol(self.serves, error))
+            return
+        try:
             binary_format = not ubre.is_json(data)
             if isinstance(message, Publish):
                 self.publishReceived(message, data, binary_format)

@@ -33,7 +33,7 @@ from twisted.python.failure import Failure
 from wireproto.access import Action, Grants
 from wireproto.codecs import ubre
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
-from wireproto.errors import InvalidTopic, ProtocolError
+from wireproto.errors import InvalidTopic, NotThisProtocol, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error, publish_allowed
 from wireproto.protocols import calls
 from wireproto.protocols.calls import Answer, Call, CallName, RemoteCaller
@@ -115,6 +115,7 @@ class UbreServerProtocol(UbrePeer):
     # Its place in the hub, from connectionMade on: every message, hook and announcement comes
     # after (the methods they call narrow it so).
     session: Session | None = None
+    serves = "ubre"
 
     def __init__(self, server: UbreServer, announce: str = ANNOUNCE_SUBSCRIBED) -> None:
         super().__init__(server)
@@ -147,7 +148,8 @@ class UbreServerProtocol(UbrePeer):
         session.send(data, binary)
 
     def _log_refusal(self, error: ProtocolError) -> None:
-        log_protocol_error("ubre", self.transport, error, self.session)
+        logged = error.error if isinstance(error, NotThisProtocol) else error
+        log_protocol_error("ubre", self.transport, logged, self.session)
 
     # -- what a client asks of the broker --------------------------------------------------------
 

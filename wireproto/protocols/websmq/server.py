@@ -23,7 +23,7 @@ from twisted.python.failure import Failure
 
 from wireproto.codecs import websmq
 from wireproto.codecs.websmq import LastWill, Publish, Subscribe, Unsubscribe
-from wireproto.errors import BadEncoding, Forbidden, InvalidTopic, ProtocolError
+from wireproto.errors import BadEncoding, Forbidden, InvalidTopic, NotThisProtocol, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.protocols.websmq.patterns import validate_websmq_pattern
 from wireproto.topics import is_pattern
@@ -125,7 +125,8 @@ class WebsmqServerProtocol(MessageProtocol):
         if self._failed:
             return
         if not binary:
-            self._refuse(BadEncoding("WEBSMQ frames are binary: a text frame is not WEBSMQ"))
+            self._refuse(NotThisProtocol(
+                "websmq", BadEncoding("WEBSMQ frames are binary: a text frame is not WEBSMQ")))
             return
         try:
             message = websmq.decode(data)
@@ -137,7 +138,7 @@ class WebsmqServerProtocol(MessageProtocol):
             self._wildcard(session, *wildcard)
             return
         except ProtocolError as error:
-            self._refuse(error)
+            self._refuse(NotThisProtocol("websmq", error))
             return
         kind = type(message)
         try:
@@ -174,7 +175,8 @@ class WebsmqServerProtocol(MessageProtocol):
     def _refuse(self, error: ProtocolError) -> None:
         """Close this one connection, telling the peer why; the rest of the broker carries on."""
         self._failed = True
-        log_protocol_error("websmq", self.transport, error, self.session)
+        logged = error.error if isinstance(error, NotThisProtocol) else error
+        log_protocol_error("websmq", self.transport, logged, self.session)
         self.transport.loseConnection(error)
 
     def connectionLost(self, reason: Failure) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
+from twisted.web.iweb import IRequest
 from twisted.web.pages import notFound
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
@@ -38,7 +39,7 @@ from wireproto.transports.engineio.packets import Outgoing
 from wireproto.transports.engineio.polling import refuse, respond
 from wireproto.transports.engineio.session import EngineIOSession
 from wireproto.transports.engineio.websocket import ServerWebSocket, ServerWebSocketFactory
-from wireproto.transports.http import Identify, admit, origin_allowed
+from wireproto.transports.http import HTTPRefusal, Identify, admit, origin_allowed
 from wireproto.transports.websocket import (
     MessageWebSocketResource,
 )
@@ -182,10 +183,11 @@ class EngineIOServer:
             return refuse(request, UNSUPPORTED_PROTOCOL_VERSION)
         if self.identify is not None:
             # Refused credentials get engine.io's own 403, which nydus-client reports as
-            # "unauthorized" (and stops retrying); on a 401 it would retry forever.
+            # "unauthorized" (and stops retrying); on a 401 it would retry forever. The
+            # schemes the broker takes go with it, as with a 401 (RFC 9110 allows it).
             return admit(request, self.identify,
                          lambda principal: self._handshake(request, upgrade, principal),
-                         lambda request, refusal: refuse(request, FORBIDDEN))
+                         _refuse_credentials)
         return self._handshake(request, upgrade, None)
 
     def _cors(self, request: Any) -> bool:
@@ -301,6 +303,12 @@ class EngineIOResource(Resource):
 
 
 DEFAULT_OPTIONS = EngineIOOptions()
+
+
+def _refuse_credentials(request: IRequest, refusal: HTTPRefusal) -> None:
+    if refusal.status == 401 and refusal.challenge:
+        request.setHeader(b"www-authenticate", refusal.challenge.encode("ascii"))
+    refuse(request, FORBIDDEN)
 
 
 def engineio_resource(
