@@ -18,7 +18,7 @@ from wireproto.codecs import ubre
 from wireproto.codecs.serialization import json_loads, json_utf8
 from wireproto.codecs.ubre import NO_BODY, Fail, Publish, Request, Subscribe, Success, Unsubscribe
 from wireproto.errors import Forbidden, FrameTooLarge, InvalidField, ProtocolError
-from wireproto.hub import Encoder, HubMessage
+from wireproto.hub import Encoder, HubMessage, describe_address
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.protocols.rpc import (
     ConnectionClosed,
@@ -341,7 +341,8 @@ class UbrePeer(MessageProtocol):
     def _answered(self, result: Any) -> None:
         self._answering -= 1
         if isinstance(result, Failure):
-            log.failure("ubre: sending a reply failed", result)
+            log.failure("ubre: sending a reply failed", result, event="reply_failed",
+                        protocol="ubre")
 
     def _handler_failed(self, message: Request, failure: Failure, binary_format: bool) -> None:
         error = failure.value
@@ -350,6 +351,7 @@ class UbrePeer(MessageProtocol):
         else:
             log.failure(
                 "ubre: handler for request {what!r} raised", failure,
+                event="handler_failed", protocol="ubre",
                 what=message.name if message.name is not None else message.id,
             )
             body = error_body(error, debug=self.debug)
@@ -367,7 +369,8 @@ class UbrePeer(MessageProtocol):
                 )
             self._check_size(data)
         except (ProtocolError, TypeError, ValueError) as error:
-            log.warn("ubre: cannot send the reply to {id!r}: {error}", id=request_id, error=error)
+            log.warn("ubre: cannot send the reply to {id!r}: {error}", event="reply_not_sent",
+                     protocol="ubre", id=request_id, error=error)
             body = outgoing_body(error_body(error, debug=self.debug), binary_format)
             data = ubre.encode(Fail(request_id, body), binary=binary_format)
         self._write(data, binary_format)
@@ -379,7 +382,8 @@ class UbrePeer(MessageProtocol):
         self.transport.loseConnection(error)
 
     def _log_refusal(self, error: ProtocolError) -> None:
-        log.warn("ubre: closing {peer}: {error}", peer=self.transport.getPeer(), error=error)
+        log.warn("ubre: closing {peer}: {error}", event="client_protocol_error", protocol="ubre",
+                 peer=describe_address(self.transport.getPeer()), error=error)
 
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)
