@@ -148,7 +148,8 @@ class LogBudget:
 BUDGET = LogBudget()
 
 
-def warn(logger: Logger, key: str, format: str, **fields: Any) -> None:
-    """`logger.warn(format, **fields)` if `key` (a peer, a link) is within the budget."""
+def warn(logger: Logger, key: str, format: str, *, event: str, **fields: Any) -> None:
+    """`logger.warn(format, event=event, **fields)` if `key` (a peer, a link) is within the
+    budget."""
     if BUDGET.admit(key):
-        logger.warn(format, **fields)
+        logger.warn(format, event=event, **fields)

@@ -192,7 +192,8 @@ class AdminApi(Resource):
 
         d.addCallback(lambda replies: _finish(request, 200, part(merge_status(
             [(reply.origin, reply.answer) for reply in replies])))).addErrback(
-            lambda failure: log.failure("gathering the cluster's status failed", failure))
+            lambda failure: log.failure("gathering the cluster's status failed", failure,
+                                        event="admin_status_failed"))
         return NOT_DONE_YET
 
     def answer_question(self, request: list[Any]) -> Any:
@@ -378,7 +379,8 @@ class AdminApi(Resource):
             respond(200, {"ok": answer.succeeded, "body": body})
 
         def failed(failure: Any) -> None:
-            log.failure("admin call of {name!r} failed", failure, name=name)
+            log.failure("admin call of {name!r} failed", failure, event="admin_call_failed",
+                        name=name)
             respond(500, {"error": failure.getErrorMessage()})
 
         # The handler goes on; only the page stops waiting for it.

@@ -239,7 +239,7 @@ class RemoteCalls:
             return
         del self._answering[reply]
         log.failure("cluster: answering a {protocol} call to {name!r} failed", failure,
-                    protocol=protocol, name=name)
+                    event="handler_failed", protocol=protocol, name=name)
         self._send_reply(reply, b"", FAILED)
 
     def _send_reply(self, reply: str, answer: bytes, headers: bytes | None = None) -> None:

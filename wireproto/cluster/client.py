@@ -394,7 +394,8 @@ class NatsClient:
         try:
             subscription[2](subject, reply, headers, payload)
         except Exception:
-            log.failure("NATS subscriber of {subject!r} raised", subject=subscription[0])
+            log.failure("NATS subscriber of {subject!r} raised", event="callback_failed",
+                        subject=subscription[0])
 
     @staticmethod
     def describe(server: Server) -> str:

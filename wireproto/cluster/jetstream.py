@@ -149,7 +149,8 @@ class Retrying:
             return succeeded
         generation = self._generation
         self._loop(generation, connection, attempt, lacking, succeeded).addErrback(
-            lambda failure: log.failure("cluster: {what}", failure, what=self.what))
+            lambda failure: log.failure("cluster: {what}", failure,
+                                        event="cluster_jetstream_stopped", what=self.what))
         return succeeded
 
     def stop(self) -> None:

@@ -400,7 +400,8 @@ class Hub:
             try:
                 told(what)
             except Exception:
-                log.failure("hub topic observer {observer!r} raised", observer=observer)
+                log.failure("hub topic observer {observer!r} raised", event="callback_failed",
+                            observer=observer)
 
     def subscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
         validate_pattern(pattern)

@@ -82,7 +82,8 @@ class LocalSubscriber:
         try:
             self.callback(message)
         except Exception:
-            log.failure("hub subscriber for {topic!r} raised", topic=self.topic)
+            log.failure("hub subscriber for {topic!r} raised", event="callback_failed",
+                        topic=self.topic)
 
     def cancel(self) -> None:
         if is_pattern(self.topic):

@@ -209,6 +209,7 @@ class LayerBase:
         peerlog.warn(
             log, f"phyllo {self.name}",
             "Phyllo {layer}: dropped a unit ({counter}): {error}",
+            event="phyllo_unit_dropped",
             layer=self.name,
             counter=field,
             error=error,
@@ -218,7 +219,8 @@ class LayerBase:
         """A layer's own message (type below 0x10): counted and offered to
         `on_layer_message`, never handed up as data."""
         self.counters.layer_messages += 1
-        log.debug("Phyllo {layer}: layer message {unit!r}", layer=self.name, unit=unit)
+        log.debug("Phyllo {layer}: layer message {unit!r}", event="phyllo_layer_message",
+                  layer=self.name, unit=unit)
         callback = getattr(self, "on_layer_message", None)
         if callback is not None:
             self._call(callback, unit)
@@ -229,8 +231,8 @@ class LayerBase:
             callback(unit)
         except Exception:
             self.counters.callback_errors += 1
-            log.failure("Phyllo {layer}: callback {callback!r} failed", layer=self.name,
-                        callback=callback)
+            log.failure("Phyllo {layer}: callback {callback!r} failed", event="callback_failed",
+                        layer=self.name, callback=callback)
 
 
 class Layer(LayerBase, Generic[UnitT]):
@@ -321,6 +323,7 @@ class Layer(LayerBase, Generic[UnitT]):
                 log.warn(
                     "Phyllo {layer}: receive queue full ({max_queue} units); dropping new "
                     "units until it is read",
+                    event="phyllo_queue_full",
                     layer=self.name,
                     max_queue=self.max_queue,
                 )

@@ -340,8 +340,8 @@ class HubBridge:
 
     def link_made(self, top: BridgeLayer) -> None:
         if self.top is not None and self.top.lost_reason is None:
-            log.warn("Phyllo link {name}: a second carrier opened; the newer one is used",
-                     name=self.name)
+            log.warn("Phyllo link {link}: a second carrier opened; the newer one is used",
+                     event="link_carrier_replaced", protocol="phyllo", link=self.name)
         self.top = top
         self.stats.connections += 1
         self._paused = False
@@ -416,8 +416,9 @@ class HubBridge:
             problem = hub_topic_error(topic)
         if problem is not None:
             self.stats.unmapped += 1
-            log.warn("Phyllo link {name}: device topic {topic} cannot be a hub topic: {problem}",
-                     name=self.name, topic=topic, problem=problem)
+            log.warn("Phyllo link {link}: device topic {topic} cannot be a hub topic: {problem}",
+                     event="link_unmapped", protocol="phyllo", link=self.name, topic=topic,
+                     problem=problem)
             return
         hub_topic = f"{self.prefix}/{topic}"
         if not self._may_publish(hub_topic):
@@ -444,14 +445,16 @@ class HubBridge:
         suffix = hub_message.topic[len(self.prefix) + 1 :].encode("utf-8")
         if not suffix or len(suffix) > MAX_TOPIC_LENGTH:
             self.stats.unmapped += 1
-            log.debug("Phyllo link {name}: hub topic {topic!r} has no device topic",
-                      name=self.name, topic=hub_message.topic)
+            log.debug("Phyllo link {link}: hub topic {topic!r} has no device topic",
+                      event="link_unmapped", protocol="phyllo", link=self.name,
+                      topic=hub_message.topic, problem="it has no device topic")
             return
         message = device_message(suffix, hub_message.payload, self.send_format)
         if message is None:
             self.stats.unsendable += 1
-            log.warn("Phyllo link {name}: a payload on {topic!r} cannot be sent as {send_format}",
-                     name=self.name, topic=hub_message.topic, send_format=self.send_format)
+            log.warn("Phyllo link {link}: a payload on {topic!r} cannot be sent as {send_format}",
+                     event="link_unsendable", protocol="phyllo", link=self.name,
+                     topic=hub_message.topic, send_format=self.send_format)
             return
         if self.top is None:
             self.stats.offline += 1
@@ -471,7 +474,8 @@ class HubBridge:
                 bridged.transport.sendMessage(phyllo_codec.encode(message), True)
         except ProtocolError as error:  # larger than a frame or chunk can hold
             self.stats.unsendable += 1
-            log.warn("Phyllo link {name}: cannot send on {topic!r}: {error}", name=self.name,
+            log.warn("Phyllo link {link}: cannot send on {topic!r}: {error}",
+                     event="link_unsendable", protocol="phyllo", link=self.name,
                      topic=message.topic, error=error)
             return
         self.stats.to_device += 1

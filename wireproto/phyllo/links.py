@@ -63,7 +63,8 @@ class _Bottom(Layer[bytes]):
         wire = encode_chunk(chunk, self.max_length)  # refuses what the peer would misread
         if not self.connected:
             self.counters.unsent += 1
-            log.debug("Phyllo {layer}: not connected, chunk not sent", layer=self.name)
+            log.debug("Phyllo {layer}: not connected, chunk not sent", event="phyllo_not_connected",
+                      layer=self.name)
             return
         self._send_chunk(wire)
         self.counters.sent += 1

@@ -175,8 +175,8 @@ class SingleEndpointHandler(EndpointHandler):
 
     def on_receive(self, document: PubSubDocument) -> None:
         """A document arrived on this endpoint."""
-        log.debug("Phyllo {handler!r}: unhandled document {document!r}", handler=self,
-                  document=document)
+        log.debug("Phyllo {handler!r}: unhandled document {document!r}",
+                  event="phyllo_unhandled_document", handler=self, document=document)
 
     def send(self, document: Document | PubSubDocument) -> None:
         super().send(_on_topic(self.filter, document))
@@ -242,10 +242,12 @@ class Router(SendsValues, LayerBase):
             except Exception:
                 self.counters.callback_errors += 1
                 log.failure("Phyllo router: {handler!r} failed on {document!r}",
-                            handler=handler, document=document)
+                            event="handler_failed", protocol="phyllo", handler=handler,
+                            document=document)
         if not taken:
             self.counters.filtered += 1
-            log.debug("Phyllo router: no handler took {document!r}", document=document)
+            log.debug("Phyllo router: no handler took {document!r}",
+                      event="phyllo_unhandled_document", document=document)
 
     def link_made(self) -> None:
         for handler in list(self.handlers):

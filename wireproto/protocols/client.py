@@ -73,7 +73,8 @@ class ClientBase(Generic[Connected]):
         try:
             getattr(self, name)(*args)
         except Exception:
-            log.failure("{what}: the {hook} hook raised", what=self.what, hook=name)
+            log.failure("{what}: the {hook} hook raised", event="hook_failed", what=self.what,
+                        hook=name)
 
     # -- what a subclass says --------------------------------------------------------------------
 

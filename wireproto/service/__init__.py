@@ -281,7 +281,7 @@ class WireprotoService(OrderedParts):
         rules kept and the reason logged, if a file is bad."""
         auth = self.auth
         if auth is None:
-            log.warn("reload: no [auth] table, so nothing to reload")
+            log.warn("reload: no [auth] table, so nothing to reload", event="auth_reload_skipped")
             return False
         old_rules = auth.rules
         if rules is not None:

@@ -73,8 +73,8 @@ def load_setup(spec: str) -> Setup:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         missing = error.name or ""
-        log.info("app {spec}: importing {module} failed", spec=spec, module=module_name,
-                 log_failure=Failure())
+        log.info("app {spec}: importing {module} failed", event="app_failed", spec=spec,
+                 module=module_name, log_failure=Failure())
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
             raise AppFailed(spec, f"no module named {module_name!r} in {os.getcwd()} or on "
                                   "the Python path") from None
@@ -82,8 +82,8 @@ def load_setup(spec: str) -> Setup:
     # A syntax error, or whatever its code raised: a CancelledError or a KeyboardInterrupt
     # too (no BaseException of the app's may pass for the broker's own).
     except BaseException as error:
-        log.info("app {spec}: importing {module} failed", spec=spec, module=module_name,
-                 log_failure=Failure())
+        log.info("app {spec}: importing {module} failed", event="app_failed", spec=spec,
+                 module=module_name, log_failure=Failure())
         raise AppFailed(spec, f"importing {module_name} failed: {_described(error)}") from None
     found: object = module
     parts = name.split(".")
@@ -122,7 +122,7 @@ def run_app(service: WireprotoService, spec: str | None = None) -> defer.Deferre
     except AppFailed:
         return defer.fail()
     except BaseException as error:
-        log.info("app {spec} raised", spec=spec, log_failure=Failure())
+        log.info("app {spec} raised", event="app_failed", spec=spec, log_failure=Failure())
         return defer.fail(AppFailed(spec, f"raised {_described(error)}"))
     if returned is None:
         return defer.succeed(None)
@@ -141,7 +141,7 @@ def run_app(service: WireprotoService, spec: str | None = None) -> defer.Deferre
     def failed(reason: Failure) -> Failure:
         if reason.check(AppFailed):
             return reason
-        log.info("app {spec} failed", spec=spec, log_failure=reason)
+        log.info("app {spec} failed", event="app_failed", spec=spec, log_failure=reason)
         return Failure(AppFailed(spec, f"raised {_described(reason.value)}"))
 
     def done(_: object) -> None:

@@ -145,7 +145,8 @@ def admit(request: Any, identify: Identify, proceed: Callable[[Principal], Any],
             return
         error = failure.value
         if not isinstance(error, HTTPRefusal):
-            log.failure("authenticating an HTTP handshake failed", failure)
+            log.failure("authenticating an HTTP handshake failed", failure,
+                        event="handshake_auth_error")
             error = HTTPRefusal(503, "error", "authentication failed")
         if answer_refusal is not None and error.status in (401, 403):
             answer_refusal(request, error)
@@ -161,7 +162,8 @@ def admit(request: Any, identify: Identify, proceed: Callable[[Principal], Any],
         request.finish()
 
     defer.maybeDeferred(identify, request).addCallbacks(identified, refused).addErrback(
-        lambda failure: log.failure("answering an HTTP handshake failed", failure)
+        lambda failure: log.failure("answering an HTTP handshake failed", failure,
+                                     event="handshake_error")
     )
     return NOT_DONE_YET
 

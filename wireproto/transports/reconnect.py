@@ -253,8 +253,8 @@ class Reconnector(Generic[T]):
         self.retries += 1
         if self.log_retries:
             log.info("Scheduling retry {retry} to connect {what} in {delay:.2f} seconds "
-                     "({why})", retry=self.retries, what=self.what, delay=delay,
-                     why=why.rstrip("."))
+                     "({why})", event="reconnect_scheduled", retry=self.retries, what=self.what,
+                     delay=delay, why=why.rstrip("."))
         self._wait = self.reactor.callLater(delay, self._retry_due)
 
     def _retry_due(self) -> None:

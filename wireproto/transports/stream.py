@@ -189,6 +189,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
                     log, address_key(peer),
                     "refused a {framing} connection from {peer}: already "
                     "{limit} connections (StreamOptions.max_connections)",
+                    event="stream_refused",
                     framing=self.framing,
                     peer=describe_address(peer),
                     limit=factory.max_connections,
@@ -244,7 +245,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
                 return
             if not self._active:
                 log.info("closing an idle {framing} connection from {peer}: nothing in "
-                         "{timeout:g} s", framing=self.framing,
+                         "{timeout:g} s", event="idle_closed", framing=self.framing,
                          peer=describe_address(self.transport.getPeer()), timeout=timeout)
                 self._idleCheck = None
                 self.transport.loseConnection()
@@ -283,7 +284,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         """A bad frame: nothing more is delivered and this connection alone closes."""
         peer = self.transport.getPeer()
         peerlog.warn(log, address_key(peer), "closing {kind} connection with {peer}: {error}",
-                     kind=self.kind, peer=describe_address(peer), error=error)
+                     event="frame_error", kind=self.kind, peer=describe_address(peer), error=error)
         self.loseConnection(error)
 
     # -- IMessageTransport -------------------------------------------------------------------

@@ -187,7 +187,8 @@ class NydusClientProtocol(MessageProtocol):
 
     def _answer(self, invoke_id: str, data: Any, settle: Callable[[Any, Any], bool]) -> None:
         if not settle(invoke_id, None if data is NO_DATA else data):
-            log.warn("nydus client: a reply to unknown invoke id {id!r}", id=invoke_id)
+            log.warn("nydus client: a reply to unknown invoke id {id!r}", event="unknown_reply",
+                     protocol="nydus", id=invoke_id)
 
     def _welcome(self) -> None:
         if self._is_welcomed:
@@ -201,7 +202,8 @@ class NydusClientProtocol(MessageProtocol):
     def _refuse(self, error: ProtocolError) -> None:
         """Close this connection (nydus-client closes on a PARSER_ERROR too)."""
         self._failed = True
-        log.warn("nydus client: closing: {error}", error=error)
+        log.warn("nydus client: closing: {error}", event="client_protocol_error", protocol="nydus",
+                 error=error)
         if not self.welcomed.called:
             self.welcomed.errback(error)
         self.transport.loseConnection(error)
@@ -355,7 +357,8 @@ class NydusClient(ClientBase[NydusClientProtocol]):
             match.action(match, data)
         except Exception:
             log.failure("nydus client: the route {route!r} raised for {path!r}",
-                        route=match.route, path=message.path)
+                        event="handler_failed", protocol="nydus", route=match.route,
+                        path=message.path)
 
 
 def connect(reactor: Any, address: str, **options: Any) -> defer.Deferred[NydusClient]:

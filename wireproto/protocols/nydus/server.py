@@ -258,7 +258,8 @@ class NydusServerProtocol(MessageProtocol):
     def _answered(self, result: Any) -> None:
         self._answering -= 1
         if isinstance(result, Failure):
-            log.failure("nydus: sending a reply failed", result)
+            log.failure("nydus: sending a reply failed", result, event="reply_failed",
+                        protocol="nydus")
 
     def _invoke_elsewhere(self, session: Session, message: Invoke, route: str) -> None:
         """Ask the broker process that serves `route`."""
@@ -281,7 +282,8 @@ class NydusServerProtocol(MessageProtocol):
         error = failure.value
         if not isinstance(error, (InvokeError, RequestFailed)):
             log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
-                        path=invocation.path, route=invocation.route)
+                        event="handler_failed", protocol="nydus", path=invocation.path,
+                        route=invocation.route)
         self._reply(Error, invocation.id, error_data(error, self.server.debug))
         limit = error if isinstance(error, LimitExceeded) else error.__cause__
         if isinstance(limit, LimitExceeded):
@@ -299,7 +301,8 @@ class NydusServerProtocol(MessageProtocol):
         try:
             encoded = self._encode(kind(invoke_id, data))
         except (ProtocolError, TypeError, ValueError) as error:
-            log.warn("nydus: cannot send the reply to {id!r}: {error}", id=invoke_id, error=error)
+            log.warn("nydus: cannot send the reply to {id!r}: {error}", event="reply_not_sent",
+                     protocol="nydus", id=invoke_id, error=error)
             try:
                 encoded = self._encode(Error(invoke_id, error_data(error, self.server.debug)))
             except (ProtocolError, TypeError, ValueError):
@@ -388,7 +391,8 @@ class NydusServer:
         try:
             getattr(self, name)(*args)
         except Exception:
-            log.failure("nydus: the {hook} hook raised", hook=name)
+            log.failure("nydus: the {hook} hook raised", event="hook_failed", protocol="nydus",
+                        hook=name)
 
     # -- routes ----------------------------------------------------------------------------------
 
@@ -478,7 +482,8 @@ class NydusServer:
             error = failure.value
             if not isinstance(error, (InvokeError, RequestFailed)):
                 log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
-                            path=path, route=match.route)
+                            event="handler_failed", protocol="nydus", path=path,
+                            route=match.route)
             answered.callback(Answer(False, error_data(error, self.debug)))
 
         run_handler(match.action, (invocation,), succeeded, failed, self.observe_request)
@@ -562,7 +567,8 @@ class NydusServer:
             d.addCallback(self._send_initial_data, client, path)
             d.addErrback(
                 lambda failure: log.failure(
-                    "nydus: initial data for {path!r} failed", failure, path=path
+                    "nydus: initial data for {path!r} failed", failure,
+                    event="initial_data_failed", protocol="nydus", path=path,
                 )
             )
         return True
@@ -573,8 +579,9 @@ class NydusServer:
         try:
             client.send_publish(path, data)
         except (ProtocolError, TypeError, ValueError) as error:
-            log.warn("nydus: cannot send initial data for {path!r} to {id}: {error}",
-                     path=path, id=client.id, error=error)
+            log.warn("nydus: cannot send initial data for {path!r} to {client}: {error}",
+                     event="initial_data_not_sent", protocol="nydus", path=path,
+                     client=client.id, error=error)
 
     def unsubscribe_client(self, client: NydusServerProtocol | RemoteCaller, path: str) -> bool:
         """Unsubscribe `client` from `path`; False if it was not subscribed here."""

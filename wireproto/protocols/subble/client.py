@@ -219,6 +219,7 @@ class SubbleClientProtocol(MessageProtocol):
         except ProtocolError as error:
             # Another producer's payload, most likely: skip the event, keep the connection.
             log.warn("SubbleSocket client: dropping event {type!r}: {error}",
+                     event="client_event_dropped", protocol="subble",
                      type=message.event_type, error=error)
             return
         self.client._deliver(event)
@@ -228,7 +229,8 @@ class SubbleClientProtocol(MessageProtocol):
         order = self._order.get(request_data)
         if not order:
             log.warn("SubbleSocket client: an answer ({code}) to no produce waiting, with "
-                     "request data {data!r}", code=int(answer.code), data=request_data)
+                     "request data {data!r}", event="unknown_reply", protocol="subble",
+                     code=int(answer.code), data=request_data)
             return
         produce_id = order.popleft()
         if not order:
@@ -237,7 +239,8 @@ class SubbleClientProtocol(MessageProtocol):
         self.pending.resolve(produce_id, answer)
 
     def _refuse(self, error: ProtocolError) -> None:
-        log.warn("SubbleSocket client: closing: {error}", error=error)
+        log.warn("SubbleSocket client: closing: {error}", event="client_protocol_error",
+                 protocol="subble", error=error)
         self._handshakeFailed(error)
         self.transport.loseConnection(error)
 
@@ -440,7 +443,7 @@ class SubbleClient(ClientBase):
                 callback(event)
             except Exception:
                 log.failure("SubbleSocket client: a callback for {type!r} raised",
-                            type=event.type)
+                            event="callback_failed", protocol="subble", type=event.type)
 
     # -- producing -------------------------------------------------------------------------------
 

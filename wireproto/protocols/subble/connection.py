@@ -213,7 +213,8 @@ class SubbleHostProtocol(MessageProtocol):
         except ProtocolError as error:
             code, message = MessageCode.UNKNOWN_HANDSHAKE_ERROR, str(error)
         except Exception:
-            log.failure("subble: the client registry failed")
+            log.failure("subble: the client registry failed", event="client_registry_failed",
+                        protocol="subble")
             code = MessageCode.UNKNOWN_HANDSHAKE_ERROR
             message = "the host could not check the client ID"
         if code not in (MessageCode.OK, MessageCode.OK_NEW_CLIENT_ID):
@@ -296,8 +297,9 @@ class SubbleHostProtocol(MessageProtocol):
     def _replaced(self) -> None:
         """A newer connection took this client ID: no more events here, and close."""
         log.info(
-            "subble: client {client_id!r} connected again; closing its older connection "
-            "from {peer}", client_id=self.client_id, peer=self.transport.getPeer(),
+            "subble: client {client!r} connected again; closing its older connection "
+            "from {peer}", event="subble_client_replaced", protocol="subble",
+            client=self.client_id, peer=describe_address(self.transport.getPeer()),
         )
         self.state = HandshakeState.ENDED
         if self.session is not None:
@@ -355,6 +357,7 @@ class SubbleHostProtocol(MessageProtocol):
             )
         except Exception as error:
             log.failure("subble: creating an event of type {type!r} failed",
+                        event="event_creation_failed", protocol="subble",
                         type=request.event_type)
             self._eventError(
                 MessageCode.UNKNOWN_SERVER_ERROR,

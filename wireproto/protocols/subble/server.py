@@ -239,7 +239,8 @@ class SubbleHost:
         try:
             getattr(self, name)(*args)
         except Exception:
-            log.failure("subble: the {hook} hook raised", hook=name)
+            log.failure("subble: the {hook} hook raised", event="hook_failed", protocol="subble",
+                        hook=name)
 
     # -- policy -----------------------------------------------------------------------------------
 
@@ -329,7 +330,8 @@ class SubbleHost:
         except ProtocolError as error:
             return MessageCode.UNKNOWN_HANDSHAKE_ERROR, str(error)
         except Exception:
-            log.failure("subble: the client registry failed")
+            log.failure("subble: the client registry failed", event="client_registry_failed",
+                        protocol="subble")
             return MessageCode.UNKNOWN_HANDSHAKE_ERROR, "the host could not check the client ID"
         return None
 

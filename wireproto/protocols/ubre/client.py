@@ -260,7 +260,8 @@ class UbreClient(ClientBase[UbreClientProtocol], HandlerRegistry):
             try:
                 subscription.callback(message)
             except Exception:
-                log.failure("ubre client: callback for {topic!r} raised", topic=message.topic)
+                log.failure("ubre client: callback for {topic!r} raised", event="callback_failed",
+                            protocol="ubre", topic=message.topic)
 
     # -- requests --------------------------------------------------------------------------------
 

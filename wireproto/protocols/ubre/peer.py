@@ -24,7 +24,7 @@ from wireproto.errors import (
     NotThisProtocol,
     ProtocolError,
 )
-from wireproto.hub import Encoder, HubMessage
+from wireproto.hub import Encoder, HubMessage, describe_address
 from wireproto.payloads import json_from_payload, payload_from_value
 from wireproto.protocols.rpc import (
     ConnectionClosed,
@@ -354,7 +354,8 @@ class UbrePeer(MessageProtocol):
     def _answered(self, result: Any) -> None:
         self._answering -= 1
         if isinstance(result, Failure):
-            log.failure("ubre: sending a reply failed", result)
+            log.failure("ubre: sending a reply failed", result, event="reply_failed",
+                        protocol="ubre")
 
     def _handler_failed(self, message: Request, failure: Failure, binary_format: bool) -> None:
         error = failure.value
@@ -363,6 +364,7 @@ class UbrePeer(MessageProtocol):
         else:
             log.failure(
                 "ubre: handler for request {what!r} raised", failure,
+                event="handler_failed", protocol="ubre",
                 what=message.name if message.name is not None else message.id,
             )
             body = error_body(error, debug=self.debug)
@@ -380,7 +382,8 @@ class UbrePeer(MessageProtocol):
                 )
             self._check_size(data)
         except (ProtocolError, TypeError, ValueError) as error:
-            log.warn("ubre: cannot send the reply to {id!r}: {error}", id=request_id, error=error)
+            log.warn("ubre: cannot send the reply to {id!r}: {error}", event="reply_not_sent",
+                     protocol="ubre", id=request_id, error=error)
             body = outgoing_body(error_body(error, debug=self.debug), binary_format)
             data = ubre.encode(Fail(request_id, body), binary=binary_format)
         self._write(data, binary_format)
@@ -392,7 +395,8 @@ class UbrePeer(MessageProtocol):
         self.transport.loseConnection(error)
 
     def _log_refusal(self, error: ProtocolError) -> None:
-        log.warn("ubre: closing {peer}: {error}", peer=self.transport.getPeer(), error=error)
+        log.warn("ubre: closing {peer}: {error}", event="client_protocol_error", protocol="ubre",
+                 peer=describe_address(self.transport.getPeer()), error=error)
 
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)

@@ -375,7 +375,8 @@ class UbreServer(HandlerRegistry):
         try:
             getattr(self, name)(*args)
         except Exception:
-            log.failure("ubre: the {hook} hook raised", hook=name)
+            log.failure("ubre: the {hook} hook raised", event="hook_failed", protocol="ubre",
+                        hook=name)
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -458,6 +459,7 @@ class UbreServer(HandlerRegistry):
                 body = error.body
             else:
                 log.failure("ubre: handler for request {what!r} raised", failure,
+                            event="handler_failed", protocol="ubre",
                             what=name if name is not None else "(default)")
                 body = error_body(error, debug=self.debug)
             answered.callback(Answer(False, calls.to_call(outgoing_body(body, binary_format),

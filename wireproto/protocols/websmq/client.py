@@ -117,7 +117,8 @@ class WebsmqClientProtocol(MessageProtocol):
                     f"a WEBSMQ broker never sends {type(message).__name__} frames"
                 )
         except ProtocolError as error:
-            log.warn("websmq client: closing: {error}", error=error)
+            log.warn("websmq client: closing: {error}", event="client_protocol_error",
+                     protocol="websmq", error=error)
             self.transport.loseConnection(error)
             return
         callbacks = list(self._callbacks.get(message.topic, ()))
@@ -135,7 +136,8 @@ class WebsmqClientProtocol(MessageProtocol):
         try:
             callback(message)
         except Exception:
-            log.failure("websmq client: callback for {topic!r} raised", topic=message.topic)
+            log.failure("websmq client: callback for {topic!r} raised", event="callback_failed",
+                        protocol="websmq", topic=message.topic)
 
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)

@@ -76,7 +76,7 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
     def _watchdog_fired(self, why: str) -> None:
         self._watchdog = None
         self._lost_reason = Failure(ConnectionLost(why))
-        log.warn("closing Engine.IO connection to {url}: {why}",
+        log.warn("closing Engine.IO connection to {url}: {why}", event="engineio_client_timeout",
                  url=redact_url(self.factory.url), why=why)
         self.abortConnection()
 

@@ -162,7 +162,7 @@ class _Passing(Protocol):
             return
         self._counts["unreachable"] += 1
         log.debug("an Engine.IO request's owner could not be reached: {why}",
-                  why=reason.getErrorMessage())
+                  event="engineio_owner_unreachable", why=reason.getErrorMessage())
         refuse(self.request, UNKNOWN_SID)
 
     def _request_over(self, result: object) -> None:

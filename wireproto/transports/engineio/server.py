@@ -173,8 +173,11 @@ class EngineIOServer:
         if (transport == WEBSOCKET) != upgrade:
             return refuse(request, BAD_REQUEST)
         if not origin_allowed(request, self.options.allowed_origins):
+            origin = request.getHeader(b"origin")
             log.info("refused an Engine.IO handshake from {peer}: origin {origin} is not allowed",
-                     peer=request.getClientAddress(), origin=request.getHeader(b"origin"))
+                     event="engineio_handshake_refused",
+                     peer=describe_address(request.getClientAddress()),
+                     origin=None if origin is None else origin.decode("latin-1"))
             return refuse(request, FORBIDDEN)
         allow = self.options.allow_request
         if allow is not None and not allow(request):
@@ -223,7 +226,8 @@ class EngineIOServer:
         refusal = self._slot_refusal(address_key(peer))
         if refusal is not None:
             peerlog.warn(log, address_key(peer), "refused an Engine.IO handshake from {peer}: "
-                         "{why}", peer=describe_address(peer), why=refusal)
+                         "{why}", event="engineio_handshake_refused", peer=describe_address(peer),
+                         why=refusal)
             respond(request, 503, b"Too many Engine.IO sessions", b"text/plain")
             return NOT_DONE_YET
         if upgrade:

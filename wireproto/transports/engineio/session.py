@@ -417,7 +417,8 @@ class EngineIOSession:
         """The client broke Engine.IO: log it (within the peers' log budget) and close."""
         peerlog.warn(
             log, address_key(self._peer), "closing Engine.IO session {sid} with {peer}: {error}",
-            sid=self.sid, peer=describe_address(self._peer), error=error,
+            event="engineio_protocol_error", sid=self.sid, peer=describe_address(self._peer),
+            error=error,
         )
         self.close(error=error)
 
