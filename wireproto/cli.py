@@ -30,12 +30,13 @@ on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
+import os
 import sys
 from collections.abc import Iterable, Sequence
-from typing import IO, TYPE_CHECKING, NoReturn
+from typing import IO, TYPE_CHECKING, NamedTuple, NoReturn
 
-from wireproto.config.options import add_serve_options
 from wireproto.program import PROG, start_logging
 from wireproto.redaction import redact_url
 
@@ -81,11 +82,36 @@ on 127.0.0.1.
 See docs/running.md for the TOML config file.
 """
 
-# Each adds its subcommands with register(commands) and set_defaults(run=...).
-COMMAND_MODULES = (
-    "wireproto.pipeline.command", "wireproto.tools.pubsub", "wireproto.tools.rpc",
-    "wireproto.tools.passwd",
-)
+
+
+class Command(NamedTuple):
+    """A subcommand as the top-level parser lists it. Its module, imported only when the
+    command is the one run (so ``--version``, ``--help`` and each command's ``--help`` import
+    no more than they need), adds its subcommands with ``register(commands)`` and
+    ``set_defaults(run=...)``; None for this module's own."""
+
+    help: str
+    module: str | None
+    short_lived: bool = False
+    """It does one bounded piece of work and exits: it starts without Autobahn's native code
+    (AUTOBAHN_USE_NVX=0, unless set), whose set-up costs more than it saves on a few messages."""
+
+
+# In the order --help lists them; a module's commands next to each other.
+COMMANDS = {
+    "serve": Command("run a broker", None),
+    "check-config": Command("check a TOML config file", None),
+    "analyze": Command("analyze capture files on Spark", "wireproto.pipeline.command"),
+    "pub": Command("publish messages (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub",
+                   short_lived=True),
+    "sub": Command("print messages on topics (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub"),
+    "call": Command("send one UBRE request or nydus invoke and print the answer",
+                    "wireproto.tools.rpc", short_lived=True),
+    "produce": Command("produce SubbleSocket events", "wireproto.tools.rpc", short_lived=True),
+    "events": Command("print SubbleSocket events", "wireproto.tools.rpc"),
+    "passwd": Command("set or delete a user's password in a password file",
+                      "wireproto.tools.passwd"),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,15 +121,43 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``wireproto`` parser: every command's options, or given `command` that command's
+    alone ("" for none), the others listed by name and help line, their modules not
+    imported."""
     parser = _Parser(prog=PROG, description="Small message protocols on Twisted.")
     from wireproto import __version__
 
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = COMMANDS.get(command) if command else None
+    registered: set[str] = set()
+    for name, entry in COMMANDS.items():
+        if name in registered:
+            continue
+        if command is not None and name != command and (
+                chosen is None or entry.module is None or entry.module != chosen.module):
+            commands.add_parser(name, help=entry.help)
+        elif name == "serve":
+            _add_serve(commands)
+        elif name == "check-config":
+            _add_check_config(commands)
+        else:
+            assert entry.module is not None
+            before = set(commands.choices)
+            importlib.import_module(entry.module).register(commands)
+            registered.update(set(commands.choices) - before)
+            continue
+        registered.add(name)
+    return parser
+
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
+    from wireproto.config.options import add_serve_options
+
     serve = commands.add_parser(
         "serve",
-        help="run a broker",
+        help=COMMANDS["serve"].help,
         description="Run a wireproto broker until Ctrl-C or SIGTERM.",
         epilog=LISTEN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -111,16 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_options(serve)
     serve.add_argument("-v", "--verbose", action="store_true",
                        help="log connections and other events (default: warnings and errors)")
+
+
+def _add_check_config(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser(
         "check-config",
-        help="check a TOML config file",
+        help=COMMANDS["check-config"].help,
         description="Read FILE as `wireproto serve --config FILE` would, and say what it "
                     "serves; exit 2 with the file, the key and what is wrong if it is bad.",
     )
     check.add_argument("file", metavar="FILE")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(commands)
-    return parser
 
 
 def announce(lines: Iterable[str], stream: IO[str]) -> None:
@@ -338,9 +392,34 @@ def app_problem(spec: str) -> str | None:
     return None
 
 
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs: its first word that is no option, if it names one (the
+    top-level options, --help and --version, take no value)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``wireproto`` command; returns its exit status."""
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = chosen_command(words)
+    entry = COMMANDS.get(command or "")
+    if argv is not None:
+        return _run(words, command)
+    if entry is not None and entry.short_lived:
+        os.environ.setdefault("AUTOBAHN_USE_NVX", "0")
+    try:
+        return _run(words, command)
+    finally:
+        # Left to examine at exit, the objects of every module imported cost the interpreter
+        # about 50 ms to tear down, a sixth of a short `pub`; frozen, it skips them.
+        gc.freeze()
+
+
+def _run(words: list[str], command: str | None) -> int:
+    args = build_parser(command or "").parse_args(words)
     if args.command == "serve":
         return serve(args)
     if args.command == "check-config":
