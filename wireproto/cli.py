@@ -33,7 +33,9 @@ import argparse
 import gc
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from typing import IO, TYPE_CHECKING, NamedTuple, NoReturn
 
@@ -92,25 +94,35 @@ class Command(NamedTuple):
 
     help: str
     module: str | None
+    stopped: int
+    """The exit status when Ctrl-C or SIGTERM stops it: 0 for a command that runs until it is
+    stopped, 130 (128 + SIGINT, as shells report it) for one that had work left."""
+    handles_interrupt: bool = False
+    """Once running, it is stopped by a KeyboardInterrupt (SIGTERM too), its `finally` blocks
+    run (a terminal's echo restored, a half-written output removed), then the status."""
     short_lived: bool = False
     """It does one bounded piece of work and exits: it starts without Autobahn's native code
     (AUTOBAHN_USE_NVX=0, unless set), whose set-up costs more than it saves on a few messages."""
 
 
+INTERRUPTED = 130
 # In the order --help lists them; a module's commands next to each other.
 COMMANDS = {
-    "serve": Command("run a broker", None),
-    "check-config": Command("check a TOML config file", None),
-    "analyze": Command("analyze capture files on Spark", "wireproto.pipeline.command"),
+    "serve": Command("run a broker", None, 0),
+    "check-config": Command("check a TOML config file", None, INTERRUPTED),
+    "analyze": Command("analyze capture files on Spark", "wireproto.pipeline.command",
+                       INTERRUPTED, handles_interrupt=True),
     "pub": Command("publish messages (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub",
-                   short_lived=True),
-    "sub": Command("print messages on topics (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub"),
+                   INTERRUPTED, short_lived=True),
+    "sub": Command("print messages on topics (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub",
+                   0),
     "call": Command("send one UBRE request or nydus invoke and print the answer",
-                    "wireproto.tools.rpc", short_lived=True),
-    "produce": Command("produce SubbleSocket events", "wireproto.tools.rpc", short_lived=True),
-    "events": Command("print SubbleSocket events", "wireproto.tools.rpc"),
+                    "wireproto.tools.rpc", INTERRUPTED, short_lived=True),
+    "produce": Command("produce SubbleSocket events", "wireproto.tools.rpc", INTERRUPTED,
+                       short_lived=True),
+    "events": Command("print SubbleSocket events", "wireproto.tools.rpc", 0),
     "passwd": Command("set or delete a user's password in a password file",
-                      "wireproto.tools.passwd"),
+                      "wireproto.tools.passwd", INTERRUPTED, handles_interrupt=True),
 }
 
 
@@ -302,8 +314,6 @@ def why_not_started(error: BaseException) -> str:
 
 def supervise(config: Config, args: argparse.Namespace) -> int:
     """`wireproto serve --workers N`: the supervisor of N broker processes."""
-    import signal
-
     from twisted.internet import reactor
     from twisted.internet.interfaces import IReactorFromThreads
 
@@ -401,29 +411,85 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return None
 
 
+class _Stopping:
+    """Ctrl-C and SIGTERM, from the start of `main` on: the command ends at once with the
+    status it documents for a stop, without a traceback (an import half done is no reason to
+    print one). Once the reactor runs, they stop it as Twisted's own handlers do, so that the
+    command's shutdown closes its connections cleanly; another one meanwhile, or once the
+    reactor has stopped, changes nothing (that shutdown is bounded). While a command that
+    handles KeyboardInterrupt runs, both raise it. Once the command has its status, they end
+    the process with it."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.interrupt = False
+        self.finished = False
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, self.handle)
+
+    def handle(self, number: int, frame: object) -> None:
+        reactor = sys.modules.get("twisted.internet.reactor")
+        if not self.finished and reactor is not None and (
+                reactor.running or getattr(reactor, "_startedBefore", False)):
+            # Running; or stopping, or stopped and its command ending with its own status.
+            # (Its SIGTERM handler replaces this one when it starts; its SIGINT handler stays
+            # out while this one is in place.)
+            if reactor.running and not getattr(reactor, "_stopped", True):
+                stop = reactor.sigInt if number == signal.SIGINT else reactor.sigTerm
+                stop(number, frame)
+            return
+        if self.interrupt:
+            raise KeyboardInterrupt
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001, S110 - a write it interrupted: exiting anyway
+                pass
+        os._exit(self.status)
+
+    def finish(self, status: int) -> None:
+        self.status, self.interrupt, self.finished = status, False, True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``wireproto`` command; returns its exit status."""
+    """Run the ``wireproto`` command; returns its exit status. As the program (`argv` None),
+    Ctrl-C and SIGTERM end it quietly, from its start, with the status the command documents
+    for a stop."""
     words = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(words)
     entry = COMMANDS.get(command or "")
-    if argv is not None:
-        return _run(words, command)
+    if argv is not None or threading.current_thread() is not threading.main_thread():
+        return _run(words, command, entry, None)
+    stopping = _Stopping(entry.stopped if entry is not None else INTERRUPTED)
     if entry is not None and entry.short_lived:
         os.environ.setdefault("AUTOBAHN_USE_NVX", "0")
+    status: int | str | None = 1
     try:
-        return _run(words, command)
+        status = _run(words, command, entry, stopping)
+        return status
+    except SystemExit as exit:  # argparse's, after --help or a bad option
+        status = exit.code
+        raise
     finally:
+        stopping.finish(status if isinstance(status, int) else 1 if status else 0)
         # Left to examine at exit, the objects of every module imported cost the interpreter
         # about 50 ms to tear down, a sixth of a short `pub`; frozen, it skips them.
         gc.freeze()
 
 
-def _run(words: list[str], command: str | None) -> int:
+def _run(words: list[str], command: str | None, entry: Command | None,
+         stopping: _Stopping | None) -> int:
     args = build_parser(command or "").parse_args(words)
     if args.command == "serve":
         return serve(args)
     if args.command == "check-config":
         return check_config(args.file)
     if hasattr(args, "run"):
-        return int(args.run(args))
+        if entry is None or not entry.handles_interrupt or stopping is None:
+            return int(args.run(args))
+        stopping.interrupt = True
+        try:
+            return int(args.run(args))
+        except KeyboardInterrupt:
+            return entry.stopped
     raise AssertionError(f"unhandled command {args.command!r}")
