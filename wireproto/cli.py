@@ -491,5 +491,7 @@ def _run(words: list[str], command: str | None, entry: Command | None,
         try:
             return int(args.run(args))
         except KeyboardInterrupt:
+            if sys.stdin is not None and sys.stdin.isatty():
+                print(file=sys.stderr, flush=True)  # past the prompt or progress line
             return entry.stopped
     raise AssertionError(f"unhandled command {args.command!r}")
