@@ -423,6 +423,7 @@ class _Stopping:
     def __init__(self, status: int) -> None:
         self.status = status
         self.interrupt = False
+        self.interrupted = False
         self.finished = False
         for number in (signal.SIGINT, signal.SIGTERM):
             signal.signal(number, self.handle)
@@ -439,16 +440,21 @@ class _Stopping:
                 stop(number, frame)
             return
         if self.interrupt:
+            self.interrupted = True
             raise KeyboardInterrupt
+        self.exit()
+
+    def finish(self, status: int) -> None:
+        self.status, self.interrupt, self.finished = status, False, True
+
+    def exit(self) -> NoReturn:
+        """End the process now with the status, what is written flushed."""
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:  # noqa: BLE001, S110 - a write it interrupted: exiting anyway
                 pass
         os._exit(self.status)
-
-    def finish(self, status: int) -> None:
-        self.status, self.interrupt, self.finished = status, False, True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -472,6 +478,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     finally:
         stopping.finish(status if isinstance(status, int) else 1 if status else 0)
+        if stopping.interrupted:
+            # Python 3.11 remembers a KeyboardInterrupt that went through code run by exec()
+            # (a dataclass being made while it imported) and, caught or not, ends the process
+            # by SIGINT at its exit, whatever the status: the command is done, so it ends now.
+            stopping.exit()
         # Left to examine at exit, the objects of every module imported cost the interpreter
         # about 50 ms to tear down, a sixth of a short `pub`; frozen, it skips them.
         gc.freeze()
