@@ -55,9 +55,11 @@ endef
 java:
 	$(call debian_package,java,openjdk-17-jre-headless,Spark)
 
-# The pub/sub benchmark runs mosquitto beside wireproto, and its test drives it.
+# The pub/sub benchmark runs mosquitto beside wireproto, and its test drives it; the command
+# line's benchmark times mosquitto_pub beside wireproto pub.
 mosquitto:
 	$(call debian_package,mosquitto,mosquitto,the pub/sub benchmark)
+	$(call debian_package,mosquitto_pub,mosquitto-clients,the command line's benchmark)
 
 # The status page's tests drive Debian's headless Chromium (Playwright, from the test extras,
 # is pointed at /usr/bin/chromium; it downloads no browser).
@@ -77,6 +79,7 @@ lint: $(STAMP)
 
 bench: $(STAMP) mosquitto
 	$(BIN)/python bench/codecs.py
+	$(BIN)/python bench/cli.py
 	$(BIN)/python bench/pubsub.py
 	$(BIN)/python bench/rpc.py
 	$(BIN)/python bench/phyllo.py

@@ -28,7 +28,8 @@ from twisted.web.static import Data
 from wireproto.config import build_config
 from wireproto.protocols import websmq
 from wireproto.service import make_service
-from wireproto.transports.websocket import WebSocketOptions, websocket_resource
+from wireproto.transports.websocket import WebSocketOptions
+from wireproto.transports.websocket_http import websocket_resource
 
 
 class Status(Resource):

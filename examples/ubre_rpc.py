@@ -15,7 +15,7 @@ from wireproto.hub import Hub
 from wireproto.protocols.rpc import RequestFailed
 from wireproto.protocols.ubre.client import connect
 from wireproto.protocols.ubre.server import UbreServer
-from wireproto.transports.websocket import websocket_resource, websocket_site
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 
 async def main(reactor):

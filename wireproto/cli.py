@@ -31,12 +31,15 @@ on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
+import os
+import signal
 import sys
+import threading
 from collections.abc import Iterable, Sequence
-from typing import IO, TYPE_CHECKING, NoReturn
+from typing import IO, TYPE_CHECKING, NamedTuple, NoReturn
 
-from wireproto.config.options import add_serve_options
 from wireproto.program import PROG, start_logging
 from wireproto.redaction import redact_url
 
@@ -82,11 +85,46 @@ on 127.0.0.1.
 See docs/running.md for the TOML config file.
 """
 
-# Each adds its subcommands with register(commands) and set_defaults(run=...).
-COMMAND_MODULES = (
-    "wireproto.pipeline.command", "wireproto.tools.pubsub", "wireproto.tools.rpc",
-    "wireproto.tools.passwd",
-)
+
+
+class Command(NamedTuple):
+    """A subcommand as the top-level parser lists it. Its module, imported only when the
+    command is the one run (so ``--version``, ``--help`` and each command's ``--help`` import
+    no more than they need), adds its subcommands with ``register(commands)`` and
+    ``set_defaults(run=...)``; None for this module's own."""
+
+    help: str
+    module: str | None
+    stopped: int
+    """The exit status when Ctrl-C or SIGTERM stops it: 0 for a command that runs until it is
+    stopped, 130 (128 + SIGINT, as shells report it) for one that had work left."""
+    handles_interrupt: bool = False
+    """Once running, it is stopped by a KeyboardInterrupt (SIGTERM too), its `finally` blocks
+    run (a terminal's echo restored, a half-written output removed), then the status."""
+    short_lived: bool = False
+    """It does one bounded piece of work and exits: it starts without Autobahn's native code
+    (AUTOBAHN_USE_NVX=0, unless set), whose set-up costs more than it saves on a few messages."""
+
+
+INTERRUPTED = 130
+# In the order --help lists them; a module's commands next to each other.
+COMMANDS = {
+    "serve": Command("run a broker", None, 0),
+    "check-config": Command("check a TOML config file", None, INTERRUPTED),
+    "analyze": Command("analyze capture files on Spark", "wireproto.pipeline.command",
+                       INTERRUPTED, handles_interrupt=True),
+    "pub": Command("publish messages (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub",
+                   INTERRUPTED, short_lived=True),
+    "sub": Command("print messages on topics (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub",
+                   0),
+    "call": Command("send one UBRE request or nydus invoke and print the answer",
+                    "wireproto.tools.rpc", INTERRUPTED, short_lived=True),
+    "produce": Command("produce SubbleSocket events", "wireproto.tools.rpc", INTERRUPTED,
+                       short_lived=True),
+    "events": Command("print SubbleSocket events", "wireproto.tools.rpc", 0),
+    "passwd": Command("set or delete a user's password in a password file",
+                      "wireproto.tools.passwd", INTERRUPTED, handles_interrupt=True),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,15 +134,43 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``wireproto`` parser: every command's options, or given `command` that command's
+    alone ("" for none), the others listed by name and help line, their modules not
+    imported."""
     parser = _Parser(prog=PROG, description="Small message protocols on Twisted.")
     from wireproto import __version__
 
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = COMMANDS.get(command) if command else None
+    registered: set[str] = set()
+    for name, entry in COMMANDS.items():
+        if name in registered:
+            continue
+        if command is not None and name != command and (
+                chosen is None or entry.module is None or entry.module != chosen.module):
+            commands.add_parser(name, help=entry.help)
+        elif name == "serve":
+            _add_serve(commands)
+        elif name == "check-config":
+            _add_check_config(commands)
+        else:
+            assert entry.module is not None
+            before = set(commands.choices)
+            importlib.import_module(entry.module).register(commands)
+            registered.update(set(commands.choices) - before)
+            continue
+        registered.add(name)
+    return parser
+
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
+    from wireproto.config.options import add_serve_options
+
     serve = commands.add_parser(
         "serve",
-        help="run a broker",
+        help=COMMANDS["serve"].help,
         description="Run a wireproto broker until Ctrl-C or SIGTERM.",
         epilog=LISTEN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -112,16 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_options(serve)
     serve.add_argument("-v", "--verbose", action="store_true",
                        help="log connections and other events (default: warnings and errors)")
+
+
+def _add_check_config(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser(
         "check-config",
-        help="check a TOML config file",
+        help=COMMANDS["check-config"].help,
         description="Read FILE as `wireproto serve --config FILE` would, and say what it "
                     "serves; exit 2 with the file, the key and what is wrong if it is bad.",
     )
     check.add_argument("file", metavar="FILE")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(commands)
-    return parser
 
 
 def announce(lines: Iterable[str], stream: IO[str]) -> None:
@@ -259,8 +325,6 @@ def why_not_started(error: BaseException) -> str:
 
 def supervise(config: Config, args: argparse.Namespace) -> int:
     """`wireproto serve --workers N`: the supervisor of N broker processes."""
-    import signal
-
     from twisted.internet import reactor
     from twisted.internet.interfaces import IReactorFromThreads
 
@@ -349,13 +413,107 @@ def app_problem(spec: str) -> str | None:
     return None
 
 
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs: its first word that is no option, if it names one (the
+    top-level options, --help and --version, take no value)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+class _Stopping:
+    """Ctrl-C and SIGTERM, from the start of `main` on: the command ends at once with the
+    status it documents for a stop, without a traceback (an import half done is no reason to
+    print one). Once the reactor runs, they stop it as Twisted's own handlers do, so that the
+    command's shutdown closes its connections cleanly; another one meanwhile, or once the
+    reactor has stopped, changes nothing (that shutdown is bounded). While a command that
+    handles KeyboardInterrupt runs, both raise it. Once the command has its status, they end
+    the process with it."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.interrupt = False
+        self.interrupted = False
+        self.finished = False
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, self.handle)
+
+    def handle(self, number: int, frame: object) -> None:
+        reactor = sys.modules.get("twisted.internet.reactor")
+        if not self.finished and reactor is not None and (
+                reactor.running or getattr(reactor, "_startedBefore", False)):
+            # Running; or stopping, or stopped and its command ending with its own status.
+            # (Its SIGTERM handler replaces this one when it starts; its SIGINT handler stays
+            # out while this one is in place.)
+            if reactor.running and not getattr(reactor, "_stopped", True):
+                stop = reactor.sigInt if number == signal.SIGINT else reactor.sigTerm
+                stop(number, frame)
+            return
+        if self.interrupt:
+            self.interrupted = True
+            raise KeyboardInterrupt
+        self.exit()
+
+    def finish(self, status: int) -> None:
+        self.status, self.interrupt, self.finished = status, False, True
+
+    def exit(self) -> NoReturn:
+        """End the process now with the status, what is written flushed."""
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001, S110 - a write it interrupted: exiting anyway
+                pass
+        os._exit(self.status)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``wireproto`` command; returns its exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the ``wireproto`` command; returns its exit status. As the program (`argv` None),
+    Ctrl-C and SIGTERM end it quietly, from its start, with the status the command documents
+    for a stop."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = chosen_command(words)
+    entry = COMMANDS.get(command or "")
+    if argv is not None or threading.current_thread() is not threading.main_thread():
+        return _run(words, command, entry, None)
+    stopping = _Stopping(entry.stopped if entry is not None else INTERRUPTED)
+    if entry is not None and entry.short_lived:
+        os.environ.setdefault("AUTOBAHN_USE_NVX", "0")
+    status: int | str | None = 1
+    try:
+        status = _run(words, command, entry, stopping)
+        return status
+    except SystemExit as exit:  # argparse's, after --help or a bad option
+        status = exit.code
+        raise
+    finally:
+        stopping.finish(status if isinstance(status, int) else 1 if status else 0)
+        if stopping.interrupted:
+            # Python 3.11 remembers a KeyboardInterrupt that went through code run by exec()
+            # (a dataclass being made while it imported) and, caught or not, ends the process
+            # by SIGINT at its exit, whatever the status: the command is done, so it ends now.
+            stopping.exit()
+        # Left to examine at exit, the objects of every module imported cost the interpreter
+        # about 50 ms to tear down, a sixth of a short `pub`; frozen, it skips them.
+        gc.freeze()
+
+
+def _run(words: list[str], command: str | None, entry: Command | None,
+         stopping: _Stopping | None) -> int:
+    args = build_parser(command or "").parse_args(words)
     if args.command == "serve":
         return serve(args)
     if args.command == "check-config":
         return check_config(args.file)
     if hasattr(args, "run"):
-        return int(args.run(args))
+        if entry is None or not entry.handles_interrupt or stopping is None:
+            return int(args.run(args))
+        stopping.interrupt = True
+        try:
+            return int(args.run(args))
+        except KeyboardInterrupt:
+            if sys.stdin is not None and sys.stdin.isatty():
+                print(file=sys.stderr, flush=True)  # past the prompt or progress line
+            return entry.stopped
     raise AssertionError(f"unhandled command {args.command!r}")

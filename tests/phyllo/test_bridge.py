@@ -44,7 +44,7 @@ from wireproto.phyllo.bridge import HubBridge, device_message, hub_payload
 from wireproto.protocols.websmq.client import connect
 from wireproto.service import make_service
 from wireproto.transports.base import MessageProtocol
-from wireproto.transports.websocket import websocket_resource, websocket_site
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 FAST_RETRY = {"retry_policy": lambda attempt: 0.05}
 

@@ -39,7 +39,7 @@ from wireproto.protocols.rpc import ConnectionClosed, RequestFailed, RequestTime
 from wireproto.protocols.ubre.client import UbreClient
 from wireproto.protocols.ubre.server import UbreServer
 from wireproto.transports.stream import StreamOptions, stream_server_factory
-from wireproto.transports.websocket import websocket_resource, websocket_site
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 FAST_RETRY: Callable[[int], float] = lambda attempt: 0.05  # noqa: E731
 WAYS = ("ws", "lines")

@@ -22,7 +22,7 @@ from wireproto.protocols.nydus.client import NydusClient
 from wireproto.protocols.nydus.server import Invocation, InvokeError, NydusServer
 from wireproto.protocols.rpc import ConnectionClosed
 from wireproto.transports.engineio import EngineIOOptions, engineio_resource
-from wireproto.transports.websocket import websocket_resource, websocket_site
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 INTEROP = Path(__file__).resolve().parents[1] / "interop"
 CLIENT = INTEROP / "nydus_client.mjs"

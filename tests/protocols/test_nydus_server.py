@@ -38,7 +38,8 @@ from wireproto.protocols.nydus.server import (
 )
 from wireproto.protocols.rpc import RequestFailed
 from wireproto.transports.stream import StreamOptions, stream_server_factory
-from wireproto.transports.websocket import WebSocketOptions, websocket_resource, websocket_site
+from wireproto.transports.websocket import WebSocketOptions
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 WAYS = ("ws", "lines")
 NANOID = re.compile(r"[A-Za-z0-9_-]{21}")

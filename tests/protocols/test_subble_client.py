@@ -47,7 +47,7 @@ from wireproto.protocols.subble.client import (
 from wireproto.protocols.subble.server import SubbleHost
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.stream import StreamOptions, stream_server_factory
-from wireproto.transports.websocket import websocket_resource, websocket_site
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 # Retry quickly, so a test waits for a reconnection a few hundredths of a second.
 FAST_RETRY: Callable[[int], float] = lambda attempt: 0.05  # noqa: E731

@@ -57,7 +57,8 @@ from wireproto.protocols import websmq
 from wireproto.protocols.subble.registry import ClientRegistry
 from wireproto.protocols.subble.server import SubbleHost, SubbleHostProtocol, server_factory
 from wireproto.transports.stream import StreamOptions, stream_server_factory
-from wireproto.transports.websocket import WebSocketOptions, websocket_resource, websocket_site
+from wireproto.transports.websocket import WebSocketOptions
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 MSGPACK = SerializationFormat.MSGPACK
 JSON = SerializationFormat.JSON

@@ -41,7 +41,8 @@ from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.ubre.server import UbreServer, UbreServerProtocol
 from wireproto.service import make_service
 from wireproto.transports.stream import StreamOptions, stream_server_factory
-from wireproto.transports.websocket import WebSocketOptions, websocket_resource, websocket_site
+from wireproto.transports.websocket import WebSocketOptions
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 FRAMINGS = ("lines", "length32", "cobs")
 STREAMING = 0xFFFFFFFF

@@ -29,7 +29,7 @@ from wireproto.protocols.rpc import ConnectionClosed, RequestFailed, RequestTime
 from wireproto.protocols.ubre.client import OfflineQueueFull, UbreClient
 from wireproto.protocols.ubre.server import UbreServer, UbreServerProtocol
 from wireproto.transports.stream import StreamOptions, stream_server_factory
-from wireproto.transports.websocket import websocket_resource, websocket_site
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 # Retry quickly, so a test waits for a reconnection a few hundredths of a second.
 FAST_RETRY: Callable[[int], float] = lambda attempt: 0.05  # noqa: E731

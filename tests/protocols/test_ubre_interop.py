@@ -29,7 +29,7 @@ from wireproto.protocols import websmq
 from wireproto.protocols.rpc import ConnectionClosed, RequestFailed, RequestTimeout
 from wireproto.protocols.ubre.client import UbreClient
 from wireproto.protocols.ubre.server import UbreServer, UbreServerProtocol
-from wireproto.transports.websocket import websocket_resource, websocket_site
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 INTEROP = Path(__file__).resolve().parents[1] / "interop"
 CLIENT = INTEROP / "ubre_ws_client.js"

@@ -21,7 +21,8 @@ from wireproto.transports.stream import (
     stream_client_factory,
     stream_server_factory,
 )
-from wireproto.transports.websocket import WebSocketOptions, websocket_resource, websocket_site
+from wireproto.transports.websocket import WebSocketOptions
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 
 class Broker:

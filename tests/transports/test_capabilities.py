@@ -11,7 +11,8 @@ from tests.support import eventually, wait_for
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.connect import connect
 from wireproto.transports.stream import StreamOptions, stream_server_factory
-from wireproto.transports.websocket import WebSocketOptions, websocket_resource, websocket_site
+from wireproto.transports.websocket import WebSocketOptions
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 
 @pytest.mark.parametrize(

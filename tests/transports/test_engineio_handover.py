@@ -19,7 +19,7 @@ from tests.support import eventually, wait_for
 from tests.transports.conftest import Echo
 from wireproto.transports.engineio import EngineIOOptions, engineio_resource
 from wireproto.transports.engineio.handover import SessionOwners
-from wireproto.transports.websocket import websocket_site
+from wireproto.transports.websocket_http import websocket_site
 
 # A passed request whose answer has not begun after ping_interval + ping_timeout is given up.
 FAST = EngineIOOptions(ping_interval=0.2, ping_timeout=0.3)

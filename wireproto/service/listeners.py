@@ -38,7 +38,7 @@ from wireproto.service.siblings import PrivateEndpoint, Siblings, passed_path, p
 from wireproto.transports.http import GuardedSite
 from wireproto.transports.identity import ClientAuthorities, server_endpoint
 from wireproto.transports.stream import StreamOptions, stream_server_factory
-from wireproto.transports.websocket import websocket_resource, websocket_site
+from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
 __all__ = [
     "AdoptedEndpoint",

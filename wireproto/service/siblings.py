@@ -27,7 +27,7 @@ from zope.interface import implementer
 from wireproto.config import Config
 from wireproto.transports.engineio.handover import SessionOwners
 from wireproto.transports.http import GuardedSite
-from wireproto.transports.websocket import websocket_site
+from wireproto.transports.websocket_http import websocket_site
 
 __all__ = ["Siblings", "PrivateEndpoint", "private_site"]
 

@@ -2,7 +2,7 @@
 ``sub``, ``call``, ``produce`` and ``events``.
 
 Each tool module has ``register(commands)``, which adds its subcommands to the ``wireproto``
-parser (`wireproto.cli.COMMAND_MODULES` lists the modules) with ``set_defaults(run=...)``;
+parser (`wireproto.cli.COMMANDS` names each command's module) with ``set_defaults(run=...)``;
 ``run(args) -> int`` is the exit status. `_common` holds what they share: the exit codes,
 reading an address, payloads from stdin, output, and one-line errors.
 """

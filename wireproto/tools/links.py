@@ -152,7 +152,7 @@ class WebsmqLink(Link):
     @classmethod
     def check_topics(cls, topics: list[str], patterns: bool) -> None:
         from wireproto.codecs import websmq
-        from wireproto.protocols.websmq.server import validate_websmq_pattern
+        from wireproto.protocols.websmq.patterns import validate_websmq_pattern
         from wireproto.topics import is_pattern
 
         for topic in topics:

@@ -25,7 +25,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from twisted.application.internet import backoffPolicy
 from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
 from twisted.python.failure import Failure
@@ -53,15 +52,17 @@ from wireproto.tools.links import (
     reason_text,
 )
 from wireproto.tools.registry import links, protocol_of
-from wireproto.transports.reconnect import Reconnector
 
 __all__ = ["register"]
 
 CLOSE_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
-# sub --reconnect: 1 s after the connection closes, then 2 s, 4 s ... 30 s at most, until an
-# attempt connects.
-SUB_RETRY = backoffPolicy(initialDelay=1.0, maxDelay=30.0, factor=2.0, jitter=lambda: 0.0)
+
+
+def SUB_RETRY(attempt: int) -> float:  # noqa: N802 - a policy, as Twisted's backoffPolicy makes
+    """sub --reconnect: 1 s after the connection closes, then 2 s, 4 s ... 30 s at most, until
+    an attempt connects."""
+    return min(2.0 ** min(attempt, 100), 30.0)
 
 
 # -- the run: ended once, by a count, a deadline, a lost connection or Ctrl-C --------------------
@@ -262,6 +263,8 @@ def sub(args: argparse.Namespace) -> int:
                 hint = " (WEBSMQ wildcards need the broker's --wildcards)"
             run.end(ToolError(closed_line(args.address, protocol, why)
                               or f"the connection closed: {why}{hint}", EXIT_UNREACHABLE))
+
+        from wireproto.transports.reconnect import Reconnector  # sub's alone: pub starts sooner
 
         connect_timeout = None if args.timeout is not None else DEFAULT_CONNECT_TIMEOUT
         reconnector: Reconnector = Reconnector(

@@ -1,6 +1,11 @@
 """Transport adapters: WebSocket, framed streams (tcp/ssl/unix) and serial ports, all carrying
 whole messages to `IMessageProtocol` spec protocols through one `IMessageTransport` interface."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from wireproto.transports.base import (
     IMessageProtocol,
     IMessageTransport,
@@ -8,28 +13,53 @@ from wireproto.transports.base import (
     close_reason,
 )
 from wireproto.transports.connect import client_endpoint, connect, default_framing
-from wireproto.transports.engineio import EngineIOOptions, engineio_resource
-from wireproto.transports.engineio.client import engineio_client_connect
-from wireproto.transports.serial import (
-    SerialAddress,
-    SerialEndpoint,
-    SerialOpenFailed,
-    serial_endpoint_from_string,
-)
-from wireproto.transports.stream import (
-    FRAMINGS,
-    StreamOptions,
-    stream_client_factory,
-    stream_server_factory,
-)
-from wireproto.transports.websocket import (
-    HandshakeFailed,
-    WebSocketOptions,
-    websocket_client_factory,
-    websocket_resource,
-    websocket_server_factory,
-    websocket_site,
-)
+
+if TYPE_CHECKING:
+    from wireproto.transports.engineio import EngineIOOptions, engineio_resource
+    from wireproto.transports.engineio.client import engineio_client_connect
+    from wireproto.transports.serial import (
+        SerialAddress,
+        SerialEndpoint,
+        SerialOpenFailed,
+        serial_endpoint_from_string,
+    )
+    from wireproto.transports.stream import (
+        FRAMINGS,
+        StreamOptions,
+        stream_client_factory,
+        stream_server_factory,
+    )
+    from wireproto.transports.websocket import (
+        HandshakeFailed,
+        WebSocketOptions,
+        websocket_client_factory,
+        websocket_server_factory,
+    )
+    from wireproto.transports.websocket_http import websocket_resource, websocket_site
+
+# The rest imported when first used: a client imports no server's parts (Engine.IO, a site).
+# (connect is imported at once: its module's name would hide the function.)
+_LATER = {
+    "wireproto.transports.engineio": ("EngineIOOptions", "engineio_resource"),
+    "wireproto.transports.engineio.client": ("engineio_client_connect",),
+    "wireproto.transports.serial": ("SerialAddress", "SerialEndpoint", "SerialOpenFailed",
+                                     "serial_endpoint_from_string"),
+    "wireproto.transports.stream": ("FRAMINGS", "StreamOptions", "stream_client_factory",
+                                    "stream_server_factory"),
+    "wireproto.transports.websocket": ("HandshakeFailed", "WebSocketOptions",
+                                       "websocket_client_factory", "websocket_server_factory"),
+    "wireproto.transports.websocket_http": ("websocket_resource", "websocket_site"),
+}
+
+
+def __getattr__(name: str) -> object:
+    for module, names in _LATER.items():
+        if name in names:
+            value = getattr(importlib.import_module(module), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "IMessageProtocol",

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import HostnameEndpoint, clientFromString, wrapClientTLS
 from twisted.internet.ssl import optionsForClientTLS
 
 from wireproto.transports.base import IMessageProtocol
-from wireproto.transports.serial import serial_endpoint_from_string
-from wireproto.transports.stream import StreamOptions, stream_client_factory
 from wireproto.transports.websocket import WebSocketOptions, websocket_client_factory
+
+if TYPE_CHECKING:
+    from wireproto.transports.stream import StreamOptions
 
 __all__ = [
     "client_endpoint",
@@ -155,6 +156,8 @@ def client_endpoint(
     """
     try:
         if address.startswith("serial:"):
+            from wireproto.transports.serial import serial_endpoint_from_string
+
             return serial_endpoint_from_string(reactor, address)
         if address.lower().startswith("ssl:"):
             return _ssl_endpoint(reactor, address, cafile, insecure, certfile, keyfile)
@@ -252,6 +255,9 @@ def connect(
             f"context_factory is for wss:// URLs; for TLS on a stream use an ssl: endpoint "
             f"string instead of {address!r}"
         )
+    # Imported here: a WebSocket client needs no stream framing.
+    from wireproto.transports.stream import StreamOptions, stream_client_factory
+
     if stream is None:
         stream = StreamOptions(framing=framing or default_framing(address))
     elif framing is not None:

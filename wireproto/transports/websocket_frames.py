@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import struct
 
+from autobahn.websocket import USES_NVX
 from autobahn.websocket.xormasker import create_xor_masker
 
 __all__ = ["whole_frame", "frame", "unmask"]
@@ -24,8 +25,10 @@ _MASK_BIT = 0x80
 _LENGTH16 = struct.Struct("!H")
 _HEADER16 = struct.Struct("!BBH")
 _HEADER64 = struct.Struct("!BBQ")
-# Below this many bytes, one big-integer XOR beats creating Autobahn's (native) masker.
-_NATIVE_UNMASK_FROM = 1024
+# Below this many bytes, one big-integer XOR beats creating Autobahn's (native) masker; without
+# its native code (AUTOBAHN_USE_NVX=0, as the short-lived tools run), Autobahn's masker goes byte
+# by byte, and the big integer is faster at any size.
+_NATIVE_UNMASK_FROM = 1024 if USES_NVX else float("inf")
 
 
 def unmask(payload: bytes, mask: bytes) -> bytes:

@@ -40,9 +40,7 @@ from wireproto.transports.engineio.polling import refuse, respond
 from wireproto.transports.engineio.session import EngineIOSession
 from wireproto.transports.engineio.websocket import ServerWebSocket, ServerWebSocketFactory
 from wireproto.transports.http import HTTPRefusal, Identify, admit, origin_allowed
-from wireproto.transports.websocket import (
-    MessageWebSocketResource,
-)
+from wireproto.transports.websocket_http import MessageWebSocketResource
 
 if TYPE_CHECKING:
     from wireproto.access import Principal
