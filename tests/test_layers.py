@@ -130,7 +130,7 @@ def within(name: str, *packages: str) -> bool:
 # What each layer may import of wireproto; everything else of wireproto is refused.
 FOUNDATION = (
     "wireproto.errors", "wireproto.peerlog", "wireproto.topics", "wireproto.settings",
-    "wireproto.payloads", "wireproto.redaction", "wireproto.logs",
+    "wireproto.payloads", "wireproto.redaction", "wireproto.logs", "wireproto.lazy",
 )
 TRANSPORT_INTERFACE = (
     "wireproto.transports",  # the package's public names

@@ -3,9 +3,9 @@ whole messages to `IMessageProtocol` spec protocols through one `IMessageTranspo
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from wireproto.lazy import later
 from wireproto.transports.base import (
     IMessageProtocol,
     IMessageTransport,
@@ -51,14 +51,7 @@ _LATER = {
     "wireproto.transports.websocket_http": ("websocket_resource", "websocket_site"),
 }
 
-
-def __getattr__(name: str) -> object:
-    for module, names in _LATER.items():
-        if name in names:
-            value = getattr(importlib.import_module(module), name)
-            globals()[name] = value
-            return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = later(__name__, _LATER)
 
 
 __all__ = [

@@ -6,9 +6,9 @@ See docs/nydus.md. The names below are the public API of both roles.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from wireproto.lazy import later
 from wireproto.protocols.nydus.client import NydusClient, connect
 from wireproto.protocols.nydus.routes import Match, RouteTable
 
@@ -21,16 +21,14 @@ if TYPE_CHECKING:
     )
 
 # The server role, imported when first used: a client (wireproto pub) imports none of it.
-_SERVER = ("Invocation", "InvokeError", "NydusServer", "server_factory")
-
-
-def __getattr__(attribute: str) -> object:
-    if attribute in _SERVER:
-        value = getattr(importlib.import_module("wireproto.protocols.nydus.server"), attribute)
-        globals()[attribute] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
-
+__getattr__ = later(__name__, {
+    "wireproto.protocols.nydus.server": (
+        "Invocation",
+        "InvokeError",
+        "NydusServer",
+        "server_factory",
+    ),
+})
 
 __all__ = [
     "InvokeError",

@@ -6,9 +6,9 @@ See docs/subblesocket.md. The names below are the public API of both roles.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from wireproto.lazy import later
 from wireproto.protocols.subble.client import SubbleClient, SubbleEvent, connect
 from wireproto.protocols.subble.registry import ClientRegistry
 
@@ -16,16 +16,9 @@ if TYPE_CHECKING:
     from wireproto.protocols.subble.server import SubbleHost, server_factory
 
 # The server role, imported when first used: a client (wireproto pub) imports none of it.
-_SERVER = ("SubbleHost", "server_factory")
-
-
-def __getattr__(attribute: str) -> object:
-    if attribute in _SERVER:
-        value = getattr(importlib.import_module("wireproto.protocols.subble.server"), attribute)
-        globals()[attribute] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
-
+__getattr__ = later(__name__, {
+    "wireproto.protocols.subble.server": ("SubbleHost", "server_factory"),
+})
 
 __all__ = [
     "ClientRegistry",
