@@ -26,7 +26,7 @@ from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import Attach, Config, PhylloLink
 from wireproto.hub import Hub
 from wireproto.phyllo.bridge import HubBridge
-from wireproto.redaction import redact_url
+from wireproto.redaction import redact_text, redact_url
 from wireproto.service.connections import Connections
 from wireproto.service.listeners import stream_options
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
@@ -64,10 +64,14 @@ class _LoggingClientEndpoint:
             return protocol
 
         def failed(reason: Failure) -> Failure:
-            emit = log.info if self._down else log.warn
-            emit("cannot open {endpoint} for {what}: {error}; retrying",
-                 endpoint=self.shown, what=self.link.describe(),
-                 error=reason.getErrorMessage().rstrip("."))
+            fields = {"endpoint": self.shown, "what": self.link.describe(),
+                      "error": redact_text(reason.getErrorMessage().rstrip("."))}
+            if self._down:
+                log.info("cannot open {endpoint} for {what}: {error}; retrying",
+                         event="link_open_failed", **fields)
+            else:
+                log.warn("cannot open {endpoint} for {what}: {error}; retrying",
+                         event="link_open_failed", **fields)
             self._down = True
             return reason
 
