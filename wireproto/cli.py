@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from typing import IO, TYPE_CHECKING, NamedTuple, NoReturn
 
 from wireproto.program import PROG, start_logging
-from wireproto.redaction import redact_url
+from wireproto.redaction import redact_text, redact_url
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -191,9 +191,10 @@ def _add_check_config(commands: argparse._SubParsersAction) -> None:
 
 
 def announce(lines: Iterable[str], stream: IO[str]) -> None:
-    """Write `lines` each as ``wireproto: LINE``, flushed at once (scripts wait for them)."""
+    """Write `lines` each as ``wireproto: LINE``, flushed at once (scripts wait for them); a URL
+    in a line without its credentials."""
     for line in lines:
-        stream.write(f"{PROG}: {line}\n")
+        stream.write(f"{PROG}: {redact_text(line)}\n")
     stream.flush()
 
 
@@ -260,7 +261,7 @@ def serve(args: argparse.Namespace) -> int:
     def cannot_listen(reason: Failure) -> None:
         nonlocal exit_code
         reason.trap(ListenFailed)
-        print(f"{PROG}: {reason.value}", file=sys.stderr, flush=True)
+        print(f"{PROG}: {redact_text(str(reason.value))}", file=sys.stderr, flush=True)
         exit_code = 1
         reactor.stop()
 
@@ -310,7 +311,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def cannot_start(error: BaseException) -> None:
     """A broker that cannot start part of what its config asks for: one line on stderr."""
-    print(f"{PROG}: {why_not_started(error)}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {redact_text(why_not_started(error))}", file=sys.stderr, flush=True)
 
 
 def why_not_started(error: BaseException) -> str:
@@ -383,11 +384,13 @@ def check_config(path: str) -> int:
             print(f"{PROG} check-config: {problem}", file=sys.stderr, flush=True)
         return 2
     lines = [f"{path}: ok"]
-    lines += [f"listen: {listener.describe()} on {listener.endpoint}"
+    lines += [f"listen: {listener.describe()} on {redact_url(listener.endpoint)}"
               + (f" at {listener.path}" if listener.path else "")
               for listener in config.listeners]
-    lines += [f"attach: {link.describe()} on {link.endpoint}" for link in config.attach]
-    lines += [f"phyllo: {link.describe()} on {link.endpoint}" for link in config.phyllo]
+    lines += [f"attach: {link.describe()} on {redact_url(link.endpoint)}"
+              for link in config.attach]
+    lines += [f"phyllo: {link.describe()} on {redact_url(link.endpoint)}"
+              for link in config.phyllo]
     if config.auth.enabled:
         lines.append(f"auth: on, {len(config.acl)} access rules")
     if config.app.setup:

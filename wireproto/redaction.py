@@ -1,19 +1,28 @@
-"""What a log may show of a URL: never a credential.
+"""What a log or an error line may show of a URL: never a credential.
 
-A URL, or an HTTP request's target, is logged with its ``user:password@`` and the value of
-every credential query parameter (``access_token``, which browsers must use) replaced by
-``***``. On a path that checks credentials every query value is replaced: a client may put a
-secret in any of them, and an Engine.IO ``sid`` speaks for its session to whoever holds it.
-The names stay, so a line still says what was asked.
+A URL, or an HTTP request's target, is shown with its ``user:password@`` replaced by ``***@``
+and the value of every query parameter whose name says it is a secret replaced by ``***``: a
+name that, in any case and percent-decoded, contains one of `SECRET_WORDS` (``access_token``,
+``password``, ``api_key``, ``X-Amz-Signature``, ``sessionid``...) or is one of `SECRET_NAMES`
+(``sig``, ``pass``). On a path that checks credentials every query value is replaced: a client
+may put a secret in any of them, and an Engine.IO ``sid`` speaks for its session to whoever
+holds it. The names stay, so a line still says what was asked.
+
+`redact_text` does the same to every URL in a line of text (an error that repeats what it was
+given), for what prints or logs lines that may hold one.
 
 >>> redact_url("ws://carol:secret@broker:8765/websmq?access_token=eyJ.x.y&v=2")
 'ws://***@broker:8765/websmq?access_token=***&v=2'
+>>> redact_url("/metrics?Password=p&apiKey=k&sig=s&page=2")
+'/metrics?Password=***&apiKey=***&sig=***&page=2'
 >>> redact_url("/engine.io/?EIO=4&transport=polling&sid=AbC", every_value=True)
 '/engine.io/?EIO=***&transport=***&sid=***'
 >>> redact_url("/websmq?v=1;access%5Ftoken=eyJ.x.y")
 '/websmq?v=1;access%5Ftoken=***'
 >>> redact_url("serial:/dev/ttyACM0:baudrate=115200")
 'serial:/dev/ttyACM0:baudrate=115200'
+>>> redact_text("bad WebSocket URL 'ws://u:pw@h/x?token=t': no port")
+"bad WebSocket URL 'ws://***@h/x?token=***': no port"
 """
 
 from __future__ import annotations
@@ -21,17 +30,27 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_plus
 
-__all__ = ["REDACTED", "CREDENTIAL_PARAMETERS", "redact_url"]
+__all__ = ["REDACTED", "SECRET_WORDS", "SECRET_NAMES", "is_secret_parameter", "redact_url",
+           "redact_text"]
 
 REDACTED = "***"
-# Query parameters that carry a credential wherever they appear.
-CREDENTIAL_PARAMETERS = frozenset({"access_token"})
+# A query parameter carries a secret if its name contains one of these words...
+SECRET_WORDS = ("token", "password", "passwd", "pwd", "secret", "key", "auth", "credential",
+                "signature", "session")
+# ...or is one of these names.
+SECRET_NAMES = frozenset({"sig", "pass"})
+
+
+def is_secret_parameter(name: str) -> bool:
+    """Whether a query parameter named `name` (as sent, percent-encoded or not) holds a
+    secret."""
+    name = unquote_plus(name).lower()
+    return name in SECRET_NAMES or any(word in name for word in SECRET_WORDS)
 
 
 def redact_url(url: str, *, every_value: bool = False) -> str:
     """`url` (absolute, or a path and query) without its user information and without the
-    values of its credential query parameters (of all its query parameters with
-    `every_value`)."""
+    values of its secret query parameters (of all its query parameters with `every_value`)."""
     scheme, separator, rest = url.partition("://")
     if url.startswith("//"):  # a network-path reference: an authority without a scheme
         scheme, separator, rest = "", "//", url[2:]
@@ -49,9 +68,25 @@ def redact_url(url: str, *, every_value: bool = False) -> str:
     parts = re.split(r"([&;])", query)
     for index in range(0, len(parts), 2):
         name, equals, value = parts[index].partition("=")
-        if equals and value and (
-            every_value or unquote_plus(name).lower() in CREDENTIAL_PARAMETERS
-        ):
+        if equals and value and (every_value or is_secret_parameter(name)):
             parts[index] = f"{name}={REDACTED}"
     return base + question + "".join(parts) + hash_mark + fragment
 
+
+# A URL in running text: a scheme and "//", up to a space or a quote that could close it.
+_URL = re.compile(r"""\b[A-Za-z][A-Za-z0-9+.-]*://[^\s"<>`]+""")
+# What may follow a URL in a sentence without being part of it.
+_TRAILING = "'.,;:)]}"
+
+
+def redact_text(text: str) -> str:
+    """`text` with every URL in it shown as `redact_url` shows one."""
+    if "://" not in text:
+        return text
+
+    def shown(match: re.Match[str]) -> str:
+        url = match.group()
+        kept = len(url.rstrip(_TRAILING))
+        return redact_url(url[:kept]) + url[kept:]
+
+    return _URL.sub(shown, text)

@@ -14,6 +14,7 @@ from typing import Any
 
 from wireproto.access import AccessRule
 from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
+from wireproto.redaction import redact_text
 
 __all__ = [
     "ConfigError",
@@ -28,9 +29,11 @@ __all__ = [
 
 class ConfigError(ValueError):
     """A bad option or configuration file; the message says where and what is wrong. A file
-    with several problems has them all in `problems`, one line each."""
+    with several problems has them all in `problems`, one line each. A URL a problem repeats is
+    shown without its credentials (`wireproto.redaction`): problems are printed."""
 
     def __init__(self, *problems: str) -> None:
+        problems = tuple(redact_text(problem) for problem in problems)
         super().__init__("\n".join(problems))
         self.problems = list(problems)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -32,6 +33,7 @@ from typing import IO, Any
 from twisted.internet import defer, error, task
 
 from wireproto.codecs.serialization import json_dumps
+from wireproto.redaction import redact_text
 
 __all__ = [
     "EXIT_FAILED",
@@ -118,8 +120,15 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
     for header in args.header:
         name, colon, value = header.partition(":")
         if not colon or not name.strip():
-            raise ToolError(f"-H {header!r}: write it as NAME:VALUE", EXIT_USAGE)
-        headers[name.strip()] = value.strip()
+            raise ToolError(f"-H {_shown(header)}: write it as NAME:VALUE", EXIT_USAGE)
+        name, value = name.strip(), value.strip()
+        from wireproto.transports.websocket import check_header
+
+        try:
+            check_header(name, value)
+        except ValueError as problem:  # says what is wrong, never the value
+            raise ToolError(f"-H: {problem}", EXIT_USAGE) from None
+        headers[name] = value
     authorization = credentials_header(args)
     if authorization is not None:
         if any(name.lower() == "authorization" for name in headers):
@@ -131,9 +140,16 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def credentials_header(args: argparse.Namespace) -> str | None:
-    """The Authorization header --token or --user ask for (or their environment variables)."""
+    """The Authorization header --token or --user ask for (or their environment variables).
+    Refuses a credential in ADDRESS, and a token or user a header cannot carry."""
+    _no_user_information(args.address)
     token = args.token or os.environ.get("WIREPROTO_TOKEN")
     user = args.user or os.environ.get("WIREPROTO_USER")
+    for text, where in ((token, "--token" if args.token else "$WIREPROTO_TOKEN"),
+                        (user, "--user" if args.user else "$WIREPROTO_USER")):
+        if text and _CONTROL.search(text):
+            raise ToolError(f"{where} holds a control character (a line break, a tab...): "
+                            "it cannot go in a header", EXIT_USAGE)
     if token and user:
         raise ToolError("--token and --user: give one of them", EXIT_USAGE)
     if token:
@@ -149,6 +165,30 @@ def credentials_header(args: argparse.Namespace) -> str | None:
     if args.password is not None:
         raise ToolError("--password without --user", EXIT_USAGE)
     return None
+
+
+# C0 controls (tab included), DEL and C1 controls: a header's value cannot hold them.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _shown(text: str) -> str:
+    """`text` quoted for an error line if it is plain, else only how long it is (it may be
+    a secret with a line break in it)."""
+    return repr(text) if not _CONTROL.search(text) else f"({len(text)} characters)"
+
+
+def _no_user_information(address: str) -> None:
+    """Refuse ``user:password@`` (or ``user@``) in a URL ADDRESS: a password on the command
+    line shows in the process list, and a broker reads credentials from a header."""
+    scheme, separator, rest = address.partition("://")
+    if not separator or not scheme:
+        return
+    authority = rest[:min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))]
+    if "@" in authority:
+        raise ToolError(
+            "ADDRESS holds user information (user:password@), which is not sent: give "
+            "--user USER with the password in $WIREPROTO_PASSWORD, or a token in "
+            "$WIREPROTO_TOKEN (or --token)", EXIT_USAGE)
 
 
 def stdin_lines(reactor: Any) -> defer.DeferredQueue[bytes | None]:
@@ -251,7 +291,8 @@ def run_tool(name: str, main: Callable[[Any], Coroutine[Any, Any, int]], *,
                 status.append(EXIT_OK if until_stopped else EXIT_INTERRUPTED)
                 return
             code, line = _exit_code(exception)
-            print(f"wireproto {name}: {one_line(line)}", file=sys.stderr, flush=True)
+            print(f"wireproto {name}: {one_line(redact_text(line))}", file=sys.stderr,
+                  flush=True)
             status.append(code)
         else:
             if stopped and not until_stopped:

@@ -29,6 +29,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
 from twisted.python.failure import Failure
 
+from wireproto.redaction import redact_text
 from wireproto.tools._common import (
     EXIT_OK,
     EXIT_TIMEOUT,
@@ -253,7 +254,7 @@ def sub(args: argparse.Namespace) -> int:
             if gone is not link:
                 return
             if args.reconnect:
-                print(f"wireproto sub: the connection closed: {why}; connecting again",
+                print(f"wireproto sub: the connection closed: {redact_text(why)}; connecting again",
                       file=sys.stderr, flush=True)
                 link = None
                 reconnector.lost()

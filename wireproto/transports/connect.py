@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import HostnameEndpoint, clientFromString, wrapClientTLS
 from twisted.internet.ssl import optionsForClientTLS
 
+from wireproto.redaction import redact_url
 from wireproto.transports.base import IMessageProtocol
 from wireproto.transports.websocket import WebSocketOptions, websocket_client_factory
 
@@ -194,7 +195,7 @@ def websocket_client(
         factory = websocket_client_factory(address, protocol_factory, websocket, reactor=reactor,
                                            headers=headers)
     except Exception as exc:  # Autobahn raises bare Exception for a bad URL
-        raise ValueError(f"cannot connect to {address!r}: {exc}") from exc
+        raise ValueError(f"cannot connect to {redact_url(address)!r}: {exc}") from exc
     endpoint: Any = HostnameEndpoint(reactor, factory.host, factory.port)
     if factory.isSecure:
         tls = context_factory if context_factory is not None else tls_client_options(
@@ -203,7 +204,7 @@ def websocket_client(
         endpoint = wrapClientTLS(tls, endpoint)
     elif (context_factory is not None or cafile is not None or insecure
           or certfile is not None or keyfile is not None):
-        raise ValueError(f"TLS options are for wss:// URLs, not {address!r}")
+        raise ValueError(f"TLS options are for wss:// URLs, not {redact_url(address)!r}")
     return endpoint, factory
 
 
@@ -263,7 +264,7 @@ def connect(
     elif framing is not None:
         stream = replace(stream, framing=framing)
     if headers:
-        raise ValueError(f"headers are for WebSocket URLs, not {address!r}")
+        raise ValueError(f"headers are for WebSocket URLs, not {redact_url(address)!r}")
     endpoint = client_endpoint(reactor, address, cafile=cafile, insecure=insecure,
                                certfile=certfile, keyfile=keyfile)
     connecting = endpoint.connect(stream_client_factory(protocol_factory, stream))

@@ -32,11 +32,13 @@ from autobahn.websocket.compress import (
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError, ConnectionDone, ConnectionLost
-from twisted.logger import Logger
+from twisted.logger import Logger, formatEvent
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto import peerlog
 from wireproto.errors import CredentialEnded, FrameTooLarge, ProtocolError
+from wireproto.peerlog import address_key, describe_address
 from wireproto.redaction import redact_url
 from wireproto.settings import seconds_or_never, setting, strings
 from wireproto.transports.base import (
@@ -196,6 +198,35 @@ else:
     _AutobahnProtocol = object
 
 
+class _AutobahnLog:
+    """Autobahn's logger for one WebSocket: its warnings and errors (a handshake it drops, an
+    unclean close, a TLS failure), which a peer can cause at will, logged as
+    ``websocket_error`` with the peer, within the peers' log budget; its debug and info lines
+    passed on to its own logger, as before."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self._own = WebSocketServerProtocol.log  # Autobahn's, as its connections have it
+
+    def warn(self, format: str = "", **fields: Any) -> None:
+        transport = getattr(self.connection, "transport", None)
+        peer = transport.getPeer() if transport is not None else None
+        peerlog.warn(log, address_key(peer) if peer is not None else "websocket",
+                     "WebSocket from {peer}: {error}", event="websocket_error",
+                     peer=describe_address(peer) if peer is not None else None,
+                     error=formatEvent({"log_format": format, **fields}))
+
+    error = critical = warn
+
+    def debug(self, format: str = "", **fields: Any) -> None:
+        self._own.debug(format, **fields)
+
+    def info(self, format: str = "", **fields: Any) -> None:
+        self._own.info(format, **fields)
+
+    trace = debug
+
+
 class DirectFrames(_AutobahnProtocol):
     """Mixed into an Autobahn WebSocket protocol: whole text and binary frames are read and written
     here (websocket_frames.py), at a fraction of Autobahn's cost per frame, and every other frame
@@ -205,6 +236,14 @@ class DirectFrames(_AutobahnProtocol):
 
     _direct_frames = False
     _frame_limit = 0
+    _log: _AutobahnLog | None = None
+
+    @property
+    def log(self) -> _AutobahnLog:
+        """Autobahn's logger, for this connection (`_AutobahnLog`)."""
+        if self._log is None:
+            self._log = _AutobahnLog(self)
+        return self._log
 
     def start_direct_frames(self) -> None:
         limits = [n for n in (self.maxFramePayloadSize, self.maxMessagePayloadSize) if n > 0]
@@ -450,6 +489,27 @@ class _MessageWebSocketServerFactory(WebSocketServerFactory):
         )
 
 
+# Headers the opening handshake writes itself: one given again would be a second copy.
+HANDSHAKE_HEADERS = frozenset({"host", "upgrade", "connection", "content-length",
+                               "transfer-encoding", "pragma", "cache-control"})
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def check_header(name: str, value: str) -> None:
+    """Refuse, with a ValueError that never repeats the value, a header a client's opening
+    handshake cannot carry: a name that is not an HTTP token, a value with a control character
+    in it (a line break would start a header of its own), or one of the headers the handshake
+    writes itself (`HANDSHAKE_HEADERS`, ``Sec-WebSocket-*``)."""
+    if not _TOKEN.fullmatch(name):
+        raise ValueError("a header's name is letters, digits and !#$%&'*+-.^_`|~ only")
+    if _CONTROL.search(value):
+        raise ValueError(f"the value of header {name} holds a control character "
+                         "(a line break, a tab...)")
+    if name.lower() in HANDSHAKE_HEADERS or name.lower().startswith("sec-websocket-"):
+        raise ValueError(f"the handshake sets {name} itself")
+
+
 class _MessageWebSocketClientFactory(WebSocketClientFactory):
     protocol = WebSocketClientAdapter
 
@@ -461,7 +521,15 @@ class _MessageWebSocketClientFactory(WebSocketClientFactory):
         reactor: Any = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        headers = dict(headers or {})
+        for name, value in headers.items():
+            check_header(name, value)
+        # Autobahn writes its own User-Agent: one given replaces it, rather than repeat it.
+        agent = next((name for name in headers if name.lower() == "user-agent"), None)
+        useragent = headers.pop(agent) if agent is not None else None
         super().__init__(url=url, reactor=reactor, headers=headers)
+        if useragent is not None:
+            self.useragent = useragent
         self.protocol_factory = protocol_factory
         self.options = options
         deflate = options.per_message_deflate
