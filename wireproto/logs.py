@@ -9,6 +9,11 @@
   "Stopping factory" lines Twisted writes for every factory (whichever namespace it gives
   them: a factory's class). The program's log leaves them out at every level; their warnings
   and errors (an unhandled error in a Deferred, a failure) stay.
+- **Text.** `text_line`: Twisted's classic line (``TIME [namespace#level] message``), with
+  every control character of the message written as an escape (``\\r``, ``\\n``, ``\\x1b``,
+  ``\\u202e``): what a peer sends (a client ID, a topic, a reason) can neither end a line,
+  start a forged one, nor move the cursor or hide text. A traceback keeps its lines, each
+  continued with a tab.
 - **JSON Lines.** `json_line`: one event as one JSON object on one line, with the keys
   docs/observability.md lists: ``time`` (ISO 8601, UTC, milliseconds), ``level``,
   ``namespace``, ``event``, ``message`` (the rendered text), the event's own fields, and for a
@@ -19,12 +24,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 
-from twisted.logger import LogLevel, formatEvent
+from twisted.logger import LogLevel, formatEvent, formatTime
 from twisted.python.failure import Failure
 
-__all__ = ["debugging", "set_debugging", "is_chatter", "json_line", "FIXED_KEYS"]
+__all__ = ["debugging", "set_debugging", "is_chatter", "json_line", "text_line",
+           "escape_controls", "FIXED_KEYS"]
 
 _debugging = True
 
@@ -53,6 +60,56 @@ def is_chatter(event: dict[str, object]) -> bool:
         return True
     namespace = event.get("log_namespace")
     return isinstance(namespace, str) and namespace.partition(".")[0] in _CHATTY_NAMESPACES
+
+
+# C0 and C1 controls, DEL, the line and paragraph separators, and the marks and overrides that
+# change the direction text is shown in.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS_BUT_NEWLINE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    character = match.group()
+    code = ord(character)
+    return _NAMED.get(character) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with each control character written as its escape (``\\n``, ``\\x1b``);
+    line breaks kept with `keep_newlines`."""
+    return (_CONTROLS_BUT_NEWLINE if keep_newlines else _CONTROLS).sub(_escape, text)
+
+
+def text_line(event: dict[str, object], whose: str = "") -> str | None:
+    """`event` as one line of text (a traceback's lines after it, each begun with a tab), with
+    `whose` (``[worker 1 pid 4242] ``) after the time; None for an event with nothing to say."""
+    legacy = "isError" in event or event.get("log_namespace") == "log_legacy"
+    failure = event.get("log_failure") or (event.get("failure") if legacy else None)
+    if legacy and failure is not None:  # its text holds the traceback: it is written below
+        message = _text(event.get("why") or "Unhandled Error")
+    else:
+        message = formatEvent({key: value for key, value in event.items()
+                               if key != "log_failure"})
+    text = escape_controls(message) if message else ""
+    if isinstance(failure, Failure):
+        trace = _traceback(failure) or _failure_text(failure)
+        text = "\n".join((text, escape_controls(trace.rstrip("\n"), keep_newlines=True)))
+    if not text:
+        return None
+    when = event.get("log_time")
+    stamp = formatTime(when if isinstance(when, (int, float)) else None)
+    return f"{stamp} {whose}[{_system(event)}] {text.replace(chr(10), chr(10) + chr(9))}\n"
+
+
+def _system(event: dict[str, object]) -> str:
+    """``namespace#level``, or the event's ``log_system``, as Twisted's text shows it."""
+    system = event.get("log_system")
+    if system is not None:
+        return escape_controls(_text(system))
+    level = event.get("log_level")
+    return f"{event.get('log_namespace', '-')}#{getattr(level, 'name', '-')}"
 
 
 FIXED_KEYS = ("time", "level", "namespace", "event", "message")

@@ -45,13 +45,10 @@ def start_logging(settings: LogSettings, verbose: bool, worker: int | None = Non
         FilteringLogObserver,
         LogLevel,
         LogLevelFilterPredicate,
-        eventAsText,
-        formatTime,
         globalLogBeginner,
-        textFileLogObserver,
     )
 
-    from wireproto.logs import is_chatter, json_line, set_debugging
+    from wireproto.logs import is_chatter, json_line, set_debugging, text_line
 
     level = LogLevel.levelWithName(settings.level)
     if verbose and level > LogLevel.info:
@@ -61,20 +58,10 @@ def start_logging(settings: LogSettings, verbose: bool, worker: int | None = Non
     output: ILogObserver
     if settings.format == "json":
         output = FileLogObserver(stream, json_line)
-    elif worker is None:
-        output = textFileLogObserver(stream)
     else:
-        # As twisted.logger's text, with the worker after the time.
-        whose = f"[worker {worker} pid {os.getpid()}]"
-
-        def text(event: dict) -> str | None:
-            line = eventAsText(event, includeTimestamp=False)
-            if not line:
-                return None
-            stamp = formatTime(event.get("log_time"))
-            return f"{stamp} {whose} " + line.replace("\n", "\n\t") + "\n"
-
-        output = FileLogObserver(stream, text)
+        # Twisted's text, its control characters escaped, with the worker after the time.
+        whose = "" if worker is None else f"[worker {worker} pid {os.getpid()}] "
+        output = FileLogObserver(stream, lambda event: text_line(event, whose))
     if worker is not None:
         output = _stamped(output, {"worker": worker, "pid": os.getpid()})
     observer = FilteringLogObserver(output, [
