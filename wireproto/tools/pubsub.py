@@ -41,7 +41,7 @@ from wireproto.tools._common import (
     run_tool,
     stdin_lines,
 )
-from wireproto.tools.explain import closed_line, explain_refusal
+from wireproto.tools.explain import ask_protocol, closed_line, explain_refusal
 from wireproto.tools.habits import check_habits
 from wireproto.tools.links import (
     NO_VALUE,
@@ -51,7 +51,7 @@ from wireproto.tools.links import (
     open_link,
     reason_text,
 )
-from wireproto.tools.registry import links, protocol_of
+from wireproto.tools.registry import links
 
 __all__ = ["register"]
 
@@ -130,7 +130,8 @@ class _Run:
 
 def pub(args: argparse.Namespace) -> int:
     async def main(reactor: Any) -> int:
-        protocol = protocol_of(args.address, args.protocol, list(links()))
+        protocol = await ask_protocol(reactor, args, "pub", list(links()),
+                                      args.timeout or DEFAULT_CONNECT_TIMEOUT)
         links()[protocol].check_topics([args.topic], patterns=False)
         run = _Run(reactor)
         link: Link | None = None
@@ -172,7 +173,8 @@ def _whole_message(args: argparse.Namespace) -> bytes | None:
     """The one message -m, -f, -s or -n gives (as mosquitto_pub's); None for -l, a message per
     line of stdin (the default)."""
     if args.message is not None:
-        return args.message.encode("utf-8")
+        # The bytes given, UTF-8 or not (Python keeps the others as surrogates).
+        return args.message.encode("utf-8", "surrogateescape")
     if args.file is not None:
         try:
             with open(args.file, "rb") as file:
@@ -197,7 +199,8 @@ def sub(args: argparse.Namespace) -> int:
     async def main(reactor: Any) -> int:
         from wireproto.topics import is_pattern
 
-        protocol = protocol_of(args.address, args.protocol, list(links()))
+        protocol = await ask_protocol(reactor, args, "sub", list(links()),
+                                      args.timeout or DEFAULT_CONNECT_TIMEOUT)
         links()[protocol].check_topics(topics, patterns=True)
         run = _Run(reactor)
         received = 0
