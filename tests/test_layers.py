@@ -191,10 +191,11 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
     ),
     "wireproto.supervisor": (
         "the supervisor imports the service, config, the cluster, the transports, the "
-        "program's name and logging set-up and the foundation, never the CLI",
+        "program's name and logging set-up, the foundation and the version (wireproto's "
+        "__version__, for its build info), never the CLI",
         _allowed("wireproto.supervisor", "wireproto.service", "wireproto.config",
                  "wireproto.cluster", "wireproto.transports",
-                 exact=("wireproto.program", *FOUNDATION)),
+                 exact=("wireproto", "wireproto.program", *FOUNDATION)),
     ),
     "wireproto.hub": (
         "the hub imports the foundation, access, the codecs, the transports' interface and the "

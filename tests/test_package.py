@@ -107,8 +107,10 @@ async def test_the_wheel_installs_into_a_fresh_venv_and_serves(tmp_path: Path) -
     assert not any(name.startswith("tests/") for name in names)
     with tarfile.open(sdist) as archive:
         in_sdist = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    # The docs link the examples (examples/app.py, examples/wireproto.tac ...).
     for name in ("LICENSE", "CHANGELOG.md", "README.md", "setup.cfg", "docs/quickstart.md",
-                 *tracked("wireproto/admin/static"), *tracked("twisted/plugins")):
+                 *tracked("wireproto/admin/static"), *tracked("twisted/plugins"),
+                 *tracked("examples")):
         assert name in in_sdist, f"{name} is not in the sdist"
 
     # A venv of its own, the wheel and its dependencies from the package index (or pip's

@@ -123,9 +123,10 @@ async def test_each_worker_and_the_supervisor_have_their_own_process_metrics() -
             assert page.value(name, worker="total") == pytest.approx(each)
         for name in ("process_start_time_seconds", "process_max_fds", "wireproto_build_info"):
             assert "total" not in {labels["worker"] for labels in page.labels(name)}
-        # The version is the workers': the supervisor serves no metrics of its own.
+        # The supervisor's version too (the one it runs, which a worker it restarted after an
+        # upgrade on disk may not): a worker serves it, as its process metrics.
         assert {labels["worker"]: labels["version"] for labels in page.labels(
-            "wireproto_build_info")} == dict.fromkeys(workers, __version__)
+            "wireproto_build_info")} == dict.fromkeys([*workers, supervisor], __version__)
         # A process's own scrape has its own, unlabelled.
         own = await scrape(urls.group(2), "?scope=process")
         started = own.value("process_start_time_seconds")

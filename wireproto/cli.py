@@ -133,8 +133,19 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
+    def parse_words(self, words: Sequence[str]) -> argparse.Namespace:
+        """parse_args, but an unknown option is the command's: ``wireproto pub: unrecognized
+        arguments: ...``."""
+        parsed, extras = self.parse_known_args(words)
+        if extras:
+            chosen = next((action.choices.get(str(getattr(parsed, "command", "")))
+                           for action in self._actions
+                           if isinstance(action, argparse._SubParsersAction)), None)
+            (chosen or self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+
+def build_parser(command: str | None = None) -> _Parser:
     """The ``wireproto`` parser: every command's options, or given `command` that command's
     alone ("" for none), the others listed by name and help line, their modules not
     imported."""
@@ -504,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(words: list[str], command: str | None, entry: Command | None,
          stopping: _Stopping | None) -> int:
-    args = build_parser(command or "").parse_args(words)
+    args = build_parser(command or "").parse_words(words)
     if args.command == "serve":
         return serve(args)
     if args.command == "check-config":

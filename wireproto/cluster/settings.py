@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from wireproto.settings import integer, setting, string
 
-__all__ = ["ClusterSettings"]
+__all__ = ["ClusterSettings", "MAX_WORKERS"]
 
 
 def _subject_prefix(value: object) -> str:
@@ -17,6 +17,16 @@ def _subject_prefix(value: object) -> str:
 
     Subjects(prefix)  # a ValueError says what is wrong with it
     return prefix
+
+
+MAX_WORKERS = 256  # worker processes of one `wireproto serve` (docs/configuration.md)
+
+
+def _workers(value: object) -> int:
+    workers = integer(value)
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ValueError(f"must be 1 to {MAX_WORKERS} processes, not {workers}")
+    return workers
 
 
 def _replicas(value: object) -> int:
@@ -36,7 +46,7 @@ class ClusterSettings:
     how to authenticate to them, and how many worker processes `wireproto serve` runs."""
 
     url: str = ""
-    workers: int = 1
+    workers: int = setting(1, read=_workers)
     subject_prefix: str = setting("wireproto", read=_subject_prefix)
     # This process's name among the brokers ("": host name and process id).
     node: str = ""

@@ -190,8 +190,10 @@ def build_config(
             raise ConfigError("--capture: give a directory for the capture files")
         config = config.replace(capture=replace(config.capture, directory=capture))
     if workers is not None:
-        if isinstance(workers, bool) or workers <= 0:
-            raise ConfigError(f"--workers: must be a positive number of processes, not {workers}")
+        from wireproto.cluster.settings import MAX_WORKERS
+
+        if isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
+            raise ConfigError(f"--workers: must be 1 to {MAX_WORKERS} processes, not {workers}")
         config = config.replace(cluster=replace(config.cluster, workers=workers))
     if app is not None:
         try:

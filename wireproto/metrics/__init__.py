@@ -20,7 +20,7 @@ misstate (`GAUGE_TOTALS`). ``?scope=process`` serves the process's own metrics a
 Each registry also holds prometheus_client's process collector (``process_*``: memory, open
 descriptors, CPU seconds, start time; empty where there is no /proc) and
 ``wireproto_build_info``. A worker of ``serve --workers`` adds its supervisor's process metrics
-to the scrapes it answers (``worker="HOST/supervisor"``).
+and build info to the scrapes it answers (``worker="HOST/supervisor"``).
 """
 
 from __future__ import annotations
@@ -394,21 +394,28 @@ _CAPTURE_COUNTERS = {
 
 
 class BuildInfo(Collector):
-    """``wireproto_build_info{version="..."} 1``: the version this process runs."""
+    """``wireproto_build_info{version="..."} 1``: the version this process runs (or
+    `version`, another process's)."""
+
+    def __init__(self, version: str = __version__) -> None:
+        self.version = version
 
     def collect(self) -> Iterator[Metric]:
         info = GaugeMetricFamily("wireproto_build_info",
                                  "Always 1; the version of wireproto this process runs.",
                                  labels=["version"])
-        info.add_metric([__version__], 1)
+        info.add_metric([self.version], 1)
         yield info
 
 
-def process_rows(pid: int) -> list[list]:
+def process_rows(pid: int, version: str = "") -> list[list]:
     """The process metrics of another process of this user, `pid`, as `family_rows` gives
-    them (none once it is gone, or where there is no /proc)."""
+    them (none once it is gone, or where there is no /proc), with its build info if its
+    `version` is known."""
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(pid=lambda: pid, registry=registry)
+    if version:
+        registry.register(BuildInfo(version))
     return family_rows(registry)
 
 
@@ -480,10 +487,11 @@ class ClusterMetricsResource(MetricsResource):
     scraped, and their totals; ``?scope=process`` for this process's alone."""
 
     def __init__(self, registry: CollectorRegistry, group: ProcessGroup,
-                 supervisor: tuple[int, str] | None = None) -> None:
+                 supervisor: tuple[int, str, str] | None = None) -> None:
         super().__init__(registry)
         self.group = group
-        # A worker's supervisor, (pid, name), whose process metrics this one serves too.
+        # A worker's supervisor, (pid, name, version), whose process metrics and build info
+        # this one serves too.
         self.supervisor = supervisor
 
     def render_GET(self, request: Any) -> Any:
@@ -498,8 +506,8 @@ class ClusterMetricsResource(MetricsResource):
                 return  # the scraper hung up meanwhile
             parts = [(reply.node, reply.answer) for reply in replies]
             if self.supervisor is not None:
-                pid, name = self.supervisor
-                parts.append((name, process_rows(pid)))
+                pid, name, version = self.supervisor
+                parts.append((name, process_rows(pid, version)))
             merged = CollectorRegistry(auto_describe=False)
             merged.register(MergedFamilies(parts))
             request.write(encoder(merged))
@@ -512,10 +520,11 @@ class ClusterMetricsResource(MetricsResource):
 
 class ServiceMetrics:
     """One service's registry: the broker's counters, the RPC latency histogram, the process's
-    metrics and the build's. `supervisor`, (pid, name): a worker's supervisor, whose process
-    metrics a scrape of the cluster shows too."""
+    metrics and the build's. `supervisor`, (pid, name, version): a worker's supervisor, whose
+    process metrics and build info a scrape of the cluster shows too."""
 
-    def __init__(self, service: BrokerView, supervisor: tuple[int, str] | None = None) -> None:
+    def __init__(self, service: BrokerView,
+                 supervisor: tuple[int, str, str] | None = None) -> None:
         self.service = service
         self.supervisor = supervisor
         self.registry = CollectorRegistry(auto_describe=True)

@@ -98,7 +98,7 @@ class WireprotoService(OrderedParts):
     def __init__(self, config: Config, hub: Hub, reactor: Any,
                  listening_sockets: list[int] | None = None,
                  siblings: Siblings | None = None,
-                 supervisor: tuple[int, str] | None = None) -> None:
+                 supervisor: tuple[int, str, str] | None = None) -> None:
         super().__init__()
         self.config = config
         self.hub = hub
@@ -365,7 +365,7 @@ def make_service(
     retry_policy: Callable[[int], float] = DEFAULT_RETRY,
     listening_sockets: list[int] | None = None,
     siblings: Siblings | None = None,
-    supervisor: tuple[int, str] | None = None,
+    supervisor: tuple[int, str, str] | None = None,
 ) -> WireprotoService:
     """The broker `config` describes, ready to start (or to add to an application).
 
@@ -374,8 +374,8 @@ def make_service(
     `listening_sockets` are the file descriptors a worker process listens on, bound by its
     supervisor (wireproto.supervisor), one per `endpoint_groups(config.listeners)` entry;
     `siblings` are the supervisor's other workers, which serve the Engine.IO sessions they hold
-    (wireproto.service.siblings); `supervisor`, (pid, name), is a worker's supervisor, whose
-    process metrics its scrapes show too.
+    (wireproto.service.siblings); `supervisor`, (pid, name, version), is a worker's
+    supervisor, whose process metrics and build info its scrapes show too.
     A part that cannot be made (a last-values file that is no database...) is StartFailed.
     """
     if reactor is None:

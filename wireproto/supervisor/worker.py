@@ -81,7 +81,8 @@ def main() -> int:
         siblings = Siblings(index, tuple(private_sockets)) if private_sockets else None
         service = make_service(config, reactor, listening_sockets=spec["sockets"],
                                siblings=siblings,
-                               supervisor=(spec["supervisor"], supervisor_name(config)))
+                               supervisor=(spec["supervisor"], supervisor_name(config),
+                                           spec.get("supervisor_version", "")))
         if spec.get("handoff") is not None:
             from twisted.internet.posixbase import PosixReactorBase
 

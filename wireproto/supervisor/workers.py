@@ -47,6 +47,7 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from wireproto import __version__
 from wireproto.config import Config
 from wireproto.service import (
     BoundListener,
@@ -246,6 +247,7 @@ class Supervisor(Service):
             "cluster_url": self.cluster_url,
             "nkey_seed_file": self.nkey_seed_file,
             "supervisor": os.getpid(),
+            "supervisor_version": __version__,  # its build_info, which the workers serve
             "private_sockets": self._private_sockets(),
             "handoff": channel,
         }

@@ -158,7 +158,8 @@ def credentials_header(args: argparse.Namespace) -> str | None:
         password = args.password if args.password is not None else os.environ.get(
             "WIREPROTO_PASSWORD")
         if password is None:
-            raise ToolError("--user needs a password: --password or $WIREPROTO_PASSWORD",
+            given = "--user" if args.user else "$WIREPROTO_USER"
+            raise ToolError(f"{given} needs a password: --password or $WIREPROTO_PASSWORD",
                             EXIT_USAGE)
         pair = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         return f"Basic {pair}"

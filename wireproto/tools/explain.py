@@ -3,8 +3,13 @@
 - A refused WebSocket or Engine.IO handshake (`handshake_refused`): for 401, and a 403 with a
   WWW-Authenticate (Engine.IO's refusal of credentials), which credentials the broker takes and
   which option gives them, and whether the ones sent were the wrong kind; for another 403, what
-  is refused; for a 404 or a 400 that names what the port serves (the broker's
-  ``wireproto-serves`` header), where to go instead. No line repeats a credential.
+  is refused (an Origin the broker does not take, which Engine.IO's 403 says in a
+  ``wireproto-refused: origin`` header); for a 404 or a 400 that names what the port serves
+  (the broker's ``wireproto-serves`` header), where to go instead; for a 2xx or 3xx, that the
+  address is no WebSocket endpoint; for ``wss://`` closed before any answer, that the port may
+  have no TLS. No line repeats a credential.
+- A URL whose path names no protocol (`ask_protocol`): the broker is asked what it serves
+  there (the ``wireproto-serves`` header of a refused handshake).
 - A connection the broker closed (`closed_line`): when its reason says the address serves
   another protocol (``this serves websmq: ...``, wireproto.errors.NotThisProtocol), that
   protocol's address; on a stream endpoint, closed before any answer, that the port may serve
@@ -15,8 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from wireproto.tools._common import EXIT_REFUSED, ToolError
@@ -26,9 +32,11 @@ if TYPE_CHECKING:
 
     from wireproto.transports.websocket import HandshakeFailed
 
-__all__ = ["handshake_refused", "closed_line", "sent_credentials", "refusal", "explain_refusal"]
+__all__ = ["handshake_refused", "closed_line", "sent_credentials", "refusal", "explain_refusal",
+           "ask_protocol"]
 
 SERVES_HEADER = "wireproto-serves"
+REFUSED_HEADER = "wireproto-refused"  # "origin" on Engine.IO's 403 for an Origin it refuses
 TOKEN_OPTION = "a token (--token JWT, or $WIREPROTO_TOKEN)"
 PASSWORD_OPTION = "a user and password (--user USER, the password in $WIREPROTO_PASSWORD)"
 
@@ -98,15 +106,29 @@ def _served(header: str) -> dict[str, str]:
     return served
 
 
-def _at(address: str, path: str) -> str:
-    """`address` with `path` (an Engine.IO path as http://, as the tools' docs write it)."""
+def _at(address: str, path: str, *, websocket: bool = False) -> str:
+    """`address` with `path` (an Engine.IO path as http://, as the tools' docs write it,
+    unless `websocket`)."""
     parts = urlsplit(address)
-    scheme = parts.scheme
-    if path.startswith("/engine.io"):
-        scheme = {"ws": "http", "wss": "https"}.get(scheme, scheme)
-    elif scheme in ("http", "https"):
-        scheme = {"http": "ws", "https": "wss"}[scheme]
+    scheme = parts.scheme.lower()
+    if path.startswith("/engine.io") and not websocket:
+        scheme = {"ws": "http", "wss": "https", "ws+unix": "http+unix"}.get(scheme, scheme)
+    else:
+        scheme = {"http": "ws", "https": "wss", "http+unix": "ws+unix"}.get(scheme, scheme)
+    if scheme.endswith("+unix"):
+        from wireproto.transports.connect import split_unix_url
+
+        return f"{scheme}://{split_unix_url(address)[0]}:{path}"
     return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+def _path(address: str) -> str:
+    """The path a URL asks for (on a unix socket's URL, the part after the socket)."""
+    if "+unix://" in address.lower():
+        from wireproto.transports.connect import split_unix_url
+
+        return urlsplit(split_unix_url(address)[1]).path
+    return urlsplit(address).path or "/"
 
 
 def _elsewhere(address: str, protocol: str, served: dict[str, str]) -> str:
@@ -114,8 +136,7 @@ def _elsewhere(address: str, protocol: str, served: dict[str, str]) -> str:
     paths = [path for path, name in served.items() if name == protocol]
     if paths:
         return f"for {protocol} use {_at(address, paths[0])}"
-    listed = ", ".join(f"{path} ({name})" for path, name in served.items())
-    return f"this port serves no {protocol}: it serves {listed}"
+    return f"this port serves no {protocol}: it serves {_listed(served)}"
 
 
 def handshake_refused(address: str, protocol: str | None, status: int | None,
@@ -123,6 +144,13 @@ def handshake_refused(address: str, protocol: str | None, status: int | None,
     """One line for a refused handshake: the broker's `status` and `headers` (lower-case
     names), Autobahn's `reason` when the broker gave no HTTP answer."""
     if status is None:
+        said = reason.lower()
+        if address.lower().startswith(("wss://", "https://")) and (
+                "dropped" in said or "timeout" in said) and "certificate" not in said:
+            # A wireproto port without TLS closes on a TLS handshake; another server may
+            # never answer it.
+            return (f"{address}: no TLS handshake: is it a port without TLS? (ws:// and "
+                    "http:// for a plain port; wireproto serve's banner names each address)")
         return f"{address}: WebSocket handshake refused: {reason}"
     try:
         phrase = HTTPStatus(status).phrase
@@ -133,22 +161,38 @@ def handshake_refused(address: str, protocol: str | None, status: int | None,
     if status == 401 or (status == 403 and challenge):
         return f"{head}: {_credentials_refused(challenge, sent)}"
     if status == 403:
-        if "origin" in reason.lower():
+        if "origin" in reason.lower() or headers.get(REFUSED_HEADER) == "origin":
             return (f"{head}: the broker does not take this Origin header (its [websocket] "
                     "allowed_origins)")
         return (f"{head}: the broker does not let this principal in here (the listener's "
                 "allow list)")
     served = _served(headers.get(SERVES_HEADER, ""))
-    path = urlsplit(address).path or "/"
+    path = _path(address)
     if served and protocol:
-        here = served.get(path) or served.get(path.rstrip("/") + "/") or served.get(
-            path.rstrip("/"))
+        here = here_of(served, path)
         if here is not None and here != protocol:
             return (f"{address} serves {here}, not {protocol}: "
                     f"{_elsewhere(address, protocol, served)}")
-        if status == 404:
+        if here is None and status in (400, 404):
             return f"{head}: nothing is served at {path}; {_elsewhere(address, protocol, served)}"
+    if served and here_of(served, path) is None and status in (400, 404):
+        return f"{head}: nothing is served at {path}; this port serves {_listed(served)}"
+    if 200 <= status < 400:
+        # Not a WebSocket endpoint at all: the status page, /metrics, another web server.
+        return (f"{head}, not a WebSocket handshake: is it the status page or /metrics? "
+                "wireproto serve's banner names each protocol's address")
     return f"{head}: WebSocket handshake refused"
+
+
+def here_of(served: dict[str, str], path: str) -> str | None:
+    """The protocol `served` (the broker's answer) names at `path`, with or without its
+    trailing slash."""
+    return served.get(path) or served.get(path.rstrip("/") + "/") or served.get(
+        path.rstrip("/"))
+
+
+def _listed(served: dict[str, str]) -> str:
+    return ", ".join(f"{path} ({name})" for path, name in served.items())
 
 
 def closed_line(address: str, protocol: str, why: str, *, answered: bool = True) -> str | None:
@@ -173,7 +217,8 @@ def closed_line(address: str, protocol: str, why: str, *, answered: bool = True)
     return None
 
 
-def refusal(args: argparse.Namespace, protocol: str, failed: HandshakeFailed) -> ToolError:
+def refusal(args: argparse.Namespace, protocol: str | None,
+            failed: HandshakeFailed) -> ToolError:
     """The ToolError (exit 4) for a handshake refused to a tool speaking `protocol`."""
     reason = str(failed.args[0] if failed.args and failed.args[0] else failed)
     return ToolError(handshake_refused(args.address, protocol, failed.status, failed.headers,
@@ -188,3 +233,75 @@ def explain_refusal(args: argparse.Namespace, protocol: str, failure: Failure) -
     if isinstance(failure.value, HandshakeFailed):
         raise refusal(args, protocol, failure.value)
     return failure
+
+
+async def ask_protocol(reactor: Any, args: argparse.Namespace, tool: str,
+                       allowed: Sequence[str], timeout: float) -> str:
+    """The protocol to speak at ``args.address`` (`protocol_of`); for a URL whose path names
+    none, without --protocol, the one the broker serves there, from its answer to a handshake
+    (a 404's ``wireproto-serves`` header names each path of the port with its protocol). No
+    answer that tells: protocol_of's ToolError."""
+    from twisted.internet import defer, error
+
+    from wireproto.tools._common import EXIT_UNREACHABLE, EXIT_USAGE
+    from wireproto.tools.registry import protocol_of
+
+    address = args.address
+    try:
+        return protocol_of(address, args.protocol, allowed)
+    except ToolError as told:
+        unknown = told
+    if args.protocol is not None or urlsplit(address).scheme.lower() not in (
+            "ws", "wss", "http", "https", "ws+unix", "http+unix"):
+        raise unknown
+    path = _path(address)
+    try:
+        failed = await _refused_at(reactor, args, _at(address, path, websocket=True), timeout)
+        if failed is None:
+            # Served, but the broker names what only in a refusal: ask at a path it never
+            # serves (a WebSocket path starts with a letter or a digit).
+            failed = await _refused_at(
+                reactor, args, _at(address, "/~wireproto-serves", websocket=True), timeout)
+            if failed is None or here_of(
+                    _served(failed.headers.get(SERVES_HEADER, "")), path) is None:
+                raise unknown
+    except (error.ConnectionRefusedError, error.DNSLookupError, error.NoRouteError) as failure:
+        raise ToolError(f"cannot reach {address}: {str(failure).strip()}",
+                        EXIT_UNREACHABLE) from None
+    except (defer.TimeoutError, error.ConnectError):
+        raise unknown from None
+    served = _served(failed.headers.get(SERVES_HEADER, ""))
+    here = here_of(served, path)
+    if here is not None and here in allowed:
+        return here
+    if here is not None:
+        raise ToolError(f"{address} serves {here}, which {tool} does not speak "
+                        f"({', '.join(allowed)})", EXIT_USAGE)
+    if failed.status in (400, 404) and served:
+        ours = [f"{name} at {_at(address, where)}" for where, name in served.items()
+                if name in allowed]
+        go = (f"{tool} speaks {', '.join(ours)}" if ours
+              else f"this port serves no {' or '.join(allowed)}: it serves {_listed(served)}")
+        raise ToolError(f"{address}: {failed.status} {HTTPStatus(failed.status).phrase}: "
+                        f"nothing is served at {path}; {go}", EXIT_REFUSED)
+    raise refusal(args, None, failed)
+
+
+async def _refused_at(reactor: Any, args: argparse.Namespace, url: str,
+                      timeout: float) -> HandshakeFailed | None:
+    """The broker's refusal of a WebSocket handshake at `url`, or None if it let it in (closed
+    at once)."""
+    from wireproto.tools._common import connect_options
+    from wireproto.transports.base import MessageProtocol
+    from wireproto.transports.connect import connect
+    from wireproto.transports.websocket import HandshakeFailed
+
+    probing = connect(reactor, url, MessageProtocol, **connect_options(args))
+    probing.addTimeout(timeout, reactor)
+    try:
+        opened = await probing
+    except HandshakeFailed as failed:
+        return failed
+    if opened.transport is not None:
+        opened.transport.loseConnection()
+    return None

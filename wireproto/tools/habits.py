@@ -69,6 +69,11 @@ def _readings(argv: Sequence[str],
         else:
             name, rest = word[:2], word[2:]
             inline = rest or None
+            if name in _HOST and inline is not None and not _looks_like_host(inline):
+                # -hv is a cluster of short options (argparse: --help), not the host "v":
+                # mosquitto takes its host only as the next word.
+                found.append((name, None))
+                continue
         if name in (*_HOST, *_PORT, *_ONE_VALUE) or takes_value(name):
             if inline is None and index < len(argv) and not (
                     argv[index].startswith("-") and len(argv[index]) > 1
@@ -79,6 +84,11 @@ def _readings(argv: Sequence[str],
         else:
             found.append((name, None))
     return found
+
+
+def _looks_like_host(text: str) -> bool:
+    """Whether -h's attached text (-h127.0.0.1) names a host rather than more short options."""
+    return "." in text or ":" in text or text[:1].isdigit() or text == "localhost"
 
 
 def _address(host: str | None, port: str | None, path: str) -> str:

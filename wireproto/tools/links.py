@@ -361,9 +361,15 @@ def open_link(reactor: Any, args: argparse.Namespace, link: type[Link], topics: 
         if reason.check(defer.TimeoutError):
             raise ToolError(f"no connection to {args.address} within {timeout:g} s",
                             EXIT_TIMEOUT)
+        from wireproto.transports.websocket import HandshakeFailed
+
         if reason.check(error.ConnectionRefusedError, error.DNSLookupError, error.NoRouteError):
             raise ToolError(f"cannot reach {args.address}: {reason_text(reason.value)}",
                             EXIT_UNREACHABLE)
+        if reason.check(error.ConnectError) and not reason.check(HandshakeFailed):
+            # Twisted's own words for it (a unix socket that is not there) name no address.
+            said = reason.value.args[0] if reason.value.args else reason_text(reason.value)
+            raise ToolError(f"cannot reach {args.address}: {said}", EXIT_UNREACHABLE)
         return reason
 
     return opening.addErrback(failed)

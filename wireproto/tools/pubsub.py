@@ -42,7 +42,7 @@ from wireproto.tools._common import (
     run_tool,
     stdin_lines,
 )
-from wireproto.tools.explain import closed_line, explain_refusal
+from wireproto.tools.explain import ask_protocol, closed_line, explain_refusal
 from wireproto.tools.habits import check_habits
 from wireproto.tools.links import (
     NO_VALUE,
@@ -52,7 +52,7 @@ from wireproto.tools.links import (
     open_link,
     reason_text,
 )
-from wireproto.tools.registry import links, protocol_of
+from wireproto.tools.registry import links
 
 __all__ = ["register"]
 
@@ -131,7 +131,8 @@ class _Run:
 
 def pub(args: argparse.Namespace) -> int:
     async def main(reactor: Any) -> int:
-        protocol = protocol_of(args.address, args.protocol, list(links()))
+        protocol = await ask_protocol(reactor, args, "pub", list(links()),
+                                      args.timeout or DEFAULT_CONNECT_TIMEOUT)
         links()[protocol].check_topics([args.topic], patterns=False)
         run = _Run(reactor)
         link: Link | None = None
@@ -173,7 +174,8 @@ def _whole_message(args: argparse.Namespace) -> bytes | None:
     """The one message -m, -f, -s or -n gives (as mosquitto_pub's); None for -l, a message per
     line of stdin (the default)."""
     if args.message is not None:
-        return args.message.encode("utf-8")
+        # The bytes given, UTF-8 or not (Python keeps the others as surrogates).
+        return args.message.encode("utf-8", "surrogateescape")
     if args.file is not None:
         try:
             with open(args.file, "rb") as file:
@@ -198,7 +200,8 @@ def sub(args: argparse.Namespace) -> int:
     async def main(reactor: Any) -> int:
         from wireproto.topics import is_pattern
 
-        protocol = protocol_of(args.address, args.protocol, list(links()))
+        protocol = await ask_protocol(reactor, args, "sub", list(links()),
+                                      args.timeout or DEFAULT_CONNECT_TIMEOUT)
         links()[protocol].check_topics(topics, patterns=True)
         run = _Run(reactor)
         received = 0

@@ -32,9 +32,14 @@ def _path_protocols() -> dict[str, str]:
 
 def protocol_of(address: str, given: str | None, allowed: Sequence[str]) -> str:
     """The protocol to speak at `address`: `given` (--protocol), else the one a URL's path
-    names (``ws://host:8765/ubre``), else phyllo on a ``serial:`` port if allowed."""
+    names (``ws://host:8765/ubre``), the one spoken over Engine.IO for an ``http://`` URL,
+    phyllo on a ``serial:`` port if allowed."""
     if given is not None:
         protocol = given
+    elif address.lower().startswith(("http://", "https://", "http+unix://")):
+        # Only Engine.IO is spoken over http://, whatever the path.
+        protocol = next((name for name, descriptor in PROTOCOLS.items()
+                         if "engineio" in descriptor.transports and name in allowed), "")
     elif "://" in address:
         path = urlsplit(address).path.strip("/").split("/")
         protocol = _path_protocols().get(path[-1] if path else "", "")

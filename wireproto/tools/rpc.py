@@ -36,7 +36,7 @@ from wireproto.tools._common import (
     run_tool,
     stdin_lines,
 )
-from wireproto.tools.explain import closed_line, refusal
+from wireproto.tools.explain import ask_protocol, closed_line, refusal
 from wireproto.tools.habits import check_habits
 from wireproto.tools.registry import call_protocols, protocol_of
 
@@ -126,7 +126,7 @@ def _check_address(reactor: Any, address: str) -> None:
 
     if is_websocket_address(address):
         websocket_client(reactor, address, MessageProtocol)  # made, never connected
-    elif not address.lower().startswith(("http://", "https://")):
+    elif not address.lower().startswith(("http://", "https://", "http+unix://")):
         client_endpoint(reactor, address)
 
 
@@ -152,6 +152,8 @@ async def _connect(reactor: Any, client: ClientBase[Any], seconds: float, protoc
         ) from None
     except (error.ConnectError, error.DNSLookupError) as failed:
         reason = str(failed).strip() or type(failed).__name__
+        if type(failed) is error.ConnectError and failed.args:
+            reason = str(failed.args[0])  # Twisted's "An error occurred while connecting: 2: ..."
         raise ToolError(f"cannot connect to {client.address}: {reason}",
                         EXIT_UNREACHABLE) from None
     except (ConnectionClosed, error.ConnectionDone, error.ConnectionLost) as closed:
@@ -223,9 +225,9 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
     from wireproto.protocols.rpc import ConnectionClosed
 
     callers = call_protocols()
-    protocol = protocol_of(args.address, args.protocol, list(callers))
     timeout = _positive(args.timeout)
     assert timeout is not None
+    protocol = await ask_protocol(reactor, args, "call", list(callers), timeout)
     data = _call_data(args.data)
     target = args.target
     _check_address(reactor, args.address)

@@ -30,10 +30,12 @@ __all__ = [
     "connect",
     "default_framing",
     "is_websocket_address",
+    "split_unix_url",
     "websocket_client",
 ]
 
-WEBSOCKET_SCHEMES = ("ws://", "wss://")
+WEBSOCKET_SCHEMES = ("ws://", "wss://", "ws+unix://")
+UNIX_SCHEMES = ("ws+unix://", "http+unix://")  # as `wireproto serve` prints a unix listener
 # Frozen, so one shared default is safe.
 _DEFAULT_WEBSOCKET_OPTIONS = WebSocketOptions()
 
@@ -136,8 +138,18 @@ def _ssl_endpoint(reactor: Any, address: str, cafile: str | None, insecure: bool
 
 
 def is_websocket_address(address: str) -> bool:
-    """True for ``ws://`` and ``wss://`` URLs."""
+    """True for ``ws://``, ``wss://`` and ``ws+unix://`` URLs."""
     return address.lower().startswith(WEBSOCKET_SCHEMES)
+
+
+def split_unix_url(address: str) -> tuple[str, str]:
+    """A ``ws+unix://SOCKET:/PATH`` (or ``http+unix://``) address as the unix socket's path and
+    the URL to ask for on it, ``ws://localhost/PATH`` (``http://...``)."""
+    scheme, _, rest = address.partition("+unix://")
+    socket, colon, path = rest.partition(":/")
+    if not socket or not colon:
+        raise ValueError(f"{address!r}: write a unix socket's URL as {scheme}+unix://SOCKET:/PATH")
+    return socket, f"{scheme}://localhost/{path}"
 
 
 def default_framing(address: str) -> str:
@@ -191,12 +203,20 @@ def websocket_client(
     `address`; each connection's message protocol is a new ``protocol_factory()``. `headers`
     go with the opening handshake; `cafile`, `insecure`, `certfile` and `keyfile` are as
     `tls_client_options`."""
+    socket = None
+    url = address
+    if address.lower().startswith(UNIX_SCHEMES):
+        socket, url = split_unix_url(address)
     try:
-        factory = websocket_client_factory(address, protocol_factory, websocket, reactor=reactor,
-                                           headers=headers)
+        factory = websocket_client_factory(_ascii_url(url), protocol_factory, websocket,
+                                           reactor=reactor, headers=headers)
     except Exception as exc:  # Autobahn raises bare Exception for a bad URL
         raise ValueError(f"cannot connect to {redact_url(address)!r}: {exc}") from exc
     endpoint: Any = HostnameEndpoint(reactor, factory.host, factory.port)
+    if socket is not None:
+        from twisted.internet.endpoints import UNIXClientEndpoint
+
+        endpoint = UNIXClientEndpoint(reactor, socket)
     if factory.isSecure:
         tls = context_factory if context_factory is not None else tls_client_options(
             factory.host, cafile=cafile, insecure=insecure, certfile=certfile, keyfile=keyfile
@@ -206,6 +226,19 @@ def websocket_client(
           or certfile is not None or keyfile is not None):
         raise ValueError(f"TLS options are for wss:// URLs, not {redact_url(address)!r}")
     return endpoint, factory
+
+
+def _ascii_url(address: str) -> str:
+    """`address` with its path and query percent-encoded where they are not ASCII, as a browser
+    sends them: a request line is ASCII."""
+    if address.isascii():
+        return address
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    parts = urlsplit(address)
+    safe = "/%:@!$&'()*+,;=~-._?"
+    return urlunsplit(parts._replace(path=quote(parts.path, safe=safe),
+                                     query=quote(parts.query, safe=safe)))
 
 
 Connected = TypeVar("Connected", bound=IMessageProtocol)

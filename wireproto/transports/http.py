@@ -24,6 +24,9 @@ are still arriving. `GuardedSite` closes those doors:
   nothing is served at, a protocol the path does not serve) carries `SERVES_HEADER`, every
   path of the port with its protocol (``/websmq websmq, /engine.io/ nydus``), so a client
   can say where it should have gone.
+- **TLS on a plain port.** A connection whose first byte opens a TLS handshake (a ``wss://``
+  or ``https://`` client) is closed at once, so the client fails now rather than at its
+  handshake timeout.
 - **The access log.** Each answered request is one ``http_request`` event at debug (nothing is
   built when debug is off), in place of twisted.web's Combined Log Format line. Its target and
   Referer are logged as `wireproto.redaction` shows a URL: no ``user:password@`` and no
@@ -84,6 +87,7 @@ Identify = Callable[[Any], "defer.Deferred[Principal]"]
 
 _REFUSAL_PHRASES = {401: b"Unauthorized", 403: b"Forbidden", 503: b"Service Unavailable"}
 SERVES_HEADER = b"wireproto-serves"
+TLS_HANDSHAKE = 0x16  # the first byte of a TLS ClientHello: no HTTP request starts so
 
 
 def text_answer(request: IRequest, code: int, phrase: bytes, text: str) -> bytes:
@@ -279,6 +283,7 @@ class _GuardedChannel(HTTPChannel):
     _deadline: IDelayedCall | None = None
     _abort_call: IDelayedCall | None = None
     _address: str = ""
+    _spoke = False  # whether any byte came yet
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -292,6 +297,16 @@ class _GuardedChannel(HTTPChannel):
     def dataReceived(self, data: bytes) -> None:
         if self._refused:
             return
+        if not self._spoke and data:
+            self._spoke = True
+            if data[0] == TLS_HANDSHAKE:
+                # A TLS client (wss://, https://) on this plain port: closed at once, so it
+                # fails now rather than waiting out its handshake timeout.
+                self._refused = True
+                self._end_request()
+                if self.transport is not None:
+                    self.transport.abortConnection()
+                return
         if not self._pending and not self._handlingRequest:
             # The first bytes of the next request on a kept-alive connection.
             self._begin_request()

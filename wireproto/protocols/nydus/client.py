@@ -79,7 +79,7 @@ __all__ = [
 log = Logger()
 
 DEFAULT_WELCOME_TIMEOUT = 10.0
-_URL_SCHEMES = ("http://", "https://", "ws://", "wss://")
+_URL_SCHEMES = ("http://", "https://", "ws://", "wss://", "http+unix://", "ws+unix://")
 
 # handler(match, data): match.route, match.params, match.splats, match.path
 PublishHandler = Callable[[Match, Any], object]
@@ -88,7 +88,8 @@ PublishHandler = Callable[[Match, Any], object]
 def _websocket_url(url: str) -> str:
     """An Engine.IO server's URL as its WebSocket URL: http becomes ws, https wss."""
     scheme, rest = url.split("://", 1)
-    return {"http": "ws", "https": "wss"}.get(scheme.lower(), scheme) + "://" + rest
+    return {"http": "ws", "https": "wss", "http+unix": "ws+unix"}.get(
+        scheme.lower(), scheme) + "://" + rest
 
 
 class IncompatibleVersion(InvalidField):

@@ -38,7 +38,8 @@ The client is `wireproto.transports.engineio.client` (`engineio_client_connect`)
 
 `EngineIOOptions.allowed_origins` checks the Origin header of each handshake, polling or
 WebSocket, with the patterns `WebSocketOptions.allowed_origins` takes: a browser on a page of
-another origin gets 403. A request without an Origin header (not from a browser) is let through.
+another origin gets 403, with a ``wireproto-refused: origin`` header (engine.io's body is the
+same for every refusal). A request without an Origin header (not from a browser) is let through.
 engine.io has no such check; `allow_request` may add others. A page of an allowed origin may
 read its polls (CORS, as engine.io's cors option); without `allowed_origins` no CORS header is
 sent, as engine.io sends none without that option.

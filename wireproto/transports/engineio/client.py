@@ -172,8 +172,15 @@ class EngineIOClientAdapter(WebSocketClientAdapter):
 
 
 def engineio_url(url: str) -> str:
-    """The WebSocket URL of an Engine.IO 4 server: ws://host:port[/path] with the path
-    defaulting to /engine.io/ and EIO=4&transport=websocket added to the query."""
+    """The WebSocket URL of an Engine.IO 4 server: ws://host:port[/path] (or
+    ws+unix://SOCKET:/path) with the path defaulting to /engine.io/ and
+    EIO=4&transport=websocket added to the query."""
+    if url.lower().startswith("ws+unix://"):
+        from wireproto.transports.connect import split_unix_url
+
+        socket, inner = split_unix_url(url)
+        asked = urlsplit(engineio_url(inner))
+        return f"ws+unix://{socket}:{urlunsplit(('', '', asked.path, asked.query, ''))}"
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("ws", "wss"):
         raise ValueError(f"Engine.IO URL {url!r} must start with ws:// or wss://")

@@ -176,6 +176,8 @@ class EngineIOServer:
                      event="engineio_handshake_refused",
                      peer=describe_address(request.getClientAddress()),
                      origin=None if origin is None else origin.decode("latin-1"))
+            # engine.io's 403 body is the same for every refusal: a client learns why here.
+            request.setHeader(b"wireproto-refused", b"origin")
             return refuse(request, FORBIDDEN)
         allow = self.options.allow_request
         if allow is not None and not allow(request):
