@@ -22,12 +22,13 @@ import argparse
 import os
 from collections.abc import Sequence
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from wireproto.tools._common import EXIT_REFUSED, ToolError
 
 if TYPE_CHECKING:
+    from twisted.internet.interfaces import IReactorTime
     from twisted.python.failure import Failure
 
     from wireproto.transports.websocket import HandshakeFailed
@@ -235,7 +236,7 @@ def explain_refusal(args: argparse.Namespace, protocol: str, failure: Failure) -
     return failure
 
 
-async def ask_protocol(reactor: Any, args: argparse.Namespace, tool: str,
+async def ask_protocol(reactor: IReactorTime, args: argparse.Namespace, tool: str,
                        allowed: Sequence[str], timeout: float) -> str:
     """The protocol to speak at ``args.address`` (`protocol_of`); for a URL whose path names
     none, without --protocol, the one the broker serves there, from its answer to a handshake
@@ -287,7 +288,7 @@ async def ask_protocol(reactor: Any, args: argparse.Namespace, tool: str,
     raise refusal(args, None, failed)
 
 
-async def _refused_at(reactor: Any, args: argparse.Namespace, url: str,
+async def _refused_at(reactor: IReactorTime, args: argparse.Namespace, url: str,
                       timeout: float) -> HandshakeFailed | None:
     """The broker's refusal of a WebSocket handshake at `url`, or None if it let it in (closed
     at once)."""
