@@ -57,7 +57,8 @@ def test_version_and_help_import_neither_twisted_nor_autobahn(args: list[str],
     assert under(modules, "twisted", "autobahn") == []
     if args[0].startswith("-"):
         assert under(modules, "wireproto") == sorted(
-            ["wireproto", "wireproto.cli", "wireproto.program", "wireproto.redaction"])
+            ["wireproto", "wireproto.cli", "wireproto.output", "wireproto.program",
+             "wireproto.redaction"])
 
 
 @pytest.mark.parametrize("command", ["pub", "sub", "call", "produce", "events", "passwd",

@@ -184,6 +184,10 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         lambda target: not within(target, "wireproto.cli", "wireproto.service",
                                   "wireproto.transports", "wireproto.tools"),
     ),
+    "wireproto.output": (
+        "the program's stdout imports nothing of wireproto",
+        _allowed(exact=("wireproto.output",)),
+    ),
     "wireproto.program": (
         "the program's name and logging set-up import only the [log] table's settings and "
         "the log's form",

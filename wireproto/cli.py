@@ -38,12 +38,14 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable, Sequence
-from typing import IO, TYPE_CHECKING, NamedTuple, NoReturn
+from typing import IO, TYPE_CHECKING, NamedTuple, NoReturn, cast
 
+from wireproto.output import output_failed, write_output
 from wireproto.program import PROG, start_logging
 from wireproto.redaction import redact_text, redact_url
 
 if TYPE_CHECKING:
+    from twisted.internet.base import ReactorBase
     from twisted.internet.defer import Deferred
     from twisted.python.failure import Failure
 
@@ -201,12 +203,30 @@ def _add_check_config(commands: argparse._SubParsersAction) -> None:
     check.add_argument("file", metavar="FILE")
 
 
-def announce(lines: Iterable[str], stream: IO[str]) -> None:
+def announce(lines: Iterable[str], stream: IO[str], *, broker: bool = False) -> None:
     """Write `lines` each as ``wireproto: LINE``, flushed at once (scripts wait for them); a URL
-    in a line without its credentials."""
-    for line in lines:
-        stream.write(f"{PROG}: {redact_text(line)}\n")
-    stream.flush()
+    in a line without its credentials. A `broker` goes on serving when its banner cannot be
+    written (its reader gone, as in ``wireproto serve | head -1``): it is said for whoever
+    started it, and network servers outlive a closed pipe (mosquitto ignores SIGPIPE)."""
+    text = "".join(f"{PROG}: {redact_text(line)}\n" for line in lines)
+    if not broker:
+        write_output(text, stream=stream)
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError:
+        # What is left unwritten, and any later line, goes nowhere: as Python's docs advise for
+        # a closed pipe, so that the exit's flush meets no error either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+        try:
+            stream.flush()
+        except OSError:
+            pass
 
 
 def banner(config: Config, bound: Sequence[BoundListener]) -> list[str]:
@@ -267,7 +287,8 @@ def serve(args: argparse.Namespace) -> int:
     exit_code = 0
 
     def listening(bound: list[BoundListener]) -> None:
-        announce([*banner(config, bound), "ready; Ctrl-C stops"], sys.stdout)
+        if not stop_requested():
+            announce([*banner(config, bound), "ready; Ctrl-C stops"], sys.stdout, broker=True)
 
     def cannot_listen(reason: Failure) -> None:
         nonlocal exit_code
@@ -285,14 +306,14 @@ def serve(args: argparse.Namespace) -> int:
 
     def app_failed(reason: Failure) -> None:
         nonlocal exit_code
-        if not stopping:
+        if not stopping and not stop_requested():
             cannot_start(reason.value)
             exit_code = 1
             reactor.stop()
 
     def start_service(_: None) -> None:
         nonlocal exit_code
-        if stopping:
+        if stopping or stop_requested():  # stopped while the application's function ran
             return
         try:
             service.startService()
@@ -347,13 +368,19 @@ def supervise(config: Config, args: argparse.Namespace) -> int:
     exit_code = 0
 
     def ready(bound: list[BoundListener]) -> None:
+        if stop_requested():
+            return
         announce([*banner(config, bound), f"{supervisor.count} workers, pids "
                   + " ".join(map(str, supervisor.worker_pids())), "ready; Ctrl-C stops"],
-                 sys.stdout)
+                 sys.stdout, broker=True)
 
     def failed(reason: Failure) -> None:
         # A listener, the private nats-server or a worker that could not start.
         nonlocal exit_code
+        if stop_requested():
+            # Stopped while starting: a terminal's Ctrl-C or systemd's SIGTERM reached the
+            # workers too, which may end before the supervisor has stopped them.
+            return
         cannot_start(reason.value)
         exit_code = 1
         reactor.stop()
@@ -439,31 +466,43 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 class _Stopping:
     """Ctrl-C and SIGTERM, from the start of `main` on: the command ends at once with the
     status it documents for a stop, without a traceback (an import half done is no reason to
-    print one). Once the reactor runs, they stop it as Twisted's own handlers do, so that the
-    command's shutdown closes its connections cleanly; another one meanwhile, or once the
-    reactor has stopped, changes nothing (that shutdown is bounded). While a command that
-    handles KeyboardInterrupt runs, both raise it. Once the command has its status, they end
-    the process with it."""
+    print one). Once the reactor runs (these handlers put back in place of Twisted's own, which
+    it installs as it starts), the first one stops it, so that the command's shutdown closes
+    its connections cleanly; any other one meanwhile, or once the reactor has stopped, changes
+    nothing (that shutdown is bounded). While a command that handles KeyboardInterrupt runs,
+    both raise it. Once the command has its status, both are ignored: the process is only
+    exiting, and Python's own exit would otherwise let them kill it."""
 
     def __init__(self, status: int) -> None:
         self.status = status
         self.interrupt = False
         self.interrupted = False
         self.finished = False
+        self.requested = False
+        """A stop was asked for: set in the signal handler itself, before the reactor hears of
+        it, so that what the reactor is about to do (announce a start) can be left undone."""
+        self.install()
+
+    def install(self) -> None:
         for number in (signal.SIGINT, signal.SIGTERM):
             signal.signal(number, self.handle)
+
+    def keep_when_running(self) -> None:
+        """Have these handlers, not Twisted's, in place once the reactor runs."""
+        from twisted.internet import reactor
+
+        reactor.callWhenRunning(self.install)
 
     def handle(self, number: int, frame: object) -> None:
         reactor = sys.modules.get("twisted.internet.reactor")
         if not self.finished and reactor is not None and (
                 reactor.running or getattr(reactor, "_startedBefore", False)):
             # Running; or stopping, or stopped and its command ending with its own status.
-            # (Its SIGTERM handler replaces this one when it starts; its SIGINT handler stays
-            # out while this one is in place.)
-            if reactor.running and not getattr(reactor, "_stopped", True):
-                stop = reactor.sigInt if number == signal.SIGINT else reactor.sigTerm
-                stop(number, frame)
+            if not self.requested:
+                self.requested = True
+                reactor.callFromThread(_stop_reactor, reactor)
             return
+        self.requested = True
         if self.interrupt:
             self.interrupted = True
             raise KeyboardInterrupt
@@ -471,6 +510,8 @@ class _Stopping:
 
     def finish(self, status: int) -> None:
         self.status, self.interrupt, self.finished = status, False, True
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_IGN)
 
     def exit(self) -> NoReturn:
         """End the process now with the status, what is written flushed."""
@@ -482,6 +523,23 @@ class _Stopping:
         os._exit(self.status)
 
 
+def _stop_reactor(reactor: object) -> None:
+    from twisted.internet.error import ReactorNotRunning
+
+    try:
+        cast("ReactorBase", reactor).stop()
+    except ReactorNotRunning:
+        pass  # it was stopping already, on its own
+
+
+_stopping: _Stopping | None = None
+
+
+def stop_requested() -> bool:
+    """Whether Ctrl-C or SIGTERM has asked the command to stop."""
+    return _stopping is not None and _stopping.requested
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``wireproto`` command; returns its exit status. As the program (`argv` None),
     Ctrl-C and SIGTERM end it quietly, from its start, with the status the command documents
@@ -491,7 +549,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     entry = COMMANDS.get(command or "")
     if argv is not None or threading.current_thread() is not threading.main_thread():
         return _run(words, command, entry, None)
-    stopping = _Stopping(entry.stopped if entry is not None else INTERRUPTED)
+    global _stopping
+    stopping = _stopping = _Stopping(entry.stopped if entry is not None else INTERRUPTED)
     if entry is not None and entry.short_lived:
         os.environ.setdefault("AUTOBAHN_USE_NVX", "0")
     status: int | str | None = 1
@@ -501,8 +560,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit:  # argparse's, after --help or a bad option
         status = exit.code
         raise
+    except BrokenPipeError as error:  # stdout's reader gone (``--help | head -1``)
+        output_failed(error)
     finally:
         stopping.finish(status if isinstance(status, int) else 1 if status else 0)
+        try:
+            sys.stdout.flush()
+        except OSError as error:
+            output_failed(error)
         if stopping.interrupted:
             # Python 3.11 remembers a KeyboardInterrupt that went through code run by exec()
             # (a dataclass being made while it imported) and, caught or not, ends the process
@@ -516,6 +581,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(words: list[str], command: str | None, entry: Command | None,
          stopping: _Stopping | None) -> int:
     args = build_parser(command or "").parse_words(words)
+    if stopping is not None and args.command != "check-config" and (
+            entry is None or not entry.handles_interrupt):
+        stopping.keep_when_running()  # serve and the tools run a reactor
     if args.command == "serve":
         return serve(args)
     if args.command == "check-config":

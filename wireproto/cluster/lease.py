@@ -241,6 +241,8 @@ class Lease:
             d = last_message(self.client, self.stream, self.subject, timeout=self._timeout)
             # If it cannot be read, it is asked again at the next renewal.
             return d.addCallbacks(self._judge_refusal, lambda _: None)
+        if self.lost is not None or not self.in_force:
+            return None  # released as this process stops (its connection closing): no news
         self.failures += 1
         if self.failures in (1, 10) or self.failures % 100 == 0:
             log.warn("cluster: could not renew this process's lease ({why}); it is valid "
@@ -281,6 +283,7 @@ class Lease:
     def release(self) -> defer.Deferred[None]:
         """Remove the lease key as this process stops: its connections have published their
         own wills, and the others need not wait for the lease to run out."""
+        self.in_force = False  # not renewed any more
         if self.lost is not None or not self.sequence or not self.client.connected:
             return defer.succeed(None)
         self.lost = "released"

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from wireproto.capture import CaptureError, IncompleteCapture, capture_files, read_header
+from wireproto.output import write_output
 from wireproto.program import PROG
 
 __all__ = ["register", "main", "run", "check_captures", "Progress", "INTERRUPTED",
@@ -221,24 +222,91 @@ def _duration(seconds: float) -> str:
     return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"
 
 
+SPARK_STOP_TIMEOUT = 30.0  # seconds for the SparkSession to stop before the process ends anyway
+
+
+class SparkStop:
+    """Ctrl-C and SIGTERM while `wireproto analyze` has Spark, never raised into py4j (which
+    would log and print tracebacks of the calls it interrupted). While the JVM and the session
+    start, the process ends at once with INTERRUPTED: nothing is written yet, and the JVM,
+    whose stdin is a pipe from this process, ends with it. Once Spark runs, `stopping` is set
+    and `on_stop` called in a thread (never in the handler, which runs between the main
+    thread's calls into the JVM). Once Spark stops, another one changes nothing."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.on_stop: Callable[[], None] | None = None
+        self.spark_stopping = False
+
+    def handle(self, number: int, frame: Any) -> None:
+        if self.on_stop is None and not self.spark_stopping:
+            _end_now(INTERRUPTED)
+        if not self.stopping.is_set():
+            self.stopping.set()
+            if self.on_stop is not None and not self.spark_stopping:
+                threading.Thread(target=self.on_stop, daemon=True).start()
+
+
 @contextmanager
-def stopped_by_signals(on_stop: Callable[[], None]) -> Iterator[threading.Event]:
-    """While inside, Ctrl-C and SIGTERM set the event and call `on_stop` in a thread (never in
-    the signal handler, which runs between the main thread's calls into the JVM)."""
-    stopping = threading.Event()
-
-    def handler(*_: Any) -> None:
-        if not stopping.is_set():
-            stopping.set()
-            threading.Thread(target=on_stop, daemon=True).start()
-
-    previous = {number: signal.signal(number, handler)
+def spark_signals() -> Iterator[SparkStop]:
+    """Ctrl-C and SIGTERM handled by a SparkStop while inside."""
+    stop = SparkStop()
+    previous = {number: signal.signal(number, stop.handle)
                 for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield stopping
+        yield stop
     finally:
         for number, old in previous.items():
             signal.signal(number, old)
+
+
+def _started_elsewhere(start: Callable[[], Any]) -> Any:
+    """`start()`'s result, called in another thread: there pyspark installs no SIGINT handler
+    of its own (one that raises KeyboardInterrupt into whatever py4j call runs), and this
+    thread stays free for the signals."""
+    result: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(start())
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            failure.append(error)
+
+    starter = threading.Thread(target=run, name="analyze-spark-start", daemon=True)
+    starter.start()
+    starter.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def _end_now(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - ending anyway
+            pass
+    os._exit(status)
+
+
+def stop_spark(spark: Any, status: int) -> int:
+    """Stop `spark` within SPARK_STOP_TIMEOUT; if it takes longer, the process ends with
+    `status` (the JVM with it). Quietly: what py4j would log of it is not the user's."""
+    logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+    stopper = threading.Thread(target=_quietly, args=(spark.stop,), daemon=True)
+    stopper.start()
+    stopper.join(SPARK_STOP_TIMEOUT)
+    if stopper.is_alive():
+        _end_now(status)
+    return status
+
+
+def _quietly(call: Callable[[], object]) -> None:
+    try:
+        call()
+    except Exception:  # noqa: BLE001, S110 - a JVM already gone: stopped all the same
+        pass
 
 
 @contextmanager
@@ -321,53 +389,55 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
         return 2
 
     log_path = Path(tempfile.gettempdir()) / f"wireproto-analyze-{os.getpid()}.log"
-    try:
-        spark = quiet_spark(args.master, log_path)
-    except KeyboardInterrupt:  # while the JVM was starting
-        return INTERRUPTED
-    try:
-        if args.follow:
-            return _follow(spark, args, announce)
-        return _batch(spark, args, sizes, announce, error, log_path)
-    except KeyboardInterrupt:
-        return INTERRUPTED
-    finally:
-        spark.stop()
+    with spark_signals() as stop:
+        spark = _started_elsewhere(lambda: quiet_spark(args.master, log_path))
+        status = INTERRUPTED
+        try:
+            if args.follow:
+                stop.on_stop = lambda: None
+                status = _follow(spark, args, announce, stop.stopping)
+            else:
+                stop.on_stop = spark.sparkContext.cancelAllJobs
+                status = _batch(spark, args, sizes, announce, error, log_path, stop.stopping)
+        finally:
+            stop.spark_stopping = True
+            stop_spark(spark, status)
+    return status
 
 
 def _batch(spark: Any, args: argparse.Namespace, sizes: list[int],
            announce: Callable[[list[str]], None], error: Callable[[str], None],
-           log_path: Path) -> int:
+           log_path: Path, stopping: threading.Event) -> int:
     from wireproto.pipeline.analyze import analyze
 
     progress = Progress(spark, sizes, sys.stderr).start()
     options = storage_options(args.storage_option)
-    with stopped_by_signals(spark.sparkContext.cancelAllJobs) as stopping:
-        try:
-            with output_or_nothing(Path(args.out)) if not is_remote(args.out) else \
-                    tempfile.TemporaryDirectory(prefix="wireproto-analyze-") as staging:
-                local_out = args.out if staging is None else staging
-                summary = analyze(spark, args.captures, local_out, options=options)
-                if stopping.is_set():
-                    raise KeyboardInterrupt
-                if staging is not None:
-                    summary.out = copy_outputs(staging, args.out, options)
-        except BaseException as failure:
-            progress.stop()
-            if stopping.is_set() or isinstance(failure, KeyboardInterrupt):
-                return INTERRUPTED
-            if not isinstance(failure, Exception):
-                raise
-            text = str(failure).strip()
-            first = text.splitlines()[0] if text else ""
-            error(f"{type(failure).__name__}: {first} (Spark's log: {log_path})")
-            return 1
+    try:
+        with output_or_nothing(Path(args.out)) if not is_remote(args.out) else \
+                tempfile.TemporaryDirectory(prefix="wireproto-analyze-") as staging:
+            local_out = args.out if staging is None else staging
+            summary = analyze(spark, args.captures, local_out, options=options)
+            if stopping.is_set():
+                raise KeyboardInterrupt
+            if staging is not None:
+                summary.out = copy_outputs(staging, args.out, options)
+    except BaseException as failure:
+        progress.stop()
+        if stopping.is_set() or isinstance(failure, KeyboardInterrupt):
+            return INTERRUPTED
+        if not isinstance(failure, Exception):
+            raise
+        text = str(failure).strip()
+        first = text.splitlines()[0] if text else ""
+        error(f"{type(failure).__name__}: {first} (Spark's log: {log_path})")
+        return 1
     progress.stop()
     announce(summary.lines())
     return 0
 
 
-def _follow(spark: Any, args: argparse.Namespace, announce: Callable[[list[str]], None]) -> int:
+def _follow(spark: Any, args: argparse.Namespace, announce: Callable[[list[str]], None],
+            stopping: threading.Event) -> int:
     from wireproto.pipeline.follow import start_follow
 
     checkpoint = args.checkpoint or os.path.join(args.out, "checkpoint")
@@ -375,11 +445,10 @@ def _follow(spark: Any, args: argparse.Namespace, announce: Callable[[list[str]]
                          available_now=args.available_now,
                          options=storage_options(args.storage_option))
     announce([f"following {args.captures}; publishing to {args.hub}; Ctrl-C stops"])
-    with stopped_by_signals(lambda: None) as stopping:
-        while not stopping.is_set():
-            if query.awaitTermination(0.5):
-                return 0
-        query.stop()
+    while not stopping.is_set():
+        if query.awaitTermination(0.5):
+            return 0
+    query.stop()
     return 0
 
 
@@ -425,8 +494,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Run `args` (parsed by `register`'s parser), writing to stdout and stderr."""
     def announce(lines: list[str]) -> None:
-        for line in lines:
-            print(f"{PROG}: {line}", flush=True)
+        write_output("".join(f"{PROG}: {line}\n" for line in lines))
 
     def error(message: str) -> None:
         print(f"{PROG} analyze: {message}", file=sys.stderr, flush=True)

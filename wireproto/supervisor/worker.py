@@ -3,14 +3,23 @@ on the listening sockets its supervisor passed, serving the connections its supe
 (wireproto.supervisor.handoff), joined to the other workers through NATS. It
 writes ``ready`` to its stdout (a pipe to the supervisor) once it listens and is linked, or
 ``failed: WHY`` if it cannot start, and then exits 1: the supervisor says why, in one line.
-Anything else written to its stdout (an application's prints) goes to its stderr."""
+Anything else written to its stdout (an application's prints) goes to its stderr.
+
+Its supervisor decides when it stops, with SIGTERM: from its first line on, a worker ignores
+SIGINT (a terminal's Ctrl-C signals the whole process group, the supervisor included), and a
+SIGTERM before its reactor runs ends it at once, quietly."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda number, frame: os._exit(0))
+
+import json  # noqa: E402 - after the signals, which may come while it imports
+import sys  # noqa: E402
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -144,8 +153,8 @@ def main() -> int:
     in_app: list[bool] = []
 
     def stop(number: int = 0) -> None:
-        # A start that failed, a terminal's Ctrl-C, the supervisor's SIGTERM and the
-        # parent-death signal may all come: the first one stops the worker.
+        # A start that failed, the supervisor's SIGTERM and the parent-death signal (SIGTERM
+        # too) may all come: the first one stops the worker.
         if not stopping:
             stopping.append(number)
             reactor.stop()
@@ -157,10 +166,11 @@ def main() -> int:
             os._exit(1)
         IReactorFromThreads(reactor).callFromThread(stop, number)
 
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, stop_once)
+    signal.signal(signal.SIGTERM, stop_once)
     # Every Twisted reactor is a ReactorBase, whose run() can leave the signals to this process.
     cast(ReactorBase, reactor).run(installSignalHandlers=False)
+    # Stopped: another SIGTERM changes nothing (Python's exit would let it kill the process).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return exit_code
 
 

@@ -10,7 +10,12 @@ Exit codes (docs/tools.md):
 4     the peer refused us: WebSocket handshake refused, Subble handshake code
 5     timed out: no answer, or fewer messages than asked for within --timeout
 130   stopped by Ctrl-C or SIGTERM with work left (pub, call, produce)
+141   stdout closed by its reader (``| head -1``): the tool ends at once, quietly
 ====  =====================================================================
+
+A tool whose stdout cannot be written ends at once, whatever it was doing (`emit`,
+wireproto.output.write_output): 141 for a closed pipe, as a shell reports mosquitto_sub killed
+by SIGPIPE, with nothing on stderr; 1 and one line for any other error, a full disk say.
 
 Ctrl-C or SIGTERM stops every tool the same way (`run_tool`): what it was waiting for is
 cancelled, its connection is closed cleanly, and it exits quietly: 0 for a tool that runs until
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import math
 import os
 import re
 import sys
@@ -33,6 +39,7 @@ from typing import IO, Any
 from twisted.internet import defer, error, task
 
 from wireproto.codecs.serialization import json_dumps
+from wireproto.output import write_output
 from wireproto.redaction import redact_text
 
 __all__ = [
@@ -77,7 +84,7 @@ def add_common_options(parser: argparse.ArgumentParser, protocols: Sequence[str]
                         help="the protocol at ADDRESS (default: from the URL's path)")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per line, for scripts")
-    parser.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS",
                         help="give up after this long (default 10)")
     parser.add_argument("--cafile", metavar="FILE",
                         help="trust the CA certificates in FILE (PEM) for wss:// and ssl: "
@@ -100,6 +107,17 @@ def add_common_options(parser: argparse.ArgumentParser, protocols: Sequence[str]
     parser.add_argument("--password", metavar="PASSWORD",
                         help="USER's password (prefer $WIREPROTO_PASSWORD: an argument shows "
                              "in the process list)")
+
+
+def seconds(text: str) -> float:
+    """A duration option's value (--timeout): a number of seconds more than 0, and finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be more than 0, and finite, not {text}")
+    return value
 
 
 def connect_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -229,10 +247,10 @@ def payload_text(payload: bytes) -> str:
 
 
 def emit(as_json: bool, record: dict[str, Any], human: str, out: IO[str] | None = None) -> None:
-    """Print one received thing: `record` as a JSON line, or `human` text; flushed at once."""
-    stream = out if out is not None else sys.stdout
-    stream.write((json_dumps(record, allow_nan=True) if as_json else human) + "\n")
-    stream.flush()
+    """Print one received thing: `record` as a JSON line, or `human` text; flushed at once. A
+    stdout that cannot be written ends the tool there (wireproto.output.write_output)."""
+    write_output((json_dumps(record, allow_nan=True) if as_json else human) + "\n",
+                 f"wireproto {_running[-1] if _running else ''}".rstrip(), out)
 
 
 def _exit_code(failure: Any) -> tuple[int, str]:
@@ -259,6 +277,7 @@ def _exit_code(failure: Any) -> tuple[int, str]:
 
 
 STOP_TIMEOUT = 5.0
+_running: list[str] = []  # the tool that runs, for the line of an output that cannot be written
 
 
 def run_tool(name: str, main: Callable[[Any], Coroutine[Any, Any, int]], *,
@@ -271,6 +290,7 @@ def run_tool(name: str, main: Callable[[Any], Coroutine[Any, Any, int]], *,
     if the tool runs `until_stopped`, else EXIT_INTERRUPTED, with nothing on stderr."""
     status: list[int] = []
     stopped: list[bool] = []
+    _running.append(name)
 
     async def body(reactor: Any) -> None:
         work = defer.ensureDeferred(main(reactor))

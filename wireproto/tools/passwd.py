@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from wireproto.access.passwords import PasswordFile, PasswordFileError
+from wireproto.output import write_output
 
 __all__ = ["register"]
 
@@ -40,8 +41,14 @@ def _read_password() -> str | None:
     if not sys.stdin.isatty():
         line = sys.stdin.readline()
         return line[:-1] if line.endswith("\n") else line
-    first = getpass.getpass("Password: ")
-    if getpass.getpass("Again: ") != first:
+    try:
+        first = getpass.getpass("Password: ")
+        again = getpass.getpass("Again: ")
+    except EOFError:  # Ctrl-D at the prompt
+        print(file=sys.stderr)  # past the prompt
+        print(f"{PROG}: no password given; nothing changed", file=sys.stderr)
+        return None
+    if again != first:
         print(f"{PROG}: the passwords differ; nothing changed", file=sys.stderr)
         return None
     return first
@@ -79,5 +86,5 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"{PROG}: {args.file}: cannot be written: {error.strerror}", file=sys.stderr)
         return 2
-    print(f"{PROG}: {args.file}: user {args.user!r} {what}")
+    write_output(f"{PROG}: {args.file}: user {args.user!r} {what}\n")
     return 0

@@ -29,6 +29,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IDelayedCall
 from twisted.python.failure import Failure
 
+from wireproto.output import write_output
 from wireproto.redaction import redact_text
 from wireproto.tools._common import (
     EXIT_OK,
@@ -292,8 +293,7 @@ def sub(args: argparse.Namespace) -> int:
 
 def _print(message: Received, protocol: str, as_json: bool, payload_only: bool = False) -> None:
     if payload_only and not as_json:
-        sys.stdout.buffer.write(message.payload + b"\n")
-        sys.stdout.flush()
+        write_output(message.payload + b"\n", "wireproto sub")
         return
     record: dict[str, Any] = {"topic": message.topic}
     try:

@@ -95,12 +95,6 @@ def _jsonable(value: Any) -> Any:
     return json_parse(compact_json(value))
 
 
-def _positive(seconds: float | None) -> float | None:
-    if seconds is not None and not seconds > 0:
-        raise ToolError(f"--timeout must be more than 0, not {seconds:g}", EXIT_USAGE)
-    return seconds
-
-
 def _ms(started: float) -> float:
     return round((time.monotonic() - started) * 1000, 3)
 
@@ -225,7 +219,7 @@ async def _call(reactor: Any, args: argparse.Namespace) -> int:
     from wireproto.protocols.rpc import ConnectionClosed
 
     callers = call_protocols()
-    timeout = _positive(args.timeout)
+    timeout = args.timeout  # more than 0: _common.seconds
     assert timeout is not None
     protocol = await ask_protocol(reactor, args, "call", list(callers), timeout)
     data = _call_data(args.data)
@@ -298,7 +292,7 @@ async def _produce(reactor: Any, args: argparse.Namespace) -> int:
     from wireproto.protocols.subble.client import EventRefused
 
     _subble_protocol(args)
-    timeout = _positive(args.timeout)
+    timeout = args.timeout  # more than 0: _common.seconds
     assert timeout is not None
     event_type = args.event_type
     client = _subble_client(reactor, args, timeout, produce=[event_type])
@@ -350,7 +344,7 @@ async def _produce(reactor: Any, args: argparse.Namespace) -> int:
 
 async def _events(reactor: Any, args: argparse.Namespace) -> int:
     _subble_protocol(args)
-    timeout = _positive(args.timeout)
+    timeout = args.timeout  # more than 0: _common.seconds
     count = args.count
     started = time.monotonic()
     done: defer.Deferred[int] = defer.Deferred()
