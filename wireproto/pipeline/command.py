@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from types import FrameType
+from typing import IO, Any, TypeVar
 
 from wireproto.capture import CaptureError, IncompleteCapture, capture_files, read_header
 from wireproto.output import write_output
@@ -238,7 +239,7 @@ class SparkStop:
         self.on_stop: Callable[[], None] | None = None
         self.spark_stopping = False
 
-    def handle(self, number: int, frame: Any) -> None:
+    def handle(self, number: int, frame: FrameType | None) -> None:
         if self.on_stop is None and not self.spark_stopping:
             _end_now(INTERRUPTED)
         if not self.stopping.is_set():
@@ -260,11 +261,14 @@ def spark_signals() -> Iterator[SparkStop]:
             signal.signal(number, old)
 
 
-def _started_elsewhere(start: Callable[[], Any]) -> Any:
+Started = TypeVar("Started")
+
+
+def _started_elsewhere(start: Callable[[], Started]) -> Started:
     """`start()`'s result, called in another thread: there pyspark installs no SIGINT handler
     of its own (one that raises KeyboardInterrupt into whatever py4j call runs), and this
     thread stays free for the signals."""
-    result: list[Any] = []
+    result: list[Started] = []
     failure: list[BaseException] = []
 
     def run() -> None:
