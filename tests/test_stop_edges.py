@@ -168,6 +168,14 @@ def test_call_to_a_closed_pipe_ends_quietly_with_141(broker: dict[str, str]) -> 
     assert (status, err) == (141, "")
 
 
+@pytest.mark.parametrize("args", [("--version",), ("--help",), ("pub", "--help")])
+def test_the_version_and_the_help_to_a_full_disk_say_so(args: tuple[str, ...]) -> None:
+    # argparse dropped the OSError: they said nothing and exited 0.
+    with open("/dev/full", "w") as full:
+        status, _, err = finished(wireproto(*args, stdout=full))
+    assert (status, err) == (1, "wireproto: cannot write the output: No space left on device\n")
+
+
 @pytest.mark.timeout(120)
 def test_a_broker_whose_banner_cannot_be_written_goes_on_serving() -> None:
     # A broker's banner is said for whoever started it: with its reader gone before it was

@@ -45,6 +45,7 @@ from wireproto.program import PROG, start_logging
 from wireproto.redaction import redact_text, redact_url
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
     from twisted.internet.base import ReactorBase
     from twisted.internet.defer import Deferred
     from twisted.python.failure import Failure
@@ -134,6 +135,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse drops an OSError here (--version and --help to a full disk said nothing and
+        # exited 0): the help and the version are output as any other.
+        if message:
+            write_output(message, PROG, stream=cast("IO[str]", file or sys.stderr))
 
     def parse_words(self, words: Sequence[str]) -> argparse.Namespace:
         """parse_args, but an unknown option is the command's: ``wireproto pub: unrecognized

@@ -107,6 +107,13 @@ async def test_mosquitto_options_on_pub_and_sub_say_the_wireproto_way_and_publis
     (("events", "-h", "127.0.0.1", "-t", "door"),
      "wireproto events: -h is --help here; the broker goes in the ADDRESS: "
      "ws://127.0.0.1:8765/subble"),
+    # A receiver's -q is not about writing (it had pub's explanation).
+    (("sub", "ws://127.0.0.1:1/websmq", "-t", "x", "-q", "1"),
+     "wireproto sub: -q: sub has no QoS levels: it prints every message the broker sends it "
+     "while it is connected, in order"),
+    (("events", "ws://127.0.0.1:1/subble", "-t", "door", "-q", "1"),
+     "wireproto events: -q: events has no QoS levels: it prints every message the broker "
+     "sends it while it is connected, in order"),
 ])
 @pytest_twisted.ensureDeferred
 async def test_the_same_letters_on_call_produce_and_events(
@@ -121,3 +128,13 @@ async def test_h_alone_is_still_help(processes: Processes) -> None:
         helped = processes.run(tool, "-h")
         assert await helped.exit_code() == 0, helped.output()
         assert helped.stdout[0].startswith(f"usage: wireproto {tool} "), helped.output()
+
+
+@pytest_twisted.ensureDeferred
+async def test_h_in_a_cluster_of_short_options_is_help(processes: Processes) -> None:
+    # `pub ... -hv` was argparse's "ignored explicit argument 'v'" (pub has no -v), exit 2.
+    for args in (("pub", "ws://127.0.0.1:1/websmq", "-t", "x", "-m", "hi", "-hv"),
+                 ("pub", "-vh"), ("sub", "-hv"), ("call", "-hv"), ("events", "-vh")):
+        helped = processes.run(*args)
+        assert await helped.exit_code() == 0, helped.output()
+        assert helped.stdout[0].startswith(f"usage: wireproto {args[0]} "), helped.output()

@@ -34,7 +34,7 @@ _ONLY_MOSQUITTO: dict[tuple[str, ...], str] = {
     ("-r", "--retain"): "{tool} has no retain flag: the broker keeps the last message of the "
                         "topics its [hub] retain patterns match, for later subscribers",
     ("-q", "--qos"): "{tool} has no QoS levels: it exits 0 only once every message is "
-                     "written and the connection closed cleanly",
+                     "written and the connection closed cleanly",  # (sub, events: _RECEIVERS)
     ("-k", "--keepalive"): "{tool} has no keepalive option: the broker pings WebSocket "
                            "clients ([websocket] auto_ping_interval)",
     ("-d", "--debug"): "{tool} has no debug output: errors are one line on stderr, and the "
@@ -46,6 +46,8 @@ _ONLY_MOSQUITTO: dict[tuple[str, ...], str] = {
                                        "starts afresh",
 }
 _CLIENT_ID = ("-i", "--id", "-I", "--id-prefix")
+# The tools that receive rather than send: -q means something else to them.
+_RECEIVERS = ("sub", "events")
 _ONE_VALUE = ("-P", "--pw", "--username", "-q", "--qos", "-k", "--keepalive", "-V",
               "--protocol-version", "-L", "--url", "-W", "-i", "--id", "-I", "--id-prefix")
 
@@ -84,6 +86,20 @@ def _readings(argv: Sequence[str],
         else:
             found.append((name, None))
     return found
+
+
+def _help_cluster(words: Sequence[str]) -> bool:
+    """Whether `words` ask for the help in a cluster of short options (-hv, -vh), which
+    argparse would refuse where a letter is no option of the tool; -h with a host attached
+    (-h127.0.0.1) is mosquitto's host instead."""
+    for word in words:
+        if word == "--":
+            return False
+        if (word.startswith("-") and not word.startswith("--") and len(word) > 2
+                and "h" in word[1:] and word[1:].isalpha()
+                and not (word.startswith("-h") and _looks_like_host(word[2:]))):
+            return True
+    return False
 
 
 def _looks_like_host(text: str) -> bool:
@@ -140,6 +156,9 @@ def foreign_habit(tool: str, argv: Sequence[str], *, path: str, protocols: Seque
             if tool in ("produce", "events"):
                 return f"{name}: the client ID is --client-id ID here"
             return f"{name}: {tool} connects without a client ID"
+        if name in ("-q", "--qos") and tool in _RECEIVERS:
+            return (f"{name}: {tool} has no QoS levels: it prints every message the broker "
+                    "sends it while it is connected, in order")
         for names, line in _ONLY_MOSQUITTO.items():
             if name in names:
                 return f"{name}: " + line.format(tool=tool, address=address)
@@ -169,7 +188,11 @@ def check_habits(parser: argparse.ArgumentParser, tool: str, *, path: str,
 
     def checked(args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
                 ) -> tuple[argparse.Namespace, list[str]]:
-        line = foreign_habit(tool, list(args or ()), path=path, protocols=protocols,
+        words = list(args or ())
+        if _help_cluster(words):
+            parser.print_help()
+            parser.exit(0)
+        line = foreign_habit(tool, words, path=path, protocols=protocols,
                              one_topic=one_topic, takes_value=takes_value)
         if line is not None:
             parser.exit(2, f"{parser.prog}: {line}\n")
