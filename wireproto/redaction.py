@@ -4,7 +4,8 @@ A URL, or an HTTP request's target, is shown with its ``user:password@`` replace
 and the value of every query parameter whose name says it is a secret replaced by ``***``: a
 name that, in any case and percent-decoded, contains one of `SECRET_WORDS` (``access_token``,
 ``password``, ``api_key``, ``X-Amz-Signature``, ``sessionid``...) or is one of `SECRET_NAMES`
-(``sig``, ``pass``). On a path that checks credentials every query value is replaced: a client
+(``sig``, ``pass``); so is a fragment's (``#access_token=...``, where OAuth's implicit flow puts a
+token). On a path that checks credentials every query value is replaced: a client
 may put a secret in any of them, and an Engine.IO ``sid`` speaks for its session to whoever
 holds it. The names stay, so a line still says what was asked.
 
@@ -19,6 +20,10 @@ given), for what prints or logs lines that may hold one.
 '/engine.io/?EIO=***&transport=***&sid=***'
 >>> redact_url("/websmq?v=1;access%5Ftoken=eyJ.x.y")
 '/websmq?v=1;access%5Ftoken=***'
+>>> redact_url("https://app.example/cb#access_token=eyJ.x.y&expires_in=3600")
+'https://app.example/cb#access_token=***&expires_in=3600'
+>>> redact_url("/docs?page=2#password=p")
+'/docs?page=2#password=***'
 >>> redact_url("serial:/dev/ttyACM0:baudrate=115200")
 'serial:/dev/ttyACM0:baudrate=115200'
 >>> redact_text("bad WebSocket URL 'ws://u:pw@h/x?token=t': no port")
@@ -50,7 +55,7 @@ def is_secret_parameter(name: str) -> bool:
 
 def redact_url(url: str, *, every_value: bool = False) -> str:
     """`url` (absolute, or a path and query) without its user information and without the
-    values of its secret query parameters (of all its query parameters with `every_value`)."""
+    values of its secret query (and fragment) parameters (of all of them with `every_value`)."""
     scheme, separator, rest = url.partition("://")
     if url.startswith("//"):  # a network-path reference: an authority without a scheme
         scheme, separator, rest = "", "//", url[2:]
@@ -60,17 +65,21 @@ def redact_url(url: str, *, every_value: bool = False) -> str:
         if "@" in authority:
             rest = f"{REDACTED}@{authority.rsplit('@', 1)[1]}{rest[end:]}"
         url = scheme + separator + rest
+    url, hash_mark, fragment = url.partition("#")
     base, question, query = url.partition("?")
-    if not question:
-        return url
-    query, hash_mark, fragment = query.partition("#")
+    return (base + question + _redacted_parameters(query, every_value)
+            + hash_mark + _redacted_parameters(fragment, every_value))
+
+
+def _redacted_parameters(text: str, every_value: bool) -> str:
+    """A query (or a fragment written as one) with its secret values replaced."""
     # Split as twisted.web reads a query: at "&" and at ";".
-    parts = re.split(r"([&;])", query)
+    parts = re.split(r"([&;])", text)
     for index in range(0, len(parts), 2):
         name, equals, value = parts[index].partition("=")
         if equals and value and (every_value or is_secret_parameter(name)):
             parts[index] = f"{name}={REDACTED}"
-    return base + question + "".join(parts) + hash_mark + fragment
+    return "".join(parts)
 
 
 # A URL in running text: a scheme and "//", up to a space or a quote that could close it.

@@ -79,7 +79,7 @@ async def test_no_token_or_password_reaches_the_log_file_which_only_its_owner_re
     # Another query parameter on an authenticated path, and a refused handshake.
     await request(port, "GET", "/engine.io/?EIO=4&transport=polling&password=hunter2")
     status, _ = await request(port, "GET", f"/engine.io/?EIO=3&{query[6:]}", headers={
-        "Referer": f"http://app.example/?access_token={token}"})
+        "Referer": f"http://app.example/?access_token={token}#access_token={token}"})
     assert status == 400
     await request(port, "GET", "/engine.io/?EIO=4&transport=polling",
                   headers={"Authorization": basic("carol", "carol's password")})
@@ -97,7 +97,7 @@ async def test_no_token_or_password_reaches_the_log_file_which_only_its_owner_re
     targets = {record["target"] for record in requests}
     assert "/engine.io/?EIO=***&transport=***&access_token=***&t=***&sid=***" in targets
     assert [record["referer"] for record in requests if record["referer"]] == [
-        "http://app.example/?access_token=***"]
+        "http://app.example/?access_token=***#access_token=***"]
     for secret in (token, expired, sid, "hunter2", "hunter3", "hunter4", "carol's password",
                    PHYLLO_PASSWORD):
         assert secret not in logged, secret

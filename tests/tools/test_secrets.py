@@ -62,6 +62,36 @@ async def test_no_credential_of_an_address_is_printed_and_user_information_is_re
         f"wireproto pub: ws://127.0.0.1:{port}/nopath?token=***: 404 Not Found"), line
 
 
+@pytest_twisted.ensureDeferred
+async def test_an_address_with_a_space_or_a_fragment_is_refused_and_never_repeated(
+    processes: Processes, auth_files: AuthFiles, tmp_path: Path,
+) -> None:
+    served = await auth_broker(processes, auth_files, tmp_path)
+    websmq, nydus = served["websmq over ws"], served["nydus over engineio"]
+    port = websmq.split(":")[2].split("/")[0]
+    space = "ADDRESS holds a space: percent-encode it (%20)"
+    # A space was sent as it is (400 Bad Request), and ended the redaction of the line early.
+    for args, said in (
+        (("pub", f"{websmq}?password=correct horse SPACESECRET", "-t", "x", "-m", "a"), space),
+        (("pub", f"ws://127.0.0.1:{port}/my topics?access_token=SPACESECRET", "-t", "x", "-m",
+          "a", "-p", "websmq"), space),
+        (("pub", f"ws://127.0.0.1:{free_port()}/my topics?access_token=SPACESECRET", "-t", "x",
+          "-m", "a", "-p", "websmq"), space),
+        (("call", f"{nydus}?token=a\tSPACESECRET", "/x", "{}"),
+         "ADDRESS holds a control character or whitespace (a tab, a line break...)"),
+        # A fragment is never sent; OAuth's implicit flow puts a token there.
+        (("sub", f"{websmq}#access_token=FRAGSECRET", "-t", "x"),
+         "ADDRESS holds a fragment (#...), which is never sent: leave it out"),
+    ):
+        line = await one_line(processes.run(*args), 2)
+        assert line.startswith(f"wireproto {args[0]}: {said}"), (args, line)
+        assert "SECRET" not in line and "horse" not in line, line
+    # An address whose end a line's redaction cannot find (a quote in it) is redacted whole.
+    quoted = f'ws://127.0.0.1:{port}/a"b?access_token=QUOTESECRET'
+    line = await one_line(processes.run("pub", quoted, "-t", "x", "-m", "a", "-p", "websmq"), 4)
+    assert line.startswith(f'wireproto pub: ws://127.0.0.1:{port}/a"b?access_token=***: 404'), line
+
+
 def test_check_config_and_serve_print_no_credential_of_a_link(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -109,13 +139,24 @@ async def test_a_header_a_line_break_or_a_handshake_header_is_refused_never_sent
             (("-u", "alice\r\nX-Injected: 4"), "--user holds a control character"),
             (("-H", "Host: evil.example"), "-H: the handshake sets Host itself"),
             (("-H", "sec-websocket-key: x"), "-H: the handshake sets sec-websocket-key itself"),
+            # A byte that is not UTF-8 (argv holds it as a surrogate escape) broke the handshake
+            # with a traceback and a 10 s wait.
+            (("--token", "TOK\udcff"), "--token is not UTF-8 text"),
+            (("-H", "Cookie: s=\udce9"), "-H: the value of header Cookie is not UTF-8 text"),
         ]
         monkeypatch.setenv("WIREPROTO_PASSWORD", "pw")
         for options, said in cases:
             line = await one_line(processes.run("pub", url, "-t", "x", "-m", "hi", *options), 2)
             assert line.startswith(f"wireproto pub: {said}"), (options, line)
             assert "Injected" not in line and "evil" not in line, line
+        monkeypatch.setenv("WIREPROTO_PASSWORD", "p\udcffw")
+        line = await one_line(processes.run("pub", url, "-t", "x", "-m", "hi", "-u", "alice"), 2)
+        assert line == "wireproto pub: $WIREPROTO_PASSWORD is not UTF-8 text " \
+            "(a byte of another encoding?)", line
         monkeypatch.delenv("WIREPROTO_PASSWORD")
+        monkeypatch.setenv("WIREPROTO_TOKEN", "TOK\udcfe")
+        line = await one_line(processes.run("sub", url, "-t", "x"), 2)
+        assert line.startswith("wireproto sub: $WIREPROTO_TOKEN is not UTF-8 text"), line
         monkeypatch.setenv("WIREPROTO_TOKEN", "abc\nX-Injected: 5")
         line = await one_line(processes.run("sub", url, "-t", "x"), 2)
         assert line.startswith("wireproto sub: $WIREPROTO_TOKEN holds a control character")
@@ -128,7 +169,7 @@ async def test_a_header_a_line_break_or_a_handshake_header_is_refused_never_sent
 
 @pytest.mark.parametrize("headers", [
     {"X-A": "b\r\nX-Injected: 1"}, {"X-A\r\nX-Injected": "1"}, {"Host": "evil"},
-    {"Sec-WebSocket-Protocol": "x"}, {"X-A": "\x1b[31m"}, {"X-A": "a\x85b"},
+    {"Sec-WebSocket-Protocol": "x"}, {"X-A": "\x1b[31m"}, {"X-A": "a\x85b"}, {"X-A": "\udc85"},
 ])
 def test_a_library_user_gets_a_value_error_not_a_smuggled_header(headers: dict) -> None:
     with pytest.raises(ValueError) as refused:

@@ -40,7 +40,7 @@ from twisted.internet import defer, error, task
 
 from wireproto.codecs.serialization import json_dumps
 from wireproto.output import write_output
-from wireproto.redaction import redact_text
+from wireproto.redaction import redact_text, redact_url
 
 __all__ = [
     "EXIT_FAILED",
@@ -52,6 +52,7 @@ __all__ = [
     "EXIT_USAGE",
     "ToolError",
     "add_common_options",
+    "check_address",
     "connect_options",
     "emit",
     "payload_text",
@@ -168,6 +169,7 @@ def credentials_header(args: argparse.Namespace) -> str | None:
         if text and _CONTROL.search(text):
             raise ToolError(f"{where} holds a control character (a line break, a tab...): "
                             "it cannot go in a header", EXIT_USAGE)
+        _utf8_text(text, where)
     if token and user:
         raise ToolError("--token and --user: give one of them", EXIT_USAGE)
     if token:
@@ -179,6 +181,8 @@ def credentials_header(args: argparse.Namespace) -> str | None:
             given = "--user" if args.user else "$WIREPROTO_USER"
             raise ToolError(f"{given} needs a password: --password or $WIREPROTO_PASSWORD",
                             EXIT_USAGE)
+        _utf8_text(password, "--password" if args.password is not None
+                   else "$WIREPROTO_PASSWORD")
         pair = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         return f"Basic {pair}"
     if args.password is not None:
@@ -188,6 +192,37 @@ def credentials_header(args: argparse.Namespace) -> str | None:
 
 # C0 controls (tab included), DEL and C1 controls: a header's value cannot hold them.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _utf8_text(text: str | None, where: str) -> None:
+    """Refuse a credential holding a byte that is not UTF-8 (an argument or a variable
+    decoded from another encoding): the handshake sends its UTF-8."""
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError(f"{where} is not UTF-8 text (a byte of another encoding?)",
+                        EXIT_USAGE) from None
+
+
+# In a URL ADDRESS, what must be percent-encoded to be sent as it is.
+_UNSENDABLE = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
+
+
+def check_address(address: str) -> None:
+    """Refuse, in one line that never repeats it, a URL ADDRESS that cannot be sent as given:
+    one holding a space, another whitespace or a control character (percent-encode them, as
+    curl asks), or a fragment (``#...``), which a client never sends."""
+    if "://" not in address:
+        return
+    unsendable = _UNSENDABLE.search(address)
+    if unsendable is not None:
+        if unsendable.group() == " ":
+            raise ToolError("ADDRESS holds a space: percent-encode it (%20)", EXIT_USAGE)
+        raise ToolError("ADDRESS holds a control character or whitespace (a tab, a line "
+                        "break...): percent-encode it (%09 for a tab)", EXIT_USAGE)
+    if "#" in address:
+        raise ToolError("ADDRESS holds a fragment (#...), which is never sent: leave it out",
+                        EXIT_USAGE)
 
 
 def _shown(text: str) -> str:
@@ -281,19 +316,27 @@ _running: list[str] = []  # the tool that runs, for the line of an output that c
 
 
 def run_tool(name: str, main: Callable[[Any], Coroutine[Any, Any, int]], *,
-             until_stopped: bool = False) -> int:
+             until_stopped: bool = False, address: str | None = None) -> int:
     """Run ``main(reactor)`` under the reactor; its return value is the exit status. Any
     exception becomes one line, ``wireproto NAME: ...``, and the matching exit code.
 
     Ctrl-C or SIGTERM cancels what `main` is waiting for, so its ``finally`` blocks close its
     connection (the reactor waits for them, up to `STOP_TIMEOUT` seconds); the status is then 0
-    if the tool runs `until_stopped`, else EXIT_INTERRUPTED, with nothing on stderr."""
+    if the tool runs `until_stopped`, else EXIT_INTERRUPTED, with nothing on stderr.
+
+    The tool's `address` is checked first (`check_address`), and shown in the line as
+    wireproto.redaction.redact_url shows it, wherever redact_text could not find its end."""
     status: list[int] = []
     stopped: list[bool] = []
     _running.append(name)
 
     async def body(reactor: Any) -> None:
-        work = defer.ensureDeferred(main(reactor))
+        async def checked() -> int:
+            if address is not None:
+                check_address(address)
+            return await main(reactor)
+
+        work = defer.ensureDeferred(checked())
 
         def stop() -> defer.Deferred | None:
             if work.called:
@@ -312,6 +355,9 @@ def run_tool(name: str, main: Callable[[Any], Coroutine[Any, Any, int]], *,
                 status.append(EXIT_OK if until_stopped else EXIT_INTERRUPTED)
                 return
             code, line = _exit_code(exception)
+            if address:
+                shown = redact_url(address)
+                line = line.replace(address, shown).replace(repr(address)[1:-1], shown)
             print(f"wireproto {name}: {one_line(redact_text(line))}", file=sys.stderr,
                   flush=True)
             status.append(code)

@@ -168,7 +168,7 @@ def pub(args: argparse.Namespace) -> int:
                 run.release()
         return run.result()
 
-    return run_tool("pub", main)
+    return run_tool("pub", main, address=args.address)
 
 
 def _whole_message(args: argparse.Namespace) -> bytes | None:
@@ -288,7 +288,7 @@ def sub(args: argparse.Namespace) -> int:
                 run.release()
         return run.result()
 
-    return run_tool("sub", main, until_stopped=True)
+    return run_tool("sub", main, until_stopped=True, address=args.address)
 
 
 def _print(message: Received, protocol: str, as_json: bool, payload_only: bool = False) -> None:

@@ -413,7 +413,7 @@ def _count(text: str) -> int:
 def _runner(name: str, main: Callable[[Any, argparse.Namespace], Any], *,
             until_stopped: bool = False) -> Callable[..., int]:
     return lambda args: run_tool(name, lambda reactor: main(reactor, args),
-                                 until_stopped=until_stopped)
+                                 until_stopped=until_stopped, address=args.address)
 
 
 def register(commands: argparse._SubParsersAction) -> None:

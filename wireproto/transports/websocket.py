@@ -499,13 +499,19 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 def check_header(name: str, value: str) -> None:
     """Refuse, with a ValueError that never repeats the value, a header a client's opening
     handshake cannot carry: a name that is not an HTTP token, a value with a control character
-    in it (a line break would start a header of its own), or one of the headers the handshake
-    writes itself (`HANDSHAKE_HEADERS`, ``Sec-WebSocket-*``)."""
+    in it (a line break would start a header of its own) or that is not UTF-8 text (what the
+    handshake sends), or one of the headers the handshake writes itself (`HANDSHAKE_HEADERS`,
+    ``Sec-WebSocket-*``)."""
     if not _TOKEN.fullmatch(name):
         raise ValueError("a header's name is letters, digits and !#$%&'*+-.^_`|~ only")
     if _CONTROL.search(value):
         raise ValueError(f"the value of header {name} holds a control character "
                          "(a line break, a tab...)")
+    try:
+        value.encode("utf-8")  # as the handshake sends it
+    except UnicodeEncodeError:
+        raise ValueError(f"the value of header {name} is not UTF-8 text "
+                         "(a byte of another encoding?)") from None
     if name.lower() in HANDSHAKE_HEADERS or name.lower().startswith("sec-websocket-"):
         raise ValueError(f"the handshake sets {name} itself")
 
