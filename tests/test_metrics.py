@@ -177,6 +177,27 @@ async def test_connections_messages_and_rpc_latency_are_counted(broker: Broker) 
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_nydus_clients_hub_publishes_are_counted_as_received(broker: Broker) -> None:
+    # Fixed: a nydus client's /_hub/publish went into the hub, and
+    # wireproto_messages_received_total{protocol="nydus"} stayed 0.
+    service, bound = await broker.start(f"websmq+ws@tcp:0:{LOCAL}",
+                                        f"nydus+engineio@tcp:0:{LOCAL}")
+    ws, nydus_url = (entry.address for entry in bound)
+    inbox = await subscribed(service, await broker.client(ws), "room/temp")
+    nydus = await wait_for(nydus_connect(reactor, nydus_url))
+    try:
+        for number in range(2):
+            assert await wait_for(nydus.invoke(
+                "/_hub/publish", {"path": "/room/temp", "data": number})) == {"delivered": 1}
+        await eventually(lambda: len(inbox) == 2)
+        page = await scrape(http_base(ws))
+        assert page.value("wireproto_messages_received_total", protocol="nydus") == 2
+        assert page.value("wireproto_hub_published_total") == 2
+    finally:
+        await wait_for(nydus.close())
+
+
+@pytest_twisted.ensureDeferred
 async def test_queue_depth_drops_and_wills(broker: Broker) -> None:
     frame_size = len(websmq.encode(websmq.Publish("t", b"x" * 20)))
     service, bound = await broker.start(

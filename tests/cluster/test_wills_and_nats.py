@@ -146,3 +146,24 @@ async def test_a_will_set_while_the_bucket_elects_a_leader_is_published_when_its
     finally:
         for each in processes:
             await stop(each)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_process_stopping_during_a_lease_scan_logs_no_warning(tmp_path, nats):
+    """Fixed: a process that stops while its look for processes whose lease is over waits on
+    NATS (here the server is paused, so that look is in flight when the process closes its
+    connection on the way out) logged "looking for processes whose lease is over failed: the
+    NATS connection closed": its own stop, not a failure. A Ctrl-C to `serve --workers`'s
+    process group now and then caught a worker so, and put that line on the terminal."""
+    served = await serve(tmp_path, "a", nats.url, heartbeat=0.5, lease=10.0)
+    try:
+        await sleep(1.0)  # a scan or two done: the next ones wait on the paused server
+        os.kill(nats.process.pid, signal.SIGSTOP)
+        await sleep(1.0)
+        served.child.process.terminate()
+        # Its stop waits on the paused server (a flush, the lease's release: 4 s), then closes.
+        assert await served.child.exit_code(30) == 0
+    finally:
+        os.kill(nats.process.pid, signal.SIGCONT)
+        await stop(served)
+    assert served.lines("lease is over failed") == [], served.child.stderr

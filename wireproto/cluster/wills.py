@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from wireproto.cluster.client import NatsClient
+from wireproto.cluster.connection import NatsUnavailable
 from wireproto.cluster.jetstream import Bucket
 from wireproto.cluster.lease import (
     WRONG_LAST_SEQUENCE,
@@ -99,6 +100,7 @@ class WillKeeper:
         self._unforgotten: set[str] = set()
         self._scanning = False
         self._ticks = 0
+        self._stopped = False
 
     @property
     def available(self) -> bool:
@@ -113,6 +115,7 @@ class WillKeeper:
         self.roster.on_tick.append(self._tick)
 
     def stop(self) -> None:
+        self._stopped = True
         if self._tick in self.roster.on_tick:
             self.roster.on_tick.remove(self._tick)
         self.store.stop()
@@ -243,10 +246,16 @@ class WillKeeper:
             self._ticks += 1
             every = max(1, round(self.lease / 2 / max(self.roster.interval, 0.01)))
             d = self._scan(orphans=self._ticks % every == 1 or every == 1)
-            d.addErrback(lambda failure: log.warn(
-                "cluster: looking for processes whose lease is over failed: {why}",
-                event="cluster_wills_failed", why=failure.getErrorMessage()))
+            d.addErrback(self._scan_failed)
             d.addBoth(lambda _: setattr(self, "_scanning", False))
+
+    def _scan_failed(self, failure: Failure) -> None:
+        # A scan cut short by this process's stop, or by the connection's loss (which the
+        # client reports once, and reconnects from), is no failure of its own.
+        if self._stopped or (failure.check(NatsUnavailable) and not self.client.connected):
+            return
+        log.warn("cluster: looking for processes whose lease is over failed: {why}",
+                 event="cluster_wills_failed", why=failure.getErrorMessage())
 
     def _subjects(self, pattern: str) -> defer.Deferred[list[str]]:
         d: defer.Deferred[tuple[bytes | None, bytes]] = self.client.request(

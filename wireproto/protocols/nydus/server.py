@@ -610,15 +610,15 @@ class NydusServer:
         itself, with /_hub/publish)."""
         if isinstance(sender, RemoteCaller):
             raise TypeError(f"{sender!r} is connected to another broker process")
-        topic = topic_of_path(path)
-        head = publish_head(path)
-        if sender is not None and sender.session is not None:
-            sender.session.check(Action.PUBLISH, topic)
+        topic, head = topic_of_path(path), publish_head(path)
+        session = sender.session if sender is not None else None
+        if session is not None:
+            session.received += 1  # as Session.publish counts another protocol's
+            session.check(Action.PUBLISH, topic)
         payload = b"" if data is NO_DATA else payload_from_value(data)
         cache = {}
         if not isinstance(data, (bytes, bytearray, memoryview)):
             cache[WIRE_FORMAT] = (head + payload, False)
-        session = sender.session if sender is not None else None
         return self.hub.publish(HubMessage(topic, payload, sender=session, protocol="nydus"), cache)
 
     # -- connections -----------------------------------------------------------------------------
