@@ -149,19 +149,19 @@ async def test_what_is_no_websocket_endpoint_is_said_so(
 @pytest_twisted.ensureDeferred
 async def test_options_argparse_or_mosquitto_would_misread(processes: Processes) -> None:
     address = "ws://127.0.0.1:1/websmq"
-    # -vh and -hv are short options run together: help, never the host "v".
-    for cluster in ("-vh", "-hv"):
-        helped = processes.run("sub", address, "-t", "x", cluster)
-        assert await helped.exit_code(timeout=30) == 0, helped.output()
-        assert helped.stdout[0].startswith("usage: wireproto sub"), helped.output()
-    refused = processes.run("pub", address, "-t", "x", "-m", "hi", "-hv")
-    assert await refused.exit_code(timeout=30) == 2, refused.output()
-    assert "ws://v:" not in refused.output()
+    # -vh and -hv are short options run together: help, never the host "v" (pub has no -v,
+    # and it is help there too).
+    for tool, extra in (("sub", ()), ("pub", ("-m", "hi"))):
+        for cluster in ("-vh", "-hv"):
+            helped = processes.run(tool, address, "-t", "x", *extra, cluster)
+            assert await helped.exit_code(timeout=30) == 0, helped.output()
+            assert helped.stdout[0].startswith(f"usage: wireproto {tool}"), helped.output()
+            assert "ws://v:" not in helped.output()
     cases = [
         (("pub", address, "-t", "x", "-m", "hi", "--bogus"),
          "wireproto pub: unrecognized arguments: --bogus (see --help)"),
-        (("pub", address, "-t", "x", "-m", "hi", "-vh"),
-         "wireproto pub: unrecognized arguments: -vh (see --help)"),
+        (("pub", address, "-t", "x", "-m", "hi", "-vx"),
+         "wireproto pub: unrecognized arguments: -vx (see --help)"),
         (("serve", "--bogus"), "wireproto serve: unrecognized arguments: --bogus (see --help)"),
         (("serve", "--workers", "99999"),
          "wireproto serve: --workers: must be 1 to 256 processes, not 99999"),
