@@ -58,7 +58,7 @@ def test_version_and_help_import_neither_twisted_nor_autobahn(args: list[str],
     if args[0].startswith("-"):
         assert under(modules, "wireproto") == sorted(
             ["wireproto", "wireproto.cli", "wireproto.output", "wireproto.program",
-             "wireproto.redaction"])
+             "wireproto.redaction", "wireproto.stopping"])
 
 
 @pytest.mark.parametrize("command", ["pub", "sub", "call", "produce", "events", "passwd",

@@ -188,6 +188,10 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         "the program's stdout imports nothing of wireproto",
         _allowed(exact=("wireproto.output",)),
     ),
+    "wireproto.stopping": (
+        "how the program stops on its signals imports nothing of wireproto",
+        _allowed(exact=("wireproto.stopping",)),
+    ),
     "wireproto.program": (
         "the program's name and logging set-up import only the [log] table's settings and "
         "the log's form",

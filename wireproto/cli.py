@@ -43,10 +43,10 @@ from typing import IO, TYPE_CHECKING, NamedTuple, NoReturn, cast
 from wireproto.output import output_failed, write_output
 from wireproto.program import PROG, start_logging
 from wireproto.redaction import redact_text, redact_url
+from wireproto.stopping import Stopping, stop_on_signals, stop_requested
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
-    from twisted.internet.base import ReactorBase
     from twisted.internet.defer import Deferred
     from twisted.python.failure import Failure
 
@@ -470,83 +470,6 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return None
 
 
-class _Stopping:
-    """Ctrl-C and SIGTERM, from the start of `main` on: the command ends at once with the
-    status it documents for a stop, without a traceback (an import half done is no reason to
-    print one). Once the reactor runs (these handlers put back in place of Twisted's own, which
-    it installs as it starts), the first one stops it, so that the command's shutdown closes
-    its connections cleanly; any other one meanwhile, or once the reactor has stopped, changes
-    nothing (that shutdown is bounded). While a command that handles KeyboardInterrupt runs,
-    both raise it. Once the command has its status, both are ignored: the process is only
-    exiting, and Python's own exit would otherwise let them kill it."""
-
-    def __init__(self, status: int) -> None:
-        self.status = status
-        self.interrupt = False
-        self.interrupted = False
-        self.finished = False
-        self.requested = False
-        """A stop was asked for: set in the signal handler itself, before the reactor hears of
-        it, so that what the reactor is about to do (announce a start) can be left undone."""
-        self.install()
-
-    def install(self) -> None:
-        for number in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(number, self.handle)
-
-    def keep_when_running(self) -> None:
-        """Have these handlers, not Twisted's, in place once the reactor runs."""
-        from twisted.internet import reactor
-
-        reactor.callWhenRunning(self.install)
-
-    def handle(self, number: int, frame: object) -> None:
-        reactor = sys.modules.get("twisted.internet.reactor")
-        if not self.finished and reactor is not None and (
-                reactor.running or getattr(reactor, "_startedBefore", False)):
-            # Running; or stopping, or stopped and its command ending with its own status.
-            if not self.requested:
-                self.requested = True
-                reactor.callFromThread(_stop_reactor, reactor)
-            return
-        self.requested = True
-        if self.interrupt:
-            self.interrupted = True
-            raise KeyboardInterrupt
-        self.exit()
-
-    def finish(self, status: int) -> None:
-        self.status, self.interrupt, self.finished = status, False, True
-        for number in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(number, signal.SIG_IGN)
-
-    def exit(self) -> NoReturn:
-        """End the process now with the status, what is written flushed."""
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001, S110 - a write it interrupted: exiting anyway
-                pass
-        os._exit(self.status)
-
-
-def _stop_reactor(reactor: object) -> None:
-    from twisted.internet.error import ReactorNotRunning
-
-    try:
-        cast("ReactorBase", reactor).stop()
-    except ReactorNotRunning:
-        pass  # it was stopping already, on its own
-
-
-_stopping: _Stopping | None = None
-
-
-def stop_requested() -> bool:
-    """Whether Ctrl-C or SIGTERM has asked the command to stop."""
-    return _stopping is not None and _stopping.requested
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``wireproto`` command; returns its exit status. As the program (`argv` None),
     Ctrl-C and SIGTERM end it quietly, from its start, with the status the command documents
@@ -556,8 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     entry = COMMANDS.get(command or "")
     if argv is not None or threading.current_thread() is not threading.main_thread():
         return _run(words, command, entry, None)
-    global _stopping
-    stopping = _stopping = _Stopping(entry.stopped if entry is not None else INTERRUPTED)
+    stopping = stop_on_signals(entry.stopped if entry is not None else INTERRUPTED)
     if entry is not None and entry.short_lived:
         os.environ.setdefault("AUTOBAHN_USE_NVX", "0")
     status: int | str | None = 1
@@ -586,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(words: list[str], command: str | None, entry: Command | None,
-         stopping: _Stopping | None) -> int:
+         stopping: Stopping | None) -> int:
     args = build_parser(command or "").parse_words(words)
     if stopping is not None and args.command != "check-config" and (
             entry is None or not entry.handles_interrupt):
