@@ -36,7 +36,7 @@ import re
 from urllib.parse import unquote_plus
 
 __all__ = ["REDACTED", "SECRET_WORDS", "SECRET_NAMES", "is_secret_parameter", "redact_url",
-           "redact_text"]
+           "redact_text", "has_user_information"]
 
 REDACTED = "***"
 # A query parameter carries a secret if its name contains one of these words...
@@ -53,18 +53,32 @@ def is_secret_parameter(name: str) -> bool:
     return name in SECRET_NAMES or any(word in name for word in SECRET_WORDS)
 
 
-def redact_url(url: str, *, every_value: bool = False) -> str:
-    """`url` (absolute, or a path and query) without its user information and without the
-    values of its secret query (and fragment) parameters (of all of them with `every_value`)."""
+def _authority(url: str) -> tuple[str, str, str] | None:
+    """`url` as what comes before its authority (``ws://``), its authority, and the rest;
+    None if it has no authority (a path, an endpoint string)."""
     scheme, separator, rest = url.partition("://")
     if url.startswith("//"):  # a network-path reference: an authority without a scheme
         scheme, separator, rest = "", "//", url[2:]
-    if separator and (scheme or separator == "//") and "/" not in scheme and "?" not in scheme:
-        end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
-        authority = rest[:end]
-        if "@" in authority:
-            rest = f"{REDACTED}@{authority.rsplit('@', 1)[1]}{rest[end:]}"
-        url = scheme + separator + rest
+    if not (separator and (scheme or separator == "//") and "/" not in scheme
+            and "?" not in scheme):
+        return None
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    return scheme + separator, rest[:end], rest[end:]
+
+
+def has_user_information(url: str) -> bool:
+    """Whether `url` carries ``user@`` or ``user:password@`` in its authority."""
+    parts = _authority(url)
+    return parts is not None and "@" in parts[1]
+
+
+def redact_url(url: str, *, every_value: bool = False) -> str:
+    """`url` (absolute, or a path and query) without its user information and without the
+    values of its secret query (and fragment) parameters (of all of them with `every_value`)."""
+    parts = _authority(url)
+    if parts is not None and "@" in parts[1]:
+        before, authority, rest = parts
+        url = f"{before}{REDACTED}@{authority.rsplit('@', 1)[1]}{rest}"
     url, hash_mark, fragment = url.partition("#")
     base, question, query = url.partition("?")
     return (base + question + _redacted_parameters(query, every_value)

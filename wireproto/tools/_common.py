@@ -40,7 +40,7 @@ from twisted.internet import defer, error, task
 
 from wireproto.codecs.serialization import json_dumps
 from wireproto.output import write_output
-from wireproto.redaction import redact_text, redact_url
+from wireproto.redaction import has_user_information, redact_text, redact_url
 
 __all__ = [
     "EXIT_FAILED",
@@ -234,11 +234,7 @@ def _shown(text: str) -> str:
 def _no_user_information(address: str) -> None:
     """Refuse ``user:password@`` (or ``user@``) in a URL ADDRESS: a password on the command
     line shows in the process list, and a broker reads credentials from a header."""
-    scheme, separator, rest = address.partition("://")
-    if not separator or not scheme:
-        return
-    authority = rest[:min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))]
-    if "@" in authority:
+    if "://" in address and has_user_information(address):
         raise ToolError(
             "ADDRESS holds user information (user:password@), which is not sent: give "
             "--user USER with the password in $WIREPROTO_PASSWORD, or a token in "
