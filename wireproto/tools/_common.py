@@ -166,10 +166,7 @@ def credentials_header(args: argparse.Namespace) -> str | None:
     user = args.user or os.environ.get("WIREPROTO_USER")
     for text, where in ((token, "--token" if args.token else "$WIREPROTO_TOKEN"),
                         (user, "--user" if args.user else "$WIREPROTO_USER")):
-        if text and _CONTROL.search(text):
-            raise ToolError(f"{where} holds a control character (a line break, a tab...): "
-                            "it cannot go in a header", EXIT_USAGE)
-        _utf8_text(text, where)
+        _header_text(text, where)
     if token and user:
         raise ToolError("--token and --user: give one of them", EXIT_USAGE)
     if token:
@@ -181,8 +178,12 @@ def credentials_header(args: argparse.Namespace) -> str | None:
             given = "--user" if args.user else "$WIREPROTO_USER"
             raise ToolError(f"{given} needs a password: --password or $WIREPROTO_PASSWORD",
                             EXIT_USAGE)
-        _utf8_text(password, "--password" if args.password is not None
-                   else "$WIREPROTO_PASSWORD")
+        try:  # base64 carries any character of it, once it is UTF-8
+            password.encode("utf-8")
+        except UnicodeEncodeError:
+            given = "--password" if args.password is not None else "$WIREPROTO_PASSWORD"
+            raise ToolError(f"{given} is not UTF-8 text (a byte of another encoding?)",
+                            EXIT_USAGE) from None
         pair = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         return f"Basic {pair}"
     if args.password is not None:
@@ -194,14 +195,15 @@ def credentials_header(args: argparse.Namespace) -> str | None:
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
-def _utf8_text(text: str | None, where: str) -> None:
-    """Refuse a credential holding a byte that is not UTF-8 (an argument or a variable
-    decoded from another encoding): the handshake sends its UTF-8."""
+def _header_text(text: str | None, where: str) -> None:
+    """Refuse a credential the Authorization header cannot carry (a line break in it would
+    start a header of its own; a byte that is not UTF-8 cannot be sent), never repeating it."""
+    from wireproto.transports.websocket import check_header_value
+
     try:
-        (text or "").encode("utf-8")
-    except UnicodeEncodeError:
-        raise ToolError(f"{where} is not UTF-8 text (a byte of another encoding?)",
-                        EXIT_USAGE) from None
+        check_header_value(text or "", where)
+    except ValueError as problem:
+        raise ToolError(str(problem), EXIT_USAGE) from None
 
 
 # In a URL ADDRESS, what must be percent-encoded to be sent as it is.

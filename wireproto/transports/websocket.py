@@ -496,6 +496,18 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
+def check_header_value(value: str, what: str) -> None:
+    """Refuse, with a ValueError that names `what` and never repeats `value`, a value a header
+    cannot carry: one with a control character (a line break would start a header of its
+    own) or that is not UTF-8 text (what the handshake sends)."""
+    if _CONTROL.search(value):
+        raise ValueError(f"{what} holds a control character (a line break, a tab...)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not UTF-8 text (a byte of another encoding?)") from None
+
+
 def check_header(name: str, value: str) -> None:
     """Refuse, with a ValueError that never repeats the value, a header a client's opening
     handshake cannot carry: a name that is not an HTTP token, a value with a control character
@@ -504,14 +516,7 @@ def check_header(name: str, value: str) -> None:
     ``Sec-WebSocket-*``)."""
     if not _TOKEN.fullmatch(name):
         raise ValueError("a header's name is letters, digits and !#$%&'*+-.^_`|~ only")
-    if _CONTROL.search(value):
-        raise ValueError(f"the value of header {name} holds a control character "
-                         "(a line break, a tab...)")
-    try:
-        value.encode("utf-8")  # as the handshake sends it
-    except UnicodeEncodeError:
-        raise ValueError(f"the value of header {name} is not UTF-8 text "
-                         "(a byte of another encoding?)") from None
+    check_header_value(value, f"the value of header {name}")
     if name.lower() in HANDSHAKE_HEADERS or name.lower().startswith("sec-websocket-"):
         raise ValueError(f"the handshake sets {name} itself")
 
