@@ -82,11 +82,17 @@ def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
     return (_CONTROLS_BUT_NEWLINE if keep_newlines else _CONTROLS).sub(_escape, text)
 
 
+def _failure_of(event: dict[str, object]) -> tuple[bool, object]:
+    """Whether `event` is an old-style ``twisted.python.log`` one, and the failure it carries
+    (None if none): twisted.logger's ``log_failure``, or an old-style error's ``failure``."""
+    legacy = "isError" in event or event.get("log_namespace") == "log_legacy"
+    return legacy, event.get("log_failure") or (event.get("failure") if legacy else None)
+
+
 def text_line(event: dict[str, object], whose: str = "") -> str | None:
     """`event` as one line of text (a traceback's lines after it, each begun with a tab), with
     `whose` (``[worker 1 pid 4242] ``) after the time; None for an event with nothing to say."""
-    legacy = "isError" in event or event.get("log_namespace") == "log_legacy"
-    failure = event.get("log_failure") or (event.get("failure") if legacy else None)
+    legacy, failure = _failure_of(event)
     if legacy and failure is not None:  # its text holds the traceback: it is written below
         message = _text(event.get("why") or "Unhandled Error")
     else:
@@ -121,8 +127,7 @@ _DEPTH = 6
 def json_line(event: dict[str, object]) -> str:
     """`event` as one line of JSON (with its newline). Values JSON has no type for are written
     as their text; a field named as one of `FIXED_KEYS` is written with ``field_`` before it."""
-    legacy = "isError" in event or event.get("log_namespace") == "log_legacy"
-    failure = event.get("log_failure") or (event.get("failure") if legacy else None)
+    legacy, failure = _failure_of(event)
     level = event.get("log_level")
     if legacy and failure is not None:
         message = str(event.get("why") or "Unhandled Error")
