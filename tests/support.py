@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import shutil
 import socket
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from twisted.internet import defer, reactor, task
 
-__all__ = ["wait_for", "sleep", "eventually", "failure_of", "free_port", "Inbox",
+__all__ = ["wait_for", "sleep", "eventually", "failure_of", "free_port", "quiet_port", "Inbox",
            "need_interop_peer", "write_secret", "on_the_default_ports", "starts_its_own_spark"]
 
 # The tests that run a broker on the built-in default ports (8765-8769), as a user's first
@@ -49,6 +50,32 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def quiet_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on, below the kernel's ephemeral range.
+
+    For a server a test stops and starts again on the same port: a port of the ephemeral
+    range may meanwhile be handed to any connection or port-0 listener of another test, and
+    the restart then fails with "address already in use". No such port is handed out here."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as limits:
+            ephemeral_low = int(limits.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return free_port()
+    if ephemeral_low <= 20000:
+        return free_port()
+    pick = random.SystemRandom()
+    for _ in range(100):
+        port = pick.randrange(20000, ephemeral_low)
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    return free_port()
 
 
 async def sleep(seconds: float) -> None:

@@ -19,7 +19,7 @@ from twisted.internet import reactor
 from twisted.logger import formatEvent
 
 from tests.brokers import LOCAL
-from tests.support import eventually, free_port, sleep, wait_for
+from tests.support import eventually, quiet_port, sleep, wait_for
 from tests.test_cli import LISTENER_LINE, Child
 from tests.test_log_events import logged, named
 from wireproto.cluster.client import NatsClient, NatsOptions
@@ -243,24 +243,17 @@ async def test_a_bucket_made_otherwise_is_left_as_it_is_and_said_so(broker, nats
 def two_nodes_of_three(tmp_path) -> list[NatsServer]:
     """A NATS cluster of three nodes, two of them started: the third has never been seen, so
     JetStream knows two servers and cannot place three replicas."""
-    for attempt in range(3):
-        ports = [free_port() for _ in range(3)]
+    from tests.cluster.conftest import start_quietly
+
+    def make(attempt: int) -> list[NatsServer]:
+        ports = [quiet_port() for _ in range(3)]
         routes = [f"nats-route://127.0.0.1:{port}" for port in ports]
-        servers = [NatsServer(directory=str(tmp_path / f"nodes{attempt}-{index}"),
-                              cluster_port=ports[index], server_name=f"n{index}",
-                              routes=tuple(r for i, r in enumerate(routes) if i != index))
-                   for index in range(3)]
-        try:
-            for server in servers[:2]:
-                server.start()
-        except RuntimeError as error:
-            for server in servers:
-                server.stop()
-            if "address already in use" not in str(error) or attempt == 2:
-                raise
-            continue
-        return servers
-    raise AssertionError("unreachable")
+        return [NatsServer(directory=str(tmp_path / f"nodes{attempt}-{index}"),
+                           port=quiet_port(), cluster_port=ports[index], server_name=f"n{index}",
+                           routes=tuple(r for i, r in enumerate(routes) if i != index))
+                for index in range(3)]
+
+    return start_quietly(make, slice(0, 2))
 
 
 @pytest_twisted.ensureDeferred
