@@ -122,3 +122,25 @@ def test_a_topic_tree_walks_only_the_branches_a_pattern_can_match():
     assert tree.match("sensors/7/+")[0] == ["sensors/7/t"]
     assert tree.match("sensors/7/+")[1] <= 3
     assert tree.match("sensors/+/t")[1] <= 1001
+
+
+@given(st.lists(st.tuples(_PATTERNS, st.integers(0, 3)), max_size=12),
+       st.lists(_TOPICS, min_size=1, max_size=6))
+def test_a_pattern_trees_groups_hold_whom_match_finds_and_its_holders_each_pattern(
+        held, topics):
+    from wireproto.topics import PatternTree
+
+    tree: PatternTree[int] = PatternTree()
+    for pattern, holder in held:
+        validate_pattern(pattern)
+        tree.add(pattern, holder)
+    for topic in topics:
+        found: dict = {}
+        tree.match(topic, found)
+        groups = tree.groups(topic)
+        assert set().union(*groups) == set(found) == {
+            holder for pattern, holder in held if pattern_matches(pattern, topic)}
+        assert all(groups)  # no empty ones to count
+    for pattern, _ in held:
+        assert set(tree.holders(pattern)) == {h for p, h in held if p == pattern}
+    assert tree.holders("nobody/+") == {} and tree.holders("nobody/#") == {}

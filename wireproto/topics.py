@@ -123,6 +123,8 @@ class PatternTree(Generic[Subscriber]):
             del path[depth - 1].children[levels[depth - 1]]
 
     def match(self, topic: str, into: dict[Subscriber, None]) -> None:
+        """Add to `into` everyone whose pattern matches `topic` (the publish path's walk;
+        `groups` walks alike)."""
         levels = topic.split("/")
         frontier = [self.root]
         if topic[:1] == "$":
@@ -146,6 +148,51 @@ class PatternTree(Generic[Subscriber]):
         for node in frontier:
             into.update(node.subscribers)
             into.update(node.rest)
+
+    def groups(self, topic: str) -> list[dict[Subscriber, None]]:
+        """The holders of the patterns that match `topic`, as the tree keeps them: one dict per
+        matching pattern's end (a holder of several matching patterns is in several), so they
+        can be counted without being gathered."""
+        found: list[dict[Subscriber, None]] = []
+        levels = topic.split("/")
+        frontier = [self.root]
+        if topic[:1] == "$":
+            child = self.root.children.get(levels[0])
+            if child is None:
+                return found
+            frontier = [child]
+            levels = levels[1:]
+        for level in levels:
+            following = []
+            for node in frontier:
+                if node.rest:
+                    found.append(node.rest)
+                for key in (level, "+"):
+                    child = node.children.get(key)
+                    if child is not None:
+                        following.append(child)
+            if not following:
+                return found
+            frontier = following
+        for node in frontier:
+            if node.subscribers:
+                found.append(node.subscribers)
+            if node.rest:
+                found.append(node.rest)
+        return found
+
+    def holders(self, pattern: str) -> dict[Subscriber, None]:
+        """Who holds `pattern` itself (not the patterns that match it); do not change it."""
+        node: PatternNode[Subscriber] | None = self.root
+        levels = pattern.split("/")
+        for level in levels[:-1]:
+            node = node.children.get(level) if node is not None else None
+        if node is None:
+            return {}
+        if levels[-1] == "#":
+            return node.rest
+        leaf = node.children.get(levels[-1])
+        return {} if leaf is None else leaf.subscribers
 
 
 class TopicNode:
