@@ -393,3 +393,34 @@ async def test_set_wire_format_changes_what_a_session_receives(sessions):
     sessions.hub.publish(HubMessage("t", b"3"), {"tagged": (b"given:3", True)})
     assert (await second.received(3))[2] == (b"given:3", True)
     assert tagged == [b"tagged:"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_topic_counts_the_sessions_its_delivery_reaches(sessions):
+    """`sessions_reached` and `pattern_sessions` agree with the publish path's matching over
+    many subscriptions and unsubscriptions, taps and bridges (host code) left out."""
+    import random
+
+    made = [(await sessions.connect())[1] for _ in range(5)]
+    hub = sessions.hub
+    for held in ("#", "a/+", "a/b", "$SYS/#"):
+        hub.subscribe_callback(held, lambda message: None)
+    chosen = random.Random(37)
+    names = ["a", "a/b", "a/c", "b", "$SYS/x", "#", "a/#", "a/+", "+/b", "+", "$SYS/#", "+/+/c"]
+    topics = ["a", "a/b", "a/c", "a/b/c", "b", "b/b", "x/y/c", "$SYS/x", "$SYS", "c"]
+    for _ in range(300):
+        session, name = chosen.choice(made), chosen.choice(names)
+        pattern = "+" in name.split("/") or name.endswith("#")
+        if pattern and name in session.patterns:
+            session.unsubscribe_pattern(name)
+        elif pattern:
+            session.subscribe_pattern(name)
+        elif name in session.topics:
+            session.unsubscribe(name)
+        else:
+            session.subscribe(name)
+        for topic in topics:
+            reached = sum(isinstance(each, Session) for each in hub.subscribers(topic))
+            assert hub.sessions_reached(topic) == reached, topic
+        for held in hub.patterns():
+            assert hub.pattern_sessions(held) == sum(held in s.patterns for s in made), held

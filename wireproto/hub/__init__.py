@@ -179,6 +179,9 @@ class Hub:
         self.limits = PrincipalLimits()
         # Each pattern's count of subscribers, for the observers told when one starts or ends.
         self._pattern_counts: dict[str, int] = {}
+        # The subscriptions held by subscribers that are no session (a tap, a bridge), by
+        # subscriber: few, so the sessions among a topic's subscribers are counted by them.
+        self._hosts: dict[Subscriber, int] = {}
         # The other broker processes this hub is joined to (wireproto.hub.federation): it is
         # told of every publish made here, and publishes what the others send as their sender.
         self.federation: Federation = ALONE
@@ -362,12 +365,14 @@ class Hub:
         subscribers = self._exact.get(topic)
         if subscribers is None:
             self._exact[topic] = {subscriber: None}
+            self._count_host(subscriber, 1)
             if self._topic_observers:
                 self._tell_observers("topic_started", topic)
             return True
         if subscriber in subscribers:
             return False
         subscribers[subscriber] = None
+        self._count_host(subscriber, 1)
         return True
 
     def unsubscribe(self, subscriber: Subscriber, topic: str) -> bool:
@@ -375,6 +380,7 @@ class Hub:
         if subscribers is None or subscriber not in subscribers:
             return False
         del subscribers[subscriber]
+        self._count_host(subscriber, -1)
         if not subscribers:
             del self._exact[topic]
             if self._topic_observers:
@@ -406,6 +412,7 @@ class Hub:
     def subscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
         validate_pattern(pattern)
         self._patterns.add(pattern, subscriber)
+        self._count_host(subscriber, 1)
         counts = self._pattern_counts
         counts[pattern] = counts.get(pattern, 0) + 1
         if counts[pattern] == 1 and self._topic_observers:
@@ -413,6 +420,7 @@ class Hub:
 
     def unsubscribe_pattern(self, subscriber: Subscriber, pattern: str) -> None:
         self._patterns.remove(pattern, subscriber)
+        self._count_host(subscriber, -1)
         counts = self._pattern_counts
         counts[pattern] -= 1
         if not counts[pattern]:
@@ -447,6 +455,43 @@ class Hub:
     def patterns(self) -> list[str]:
         """Every pattern someone subscribes to."""
         return list(self._pattern_counts)
+
+    def _count_host(self, subscriber: Subscriber, change: int) -> None:
+        if isinstance(subscriber, Session):
+            return
+        held = self._hosts.get(subscriber, 0) + change
+        if held > 0:
+            self._hosts[subscriber] = held
+        else:
+            self._hosts.pop(subscriber, None)
+
+    def sessions_reached(self, topic: str) -> int:
+        """How many sessions a message on `topic` reaches (its sender aside): exact subscribers
+        and those whose patterns match it, each once, by the publish path's matching. Host
+        code's subscribers (a tap, a bridge) are no sessions and are not counted."""
+        groups = self._patterns.groups(topic) if self._patterns.count else []
+        exact = self._exact.get(topic)
+        if exact:
+            groups.append(exact)
+        if not groups:
+            return 0
+        # The largest group is counted by its length; only the others are walked, for the
+        # sessions the largest does not hold.
+        largest = max(groups, key=len)
+        reached = len(largest) - sum(1 for host in self._hosts if host in largest)
+        if len(groups) > 1:
+            others: set[Subscriber] = set()
+            for group in groups:
+                if group is not largest:
+                    others.update(subscriber for subscriber in group
+                                  if subscriber not in largest)
+            reached += sum(1 for subscriber in others if isinstance(subscriber, Session))
+        return reached
+
+    def pattern_sessions(self, pattern: str) -> int:
+        """How many sessions subscribe to `pattern` itself."""
+        holders = self._patterns.holders(pattern)
+        return len(holders) - sum(1 for host in self._hosts if host in holders)
 
     def subscriber_counts(self) -> dict[str, int]:
         """Each exact topic's subscribers, and each pattern's, by topic or pattern."""
