@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["wireproto.admin.api", "wireproto.admin.payloads", "wireproto.cluster.lastvalues"]
+MODULES = ["wireproto.admin.listing", "wireproto.admin.payloads", "wireproto.cluster.lastvalues"]
 
 
 @pytest.mark.parametrize("name", MODULES)

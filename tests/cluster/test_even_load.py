@@ -135,9 +135,9 @@ async def sessions_by_worker(supervised: Supervised, count: int) -> dict[str, se
     base = base_of(next(a for a in supervised.addresses if a.startswith("ws://")))
 
     async def listed() -> list[dict[str, Any]]:
-        answer = await http(base, "/api/sessions")
+        answer = await http(base, "/api/sessions?q=length32&limit=1000")
         assert answer.status == 200, answer.body  # only a local peer may ask
-        return [s for s in answer.json if s["transport"] == "length32"]
+        return [s for s in answer.json["items"] if s["transport"] == "length32"]
 
     deadline = time.monotonic() + 20
     while len(sessions := await listed()) < count:
@@ -345,7 +345,7 @@ async def test_every_kind_of_listener_reaches_both_workers(
         base = base_of(ws)
         expected = len(clients) + len(devices)
         deadline = time.monotonic() + 20
-        while len(sessions := (await http(base, "/api/sessions")).json) < expected:
+        while len(sessions := (await http(base, "/api/sessions")).json["items"]) < expected:
             assert time.monotonic() < deadline, sessions  # until both workers answer
             await sleep(0.2)
         kinds = {(s["transport"], s["node"]) for s in sessions}

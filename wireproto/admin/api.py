@@ -3,18 +3,19 @@
 =======  ==========================  ==========================================================
 method   path                        answer
 =======  ==========================  ==========================================================
-GET      /api/status                 broker, listeners, links, sessions and topics at once
+GET      /api/status                 broker, listeners, links, a page of sessions and of topics
 GET      /api/whoami                 the admin principal the request was admitted as
 GET      /api/listeners              the bound listeners and the attached and Phyllo links
-GET      /api/sessions               every connection: peer, protocol, principal, counters...
+GET      /api/sessions               a page of connections: peer, protocol, principal...
 GET      /api/sessions/ID            one connection
 POST     /api/sessions/ID/close      close one connection (its will is published)
-GET      /api/topics                 topics with subscribers, rates and last values
+GET      /api/topics                 a page of topics: subscribers, rates, last values
 POST     /api/publish                publish ``{"topic", "payload", "encoding"}`` on the hub
 POST     /api/call                   call ``{"protocol", "name", "body"}`` (UBRE or nydus)
 GET      /api/tap?pattern=P          the messages on topics P matches, as they pass (NDJSON)
 =======  ==========================  ==========================================================
 
+The lists are pages, filtered and sorted (`?limit`, `?offset`, `?q`, `?sort`: `listing`).
 Every request is admitted by `AdminGate`; a POST must carry a JSON body and come from the
 broker's own origin. Errors are JSON too: ``{"error": "..."}`` with the HTTP status.
 """
@@ -24,16 +25,20 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from wireproto.access import Principal
+from wireproto.admin import listing
 from wireproto.admin.gate import PAGE_HEADER, AdminGate, same_origin
+from wireproto.admin.listing import SESSIONS, TOPICS, ListingError, ListQuery, Row
 from wireproto.admin.payloads import describe_payload
 from wireproto.admin.rates import TopicRates
 from wireproto.admin.tap import Tap
@@ -58,6 +63,9 @@ CALL_TIMEOUT = 30.0
 ADMIN_QUESTION = "admin"
 # At most this many bytes of a last value are shown by /api/topics.
 SHOWN_VALUE_BYTES = 1024
+# The lists of a status asked for nothing but its defaults.
+FIRST_SESSIONS = ListQuery(sort="id")
+FIRST_TOPICS = ListQuery(sort="topic")
 
 
 class ApiError(Exception):
@@ -134,24 +142,27 @@ class AdminApi(Resource):
         whole = _query(request, b"scope") != "process" and self._cluster() is not None
         match path:
             case [] | ["status"]:
+                sessions, topics = _list_query(listing.status_queries, request.args)
                 if whole:
-                    return self._gathered(request, lambda status: status)
-                return _json(request, 200, self.local_status())
+                    return self._gathered(request, sessions, topics, status=True)
+                return _json(request, 200, self.local_status(sessions, topics))
             case ["whoami"]:
                 return _json(request, 200, {"name": principal.name,
                                             "roles": sorted(principal.roles)})
             case ["listeners"]:
                 return _json(request, 200, self.listeners())
             case ["sessions"]:
+                query = _list_query(listing.read_query, request.args, SESSIONS)
                 if whole:
-                    return self._gathered(request, lambda status: status["sessions"])
-                return _json(request, 200, self.sessions())
+                    return self._gathered(request, query, None)
+                return _json(request, 200, self.sessions(query))
             case ["sessions", number]:
                 return _json(request, 200, self._describe(self._session(number)))
             case ["topics"]:
+                query = _list_query(listing.read_query, request.args, TOPICS)
                 if whole:
-                    return self._gathered(request, lambda status: status["topics"])
-                return _json(request, 200, self.topics())
+                    return self._gathered(request, None, query)
+                return _json(request, 200, self.topics(query))
             case ["tap"]:
                 return self._tap(request)
         raise ApiError(404, f"no admin API at /api/{'/'.join(path)}")
@@ -184,26 +195,63 @@ class AdminApi(Resource):
         group = self.service.cluster
         return group if group is not None and group.running else None
 
-    def _gathered(self, request: Any, part: Any) -> Any:
-        """Answer with `part` of the status of every process of the cluster, merged."""
+    def _gathered(self, request: Any, sessions: ListQuery | None, topics: ListQuery | None,
+                  *, status: bool = False) -> Any:
+        """Answer with the page of sessions or of topics of the whole cluster, or its status
+        with both: each process gives its first rows of the sessions up to the page's end and
+        all the topic rows `topics` finds (`listing`), which are merged here."""
         group = self._cluster()
         assert group is not None
-        d = group.ask_others(ADMIN_QUESTION, ["status"], self.local_status())
+        first = None if sessions is None else sessions.first_rows()
+        asked = {"sessions": None if first is None else first.as_message(),
+                 "topics": None if topics is None else topics.as_message()}
 
-        d.addCallback(lambda replies: _finish(request, 200, part(merge_status(
-            [(reply.origin, reply.answer) for reply in replies])))).addErrback(
-            lambda failure: log.failure("gathering the cluster's status failed", failure,
-                                        event="admin_status_failed"))
+        def merged(replies: list[Reply]) -> None:
+            _finish(request, 200, listing.merge_answers(
+                [reply.answer for reply in replies], sessions, topics,
+                self._with_last_values, status=status))
+
+        def failed(failure: Failure) -> None:
+            log.failure("gathering the cluster's status failed", failure,
+                        event="admin_status_failed")
+            _finish(request, 500, {"error": "the cluster's answers could not be merged"})
+
+        own = self.lists_answer(first, topics)
+        d = group.ask_others(ADMIN_QUESTION, ["lists", asked], own)
+        d.addCallback(merged).addErrback(failed)
         return NOT_DONE_YET
 
     def answer_question(self, request: list[Any]) -> Any:
-        """Another process's admin API asks for this one's status, or to close a session of
-        this one's; None when the question is not for this process."""
+        """Another process's admin API asks for this one's lists, or to close a session of
+        this one's; None when the question is not for this process. (``["status"]`` is an
+        earlier version's question: its status, with the first page of each list.)"""
+        if request[0] == "lists":
+            return self.lists_answer(ListQuery.from_message(SESSIONS, request[1], "sessions"),
+                                     ListQuery.from_message(TOPICS, request[1], "topics"))
         if request == ["status"]:
             return self.local_status()
         if request[0] == "close" and request[1] == self.node:
             return self.close_local(int(request[2]), str(request[3]))
         return None
+
+    def lists_answer(self, sessions: ListQuery | None, topics: ListQuery | None) -> Row:
+        """This process's part of the cluster's lists: its status without lists, the
+        sessions' rows `sessions` asks for with their counts, and all the topic rows `topics`
+        finds (with the names of the others, for the counts)."""
+        return {
+            "status": self.local_status(None, None),
+            "sessions": None if sessions is None else self.sessions(sessions),
+            "topics": None if topics is None else listing.topic_list(
+                self._topic_rows(), topics, self._pattern_holders()),
+        }
+
+    def _pattern_holders(self) -> dict[str, list[int]]:
+        """The ids of the sessions that subscribe to each pattern."""
+        holders: dict[str, list[int]] = {}
+        for session in self.hub.sessions:
+            for pattern in session.patterns:
+                holders.setdefault(pattern, []).append(session.id)
+        return holders
 
     def _close_elsewhere(self, request: Any, node: str, number: str,
                          principal: Principal) -> Any:
@@ -225,8 +273,10 @@ class AdminApi(Resource):
 
     # -- what it shows --------------------------------------------------------------------------
 
-    def local_status(self) -> dict[str, Any]:
-        """This process's broker figures, listeners, links, sessions and topics."""
+    def local_status(self, sessions: ListQuery | None = FIRST_SESSIONS,
+                     topics: ListQuery | None = FIRST_TOPICS) -> Row:
+        """This process's broker figures, listeners, links, and the pages of its sessions and
+        topics that `sessions` and `topics` ask for (none without them)."""
         hub = self.hub
         stats = hub.stats
         node = self.node
@@ -244,8 +294,8 @@ class AdminApi(Resource):
             "nodes": [node],
             "listeners": listed["listeners"],
             "links": [{**link, "node": node} for link in listed["links"]],
-            "sessions": self.sessions(),
-            "topics": self.topics(),
+            **listing.status_lists({} if sessions is None or topics is None else {
+                "sessions": self.sessions(sessions), "topics": self.topics(topics)}),
         }
 
     def close_local(self, number: int, admin: str) -> bool:
@@ -277,11 +327,16 @@ class AdminApi(Resource):
             "links": links,
         }
 
-    def sessions(self) -> list[dict[str, Any]]:
-        return [self._describe(session) for session in self.hub.sessions]
+    def sessions(self, query: ListQuery) -> Row:
+        """The page of this process's sessions that `query` asks for."""
+        node, now = self.node, time.monotonic()
+        shown, total, matched = listing.session_page(self.hub.sessions, query, node, now)
+        return listing.page(query, [self._describe(session, now) for session in shown],
+                            total, matched)
 
-    def _describe(self, session: Session) -> dict[str, Any]:
+    def _describe(self, session: Session, now: float | None = None) -> Row:
         principal = session.principal
+        now = time.monotonic() if now is None else now
         return {
             "id": session.id,
             "node": self.node,
@@ -291,7 +346,7 @@ class AdminApi(Resource):
             "client": session.client,
             "principal": principal.name,
             "roles": sorted(principal.roles),
-            "age": round(time.monotonic() - session.opened, 3),
+            "age": round(now - session.opened, 3),
             "subscriptions": sorted(session.topics) + sorted(session.patterns),
             "queued_bytes": session.queued_bytes,
             "queued_messages": session.queued_messages,
@@ -308,29 +363,43 @@ class AdminApi(Resource):
                 return session
         raise ApiError(404, f"no session {number}")
 
-    def topics(self) -> list[dict[str, Any]]:
-        """Every topic subscribed to, published on lately or kept, and every pattern subscribed
-        to (``"pattern": true``)."""
+    def topics(self, query: ListQuery) -> Row:
+        """The page of this process's topics that `query` asks for."""
+        return self._with_last_values(listing.topic_page(
+            query, [listing.topic_list(self._topic_rows(), query)]))
+
+    def _topic_rows(self) -> list[Row]:
+        """Every topic subscribed to, published on lately or kept, with the sessions a
+        message on it reaches; and every pattern subscribed to (``"pattern": true``), with
+        the sessions that subscribe to it."""
         hub = self.hub
-        subscribers = hub.subscriber_counts()
         patterns = set(hub.patterns())
         rates = self.rates.rates()
-        retained = hub.retained
-        kept = {} if retained is None else retained.values()
-        shown = []
-        for topic in sorted(set(subscribers) | set(rates) | set(kept)):
-            entry: dict[str, Any] = {
+        kept = [] if hub.retained is None else hub.retained.topics()
+        rows = []
+        for topic in set(hub.topics()).union(patterns, rates, kept):
+            pattern = topic in patterns
+            row: Row = {
                 "topic": topic,
-                "subscribers": subscribers.get(topic, 0),
+                "subscribers": (hub.pattern_sessions(topic) if pattern
+                                else hub.sessions_reached(topic)),
                 "rate": rates.get(topic, 0.0),
             }
-            if topic in patterns:
-                entry["pattern"] = True
-            value = kept.get(topic)
-            if value is not None:
-                entry["last_value"] = describe_payload(value, SHOWN_VALUE_BYTES)
-            shown.append(entry)
-        return shown
+            if pattern:
+                row["pattern"] = True
+            rows.append(row)
+        return rows
+
+    def _with_last_values(self, page: Row) -> Row:
+        """`page` with its topics' last values, as this process keeps them (in a cluster,
+        every process keeps every topic's)."""
+        retained = self.hub.retained
+        if retained is not None:
+            for row in page["items"]:
+                kept = retained.get(row["topic"])
+                if kept is not None:
+                    row["last_value"] = describe_payload(kept[0].payload, SHOWN_VALUE_BYTES)
+        return page
 
     # -- what it does ---------------------------------------------------------------------------
 
@@ -407,43 +476,15 @@ class AdminApi(Resource):
             tap.stop()
 
 
-def merge_status(parts: list[tuple[str, Any]]) -> dict[str, Any]:
-    """The statuses of several processes, this one's first, as one: their sessions and links
-    side by side, their topics' subscribers and rates summed, their figures summed.
+Parsed = TypeVar("Parsed")
 
-    >>> one = {"broker": {"node": "a", "published": 2, "uptime": 5.0}, "nodes": ["a"],
-    ...        "listeners": [], "links": [], "sessions": [{"id": 1, "node": "a"}],
-    ...        "topics": [{"topic": "t", "subscribers": 1, "rate": 1.5}]}
-    >>> two = {"broker": {"node": "b", "published": 3, "uptime": 9.0}, "nodes": ["b"],
-    ...        "listeners": [], "links": [], "sessions": [{"id": 1, "node": "b"}],
-    ...        "topics": [{"topic": "t", "subscribers": 2, "rate": 0.5}]}
-    >>> merged = merge_status([("a", one), ("b", two)])
-    >>> merged["nodes"], merged["broker"]["published"], merged["topics"]
-    (['a', 'b'], 5, [{'topic': 't', 'subscribers': 3, 'rate': 2.0}])
-    """
-    first = parts[0][1]
-    merged = {**first, "broker": dict(first["broker"]), "nodes": [], "links": [],
-              "sessions": []}
-    topics: dict[str, dict[str, Any]] = {}
-    for index, (_, status) in enumerate(parts):
-        merged["nodes"] += status["nodes"]
-        merged["links"] += status["links"]
-        merged["sessions"] += status["sessions"]
-        if index:
-            for name in ("published", "delivered", "dropped"):
-                if name in status["broker"]:
-                    merged["broker"][name] += status["broker"][name]
-        for topic in status["topics"]:
-            kept = topics.get(topic["topic"])
-            if kept is None:
-                topics[topic["topic"]] = dict(topic)
-            else:
-                kept["subscribers"] += topic["subscribers"]
-                kept["rate"] = round(kept["rate"] + topic["rate"], 3)
-                if "last_value" in topic:
-                    kept.setdefault("last_value", topic["last_value"])
-    merged["topics"] = [topics[name] for name in sorted(topics)]
-    return merged
+
+def _list_query(read: Callable[..., Parsed], *args: object) -> Parsed:
+    """A list's parameters as `read` reads them; a wrong one is answered 400."""
+    try:
+        return read(*args)
+    except ListingError as error:
+        raise ApiError(400, str(error)) from None
 
 
 def _query(request: Any, name: bytes) -> str | None:
