@@ -376,13 +376,14 @@ class AdminApi(Resource):
         patterns = set(hub.patterns())
         rates = self.rates.rates()
         kept = [] if hub.retained is None else hub.retained.topics()
+        topics = set(hub.topics()).union(rates, kept).difference(patterns)
+        reached = hub.sessions_reached(topics)
         rows = []
-        for topic in set(hub.topics()).union(patterns, rates, kept):
+        for topic in topics.union(patterns):
             pattern = topic in patterns
             row: Row = {
                 "topic": topic,
-                "subscribers": (hub.pattern_sessions(topic) if pattern
-                                else hub.sessions_reached(topic)),
+                "subscribers": hub.pattern_sessions(topic) if pattern else reached[topic],
                 "rate": rates.get(topic, 0.0),
             }
             if pattern:

@@ -465,28 +465,43 @@ class Hub:
         else:
             self._hosts.pop(subscriber, None)
 
-    def sessions_reached(self, topic: str) -> int:
-        """How many sessions a message on `topic` reaches (its sender aside): exact subscribers
-        and those whose patterns match it, each once, by the publish path's matching. Host
-        code's subscribers (a tap, a bridge) are no sessions and are not counted."""
-        groups = self._patterns.groups(topic) if self._patterns.count else []
-        exact = self._exact.get(topic)
-        if exact:
-            groups.append(exact)
+    def sessions_reached(self, topics: Iterable[str]) -> dict[str, int]:
+        """How many sessions a message on each of `topics` reaches (its sender aside): exact
+        subscribers and those whose patterns match it, each once, by the publish path's
+        matching. Host code's subscribers (a tap, a bridge) are no sessions and not counted."""
+        reached: dict[str, int] = {}
+        # Topics matched by the same patterns share their sessions: counted once for all.
+        by_patterns: dict[tuple[int, ...], int] = {}
+        for topic in topics:
+            groups = self._patterns.groups(topic) if self._patterns.count else []
+            key = tuple(map(id, groups))
+            count = by_patterns.get(key)
+            if count is None:
+                count = by_patterns[key] = self._sessions_in(groups)
+            exact = self._exact.get(topic)
+            if exact and groups:
+                count += sum(1 for subscriber in exact if isinstance(subscriber, Session)
+                             and not any(subscriber in group for group in groups))
+            elif exact:
+                count += self._sessions_in([exact])
+            reached[topic] = count
+        return reached
+
+    def _sessions_in(self, groups: list[dict[Subscriber, None]]) -> int:
+        """The sessions in any of `groups`, each once: the largest is counted by its length,
+        only the others are walked, for the sessions the largest does not hold."""
         if not groups:
             return 0
-        # The largest group is counted by its length; only the others are walked, for the
-        # sessions the largest does not hold.
         largest = max(groups, key=len)
-        reached = len(largest) - sum(1 for host in self._hosts if host in largest)
+        count = len(largest) - sum(1 for host in self._hosts if host in largest)
         if len(groups) > 1:
             others: set[Subscriber] = set()
             for group in groups:
                 if group is not largest:
                     others.update(subscriber for subscriber in group
                                   if subscriber not in largest)
-            reached += sum(1 for subscriber in others if isinstance(subscriber, Session))
-        return reached
+            count += sum(1 for subscriber in others if isinstance(subscriber, Session))
+        return count
 
     def pattern_sessions(self, pattern: str) -> int:
         """How many sessions subscribe to `pattern` itself."""
