@@ -288,12 +288,16 @@ def _reached_by_patterns(patterns: Mapping[str, list[int]]) -> Callable[[str], i
     for pattern in patterns:
         tree.add(pattern, pattern)
 
+    # Topics matched by the same patterns reach the same sessions: counted once for all.
+    counted: dict[frozenset[str], int] = {}
+
     def reached(topic: str) -> int:
-        sessions: set[int] = set()
-        for group in tree.groups(topic):
-            for pattern in group:
-                sessions.update(patterns[pattern])
-        return len(sessions)
+        matching = frozenset(pattern for group in tree.groups(topic) for pattern in group)
+        count = counted.get(matching)
+        if count is None:
+            count = counted[matching] = len(set().union(
+                *(patterns[pattern] for pattern in matching)))
+        return count
 
     return reached
 
