@@ -4,8 +4,9 @@ topics.
 
 `AdminConsole` is one service's: the service mounts its `routes()` on every HTTP listener's port
 and starts and stops it with itself. The modules: `settings` (the [admin] table), `gate` (who
-may use the API), `api`, `tap` (the live view of a pattern), `rates` (publishes per second by
-topic), `payloads` (a payload as the page shows it), `systopics` and `static_files`.
+may use the API), `api`, `listing` (the API's lists a page at a time), `tap` (the live view of a
+pattern), `rates` (publishes per second by topic), `payloads` (a payload as the page shows it),
+`systopics` and `static_files`.
 """
 
 from __future__ import annotations
