@@ -30,9 +30,11 @@ __all__ = [
     "ListKind",
     "ListQuery",
     "ListingError",
+    "Row",
     "merge_answers",
     "merge_session_pages",
     "merge_status",
+    "page",
     "read_query",
     "session_page",
     "status_lists",
@@ -170,6 +172,7 @@ def _number(args: Mapping[bytes, Sequence[bytes]], name: str, default: int, most
 
 
 def page(query: ListQuery, items: list[Row], total: int, matched: int) -> Row:
+    """A page object: `items`, the rows `query` asks for, of `total` rows, `matched` found."""
     return {"items": items, "total": total, "matched": matched, "offset": query.offset,
             "limit": query.limit}
 
