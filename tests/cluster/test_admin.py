@@ -4,7 +4,10 @@ on another process closed."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -195,5 +198,20 @@ async def lists_of_two(processes: list[Any]) -> None:
     assert status["pages"]["topics"]["matched"] == 9
     assert status["pages"]["topics"]["total"] == counted["total"]
     assert len(status["nodes"]) == 2
+
+    # A process that does not answer (paused) is left out after a second: the page is the
+    # other's rows, in order, and says so in its counts.
+    os.kill(second.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        alone = await sessions("?sort=-received&limit=3")
+        waited = time.monotonic() - started
+    finally:
+        os.kill(second.pid, signal.SIGCONT)
+    assert 0.5 < waited < 5
+    first_node = next(row["node"] for row in every if row["received"] == 8)
+    assert {row["node"] for row in alone["items"]} == {first_node}
+    assert [row["received"] for row in alone["items"]] == [8, 6, 4]
+    assert alone["total"] == 6  # five clients and `lone`
     for client in clients + [lone, wide, level]:
         await wait_for(client.disconnect(), 10)
