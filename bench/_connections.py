@@ -13,7 +13,7 @@ fixed by its number (`layout`):
 
 - the exact topic `topic(i mod M)`: `sensors/NNNN` for the first half of the topics,
   `plant/D/NNNN` (D its last digit) for the rest, so each topic has N/M exact subscribers;
-- every `PATTERN_EVERY`th connection, when it speaks WEBSMQ (UBRE has no wildcards), also one
+- every `--pattern-every`th (default 50th) WEBSMQ connection (UBRE has no wildcards) also one
   of `PATTERNS` in turn;
 - the first `--marked` connections also `MARKED` (a topic no other subscribes to), so that a
   filter on its last level matches exactly those connections.
@@ -89,7 +89,6 @@ announce = "own"
 """
 LISTENING = re.compile(r"^wireproto: (?P<protocol>websmq|ubre) over \w+ on (?P<address>\S+)$")
 PATTERNS = ("sensors/+", "plant/#", "#")
-PATTERN_EVERY = 50
 MARKED = "marked/needle"
 # Connections being opened at once: the broker refuses more than 32 unfinished WebSocket
 # handshakes from one address ([http] max_pending_per_address).
@@ -139,8 +138,9 @@ def layout(number: int, targets: list[Target], options: argparse.Namespace) -> l
         # The WEBSMQ connections are counted apart, so that the patterns fall on each of
         # their addresses alike, whatever the number of addresses.
         counted = number // len(targets) * len(websmq) + websmq.index(place)
-        if counted % PATTERN_EVERY == PATTERN_EVERY - 1:
-            subscribed.append(PATTERNS[(counted // PATTERN_EVERY) % len(PATTERNS)])
+        every = options.pattern_every
+        if counted % every == every - 1:
+            subscribed.append(PATTERNS[(counted // every) % len(PATTERNS)])
     if number < options.marked:
         subscribed.append(MARKED)
     return subscribed
@@ -210,7 +210,8 @@ class Load:
         return {"connections": self.options.connections, "topics": self.options.topics,
                 "by_kind": dict(by_kind), "patterns": dict(patterns),
                 "marked": min(self.options.marked, self.options.connections),
-                "marked_topic": MARKED, "rate": self.options.rate}
+                "marked_topic": MARKED, "pattern_every": self.options.pattern_every,
+                "rate": self.options.rate}
 
     def start_publishing(self) -> None:
         if self.options.rate <= 0 or not self.connections:
@@ -263,13 +264,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--marked", type=int, default=7,
                         help=f"connections that also subscribe to {MARKED} (default 7)")
+    parser.add_argument("--pattern-every", type=int, default=50,
+                        help="one WEBSMQ connection in this many subscribes to a pattern too")
     parser.add_argument("--rate", type=float, default=20.0,
                         help="publishes a second from connection 0 (default 20; 0: none)")
     parser.add_argument("--deadline", type=float, default=600.0,
                         help="seconds after which it stops, whatever happens (default 600)")
     options = parser.parse_args(argv)
-    if options.connections < 1 or options.topics < 2:
-        parser.error("at least 1 connection and 2 topics")
+    if options.connections < 1 or options.topics < 2 or options.pattern_every < 1:
+        parser.error("at least 1 connection, 2 topics and --pattern-every 1")
     return options
 
 
