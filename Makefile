@@ -61,8 +61,8 @@ mosquitto:
 	$(call debian_package,mosquitto,mosquitto,the pub/sub benchmark)
 	$(call debian_package,mosquitto_pub,mosquitto-clients,the command line's benchmark)
 
-# The status page's tests drive Debian's headless Chromium (Playwright, from the test extras,
-# is pointed at /usr/bin/chromium; it downloads no browser).
+# The status page's tests and benchmark drive Debian's headless Chromium (Playwright, from the
+# test extras, is pointed at /usr/bin/chromium; it downloads no browser).
 chromium:
 	$(call debian_package,chromium,chromium chromium-driver,the browser tests)
 
@@ -77,7 +77,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check wireproto tests bench twisted examples
 	$(BIN)/mypy wireproto
 
-bench: $(STAMP) mosquitto
+bench: $(STAMP) mosquitto chromium
 	$(BIN)/python bench/codecs.py
 	$(BIN)/python bench/cli.py
 	$(BIN)/python bench/pubsub.py
@@ -85,6 +85,7 @@ bench: $(STAMP) mosquitto
 	$(BIN)/python bench/phyllo.py
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/last_values.py
+	$(BIN)/python bench/statuspage.py
 
 # Every decoder's fuzz target for FUZZ_SECONDS each (the suite runs them for 1 s). Each keeps its
 # corpus in .fuzz/corpus/TARGET, so runs build on each other; a finding is .fuzz/crash-*.
