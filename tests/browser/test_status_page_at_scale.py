@@ -213,7 +213,6 @@ async def test_the_page_shows_every_connection_and_answers_a_click(
         shutil.copyfile(taken, DOCS_SCREENSHOT)
 
 
-@needs_issue_37
 @pytest_twisted.ensureDeferred
 async def test_the_status_stays_small_and_counts_every_row(crowd: Crowd) -> None:
     status, size = await _status(crowd, "/api/status")
@@ -229,7 +228,6 @@ async def test_the_status_stays_small_and_counts_every_row(crowd: Crowd) -> None
     assert size < STATUS_BYTES / 2
 
 
-@needs_issue_37
 @pytest_twisted.ensureDeferred
 async def test_the_api_pages_filters_and_counts_pattern_subscribers(crowd: Crowd) -> None:
     every = []
