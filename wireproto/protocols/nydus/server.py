@@ -69,7 +69,7 @@ from wireproto.protocols.nydus.paths import (
     publish_head,
     topic_of_path,
 )
-from wireproto.protocols.nydus.routes import RouteTable, route_key, route_of_key
+from wireproto.protocols.nydus.routes import Match, RouteTable, route_key, route_of_key
 from wireproto.protocols.rpc import RequestFailed, run_handler
 from wireproto.transports.base import IMessageTransport, MessageProtocol
 
@@ -425,9 +425,11 @@ class NydusServer:
         not, NO_BODY for none."""
         body = calls.to_call(NO_DATA if data is None else data, NO_DATA)
         match = self.routes.match(path)
-        if match is not None and match.action not in self.hub_route_handlers:
+        if match is not None:
+            # A hub route is every process's own: it is answered here, never looked for
+            # elsewhere (where no process lists it).
             key = route_key(self.routes.routes[match.index])
-            return self.answer(Call("nydus", key, body, caller, path=path, id="admin"))
+            return self._run(match, Call("nydus", key, body, caller, path=path, id="admin"))
         remote = self.remote_route(path)
         if remote is None:
             return defer.succeed(Answer(False, NOT_FOUND))
@@ -464,6 +466,11 @@ class NydusServer:
                 break
         if match is None:
             return defer.succeed(Answer(False, NOT_FOUND))
+        return self._run(match, call)
+
+    def _run(self, match: Match, call: Call) -> defer.Deferred[Answer]:
+        """The Answer of `match`'s handler to `call`, made from outside a connection."""
+        path = match.path
         invocation = Invocation(
             self, call.caller, path, match.route, match.params, match.splats,
             None if call.body is calls.NO_BODY else call.body, call.id or "",
@@ -492,6 +499,7 @@ class NydusServer:
     # -- the hub routes ------------------------------------------------------------------------
 
     def _route_subscribe(self, invocation: Invocation) -> None:
+        _needs_connection(invocation)
         try:
             self.subscribe_client(invocation.client, path_data(invocation.body))
         except LimitExceeded as error:
@@ -502,6 +510,7 @@ class NydusServer:
             raise InvokeError(400, str(error)) from None
 
     def _route_unsubscribe(self, invocation: Invocation) -> None:
+        _needs_connection(invocation)
         self.unsubscribe_client(invocation.client, path_data(invocation.body))
 
     def _route_publish(self, invocation: Invocation) -> dict[str, int]:
@@ -509,8 +518,15 @@ class NydusServer:
         if not isinstance(body, dict) or set(body) - {"path", "data"} or "path" not in body:
             raise InvokeError(400, 'expected {"path": "/topic", "data": ...}')
         path = path_data(body["path"])
+        sender = invocation.client
         try:
-            delivered = self.publish(path, body.get("data", NO_DATA), sender=invocation.client)
+            if isinstance(sender, RemoteCaller):
+                # Called from outside any connection (the admin page): published by the
+                # broker, as the admin API publishes, and so never on its own $ topics.
+                if topic_of_path(path).startswith("$"):
+                    raise InvokeError(403, "Forbidden")
+                sender = None
+            delivered = self.publish(path, body.get("data", NO_DATA), sender=sender)
         except LimitExceeded as error:
             raise InvokeError(400, str(error)) from error
         except Forbidden:
@@ -631,6 +647,14 @@ class NydusServer:
         """Close every connection (as nydus's close does); listeners are stopped by their owner."""
         for client in tuple(self.clients.values()):
             client.close()
+
+
+def _needs_connection(invocation: Invocation) -> None:
+    """InvokeError 400 for a subscription asked for from outside any connection (the admin
+    page), which has nothing to subscribe."""
+    if isinstance(invocation.client, RemoteCaller):
+        raise InvokeError(400, f"{invocation.route} subscribes the calling connection; a call "
+                          "from outside one has none")
 
 
 def _discard(initial_data: Any) -> None:
