@@ -3,6 +3,8 @@ the broker answers, its own hub routes included, and each one listed answers `PO
 
 from __future__ import annotations
 
+import re
+from typing import Any
 
 import pytest_twisted
 from twisted.internet import reactor
@@ -61,3 +63,39 @@ async def test_the_hub_publish_route_from_the_api_keeps_off_the_brokers_own_topi
         assert answer.json["ok"] is False, route
         assert answer.json["body"]["status"] == 400, route
         assert "connection" in answer.json["body"]["message"], route
+@pytest_twisted.ensureDeferred
+async def test_routes_lists_what_the_broker_answers_and_each_one_answers(
+    broker: Broker,
+) -> None:
+    service, addresses, base = await start(broker)
+    ubre = service.server("ubre")
+    ubre.handle("add", lambda body, caller: sum(body))
+    ubre.handle("echo", lambda body, caller: body)
+    nydus = service.server("nydus")
+    nydus.register_route("/double/:n", lambda call: int(call.params["n"]) * 2)
+    nydus.register_route("/files/*", lambda call: call.splats)
+    nydus.register_route(re.compile(r"^/re/(\d+)$"), lambda call: call.splats)
+
+    routes = (await http(base, "/api/routes")).json
+    assert routes == {
+        "ubre": ["add", "echo"],
+        "nydus": ["/_hub/publish", "/double/:n", "/files/*", r"^/re/(\d+)$"],
+    }
+    calls: list[tuple[str, str, Any, Any]] = [
+        ("ubre", "add", [1, 2], 3),
+        ("ubre", "echo", "x", "x"),
+        ("nydus", "/_hub/publish", {"path": "/a", "data": 1}, {"delivered": 0}),
+        ("nydus", "/double/21", None, 42),
+        ("nydus", "/files/a/b", None, ["a/b"]),
+        ("nydus", "/re/7", None, ["7"]),
+    ]
+    for protocol, name, body, expected in calls:
+        answer = await http(base, "/api/call",
+                            {"protocol": protocol, "name": name, "body": body})
+        assert answer.json == {"ok": True, "body": expected}, name
+
+
+@pytest_twisted.ensureDeferred
+async def test_routes_of_a_broker_that_serves_no_calls_are_empty(broker: Broker) -> None:
+    service, addresses, base = await start(broker, "websmq+ws@tcp:0:interface=127.0.0.1")
+    assert (await http(base, "/api/routes")).json == {"ubre": [], "nydus": []}

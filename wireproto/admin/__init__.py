@@ -5,7 +5,8 @@ topics.
 `AdminConsole` is one service's: the service mounts its `routes()` on every HTTP listener's port
 and starts and stops it with itself. The modules: `settings` (the [admin] table), `gate` (who
 may use the API), `api`, `tap` (the live view of a pattern), `rates` (publishes per second by
-topic), `payloads` (a payload as the page shows it), `systopics` and `static_files`.
+topic), `history` (the broker's figures, second by second), `payloads` (a payload as the page
+shows it), `systopics` and `static_files`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from twisted.web.resource import IResource
 
 from wireproto.admin.api import ADMIN_QUESTION, AdminApi
 from wireproto.admin.gate import AdminGate
+from wireproto.admin.history import History
 from wireproto.admin.rates import TopicRates
 from wireproto.admin.settings import AdminSettings
 from wireproto.admin.static_files import StaticFiles
@@ -44,8 +46,9 @@ class AdminConsole:
         hub = service.hub
         hub.count_topics(settings.max_counted_topics)
         self.rates = TopicRates(hub, reactor)
+        self.history = History(hub, reactor)
         gate = AdminGate(settings.allow, service.auth, service.config.websocket.allowed_origins)
-        self.api = AdminApi(service, gate, self.rates, settings.max_taps)
+        self.api = AdminApi(service, gate, self.rates, settings.max_taps, history=self.history)
         self.page = StaticFiles("ui", ("index.html",), index="index.html")
         self.page_files = StaticFiles("ui", PAGE_FILES)
         # Files without secrets, fetched without credentials: any page may import them.
@@ -67,11 +70,13 @@ class AdminConsole:
 
     def start(self) -> None:
         self.rates.start()
+        self.history.start()
         if self.sys_topics is not None:
             self.sys_topics.start()
 
     def stop(self) -> None:
         self.rates.stop()
+        self.history.stop()
         if self.sys_topics is not None:
             self.sys_topics.stop()
         self.api.close()
