@@ -1,14 +1,19 @@
 """The admin API of one process of a cluster lists and calls what every process answers, and
-sums every process's history, through a real nats-server."""
+sums every process's history: processes of this test joined through a real nats-server, and
+the workers of a real `wireproto serve --workers 2 --app`."""
 
 from __future__ import annotations
 
 import pytest_twisted
+from twisted.internet import reactor
 
 from tests.admin.http import base_of, http
 from tests.brokers import LOCAL, Broker
+from tests.cluster.test_app_workers import stop, supervised, write_app
 from tests.cluster.test_calls import cluster_table, serving
-from tests.support import eventually, wait_for
+from tests.support import eventually, sleep, wait_for
+from tests.test_app import LISTENERS, addresses
+from wireproto.protocols.ubre.client import connect as ubre_connect
 
 
 async def process(broker: Broker, nats) -> tuple:
@@ -68,3 +73,47 @@ async def test_history_sums_every_process_per_second(broker, nats) -> None:
     assert times == sorted(set(times))
     alone = (await http(base, "/api/history?scope=process")).json
     assert sum(point["published"] for point in alone["points"]) == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_under_workers_every_listed_route_answers_from_the_api(tmp_path) -> None:
+    # `wireproto serve --workers 2 --app`: each worker serves routes of its own, and a request
+    # to the API lands on either.
+    child, _ = await supervised("--app", "myapp:setup", *LISTENERS, cwd=write_app(tmp_path))
+    try:
+        base = base_of(addresses(child)["ubre"])
+        expected = {"ubre": ["first", "node"],
+                    "nydus": ["/_hub/publish", "/first/:thing", "/here", "/node"]}
+
+        async def listed() -> dict:
+            return (await http(base, "/api/routes")).json
+
+        for _attempt in range(100):  # until both workers have heard the other's
+            if [await listed() for _ in range(2)] == [expected, expected]:
+                break
+            await sleep(0.1)
+        assert [await listed() for _ in range(4)] == [expected] * 4
+        examples = {"/first/:thing": "/first/x"}
+        for protocol, names in expected.items():
+            for name in names:
+                body = {"path": "/t", "data": 1} if name == "/_hub/publish" else None
+                answer = await http(base, "/api/call", {
+                    "protocol": protocol, "name": examples.get(name, name), "body": body})
+                assert answer.status == 200 and answer.json["ok"] is True, (name, answer.json)
+
+        publisher = await wait_for(ubre_connect(reactor, addresses(child)["ubre"]), 10)
+        try:
+            for _ in range(4):
+                publisher.publish("history/t", "x")
+            total = 0.0
+            for _attempt in range(100):
+                points = (await http(base, "/api/history")).json["points"]
+                total = sum(point["published"] for point in points)
+                if total >= 5:  # the four, and the /_hub/publish
+                    break
+                await sleep(0.2)
+            assert total == 5
+        finally:
+            await wait_for(publisher.close(), 10)
+    finally:
+        await stop(child)
