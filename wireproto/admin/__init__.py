@@ -31,8 +31,11 @@ __all__ = ["AdminConsole", "AdminSettings", "PAGE_PATHS"]
 log = Logger(namespace="wireproto.admin")
 
 # Where the page, its own files, the clients and the API are, on every HTTP listener's port.
-PAGE_PATHS = ("/", "/ui", "/js", "/api")
+PAGE_PATHS = ("/", "/ui", "/js", "/api", "/favicon.ico")
 PAGE_FILES = ("page.js", "page.css")
+# The icon a browser asks every site for, kept a day.
+ICON = "favicon.ico"
+ICON_MAX_AGE = 86_400
 CLIENT_FILES = ("websmq.js", "ubre.js", "socket.js")
 
 
@@ -51,6 +54,7 @@ class AdminConsole:
         self.api = AdminApi(service, gate, self.rates, settings.max_taps, history=self.history)
         self.page = StaticFiles("ui", ("index.html",), index="index.html")
         self.page_files = StaticFiles("ui", PAGE_FILES)
+        self.icon = StaticFiles("ui", (ICON,), index=ICON, max_age=ICON_MAX_AGE)
         # Files without secrets, fetched without credentials: any page may import them.
         self.clients = StaticFiles("js", CLIENT_FILES, any_origin=True)
         group = service.cluster
@@ -61,11 +65,13 @@ class AdminConsole:
                                     reactor) if settings.sys_interval else None
 
     def routes(self, taken: Mapping[str, IResource]) -> dict[str, IResource]:
-        """The resources by path, but ``/`` when a listener is there."""
+        """The resources by path, but ``/`` and the icon where a listener is there."""
         routes: dict[str, IResource] = {
             "/ui": self.page_files, "/js": self.clients, "/api": self.api}
         if "/" not in taken:
             routes["/"] = self.page
+        if "/" + ICON not in taken:
+            routes["/" + ICON] = self.icon
         return routes
 
     def start(self) -> None:
