@@ -4,9 +4,10 @@ topics.
 
 `AdminConsole` is one service's: the service mounts its `routes()` on every HTTP listener's port
 and starts and stops it with itself. The modules: `settings` (the [admin] table), `gate` (who
-may use the API), `api`, `tap` (the live view of a pattern), `rates` (publishes per second by
-topic), `history` (the broker's figures, second by second), `payloads` (a payload as the page
-shows it), `systopics` and `static_files`.
+may use the API, and `refusals`, how its refused logins are logged), `api`, `tap` (the live
+view of a pattern), `rates` (publishes per second by topic), `history` (the broker's figures,
+second by second), `payloads` (a payload as the page shows it), `systopics` and
+`static_files`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from wireproto.admin.api import ADMIN_QUESTION, AdminApi
 from wireproto.admin.gate import AdminGate
 from wireproto.admin.history import History
 from wireproto.admin.rates import TopicRates
+from wireproto.admin.refusals import RefusedLogins
 from wireproto.admin.settings import AdminSettings
 from wireproto.admin.static_files import StaticFiles
 from wireproto.admin.systopics import SysTopics
@@ -50,7 +52,9 @@ class AdminConsole:
         hub.count_topics(settings.max_counted_topics)
         self.rates = TopicRates(hub, reactor)
         self.history = History(hub, reactor)
-        gate = AdminGate(settings.allow, service.auth, service.config.websocket.allowed_origins)
+        self.logins = RefusedLogins(reactor)
+        gate = AdminGate(settings.allow, service.auth, service.config.websocket.allowed_origins,
+                         self.logins)
         self.api = AdminApi(service, gate, self.rates, settings.max_taps, history=self.history)
         self.page = StaticFiles("ui", ("index.html",), index="index.html")
         self.page_files = StaticFiles("ui", PAGE_FILES)
@@ -83,6 +87,7 @@ class AdminConsole:
     def stop(self) -> None:
         self.rates.stop()
         self.history.stop()
+        self.logins.stop()
         if self.sys_topics is not None:
             self.sys_topics.stop()
         self.api.close()
