@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
+from wireproto.logs import debugging
 from wireproto.peerlog import IN_ALL, address_key, describe_address
 from wireproto.transports.http import HTTPRefusal
 
@@ -52,12 +53,13 @@ class RefusedLogins:
         self._held: dict[str, _Held] = {}
 
     def refused(self, peer: IAddress, refusal: HTTPRefusal) -> None:
-        shown = describe_address(peer)
         if refusal.reason == "missing":
-            log.debug("auth: {peer} asked the admin API without credentials ({status})",
-                      event="auth_failed", peer=shown, status=refusal.status,
-                      reason=refusal.reason)
+            if debugging():
+                log.debug("auth: {peer} asked the admin API without credentials ({status})",
+                          event="auth_failed", peer=describe_address(peer),
+                          status=refusal.status, reason=refusal.reason)
             return
+        shown = describe_address(peer)
         key = address_key(peer)
         if key not in self._held and len(self._held) >= self.max_peers:
             key = OTHERS
