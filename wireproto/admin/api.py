@@ -58,7 +58,8 @@ log = Logger(namespace="wireproto.admin")
 MAX_BODY = 1 << 20
 # A call from the page that gets no answer in this many seconds is answered 504.
 CALL_TIMEOUT = 30.0
-# What a process of a cluster asks the others for their status, or to close a session.
+# What a process of a cluster asks the others for their status or history, or to close a
+# session.
 ADMIN_QUESTION = "admin"
 # The protocols whose calls the page makes.
 CALLED = ("ubre", "nydus")
@@ -220,8 +221,8 @@ class AdminApi(Resource):
         return NOT_DONE_YET
 
     def answer_question(self, request: list[Any]) -> Any:
-        """Another process's admin API asks for this one's status, or to close a session of
-        this one's; None when the question is not for this process."""
+        """Another process's admin API asks for this one's status or history, or to close a
+        session of this one's; None when the question is not for this process."""
         if request == ["status"]:
             return self.local_status()
         if request == ["history"]:

@@ -50,6 +50,7 @@ class History:
 
     def start(self) -> None:
         if self._call is None:
+            self._last = None  # a start after a stop counts nothing from before it
             self._tick()
 
     def stop(self) -> None:
