@@ -1,8 +1,8 @@
 """wireproto as a Python user gets it: `python -m build` makes the sdist and the wheel from a copy
-of this checkout's files; the wheel holds the LICENSE, the status page's files and the twistd
-plugin, and installs with pip into a fresh venv (no make), whose `wireproto serve` and
-`twistd wireproto` serve a real client. The hint `wireproto analyze` gives without the spark
-extra names what pip can install.
+of this checkout's files; the wheel holds the LICENSE, the status page's files (its icon too)
+and the twistd plugin, and installs with pip into a fresh venv (no make), whose `wireproto
+serve` and `twistd wireproto` serve a real client. The hint `wireproto analyze` gives without
+the spark extra names what pip can install.
 
 Slow (a minute or more: the build's own environment, then the install, from pip's cache where
 it can), so bounded by its own timeout, as tests/test_install.py is."""
@@ -144,6 +144,7 @@ async def test_the_wheel_installs_into_a_fresh_venv_and_serves(tmp_path: Path) -
 
         await check_status_page(page.group(1))
         await check_status_page(page.group(1) + "js/websmq.js", "javascript")
+        await check_status_page(page.group(1) + "favicon.ico", "image/x-icon")
         serve.process.send_signal(signal.SIGINT)
         assert await serve.exit_code(30) == 0, serve.output()
     finally:

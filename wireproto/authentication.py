@@ -450,10 +450,12 @@ class Authentication:
 
     # -- HTTP handshakes ------------------------------------------------------------------------
 
-    def authenticate_http(self, request: Any) -> defer.Deferred[Principal]:
+    def authenticate_http(self, request: Any, *,
+                          log_refusals: bool = True) -> defer.Deferred[Principal]:
         """The principal of an HTTP handshake, from its credentials (which are then taken out
         of the request); fails with HTTPRefusal. Each outcome is counted and logged, without
-        the credentials."""
+        the credentials; a refusal is not logged with `log_refusals` False (the admin API
+        logs its own, wireproto.admin.refusals)."""
         peer = request.getClientAddress()
         d = self._authenticate_http(request)
 
@@ -469,10 +471,11 @@ class Authentication:
                 self.count(error.reason)
                 if error.status == 401:
                     error.challenge = self.challenge
-                peerlog.warn(log, address_key(peer),
-                             "auth: refused {peer} ({status}): {why}", event="auth_failed",
-                             peer=describe_address(peer), status=error.status,
-                             reason=error.reason, why=str(error))
+                if log_refusals:
+                    peerlog.warn(log, address_key(peer),
+                                 "auth: refused {peer} ({status}): {why}", event="auth_failed",
+                                 peer=describe_address(peer), status=error.status,
+                                 reason=error.reason, why=str(error))
             return failure
 
         return d.addCallbacks(ok, refused)

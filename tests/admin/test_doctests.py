@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["wireproto.admin.listing", "wireproto.admin.payloads", "wireproto.cluster.lastvalues"]
+MODULES = ["wireproto.admin.listing", "wireproto.admin.payloads", "wireproto.admin.history",
+           "wireproto.cluster.lastvalues"]
 
 
 @pytest.mark.parametrize("name", MODULES)

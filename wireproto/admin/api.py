@@ -13,6 +13,8 @@ GET      /api/topics                 a page of topics: subscribers, rates, last 
 POST     /api/publish                publish ``{"topic", "payload", "encoding"}`` on the hub
 POST     /api/call                   call ``{"protocol", "name", "body"}`` (UBRE or nydus)
 GET      /api/tap?pattern=P          the messages on topics P matches, as they pass (NDJSON)
+GET      /api/routes                 the UBRE request names and nydus routes /api/call answers
+GET      /api/history                the broker's figures each second over the last 10 minutes
 =======  ==========================  ==========================================================
 
 The lists are pages, filtered and sorted (`?limit`, `?offset`, `?q`, `?sort`: `listing`).
@@ -33,11 +35,13 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 
+from wireproto import __version__
 from wireproto.access import Principal
 from wireproto.admin import listing
 from wireproto.admin.gate import PAGE_HEADER, AdminGate, same_origin
+from wireproto.admin.history import History, history_answer, merge_rows
 from wireproto.admin.listing import SESSIONS, TOPICS, ListingError, ListQuery, Row
 from wireproto.admin.payloads import describe_payload
 from wireproto.admin.rates import TopicRates
@@ -59,8 +63,11 @@ log = Logger(namespace="wireproto.admin")
 MAX_BODY = 1 << 20
 # A call from the page that gets no answer in this many seconds is answered 504.
 CALL_TIMEOUT = 30.0
-# What a process of a cluster asks the others for their status, or to close a session.
+# What a process of a cluster asks the others for their status or history, or to close a
+# session.
 ADMIN_QUESTION = "admin"
+# The protocols whose calls the page makes.
+CALLED = ("ubre", "nydus")
 # At most this many bytes of a last value are shown by /api/topics.
 SHOWN_VALUE_BYTES = 1024
 # The lists of a status asked for nothing but its defaults.
@@ -103,8 +110,9 @@ class AdminApi(Resource):
     max_request_body = MAX_BODY
 
     def __init__(self, service: BrokerView, gate: AdminGate, rates: TopicRates,
-                 max_taps: int) -> None:
+                 max_taps: int, *, history: History) -> None:
         super().__init__()
+        self.history = history
         self.service = service
         self.hub = service.hub
         self.gate = gate
@@ -165,6 +173,12 @@ class AdminApi(Resource):
                 return _json(request, 200, self.topics(query))
             case ["tap"]:
                 return self._tap(request)
+            case ["routes"]:
+                return _json(request, 200, self.routes())
+            case ["history"]:
+                if whole:
+                    return self._gathered_history(request)
+                return _json(request, 200, history_answer(self.history.rows()))
         raise ApiError(404, f"no admin API at /api/{'/'.join(path)}")
 
     def _post(self, request: Any, path: list[str], principal: Principal) -> Any:
@@ -221,15 +235,27 @@ class AdminApi(Resource):
         d.addCallback(merged).addErrback(failed)
         return NOT_DONE_YET
 
+    def _gathered_history(self, request: Request) -> int:
+        group = self._cluster()
+        assert group is not None
+        d = group.ask_others(ADMIN_QUESTION, ["history"], self.history.rows())
+        d.addCallback(lambda replies: _finish(request, 200, history_answer(merge_rows(
+            reply.answer for reply in replies)))).addErrback(
+            lambda failure: log.failure("gathering the cluster's history failed", failure,
+                                        event="admin_status_failed"))
+        return NOT_DONE_YET
+
     def answer_question(self, request: list[Any]) -> Any:
-        """Another process's admin API asks for this one's lists, or to close a session of
-        this one's; None when the question is not for this process. (``["status"]`` is an
-        earlier version's question: its status, with the first page of each list.)"""
+        """Another process's admin API asks for this one's lists or history, or to close a
+        session of this one's; None when the question is not for this process. (``["status"]``
+        is an earlier version's question: its status, with the first page of each list.)"""
         if request[0] == "lists":
             return self.lists_answer(ListQuery.from_message(SESSIONS, request[1], "sessions"),
                                      ListQuery.from_message(TOPICS, request[1], "topics"))
         if request == ["status"]:
             return self.local_status()
+        if request == ["history"]:
+            return self.history.rows()
         if request[0] == "close" and request[1] == self.node:
             return self.close_local(int(request[2]), str(request[3]))
         return None
@@ -284,6 +310,7 @@ class AdminApi(Resource):
         return {
             "broker": {
                 "node": node,
+                "version": __version__,
                 "started": self.started,
                 "uptime": round(time.time() - self.started, 3),
                 "published": stats.published,
@@ -402,6 +429,13 @@ class AdminApi(Resource):
                     row["last_value"] = describe_payload(kept[0].payload, SHOWN_VALUE_BYTES)
         return page
 
+    def routes(self) -> dict[str, list[str]]:
+        """What `POST /api/call` answers: each UBRE request name and nydus route, of any
+        process of the cluster."""
+        servers = self.hub.call_servers
+        return {protocol: servers[protocol].callable_names() if protocol in servers else []
+                for protocol in CALLED}
+
     # -- what it does ---------------------------------------------------------------------------
 
     def publish(self, body: dict[str, Any], principal: Principal) -> dict[str, Any]:
@@ -428,7 +462,7 @@ class AdminApi(Resource):
     def _call(self, request: Any, body: dict[str, Any], principal: Principal) -> Any:
         protocol = body.get("protocol")
         name = body.get("name")
-        if protocol not in ("ubre", "nydus"):
+        if protocol not in CALLED:
             raise ApiError(400, "call needs \"protocol\": \"ubre\" or \"nydus\"")
         if not isinstance(name, str) or not name:
             raise ApiError(400, "call needs a \"name\" (a UBRE request name, a nydus path)")

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
+from twisted.python.failure import Failure
 
 from wireproto.access import Principal
+from wireproto.admin.refusals import RefusedLogins
 from wireproto.transports.http import HTTPRefusal, origin_allowed
 
 if TYPE_CHECKING:
@@ -71,11 +73,14 @@ class AdminGate:
     """Admits a request to the admin API, or refuses it with an HTTPRefusal."""
 
     def __init__(self, allow: tuple[str, ...], auth: Authentication | None = None,
-                 allowed_origins: tuple[str, ...] | None = None) -> None:
+                 allowed_origins: tuple[str, ...] | None = None,
+                 logins: RefusedLogins | None = None) -> None:
         self.allow = allow
         self.auth = auth
         # Pages elsewhere that may use the API too ([websocket] allowed_origins); None: none.
         self.allowed_origins = allowed_origins
+        # How refused credentials are logged; None: as every listener's are.
+        self.logins = logins
 
     def origin_admitted(self, request: Any) -> bool:
         """Whether the browser's Origin header, if it sent one, is the broker's own or one
@@ -116,7 +121,17 @@ class AdminGate:
                                   "allow)")
             return principal
 
-        d = auth.authenticate_http(request)
+        logins = self.logins
+        d = auth.authenticate_http(request, log_refusals=logins is None)
+        if logins is not None:
+            peer = request.getClientAddress()
+
+            def refused(failure: Failure) -> Failure:
+                if isinstance(failure.value, HTTPRefusal):
+                    logins.refused(peer, failure.value)
+                return failure
+
+            d.addErrback(refused)
         return d.addCallback(admitted)
 
 

@@ -1,5 +1,6 @@
 """A payload as the status page shows it: JSON or msgpack decoded where it is either, UTF-8 text
-where it is that, hex otherwise."""
+where it is that, hex otherwise (`describe_payload`); and as it was sent, text or hex, never
+decoded and written again (`raw_payload`, for the tap)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import msgpack
 import orjson
 
-__all__ = ["describe_payload"]
+__all__ = ["describe_payload", "raw_payload"]
 
 
 def _plain(value: Any) -> Any:
@@ -69,3 +70,34 @@ def _readable(text: str) -> bool:
 
 
 _WHITESPACE = {ord("\n"): None, ord("\r"): None, ord("\t"): None}
+
+
+def raw_payload(payload: bytes, limit: int) -> dict[str, str | bool]:
+    """The payload as it was sent: ``{"text": ...}`` when it is UTF-8 (control characters and
+    all: JSON escapes them), ``{"hex": ...}`` otherwise. Over `limit` bytes, its first `limit`
+    bytes (to the last whole character) and ``"truncated": true``.
+
+    >>> raw_payload(b'{"t": 234e-1}', 100)
+    {'text': '{"t": 234e-1}'}
+    >>> raw_payload(b"\\x00\\x1b[2J", 100)
+    {'text': '\\x00\\x1b[2J'}
+    >>> raw_payload(b"\\xff\\xfe", 100)
+    {'hex': 'fffe'}
+    >>> raw_payload("\u00e9t\u00e9".encode(), 2)
+    {'text': '\u00e9', 'truncated': True}
+    """
+    shown = payload[:limit]
+    try:
+        text = shown.decode("utf-8")
+    except UnicodeDecodeError as error:
+        # A character cut by the limit is left out; any other bad byte makes it bytes.
+        if len(shown) == len(payload) or error.reason != "unexpected end of data":
+            return _truncated({"hex": shown.hex()}, shown, payload)
+        text = shown[:error.start].decode("utf-8")
+    return _truncated({"text": text}, shown, payload)
+
+
+def _truncated(raw: dict[str, str | bool], shown: bytes, payload: bytes) -> dict[str, str | bool]:
+    if len(shown) < len(payload):
+        raw["truncated"] = True
+    return raw

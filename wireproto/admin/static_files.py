@@ -15,6 +15,7 @@ _TYPES = {
     ".js": b"text/javascript; charset=utf-8",
     ".css": b"text/css; charset=utf-8",
     ".png": b"image/png",
+    ".ico": b"image/x-icon",
 }
 # The page runs only its own scripts and styles, and talks only to its own broker.
 PAGE_POLICY = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -29,17 +30,20 @@ def _read(folder: str, name: str) -> bytes:
 class StaticFiles(Resource):
     """`names` from the package's static/`folder`; with `index`, that file at the resource's
     own path (``/``). With `any_origin`, a page of any origin may read them (CORS without
-    credentials), as it must to import an ES module from here."""
+    credentials), as it must to import an ES module from here. With `max_age`, a browser may
+    keep them that many seconds without asking again; without, it asks each time."""
 
     isLeaf = True
 
     def __init__(self, folder: str, names: tuple[str, ...], index: str | None = None,
-                 *, any_origin: bool = False) -> None:
+                 *, any_origin: bool = False, max_age: int | None = None) -> None:
         super().__init__()
         self.files = {name: (_read(folder, name), _TYPES[name[name.rindex("."):]])
                       for name in names}
         self.index = index
         self.any_origin = any_origin
+        self.cache_control = (b"no-cache" if max_age is None
+                              else b"public, max-age=%d" % max_age)
 
     def render_GET(self, request: Any) -> bytes:
         path = [segment for segment in request.postpath if segment]
@@ -59,7 +63,7 @@ class StaticFiles(Resource):
             request.setHeader(b"access-control-allow-origin", b"*")
         request.setHeader(b"content-type", kind)
         request.setHeader(b"x-content-type-options", b"nosniff")
-        request.setHeader(b"cache-control", b"no-cache")
+        request.setHeader(b"cache-control", self.cache_control)
         if kind.startswith(b"text/html"):
             request.setHeader(b"content-security-policy", PAGE_POLICY)
             request.setHeader(b"x-frame-options", b"DENY")

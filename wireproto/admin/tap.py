@@ -1,5 +1,6 @@
 """A tap: the messages on every topic a pattern matches, as they pass, streamed to one admin HTTP
-request as newline-delimited JSON.
+request as newline-delimited JSON: each with its time, its payload decoded (`describe_payload`)
+and as it was sent (`raw_payload`).
 
 A tap is a view, not a subscriber with a queue: while the admin's connection cannot take more
 (Twisted pauses the tap, registered as its producer), messages are skipped and counted, and the
@@ -17,12 +18,12 @@ import orjson
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
-from wireproto.admin.payloads import describe_payload
+from wireproto.admin.payloads import describe_payload, raw_payload
 from wireproto.hub import Hub, HubMessage, LocalSubscriber
 
 __all__ = ["Tap", "SHOWN_PAYLOAD_BYTES"]
 
-# A payload longer than this is shown as the hex of its start.
+# Of a payload longer than this, its start is shown.
 SHOWN_PAYLOAD_BYTES = 16_384
 
 
@@ -52,9 +53,13 @@ class Tap:
             self.skipped += 1
             return
         self.shown += 1
+        payload = message.payload
+        # Decoded for scripts, and as it was sent (a JSON number as written, control
+        # characters escaped by JSON alone).
         self._write({"topic": message.topic, "protocol": message.protocol or None,
                      "will": message.will, "time": round(time.time(), 3),
-                     **describe_payload(message.payload, SHOWN_PAYLOAD_BYTES)})
+                     **describe_payload(payload, SHOWN_PAYLOAD_BYTES),
+                     **raw_payload(payload, SHOWN_PAYLOAD_BYTES)})
 
     def stop(self) -> None:
         """Stop following the pattern (the request is finished or gone)."""

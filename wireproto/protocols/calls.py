@@ -146,6 +146,10 @@ class CallServer(Protocol):
         UBRE request name, a nydus path. A handler of this process's answers it, else one of
         another's; a call no one answers gets the protocol's own failure as its Answer."""
 
+    def callable_names(self) -> list[str]:
+        """What `call` answers, as a caller names it (a UBRE request name, a nydus route's
+        pattern), served here or by another process, each once, sorted."""
+
 
 def to_call(value: Any, absent: object) -> Body:
     """A protocol's body as a call carries it: its own "no body" (`absent`: UBRE's NO_BODY,

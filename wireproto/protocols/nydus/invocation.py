@@ -5,16 +5,21 @@ routes do for data that is no path: `path_data`), and the data an ERROR carries 
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
+from twisted.internet import defer
+from twisted.python.failure import Failure
+
 from wireproto.codecs.nydus import NO_DATA
 from wireproto.protocols import calls
-from wireproto.protocols.rpc import RequestFailed
+from wireproto.protocols.rpc import RequestFailed, run_handler
 
 _INTERNAL_ERROR = HTTPStatus.INTERNAL_SERVER_ERROR
 
 __all__ = [
+    "answer_by",
     "error_data",
     "InvokeError",
     "NOT_FOUND",
@@ -23,6 +28,7 @@ __all__ = [
     "GATEWAY_TIMEOUT",
     "SERVICE_UNAVAILABLE",
     "unanswered_data",
+    "needs_connection",
     "path_data",
 ]
 
@@ -70,6 +76,40 @@ def path_data(data: Any) -> str:
     if not isinstance(data, str) or not data.startswith("/"):
         raise InvokeError(400, f"expected a path that starts with '/', not {data!r:.60}")
     return data
+
+
+def needs_connection(client: object, route: str) -> None:
+    """InvokeError 400 for a hub route that subscribes the calling connection, called from
+    outside any (the admin page), which has nothing to subscribe."""
+    if isinstance(client, calls.RemoteCaller):
+        raise InvokeError(400, f"{route} subscribes the calling connection; a call from "
+                          "outside one has none")
+
+
+def answer_by(handler: Callable[..., object], invocation: object, *, debug: bool,
+              observe: Callable[[float, bool], object] | None,
+              unexpected: Callable[[Failure], object]) -> defer.Deferred[calls.Answer]:
+    """The Answer of ``handler(invocation)`` to an INVOKE made from outside a connection
+    (another process's client, the admin page): an ERROR's data when it fails. `unexpected`
+    is told of a failure the handler did not mean (neither InvokeError nor RequestFailed)."""
+    answered: defer.Deferred[calls.Answer] = defer.Deferred()
+
+    def succeeded(value: object) -> None:
+        try:
+            answer = calls.Answer.sendable(True, calls.NO_BODY if value is None else value)
+        except (TypeError, ValueError) as error:
+            failed(Failure(error))
+            return
+        answered.callback(answer)
+
+    def failed(failure: Failure) -> None:
+        error = failure.value
+        if not isinstance(error, (InvokeError, RequestFailed)):
+            unexpected(failure)
+        answered.callback(calls.Answer(False, error_data(error, debug)))
+
+    run_handler(handler, (invocation,), succeeded, failed, observe)
+    return answered
 
 
 def error_data(error: BaseException, debug: bool) -> Any:

@@ -34,7 +34,6 @@ null when it is None, and no data only when it is `NO_DATA`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from inspect import iscoroutine
@@ -52,12 +51,15 @@ from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
 from wireproto.payloads import payload_from_value
 from wireproto.protocols import calls
 from wireproto.protocols.calls import Answer, Call, CallName, RemoteCaller
+from wireproto.protocols.nydus.elsewhere import RoutesElsewhere
 from wireproto.protocols.nydus.invocation import (
     FORBIDDEN,
     NOT_FOUND,
     TOO_MANY_REQUESTS,
     InvokeError,
+    answer_by,
     error_data,
+    needs_connection,
     path_data,
     unanswered_data,
 )
@@ -69,7 +71,7 @@ from wireproto.protocols.nydus.paths import (
     publish_head,
     topic_of_path,
 )
-from wireproto.protocols.nydus.routes import RouteTable, route_key, route_of_key
+from wireproto.protocols.nydus.routes import Match, RouteTable, route_key
 from wireproto.protocols.rpc import RequestFailed, run_handler
 from wireproto.transports.base import IMessageTransport, MessageProtocol
 
@@ -370,10 +372,8 @@ class NydusServer:
             self.register_route(f"{HUB_ROUTES}/subscribe", self._route_subscribe)
             self.register_route(f"{HUB_ROUTES}/unsubscribe", self._route_unsubscribe)
             self.register_route(f"{HUB_ROUTES}/publish", self._route_publish)
-        # The routes other broker processes serve, by their keys, matched when none here
-        # does; remade when what they announce changes (its version).
-        self._remote_routes = RouteTable()
-        self._remote_version = -1
+        # The routes other broker processes serve, matched when none here does.
+        self.elsewhere = RoutesElsewhere(hub)
         hub.add_call_server("nydus", self)
 
     # -- hooks: replace them ---------------------------------------------------------------------
@@ -425,9 +425,10 @@ class NydusServer:
         not, NO_BODY for none."""
         body = calls.to_call(NO_DATA if data is None else data, NO_DATA)
         match = self.routes.match(path)
-        if match is not None and match.action not in self.hub_route_handlers:
+        if match is not None:
+            # A hub route too: every process's own, so no other lists it.
             key = route_key(self.routes.routes[match.index])
-            return self.answer(Call("nydus", key, body, caller, path=path, id="admin"))
+            return self._run(match, Call("nydus", key, body, caller, path=path, id="admin"))
         remote = self.remote_route(path)
         if remote is None:
             return defer.succeed(Answer(False, NOT_FOUND))
@@ -439,19 +440,18 @@ class NydusServer:
 
         return d.addErrback(unanswered)
 
+    def callable_names(self) -> list[str]:
+        """The routes' patterns, here (``/_hub/publish`` included) and on other processes; not
+        ``/_hub/subscribe`` nor ``/_hub/unsubscribe``, which subscribe the calling connection."""
+        subscribing = (self._route_subscribe, self._route_unsubscribe)
+        patterns = {route.pattern for route in self.routes.routes
+                    if route.action not in subscribing}
+        patterns.update(self.elsewhere.patterns())
+        return sorted(patterns)
+
     def remote_route(self, path: str) -> str | None:
         """The key of the route of another broker process that matches `path`, or None."""
-        version, keys = self.hub.federation.served_elsewhere("nydus")
-        if version != self._remote_version:
-            table = RouteTable()
-            for key in keys:
-                try:
-                    table.add(route_of_key(key), key)
-                except (ValueError, TypeError, re.error):
-                    continue  # a pattern this process cannot read: not reachable from here
-            self._remote_routes, self._remote_version = table, version
-        match = self._remote_routes.match(path)
-        return None if match is None else match.action
+        return self.elsewhere.match(path)
 
     def answer(self, call: Call) -> defer.Deferred[Answer]:
         """Answer an INVOKE made elsewhere: the route's handler gets an Invocation whose
@@ -464,34 +464,27 @@ class NydusServer:
                 break
         if match is None:
             return defer.succeed(Answer(False, NOT_FOUND))
+        return self._run(match, call)
+
+    def _run(self, match: Match, call: Call) -> defer.Deferred[Answer]:
+        """The Answer of `match`'s handler to `call`, made from outside a connection."""
         invocation = Invocation(
-            self, call.caller, path, match.route, match.params, match.splats,
+            self, call.caller, match.path, match.route, match.params, match.splats,
             None if call.body is calls.NO_BODY else call.body, call.id or "",
         )
-        answered: defer.Deferred[Answer] = defer.Deferred()
 
-        def succeeded(value: Any) -> None:
-            try:
-                answer = Answer.sendable(True, calls.NO_BODY if value is None else value)
-            except (TypeError, ValueError) as error:
-                failed(Failure(error))
-                return
-            answered.callback(answer)
+        def unexpected(failure: Failure) -> None:
+            log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
+                        event="handler_failed", protocol="nydus", path=match.path,
+                        route=match.route)
 
-        def failed(failure: Failure) -> None:
-            error = failure.value
-            if not isinstance(error, (InvokeError, RequestFailed)):
-                log.failure("nydus: handler for {path!r} ({route!r}) raised", failure,
-                            event="handler_failed", protocol="nydus", path=path,
-                            route=match.route)
-            answered.callback(Answer(False, error_data(error, self.debug)))
-
-        run_handler(match.action, (invocation,), succeeded, failed, self.observe_request)
-        return answered
+        return answer_by(match.action, invocation, debug=self.debug,
+                         observe=self.observe_request, unexpected=unexpected)
 
     # -- the hub routes ------------------------------------------------------------------------
 
     def _route_subscribe(self, invocation: Invocation) -> None:
+        needs_connection(invocation.client, invocation.route)
         try:
             self.subscribe_client(invocation.client, path_data(invocation.body))
         except LimitExceeded as error:
@@ -502,6 +495,7 @@ class NydusServer:
             raise InvokeError(400, str(error)) from None
 
     def _route_unsubscribe(self, invocation: Invocation) -> None:
+        needs_connection(invocation.client, invocation.route)
         self.unsubscribe_client(invocation.client, path_data(invocation.body))
 
     def _route_publish(self, invocation: Invocation) -> dict[str, int]:
@@ -509,8 +503,14 @@ class NydusServer:
         if not isinstance(body, dict) or set(body) - {"path", "data"} or "path" not in body:
             raise InvokeError(400, 'expected {"path": "/topic", "data": ...}')
         path = path_data(body["path"])
+        client = invocation.client
+        sender = client if isinstance(client, NydusServerProtocol) else None
         try:
-            delivered = self.publish(path, body.get("data", NO_DATA), sender=invocation.client)
+            if sender is None and topic_of_path(path).startswith("$"):
+                # Called from outside any connection (the admin page): published by the
+                # broker, as the admin API publishes, and so never on its own $ topics.
+                raise InvokeError(403, "Forbidden")
+            delivered = self.publish(path, body.get("data", NO_DATA), sender=sender)
         except LimitExceeded as error:
             raise InvokeError(400, str(error)) from error
         except Forbidden:

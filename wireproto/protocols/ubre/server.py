@@ -426,6 +426,14 @@ class UbreServer(HandlerRegistry):
 
         return d.addErrback(unanswered)
 
+    def callable_names(self) -> list[str]:
+        """The request names answered here or by another process (a default handler, which
+        answers any, has none to list)."""
+        names = set(self.handlers)
+        names.update(name for name in self.hub.federation.served_elsewhere("ubre").names
+                     if isinstance(name, str))
+        return sorted(names)
+
     # -- calls from other broker processes -------------------------------------------------------
 
     def served_calls(self) -> list[CallName]:
