@@ -30,7 +30,8 @@ log = Logger(namespace="wireproto.admin")
 
 # Where the page, its own files, the clients and the API are, on every HTTP listener's port.
 PAGE_PATHS = ("/", "/ui", "/js", "/api")
-PAGE_FILES = ("page.js", "page.css")
+PAGE_FILES = ("page.js", "page.css", "api.js", "format.js", "table.js", "charts.js", "tap.js",
+              "forms.js")
 CLIENT_FILES = ("websmq.js", "ubre.js", "socket.js")
 
 
