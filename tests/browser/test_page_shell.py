@@ -165,7 +165,9 @@ def test_the_page_has_no_inline_script_or_style_and_never_parses_markup() -> Non
                              r"new Function|\.style\b|setAttribute\(\"style", source), name
         for imported in re.findall(r'from "\./([\w.]+)"', source):
             assert imported in PAGE_FILES, (name, imported)  # served, so the page can load it
-    assert {path.name for path in folder.iterdir()} == {"index.html", *PAGE_FILES}
+    # Every script and style sheet there is served.
+    assert {path.name for path in folder.iterdir()
+            if path.name.endswith((".js", ".css"))} == set(PAGE_FILES)
 
 
 HIDE = """hidden => {
@@ -192,3 +194,24 @@ async def test_a_tab_not_shown_asks_nothing_until_it_is_shown(
     # It catches up: the charts' history of what it missed, and the status again.
     paths = [url.split("/api/")[1].split("?")[0] for url in made[asked:]]
     assert "history" in paths and paths.count("status") >= 2
+
+
+OFFERED = "() => [...document.querySelectorAll('#call-names option')].map(option => option.value)"
+
+
+@NEEDS_THE_API
+@pytest_twisted.ensureDeferred
+async def test_the_call_form_offers_what_the_broker_answers(
+    broker: Broker, browser: Browser,
+) -> None:
+    service, addresses, base = await start(broker)
+    service.server("ubre").handle("add", lambda body, caller: sum(body))
+    service.server("nydus").register_route("/hello/:name", lambda call: "hello")
+    page = await open_page(browser, base)
+    await browser.run(broker_shown, page)
+    await browser.run(page.focus, "#call [name=name]")
+    await browser.run(lambda: page.wait_for_function(f"() => ({OFFERED})().includes('add')"))
+    assert await browser.run(page.get_attribute, "#call [name=name]", "list") == "call-names"
+    await browser.run(page.select_option, "#call [name=protocol]", "nydus")
+    offered = await browser.run(page.evaluate, OFFERED)
+    assert "/hello/:name" in offered and "/_hub/publish" in offered and "add" not in offered
