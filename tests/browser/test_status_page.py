@@ -11,44 +11,20 @@ from tests.access.conftest import AuthFiles
 from tests.admin.http import start
 from tests.brokers import LOCAL, Broker
 from tests.browser.conftest import SCREENSHOTS, Browser
+from tests.browser.pages import (
+    broker_shown,
+    open_page,
+    overflow,
+    row_with,
+    tap,
+    tapped_line,
+    wait_updates,
+)
 from tests.phyllo.test_bridge import PtyDevice, document
 from tests.support import Inbox, eventually, on_the_default_ports, wait_for
 from wireproto.authentication import AuthSettings
 from wireproto.config import parse_phyllo
 from wireproto.hub import HubSettings
-
-# The page polls every second and a tap is a stream: what a client does shows within a second,
-# given here with room for a busy machine.
-SHOWN_WITHIN_MS = 3000
-
-
-async def open_page(browser: Browser, base: str, **context: Any) -> Any:
-    page = await browser.page(**context)
-    await browser.run(page.goto, base + "/")
-    return page
-
-
-def broker_shown(page: Any) -> None:
-    page.wait_for_selector("#broker:not([hidden])")
-
-
-def row_with(page: Any, table: str, text: str) -> str:
-    row = page.locator(f"#{table} tbody tr", has_text=text).first
-    row.wait_for(timeout=SHOWN_WITHIN_MS)
-    return row.inner_text()
-
-
-def tap(page: Any, pattern: str) -> None:
-    page.fill("#tap [name=pattern]", pattern)
-    page.click("#tap button[type=submit]")
-    page.wait_for_function(
-        f"() => document.querySelector('#tap-state').textContent === 'tapping {pattern}'")
-
-
-def tapped_line(page: Any, text: str) -> str:
-    line = page.locator("#tapped li", has_text=text).first
-    line.wait_for(timeout=SHOWN_WITHIN_MS)
-    return line.inner_text()
 
 
 def submit(page: Any, form: str, fields: dict[str, str]) -> str:
@@ -75,9 +51,9 @@ async def test_the_page_lists_a_python_client_and_shows_its_publish_at_once(
     assert "websmq" in shown and "127.0.0.1" in shown
 
     await browser.run(tap, page, "sensors/#")
-    await wait_for(client.publish("sensors/temp", b'{"c": 21.5}'))
+    await wait_for(client.publish("sensors/temp", b'{"c":21.5}'))
     line = await browser.run(tapped_line, page, "sensors/temp")
-    assert '{"c":21.5}' in line and "json" in line and "websmq" in line
+    assert '{"c":21.5}' in line and "websmq" in line
     topic = await browser.run(row_with, page, "topics", "sensors/temp")
     assert '{"c":21.5}' in topic  # its last value
 
@@ -90,17 +66,35 @@ async def test_the_page_lists_a_python_client_and_shows_its_publish_at_once(
     assert (SCREENSHOTS / "status-page.png").stat().st_size > 10_000
 
 
+PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 2, "is_mobile": True,
+         "has_touch": True}
+# Where each part of the page is on the screen, and whether it shows.
+BOXES = """selectors => selectors.map(selector => {
+  const found = document.querySelector(selector);
+  const box = found.getBoundingClientRect();
+  return [selector, found.checkVisibility(), box.left, box.right, box.top, box.bottom];
+})"""
+
+
 @pytest_twisted.ensureDeferred
 async def test_the_page_fits_a_phone(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker)
     await broker.client(addresses["websmq+length32"])
-    page = await open_page(browser, base, viewport={"width": 390, "height": 844},
-                           device_scale_factor=2, is_mobile=True, has_touch=True)
+    page = await open_page(browser, base, **PHONE)
     await browser.run(broker_shown, page)
     await browser.run(row_with, page, "sessions", "length32")
-    overflow = await browser.run(page.evaluate,
-                                 "() => document.documentElement.scrollWidth - innerWidth")
-    assert overflow <= 0  # wide tables scroll inside their own box, not the page
+    await browser.run(wait_updates, page, 1)
+    assert await browser.run(overflow, page) <= 0
+    cells = ["#sessions tbody td:nth-child(1)", "#sessions tbody td:nth-child(3)",
+             "#sessions td.peer", "#sessions td.action button", "#sessions-filter",
+             "#sessions-next", "#chart-messages", "#topics-filter"]
+    for selector, shown, left, right, *_ in await browser.run(page.evaluate, BOXES, cells):
+        assert shown and 0 <= left < right <= 390, (selector, left, right)
+    hidden = ["#sessions tbody td:nth-child(9)", "#sessions th.subscriptions"]
+    for selector, shown, *_ in await browser.run(page.evaluate, BOXES, hidden):
+        assert not shown, selector
+    publish, call = await browser.run(page.evaluate, BOXES, ["#publish", "#call"])
+    assert call[4] >= publish[5]  # the forms stack
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     await browser.run(lambda: page.screenshot(path=str(SCREENSHOTS / "status-page-phone.png")))
 
@@ -137,16 +131,37 @@ async def test_a_publish_and_calls_from_the_page_reach_python(
 
 
 @pytest_twisted.ensureDeferred
-async def test_closing_a_connection_from_the_page(broker: Broker, browser: Browser) -> None:
+async def test_closing_a_connection_asks_first(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker)
     client = await broker.client(addresses["websmq+length32"])
     (session,) = service.hub.sessions
     page = await open_page(browser, base)
     await browser.run(broker_shown, page)
-    await browser.run(row_with, page, "sessions", "length32")
+    peer = await browser.run(row_with, page, "sessions", "length32")
+    asked: list[str] = []
+    answers = [False, True]
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        if answers.pop(0):
+            dialog.accept()
+        else:
+            dialog.dismiss()
+
+    def click_close() -> None:
+        page.on("dialog", answer)
+        page.click(f"button[data-session='{session.id}']")
+
+    await browser.run(click_close)
+    await browser.run(wait_updates, page, 2)
+    assert list(service.hub.sessions) == [session] and client.connected
+    assert f"Close connection {session.id}" in asked[0] and session.peer in asked[0]
+    assert "length32" in peer
+
     await browser.run(page.click, f"button[data-session='{session.id}']")
     await wait_for(client.when_closed())
     await eventually(lambda: not service.hub.sessions)
+    assert len(asked) == 2
 
     def gone() -> None:
         page.wait_for_function("() => !document.querySelectorAll('#sessions tbody tr').length")

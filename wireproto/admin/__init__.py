@@ -34,7 +34,8 @@ log = Logger(namespace="wireproto.admin")
 
 # Where the page, its own files, the clients and the API are, on every HTTP listener's port.
 PAGE_PATHS = ("/", "/ui", "/js", "/api", "/favicon.ico")
-PAGE_FILES = ("page.js", "page.css")
+PAGE_FILES = ("page.js", "page.css", "api.js", "format.js", "table.js", "charts.js", "tap.js",
+              "forms.js")
 # The icon a browser asks every site for, kept a day.
 ICON = "favicon.ico"
 ICON_MAX_AGE = 86_400

@@ -1,87 +1,78 @@
 // The status page (docs/browser.md): everything it shows comes from the admin API at /api/,
-// polled every second, and the tap's stream. Text from the broker goes into the page as text,
-// never as markup.
+// polled every second a page of each list at a time, and the tap's stream. Text from the broker
+// goes into the page as text, never as markup.
+//
+// The modules: api.js (requests and credentials), format.js (numbers, times, payloads),
+// table.js (tables updated in place, with filter, sort and pages), charts.js, tap.js, forms.js.
 
-const REFRESH_SECONDS = 1;
-const TAPPED_ROWS = 200;
-const CREDENTIALS = "wireproto-authorization";
+import { Refused, api, credentials, setCredentials } from "./api.js";
+import { Charts } from "./charts.js";
+import { duration, element, integer, rate } from "./format.js";
+import { askRoutes, setUpForms } from "./forms.js";
+import { LiveTable, RowsInPlace } from "./table.js";
+import { setUpTap, stopTap } from "./tap.js";
+
+const REFRESH_MS = 1000;
+const PAGE_ROWS = 50;
+// performance.measure() entries of this name time each update, from the start of a poll to the
+// end of drawing it; the page keeps at most UPDATES_KEPT of them.
+const UPDATE = "wireproto-update";
+const POLL_STARTED = "wireproto-poll";
+const UPDATES_KEPT = 1000;
 
 const $ = (selector) => document.querySelector(selector);
 
-function element(tag, text, className) {
-  const made = document.createElement(tag);
-  if (text !== undefined && text !== null) made.textContent = String(text);
-  if (className) made.className = className;
-  return made;
-}
+let loggedOut = false; // the login form shows: no polling until it is submitted
+let showSys = false; // whether topics whose first level starts with $ are listed
+let polling = false;
+let again = false; // what to ask for changed during a poll: ask again when it ends
+let timer = 0;
+let historyAsked = false;
 
-function headers(extra = {}) {
-  const found = { "x-wireproto-page": "1", ...extra };
-  const authorization = sessionStorage.getItem(CREDENTIALS);
-  if (authorization) found.authorization = authorization;
-  return found;
-}
+const poll = () => {
+  again = true;
+  if (!polling) refresh();
+};
 
-class Refused extends Error {
-  constructor(status, message) {
-    super(message);
-    this.status = status;
-  }
-}
+const sessions = new LiveTable("sessions", {
+  limit: PAGE_ROWS, sort: "id", empty: "no connections", changed: poll,
+  key: (s) => `${s.node} ${s.id}`,
+  cells: (s) => [s.id, s.node, s.protocol, s.transport, s.peer, s.principal ?? "anonymous",
+    duration(s.age), (s.subscriptions ?? []).join(" "), integer(s.received), integer(s.sent),
+    integer(s.queued_bytes), integer(s.dropped)],
+  extra: (s, row) => {
+    const cell = element("td", null, "action");
+    cell.append(closeButton(s));
+    row.append(cell);
+  },
+});
 
-async function api(path, body) {
-  const options = body === undefined
-    ? { headers: headers() }
-    : { method: "POST", headers: headers({ "content-type": "application/json" }),
-        body: JSON.stringify(body) };
-  const response = await fetch(`/api/${path}`, options);
-  const answer = await response.json().catch(() => ({ error: response.statusText }));
-  if (!response.ok) throw new Refused(response.status, answer.error || response.statusText);
-  return answer;
-}
+const topics = new LiveTable("topics", {
+  limit: PAGE_ROWS, sort: "topic", empty: "no topics", changed: poll,
+  key: (t) => t.topic,
+  cells: (t) => [t.topic + (t.pattern ? " (pattern)" : ""), integer(t.subscribers), rate(t.rate),
+    t.last_value ? lastValue(t.last_value) : ""],
+});
 
-function shownPayload(described) {
-  for (const kind of ["json", "msgpack", "text", "hex"]) {
-    if (kind in described) {
-      const value = kind === "json" || kind === "msgpack"
-        ? JSON.stringify(described[kind]) : described[kind];
-      return [kind, value + (described.truncated ? " …" : "")];
-    }
-  }
-  return ["", ""];
-}
+const listeners = new RowsInPlace($("#listeners"), {
+  key: (l) => `${l.protocol} ${l.transport} ${l.address}`,
+  cells: (l) => [l.protocol, l.transport, l.address],
+});
 
-function fill(table, rows) {
-  const body = table.tBodies[0];
-  body.replaceChildren(...rows.map((cells) => {
-    const row = element("tr");
-    for (const cell of cells) {
-      if (cell instanceof Node) {
-        const holder = element("td");
-        holder.append(cell);
-        row.append(holder);
-      } else {
-        row.append(element("td", cell));
-      }
-    }
-    return row;
-  }));
-}
+const links = new RowsInPlace($("#links"), {
+  key: (l) => `${l.node} ${l.kind} ${l.name}`,
+  cells: (l) => [`${l.kind} ${l.name}`, l.endpoint,
+    l.kind === "phyllo" ? (l.connected ? "open" : "down") : "", integer(l.to_hub),
+    integer(l.to_device)],
+});
 
-function showFigures(broker, sessions) {
-  const figures = [
-    ["connections", sessions.length],
-    ["published", broker.published],
-    ["delivered", broker.delivered],
-    ["dropped", broker.dropped],
-    ["last values", broker.retained],
-    ["up", `${Math.round(broker.uptime)} s`],
-  ];
-  $("#figures").replaceChildren(...figures.map(([name, value]) => {
-    const box = element("div", name);
-    box.prepend(element("b", value));
-    return box;
-  }));
+const charts = new Charts();
+
+function lastValue(described) {
+  const cut = described.truncated ? " …" : "";
+  if ("json" in described) return JSON.stringify(described.json) + cut;
+  if ("msgpack" in described) return JSON.stringify(described.msgpack) + cut;
+  return (described.text ?? described.hex ?? "") + cut;
 }
 
 function closeButton(session) {
@@ -90,36 +81,86 @@ function closeButton(session) {
   button.dataset.session = session.id;
   button.dataset.node = session.node;
   button.addEventListener("click", async () => {
+    const who = [session.protocol, session.peer, session.principal].filter(Boolean).join(", ");
+    if (!window.confirm(`Close connection ${session.id} (${who})? Its will is published.`)) return;
     button.disabled = true;
     try {
       await api(`sessions/${session.id}/close?node=${encodeURIComponent(session.node)}`, {});
     } catch (error) {
       problem(error.message);
+      button.disabled = false;
     }
-    refresh();
+    poll();
   });
   return button;
 }
 
+// -- what a poll shows ---------------------------------------------------------------------------
+
+const figures = new Map();
+
+function showFigures(values) {
+  for (const [name, value] of values) {
+    let box = figures.get(name);
+    if (box === undefined) {
+      box = element("div", name);
+      box.prepend(element("b"));
+      $("#figures").append(box);
+      figures.set(name, box);
+    }
+    if (box.firstChild.textContent !== value) box.firstChild.textContent = value;
+  }
+}
+
+function setText(selector, text) {
+  const found = $(selector);
+  if (found.textContent !== text) found.textContent = text;
+}
+
+function statusQuery() {
+  const query = new URLSearchParams({ limit: String(PAGE_ROWS) });
+  for (const [name, table] of [["sessions", sessions], ["topics", topics]]) {
+    for (const [key, value] of Object.entries(table.parameters())) {
+      if (key !== "limit") query.set(`${name}.${key}`, String(value));
+    }
+  }
+  query.set("topics.sys", showSys ? "1" : "0");
+  return query.toString();
+}
+
+// Shows a status; false when a list's offset had to move (its rows are gone): ask again.
 function show(status) {
-  $("#node").textContent = status.nodes.length > 1
-    ? `${status.nodes.length} processes: ${status.nodes.join(", ")}` : status.broker.node;
+  const pages = status.pages ?? {};
+  const broker = status.broker;
+  setText("#version", broker.version ?? "");
+  setText("#node", status.nodes.length > 1
+    ? `${status.nodes.length} processes: ${status.nodes.join(", ")}` : broker.node);
   $("#sessions").classList.toggle("one-process", status.nodes.length === 1);
-  showFigures(status.broker, status.sessions);
-  fill($("#listeners"), status.listeners.map((l) => [l.protocol, l.transport, l.address]));
-  fill($("#links"), status.links.map((l) => [
-    `${l.kind} ${l.name}`, l.endpoint, l.kind === "phyllo" ? (l.connected ? "open" : "down") : "",
-    l.to_hub ?? "", l.to_device ?? ""]));
+  const moved = sessions.showPage(status.sessions, pages.sessions);
+  const movedTopics = topics.showPage(status.topics, pages.topics);
+  const connections = pages.sessions?.total ?? status.sessions.length;
+  showFigures([
+    ["connections", integer(connections)],
+    ["published", integer(broker.published)],
+    ["delivered", integer(broker.delivered)],
+    ["dropped", integer(broker.dropped)],
+    ["last values", integer(broker.retained)],
+    ["up", duration(broker.uptime)],
+  ]);
+  listeners.show(status.listeners);
+  links.show(status.links);
   $("#links").hidden = status.links.length === 0;
-  $("#session-count").textContent = `(${status.sessions.length})`;
-  fill($("#sessions"), status.sessions.map((s) => [
-    s.id, s.node, s.protocol, s.transport, s.peer, s.principal ?? "anonymous",
-    s.subscriptions.join(" "), s.received, s.sent, s.queued_bytes, closeButton(s)]));
-  fill($("#topics"), status.topics.map((t) => {
-    const value = element("span", t.last_value ? shownPayload(t.last_value)[1] : "");
-    value.className = "value";
-    return [t.topic + (t.pattern ? " (pattern)" : ""), t.subscribers, t.rate, value];
-  }));
+  showSysToggle(pages.topics?.sys);
+  charts.poll(status, connections);
+  charts.draw();
+  return !(moved || movedTopics);
+}
+
+function showSysToggle(folded) {
+  const button = $("#show-sys");
+  button.hidden = !showSys && !(folded > 0);
+  setText("#show-sys", showSys ? "hide $ topics" : `show ${integer(folded)} $ topics`);
+  button.setAttribute("aria-pressed", String(showSys));
 }
 
 function problem(text) {
@@ -128,157 +169,116 @@ function problem(text) {
 }
 
 function askToLogIn(why) {
+  loggedOut = true;
+  clearTimeout(timer);
+  stopTap();
   $("#broker").hidden = true;
   $("#login").hidden = false;
   $("#login-why").textContent = why;
-  $("#logout").hidden = !sessionStorage.getItem(CREDENTIALS);
+  $("#logout").hidden = !credentials();
 }
 
-let refreshing = false;
-
-async function refresh() {
-  if (refreshing) return;
-  refreshing = true;
-  try {
-    show(await api("status"));
-    $("#broker").hidden = false;
-    $("#login").hidden = true;
-    problem("");
-  } catch (error) {
-    if (error.status === 401) askToLogIn("This broker wants an admin's credentials.");
-    else if (error.status === 403) askToLogIn(`Refused: ${error.message}`);
-    else problem(`The broker does not answer: ${error.message}`);
-  } finally {
-    refreshing = false;
+function loggedIn() {
+  const first = !$("#login").hidden || $("#broker").hidden;
+  $("#broker").hidden = false;
+  $("#login").hidden = true;
+  if (first) {
+    whoami();
+    askRoutes();
+  }
+  if (!historyAsked) {
+    historyAsked = true;
+    api("history").then((answer) => {
+      charts.history(answer);
+      charts.draw();
+    }, () => {}); // a broker without /api/history: the charts start now
   }
 }
+
+function measured() {
+  performance.measure(UPDATE, POLL_STARTED);
+  if (performance.getEntriesByName(UPDATE).length > UPDATES_KEPT) {
+    performance.clearMeasures(UPDATE);
+  }
+}
+
+async function refresh() {
+  if (loggedOut || polling) return;
+  clearTimeout(timer);
+  polling = true;
+  again = false;
+  const started = performance.now();
+  performance.clearMarks(POLL_STARTED);
+  performance.mark(POLL_STARTED);
+  try {
+    const status = await api(`status?${statusQuery()}`);
+    if (!again && !loggedOut) {
+      loggedIn();
+      problem("");
+      if (show(status)) measured();
+      else again = true;
+    }
+  } catch (error) {
+    if (error instanceof Refused && (error.status === 401 || error.status === 403)) {
+      askToLogIn(credentials() ? `refused: ${error.message}`
+        : "This broker wants an admin's credentials.");
+    } else if (error instanceof Refused) {
+      problem(`The broker refused: ${error.message}`);
+    } else {
+      problem(`The broker does not answer: ${error.message}`);
+    }
+  } finally {
+    polling = false;
+  }
+  if (loggedOut) return;
+  // A page nobody looks at asks nothing; it asks again when it is looked at.
+  if (document.hidden) return;
+  timer = setTimeout(refresh, again ? 0 : Math.max(0, REFRESH_MS - (performance.now() - started)));
+}
+
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden && !loggedOut) {
+    historyAsked = false; // the charts missed what happened meanwhile
+    refresh();
+  }
+});
 
 async function whoami() {
   try {
     const me = await api("whoami");
     $("#who").textContent = `as ${me.name ?? "anonymous"}`;
-    $("#logout").hidden = !sessionStorage.getItem(CREDENTIALS);
+    $("#logout").hidden = !credentials();
   } catch {
     $("#who").textContent = "";
   }
 }
 
-$("#login").addEventListener("submit", async (event) => {
+$("#login").addEventListener("submit", (event) => {
   event.preventDefault();
   const form = event.target;
   const token = form.token.value.trim();
   const authorization = token ? `Bearer ${token}`
     : `Basic ${btoa(unescape(encodeURIComponent(`${form.user.value}:${form.password.value}`)))}`;
-  sessionStorage.setItem(CREDENTIALS, authorization);
+  setCredentials(authorization);
   form.password.value = "";
   form.token.value = "";
-  await refresh();
-  await whoami();
+  $("#login-why").textContent = "logging in…";
+  loggedOut = false;
+  refresh();
 });
 
 $("#logout").addEventListener("click", () => {
-  sessionStorage.removeItem(CREDENTIALS);
-  stopTap();
+  setCredentials(null);
   $("#who").textContent = "";
   askToLogIn("Logged out.");
 });
 
-// -- the tap -------------------------------------------------------------------------------------
-
-let tapping = null;
-
-function stopTap() {
-  if (tapping) tapping.abort();
-  tapping = null;
-  $("#untap").disabled = true;
-}
-
-function tapped(line) {
-  const item = element("li");
-  if (line.tap !== undefined) {
-    $("#tap-state").textContent = `tapping ${line.tap}`;
-    return;
-  }
-  if (line.skipped !== undefined) {
-    item.append(element("em", `${line.skipped} messages skipped: the page could not keep up`));
-  } else {
-    const [kind, value] = shownPayload(line);
-    item.append(element("span", line.topic, "topic"), element("span", kind, "kind"),
-      element("code", value));
-    if (line.protocol) item.append(element("span", ` (${line.protocol}${line.will ? ", will" : ""})`, "kind"));
-  }
-  const list = $("#tapped");
-  list.prepend(item);
-  while (list.children.length > TAPPED_ROWS) list.lastElementChild.remove();
-}
-
-async function startTap(pattern) {
-  stopTap();
-  const controller = new AbortController();
-  tapping = controller;
-  $("#untap").disabled = false;
-  $("#tap-state").textContent = "opening…";
-  try {
-    const response = await fetch(`/api/tap?pattern=${encodeURIComponent(pattern)}`,
-      { headers: headers(), signal: controller.signal });
-    if (!response.ok) {
-      const answer = await response.json().catch(() => ({}));
-      throw new Error(answer.error || response.statusText);
-    }
-    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-    let pending = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      pending += value;
-      const lines = pending.split("\n");
-      pending = lines.pop();
-      for (const line of lines) if (line) tapped(JSON.parse(line));
-    }
-    $("#tap-state").textContent = "the tap ended";
-  } catch (error) {
-    if (error.name !== "AbortError") $("#tap-state").textContent = `tap: ${error.message}`;
-    else $("#tap-state").textContent = "stopped";
-  } finally {
-    if (tapping === controller) stopTap();
-  }
-}
-
-$("#tap").addEventListener("submit", (event) => {
-  event.preventDefault();
-  startTap(event.target.pattern.value);
-});
-$("#untap").addEventListener("click", stopTap);
-
-// -- publish and call ----------------------------------------------------------------------------
-
-$("#publish").addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const form = event.target;
-  const encoding = form.encoding.value;
-  let payload = form.payload.value;
-  try {
-    if (encoding === "json") payload = JSON.parse(payload);
-    const answer = await api("publish", { topic: form.topic.value, payload, encoding });
-    form.result.value = `delivered to ${answer.delivered}`;
-  } catch (error) {
-    form.result.value = `refused: ${error.message}`;
-  }
+$("#show-sys").addEventListener("click", () => {
+  showSys = !showSys;
+  topics.offset = 0;
+  poll();
 });
 
-$("#call").addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const form = event.target;
-  try {
-    const text = form.body.value.trim();
-    const request = { protocol: form.protocol.value, name: form.name.value };
-    if (text) request.body = JSON.parse(text);
-    const answer = await api("call", request);
-    form.result.value = `${answer.ok ? "ok" : "failed"}: ${JSON.stringify(answer.body)}`;
-  } catch (error) {
-    form.result.value = `refused: ${error.message}`;
-  }
-});
-
-refresh().then(whoami);
-setInterval(refresh, REFRESH_SECONDS * 1000);
+setUpTap();
+setUpForms();
+refresh();

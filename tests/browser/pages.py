@@ -1,0 +1,79 @@
+"""Steps on the status page for the browser tests. Each runs in the browser's thread
+(`Browser.run(step, page, ...)`), as Playwright's sync API must."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import Browser
+
+# The page polls every second and a tap is a stream: what a client does shows within a second,
+# given here with room for a busy machine.
+SHOWN_WITHIN_MS = 3000
+# What the page asks of the API that is not there before the API pages, counts and keeps history.
+NEEDS_THE_API = pytest.mark.xfail(reason="needs the API of issue 37", strict=False)
+
+
+async def open_page(browser: Browser, base: str, **context: Any) -> Any:
+    page = await browser.page(**context)
+    await browser.run(page.goto, base + "/")
+    return page
+
+
+def broker_shown(page: Any) -> None:
+    page.wait_for_selector("#broker:not([hidden])")
+
+
+def row_with(page: Any, table: str, text: str) -> str:
+    row = page.locator(f"#{table} tbody tr", has_text=text).first
+    row.wait_for(timeout=SHOWN_WITHIN_MS)
+    return row.inner_text()
+
+
+def rows(page: Any, table: str) -> list[list[str]]:
+    """The table's rows, as the texts of their cells."""
+    return page.eval_on_selector_all(
+        f"#{table} tbody tr",
+        "rows => rows.map(row => [...row.cells].map(cell => cell.textContent))")
+
+
+def updates(page: Any) -> int:
+    """How many updates the page has drawn (its `wireproto-update` measures)."""
+    return page.evaluate("() => performance.getEntriesByName('wireproto-update').length")
+
+
+def wait_updates(page: Any, count: int = 2) -> None:
+    """Until the page has drawn `count` more updates."""
+    target = updates(page) + count
+    page.wait_for_function(
+        f"() => performance.getEntriesByName('wireproto-update').length >= {target}",
+        timeout=SHOWN_WITHIN_MS * count)
+
+
+def wait_text(page: Any, selector: str, text: str) -> str:
+    """Until the element's text holds `text`; its text."""
+    page.wait_for_function(
+        "([selector, text]) => document.querySelector(selector)?.textContent.includes(text)",
+        arg=[selector, text], timeout=SHOWN_WITHIN_MS)
+    return page.text_content(selector)
+
+
+def tap(page: Any, pattern: str) -> None:
+    page.fill("#tap [name=pattern]", pattern)
+    page.click("#tap button[type=submit]")
+    page.wait_for_function(
+        "pattern => document.querySelector('#tap-state').textContent === `tapping ${pattern}`",
+        arg=pattern)
+
+
+def tapped_line(page: Any, text: str) -> str:
+    line = page.locator("#tapped li", has_text=text).first
+    line.wait_for(timeout=SHOWN_WITHIN_MS)
+    return line.inner_text()
+
+
+def overflow(page: Any) -> int:
+    """How far the page is wider than its window (0 or less: no sideways scroll)."""
+    return page.evaluate("() => document.documentElement.scrollWidth - innerWidth")
