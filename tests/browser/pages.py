@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests.browser.conftest import Browser
 
 # The page polls every second and a tap is a stream: what a client does shows within a second,
 # given here with room for a busy machine.
 SHOWN_WITHIN_MS = 3000
 # What the page asks of the API that is not there before the API pages, counts and keeps history.
-NEEDS_THE_API = pytest.mark.xfail(reason="needs the API of issue 37", strict=False)
 
 
 async def open_page(browser: Browser, base: str, **context: Any) -> Any:

@@ -15,7 +15,6 @@ from tests.admin.http import start
 from tests.brokers import Broker
 from tests.browser.conftest import Browser
 from tests.browser.pages import (
-    NEEDS_THE_API,
     SHOWN_WITHIN_MS,
     broker_shown,
     open_page,
@@ -101,7 +100,6 @@ def tap_waiting(page: Any, text: str) -> None:
         timeout=SHOWN_WITHIN_MS * 2)
 
 
-@NEEDS_THE_API
 @pytest_twisted.ensureDeferred
 async def test_a_tap_line_shows_the_payload_as_sent(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker)
@@ -155,7 +153,6 @@ async def test_the_charts_draw_what_each_poll_adds(broker: Broker, browser: Brow
     assert re.fullmatch(r"[\d,.]+/s", await browser.run(page.text_content, "#chart-messages-in"))
 
 
-@NEEDS_THE_API
 @pytest_twisted.ensureDeferred
 async def test_the_charts_start_from_the_brokers_history(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker)

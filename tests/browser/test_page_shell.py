@@ -15,7 +15,7 @@ from tests.access.conftest import AuthFiles
 from tests.admin.http import start
 from tests.brokers import LOCAL, Broker
 from tests.browser.conftest import Browser
-from tests.browser.pages import NEEDS_THE_API, broker_shown, open_page, wait_text, wait_updates
+from tests.browser.pages import broker_shown, open_page, wait_text, wait_updates
 from wireproto import __version__
 from wireproto.admin import PAGE_FILES
 from wireproto.admin.static_files import PAGE_POLICY
@@ -71,7 +71,6 @@ async def test_a_refused_login_says_so_and_a_waiting_login_form_asks_nothing(
     assert time.monotonic() - started >= QUIET_SECONDS
 
 
-@NEEDS_THE_API
 @pytest_twisted.ensureDeferred
 async def test_the_header_names_the_version(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker)
@@ -115,7 +114,6 @@ async def test_the_page_keeps_a_strict_policy(broker: Broker, browser: Browser) 
     assert icon == "/favicon.ico"
 
 
-@NEEDS_THE_API
 @pytest_twisted.ensureDeferred
 async def test_the_page_finds_everything_it_asks_for(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker)
@@ -199,7 +197,6 @@ async def test_a_tab_not_shown_asks_nothing_until_it_is_shown(
 OFFERED = "() => [...document.querySelectorAll('#call-names option')].map(option => option.value)"
 
 
-@NEEDS_THE_API
 @pytest_twisted.ensureDeferred
 async def test_the_call_form_offers_what_the_broker_answers(
     broker: Broker, browser: Browser,

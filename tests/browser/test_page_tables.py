@@ -14,7 +14,6 @@ from tests.admin.http import http, start
 from tests.brokers import Broker
 from tests.browser.conftest import Browser
 from tests.browser.pages import (
-    NEEDS_THE_API,
     SHOWN_WITHIN_MS,
     broker_shown,
     open_page,
@@ -70,7 +69,6 @@ async def test_a_selection_in_a_row_survives_the_updates(broker: Broker, browser
     assert await browser.run(page.evaluate, SELECTION) == [session.peer, True]
 
 
-@NEEDS_THE_API
 @pytest_twisted.ensureDeferred
 async def test_topics_come_a_page_at_a_time_filtered_and_sorted_by_the_api(
     broker: Broker, browser: Browser,
@@ -134,7 +132,6 @@ async def test_topics_come_a_page_at_a_time_filtered_and_sorted_by_the_api(
     await wait_for(other.disconnect())
 
 
-@NEEDS_THE_API
 @pytest_twisted.ensureDeferred
 async def test_dollar_topics_are_folded_until_asked_for(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker, admin=AdminSettings(sys_interval=0.5))

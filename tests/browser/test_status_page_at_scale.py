@@ -41,7 +41,6 @@ sys.modules[spec.name] = loadmaker
 spec.loader.exec_module(loadmaker)
 
 pytestmark = pytest.mark.xdist_group("at-scale")
-needs_issue_37 = pytest.mark.xfail(reason="needs the API and page of issue 37", strict=False)
 
 CONNECTIONS = 2000
 TOPICS = 1000
@@ -268,7 +267,6 @@ def _session_ids(page: Any) -> list[int]:
     return [int(_digits(cell).strip()) for cell in cells]
 
 
-@needs_issue_37
 @pytest_twisted.ensureDeferred
 async def test_the_page_stays_responsive_and_pages_and_filters_the_right_rows(
     crowd: Crowd, browser: Browser,
@@ -318,7 +316,6 @@ async def test_the_page_stays_responsive_and_pages_and_filters_the_right_rows(
     assert cells[:2] == ["sensors/0007", str(_reach(crowd, "sensors/0007"))], cells
 
 
-@needs_issue_37
 @pytest_twisted.ensureDeferred
 async def test_a_selection_in_the_table_survives_the_updates(
     crowd: Crowd, browser: Browser,
