@@ -1,6 +1,7 @@
 // The tap: the messages on the topics a pattern matches, as they pass through the hub, each with
 // its time, topic, protocol and payload as sent (text, else hex). The page keeps the last 500
-// lines; paused, it goes on reading and keeps what comes (up to 500) for when it resumes.
+// lines; paused, it goes on reading and keeps what comes (up to 500) for when it resumes. What
+// does not fit (more in one frame than it keeps, or while paused) is counted and said.
 
 import { headers } from "./api.js";
 import { clipped, clock, element, integer, payloadText } from "./format.js";
@@ -11,15 +12,18 @@ const $ = (selector) => document.querySelector(selector);
 
 let tapping = null; // the open tap's AbortController
 let waiting = []; // lines read and not yet shown, oldest first
-let dropped = 0; // lines that did not fit in `waiting` while paused
+let dropped = 0; // lines that did not fit in `waiting`, never shown
+let droppedPaused = false; // some of them while paused
 let paused = false;
 let drawing = 0; // the animation frame that will show `waiting`
 
 function lineItem(line) {
   const item = element("li");
   if (line.dropped !== undefined) {
-    item.append(element("em", `${integer(line.dropped)} messages dropped while paused ` +
-      `(the page keeps ${TAP_LINES})`));
+    item.append(element("em", line.paused
+      ? `${integer(line.dropped)} messages dropped while paused (the page keeps ${TAP_LINES})`
+      : `${integer(line.dropped)} messages not shown: more came at once than the page keeps ` +
+        `(${TAP_LINES})`));
     return item;
   }
   if (line.skipped !== undefined) {
@@ -50,13 +54,14 @@ function showWaiting() {
       dropped += over;
     }
     const items = [];
-    if (dropped) items.push(lineItem({ dropped }));
+    if (dropped) items.push(lineItem({ dropped, paused: droppedPaused }));
     for (const line of waiting) items.push(lineItem(line));
     // Newest first, so a reader's place does not move while lines come in below the top.
     list.prepend(...items.reverse().slice(0, TAP_LINES));
     while (list.children.length > TAP_LINES) list.lastElementChild.remove();
     waiting = [];
     dropped = 0;
+    droppedPaused = false;
   }
   $("#tap-waiting").textContent = !paused ? ""
     : `${integer(waiting.length)} waiting${dropped ? `, ${integer(dropped)} dropped` : ""}`;
@@ -70,9 +75,12 @@ function received(line) {
   line.received = Date.now() / 1000;
   waiting.push(line);
   if (waiting.length > TAP_LINES) {
+    // More than the page keeps came since the last frame (or while paused): the oldest go,
+    // counted, and the note of them is shown with the rest.
     const over = waiting.length - TAP_LINES;
     waiting.splice(0, over);
-    if (paused) dropped += over;
+    dropped += over;
+    if (paused) droppedPaused = true;
   }
   // Shown once a frame, however many lines come in between.
   if (!drawing) drawing = requestAnimationFrame(showWaiting);
