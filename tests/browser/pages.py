@@ -74,3 +74,16 @@ def tapped_line(page: Any, text: str) -> str:
 def overflow(page: Any) -> int:
     """How far the page is wider than its window (0 or less: no sideways scroll)."""
     return page.evaluate("() => document.documentElement.scrollWidth - innerWidth")
+
+
+def submit(page: Any, form: str, fields: dict[str, str]) -> str:
+    """Fills the form's fields and submits it; what its output then says."""
+    for name, value in fields.items():
+        if page.locator(f"#{form} select[name={name}]").count():
+            page.select_option(f"#{form} [name={name}]", value)
+        else:
+            page.fill(f"#{form} [name={name}]", value)
+    page.evaluate(f"() => {{ document.querySelector('#{form} output').value = ''; }}")
+    page.click(f"#{form} button[type=submit]")
+    page.wait_for_function(f"() => document.querySelector('#{form} output').value !== ''")
+    return page.eval_on_selector(f"#{form} output", "output => output.value")

@@ -15,7 +15,16 @@ from tests.access.conftest import AuthFiles
 from tests.admin.http import start
 from tests.brokers import LOCAL, Broker
 from tests.browser.conftest import Browser
-from tests.browser.pages import broker_shown, open_page, wait_text, wait_updates
+from tests.browser.pages import (
+    broker_shown,
+    open_page,
+    submit,
+    tap,
+    tapped_line,
+    wait_text,
+    wait_updates,
+)
+from tests.support import wait_for
 from wireproto import __version__
 from wireproto.admin import PAGE_FILES
 from wireproto.admin.static_files import PAGE_POLICY
@@ -112,6 +121,59 @@ async def test_the_page_keeps_a_strict_policy(broker: Broker, browser: Browser) 
                 if "Content Security Policy" in text or "Error" in text.split(":")[0]]
     icon = await browser.run(page.get_attribute, "link[rel=icon]", "href")
     assert icon == "/favicon.ico"
+
+
+# From the page's own context, as a script slipped into it would: a WebSocket and a fetch to
+# another origin (127.0.0.2, the same port), and a WebSocket to the page's own broker. What the
+# policy refuses is reported as `securitypolicyviolation` events.
+REACH_OUT = """async ([elsewhere, own]) => {
+  window.refused = [];
+  document.addEventListener('securitypolicyviolation', (event) => window.refused.push(
+    `${event.effectiveDirective} ${event.blockedURI}`));
+  for (const url of [`ws://${elsewhere}/websmq`, `wss://${elsewhere}/websmq`]) {
+    try { new WebSocket(url); } catch (error) { window.refused.push(`threw ${url}`); }
+  }
+  await fetch(`http://${elsewhere}/api/whoami`).catch(() => null);
+  return await new Promise((resolve) => {
+    const socket = new WebSocket(own);
+    socket.onopen = () => { socket.close(); resolve('open'); };
+    socket.onerror = () => resolve('refused');
+  });
+}"""
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_page_may_reach_only_its_own_broker(broker: Broker, browser: Browser) -> None:
+    service, addresses, base = await start(broker)
+    client = await broker.client(addresses["websmq+length32"])
+    page, response, complaints = await watched_page(browser, base)
+    port = base.rsplit(":", 1)[1]
+    own = await browser.run(page.evaluate, REACH_OUT, [f"127.0.0.2:{port}",
+                                                       addresses["websmq+ws"]])
+    assert own == "open"  # 'self' is the page's own origin, ws: included
+    # Reported in the order tried: the fetch's last.
+    await browser.run(lambda: page.wait_for_function(
+        "() => window.refused.some((refusal) => refusal.endsWith('/api/whoami'))"))
+    refused = sorted(await browser.run(page.evaluate, "() => window.refused"))
+    assert refused == [f"connect-src http://127.0.0.2:{port}/api/whoami",
+                       f"connect-src ws://127.0.0.2:{port}/websmq",
+                       f"connect-src wss://127.0.0.2:{port}/websmq"], refused
+
+    # The page itself goes on: its tap, its forms.
+    await browser.run(tap, page, "reach/#")
+    result = await browser.run(submit, page, "publish", {"topic": "reach/page", "payload": "hi"})
+    assert result.startswith("delivered to ")
+    assert "hi" in await browser.run(tapped_line, page, "reach/page")
+    await wait_for(client.publish("reach/client", b"from a client"))
+    assert "from a client" in await browser.run(tapped_line, page, "reach/client")
+    result = await browser.run(submit, page, "call", {
+        "protocol": "nydus", "name": "/_hub/publish",
+        "body": '{"path": "/reach/call", "data": "called"}'})
+    assert result.startswith("ok: ")
+    assert "called" in await browser.run(tapped_line, page, "reach/call")
+    await browser.run(wait_updates, page, 1)
+    assert not [text for text in complaints if "Content Security Policy" in text
+                and "127.0.0.2" not in text]
 
 
 @pytest_twisted.ensureDeferred

@@ -16,6 +16,7 @@ from tests.browser.pages import (
     open_page,
     overflow,
     row_with,
+    submit,
     tap,
     tapped_line,
     wait_updates,
@@ -25,18 +26,6 @@ from tests.support import Inbox, eventually, on_the_default_ports, wait_for
 from wireproto.authentication import AuthSettings
 from wireproto.config import parse_phyllo
 from wireproto.hub import HubSettings
-
-
-def submit(page: Any, form: str, fields: dict[str, str]) -> str:
-    for name, value in fields.items():
-        if page.locator(f"#{form} select[name={name}]").count():
-            page.select_option(f"#{form} [name={name}]", value)
-        else:
-            page.fill(f"#{form} [name={name}]", value)
-    page.evaluate(f"() => {{ document.querySelector('#{form} output').value = ''; }}")
-    page.click(f"#{form} button[type=submit]")
-    page.wait_for_function(f"() => document.querySelector('#{form} output').value !== ''")
-    return page.eval_on_selector(f"#{form} output", "output => output.value")
 
 
 @pytest_twisted.ensureDeferred
