@@ -82,5 +82,6 @@ async def browser():
         running.pool.stop()
 
 
-# The access tests' broker credentials, for the page behind [auth].
+# The access tests' broker credentials, for the page behind [auth]; the cluster's nats-server.
 from tests.access.conftest import auth_files  # noqa: E402, F401
+from tests.cluster.conftest import nats  # noqa: E402, F401

@@ -8,10 +8,11 @@ from typing import Any
 import pytest_twisted
 
 from tests.access.conftest import AuthFiles
-from tests.admin.http import start
+from tests.admin.http import LISTENERS, start
 from tests.brokers import LOCAL, Broker
 from tests.browser.conftest import SCREENSHOTS, Browser
 from tests.browser.pages import (
+    SHOWN_WITHIN_MS,
     broker_shown,
     open_page,
     overflow,
@@ -19,11 +20,13 @@ from tests.browser.pages import (
     submit,
     tap,
     tapped_line,
+    wait_text,
     wait_updates,
 )
 from tests.phyllo.test_bridge import PtyDevice, document
 from tests.support import Inbox, eventually, on_the_default_ports, wait_for
 from wireproto.authentication import AuthSettings
+from wireproto.cluster.settings import ClusterSettings
 from wireproto.config import parse_phyllo
 from wireproto.hub import HubSettings
 
@@ -117,6 +120,47 @@ async def test_a_publish_and_calls_from_the_page_reach_python(
     result = await browser.run(submit, page, "call",
                                {"protocol": "ubre", "name": "missing", "body": ""})
     assert result == 'failed: "NotFound"'
+
+
+async def cluster_process(broker: Broker, nats: Any) -> tuple[Any, dict[str, str], str]:
+    """A process of a cluster through the real `nats`: its service, addresses and page's base."""
+    service, addresses, base = await start(
+        broker, *(listener for listener in LISTENERS if "ubre" not in listener),
+        cluster=ClusterSettings(url=nats.url, heartbeat_interval=0.2, lease=1.0))
+    await wait_for(service.cluster.when_ready(), 10)
+    return service, addresses, base
+
+
+@pytest_twisted.ensureDeferred
+async def test_in_a_cluster_a_publish_from_the_page_says_its_count_is_this_processs(
+    broker: Broker, browser: Browser, nats: Any,
+) -> None:
+    first, at_first, base = await cluster_process(broker, nats)
+    second, at_second, _ = await cluster_process(broker, nats)
+    inboxes = []
+    for addresses in (at_first, at_second):
+        subscriber = await broker.client(addresses["websmq+length32"])
+        inboxes.append(Inbox())
+        await wait_for(subscriber.subscribe("news", inboxes[-1]))
+    page = await open_page(browser, base)
+    await browser.run(broker_shown, page)
+    await browser.run(wait_text, page, "#node", "2 processes")
+    # Each process knows of the other's subscriber: the topic's count is the cluster's.
+    await browser.run(lambda: page.wait_for_function(
+        "() => [...document.querySelectorAll('#topics tbody tr')].some((row) => "
+        "row.cells[0].textContent === 'news' && row.cells[1].textContent === '2')",
+        timeout=SHOWN_WITHIN_MS * 3))
+
+    result = await browser.run(submit, page, "publish", {"topic": "news", "payload": "one"})
+    assert result == "delivered to 1 on this process"
+    for inbox in inboxes:  # every process's subscriber has it
+        assert [message.payload for message in await inbox.wait()] == [b"one"]
+    result = await browser.run(submit, page, "call", {
+        "protocol": "nydus", "name": "/_hub/publish",
+        "body": '{"path": "/news", "data": "two"}'})
+    assert result == 'ok: {"delivered":1} (delivered on this process)'
+    for inbox in inboxes:
+        assert [message.payload for message in await inbox.wait(2)][1] == b'"two"'
 
 
 @pytest_twisted.ensureDeferred

@@ -1,8 +1,10 @@
 // The Publish and Call forms. The Call form's name field offers what the broker answers
-// (/api/routes): the UBRE request names or the nydus paths, for the protocol chosen.
+// (/api/routes): the UBRE request names or the nydus paths, for the protocol chosen. In a
+// cluster, a publish reaches every process, but the count of deliveries the answer gives is the
+// answering process's: the result says so.
 
 import { api } from "./api.js";
-import { element } from "./format.js";
+import { element, integer } from "./format.js";
 
 // /api/routes is asked again at most this often (handlers come and go with their clients).
 const ROUTES_MAX_AGE_MS = 10_000;
@@ -11,6 +13,20 @@ const $ = (selector) => document.querySelector(selector);
 
 let routes = null;
 let asked = 0;
+let processes = 1; // the broker's processes, as its last status said
+
+// The broker's processes, from each status.
+export function brokerProcesses(count) {
+  processes = count;
+}
+
+// " on this process" where a count of deliveries is only the answering process's: the answer's
+// `processes` (a count or a list) when it has one, else the last status's.
+function onThisProcess(answer) {
+  const told = answer?.processes;
+  const count = Array.isArray(told) ? told.length : Number.isFinite(told) ? told : processes;
+  return count > 1 ? " on this process" : "";
+}
 
 function offerRoutes() {
   const protocol = $("#call").protocol.value;
@@ -42,7 +58,7 @@ export function setUpForms() {
     try {
       if (encoding === "json") payload = JSON.parse(payload);
       const answer = await api("publish", { topic: form.topic.value, payload, encoding });
-      form.result.value = `delivered to ${answer.delivered}`;
+      form.result.value = `delivered to ${integer(answer.delivered)}${onThisProcess(answer)}`;
     } catch (error) {
       form.result.value = `refused: ${error.message}`;
     }
@@ -56,7 +72,12 @@ export function setUpForms() {
       const request = { protocol: form.protocol.value, name: form.name.value };
       if (text) request.body = JSON.parse(text);
       const answer = await api("call", request);
-      form.result.value = `${answer.ok ? "ok" : "failed"}: ${JSON.stringify(answer.body)}`;
+      // The hub's own /_hub/publish counts its deliveries as /api/publish does.
+      const counted = request.protocol === "nydus" && request.name === "/_hub/publish" &&
+        answer.ok && Number.isFinite(answer.body?.delivered);
+      const where = counted ? onThisProcess(answer) : "";
+      form.result.value = `${answer.ok ? "ok" : "failed"}: ${JSON.stringify(answer.body)}` +
+        (where ? ` (delivered${where})` : "");
     } catch (error) {
       form.result.value = `refused: ${error.message}`;
     }

@@ -8,7 +8,7 @@
 import { Refused, api, credentials, setCredentials } from "./api.js";
 import { Charts } from "./charts.js";
 import { duration, element, integer, rate } from "./format.js";
-import { askRoutes, setUpForms } from "./forms.js";
+import { askRoutes, brokerProcesses, setUpForms } from "./forms.js";
 import { LiveTable, RowsInPlace } from "./table.js";
 import { setUpTap, stopTap } from "./tap.js";
 
@@ -136,6 +136,7 @@ function show(status) {
   setText("#node", status.nodes.length > 1
     ? `${status.nodes.length} processes: ${status.nodes.join(", ")}` : broker.node);
   $("#sessions").classList.toggle("one-process", status.nodes.length === 1);
+  brokerProcesses(status.nodes.length);
   const moved = sessions.showPage(status.sessions, pages.sessions);
   const movedTopics = topics.showPage(status.topics, pages.topics);
   const connections = pages.sessions?.total ?? status.sessions.length;
