@@ -133,6 +133,28 @@ async def test_topics_come_a_page_at_a_time_filtered_and_sorted_by_the_api(
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_filter_of_any_length_leaves_the_page_answered(
+    broker: Broker, browser: Browser,
+) -> None:
+    service, addresses, base = await start(broker)
+    await broker.client(addresses["websmq+length32"])
+    page = await open_page(browser, base)
+    await browser.run(broker_shown, page)
+    await browser.run(wait_text, page, "#sessions-count", "(1 of 1)")
+    # Pasted into both boxes: 20,000 characters of 9 each in a URL (%E6%BC%A2).
+    for table in ("sessions", "topics"):
+        await browser.run(page.fill, f"#{table}-filter", "漢" * 20_000)
+    await browser.run(wait_text, page, "#sessions-count", "(0 of 1)")
+    await browser.run(wait_updates, page, 2)
+    assert await browser.run(page.is_hidden, "#problem")
+    assert len(await browser.run(page.input_value, "#sessions-filter")) == 500
+
+    await browser.run(page.fill, "#sessions-filter", "length32")
+    await browser.run(wait_text, page, "#sessions-count", "(1 of 1)")
+    assert await browser.run(page.is_hidden, "#problem")
+
+
+@pytest_twisted.ensureDeferred
 async def test_dollar_topics_are_folded_until_asked_for(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker, admin=AdminSettings(sys_interval=0.5))
     client = await broker.client(addresses["websmq+length32"])

@@ -8,6 +8,10 @@
 import { clipped, element, integer } from "./format.js";
 
 const FILTER_DELAY_MS = 300;
+// A filter goes into the status poll's URL, percent-encoded (up to 9 characters for one), both
+// tables' in one: longer than this, the request would pass the 16 KiB the broker reads of a
+// request's line and headers, and every poll would fail until the filter is cleared.
+const FILTER_MAX_CHARACTERS = 500;
 
 function setText(cell, text, title) {
   if (cell.firstChild && cell.firstChild === cell.lastChild && cell.firstChild.nodeType === 3) {
@@ -89,6 +93,7 @@ export class LiveTable extends RowsInPlace {
     this.matched = 0;
     this.emptyText = empty;
     this.changed = changed;
+    this.control("filter").maxLength = FILTER_MAX_CHARACTERS;
     this.control("filter").addEventListener("input", (event) => this.filtered(event.target.value));
     this.control("prev").addEventListener("click", () => this.moveTo(this.offset - this.limit));
     this.control("next").addEventListener("click", () => this.moveTo(this.offset + this.limit));
@@ -117,8 +122,9 @@ export class LiveTable extends RowsInPlace {
   filtered(text) {
     clearTimeout(this.filterTimer);
     this.filterTimer = setTimeout(() => {
-      if (text.trim() === this.q) return;
-      this.q = text.trim();
+      const q = text.trim().slice(0, FILTER_MAX_CHARACTERS);
+      if (q === this.q) return;
+      this.q = q;
       this.offset = 0;
       this.changed();
     }, FILTER_DELAY_MS);
