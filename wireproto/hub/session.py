@@ -27,7 +27,7 @@ from wireproto.hub.peers import (
 )
 from wireproto.peerlog import address_key, describe_address
 from wireproto.protocols.calls import RemoteCaller
-from wireproto.topics import validate_pattern
+from wireproto.topics import refuse_pattern, validate_pattern
 from wireproto.transports.base import IMessageTransport
 
 if TYPE_CHECKING:
@@ -471,6 +471,7 @@ class Session:
 
     def set_will(self, topic: str, payload: bytes) -> None:
         self._check_topic_length(topic)
+        refuse_pattern(topic)  # published by the hub at the close, which would refuse it then
         self.check(Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
         self.hub.federation.hold_will(self.id, self.will)
