@@ -137,7 +137,7 @@ async def test_a_topic_counts_each_session_its_messages_reach_once(broker: Broke
 
     humidity = await topic("sensors/humidity")
     assert humidity["subscribers"] == 2  # no exact subscriber: the two patterns' sessions
-    assert humidity["last_value"] == {"size": 2, "json": 40}
+    assert humidity["last_value"] == {"size": 2, "json": 40, "text": "40"}
     # One session with both patterns, and an exact subscription too, counts once.
     both = await broker.client(address, wildcards=True)
     await wait_for(both.subscribe("#"))
