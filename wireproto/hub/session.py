@@ -104,7 +104,8 @@ class Session:
         "_paused", "writes_now", "closed", "received", "sent", "sent_bytes", "dropped_messages",
         "dropped_bytes", "overflow_disconnects", "too_large", "max_frame", "id", "peer",
         "transport_name", "client",
-        "opened", "principal", "grants", "publish_decisions", "denials", "usage", "expiry",
+        "opened", "opened_at", "principal", "grants", "publish_decisions", "denials", "usage",
+        "expiry",
         "__weakref__",
     )
 
@@ -148,6 +149,7 @@ class Session:
         self.transport_name = transport_name(transport)
         self.client: str | None = None
         self.opened = time.monotonic()
+        self.opened_at = round(time.time(), 3)  # Unix seconds: every process of a host agrees
         # Who the transport says the peer is; what it may do (None: everything).
         self.principal: Principal = getattr(transport, "principal", None) or ANONYMOUS
         self.grants: Grants | None = None
