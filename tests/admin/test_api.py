@@ -148,7 +148,7 @@ async def test_publish_from_the_api_reaches_a_tcp_subscriber(broker: Broker) -> 
                                         ("AAE=", "base64", b"\x00\x01")]:
         answer = await http(base, "/api/publish",
                             {"topic": "news", "payload": payload, "encoding": encoding})
-        assert answer.json == {"delivered": 1}
+        assert answer.json == {"delivered": 1, "processes": 1}
         (message,) = await inbox.wait()
         assert message.payload == expected
         inbox.messages.clear()

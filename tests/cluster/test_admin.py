@@ -133,6 +133,60 @@ async def test_pages_by_age_neither_repeat_nor_lose_a_connection(tmp_path, nats)
             await stop(served)
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_publish_from_the_api_says_its_deliveries_are_this_processs(
+        tmp_path, nats) -> None:
+    """A publish reaches the other processes over NATS, after the answer: `delivered` counts
+    this process's subscribers, beside the topic's `subscribers` that count every process's,
+    and `processes` says how many processes the message went to."""
+    nydus = f"""
+[[listen]]
+protocol = "nydus"
+transport = "engineio"
+endpoint = "tcp:0:{LOCAL}"
+"""
+    processes = [await serve(tmp_path, name, nats.url, heartbeat=0.2, more=WEB + nydus)
+                 for name in ("a", "b")]
+    clients: list[Any] = []
+    try:
+        base = base_of(web_address(processes[0]))
+        inboxes: list[list[Any]] = [[], [], []]
+        for number, inbox in enumerate(inboxes):  # two here, one there
+            client = await wait_for(connect(reactor, processes[number // 2].address), 10)
+            await wait_for(client.subscribe("news", inbox.append))
+            clients.append(client)
+
+        async def subscribers() -> int:
+            rows = (await http(base, "/api/topics?q=news")).json["items"]
+            return rows[0]["subscribers"] if rows else 0
+
+        for _ in range(100):  # until both processes are in the roster
+            if await subscribers() == 3:
+                break
+        assert await subscribers() == 3
+        answer = await http(base, "/api/publish", {"topic": "news", "payload": "one"})
+        assert answer.json == {"delivered": 2, "processes": 2}
+        await eventually(lambda: all(len(inbox) == 1 for inbox in inboxes), timeout=10)
+        # nydus's /_hub/publish answers alike, from the page's Call form as from a client.
+        answer = await http(base, "/api/call", {
+            "protocol": "nydus", "name": "/_hub/publish",
+            "body": {"path": "/news", "data": "two"}})
+        assert answer.json == {"ok": True, "body": {"delivered": 2, "processes": 2}}
+        await eventually(lambda: all(len(inbox) == 2 for inbox in inboxes), timeout=10)
+        # The answering process alone: its deliveries are all there are.
+        await stop(processes[1])
+        for _ in range(100):  # until the roster has left it out
+            answer = await http(base, "/api/publish", {"topic": "news", "payload": "three"})
+            if answer.json["processes"] == 1:
+                break
+        assert answer.json == {"delivered": 2, "processes": 1}
+    finally:
+        for client in clients:
+            await wait_for(client.disconnect(), 10)
+        for served in processes:
+            await stop(served)
+
+
 async def lists_of_two(processes: list[Any]) -> None:
     first, second = processes
     base = base_of(web_address(first))

@@ -458,7 +458,8 @@ class AdminApi(Resource):
         delivered = self.hub.publish(HubMessage(topic, payload, protocol="admin"))
         log.info("admin {principal} published {size} bytes on {topic!r}", event="admin_publish",
                  principal=principal.name, topic=topic, size=len(payload))
-        return {"delivered": delivered}
+        # Delivered here; the others deliver it after this answer (`processes` says how many).
+        return {"delivered": delivered, "processes": self.hub.federation.processes()}
 
     def _call(self, request: Any, body: dict[str, Any], principal: Principal) -> Any:
         protocol = body.get("protocol")

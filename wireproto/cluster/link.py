@@ -316,6 +316,12 @@ class ClusterLink:
             return ServedElsewhere(self.calls.version, [])
         return ServedElsewhere(self.calls.version, self.calls.elsewhere(protocol))
 
+    def processes(self) -> int:
+        # Without NATS a publish is dropped on its way to the others (client.dropped).
+        if not (self.running and self.client.connected):
+            return 1
+        return len(self.roster.members()) + 1
+
     # -- questions every process answers (the admin API's, the metrics') ------------------------
 
     def answer_others(self, question: str, answerer: Answerer) -> None:
