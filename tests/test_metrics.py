@@ -188,7 +188,8 @@ async def test_a_nydus_clients_hub_publishes_are_counted_as_received(broker: Bro
     try:
         for number in range(2):
             assert await wait_for(nydus.invoke(
-                "/_hub/publish", {"path": "/room/temp", "data": number})) == {"delivered": 1}
+                "/_hub/publish", {"path": "/room/temp", "data": number})) == {
+                    "delivered": 1, "processes": 1}
         await eventually(lambda: len(inbox) == 2)
         page = await scrape(http_base(ws))
         assert page.value("wireproto_messages_received_total", protocol="nydus") == 2

@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 
 from wireproto.errors import InvalidTopic
 
-__all__ = ["validate_pattern", "is_pattern", "pattern_matches", "pattern_covers", "PatternTree",
-           "TopicTree"]
+__all__ = ["validate_pattern", "is_pattern", "refuse_pattern", "pattern_matches", "pattern_covers",
+           "PatternTree", "TopicTree"]
 
 
 def validate_pattern(pattern: str) -> None:
@@ -31,6 +31,14 @@ def validate_pattern(pattern: str) -> None:
 
 def is_pattern(topic: str) -> bool:
     return "+" in topic.split("/") or topic == "#" or topic.endswith("/#")
+
+
+def refuse_pattern(topic: str) -> None:
+    """InvalidTopic for a publish (or a will) on a pattern: a subscriber matches `tt/+` and
+    `tt/#`, a message is never published on one. A `+` or `#` inside a level is no wildcard
+    (`tt/a+b` is a topic)."""
+    if is_pattern(topic):
+        raise InvalidTopic(f"{topic[:100]!r} is a pattern: publish on a topic, not a pattern")
 
 
 def pattern_matches(pattern: str, topic: str) -> bool:

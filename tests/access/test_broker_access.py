@@ -312,7 +312,7 @@ async def test_nydus_client_with_a_token_calls_subscribes_and_is_refused_what_it
     refused = (await client.wait("error", id="4"))[0]
     assert (refused["status"], refused["message"]) == (403, "Forbidden")
     assert (await client.wait("error", id="5"))[0]["status"] == 403
-    assert (await client.wait("result", id="6"))[0]["data"] == {"delivered": 0}
+    assert (await client.wait("result", id="6"))[0]["data"] == {"delivered": 0, "processes": 1}
     assert "users/alice/inbox" in service.hub.topics()
     assert "users/bob/inbox" not in service.hub.topics()
     (session,) = service.hub.sessions

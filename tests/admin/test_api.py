@@ -44,7 +44,7 @@ async def test_status_shows_listeners_sessions_topics_rates_and_last_values(
     assert sessions["length32"]["received"] == 5
     (topic,) = [entry for entry in status["topics"] if entry["topic"] == "sensors/temp"]
     assert topic["subscribers"] == 1
-    assert topic["last_value"] == {"size": 11, "json": {"c": 21.5}}
+    assert topic["last_value"] == {"size": 11, "json": {"c": 21.5}, "text": '{"c": 21.5}'}
     assert status["broker"]["published"] == 5
     assert status["broker"]["retained"] == 1
 
@@ -52,6 +52,39 @@ async def test_status_shows_listeners_sessions_topics_rates_and_last_values(
     assert one["peer"] == sessions["ws"]["peer"]
     assert (await http(base, "/api/sessions/999999")).status == 404
     assert (await http(base, "/api/no/such/thing")).status == 404
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_last_value_is_shown_as_sent_as_the_tap_shows_it(broker: Broker) -> None:
+    """Text with a format character (a direction override) was shown as hex, where the tap
+    showed the same payload as text."""
+    service, addresses, base = await start(broker, hub=HubSettings(retain=("kept/#",)))
+    response, reader = await open_tap(base, "kept/#")
+    await eventually(lambda: reader.lines)
+    publisher = await broker.client(addresses["websmq+length32"])
+    sent = {
+        "rtl": "<b>bold</b><script>alert(2)</script>\u202eRTL".encode(),
+        "controls": b"\x00\x1b[2J\x07bell",
+        "json": b'{"c": 234e-1}',
+        "bytes": b"\xff\xfe",
+        "long": "\u00e9".encode() * 600,
+    }
+    for name, payload in sent.items():
+        await wait_for(publisher.publish(f"kept/{name}", payload))
+    await eventually(lambda: len(reader.lines) == 1 + len(sent))
+    response._transport.stopProducing()
+    topics = (await http(base, "/api/topics?q=kept/")).json["items"]
+    shown = {row["topic"].split("/")[1]: row["last_value"] for row in topics}
+    tapped = {line["topic"].split("/")[1]: line for line in reader.lines[1:]}
+    assert shown["rtl"] == {"size": len(sent["rtl"]), "text": sent["rtl"].decode()}
+    assert shown["controls"] == {"size": 10, "text": sent["controls"].decode()}
+    assert shown["json"] == {"size": 13, "json": {"c": 23.4}, "text": '{"c": 234e-1}'}
+    assert shown["bytes"] == {"size": 2, "hex": "fffe"}
+    # Over the 1024 bytes shown, its start, to a whole character.
+    assert shown["long"] == {"size": 1200, "text": "\u00e9" * 512, "truncated": True}
+    for name in sent:  # the tap shows more of a long one: 16 KiB
+        assert tapped[name].get("text", "").startswith(shown[name].get("text", "")), name
+        assert tapped[name].get("hex", "").startswith(shown[name].get("hex", "")), name
 
 
 @pytest_twisted.ensureDeferred
@@ -115,7 +148,7 @@ async def test_publish_from_the_api_reaches_a_tcp_subscriber(broker: Broker) -> 
                                         ("AAE=", "base64", b"\x00\x01")]:
         answer = await http(base, "/api/publish",
                             {"topic": "news", "payload": payload, "encoding": encoding})
-        assert answer.json == {"delivered": 1}
+        assert answer.json == {"delivered": 1, "processes": 1}
         (message,) = await inbox.wait()
         assert message.payload == expected
         inbox.messages.clear()

@@ -26,7 +26,7 @@ async def test_the_hub_publish_route_works_from_the_api_as_from_a_client(broker:
         "protocol": "nydus", "name": "/_hub/publish",
         "body": {"path": "/chat/room", "data": {"text": "hi"}}})
     assert answer.status == 200
-    assert answer.json == {"ok": True, "body": {"delivered": 1}}
+    assert answer.json == {"ok": True, "body": {"delivered": 1, "processes": 1}}
     (message,) = await inbox.wait()
     assert message.payload == b'{"text":"hi"}'
 
@@ -37,7 +37,7 @@ async def test_the_hub_publish_route_works_from_the_api_as_from_a_client(broker:
                                               {"path": "/chat/room", "data": 2}))
     finally:
         await wait_for(client.close())
-    assert result == {"delivered": 1}
+    assert result == {"delivered": 1, "processes": 1}
     first, second = await inbox.wait(2)
     assert second.payload == b"2"
 
@@ -84,7 +84,8 @@ async def test_routes_lists_what_the_broker_answers_and_each_one_answers(
     calls: list[tuple[str, str, Any, Any]] = [
         ("ubre", "add", [1, 2], 3),
         ("ubre", "echo", "x", "x"),
-        ("nydus", "/_hub/publish", {"path": "/a", "data": 1}, {"delivered": 0}),
+        ("nydus", "/_hub/publish", {"path": "/a", "data": 1},
+         {"delivered": 0, "processes": 1}),
         ("nydus", "/double/21", None, 42),
         ("nydus", "/files/a/b", None, ["a/b"]),
         ("nydus", "/re/7", None, ["7"]),

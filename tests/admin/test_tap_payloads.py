@@ -1,7 +1,8 @@
 """The tap's lines carry each message's time and its payload as it was sent (`text` when it is
-UTF-8, exactly as written, else `hex`), beside the decoded `json` and `msgpack` fields; hostile
-payloads (not UTF-8, control characters, line breaks, huge) stay one bounded JSON line each.
-Over real HTTP, from real clients of a real broker."""
+UTF-8, exactly as written, else `hex`, never both), beside the decoded `json` and `msgpack`
+fields; hostile payloads (not UTF-8, control characters, line breaks, huge, a decoded value many
+times its size) stay one bounded JSON line each. Over real HTTP, from real clients of a real
+broker."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ SENT = {
     "msgpack": msgpack.packb({"t": 23.4}),
     "text": "caf\u00e9 \u2615".encode(),
     "controls": b"\x00\x1b[2J\x07bell\r\nnext\tline\x7f",
+    "rtl": "<b>bold</b><script>alert(2)</script>\u202eRTL".encode(),
     "not-utf8": b"\xff\xfe\x00ok",
     "surrogate": b"\xed\xa0\x80",  # a UTF-16 surrogate written as UTF-8: no UTF-8 at all
     "empty": b"",
@@ -51,6 +53,11 @@ async def test_each_line_has_its_time_and_the_payload_as_sent(broker: Broker) ->
     assert shown["msgpack"]["hex"] == SENT["msgpack"].hex()
     assert shown["text"]["text"] == "caf\u00e9 \u2615"
     assert shown["controls"]["text"] == SENT["controls"].decode()
+    assert shown["rtl"]["text"] == SENT["rtl"].decode()  # a format character is text too
+    # The payload as sent is text or hex, never both (the decoded view's hex was beside the
+    # text of control characters, of a direction override).
+    for name, line in shown.items():
+        assert ("text" in line) != ("hex" in line), name
     assert shown["not-utf8"]["hex"] == "fffe006f6b" and "text" not in shown["not-utf8"]
     assert shown["surrogate"]["hex"] == "eda080" and "text" not in shown["surrogate"]
     assert shown["empty"]["text"] == ""
@@ -68,9 +75,18 @@ async def test_a_huge_payload_is_one_bounded_line(broker: Broker) -> None:
     assert (SHOWN_PAYLOAD_BYTES - 2) % 3
     binary = bytes(range(256)) * 800
     controls = b"\x00" * 200_000
-    for name, payload in (("text", text), ("binary", binary), ("controls", controls)):
+    # At most the limit, but many times as long decoded: 16,000 msgpack nils are 80 kB of
+    # JSON nulls, 1e15 is 1000000000000000.0 to orjson.
+    nils = b"\xdc" + (16_000).to_bytes(2, "big") + b"\xc0" * 16_000
+    floats = b"[" + b",".join([b"1e15"] * 3200) + b"]"
+    assert len(nils) <= SHOWN_PAYLOAD_BYTES and len(floats) <= SHOWN_PAYLOAD_BYTES
+    sent = {"text": text, "binary": binary, "controls": controls, "nils": nils,
+            "floats": floats, "accents": "\u00e9".encode() * 9000}
+    for count, (name, payload) in enumerate(sent.items(), 2):
+        # One at a time: lines this long may fill the socket's buffer, and a tap skips
+        # what comes while it is full.
         await wait_for(publisher.publish(f"huge/{name}", payload))
-    await eventually(lambda: len(reader.lines) == 4, timeout=10)
+        await eventually(lambda count=count: len(reader.lines) == count, timeout=10)
     shown = {line["topic"].split("/")[1]: line for line in reader.lines[1:]}
 
     cut = shown["text"]
@@ -79,7 +95,19 @@ async def test_a_huge_payload_is_one_bounded_line(broker: Broker) -> None:
     assert text.startswith(kept) and SHOWN_PAYLOAD_BYTES - 3 < len(kept) <= SHOWN_PAYLOAD_BYTES
     assert shown["binary"]["hex"] == binary[:SHOWN_PAYLOAD_BYTES].hex()
     assert shown["binary"]["truncated"] is True and "text" not in shown["binary"]
-    assert shown["controls"]["text"] == "\x00" * SHOWN_PAYLOAD_BYTES
-    # Bounded however big: JSON's six bytes a NUL, the decoded view's hex, and the rest.
-    assert max(len(orjson.dumps(line)) for line in reader.lines) < 10 * SHOWN_PAYLOAD_BYTES
+    # Text over the limit is text alone: not 32 KiB of its hex beside it.
+    accents = shown["accents"]
+    assert accents["text"] == "\u00e9" * (SHOWN_PAYLOAD_BYTES // 2) and accents["truncated"]
+    # JSON's escapes are six bytes a NUL: the text is cut where its JSON reaches 32 KiB.
+    nuls = shown["controls"]["text"]
+    assert shown["controls"]["truncated"] is True and nuls == "\x00" * len(nuls)
+    assert 2 * SHOWN_PAYLOAD_BYTES - 6 < len(orjson.dumps(nuls)) <= 2 * SHOWN_PAYLOAD_BYTES + 2
+    # A decoded value that would pass 32 KiB of JSON is left out; the payload as sent stays.
+    assert "msgpack" not in shown["nils"] and shown["nils"]["hex"] == nils.hex()
+    assert "json" not in shown["floats"] and shown["floats"]["text"] == floats.decode()
+    for name, line in shown.items():
+        assert ("text" in line) != ("hex" in line), name
+    # Bounded however big: the payload as sent and the decoded value, 32 KiB each at most.
+    longest = max(len(orjson.dumps(line)) for line in reader.lines)
+    assert longest <= 4 * SHOWN_PAYLOAD_BYTES + 200
     response._transport.stopProducing()

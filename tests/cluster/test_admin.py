@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
 
 from tests.admin.http import base_of, http
 from tests.admin.test_lists import in_order
@@ -83,6 +83,110 @@ async def test_two_processes_lists_are_paged_sorted_and_counted_as_one(tmp_path,
             await stop(served)
 
 
+@pytest_twisted.ensureDeferred
+async def test_pages_by_age_neither_repeat_nor_lose_a_connection(tmp_path, nats) -> None:
+    """Connections opened within milliseconds of each other on two processes: each process
+    took its `now` when it answered, a few milliseconds apart and never by the same amount,
+    so the order by age changed between two pages (a row shown twice, another never)."""
+    processes = [await serve(tmp_path, name, nats.url, heartbeat=0.2, more=WEB)
+                 for name in ("a", "b")]
+    clients: list[Any] = []
+    try:
+        base = base_of(web_address(processes[0]))
+        count = 60
+        # Opened at once, half on each process, their open times interleaved.
+        clients = await wait_for(defer.gatherResults([
+            connect(reactor, processes[number % 2].address) for number in range(count)]), 20)
+
+        async def page(query: str) -> dict[str, Any]:
+            answer = await http(base, "/api/sessions" + query)
+            assert answer.status == 200, answer.body
+            return answer.json
+
+        for _ in range(100):  # until both processes are in the roster
+            if (await page("?limit=0"))["total"] == count:
+                break
+        assert (await page("?limit=0"))["total"] == count
+        for sort in ("age", "-age") * 3:
+            paged: list[tuple[str, int]] = []
+            rows: list[dict[str, Any]] = []
+            young_first = sort == "age"
+            for offset in range(0, count, 7):
+                items = (await page(f"?sort={sort}&limit=7&offset={offset}"))["items"]
+                paged += [(row["node"], row["id"]) for row in items]
+                rows += items
+                # A page's ages agree with its order, counted from one moment.
+                ages = [row["age"] for row in items]
+                assert ages == sorted(ages, reverse=not young_first), sort
+            assert len(paged) == len(set(paged)) == count, sort
+            # In the order of their open times (wall clock, Unix seconds): youngest first by
+            # age; ties by id, then process.
+            opened = [(row["opened"], row["id"], row["node"]) for row in rows]
+            assert opened == sorted(opened, key=lambda key: (-key[0] if young_first else key[0],
+                                                             *key[1:])), sort
+            now = time.time()
+            assert all(now - 60 < row["opened"] <= now for row in rows), sort
+    finally:
+        for client in clients:
+            await wait_for(client.disconnect(), 10)
+        for served in processes:
+            await stop(served)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_publish_from_the_api_says_its_deliveries_are_this_processs(
+        tmp_path, nats) -> None:
+    """A publish reaches the other processes over NATS, after the answer: `delivered` counts
+    this process's subscribers, beside the topic's `subscribers` that count every process's,
+    and `processes` says how many processes the message went to."""
+    nydus = f"""
+[[listen]]
+protocol = "nydus"
+transport = "engineio"
+endpoint = "tcp:0:{LOCAL}"
+"""
+    processes = [await serve(tmp_path, name, nats.url, heartbeat=0.2, more=WEB + nydus)
+                 for name in ("a", "b")]
+    clients: list[Any] = []
+    try:
+        base = base_of(web_address(processes[0]))
+        inboxes: list[list[Any]] = [[], [], []]
+        for number, inbox in enumerate(inboxes):  # two here, one there
+            client = await wait_for(connect(reactor, processes[number // 2].address), 10)
+            await wait_for(client.subscribe("news", inbox.append))
+            clients.append(client)
+
+        async def subscribers() -> int:
+            rows = (await http(base, "/api/topics?q=news")).json["items"]
+            return rows[0]["subscribers"] if rows else 0
+
+        for _ in range(100):  # until both processes are in the roster
+            if await subscribers() == 3:
+                break
+        assert await subscribers() == 3
+        answer = await http(base, "/api/publish", {"topic": "news", "payload": "one"})
+        assert answer.json == {"delivered": 2, "processes": 2}
+        await eventually(lambda: all(len(inbox) == 1 for inbox in inboxes), timeout=10)
+        # nydus's /_hub/publish answers alike, from the page's Call form as from a client.
+        answer = await http(base, "/api/call", {
+            "protocol": "nydus", "name": "/_hub/publish",
+            "body": {"path": "/news", "data": "two"}})
+        assert answer.json == {"ok": True, "body": {"delivered": 2, "processes": 2}}
+        await eventually(lambda: all(len(inbox) == 2 for inbox in inboxes), timeout=10)
+        # The answering process alone: its deliveries are all there are.
+        await stop(processes[1])
+        for _ in range(100):  # until the roster has left it out
+            answer = await http(base, "/api/publish", {"topic": "news", "payload": "three"})
+            if answer.json["processes"] == 1:
+                break
+        assert answer.json == {"delivered": 2, "processes": 1}
+    finally:
+        for client in clients:
+            await wait_for(client.disconnect(), 10)
+        for served in processes:
+            await stop(served)
+
+
 async def lists_of_two(processes: list[Any]) -> None:
     first, second = processes
     base = base_of(web_address(first))
@@ -121,8 +225,8 @@ async def lists_of_two(processes: list[Any]) -> None:
     top = (await sessions("?sort=-received&limit=3"))["items"]
     assert [row["received"] for row in top] == [8, 7, 6]
     assert {row["node"] for row in top} == nodes
-    # (Not by age: the processes' clocks move on between two requests.)
-    for sort in ("-received", "received", "id", "-id", "node", "-node", "transport"):
+    for sort in ("-received", "received", "id", "-id", "node", "-node", "transport", "age",
+                 "-age"):
         whole = (await sessions(f"?sort={sort}"))["items"]
         paged = []
         for offset in range(0, 9, 2):

@@ -46,7 +46,7 @@ async def test_routes_of_every_process_are_listed_and_answer_from_any(broker, na
         "far": {"ok": True, "body": ["far", 1]},
         "near": {"ok": True, "body": "near"},
         "/far/x": {"ok": True, "body": "x"},
-        "/_hub/publish": {"ok": True, "body": {"delivered": 0}},
+        "/_hub/publish": {"ok": True, "body": {"delivered": 0, "processes": 2}},
     }
     assert second.cluster.calls.answered == 2
 

@@ -128,6 +128,29 @@ async def test_a_plain_nats_publish_reaches_overlapping_subscriptions_once(
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_plain_nats_publish_on_a_pattern_is_refused(broker, nats):
+    """A NATS client that is not a broker publishes on the subject of `tt/+`: no process
+    publishes on a pattern, whichever way it comes."""
+    (process, at_process) = await cluster_broker(broker, nats)
+    _, got = await websmq_subscriber(broker, process, at_process["websmq+ws"], "#",
+                                     wildcards=True)
+    await interest_reaches_nats(process)
+    outsider = NatsClient(reactor, NatsOptions(servers=(nats.url,)))
+    outsider.start()
+    try:
+        await wait_for(outsider.when_ready())
+        for topic in ("tt/+", "tt/#", "+", "tt/x"):
+            outsider.publish(process.cluster.subjects.topic(topic), b"0")
+        await wait_for(outsider.flush())
+        await eventually(lambda: got)
+        await sleep(0.3)
+        assert got == [websmq.Publish("tt/x", b"0")]
+        assert process.cluster.refused == 3 and process.cluster.received == 1
+    finally:
+        await wait_for(outsider.stop())
+
+
+@pytest_twisted.ensureDeferred
 async def test_only_topics_with_subscribers_are_subscribed_on_nats(broker, nats):
     first, at_first = await cluster_broker(broker, nats)
     assert first.cluster.interest() == []

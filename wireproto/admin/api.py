@@ -223,7 +223,7 @@ class AdminApi(Resource):
         def merged(replies: list[Reply]) -> None:
             _finish(request, 200, listing.merge_answers(
                 [reply.answer for reply in replies], sessions, topics,
-                self._with_last_values, status=status))
+                self._with_last_values, status=status, now=round(time.time(), 3)))
 
         def failed(failure: Failure) -> None:
             log.failure("gathering the cluster's status failed", failure,
@@ -356,14 +356,14 @@ class AdminApi(Resource):
 
     def sessions(self, query: ListQuery) -> Row:
         """The page of this process's sessions that `query` asks for."""
-        node, now = self.node, time.monotonic()
-        shown, total, matched = listing.session_page(self.hub.sessions, query, node, now)
+        node, now = self.node, round(time.time(), 3)
+        shown, total, matched = listing.session_page(self.hub.sessions, query, node)
         return listing.page(query, [self._describe(session, now) for session in shown],
                             total, matched)
 
     def _describe(self, session: Session, now: float | None = None) -> Row:
         principal = session.principal
-        now = time.monotonic() if now is None else now
+        now = round(time.time(), 3) if now is None else now
         return {
             "id": session.id,
             "node": self.node,
@@ -373,7 +373,8 @@ class AdminApi(Resource):
             "client": session.client,
             "principal": principal.name,
             "roles": sorted(principal.roles),
-            "age": round(now - session.opened, 3),
+            "age": listing.age(session.opened_at, now),
+            "opened": session.opened_at,
             "subscriptions": sorted(session.topics) + sorted(session.patterns),
             "queued_bytes": session.queued_bytes,
             "queued_messages": session.queued_messages,
@@ -457,7 +458,8 @@ class AdminApi(Resource):
         delivered = self.hub.publish(HubMessage(topic, payload, protocol="admin"))
         log.info("admin {principal} published {size} bytes on {topic!r}", event="admin_publish",
                  principal=principal.name, topic=topic, size=len(payload))
-        return {"delivered": delivered}
+        # Delivered here; the others deliver it after this answer (`processes` says how many).
+        return {"delivered": delivered, "processes": self.hub.federation.processes()}
 
     def _call(self, request: Any, body: dict[str, Any], principal: Principal) -> Any:
         protocol = body.get("protocol")

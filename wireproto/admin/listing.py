@@ -31,6 +31,7 @@ __all__ = [
     "ListQuery",
     "ListingError",
     "Row",
+    "age",
     "merge_answers",
     "merge_session_pages",
     "merge_status",
@@ -193,12 +194,20 @@ def _ordered(items: Iterable[Item], value: Callable[[Item], object],
     return ordered
 
 
+def _row_value(field: str) -> Callable[[Row], object]:
+    """A row's sort value of `field`: by `age`, its open time's, youngest first (each process
+    counts an age from its own moment; an open time is the same on every one of a host)."""
+    if field == "age":
+        return lambda row: None if row.get("opened") is None else -row["opened"]
+    return lambda row: row[field]
+
+
 def _row_order(kind: ListKind, query: ListQuery) -> Callable[[Row, Row], int]:
     """The comparison of two rows that `_ordered` sorts them by, to merge sorted rows."""
-    field, sign = query.sort, -1 if query.descending else 1
+    value, sign = _row_value(query.sort), -1 if query.descending else 1
 
     def compare(one: Row, other: Row) -> int:
-        first, second = _value(one[field]), _value(other[field])
+        first, second = _value(value(one)), _value(value(other))
         if first != second:
             return sign if first > second else -sign
         tie, other_tie = kind.tie(one), kind.tie(other)
@@ -213,10 +222,16 @@ def _finds(needle: str, texts: Iterable[str | None]) -> bool:
 
 # -- sessions ----------------------------------------------------------------------------------
 
-def _session_value(field: str, node: str, now: float) -> Callable[[Session], object]:
-    """A session's `field` as its row shows it."""
+def age(opened: float, now: float) -> float:
+    """Seconds from `opened` to `now` (Unix seconds, to the millisecond), so that two sessions
+    of one open time have one age and a younger one a smaller age, on any process of a host."""
+    return round(max(0.0, now - opened), 3)
+
+
+def _session_value(field: str, node: str) -> Callable[[Session], object]:
+    """A session's sort value of `field`, as `_row_value` takes it from its row."""
     if field == "age":
-        return lambda session: round(now - session.opened, 3)
+        return lambda session: -session.opened_at
     if field == "node":
         return lambda session: node
     if field == "transport":
@@ -236,27 +251,33 @@ def _session_texts(session: Session, node: str) -> Iterable[str | None]:
     yield from session.patterns
 
 
-def session_page(sessions: Iterable[Session], query: ListQuery, node: str, now: float
+def session_page(sessions: Iterable[Session], query: ListQuery, node: str
                  ) -> tuple[list[Session], int, int]:
     """The sessions of the page `query` asks for, with how many there are and how many it
-    finds; `node` and `now` as the rows show them (their process, the time their age is of)."""
+    finds; `node` as the rows show it (their process)."""
     every = list(sessions)
     found = every
     if query.q:
         needle = query.q.casefold()
         found = [session for session in every if _finds(needle, _session_texts(session, node))]
-    ordered = _ordered(found, _session_value(query.sort, node, now),
+    ordered = _ordered(found, _session_value(query.sort, node),
                        lambda session: session.id, query.descending)
     return ordered[query.offset:query.offset + query.limit], len(every), len(found)
 
 
-def merge_session_pages(query: ListQuery, answers: Iterable[Row]) -> Row:
+def merge_session_pages(query: ListQuery, answers: Iterable[Row], now: float | None = None
+                        ) -> Row:
     """The cluster's page of sessions from each process's first rows, in `query`'s order, up
-    to the page's end (`ListQuery.first_rows`)."""
+    to the page's end (`ListQuery.first_rows`); with `now` (Unix seconds), each row's age is
+    counted again from it and its open time, so the ages of every process agree."""
     answers = list(answers)
     merged = heapq.merge(*(answer["items"] for answer in answers),
                          key=cmp_to_key(_row_order(SESSIONS, query)))
     items = list(islice(merged, query.offset, query.offset + query.limit))
+    if now is not None:
+        for row in items:
+            if row.get("opened") is not None:
+                row["age"] = age(row["opened"], now)
     return page(query, items, sum(answer["total"] for answer in answers),
                 sum(answer["matched"] for answer in answers))
 
@@ -341,16 +362,18 @@ def topic_page(query: ListQuery, lists: Iterable[Row]) -> Row:
 # -- a cluster's answers -----------------------------------------------------------------------
 
 def merge_answers(answers: Sequence[object], sessions: ListQuery | None, topics: ListQuery | None,
-                  last_values: Callable[[Row], Row], *, status: bool) -> Row:
+                  last_values: Callable[[Row], Row], *, status: bool,
+                  now: float | None = None) -> Row:
     """The cluster's page of sessions or of topics, or its status with both, from each
     process's answer (this one's first; those of another version, which asks otherwise, are
-    left out); `last_values` adds the topics' last values to a page of them."""
+    left out); `last_values` adds the topics' last values to a page of them; the sessions'
+    ages are counted from `now` (`merge_session_pages`)."""
     usable = [answer for answer in answers if isinstance(answer, dict)
               and answer.keys() >= {"status", "sessions", "topics"}]
     pages: dict[str, Row] = {}
     if sessions is not None:
         pages["sessions"] = merge_session_pages(
-            sessions, [answer["sessions"] for answer in usable])
+            sessions, [answer["sessions"] for answer in usable], now)
     if topics is not None:
         pages["topics"] = last_values(topic_page(
             topics, [answer["topics"] for answer in usable]))

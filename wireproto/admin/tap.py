@@ -1,6 +1,7 @@
 """A tap: the messages on every topic a pattern matches, as they pass, streamed to one admin HTTP
-request as newline-delimited JSON: each with its time, its payload decoded (`describe_payload`)
-and as it was sent (`raw_payload`).
+request as newline-delimited JSON: each with its time and its payload as it was sent, and
+decoded where it is JSON or msgpack (`describe_payload`). A line is at most about 4 x
+SHOWN_PAYLOAD_BYTES and its topic, whatever the payload.
 
 A tap is a view, not a subscriber with a queue: while the admin's connection cannot take more
 (Twisted pauses the tap, registered as its producer), messages are skipped and counted, and the
@@ -18,7 +19,7 @@ import orjson
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
-from wireproto.admin.payloads import describe_payload, raw_payload
+from wireproto.admin.payloads import describe_payload
 from wireproto.hub import Hub, HubMessage, LocalSubscriber
 
 __all__ = ["Tap", "SHOWN_PAYLOAD_BYTES"]
@@ -54,12 +55,11 @@ class Tap:
             return
         self.shown += 1
         payload = message.payload
-        # Decoded for scripts, and as it was sent (a JSON number as written, control
-        # characters escaped by JSON alone).
+        # As it was sent (a JSON number as written, control characters escaped by JSON
+        # alone), and decoded for scripts.
         self._write({"topic": message.topic, "protocol": message.protocol or None,
                      "will": message.will, "time": round(time.time(), 3),
-                     **describe_payload(payload, SHOWN_PAYLOAD_BYTES),
-                     **raw_payload(payload, SHOWN_PAYLOAD_BYTES)})
+                     **describe_payload(payload, SHOWN_PAYLOAD_BYTES)})
 
     def stop(self) -> None:
         """Stop following the pattern (the request is finished or gone)."""

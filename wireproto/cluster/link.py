@@ -43,7 +43,7 @@ from wireproto.cluster.settings import ClusterSettings
 from wireproto.cluster.subjects import SubjectError, Subjects, safe_token
 from wireproto.cluster.wills import WillKeeper
 from wireproto.codecs import wpheader
-from wireproto.errors import ProtocolError
+from wireproto.errors import InvalidTopic, ProtocolError
 from wireproto.hub import Hub, HubMessage
 from wireproto.hub.federation import (
     Answerer,
@@ -53,6 +53,7 @@ from wireproto.hub.federation import (
     ServedElsewhere,
 )
 from wireproto.protocols.calls import Answer, Call, CallNotFound
+from wireproto.topics import refuse_pattern
 
 __all__ = ["ClusterLink", "nats_options"]
 
@@ -316,6 +317,12 @@ class ClusterLink:
             return ServedElsewhere(self.calls.version, [])
         return ServedElsewhere(self.calls.version, self.calls.elsewhere(protocol))
 
+    def processes(self) -> int:
+        # Without NATS a publish is dropped on its way to the others (client.dropped).
+        if not (self.running and self.client.connected):
+            return 1
+        return len(self.roster.members()) + 1
+
     # -- questions every process answers (the admin API's, the metrics') ------------------------
 
     def answer_others(self, question: str, answerer: Answerer) -> None:
@@ -474,7 +481,8 @@ class ClusterLink:
         if topic is None:
             try:
                 topic = self.subjects.topic_of(subject)
-            except SubjectError as error:
+                refuse_pattern(topic)  # a plain NATS client's: a member's was refused at home
+            except (SubjectError, InvalidTopic) as error:
                 self._refuse(subject, str(error))
                 return
             if len(self._topic_of) >= 4096:

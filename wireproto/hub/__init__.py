@@ -81,7 +81,7 @@ from wireproto.hub.subscribers import (
 )
 from wireproto.peerlog import describe_address
 from wireproto.protocols.calls import CallServer
-from wireproto.topics import PatternTree, is_pattern, validate_pattern
+from wireproto.topics import PatternTree, is_pattern, refuse_pattern, validate_pattern
 from wireproto.transports.base import IMessageTransport, go_away
 
 __all__ = [
@@ -534,8 +534,18 @@ class Hub:
         """The publish loop, for `publish` and for `Session.publish` (which has no HubMessage).
         `sender` (a subscriber, the federation, or None) is known by its identity alone.
         `message` is built only if some subscriber needs it (to encode it in another format, or
-        a host callback), so forwarding a frame as it came builds none."""
+        a host callback), so forwarding a frame as it came builds none. InvalidTopic for a
+        publish made here on a pattern (`refuse_pattern`), whatever its protocol."""
         stats = self.stats
+        federation = self.federation
+        if sender is not federation:
+            if "+" in topic or "#" in topic:  # two substring tests: most topics have neither
+                refuse_pattern(topic)
+            stats.published += 1
+            if will:
+                stats.wills_published += 1
+            if not federation.forward(topic, payload, will, protocol, cache):
+                return 0
         counts = self.topic_counts
         if counts is not None:
             counted = counts.get(topic)
@@ -545,13 +555,6 @@ class Hub:
                 counts[topic] = 1
             else:
                 self.uncounted_publishes += 1
-        federation = self.federation
-        if sender is not federation:
-            stats.published += 1
-            if will:
-                stats.wills_published += 1
-            if not federation.forward(topic, payload, will, protocol, cache):
-                return 0
         retained = self.retained
         if retained is not None and retained.wants(topic):
             # Kept without its sender (a subscriber gets its own last value too) and as a plain

@@ -85,6 +85,10 @@ class Federation(Protocol):
     def served_elsewhere(self, protocol: str) -> ServedElsewhere:
         """What other processes answer of `protocol`."""
 
+    def processes(self) -> int:
+        """How many processes a message published here goes to now, this one included (1
+        alone): each delivers it to its own subscribers, the others after a publish returns."""
+
 
 class Alone:
     """The federation of a hub joined to no other process: nothing leaves this process."""
@@ -113,6 +117,9 @@ class Alone:
 
     def served_elsewhere(self, protocol: str) -> ServedElsewhere:
         return self._nothing
+
+    def processes(self) -> int:
+        return 1
 
     def __repr__(self) -> str:
         return "<alone>"

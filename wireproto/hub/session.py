@@ -27,7 +27,7 @@ from wireproto.hub.peers import (
 )
 from wireproto.peerlog import address_key, describe_address
 from wireproto.protocols.calls import RemoteCaller
-from wireproto.topics import validate_pattern
+from wireproto.topics import refuse_pattern, validate_pattern
 from wireproto.transports.base import IMessageTransport
 
 if TYPE_CHECKING:
@@ -104,7 +104,8 @@ class Session:
         "_paused", "writes_now", "closed", "received", "sent", "sent_bytes", "dropped_messages",
         "dropped_bytes", "overflow_disconnects", "too_large", "max_frame", "id", "peer",
         "transport_name", "client",
-        "opened", "principal", "grants", "publish_decisions", "denials", "usage", "expiry",
+        "opened", "opened_at", "principal", "grants", "publish_decisions", "denials", "usage",
+        "expiry",
         "__weakref__",
     )
 
@@ -148,6 +149,7 @@ class Session:
         self.transport_name = transport_name(transport)
         self.client: str | None = None
         self.opened = time.monotonic()
+        self.opened_at = round(time.time(), 3)  # Unix seconds: every process of a host agrees
         # Who the transport says the peer is; what it may do (None: everything).
         self.principal: Principal = getattr(transport, "principal", None) or ANONYMOUS
         self.grants: Grants | None = None
@@ -471,6 +473,7 @@ class Session:
 
     def set_will(self, topic: str, payload: bytes) -> None:
         self._check_topic_length(topic)
+        refuse_pattern(topic)  # published by the hub at the close, which would refuse it then
         self.check(Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
         self.hub.federation.hold_will(self.id, self.will)

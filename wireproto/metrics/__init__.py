@@ -254,7 +254,8 @@ class BrokerCollector(Collector):
 
     def _refusals(self, sites: list[GuardedSite]) -> Iterator[Metric]:
         reasons: Counter[str] = Counter(dict.fromkeys(
-            ("body_too_large", "request_timeout", "too_many_pending", "displaced"), 0))
+            ("body_too_large", "request_timeout", "too_many_pending", "displaced",
+             "line_too_long"), 0))
         for site in sites:
             reasons.update(site.refusals)
         family = CounterMetricFamily(

@@ -228,6 +228,8 @@ def _status_only(code: int, phrase: bytes) -> bytes:
 
 _TOO_SLOW = _status_only(408, b"Request Timeout")
 _BUSY = _status_only(503, b"Service Unavailable")
+_URI_TOO_LONG = _status_only(414, b"URI Too Long")
+_HEADER_TOO_LONG = _status_only(431, b"Request Header Fields Too Large")
 
 
 class _GuardedRequest(Request):
@@ -315,6 +317,14 @@ class _GuardedChannel(HTTPChannel):
     def rawDataReceived(self, data: bytes) -> None:
         if not self._discarding:
             super().rawDataReceived(data)
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        # A line of the head past MAX_LENGTH (16 KiB), which twisted.web closes without a
+        # word: its request line (no line of this request counted yet) or a header's.
+        first = self._receivedHeaderSize == 0
+        self.refuse(_URI_TOO_LONG if first else _HEADER_TOO_LONG, "line_too_long",
+                    f"{'its request line' if first else 'a header line'} is over "
+                    f"{self.MAX_LENGTH} bytes", quiet=True)
 
     def allHeadersReceived(self) -> None:
         takes = min(self.site.body_limit_for(self._path), self.site.limits.max_body_bytes)
@@ -430,7 +440,7 @@ class GuardedSite(Site):
         self.channels: weakref.WeakSet[_GuardedChannel] = weakref.WeakSet()
         self.pending = 0
         # Refused connections by reason: body_too_large, request_timeout, too_many_pending,
-        # displaced.
+        # displaced, line_too_long.
         self.refusals: Counter[str] = Counter()
 
     def close_http_connections(self) -> int:

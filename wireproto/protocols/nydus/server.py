@@ -18,7 +18,7 @@ server, nydus 5.3.2 (npm), does:
 subscribe them, nydus clients of a plain broker use three routes of wireproto's own:
 ``/_hub/subscribe`` and ``/_hub/unsubscribe`` with a path as data (``"/chat/room"``), and
 ``/_hub/publish`` with ``{"path": "/chat/room", "data": ...}``, whose result is
-``{"delivered": N}``. Bad data is ERROR status 400.
+``{"delivered": N, "processes": P}`` (this process's deliveries, of P). Bad data is ERROR 400.
 
 nydus is carried by Engine.IO 4 for the JavaScript client (wireproto.transports.engineio), and,
 as wireproto's extension for clients that are not JavaScript, by raw WebSocket text frames (one
@@ -517,7 +517,7 @@ class NydusServer:
             raise InvokeError(403, "Forbidden") from None
         except (ValueError, ProtocolError) as error:
             raise InvokeError(400, str(error)) from None
-        return {"delivered": delivered}
+        return {"delivered": delivered, "processes": self.hub.federation.processes()}
 
     # -- subscriptions ---------------------------------------------------------------------------
 
