@@ -48,6 +48,10 @@ async def test_the_page_lists_a_python_client_and_shows_its_publish_at_once(
     assert '{"c":21.5}' in line and "websmq" in line
     topic = await browser.run(row_with, page, "topics", "sensors/temp")
     assert '{"c":21.5}' in topic  # its last value
+    # A last value is shown as it was sent, as the tap shows it, not as its JSON written again.
+    await wait_for(client.publish("sensors/pressure", b'{"hPa": 10132e-1}'))
+    topic = await browser.run(row_with, page, "topics", "sensors/pressure")
+    assert '{"hPa": 10132e-1}' in topic, topic
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     await wait_for(client.publish("sensors/humidity", b"48"))

@@ -7,7 +7,7 @@
 
 import { Refused, api, credentials, setCredentials } from "./api.js";
 import { Charts } from "./charts.js";
-import { duration, element, integer, rate } from "./format.js";
+import { duration, element, integer, payloadText, rate } from "./format.js";
 import { askRoutes, brokerProcesses, setUpForms } from "./forms.js";
 import { LiveTable, RowsInPlace } from "./table.js";
 import { setUpTap, stopTap } from "./tap.js";
@@ -68,11 +68,13 @@ const links = new RowsInPlace($("#links"), {
 
 const charts = new Charts();
 
+// A last value as it was sent when it is text (as the tap shows it); bytes that are msgpack
+// decoded, since their hex says little; other bytes as hex.
 function lastValue(described) {
-  const cut = described.truncated ? " …" : "";
-  if ("json" in described) return JSON.stringify(described.json) + cut;
-  if ("msgpack" in described) return JSON.stringify(described.msgpack) + cut;
-  return (described.text ?? described.hex ?? "") + cut;
+  if ("msgpack" in described && !("text" in described)) {
+    return JSON.stringify(described.msgpack) + (described.truncated ? " …" : "");
+  }
+  return payloadText(described)[1];
 }
 
 function closeButton(session) {
