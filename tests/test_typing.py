@@ -18,7 +18,7 @@ import wireproto
 PACKAGE = Path(wireproto.__file__).parent
 
 # Ceilings: the counts when the last change was made (docs/architecture.md, "Types").
-MOST_ANY_ANNOTATIONS = 792
+MOST_ANY_ANNOTATIONS = 785
 MOST_TYPE_IGNORES = 12
 
 
