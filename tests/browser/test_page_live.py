@@ -235,10 +235,12 @@ async def test_the_charts_start_from_the_brokers_history(broker: Broker, browser
         for _ in range(50):
             client.publish("busy", b"x")
         await sleep(1)
-    page = await open_page(browser, base)
+    # Listening before the page loads: its history may be asked for before goto returns.
+    page = await browser.page()
     history: list[Any] = []
     await browser.run(page.on, "response", lambda response: history.append(response.status)
                       if response.url.endswith("/api/history") else None)
+    await browser.run(page.goto, base + "/")
     await browser.run(broker_shown, page)
     await browser.run(wait_updates, page, 1)
     await eventually(lambda: history == [200], timeout=SHOWN_WITHIN_MS / 1000)

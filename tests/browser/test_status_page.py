@@ -162,7 +162,7 @@ async def test_in_a_cluster_a_publish_from_the_page_says_its_count_is_this_proce
     result = await browser.run(submit, page, "call", {
         "protocol": "nydus", "name": "/_hub/publish",
         "body": '{"path": "/news", "data": "two"}'})
-    assert result == 'ok: {"delivered":1} (delivered on this process)'
+    assert result == 'ok: {"delivered":1,"processes":2} (delivered on this process)'
     for inbox in inboxes:
         assert [message.payload for message in await inbox.wait(2)][1] == b'"two"'
 
