@@ -274,3 +274,57 @@ async def test_the_call_form_offers_what_the_broker_answers(
     await browser.run(page.select_option, "#call [name=protocol]", "nydus")
     offered = await browser.run(page.evaluate, OFFERED)
     assert "/hello/:name" in offered and "/_hub/publish" in offered and "add" not in offered
+
+
+LABELS = ("() => Object.fromEntries([...document.querySelectorAll('#call-names option')]"
+          ".map(option => [option.value, option.getAttribute('label')]))")
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_call_form_does_not_call_a_routes_template_as_a_path(
+    broker: Broker, browser: Browser,
+) -> None:
+    """A nydus route is offered as written (`/rooms/:room/join`); sent as it is, its handler
+    would run with the room ":room". The form labels templates and says what to fill in."""
+    service, addresses, base = await start(broker)
+    nydus = service.server("nydus")
+    called: list[Any] = []
+    nydus.register_route("/rooms/:room/join",
+                         lambda call: called.append(call.params["room"]) or "joined")
+    nydus.register_route("/files/*", lambda call: called.append(call.splats) or "file")
+    nydus.register_route("/a+b", lambda call: called.append(call.path) or "ab")
+    page = await open_page(browser, base)
+    await browser.run(broker_shown, page)
+    await browser.run(page.select_option, "#call [name=protocol]", "nydus")
+    await browser.run(page.focus, "#call [name=name]")
+    await browser.run(lambda: page.wait_for_function(f"() => ({OFFERED})().includes('/a+b')"))
+    labels = await browser.run(page.evaluate, LABELS)
+    assert labels["/rooms/:room/join"] == "template: replace :room"
+    assert labels["/files/*"] == "template: replace *"
+    assert labels["/a+b"] == "pattern: write a path it matches"
+    assert labels["/_hub/publish"] is None
+
+    for name, hole in [("/rooms/:room/join", ":room"), ("/files/*", "*"),
+                       ("/rooms/:room/leave", ":room")]:
+        result = await browser.run(submit, page, "call",
+                                   {"protocol": "nydus", "name": name, "body": ""})
+        assert result.startswith(f"not sent: replace {hole} in {name}"), result
+    result = await browser.run(submit, page, "call",
+                               {"protocol": "nydus", "name": "/a+b", "body": ""})
+    assert result.startswith("not sent: /a+b is a route written as a regular expression"), result
+    assert called == []
+
+    # Filled in, each is called; a regular expression's path, too, and the pattern itself when
+    # sent again (the broker says it matches nothing).
+    for name, answer in [("/rooms/lobby/join", 'ok: "joined"'), ("/files/a/b.txt", 'ok: "file"'),
+                         ("/aab", 'ok: "ab"')]:
+        result = await browser.run(submit, page, "call",
+                                   {"protocol": "nydus", "name": name, "body": ""})
+        assert result == answer, (name, result)
+    result = await browser.run(submit, page, "call",
+                               {"protocol": "nydus", "name": "/a+b", "body": ""})
+    assert result.startswith("not sent:"), result
+    result = await browser.run(submit, page, "call",
+                               {"protocol": "nydus", "name": "/a+b", "body": ""})
+    assert result.startswith("failed:") and "404" in result, result
+    assert called == ["lobby", ["a/b.txt"], "/aab"]

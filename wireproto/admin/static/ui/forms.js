@@ -1,5 +1,7 @@
 // The Publish and Call forms. The Call form's name field offers what the broker answers
-// (/api/routes): the UBRE request names or the nydus paths, for the protocol chosen. In a
+// (/api/routes): the UBRE request names or the nydus routes, for the protocol chosen. A nydus
+// route is a pattern, not a path (docs/nydus.md): the form offers it labelled as such and does
+// not call a parameter's own name (`:room`) or a splat (`*`) as if it were a value. In a
 // cluster, a publish reaches every process, but the count of deliveries the answer gives is the
 // answering process's: the result says so.
 
@@ -28,12 +30,57 @@ function onThisProcess(answer) {
   return count > 1 ? " on this process" : "";
 }
 
-function offerRoutes() {
+// ruta3's tokens in a nydus route: a `:name` parameter (maybe `(regex)` and `?` after it) or a
+// `*` splat.
+const TOKENS = /(\/)?(\.)?:(\w+)(?:(\(.*?\)))?(\?)?|\*/g;
+// What, outside its tokens, makes a route a regular expression rather than a path.
+const REGEX = /[+?$^[\]{}()|\\]/;
+
+function offered() {
   const protocol = $("#call").protocol.value;
-  const names = Array.isArray(routes?.[protocol]) ? routes[protocol] : [];
-  $("#call-names").replaceChildren(...names.map((name) => {
+  return Array.isArray(routes?.[protocol]) ? routes[protocol].map(String) : [];
+}
+
+// The placeholders of a nydus route, as a reader fills them in: ":room", "*".
+function placeholders(route) {
+  return [...route.matchAll(TOKENS)].map((token) => (token[0] === "*" ? "*" : `:${token[3]}`));
+}
+
+function isRegex(route) {
+  return REGEX.test(route.replace(TOKENS, ""));
+}
+
+function describe(route) {
+  const holes = [...new Set(placeholders(route))];
+  if (holes.length) return `template: replace ${holes.join(" and ")}`;
+  return isRegex(route) ? "pattern: write a path it matches" : "";
+}
+
+// Why a nydus name is not to be sent as it is, or "": it still holds a placeholder of an offered
+// route, or it is an offered route written as a regular expression (sent when submitted again).
+let held = null;
+function unready(name) {
+  const routes = offered();
+  for (const hole of new Set(routes.flatMap(placeholders))) {
+    const holds = hole === "*" ? name.includes("*")
+      : new RegExp(`${hole}(?!\\w)`).test(name);
+    if (holds) return `replace ${hole} in ${name}: it is the route's template, not a value`;
+  }
+  if (routes.includes(name) && isRegex(name) && held !== name) {
+    held = name;
+    return `${name} is a route written as a regular expression: write a path it matches ` +
+      "(or call again to send it as it is)";
+  }
+  return "";
+}
+
+function offerRoutes() {
+  const nydus = $("#call").protocol.value === "nydus";
+  $("#call-names").replaceChildren(...offered().map((name) => {
     const option = element("option");
-    option.value = String(name);
+    option.value = name;
+    const label = nydus ? describe(name) : "";
+    if (label) option.label = label;
     return option;
   }));
 }
@@ -70,6 +117,12 @@ export function setUpForms() {
     try {
       const text = form.body.value.trim();
       const request = { protocol: form.protocol.value, name: form.name.value };
+      const why = request.protocol === "nydus" ? unready(request.name) : "";
+      if (why) {
+        form.result.value = `not sent: ${why}`;
+        return;
+      }
+      held = null;
       if (text) request.body = JSON.parse(text);
       const answer = await api("call", request);
       // The hub's own /_hub/publish counts its deliveries as /api/publish does.
