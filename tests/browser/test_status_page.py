@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +168,72 @@ async def test_in_a_cluster_a_publish_from_the_page_says_its_count_is_this_proce
     assert result == 'ok: {"delivered":1,"processes":2} (delivered on this process)'
     for inbox in inboxes:
         assert [message.payload for message in await inbox.wait(2)][1] == b'"two"'
+
+
+# Pixels of a chart's series' colour in the lower part of its plot (below 30% of its height),
+# right of `left` (a fraction of its width): where a line at the chart's top does not go.
+LOW_PIXELS = """([id, colour, left]) => {
+  const canvas = document.getElementById(id);
+  const wanted = getComputedStyle(document.documentElement).getPropertyValue(colour).trim();
+  const [r, g, b] = [1, 3, 5].map(at => parseInt(wanted.slice(at, at + 2), 16));
+  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let found = 0;
+  for (let at = 0; at < data.length; at += 4) {
+    const near = Math.abs(data[at] - r) + Math.abs(data[at + 1] - g) + Math.abs(data[at + 2] - b);
+    const row = Math.floor(at / 4 / canvas.width);
+    const column = (at / 4) % canvas.width;
+    if (data[at + 3] > 100 && near < 40 && row > 0.3 * canvas.height
+        && column >= left * canvas.width) found += 1;
+  }
+  return found;
+}"""
+PARTIAL_SHOWN = ("() => !document.querySelector('#partial').hidden && document.querySelector("
+                 "'#partial').textContent === '1 of 2 processes answered: the figures are partial'")
+
+
+@pytest_twisted.ensureDeferred
+async def test_in_a_cluster_a_process_left_out_is_said_and_leaves_no_dip_in_the_charts(
+    broker: Broker, browser: Browser, nats: Any,
+) -> None:
+    """While NATS is paused, the status names only the answering process: the page says its
+    figures are partial, draws no chart point from them, and when both answer again draws the
+    charts from /api/history, where every second has both processes' connections."""
+    first, at_first, base = await cluster_process(broker, nats)
+    second, at_second, _ = await cluster_process(broker, nats)
+    for addresses in (at_first, at_second):
+        await broker.client(addresses["websmq+length32"])
+    page = await browser.page()
+    history: list[int] = []
+    await browser.run(page.on, "response", lambda response: history.append(response.status)
+                      if response.url.endswith("/api/history") else None)
+    await browser.run(page.goto, base + "/")
+    await browser.run(broker_shown, page)
+    await browser.run(wait_text, page, "#node", "2 processes")
+    await browser.run(lambda: page.wait_for_function(
+        "() => document.querySelector('#chart-connections-now').textContent === '2'",
+        timeout=SHOWN_WITHIN_MS * 3))
+    await browser.run(wait_updates, page, 4)  # seconds of two connections before the pause
+    assert await browser.run(page.is_hidden, "#partial")
+    asked = len(history)
+    paused = time.time()
+    os.kill(nats.process.pid, signal.SIGSTOP)
+    try:
+        await browser.run(lambda: page.wait_for_function(PARTIAL_SHOWN,
+                                                         timeout=SHOWN_WITHIN_MS * 3))
+        await browser.run(wait_updates, page, 2)
+        assert await browser.run(page.text_content, "#chart-connections-now") == "2"
+    finally:
+        os.kill(nats.process.pid, signal.SIGCONT)
+    await browser.run(lambda: page.wait_for_function(
+        "() => document.querySelector('#partial').hidden", timeout=SHOWN_WITHIN_MS * 4))
+    await browser.run(wait_text, page, "#node", "2 processes")
+    await browser.run(wait_updates, page, 2)  # Playwright hands over its events meanwhile
+    await eventually(lambda: len(history) > asked, timeout=SHOWN_WITHIN_MS / 1000)
+    # A chart shows a minute here: from a second before the pause on, connections stayed at two,
+    # the chart's top; the page reloaded would draw the same.
+    left = 1 - (time.time() - paused + 1) / 60
+    low = await browser.run(page.evaluate, LOW_PIXELS, ["chart-connections", "--connections", left])
+    assert low == 0, low
 
 
 @pytest_twisted.ensureDeferred

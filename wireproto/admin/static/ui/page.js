@@ -28,6 +28,12 @@ let polling = false;
 let again = false; // what to ask for changed during a poll: ask again when it ends
 let timer = 0;
 let historyAsked = false;
+// How many processes each status named over the last minute: a status that names fewer than the
+// most answered without some (each is asked for a second at most), so its figures are partial.
+const PROCESSES_REMEMBERED_MS = 60_000;
+let processCounts = []; // [Date.now(), count], oldest first
+let wholeNodes = null; // the processes of the last status that named them all
+let wasPartial = false;
 
 const poll = () => {
   again = true;
@@ -154,9 +160,30 @@ function show(status) {
   links.show(status.links);
   $("#links").hidden = status.links.length === 0;
   showSysToggle(pages.topics?.sys);
-  charts.poll(status, connections);
+  if (!partialFigures(status.nodes)) charts.poll(status, connections);
   charts.draw();
   return !(moved || movedTopics);
+}
+
+// Says when the status left a process out, and keeps its figures off the charts: they would
+// show a dip that /api/history, which sums every process's own seconds, does not have. When the
+// processes are whole again (or others), the charts are drawn again from /api/history.
+function partialFigures(nodes) {
+  const now = Date.now();
+  processCounts = processCounts.filter(([at]) => now - at < PROCESSES_REMEMBERED_MS);
+  processCounts.push([now, nodes.length]);
+  const expected = Math.max(...processCounts.map(([, count]) => count));
+  const partial = nodes.length < expected;
+  setText("#partial", partial
+    ? `${nodes.length} of ${expected} processes answered: the figures are partial` : "");
+  $("#partial").hidden = !partial;
+  if (!partial) {
+    const names = nodes.join(" ");
+    if (wasPartial || (wholeNodes !== null && names !== wholeNodes)) askHistory();
+    wholeNodes = names;
+  }
+  wasPartial = partial;
+  return partial;
 }
 
 function showSysToggle(folded) {
@@ -191,11 +218,15 @@ function loggedIn() {
   }
   if (!historyAsked) {
     historyAsked = true;
-    api("history").then((answer) => {
-      charts.history(answer);
-      charts.draw();
-    }, () => {}); // a broker without /api/history: the charts start now
+    askHistory();
   }
+}
+
+function askHistory() {
+  api("history").then((answer) => {
+    charts.history(answer);
+    charts.draw();
+  }, () => {}); // a broker without /api/history: the charts start now
 }
 
 function measured() {
