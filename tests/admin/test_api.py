@@ -154,6 +154,28 @@ async def test_publish_from_the_api_reaches_a_tcp_subscriber(broker: Broker) -> 
         inbox.messages.clear()
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_publishs_delivered_counts_connections_not_taps(broker: Broker) -> None:
+    service, addresses, base = await start(broker)
+    subscriber = await broker.client(addresses["websmq+length32"])
+    inbox = Inbox()
+    await wait_for(subscriber.subscribe("news", inbox))
+    taps = [await open_tap(base, pattern) for pattern in ("#", "news")]
+    for _, reader in taps:
+        await eventually(lambda reader=reader: reader.lines)
+    answer = await http(base, "/api/publish", {"topic": "news", "payload": "1"})
+    assert answer.json == {"delivered": 1, "processes": 1}
+    called = await http(base, "/api/call", {"protocol": "nydus", "name": "/_hub/publish",
+                                            "body": {"path": "/news", "data": 2}})
+    assert called.json["body"]["delivered"] == 1, called.json
+    for _, reader in taps:  # the taps got both, and are not counted
+        await eventually(lambda reader=reader: len(reader.lines) == 3)
+    assert service.hub.stats.delivered == 2 + 4
+    for response, _ in taps:
+        response._transport.stopProducing()
+    await eventually(lambda: not service.admin.api.taps)
+
+
 @pytest.mark.parametrize("body, status, error", [
     ({"payload": "x"}, 400, "topic"),
     ({"topic": "a/#", "payload": "x"}, 400, "pattern"),
