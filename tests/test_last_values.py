@@ -5,13 +5,16 @@ its values through an index, and what a connection's pattern subscribes may exam
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
+import msgpack
 import pytest
 import pytest_twisted
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet import reactor
+from twisted.logger import globalLogPublisher
 
 from tests.brokers import LOCAL
 from tests.support import eventually, sleep, wait_for
@@ -170,6 +173,41 @@ async def test_last_values_outlive_a_restart_with_a_retain_file(broker, tmp_path
     third, _ = await retaining(broker, retain_file=str(path), retain=("sensors/#",))
     assert third.hub.retained.topics() == ["sensors/kept"]
     assert third.hub.retained.flush() == 0  # nothing left to forget
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_retain_file_of_an_older_version_gives_no_value_on_a_pattern(broker, tmp_path):
+    """An older version kept a publish on sensors/+ or sensors/# with retain = ["sensors/#"]:
+    read back, such values are ignored (nothing is published on a pattern) and forgotten."""
+    path = tmp_path / "last.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE last_values (topic TEXT PRIMARY KEY, payload BLOB NOT NULL, "
+               "protocol TEXT NOT NULL, encodings BLOB NOT NULL) WITHOUT ROWID")
+    for topic in ("sensors/+", "sensors/#", "sensors/kept", "sensors/a+b"):
+        db.execute("INSERT INTO last_values VALUES (?, ?, 'websmq', ?)",
+                   (topic, topic.encode(), msgpack.packb([])))
+    db.commit()
+    db.close()
+    logged: list[dict] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        service, at = await retaining(broker, retain_file=str(path))
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    assert sorted(service.hub.retained.topics()) == ["sensors/a+b", "sensors/kept"]
+    (warning,) = [event for event in logged if event.get("event") == "retained_ignored"]
+    assert warning["count"] == 2
+    late = await broker.client(at["websmq"], wildcards=True)
+    received: list = []
+    late.subscribe("sensors/#", received.append)
+    await eventually(lambda: len(received) == 2)
+    await sleep(0.2)
+    assert sorted(m.topic for m in received) == ["sensors/a+b", "sensors/kept"]
+    await wait_for(service.stopService())
+    db = sqlite3.connect(path)
+    assert sorted(row[0] for row in db.execute("SELECT topic FROM last_values")) == [
+        "sensors/a+b", "sensors/kept"]
+    db.close()
 
 
 # -- finding a pattern's values -----------------------------------------------------------------

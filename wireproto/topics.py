@@ -20,7 +20,9 @@ __all__ = ["validate_pattern", "is_pattern", "refuse_pattern", "pattern_matches"
 
 
 def validate_pattern(pattern: str) -> None:
-    """Refuse a pattern whose `#` is not a whole last level, or whose `+` is not a whole level."""
+    """Refuse a pattern whose `#` is not a whole last level, or whose `+` is not a whole level.
+    Whether a string is a pattern at all is `is_pattern`'s to say: `tt/a+b` and `tt/#/x` are
+    topics, not bad patterns."""
     levels = pattern.split("/")
     for index, level in enumerate(levels):
         if "#" in level and (level != "#" or index != len(levels) - 1):
@@ -30,6 +32,8 @@ def validate_pattern(pattern: str) -> None:
 
 
 def is_pattern(topic: str) -> bool:
+    """Whether `topic` has `+` as a whole level or `#` as the whole last one: the hub's one
+    definition of a pattern (a subscription matches by it; nothing is published on it)."""
     return "+" in topic.split("/") or topic == "#" or topic.endswith("/#")
 
 

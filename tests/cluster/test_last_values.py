@@ -4,10 +4,14 @@ and even if no process subscribed to it then."""
 
 from __future__ import annotations
 
+import msgpack
 import pytest_twisted
+from twisted.internet import reactor
+from twisted.logger import globalLogPublisher
 
 from tests.cluster.test_link import cluster_broker
-from tests.support import Inbox, eventually, wait_for
+from tests.support import Inbox, eventually, sleep, wait_for
+from wireproto.cluster.client import NatsClient, NatsOptions
 from wireproto.cluster.lastvalues import key_of_topic, topic_of_key
 from wireproto.hub import HubSettings
 
@@ -46,6 +50,43 @@ async def test_a_late_subscriber_on_another_process_gets_the_last_value(broker, 
     await eventually(lambda: third.hub.retained.get("sensors/humidity") is not None, timeout=10)
     assert third.hub.retained.get("sensors/temp") is None
     assert third.cluster.last_values.read >= 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_last_value_on_a_pattern_from_the_bucket_is_ignored(broker, nats):
+    """A NATS client that is no broker (or an older version) writes values on kept/+ and kept/#
+    to the bucket: no process keeps them, or gives them to a subscriber, as nothing is published
+    on a pattern; each is counted, and logged once however often the consumer sends it."""
+    process, _ = await cluster_broker(broker, nats, hub=HubSettings(retain=("kept/#",)))
+    await eventually(lambda: process.cluster.last_values.available, timeout=10)
+    logged: list[dict] = []
+    globalLogPublisher.addObserver(logged.append)
+    outsider = NatsClient(reactor, NatsOptions(servers=(nats.url,)))
+    outsider.start()
+    try:
+        await wait_for(outsider.when_ready())
+        for topic in ("kept/+", "kept/#", "kept/x"):
+            _, ack = await wait_for(outsider.request(
+                process.cluster.last_values.subject(topic),
+                msgpack.packb([topic, b"injected", "nats", []]), timeout=5))
+            assert b'"seq"' in ack, ack
+    finally:
+        await wait_for(outsider.stop())
+    retained = process.hub.retained
+    await eventually(lambda: retained.get("kept/x") is not None, timeout=10)
+    await sleep(0.3)
+    assert retained.topics() == ["kept/x"]
+    assert process.cluster.last_values.on_patterns == 2
+    assert process.cluster.stats().refused == 2
+    # Followed again (as after a reconnect): sent again, counted again, not logged again.
+    process.cluster.last_values.following.run(process.cluster.last_values._follow)
+    await eventually(lambda: process.cluster.last_values.on_patterns == 4, timeout=10)
+    globalLogPublisher.removeObserver(logged.append)
+    assert retained.topics() == ["kept/x"]
+    refusals = sorted(event["why"] for event in logged
+                      if event.get("event") == "cluster_refused")
+    assert refusals == ["'kept/#' is a pattern, where nothing is published",
+                        "'kept/+' is a pattern, where nothing is published"]
 
 
 def test_any_topic_is_one_key_token() -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import msgpack
 import pytest_twisted
 
 from tests.cluster.processes import (
@@ -142,3 +143,43 @@ async def test_a_claimer_paused_mid_takeover_publishes_no_will_twice(tmp_path, n
         if twice:
             break
     assert rounds[-1] == {}, rounds
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_will_on_a_pattern_in_the_bucket_is_ignored_and_the_others_go_out(tmp_path, nats):
+    """A dead process's wills on gone/#, gone/+ and # (kept by an older version, which let a
+    will on a pattern through) beside three good ones: the claimer publishes the good ones in
+    its one claim, ignores the others (the hub refuses a will on a pattern), and empties the
+    bucket of all six."""
+    observer = await Observer(nats.url).start()
+    processes = [await serve(tmp_path, name, nats.url, heartbeat=0.25, lease=1.0)
+                 for name in ("doomed", "claimer")]
+    try:
+        doomed, claimer = processes
+        for number in range(3):
+            client = await doomed.client()
+            client.set_will(f"gone/{number}", b"%d" % number)
+        await wills_stored(observer, 3)
+        key = next(iter(await observer.subjects("w.>")))
+        origin = key.split(".w.", 1)[1].split(".", 1)[0]
+        for number, topic in enumerate(("gone/#", "gone/+", "#")):
+            _, ack = await wait_for(observer.client.request(
+                f"$KV.wireproto_wills.w.{origin}.{900_000 + number}",
+                msgpack.packb([topic, b"bad", "websmq"]), timeout=5))
+            assert b'"seq"' in ack, ack
+        await wills_stored(observer, 6)
+        os.kill(doomed.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while len(observer.wills()) < 3 or await observer.subjects("w.>"):
+            assert time.monotonic() < deadline, (observer.wills(), claimer.child.stderr[-5:])
+            await sleep(0.2)
+        await sleep(0.5)
+        assert sorted(subject for subject, _ in observer.wills()) == [
+            "wireproto.topic.gone.0", "wireproto.topic.gone.1", "wireproto.topic.gone.2"]
+        # One claim: it did not fail part way for a will the hub refused.
+        assert claimer.lines("looking for processes whose lease is over failed") == []
+        assert len(claimer.lines("ignored a will on")) == 3
+    finally:
+        for each in processes:
+            await stop(each)
+        await observer.stop()

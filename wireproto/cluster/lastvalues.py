@@ -24,12 +24,14 @@ import msgpack
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from wireproto import peerlog
 from wireproto.cluster.client import NatsClient
 from wireproto.cluster.jetstream import Bucket, Retrying, jetstream_api
 from wireproto.cluster.subjects import Subjects, safe_token
 from wireproto.codecs.nats import header_values, headers_block
 from wireproto.hub.message import new_message
 from wireproto.hub.retained import LastValues
+from wireproto.topics import is_pattern
 
 __all__ = ["SharedLastValues", "key_of_topic"]
 
@@ -81,12 +83,17 @@ class SharedLastValues:
                 lacking="each process keeps the last values of the publishes it sees")
         self.following = Retrying(client, f"the last-values consumer ({self.stream})")
         self.written = self.read = self.refused = 0
+        # Of those refused, the values on patterns (counted in the cluster's refused too).
+        self.on_patterns = 0
         # Times the consumer went silent and was made again.
         self.refollowed = 0
         self._sid: int | None = None
         self._inbox: str | None = None
         self._heard = False
         self._watch: Any = None
+        # Keys of values on patterns logged already: the consumer sends them again each time
+        # it is made, and each is logged once.
+        self._ignored: set[str] = set()
 
     @property
     def available(self) -> bool:
@@ -204,7 +211,19 @@ class SharedLastValues:
         if not isinstance(topic, str) or not isinstance(value, bytes) or not value:
             self.refused += 1
             return
-        if subject != self.subject(topic) or not retained.wants(topic):
+        if subject != self.subject(topic):
+            self.refused += 1
+            return
+        if is_pattern(topic):  # a NATS client's that is no broker, or an older version's
+            self.refused += 1
+            self.on_patterns += 1
+            if subject not in self._ignored and len(self._ignored) < 4096:
+                self._ignored.add(subject)
+                peerlog.warn(log, "nats", "cluster: ignored a last value on {subject!r}: {why}",
+                             event="cluster_refused", subject=subject,
+                             why=f"{topic[:100]!r} is a pattern, where nothing is published")
+            return
+        if not retained.wants(topic):
             self.refused += 1
             return
         self.read += 1

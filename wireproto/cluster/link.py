@@ -375,7 +375,8 @@ class ClusterLink:
         return FederationStats(
             connected=client.connected, processes=len(self.roster.members()) + 1,
             forwarded=self.forwarded, received=self.received, duplicates=self.duplicates,
-            refused=self.refused, dropped=client.dropped, reconnects=client.reconnects,
+            refused=self.refused + self.last_values.on_patterns + self.wills.refused,
+            dropped=client.dropped, reconnects=client.reconnects,
             calls_made=calls.made, calls_answered=calls.answered, calls_refused=calls.refused,
             wills_published=self.wills.published, fenced=self.fenced)
 

@@ -30,6 +30,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from wireproto import peerlog
 from wireproto.cluster.client import NatsClient
 from wireproto.cluster.connection import NatsUnavailable
 from wireproto.cluster.jetstream import Bucket
@@ -42,6 +43,7 @@ from wireproto.cluster.lease import (
 )
 from wireproto.cluster.roster import Roster
 from wireproto.cluster.subjects import Subjects, safe_token
+from wireproto.errors import InvalidTopic
 from wireproto.hub.message import HubMessage
 
 __all__ = ["WillKeeper", "HeldWill"]
@@ -91,6 +93,8 @@ class WillKeeper:
         }, replicas=replicas, what="the wills bucket",
             lacking="wills die with their process")
         self.published = 0
+        # Wills taken over that the hub refused (on a pattern, kept by an older version).
+        self.refused = 0
         # session -> its will
         self.held: dict[int, HeldWill] = {}
         # This process's former identities, given up when it was fenced, and the sequence their
@@ -360,8 +364,16 @@ class WillKeeper:
                         raise
                     topic = None
             if isinstance(topic, str) and isinstance(payload, bytes):
-                self.publish(HubMessage(topic, payload, will=True, protocol=str(protocol or "")))
-                published += 1
+                try:
+                    self.publish(HubMessage(topic, payload, will=True,
+                                            protocol=str(protocol or "")))
+                    published += 1
+                except InvalidTopic as error:
+                    # Kept by an older version (a will on tt/#, say): the hub refuses it, and
+                    # the origin's other wills still go out.
+                    self.refused += 1
+                    peerlog.warn(log, "nats", "cluster: ignored a will on {subject!r}: {why}",
+                                 event="cluster_refused", subject=key, why=str(error))
             yield self._purge(key)
             self._unforgotten.discard(key)
         self.published += published

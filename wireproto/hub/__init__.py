@@ -449,6 +449,13 @@ class Hub:
         self._patterns.match(topic, found)
         return tuple(found)
 
+    def reached(self, topic: str, sender: object = None) -> int:
+        """The connections here that a publish on `topic` from `sender` goes to: what a
+        publish's answer counts (POST /api/publish, nydus's /_hub/publish). Host code's
+        subscribers (a tap, a Phyllo bridge) are none, though `publish` counts them."""
+        return sum(1 for subscriber in self.subscribers(topic)
+                   if subscriber is not sender and isinstance(subscriber, Session))
+
     def topics(self) -> list[str]:
         return list(self._exact)
 

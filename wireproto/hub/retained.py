@@ -24,11 +24,14 @@ import sqlite3
 from collections.abc import Iterable
 
 import msgpack
+from twisted.logger import Logger
 
 from wireproto.hub.message import DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_BYTES, HubMessage
-from wireproto.topics import PatternTree, TopicTree, validate_pattern
+from wireproto.topics import PatternTree, TopicTree, is_pattern, validate_pattern
 
 __all__ = ["LastValues"]
+
+log = Logger(namespace="wireproto.hub")
 
 _DECISIONS = 4096
 
@@ -78,6 +81,7 @@ class LastValues:
                    "payload BLOB NOT NULL, protocol TEXT NOT NULL, encodings BLOB NOT NULL) "
                    "WITHOUT ROWID")
         forget = set()
+        on_patterns = 0
         for topic, payload, protocol, packed in db.execute(
                 "SELECT topic, payload, protocol, encodings FROM last_values").fetchall():
             try:
@@ -85,10 +89,16 @@ class LastValues:
                              for name, data, binary in msgpack.unpackb(packed)}
             except (ValueError, TypeError, msgpack.UnpackException):
                 encodings = {}
+            # A version that let a publish on a pattern through may have kept its value.
+            on_patterns += is_pattern(topic)
             if self.wants(topic):
                 self.keep(HubMessage(topic, bytes(payload), protocol=protocol), encodings)
             if topic not in self._values:  # no pattern keeps it now, or past the bounds
                 forget.add(topic)
+        if on_patterns:
+            log.warn("{count} last values on patterns (such as tt/+ or tt/#, where nothing is "
+                     "published) in {path} ignored, and removed from it", count=on_patterns,
+                     path=os.fspath(path), event="retained_ignored")
         self._dirty = forget
         self._db = db
 
@@ -127,11 +137,13 @@ class LastValues:
         return len(self._values)
 
     def wants(self, topic: str) -> bool:
-        """Whether `topic`'s last value is kept."""
+        """Whether `topic`'s last value is kept: never a pattern's, where nothing is
+        published (`is_pattern`)."""
         wanted = self._wanted.get(topic)
         if wanted is None:
             found: dict[str, None] = {}
-            self._tree.match(topic, found)
+            if not is_pattern(topic):
+                self._tree.match(topic, found)
             wanted = bool(found)
             if len(self._wanted) >= _DECISIONS:
                 self._wanted.clear()

@@ -232,7 +232,8 @@ class BrokerCollector(Collector):
             ("duplicates", "Second copies of a publish (overlapping subscriptions) dropped.",
              stats.duplicates),
             ("refused", "Messages on the topics' NATS subjects ignored: a malformed Wp header, "
-             "or a subject that is no topic.", stats.refused),
+             "or a subject that is no topic; and last values and wills from NATS ignored for "
+             "being on a pattern.", stats.refused),
             ("dropped", "NATS messages this process did not send (publishes for the other "
              "processes, wills and last values to keep, answers): no NATS server, or over its "
              "backlog or message size limit.", stats.dropped),

@@ -326,6 +326,15 @@ class _GuardedChannel(HTTPChannel):
                     f"{'its request line' if first else 'a header line'} is over "
                     f"{self.MAX_LENGTH} bytes", quiet=True)
 
+    def lineReceived(self, line: bytes) -> None:
+        if self._receivedHeaderSize + len(line) > self.totalHeadersSize:
+            # The head's lines together past 16 KiB, each within it: twisted.web answers a
+            # bare 400 with no word of why.
+            self.refuse(_HEADER_TOO_LONG, "line_too_long",
+                        f"its head is over {self.totalHeadersSize} bytes", quiet=True)
+            return
+        super().lineReceived(line)
+
     def allHeadersReceived(self) -> None:
         takes = min(self.site.body_limit_for(self._path), self.site.limits.max_body_bytes)
         announced = self.length  # None for a chunked body: counted as it comes

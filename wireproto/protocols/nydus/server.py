@@ -503,21 +503,21 @@ class NydusServer:
         if not isinstance(body, dict) or set(body) - {"path", "data"} or "path" not in body:
             raise InvokeError(400, 'expected {"path": "/topic", "data": ...}')
         path = path_data(body["path"])
-        client = invocation.client
-        sender = client if isinstance(client, NydusServerProtocol) else None
+        sender = invocation.client if isinstance(invocation.client, NydusServerProtocol) else None
         try:
             if sender is None and topic_of_path(path).startswith("$"):
                 # Called from outside any connection (the admin page): published by the
                 # broker, as the admin API publishes, and so never on its own $ topics.
                 raise InvokeError(403, "Forbidden")
-            delivered = self.publish(path, body.get("data", NO_DATA), sender=sender)
+            self.publish(path, body.get("data", NO_DATA), sender=sender)
         except LimitExceeded as error:
             raise InvokeError(400, str(error)) from error
         except Forbidden:
             raise InvokeError(403, "Forbidden") from None
         except (ValueError, ProtocolError) as error:
             raise InvokeError(400, str(error)) from None
-        return {"delivered": delivered, "processes": self.hub.federation.processes()}
+        return {"delivered": self.hub.reached(topic_of_path(path), sender and sender.session),
+                "processes": self.hub.federation.processes()}
 
     # -- subscriptions ---------------------------------------------------------------------------
 
