@@ -18,7 +18,8 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda number, frame: os._exit(0))
 
-import json  # noqa: E402 - after the signals, which may come while it imports
+import io  # noqa: E402 - after the signals, which may come while it imports
+import json  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
@@ -58,6 +59,10 @@ def main() -> int:
     report = os.fdopen(os.dup(1), "w", encoding="utf-8")
     sys.stdout.flush()
     os.dup2(2, 1)
+    # A line a write, as stderr: the workers share it, and a pipe takes a write of a line whole,
+    # so two workers' lines never run together.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
 
     def cannot_start(error: BaseException) -> None:
         """Tell the supervisor why, in one line; this process then exits 1."""
