@@ -87,3 +87,23 @@ def submit(page: Any, form: str, fields: dict[str, str]) -> str:
     page.click(f"#{form} button[type=submit]")
     page.wait_for_function(f"() => document.querySelector('#{form} output').value !== ''")
     return page.eval_on_selector(f"#{form} output", "output => output.value")
+
+
+# How many pixels of a chart's canvas are in one of the page's colours (a CSS variable such as
+# "--in"), within a box given in fractions of its size: rows from `top` to `bottom` (0: the top),
+# columns from `left`.
+CHART_PIXELS = """([id, colour, top = 0, bottom = 1, left = 0]) => {
+  const canvas = document.getElementById(id);
+  const wanted = getComputedStyle(document.documentElement).getPropertyValue(colour).trim();
+  const [r, g, b] = [1, 3, 5].map(at => parseInt(wanted.slice(at, at + 2), 16));
+  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let found = 0;
+  for (let at = 0; at < data.length; at += 4) {
+    const near = Math.abs(data[at] - r) + Math.abs(data[at + 1] - g) + Math.abs(data[at + 2] - b);
+    const row = Math.floor(at / 4 / canvas.width);
+    const column = (at / 4) % canvas.width;
+    if (data[at + 3] > 100 && near < 40 && row >= top * canvas.height
+        && row < bottom * canvas.height && column >= left * canvas.width) found += 1;
+  }
+  return found;
+}"""

@@ -15,6 +15,7 @@ from tests.admin.http import start
 from tests.brokers import Broker
 from tests.browser.conftest import Browser
 from tests.browser.pages import (
+    CHART_PIXELS,
     SHOWN_WITHIN_MS,
     broker_shown,
     open_page,
@@ -189,23 +190,6 @@ async def test_a_tap_line_shows_the_payload_as_sent(broker: Broker, browser: Bro
     assert "ff0001" in line and "hex" in line
 
 
-# The pixels of a chart's canvas in one of its colours, above `above` of its height from the
-# top (1: anywhere).
-CHART_PIXELS = """([id, colour, above = 1]) => {
-  const canvas = document.getElementById(id);
-  const wanted = getComputedStyle(document.documentElement).getPropertyValue(colour).trim();
-  const [r, g, b] = [1, 3, 5].map(at => parseInt(wanted.slice(at, at + 2), 16));
-  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
-  let found = 0;
-  for (let at = 0; at < data.length; at += 4) {
-    const near = Math.abs(data[at] - r) + Math.abs(data[at + 1] - g) + Math.abs(data[at + 2] - b);
-    const row = Math.floor(at / 4 / canvas.width);
-    if (data[at + 3] > 100 && near < 40 && row < above * canvas.height) found += 1;
-  }
-  return found;
-}"""
-
-
 @pytest_twisted.ensureDeferred
 async def test_the_charts_draw_what_each_poll_adds(broker: Broker, browser: Browser) -> None:
     service, addresses, base = await start(broker)
@@ -246,7 +230,7 @@ async def test_the_charts_start_from_the_brokers_history(broker: Broker, browser
     await eventually(lambda: history == [200], timeout=SHOWN_WITHIN_MS / 1000)
     await browser.run(wait_updates, page, 1)
     # Messages in, above the line of none: from the history, as the polls since saw none.
-    drawn = await browser.run(page.evaluate, CHART_PIXELS, ["chart-messages", "--in", 0.75])
+    drawn = await browser.run(page.evaluate, CHART_PIXELS, ["chart-messages", "--in", 0, 0.75])
     assert drawn > 0
 
 

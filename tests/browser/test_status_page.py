@@ -15,6 +15,7 @@ from tests.admin.http import LISTENERS, start
 from tests.brokers import LOCAL, Broker
 from tests.browser.conftest import SCREENSHOTS, Browser
 from tests.browser.pages import (
+    CHART_PIXELS,
     SHOWN_WITHIN_MS,
     broker_shown,
     open_page,
@@ -170,23 +171,6 @@ async def test_in_a_cluster_a_publish_from_the_page_says_its_count_is_this_proce
         assert [message.payload for message in await inbox.wait(2)][1] == b'"two"'
 
 
-# Pixels of a chart's series' colour in the lower part of its plot (below 30% of its height),
-# right of `left` (a fraction of its width): where a line at the chart's top does not go.
-LOW_PIXELS = """([id, colour, left]) => {
-  const canvas = document.getElementById(id);
-  const wanted = getComputedStyle(document.documentElement).getPropertyValue(colour).trim();
-  const [r, g, b] = [1, 3, 5].map(at => parseInt(wanted.slice(at, at + 2), 16));
-  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
-  let found = 0;
-  for (let at = 0; at < data.length; at += 4) {
-    const near = Math.abs(data[at] - r) + Math.abs(data[at + 1] - g) + Math.abs(data[at + 2] - b);
-    const row = Math.floor(at / 4 / canvas.width);
-    const column = (at / 4) % canvas.width;
-    if (data[at + 3] > 100 && near < 40 && row > 0.3 * canvas.height
-        && column >= left * canvas.width) found += 1;
-  }
-  return found;
-}"""
 PARTIAL_SHOWN = ("() => !document.querySelector('#partial').hidden && document.querySelector("
                  "'#partial').textContent === '1 of 2 processes answered: the figures are partial'")
 
@@ -232,7 +216,8 @@ async def test_in_a_cluster_a_process_left_out_is_said_and_leaves_no_dip_in_the_
     # A chart shows a minute here: from a second before the pause on, connections stayed at two,
     # the chart's top; the page reloaded would draw the same.
     left = 1 - (time.time() - paused + 1) / 60
-    low = await browser.run(page.evaluate, LOW_PIXELS, ["chart-connections", "--connections", left])
+    low = await browser.run(page.evaluate, CHART_PIXELS,
+                            ["chart-connections", "--connections", 0.3, 1, left])
     assert low == 0, low
 
 
