@@ -36,6 +36,7 @@ async def test_history_has_a_point_a_second_with_what_passed(broker: Broker) -> 
     await eventually(lambda: sum(row[1] for row in history.rows()) == 7, timeout=10)
     answer = (await http(base, "/api/history")).json
     assert answer["interval"] == 1
+    assert answer["nodes"] == [service.node]
     points = answer["points"]
     assert set(points[-1]) == {"time", "published", "delivered", "dropped", "connections"}
     times = [point["time"] for point in points]
@@ -125,7 +126,7 @@ def test_the_processes_histories_are_summed_per_second() -> None:
     merged = merge_rows([first, second, hostile, "not rows"])
     assert merged == [[10, 1, 1, 0, 2], [11, 7, 2, 1, 5], [12, 1, 1, 0, 3]]
     assert first == [[10, 1, 1, 0, 2], [11, 2, 2, 0, 2]]  # not changed by the sum
-    points = history_answer(merged)["points"]
+    points = history_answer(merged, ["a", "b"])["points"]
     assert points[1] == {"time": 11, "published": 7, "delivered": 2, "dropped": 1,
                          "connections": 5}
     many = [[[time, 1, 1, 1, 1] for time in range(start, start + KEPT)]

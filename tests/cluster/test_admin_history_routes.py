@@ -69,10 +69,13 @@ async def test_history_sums_every_process_per_second(broker, nats) -> None:
     await eventually(lambda: published(first) == 3 and published(second) == 5, timeout=10)
     whole = (await http(base, "/api/history")).json
     assert sum(point["published"] for point in whole["points"]) == 8
+    # It names the processes it sums, so that a reader can tell a history one left out.
+    assert sorted(whole["nodes"]) == sorted([first.cluster.origin, second.cluster.origin])
     times = [point["time"] for point in whole["points"]]
     assert times == sorted(set(times))
     alone = (await http(base, "/api/history?scope=process")).json
     assert sum(point["published"] for point in alone["points"]) == 3
+    assert alone["nodes"] == [first.cluster.origin]
 
 
 @pytest_twisted.ensureDeferred

@@ -178,7 +178,7 @@ class AdminApi(Resource):
             case ["history"]:
                 if whole:
                     return self._gathered_history(request)
-                return _json(request, 200, history_answer(self.history.rows()))
+                return _json(request, 200, history_answer(self.history.rows(), [self.node]))
         raise ApiError(404, f"no admin API at /api/{'/'.join(path)}")
 
     def _post(self, request: Any, path: list[str], principal: Principal) -> Any:
@@ -239,8 +239,9 @@ class AdminApi(Resource):
         group = self._cluster()
         assert group is not None
         d = group.ask_others(ADMIN_QUESTION, ["history"], self.history.rows())
-        d.addCallback(lambda replies: _finish(request, 200, history_answer(merge_rows(
-            reply.answer for reply in replies)))).addErrback(
+        d.addCallback(lambda replies: _finish(request, 200, history_answer(
+            merge_rows(reply.answer for reply in replies),
+            [reply.origin for reply in replies if isinstance(reply.answer, list)]))).addErrback(
             lambda failure: log.failure("gathering the cluster's history failed", failure,
                                         event="admin_status_failed"))
         return NOT_DONE_YET

@@ -130,11 +130,12 @@ def _is_row(row: object) -> TypeGuard[list[float]]:
             and isinstance(row[0], int))
 
 
-def history_answer(rows: list[list[float]]) -> dict[str, object]:
-    """``GET /api/history``'s answer: the interval and each point as an object.
+def history_answer(rows: list[list[float]], nodes: list[str]) -> dict[str, object]:
+    """``GET /api/history``'s answer: the interval, the processes whose points it sums (in a
+    cluster, those that answered in time) and each point as an object.
 
-    >>> history_answer([[10, 1, 2, 0, 3]])["points"]
+    >>> history_answer([[10, 1, 2, 0, 3]], ["a"])["points"]
     [{'time': 10, 'published': 1, 'delivered': 2, 'dropped': 0, 'connections': 3}]
     """
-    return {"interval": INTERVAL,
+    return {"interval": INTERVAL, "nodes": nodes,
             "points": [dict(zip(Point._fields, row, strict=True)) for row in rows]}

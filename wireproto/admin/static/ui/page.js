@@ -28,6 +28,8 @@ let polling = false;
 let again = false; // what to ask for changed during a poll: ask again when it ends
 let timer = 0;
 let historyAsked = false;
+// The last history asked for named fewer processes than the status: ask again.
+let historyShort = false;
 // How many processes each status named over the last minute: a status that names fewer than the
 // most answered without some (each is asked for a second at most), so its figures are partial.
 const PROCESSES_REMEMBERED_MS = 60_000;
@@ -179,7 +181,9 @@ function partialFigures(nodes) {
   $("#partial").hidden = !partial;
   if (!partial) {
     const names = nodes.join(" ");
-    if (wasPartial || (wholeNodes !== null && names !== wholeNodes)) askHistory();
+    if (wasPartial || historyShort || (wholeNodes !== null && names !== wholeNodes)) {
+      askHistory(nodes.length);
+    }
     wholeNodes = names;
   }
   wasPartial = partial;
@@ -222,8 +226,16 @@ function loggedIn() {
   }
 }
 
-function askHistory() {
+// The charts drawn again from /api/history, once it sums `expected` processes: a history that
+// left one out (it did not answer in time) would draw the very dip the page keeps off them, so
+// it is asked again at the next poll.
+function askHistory(expected = 1) {
+  historyShort = false;
   api("history").then((answer) => {
+    if ((answer.nodes?.length ?? expected) < expected) {
+      historyShort = true;
+      return;
+    }
     charts.history(answer);
     charts.draw();
   }, () => {}); // a broker without /api/history: the charts start now
