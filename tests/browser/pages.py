@@ -5,18 +5,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.access.conftest import AuthFiles
+from tests.admin.http import start
+from tests.brokers import LOCAL, Broker
 from tests.browser.conftest import Browser
+from wireproto.authentication import AuthSettings
 
 # The page polls every second and a tap is a stream: what a client does shows within a second,
 # given here with room for a busy machine.
 SHOWN_WITHIN_MS = 3000
-# What the page asks of the API that is not there before the API pages, counts and keeps history.
 
 
 async def open_page(browser: Browser, base: str, **context: Any) -> Any:
     page = await browser.page(**context)
     await browser.run(page.goto, base + "/")
     return page
+
+
+async def open_page_behind_auth(broker: Broker, browser: Browser,
+                                auth_files: AuthFiles) -> tuple[Any, Any]:
+    """A broker with [auth] (the access tests' passwords and JWT secret) and the page opened
+    on it: the service and the page."""
+    auth = AuthSettings(enabled=True, jwt_algorithms=("HS256",),
+                        jwt_secret_file=str(auth_files.secret),
+                        password_file=str(auth_files.passwords))
+    service, _, base = await start(broker, f"websmq+ws@tcp:0:{LOCAL}", auth=auth)
+    return service, await open_page(browser, base)
 
 
 def broker_shown(page: Any) -> None:

@@ -13,11 +13,12 @@ import pytest_twisted
 
 from tests.access.conftest import AuthFiles
 from tests.admin.http import start
-from tests.brokers import LOCAL, Broker
+from tests.brokers import Broker
 from tests.browser.conftest import Browser
 from tests.browser.pages import (
     broker_shown,
     open_page,
+    open_page_behind_auth,
     submit,
     tap,
     tapped_line,
@@ -28,7 +29,6 @@ from tests.support import wait_for
 from wireproto import __version__
 from wireproto.admin import PAGE_FILES
 from wireproto.admin.static_files import PAGE_POLICY
-from wireproto.authentication import AuthSettings
 
 QUIET_SECONDS = 3
 
@@ -51,11 +51,7 @@ def log_in(page: Any, fields: dict[str, str]) -> None:
 async def test_a_refused_login_says_so_and_a_waiting_login_form_asks_nothing(
     broker: Broker, browser: Browser, auth_files: AuthFiles,
 ) -> None:
-    auth = AuthSettings(enabled=True, jwt_algorithms=("HS256",),
-                        jwt_secret_file=str(auth_files.secret),
-                        password_file=str(auth_files.passwords))
-    service, addresses, base = await start(broker, f"websmq+ws@tcp:0:{LOCAL}", auth=auth)
-    page = await open_page(browser, base)
+    service, page = await open_page_behind_auth(broker, browser, auth_files)
     await browser.run(page.wait_for_selector, "#login:not([hidden])")
     made = await browser.run(api_requests, page)
     await browser.run(page.wait_for_timeout, QUIET_SECONDS * 1000)

@@ -19,6 +19,7 @@ from tests.browser.pages import (
     SHOWN_WITHIN_MS,
     broker_shown,
     open_page,
+    open_page_behind_auth,
     overflow,
     row_with,
     submit,
@@ -29,7 +30,6 @@ from tests.browser.pages import (
 )
 from tests.phyllo.test_bridge import PtyDevice, document
 from tests.support import Inbox, eventually, on_the_default_ports, wait_for
-from wireproto.authentication import AuthSettings
 from wireproto.cluster.settings import ClusterSettings
 from wireproto.config import parse_phyllo
 from wireproto.hub import HubSettings
@@ -287,11 +287,7 @@ async def test_a_phyllo_message_from_a_serial_device_appears_in_the_tap(
 async def test_behind_access_control_the_page_needs_an_admin_login(
     broker: Broker, browser: Browser, auth_files: AuthFiles,
 ) -> None:
-    auth = AuthSettings(enabled=True, jwt_algorithms=("HS256",),
-                        jwt_secret_file=str(auth_files.secret),
-                        password_file=str(auth_files.passwords))
-    service, addresses, base = await start(broker, f"websmq+ws@tcp:0:{LOCAL}", auth=auth)
-    page = await open_page(browser, base)
+    service, page = await open_page_behind_auth(broker, browser, auth_files)
 
     def login_asked() -> tuple[bool, bool, str]:
         page.wait_for_selector("#login:not([hidden])")

@@ -30,7 +30,7 @@ NOT_FIXED = pytest.mark.xfail(strict=True, reason="a known defect, not fixed yet
 def nats_server_of(supervisor: int) -> int | None:
     """The pid of the supervisor's nats-server, if it has one now."""
     return next((pid for pid in descendants(supervisor)
-                 if command_line(pid)[:1] and command_line(pid)[0].endswith("nats-server")), None)
+                 if command_line(pid)[0].endswith("nats-server")), None)
 
 
 @NOT_FIXED

@@ -41,11 +41,11 @@ def descendants(pid: int) -> list[int]:
 
 
 def command_line(pid: int) -> list[str]:
-    """Its arguments; none for a process that ended since it was listed."""
+    """Its arguments; one empty one for a process that ended since it was listed."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except (FileNotFoundError, ProcessLookupError):
-        return []
+        return [""]
 
 
 def private_nats(supervisor: int) -> tuple[int, Path]:
