@@ -184,6 +184,11 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         lambda target: not within(target, "wireproto.cli", "wireproto.service",
                                   "wireproto.transports", "wireproto.tools"),
     ),
+    "wireproto.pipeline.tablestore": (
+        "the table store (uploads, copies, tidying) runs without Spark: it imports only how "
+        "capture files are stored",
+        _allowed(exact=("wireproto.capture.storage",)),
+    ),
     "wireproto.output": (
         "the program's stdout imports nothing of wireproto",
         _allowed(exact=("wireproto.output",)),
