@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from wireproto.pipeline.tablestore import (
     TableMirror,
     fetch_table,
     listed_files,
+    remove_expired,
 )
 
 DAY_NS = 86_400 * 10**9
@@ -83,7 +85,8 @@ def spark_conf(spark: Any, **settings: str) -> Iterator[None]:
                 spark.conf.set(name, value)
 
 
-def start_ingest(spark: Any, captures: Path, table: Path, **source: str) -> Any:
+def start_ingest(spark: Any, captures: Path, table: Path, retention: str | None = None,
+                 **source: str) -> Any:
     """The table's query as `wireproto ingest` runs it: the wirecapture stream source, the
     Parquet file sink partitioned by date, broker and protocol, the checkpoint in the table."""
     from pyspark.sql import functions
@@ -93,15 +96,17 @@ def start_ingest(spark: Any, captures: Path, table: Path, **source: str) -> Any:
         (table / MARKER).write_text(json.dumps(TABLE_MARKER))
     frame = (spark.readStream.format("wirecapture").options(**source).load(str(captures))
              .withColumn("date", functions.to_date("timestamp")))
+    sink = {"retention": retention} if retention else {}
     return (frame.writeStream.format("parquet").partitionBy("date", "broker", "protocol")
             .option("path", str(table)).option("checkpointLocation", str(table / "_checkpoint"))
-            .trigger(availableNow=True).start())
+            .options(**sink).trigger(availableNow=True).start())
 
 
 def ingest_and_sync(spark: Any, captures: Path, staging: Path,
-                    mirror: TableMirror | None = None, **source: str) -> None:
+                    mirror: TableMirror | None = None, retention: str | None = None,
+                    **source: str) -> None:
     """Run the query to its end, syncing after each micro-batch as the ingest command does."""
-    query = start_ingest(spark, captures, staging, **source)
+    query = start_ingest(spark, captures, staging, retention, **source)
     seen = None
     while query.isActive:
         progress = query.lastProgress
@@ -307,3 +312,159 @@ def test_a_sync_killed_between_any_two_uploads_leaves_a_right_table_the_next_com
         TableMirror(staging, remote, s3.options).sync()
         keys = check_remote(remote, s3, prefix, tmp_path / f"timed-{attempt}", expected)
         assert sorted(keys) == sorted(expected)
+
+
+def test_a_hostile_or_foreign_remote_is_refused(tmp_path: Path, staged_table: Any,
+                                                s3: S3Server) -> None:
+    reset, _ = staged_table
+    remote = f"s3://{BUCKET}/t"
+    TableMirror(reset(), remote, s3.options).sync()
+    filesystem = s3.filesystem()
+    log = f"{BUCKET}/t/" + max((name for name in remote_names(s3, "t")
+                                if name.startswith(LOG_DIR)), key=lambda name: int(
+        name.rsplit("/", 1)[1].split(".")[0]))  # the last a reader reads
+    honest = filesystem.open_input_stream(log).read()
+    entry = json.loads(honest.decode().splitlines()[1])
+    outside = tmp_path / "outside"
+    for path in (f"s3://{BUCKET}/elsewhere/date=x/part-0.parquet",
+                 f"{remote}/date=x/../../../{outside.name}/part-0.parquet",
+                 f"{remote}/_checkpoint/offsets/0", f"{remote}/{MARKER}", "/etc/passwd"):
+        with filesystem.open_output_stream(log) as out:
+            out.write(b"v1\n" + json.dumps(dict(entry, path=path)).encode())
+        with pytest.raises(ValueError, match="not a data file of the table"):
+            fetch_table(remote, tmp_path / "cache", s3.options)
+    assert not outside.exists()
+    with filesystem.open_output_stream(log) as out:
+        out.write(b"v9\n" + honest.split(b"\n", 1)[1])
+    with pytest.raises(ValueError, match="not a file-sink log of version v1"):
+        fetch_table(remote, tmp_path / "cache", s3.options)
+
+    # Neither a table nor empty: not written into, nor read as one.
+    s3.upload(Path(__file__), "reports/notes.py")
+    with pytest.raises(ValueError, match="not a wireproto table"):
+        TableMirror(tmp_path / "empty", f"s3://{BUCKET}/reports", s3.options).restore()
+    with pytest.raises(ValueError, match="not a wireproto table"):
+        fetch_table(f"s3://{BUCKET}/reports", tmp_path / "reports", s3.options)
+    assert not (tmp_path / "empty" / LOG_DIR).exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty, and not a copy"):
+        fetch_table(remote, mine, s3.options)
+    assert os.listdir(mine) == ["notes.txt"]
+
+
+def test_a_staging_directory_behind_the_table_is_refused(staged_table: Any,
+                                                         s3: S3Server) -> None:
+    reset, _ = staged_table
+    remote = f"s3://{BUCKET}/t"
+    TableMirror(reset(), remote, s3.options).sync()
+    staging = reset()  # the same run's staging, as it was two micro-batches ago
+    names = sorted((name for name in os.listdir(staging / LOG_DIR) if name[0] != "."),
+                   key=lambda name: int(name.split(".")[0]))
+    for name in names[-2:]:
+        (staging / LOG_DIR / name).unlink()
+    with pytest.raises(ValueError, match="is behind"):
+        TableMirror(staging, remote, s3.options).restore()
+
+
+def test_remove_expired_deletes_only_files_out_of_the_log_for_the_grace_period(
+        staged_table: Any) -> None:
+    reset, _ = staged_table
+    table = reset()
+    listed = listed_files(table)
+    partition = table / next(iter(listed)).rsplit("/", 1)[0]
+    newest_log = max((table / LOG_DIR / name).stat().st_mtime for name in
+                     os.listdir(table / LOG_DIR) if name[0] != ".")
+    orphan = partition / "part-99999-orphan.c000.snappy.parquet"  # a failed batch's file
+    orphan.write_bytes(b"PAR1")
+    os.utime(orphan, (newest_log - 60, newest_log - 60))
+    writing = partition / "part-99998-writing.c000.snappy.parquet"  # a batch being written
+    writing.write_bytes(b"PAR1")
+    now = time.time()
+    assert remove_expired(table, grace_seconds=600, now=now) == []  # noted, not deleted
+    assert orphan.exists()
+    assert remove_expired(table, grace_seconds=600, now=now + 599) == []
+    removed = remove_expired(table, grace_seconds=600, now=now + 600)
+    assert removed == [orphan.relative_to(table).as_posix()] and not orphan.exists()
+    assert writing.exists() and all((table / rel).exists() for rel in listed)
+    assert remove_expired(table, grace_seconds=0, now=now + 1200) == []
+
+
+# -- keeping a table tidy --------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_files_expire_out_of_the_log_then_away_while_a_reader_reads(tmp_path: Path,
+                                                                   spark: Any) -> None:
+    root = tmp_path / "captures"
+    write_capture(root / "old", "site 1", 240, START_NS)
+    table = tmp_path / "table"
+    batches = len(capture.capture_files(root / "old"))  # a micro-batch per file
+    # The first compaction of the log is the second run's micro-batch.
+    with spark_conf(spark, fileSink_log_compactInterval=str(batches + 1)):
+        ingest_and_sync(spark, root, table, retention="3s", maxFilesPerTrigger="1")
+        assert not [name for name in os.listdir(table / LOG_DIR) if "compact" in name]
+        old = direct_keys(spark, root)
+        first = set(listed_files(table))
+        # Older than the retention now, but out of no compaction yet: still read.
+        newest = max(os.path.getmtime(table / rel) for rel in first)
+        until(lambda: time.time() > newest + 4, 10, "the files to be older than the retention")
+        assert sorted(read_keys(spark, table)) == sorted(old)
+        planned = spark.read.schema(table_schema()).parquet(str(table))  # reads the log now
+
+        write_capture(root / "new", "site 2", 120, START_NS + DAY_NS)
+        everything = direct_keys(spark, root)
+        stop, errors, reads, removed = threading.Event(), [], [0], []
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    keys = read_keys(spark, table)
+                    assert len(keys) == len(set(keys)) and set(keys) <= everything
+                    reads[0] += 1
+                except Exception as error:  # noqa: BLE001 - any failure of a read fails the test
+                    errors.append(error)
+                    return
+
+        def tidy() -> None:
+            while not stop.is_set():
+                removed.extend(remove_expired(table, grace_seconds=8))
+                time.sleep(0.1)
+
+        threads = [threading.Thread(target=read), threading.Thread(target=tidy)]
+        for thread in threads:
+            thread.start()
+        try:
+            ingest_and_sync(spark, root, table, retention="3s")
+            assert f"{batches}.compact" in os.listdir(table / LOG_DIR)
+            assert not first & set(listed_files(table))  # left out of the compaction
+            assert planned.count() == len(old)  # within the grace: still there to read
+            until(lambda: set(removed) == first, 60, "the expired files removed")
+            until(lambda: reads[0] >= 3 or errors, 60, "a few reads")
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=60)
+    assert not errors, errors
+    assert sorted(read_keys(spark, table)) == sorted(everything - old)
+    # A query that read the log before, and reads the files only past the grace period, is
+    # what the period must be longer than.
+    with pytest.raises(Exception, match="FILE_NOT_EXIST"):
+        planned.count()
+
+
+@pytest.mark.timeout(240)
+def test_a_log_file_written_beside_the_query_costs_rows(tmp_path: Path, spark: Any) -> None:
+    """Why no compaction of a table's files: the sink's log can change only through a new
+    micro-batch's log file, and one written beside the query takes the query's next batch
+    number, which the query then skips as written already."""
+    root = tmp_path / "captures"
+    write_capture(root / "a", "site-1", 20, START_NS)
+    table = tmp_path / "table"
+    ingest_and_sync(spark, root, table)
+    (table / LOG_DIR / "1").write_text("v1")  # a rewrite's log file, naming its files
+    write_capture(root / "b", "site-2", 20, START_NS)
+    ingest_and_sync(spark, root, table)
+    assert sorted(os.listdir(table / "_checkpoint" / "commits"))[-1] == "1"  # the query ran it
+    assert set(read_keys(spark, table)) == direct_keys(spark, root / "a")  # site-2's rows lost
