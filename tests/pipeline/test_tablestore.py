@@ -394,6 +394,14 @@ def test_remove_expired_deletes_only_files_out_of_the_log_for_the_grace_period(
 # -- keeping a table tidy --------------------------------------------------------------------------
 
 
+def test_a_retention_is_checked_before_spark_starts() -> None:
+    assert [tablestore.duration_seconds(text) for text in ("30d", "12h", "90m", "2min", "45s")
+            ] == [30 * 86400, 12 * 3600, 90 * 60, 120, 45]
+    for text in ("", "30", "0d", "-1d", "1.5h", "30 days", "1w"):
+        with pytest.raises(ValueError, match="not a duration"):
+            tablestore.duration_seconds(text)
+
+
 @pytest.mark.timeout(300)
 def test_files_expire_out_of_the_log_then_away_while_a_reader_reads(tmp_path: Path,
                                                                    spark: Any) -> None:

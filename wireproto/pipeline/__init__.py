@@ -8,6 +8,8 @@
   named ``wirecapture``, for batch reads and streams.
 - `wireproto.pipeline.spark`, `analyze`, `report`: ``wireproto analyze``, its Parquet tables
   and its report; `wireproto.pipeline.follow`: ``wireproto analyze --follow``.
+- `wireproto.pipeline.tablestore`: a table in object storage (a staging table uploaded, a
+  reader's local copy) and removing the files out of a table's log; pyarrow, no Spark.
 
 All but `decode` and `values` need the ``spark`` extra (``pip install -e '.[spark]'`` in a
 checkout; `wireproto analyze` names its packages when they are missing), so this package

@@ -42,7 +42,7 @@ import pyarrow.fs as pafs
 from wireproto.capture.storage import Store, open_store
 
 __all__ = ["TableMirror", "SyncReport", "fetch_table", "default_cache_dir", "remove_expired",
-           "listed_files", "LOG_DIR", "CHECKPOINT_DIR", "MARKER"]
+           "listed_files", "duration_seconds", "LOG_DIR", "CHECKPOINT_DIR", "MARKER"]
 
 LOG_DIR = "_spark_metadata"
 CHECKPOINT_DIR = "_checkpoint"
@@ -215,9 +215,9 @@ def _rewritten(version: str, entries: list[dict[str, object]], source: _Table,
     return "\n".join(lines).encode()
 
 
-def _added(entries: list[dict[str, object]], table: _Table) -> dict[str, int]:
-    """The files a log file's entries add (Spark 4 writes only "add"; an older "delete" takes
-    a file out again), with their sizes."""
+def _added(entries: Iterable[dict[str, object]], table: _Table) -> dict[str, int]:
+    """The files log entries add, in order (Spark 4 writes only "add"; an older Spark's
+    "delete" takes a file out again), with their sizes."""
     files: dict[str, int] = {}
     for entry in entries:
         rel = table.relative(str(entry["path"]))
@@ -227,6 +227,12 @@ def _added(entries: list[dict[str, object]], table: _Table) -> dict[str, int]:
             size = entry.get("size")
             files[rel] = size if isinstance(size, int) else -1
     return files
+
+
+def _in_force(log: list[tuple[str, str, list[dict[str, object]]]], table: _Table
+              ) -> dict[str, int]:
+    """The files a log read by `_Table.read_log` names."""
+    return _added((entry for _, _, entries in log for entry in entries), table)
 
 
 def _parallel(calls: list[Callable[[], T]]) -> list[T]:
@@ -241,22 +247,16 @@ def listed_files(table: str | os.PathLike[str], options: Mapping[str, str] | Non
                  ) -> dict[str, int]:
     """The data files the log of `table` names, as a reader sees them (path relative to the
     table -> size in bytes)."""
-    return _listed(_Table(table, options))
+    store = _Table(table, options)
+    return _in_force(store.read_log(), store)
 
 
-def _listed(table: _Table) -> dict[str, int]:
-    files: dict[str, int] = {}
-    for _, _, entries in table.read_log():
-        files.update(_added(entries, table))
-    return files
-
-
-def _remove_local(root: str, rel: str) -> None:
-    """Remove the file `rel` of the local table `root`, and the partition directories it
-    leaves empty."""
+def _remove_local(root: str, rel: str, prune: bool = False) -> None:
+    """Remove the file `rel` of the local table `root`; with `prune`, the partition directories
+    it leaves empty too (never in a table Spark writes: a task may be about to write there)."""
     path = Path(root, rel)
     path.unlink(missing_ok=True)
-    for parent in path.parents:
+    for parent in path.parents if prune else ():
         if parent == Path(root) or not str(parent).startswith(root):
             break
         try:
@@ -493,9 +493,7 @@ def fetch_table(remote: str | os.PathLike[str], cache_dir: str | os.PathLike[str
                          ) from None
     for attempt in range(_ATTEMPTS):
         log = table.read_log()
-        files: dict[str, int] = {}
-        for _, _, entries in log:
-            files.update(_added(entries, table))
+        files = _in_force(log, table)
         wanted = [rel for rel, size in files.items() if not _has(cache.path(rel), size)]
         try:
             _parallel([partial(_download, table, rel, cache.path(rel), files[rel])
@@ -517,7 +515,7 @@ def fetch_table(remote: str | os.PathLike[str], cache_dir: str | os.PathLike[str
     for info in cache.data_files():
         rel = info.path[len(cache.root) + 1:]
         if rel not in files:
-            _remove_local(cache.root, rel)
+            _remove_local(cache.root, rel, prune=True)
     return cache.root
 
 
@@ -554,6 +552,17 @@ def _download(table: _Table, rel: str, target: str, size: int) -> None:
 
 # -- keeping a table tidy --------------------------------------------------------------------------
 
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(text: str) -> float:
+    """A duration as the sink's ``retention`` option takes it (``30d``, ``12h``, ``90m``,
+    ``45s``), in seconds; ValueError for anything else, so it is refused before Spark starts."""
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)\s*", text.lower())
+    if match is None or int(match.group(1)) == 0:
+        raise ValueError(f"{text!r} is not a duration such as 30d, 12h, 90m or 45s")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
 
 def remove_expired(table: str | os.PathLike[str], *, grace_seconds: float = 3600.0,
                    options: Mapping[str, str] | None = None, now: float | None = None
@@ -571,8 +580,9 @@ def remove_expired(table: str | os.PathLike[str], *, grace_seconds: float = 3600
     log = store.log_files()
     if not log:
         return []
-    listed = _listed(store)
-    newest = max(info.mtime_ns or 0 for info in store.log_files().values())
+    # Listed first: a micro-batch logged after it wrote its files after this log file too.
+    newest = max(info.mtime_ns or 0 for info in log.values())
+    listed = _in_force(store.read_log(), store)
     try:
         noted = json.loads(store.read(_TIDY)).get("unlisted_since", {})
     except (FileNotFoundError, ValueError, AttributeError):
@@ -586,8 +596,6 @@ def remove_expired(table: str | os.PathLike[str], *, grace_seconds: float = 3600
         since = since if isinstance(since, (int, float)) else now
         if now - since >= grace_seconds:
             store.delete(rel)
-            if store.store.local:
-                _remove_local(store.root, rel)
             removed.append(rel)
         else:
             still[rel] = since
