@@ -476,3 +476,33 @@ def test_a_log_file_written_beside_the_query_costs_rows(tmp_path: Path, spark: A
     ingest_and_sync(spark, root, table)
     assert sorted(os.listdir(table / "_checkpoint" / "commits"))[-1] == "1"  # the query ran it
     assert set(read_keys(spark, table)) == direct_keys(spark, root / "a")  # site-2's rows lost
+
+
+def test_remove_expired_works_in_object_storage(tmp_path: Path, staged_table: Any,
+                                                s3: S3Server) -> None:
+    import pyarrow.fs as pafs
+
+    reset, expected = staged_table
+    remote = f"s3://{BUCKET}/t"
+    TableMirror(reset(), remote, s3.options).sync()
+    filesystem = s3.filesystem()
+    listed = listed_files(remote, s3.options)
+    orphan = f"{BUCKET}/t/{next(iter(listed)).rsplit('/', 1)[0]}/part-99999-orphan.parquet"
+    with filesystem.open_output_stream(orphan) as out:
+        out.write(b"PAR1")
+    assert remove_expired(remote, grace_seconds=0, options=s3.options) == []  # newer than the log
+    last = max(name for name in remote_names(s3, "t") if name.startswith(LOG_DIR))
+
+    def log_rewritten_later() -> bool:  # as a next micro-batch's log file would be
+        text = filesystem.open_input_stream(f"{BUCKET}/t/{last}").read()
+        with filesystem.open_output_stream(f"{BUCKET}/t/{last}") as out:
+            out.write(text)
+        times = filesystem.get_file_info([orphan, f"{BUCKET}/t/{last}"])
+        return bool(times[1].mtime_ns > times[0].mtime_ns)
+
+    until(log_rewritten_later, 10, "a log file newer than the orphan")
+    assert remove_expired(remote, grace_seconds=0, options=s3.options) == [
+        orphan.split("/t/", 1)[1]]
+    assert filesystem.get_file_info(orphan).type == pafs.FileType.NotFound
+    keys = arrow_keys(fetch_table(remote, tmp_path / "cache", s3.options))
+    assert sorted(keys) == sorted(expected)

@@ -298,6 +298,7 @@ class TableMirror:
         self.checkpoint = Path(checkpoint if checkpoint is not None
                                else Path(self.staging.root, CHECKPOINT_DIR)).absolute()
         self._done: set[str] = set()  # log files uploaded, their data files gone from staging
+        self._marker: bytes | None = None  # the marker known to be in the remote table
 
     def sync(self) -> SyncReport:
         """Upload what the staging table has that the remote one has not: for each micro-batch
@@ -392,12 +393,15 @@ class TableMirror:
             marker = Path(self.staging.path(MARKER)).read_bytes()
         except FileNotFoundError:
             return
+        if marker == self._marker:
+            return
         try:
-            if self.remote.read(MARKER) == marker:
-                return
+            known = self.remote.read(MARKER)
         except FileNotFoundError:
-            pass
-        self.remote.put(MARKER, marker)
+            known = None
+        if known != marker:
+            self.remote.put(MARKER, marker)
+        self._marker = marker
 
     def _local_checkpoint(self) -> dict[str, int]:
         found = {}
