@@ -184,6 +184,11 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         lambda target: not within(target, "wireproto.cli", "wireproto.service",
                                   "wireproto.transports", "wireproto.tools"),
     ),
+    "wireproto.pipeline.jobs": (
+        "the analysis jobs know the rows' columns and the protocol descriptors, not where the "
+        "rows come from: no capture files, storage, data source, table or command",
+        _allowed(exact=("wireproto.protocols", "wireproto.pipeline.values")),
+    ),
     "wireproto.output": (
         "the program's stdout imports nothing of wireproto",
         _allowed(exact=("wireproto.output",)),
