@@ -2,7 +2,10 @@
 
 `analyze(spark, captures, out)` reads CAPTURES (a capture directory or file) through the
 `wirecapture` data source and writes Parquet tables under OUT, then `report.md` with PNG plots
-(`wireproto.pipeline.report`):
+(`wireproto.pipeline.report`). `analyze(spark, None, out, table=TABLE)` reads the rows of a
+table `wireproto ingest` wrote instead: nothing is decoded again and ``messages/`` is not
+written, the table is it. Either way the jobs run in `analyze_rows`, over a DataFrame of the
+data source's rows whatever its source:
 
 - ``messages/``: every row, partitioned by ``protocol`` and ``date`` (UTC);
 - ``topic_rates/``: per protocol, topic and direction: messages, messages per second over the
@@ -26,7 +29,10 @@ Under spark-submit, run `wireproto.pipeline.command` as the application:
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +50,7 @@ from wireproto.pipeline.jobs import (
     windows,
 )
 
-__all__ = ["Summary", "analyze", "TABLES"]
+__all__ = ["Summary", "analyze", "analyze_rows", "TABLES"]
 
 TABLES = ("messages", "topic_rates", "rpc_latency", "rpc_latency_summary", "malformed", "windows",
           "broker_rates", "cluster_calls")
@@ -106,29 +112,50 @@ def _bytes(value: str) -> int:
         return int(float(text[:-1]) * units[text[-1]])
     return int(text)
 
-def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike[str], *,
-            options: dict[str, str] | None = None) -> Summary:
+def analyze(spark: Any, captures: str | os.PathLike[str] | None, out: str | os.PathLike[str],
+            *, options: dict[str, str] | None = None,
+            table: str | os.PathLike[str] | None = None) -> Summary:
     """Run every batch job over `captures` (local, or in storage with `options`, as the
-    `wirecapture` source takes them) and write the tables and the report under `out`."""
+    `wirecapture` source takes them), or with `table` (and no captures) over the rows of that
+    ingested table, and write the tables and the report under `out`."""
     from pyspark.sql import functions as F
 
     from wireproto.capture.storage import open_store
-    from wireproto.pipeline import report
 
+    if table is not None:
+        if captures is not None:
+            raise ValueError("analyze: give capture files or a table, not both")
+        read_table, _ = table_functions()
+        return analyze_rows(spark, read_table(spark, os.fspath(table), options), out,
+                            messages=os.fspath(table))
+    if captures is None:
+        raise ValueError("analyze: give capture files or a table")
     store = open_store(captures, options)
     if not store.capture_files():  # FileNotFoundError for a missing path
         raise FileNotFoundError(f"no capture files in {os.fspath(captures)!r}")
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = Summary(out=os.fspath(out_dir))
-
     rows = read_captures(spark, captures, options)
     messages = rows.withColumn("date", F.to_date("timestamp"))
     target = os.fspath(out_dir / "messages")
     messages.write.mode("overwrite").partitionBy("protocol", "date").parquet(target)
-    summary.tables["messages"] = target
-    # The jobs below read the Parquet copy: the capture files are decoded once.
-    rows = spark.read.parquet(target)
+    # The jobs read the Parquet copy: the capture files are decoded once.
+    return analyze_rows(spark, spark.read.parquet(target), out_dir, messages=target)
+
+
+def analyze_rows(spark: Any, rows: Any, out: str | os.PathLike[str], *,
+                 messages: str) -> Summary:
+    """Run every batch job over `rows`, a DataFrame with the `wirecapture` source's columns
+    (the Parquet copy of a decode, an ingested table, or any selection of either), and write
+    the tables and the report under `out`; `messages` names where the rows are kept."""
+    from pyspark.sql import functions as F
+
+    from wireproto.pipeline import report
+
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = Summary(out=os.fspath(out_dir))
+    summary.tables["messages"] = messages
 
     counts = rows.groupBy("protocol", "kind").agg(
         F.count(F.lit(1)).alias("count"), F.count("decode_error").alias("malformed"),
@@ -188,3 +215,62 @@ def analyze(spark: Any, captures: str | os.PathLike[str], out: str | os.PathLike
         malformed=malformed_rows,
     )
     return summary
+
+
+# -- reading an ingested table ------------------------------------------------------------------
+# `table_functions` finds `read_table` and `is_table` in wireproto.pipeline.table (the ingest
+# command's module). Until that module is merged, the stand-ins below read a table as its
+# contract says; at merge they go, and callers import the two functions from it directly.
+
+TableReader = Callable[[Any, str, "dict[str, str] | None"], Any]
+TableCheck = Callable[[str, "dict[str, str] | None"], bool]
+
+
+def table_functions() -> tuple[TableReader, TableCheck]:
+    """`read_table(spark, location, options)` and `is_table(location, options)`."""
+    try:
+        module = importlib.import_module("wireproto.pipeline.table")
+    except ModuleNotFoundError as missing:
+        if missing.name != "wireproto.pipeline.table":
+            raise
+        return _read_table_until_table_module, _is_table_until_table_module
+    return module.read_table, module.is_table
+
+
+_TABLE_MARKER, _TABLE_VERSION = "_wireproto_table.json", 1
+
+
+def _table_marker(location: str, options: dict[str, str] | None) -> dict[str, Any] | None:
+    from wireproto.capture.storage import open_store
+
+    store = open_store(location, options)
+    try:
+        with store.filesystem.open_input_file(f"{store.root}/{_TABLE_MARKER}") as file:
+            marker = json.loads(file.read())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and marker.get("format") == "wireproto-table" \
+        else None
+
+
+def _is_table_until_table_module(location: str, options: dict[str, str] | None = None) -> bool:
+    return _table_marker(location, options) is not None
+
+
+def _read_table_until_table_module(spark: Any, location: str,
+                                   options: dict[str, str] | None = None) -> Any:
+    from wireproto.pipeline.rows import SCHEMA
+
+    marker = _table_marker(location, options)
+    if marker is None:
+        raise ValueError(f"{location!r} is not a wireproto table (it has no {_TABLE_MARKER})")
+    version = marker.get("version")
+    if not isinstance(version, int) or version > _TABLE_VERSION:
+        raise ValueError(f"{location!r} is a wireproto table of version {version}; this "
+                         f"wireproto reads version {_TABLE_VERSION}")
+    if "://" in location and not location.startswith(("file://", "hdfs://")):
+        raise ValueError(f"{location!r}: reading a table in object storage needs "
+                         "wireproto.pipeline.tablestore")
+    # An explicit schema keeps partition values as they were (a broker named 7 stays a
+    # string); reading the directory, Spark lists its files from the sink's _spark_metadata.
+    return spark.read.schema(f"{SCHEMA}, date date").parquet(location)
