@@ -29,7 +29,7 @@ from tests.support import starts_its_own_spark
 from wireproto import capture
 from wireproto.cluster.callcapture import encode_nats_message
 from wireproto.codecs import nydus, subble, ubre, websmq
-from wireproto.pipeline.analyze import TABLES, analyze
+from wireproto.pipeline.analyze import TABLES, analyze, analyze_rows
 
 # 2026-11-26 23:59:59 UTC: the records cross midnight into the 27th.
 BEFORE_MIDNIGHT_NS = 1_795_737_599_000_000_000
@@ -164,6 +164,14 @@ def test_a_table_gives_the_report_numbers_of_its_captures(tmp_path: Path, spark:
 
     assert report(from_table) == [line.replace(str(tmp_path / "a"), str(tmp_path / "b"))
                                   for line in report(from_captures)]
+
+    # Any selection of the rows is analysed the same way: here one broker's.
+    from pyspark.sql import functions as F
+
+    rows = spark.read.parquet(from_captures.tables["messages"])
+    one = analyze_rows(spark, rows.where(F.col("broker") == "7"), str(tmp_path / "c"))
+    assert one.brokers == 1 and "messages" not in one.tables
+    assert one.messages == rows.where(F.col("broker") == "7").count() < from_table.messages
 
 
 def small_capture(directory: Path) -> None:

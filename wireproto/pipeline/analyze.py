@@ -144,10 +144,11 @@ def analyze(spark: Any, captures: str | os.PathLike[str] | None, out: str | os.P
 
 
 def analyze_rows(spark: Any, rows: Any, out: str | os.PathLike[str], *,
-                 messages: str) -> Summary:
+                 messages: str | None = None) -> Summary:
     """Run every batch job over `rows`, a DataFrame with the `wirecapture` source's columns
     (the Parquet copy of a decode, an ingested table, or any selection of either), and write
-    the tables and the report under `out`; `messages` names where the rows are kept."""
+    the tables and the report under `out`; `messages` names where the rows are kept, for the
+    report's list of tables."""
     from pyspark.sql import functions as F
 
     from wireproto.pipeline import report
@@ -155,7 +156,8 @@ def analyze_rows(spark: Any, rows: Any, out: str | os.PathLike[str], *,
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = Summary(out=os.fspath(out_dir))
-    summary.tables["messages"] = messages
+    if messages is not None:
+        summary.tables["messages"] = messages
 
     counts = rows.groupBy("protocol", "kind").agg(
         F.count(F.lit(1)).alias("count"), F.count("decode_error").alias("malformed"),
