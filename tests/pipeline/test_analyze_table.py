@@ -169,7 +169,7 @@ def test_a_table_gives_the_report_numbers_of_its_captures(tmp_path: Path, spark:
     from pyspark.sql import functions as F
 
     rows = spark.read.parquet(from_captures.tables["messages"])
-    one = analyze_rows(spark, rows.where(F.col("broker") == "7"), str(tmp_path / "c"))
+    one = analyze_rows(rows.where(F.col("broker") == "7"), str(tmp_path / "c"))
     assert one.brokers == 1 and "messages" not in one.tables
     assert one.messages == rows.where(F.col("broker") == "7").count() < from_table.messages
 

@@ -35,7 +35,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wireproto.pipeline.jobs import (
     broker_rates,
@@ -49,6 +49,9 @@ from wireproto.pipeline.jobs import (
     topic_rates,
     windows,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["Summary", "analyze", "analyze_rows", "TABLES"]
 
@@ -126,7 +129,7 @@ def analyze(spark: Any, captures: str | os.PathLike[str] | None, out: str | os.P
         if captures is not None:
             raise ValueError("analyze: give capture files or a table, not both")
         read_table, _ = table_functions()
-        return analyze_rows(spark, read_table(spark, os.fspath(table), options), out,
+        return analyze_rows(read_table(spark, os.fspath(table), options), out,
                             messages=os.fspath(table))
     if captures is None:
         raise ValueError("analyze: give capture files or a table")
@@ -140,10 +143,10 @@ def analyze(spark: Any, captures: str | os.PathLike[str] | None, out: str | os.P
     target = os.fspath(out_dir / "messages")
     messages.write.mode("overwrite").partitionBy("protocol", "date").parquet(target)
     # The jobs read the Parquet copy: the capture files are decoded once.
-    return analyze_rows(spark, spark.read.parquet(target), out_dir, messages=target)
+    return analyze_rows(spark.read.parquet(target), out_dir, messages=target)
 
 
-def analyze_rows(spark: Any, rows: Any, out: str | os.PathLike[str], *,
+def analyze_rows(rows: DataFrame, out: str | os.PathLike[str], *,
                  messages: str | None = None) -> Summary:
     """Run every batch job over `rows`, a DataFrame with the `wirecapture` source's columns
     (the Parquet copy of a decode, an ingested table, or any selection of either), and write
@@ -153,6 +156,7 @@ def analyze_rows(spark: Any, rows: Any, out: str | os.PathLike[str], *,
 
     from wireproto.pipeline import report
 
+    spark = rows.sparkSession
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = Summary(out=os.fspath(out_dir))
@@ -242,7 +246,7 @@ def table_functions() -> tuple[TableReader, TableCheck]:
 _TABLE_MARKER, _TABLE_VERSION = "_wireproto_table.json", 1
 
 
-def _table_marker(location: str, options: dict[str, str] | None) -> dict[str, Any] | None:
+def _table_marker(location: str, options: dict[str, str] | None) -> dict[str, object] | None:
     from wireproto.capture.storage import open_store
 
     store = open_store(location, options)
@@ -259,8 +263,8 @@ def _is_table_until_table_module(location: str, options: dict[str, str] | None =
     return _table_marker(location, options) is not None
 
 
-def _read_table_until_table_module(spark: Any, location: str,
-                                   options: dict[str, str] | None = None) -> Any:
+def _read_table_until_table_module(spark: SparkSession, location: str,
+                                   options: dict[str, str] | None = None) -> DataFrame:
     from wireproto.pipeline.rows import SCHEMA
 
     marker = _table_marker(location, options)
