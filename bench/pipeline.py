@@ -1,10 +1,13 @@
-"""Pipeline benchmark: the same capture rows read three ways in one run.
+"""Pipeline benchmark: the same capture rows read four ways in one run.
 
     one process     capture.read_batch + rows.decode_batch over every file in turn: the very
                     decode the wirecapture data source runs, in this process
     wirecapture     spark.read.format("wirecapture").load(DIR) in Spark local[2]
     parquet         Spark local[2] reading the same rows already in Parquet (written once by
                     this benchmark): what Spark itself costs per row, the floor
+    table           Spark local[2] reading the table `wireproto ingest` makes of the capture
+                    (ingested once by this benchmark, a streaming query), as `wireproto
+                    analyze --table` reads it
 
 Each reads two sets of columns: all 16 of the schema, and the 5 record columns (timestamp,
 connection, kind, protocol, transport; the wirecapture source given that schema decodes no
@@ -27,7 +30,9 @@ payloads and ids), so only fan-out repeats bytes, as it does in a broker. The ro
 readers is checked against the count generated. A warm-up run comes first; the figures are
 medians of --runs runs. Spark's fixed cost per query is measured too, on a tiny capture.
 Goals (docs/performance.md): the wirecapture source's CPU per row within 1.5x of Spark's own
-Parquet read, wirecapture local[2] at least 1.7x one process, and at least 1.5M rows/s.
+Parquet read, wirecapture local[2] at least 1.7x one process, and at least 1.5M rows/s; the
+table read at least 3x the wirecapture source's rows per second, within 1.2x of the Parquet
+floor's CPU per row. --analyze also times `analyze` over the capture and over the table.
 """
 
 from __future__ import annotations
@@ -66,12 +71,14 @@ DEFAULT_BATCH_SIZE = None  # the data source's own default
 SPEEDUP_GOAL = 1.7
 RATE_GOAL = 1_500_000
 PARQUET_GOAL = 1.5  # the source's CPU per row against Spark's own Parquet read, at most
+TABLE_SPEEDUP_GOAL = 3.0  # the table's rows per second against the wirecapture source's
+TABLE_PARQUET_GOAL = 1.2  # the table's CPU per row against the Parquet floor's, at most
 TINY_MESSAGES = 2000
 VIEWS = {
     "all": tuple(ARROW_SCHEMA.names),
     "record": ("timestamp", "connection", "kind", "protocol", "transport"),
 }
-READERS = ("one process", "wirecapture", "parquet")
+READERS = ("one process", "wirecapture", "parquet", "table")
 
 
 # --- The capture ---------------------------------------------------------------------------------
@@ -338,6 +345,40 @@ def read_parquet(spark: Any, directory: Path, view: str = "all") -> int:
     return _hashed_count(spark.read.parquet(str(directory)).select(*VIEWS[view]), VIEWS[view])
 
 
+def write_table(spark: Any, directory: Path, table: Path) -> None:
+    """The table `wireproto ingest --once` makes of the capture in `directory`: its marker,
+    then one streaming query from the wirecapture source to Spark's Parquet file sink,
+    partitioned by date, broker and protocol."""
+    from pyspark.sql import functions as F
+
+    table.mkdir()
+    (table / "_wireproto_table.json").write_text(json.dumps({
+        "format": "wireproto-table", "version": 1,
+        "partitioned_by": ["date", "broker", "protocol"], "writer": "bench/pipeline.py"}))
+    query = (spark.readStream.format("wirecapture").load(str(directory))
+             .withColumn("date", F.to_date("timestamp"))
+             .writeStream.format("parquet").partitionBy("date", "broker", "protocol")
+             .option("path", str(table)).option("checkpointLocation", str(table / "_checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise BenchError(f"ingest: {query.exception()}")
+
+
+def read_table(spark: Any, table: Path, view: str = "all") -> int:
+    """Rows of the ingested table, read as `wireproto analyze --table` reads it."""
+    from wireproto.pipeline.analyze import table_functions
+
+    read, _ = table_functions()
+    return _hashed_count(read(spark, str(table), None).select(*VIEWS[view]), VIEWS[view])
+
+
+def table_files(table: Path) -> list[Path]:
+    """The table's data files (not its log or checkpoint)."""
+    return [path for path in table.rglob("*.parquet")
+            if not any(part.startswith(("_", ".")) for part in path.relative_to(table).parts)]
+
+
 # Each column's type as the source's SCHEMA names it.
 ARROW_TYPES = dict(item.strip().split(" ", 1) for item in SCHEMA.split(","))
 
@@ -400,6 +441,7 @@ class Report:
     capture: Capture | None = None
     timings: dict[tuple[str, str], Timing] = field(default_factory=dict)  # (reader, view)
     query_seconds: list[float] = field(default_factory=list)  # a Spark query over a tiny capture
+    analyze_seconds: dict[str, float] = field(default_factory=dict)  # --analyze: source -> s
     lines: list[str] = field(default_factory=list)
 
     def rate(self, reader: str, view: str = "all") -> float:
@@ -462,6 +504,13 @@ def run(options: argparse.Namespace, out: Callable[[str], None] = print) -> Repo
             if options.profile:
                 _profile(report, paths, batch_size, spark, cap, options, out)
                 return report
+            table_dir = directory / "table"
+            started = time.perf_counter()
+            write_table(spark, cap.directory, table_dir)
+            files = table_files(table_dir)
+            out(f"table: the same rows in {len(files)} files, "
+                f"{sum(path.stat().st_size for path in files) / (1 << 20):.1f} MiB, partitioned"
+                f" by date, broker and protocol; ingested in {time.perf_counter() - started:.1f} s")
             for view in VIEWS:
                 report.timings["wirecapture", view] = _timed(
                     f"wirecapture, {view} columns", cap.rows,
@@ -471,12 +520,19 @@ def run(options: argparse.Namespace, out: Callable[[str], None] = print) -> Repo
                     f"parquet, {view} columns", cap.rows,
                     lambda view=view: read_parquet(spark, parquet_dir, view), options.runs,
                     spark_cpu)
+                report.timings["table", view] = _timed(
+                    f"table, {view} columns", cap.rows,
+                    lambda view=view: read_table(spark, table_dir, view), options.runs,
+                    spark_cpu)
             # The fixed cost of a query: planning, and the Python workers that plan the read.
             tiny = generate(directory / "tiny", TINY_MESSAGES, 1)
             report.query_seconds = _timed(
                 "wirecapture, tiny capture", tiny.rows,
                 lambda: decode_in_spark(spark, tiny.directory, options.batch_size),
                 options.runs).seconds
+            if options.analyze:
+                report.analyze_seconds = time_analyze(spark, cap.directory, table_dir,
+                                                      directory)
         finally:
             if created:
                 spark.stop()
@@ -486,6 +542,25 @@ def run(options: argparse.Namespace, out: Callable[[str], None] = print) -> Repo
     for line in report.lines:
         out(line)
     return report
+
+
+def time_analyze(spark: Any, captures: Path, table: Path, directory: Path) -> dict[str, float]:
+    """Seconds of one `analyze` over the capture files and one over the table (--analyze),
+    each writing its tables and report to a directory of its own."""
+    from wireproto.pipeline.analyze import analyze
+
+    seconds: dict[str, float] = {}
+    messages = set()
+    for source in ("capture files", "table"):
+        started = time.perf_counter()
+        out = directory / f"analyze-{source.replace(' ', '-')}"
+        summary = (analyze(spark, captures, out) if source == "capture files"
+                   else analyze(spark, None, out, table=table))
+        seconds[source] = time.perf_counter() - started
+        messages.add(summary.messages)
+    if len(messages) != 1:
+        raise BenchError(f"analyze: {sorted(messages)} rows over the capture and the table")
+    return seconds
 
 
 def _source_batch_size() -> int:
@@ -536,6 +611,28 @@ def table(report: Report, options: argparse.Namespace) -> list[str]:
         f"record columns: wirecapture CPU per row {record_over_parquet:.2f}x parquet's,"
         f" {record_speedup:.2f}x one process",
     ]
+    return lines + _table_goals(report)
+
+
+def _table_goals(report: Report) -> list[str]:
+    speedup = report.rate("table") / report.rate("wirecapture")
+    over_parquet = report.cpu_per_row("table") / report.cpu_per_row("parquet")
+    record_speedup = report.rate("table", "record") / report.rate("wirecapture", "record")
+    record_over_parquet = (report.cpu_per_row("table", "record")
+                           / report.cpu_per_row("parquet", "record"))
+    lines = [
+        "goals of the ingested table (all columns):",
+        f"  table: {speedup:.2f}x the wirecapture source's rows/s (goal at least"
+        f" {TABLE_SPEEDUP_GOAL}x)  {'ok' if speedup >= TABLE_SPEEDUP_GOAL else 'MISSED'}",
+        f"  table CPU per row: {over_parquet:.2f}x parquet's (goal at most"
+        f" {TABLE_PARQUET_GOAL}x)  {'ok' if over_parquet <= TABLE_PARQUET_GOAL else 'MISSED'}",
+        f"record columns: table {record_speedup:.2f}x the wirecapture source's rows/s, CPU per"
+        f" row {record_over_parquet:.2f}x parquet's",
+    ]
+    if report.analyze_seconds:
+        captures, table = report.analyze_seconds["capture files"], report.analyze_seconds["table"]
+        lines.append(f"analyze: {captures:.1f} s over the capture files, {table:.1f} s over the"
+                     f" table ({captures / table:.1f}x)")
     return lines
 
 
@@ -641,6 +738,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         " data source's)")
     parser.add_argument("--quick", action="store_true", help="a small capture, one run: a smoke"
                         " run")
+    parser.add_argument("--analyze", action="store_true", help="also time `wireproto analyze`"
+                        " over the capture files and over the table, once each")
     parser.add_argument("--profile", action="store_true", help="where the time goes (one process,"
                         " Spark's Python workers, the JVM) instead of timing")
     options = parser.parse_args(argv)

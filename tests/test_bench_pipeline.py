@@ -77,13 +77,15 @@ def test_a_tiny_run_through_spark_prints_the_figures(tmp_path: Path, monkeypatch
                for timing in report.timings.values())
     # Spark's runs are split between the JVM and Python; Parquet has no Python workers.
     assert all(0 < report.timings[reader, view].jvm[0] < report.timings[reader, view].cpu[0]
-               for reader in ("wirecapture", "parquet") for view in pipeline.VIEWS)
+               for reader in ("wirecapture", "parquet", "table") for view in pipeline.VIEWS)
     assert len(report.query_seconds) == 1
     assert list(tmp_path.iterdir()) == []  # the capture and the Parquet files are removed
     text = "\n".join(lines)
     assert re.search(rf"capture: {NUMBER} rows \({NUMBER} messages\) in {NUMBER} records,"
                      rf" [3-9] files", text), text
     assert re.search(rf"parquet: the same rows in [3-9] files, {NUMBER} MiB", text), text
+    assert re.search(rf"table: the same rows in \d+ files, {NUMBER} MiB, partitioned by date,"
+                     rf" broker and protocol; ingested in {NUMBER} s", text), text
     for reader, view in report.timings:
         row = next(line for line in lines if line.startswith(f"{reader} ")
                    and line[len(reader):].split()[0] == view)
@@ -99,6 +101,10 @@ def test_a_tiny_run_through_spark_prints_the_figures(tmp_path: Path, monkeypatch
     assert re.search(rf"wirecapture local\[2\]: {NUMBER} rows/s \(goal at least 1,500,000\)"
                      r"  (ok|MISSED)", text)
     assert re.search(r"record columns: wirecapture CPU per row \d+\.\d\dx parquet's", text)
+    assert re.search(r"table: \d+\.\d\dx the wirecapture source's rows/s \(goal at least 3\.0x\)"
+                     r"  (ok|MISSED)", text)
+    assert re.search(r"table CPU per row: \d+\.\d\dx parquet's \(goal at most 1\.2x\)"
+                     r"  (ok|MISSED)", text)
 
 
 def test_the_parquet_floor_holds_the_rows_the_source_makes(tmp_path: Path) -> None:

@@ -189,6 +189,11 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         "capture files are stored",
         _allowed(exact=("wireproto.capture.storage",)),
     ),
+    "wireproto.pipeline.jobs": (
+        "the analysis jobs know the rows' columns and the protocol descriptors, not where the "
+        "rows come from: no capture files, storage, data source, table or command",
+        _allowed(exact=("wireproto.protocols", "wireproto.pipeline.values")),
+    ),
     "wireproto.output": (
         "the program's stdout imports nothing of wireproto",
         _allowed(exact=("wireproto.output",)),

@@ -117,6 +117,29 @@ def _check_local(path: str, incomplete_ok: bool) -> list[Path]:
     return files
 
 
+def check_table(location: str, options: dict[str, str] | None = None) -> list[int]:
+    """The sizes of the data files of the table `wireproto ingest` wrote at `location`;
+    UsageError when it is not one."""
+    import pyarrow.fs as pafs
+
+    from wireproto.capture.storage import open_store
+    from wireproto.pipeline.analyze import table_functions
+
+    _, is_table = table_functions()
+    try:
+        if not is_table(location, options):
+            raise UsageError(f"--table {location!r} is not a table wireproto ingest wrote")
+        store = open_store(location, options)
+        found = store.filesystem.get_file_info(pafs.FileSelector(store.root, recursive=True))
+    except (OSError, ValueError) as error:
+        raise UsageError(str(error).strip().splitlines()[0]) from None
+    # Spark leaves out what starts with _ or . (the sink's log, the checkpoint).
+    return [info.size for info in found if info.type == pafs.FileType.File
+            and info.path.endswith(".parquet")
+            and not any(part.startswith(("_", ".")) for part in
+                        info.path[len(store.root):].split("/"))]
+
+
 # -- Spark, quietly --------------------------------------------------------------------------------
 
 
@@ -145,9 +168,11 @@ class Progress:
 
     def __init__(self, spark: Any, sizes: list[int], stream: IO[str], *,
                  interval: float = 0.5, quiet_interval: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 noun: str = "capture file") -> None:
         self.tracker = spark.sparkContext.statusTracker()
         self.files = len(sizes)
+        self.noun = noun  # what the sizes are of
         self.total_bytes = sum(sizes)
         self.stream = stream
         self.tty = stream.isatty()
@@ -178,7 +203,7 @@ class Progress:
             share = done / total
             done_bytes = self.total_bytes * share
             rate = done_bytes / elapsed
-            files = f"{self.files} capture file{'s' if self.files != 1 else ''}"
+            files = f"{self.files} {self.noun}{'s' if self.files != 1 else ''}"
             text = (f"analyze: reading {files}, {done}/{total} tasks, {_size(done_bytes)} of "
                     f"{_size(self.total_bytes)}, {_size(rate)}/s")
             if 0 < share < 1:
@@ -374,13 +399,18 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
             raise UsageError(spark_missing())
         if not args.follow and (args.available_now or args.checkpoint):
             raise UsageError("--checkpoint and --available-now go with --follow")
+        if (args.captures is None) == (args.table is None):
+            raise UsageError("give CAPTURES (capture files) or --table TABLE, one of them")
+        if args.table is not None and args.follow:
+            raise UsageError("--follow reads capture files as they grow, not a --table")
         if not is_remote(args.out) and os.path.exists(args.out) and \
                 not os.path.isdir(args.out):
             raise UsageError(f"--out {args.out!r} is not a directory")
         if args.follow and is_remote(args.out) and not args.checkpoint:
             raise UsageError("--follow with --out in storage needs a local --checkpoint")
         options = storage_options(args.storage_option)
-        sizes = check_captures(args.captures, incomplete_ok=args.follow, options=options)
+        sizes = check_table(args.table, options) if args.table is not None else \
+            check_captures(args.captures, incomplete_ok=args.follow, options=options)
         if args.follow:
             from wireproto.pipeline.follow import parse_hub
 
@@ -414,13 +444,15 @@ def _batch(spark: Any, args: argparse.Namespace, sizes: list[int],
            log_path: Path, stopping: threading.Event) -> int:
     from wireproto.pipeline.analyze import analyze
 
-    progress = Progress(spark, sizes, sys.stderr).start()
+    progress = Progress(spark, sizes, sys.stderr, noun="capture file" if args.table is None
+                        else "table file").start()
     options = storage_options(args.storage_option)
     try:
         with output_or_nothing(Path(args.out)) if not is_remote(args.out) else \
                 tempfile.TemporaryDirectory(prefix="wireproto-analyze-") as staging:
             local_out = args.out if staging is None else staging
-            summary = analyze(spark, args.captures, local_out, options=options)
+            summary = analyze(spark, args.captures, local_out, options=options,
+                              table=args.table)
             if stopping.is_set():
                 raise KeyboardInterrupt
             if staging is not None:
@@ -464,16 +496,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "analyze",
         help="analyze capture files on Spark",
-        description="Read capture files with Spark and write Parquet tables (messages, topic "
-                    "rates, RPC latency, malformed clients, windowed readings) and a report "
-                    "(report.md and PNG plots) under --out. Needs the spark extra and Java 17.",
+        description="Read capture files, or a table wireproto ingest wrote (--table), with "
+                    "Spark and write Parquet tables (messages, topic rates, RPC latency, "
+                    "malformed clients, windowed readings) and a report (report.md and PNG "
+                    "plots) under --out. Needs the spark extra and Java 17.",
     )
     add_arguments(parser)
     parser.set_defaults(run=run_command)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("captures", metavar="CAPTURES", help="a capture directory or file")
+    parser.add_argument("captures", metavar="CAPTURES", nargs="?",
+                        help="a capture directory or file (or --table)")
+    parser.add_argument("--table", metavar="TABLE",
+                        help="instead of CAPTURES: the table wireproto ingest wrote, read "
+                             "without decoding anything again")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="where the tables, the report and the checkpoint go")
     parser.add_argument("--master", metavar="URL",
@@ -490,9 +527,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--available-now", action="store_true",
                         help="with --follow: process what is there now, then stop")
     parser.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
-                        help="for CAPTURES or --out in object storage: s3.endpoint, s3.region, "
-                             "s3.access_key, s3.secret_key, s3.session_token, s3.anonymous "
-                             "(repeat it)")
+                        help="for CAPTURES, TABLE or --out in object storage: s3.endpoint, "
+                             "s3.region, s3.access_key, s3.secret_key, s3.session_token, "
+                             "s3.anonymous (repeat it)")
 
 
 def run_command(args: argparse.Namespace) -> int:
