@@ -318,7 +318,7 @@ def test_a_stream_with_filters_gives_the_rows_of_a_batch_read(tmp_path: Path,
 def test_segments_outside_a_time_window_are_not_read(tmp_path: Path, monkeypatch: Any) -> None:
     paths = write_broker(tmp_path, "a", 3000, max_file_bytes=1 << 20)
     (path,) = paths
-    monkeypatch.setattr(datasource, "INDEX_GRAIN", 4096)
+    monkeypatch.setattr(datasource, "SCAN_GRAIN", 4096)
     low, high = START_NS // 1000 + 900_000, START_NS // 1000 + 1_400_000
     window = [GreaterThanOrEqual(("timestamp",), datetime.fromtimestamp(low / 1e6, UTC)),
               LessThan(("timestamp",), datetime.fromtimestamp(high / 1e6, UTC))]

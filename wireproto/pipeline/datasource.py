@@ -65,7 +65,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from wireproto import capture
-from wireproto.capture.storage import INDEX_GRAIN, STORAGE_OPTIONS, open_store
+from wireproto.capture.storage import STORAGE_OPTIONS, open_store
 from wireproto.pipeline.pushdown import Pushdown, conditions, select_records
 from wireproto.pipeline.rows import ARROW_SCHEMA, SCHEMA, broker_of, decode_batch, projected_schema
 
@@ -73,6 +73,9 @@ __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureS
            "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
 
 DEFAULT_BATCH_SIZE = 8192
+# A local file's task that filters on times or offsets scans its record headers and reads the
+# segments of about this many bytes that may match (a scan costs the same whatever the grain).
+SCAN_GRAIN = 256 << 10
 
 
 def capture_paths(path: str | os.PathLike[str], prefix: str = "wirecapture") -> list[str]:
@@ -212,7 +215,7 @@ class _CaptureReading:
         """The parts of a local file's range whose records may match the offsets and times
         asked for, from a scan of its record headers (lengths and timestamps; no CRC, no
         data). Records past the scan's end (written since) are read as a plain read would."""
-        parts = capture.segments(path, INDEX_GRAIN, start, available=end)
+        parts = capture.segments(path, SCAN_GRAIN, start, available=end)
         if not parts:
             return [(start, end)]
         kept: list[tuple[int | None, int | None]] = []
