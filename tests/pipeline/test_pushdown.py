@@ -549,6 +549,10 @@ def test_a_files_index_holds_the_times_of_its_segments(tmp_path: Path,
         assert read.boundaries == index["boundaries"] and read.segments is None
     (tmp_path / f"{path.name}.idx").write_text(json.dumps({**index, "size": 5}))
     assert store.index(name, path.stat().st_size) is None
+    # One far larger than a writer makes is not read at all.
+    (tmp_path / f"{path.name}.idx").write_text(json.dumps(
+        {**index, "pad": "x" * storage.MAX_INDEX_BYTES}))
+    assert store.index(name, path.stat().st_size) is None
 
 
 def test_a_header_is_read_without_the_records_after_it(tmp_path: Path) -> None:

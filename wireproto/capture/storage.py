@@ -80,6 +80,8 @@ class Store:
         records' times has `segments` None."""
         try:
             with self.filesystem.open_input_file(path + INDEX_SUFFIX) as file:
+                if file.size() > MAX_INDEX_BYTES:
+                    return None  # not one a writer makes: a 1 GiB file's is about 60 KiB
                 index = json.loads(file.readall())
         except (OSError, ValueError):
             return None
@@ -141,6 +143,7 @@ class Store:
 INDEX_SUFFIX = ".idx"
 INDEX_GRAIN = 1 << 20
 INDEX_VERSION = 2
+MAX_INDEX_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
