@@ -33,6 +33,10 @@ Goals (docs/performance.md): the wirecapture source's CPU per row within 1.5x of
 Parquet read, wirecapture local[2] at least 1.7x one process, and at least 1.5M rows/s; the
 table read at least 3x the wirecapture source's rows per second, within 1.2x of the Parquet
 floor's CPU per row. --analyze also times `analyze` over the capture and over the table.
+
+Then filter pushdown (bench/_pushdown.py): a fleet of eight brokers of the same traffic, queried
+for one broker, one protocol and a time window with Spark's Python filter pushdown off and on:
+bytes read (pages brought into the page cache) and CPU.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from wireproto.pipeline.rows import ARROW_SCHEMA, SCHEMA, decode_batch, projecte
 if str(Path(__file__).resolve().parent) not in sys.path:  # for bench/'s shared harness
     sys.path.append(str(Path(__file__).resolve().parent))
 import _harness as harness  # noqa: E402
+import _pushdown as pushdown  # noqa: E402
 from _harness import BenchError  # noqa: E402
 
 DEFAULT_BATCH_SIZE = None  # the data source's own default
@@ -153,8 +158,10 @@ def _payload(rng: random.Random, sequence: int) -> bytes:
     return sequence.to_bytes(8, "big") + rng.randbytes(rng.randint(8, 120))
 
 
-def generate(directory: Path, messages: int, files: int, seed: int = 9) -> Capture:
-    """Write at least `messages` messages to about `files` capture files in `directory`."""
+def generate(directory: Path, messages: int, files: int, seed: int = 9,
+             broker: str | None = None) -> Capture:
+    """Write at least `messages` messages to about `files` capture files in `directory`, as
+    `broker` (by default the writer's own name)."""
     gen = _Generator(seed)
     rng = gen.random
     gen.open("publishers", 4, "websmq", "length32")
@@ -222,15 +229,15 @@ def generate(directory: Path, messages: int, files: int, seed: int = 9) -> Captu
         gen.flush(conn, "out" if conn not in group["publishers"] else "in", 1, 1)
     for conn in gen.protocol_of:
         gen.ops.append(("close", conn))
-    return _write(directory, gen, files)
+    return _write(directory, gen, files, broker)
 
 
-def _write(directory: Path, gen: _Generator, files: int) -> Capture:
+def _write(directory: Path, gen: _Generator, files: int, broker: str | None = None) -> Capture:
     max_file_bytes = max(capture.MIN_FILE_BYTES, -(-gen.bytes // files) + 65536)
     clock = iter(range(1_700_000_000_000_000_000, 1_900_000_000_000_000_000, 20_000))
     rows = 0
     open_now = 0
-    with capture.CaptureWriter(directory, max_file_bytes=max_file_bytes,
+    with capture.CaptureWriter(directory, max_file_bytes=max_file_bytes, broker=broker,
                                clock=lambda: next(clock), buffer_bytes=8 << 20) as writer:
         path = None
         for op in gen.ops:
@@ -442,6 +449,7 @@ class Report:
     timings: dict[tuple[str, str], Timing] = field(default_factory=dict)  # (reader, view)
     query_seconds: list[float] = field(default_factory=list)  # a Spark query over a tiny capture
     analyze_seconds: dict[str, float] = field(default_factory=dict)  # --analyze: source -> s
+    pushdown: pushdown.PushdownReport | None = None
     lines: list[str] = field(default_factory=list)
 
     def rate(self, reader: str, view: str = "all") -> float:
@@ -533,12 +541,15 @@ def run(options: argparse.Namespace, out: Callable[[str], None] = print) -> Repo
             if options.analyze:
                 report.analyze_seconds = time_analyze(spark, cap.directory, table_dir,
                                                       directory)
+            report.pushdown = pushdown.measure(
+                spark, directory / "fleet", options.records, options.runs, generate,
+                VIEWS["all"], spark_cpu, _hashed_count, out)
         finally:
             if created:
                 spark.stop()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    report.lines = table(report, options)
+    report.lines = table(report, options) + (report.pushdown.lines if report.pushdown else [])
     for line in report.lines:
         out(line)
     return report

@@ -105,6 +105,17 @@ def test_a_tiny_run_through_spark_prints_the_figures(tmp_path: Path, monkeypatch
                      r"  (ok|MISSED)", text)
     assert re.search(r"table CPU per row: \d+\.\d\dx parquet's \(goal at most 1\.2x\)"
                      r"  (ok|MISSED)", text)
+    # Filter pushdown: each filter gives the same rows pushed or not; a pushed broker filter
+    # reads one broker's file of eight.
+    figures = report.pushdown.figures
+    assert len(figures) == len(pipeline.pushdown.queries("b", "t0", "t1"))
+    for name in ("broker", "protocol", "time"):
+        assert figures[f"{name}, pushed"].rows == figures[f"{name}, Spark filters"].rows
+        assert 0 < figures[f"{name}, pushed"].rows[0] < figures["no filter"].rows[0]
+    assert figures["no filter"].rows[0] == report.pushdown.rows
+    assert (figures["broker, pushed"].bytes_read[0] * 4
+            < figures["broker, Spark filters"].bytes_read[0])
+    assert re.search(rf"broker, pushed +{NUMBER} +{NUMBER} MiB +{NUMBER}%", text), text
 
 
 def test_the_parquet_floor_holds_the_rows_the_source_makes(tmp_path: Path) -> None:

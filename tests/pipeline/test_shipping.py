@@ -61,11 +61,17 @@ async def test_each_closed_file_is_uploaded_then_removed(tmp_path: Path, s3: S3S
         assert len(closed) >= 4
         await eventually(lambda: shipper.counters.shipped == len(closed), timeout=30)
         assert stored(s3, "ship") == closed  # every file, byte for byte
-        # Each with its index beside it: its size, and its record boundaries (none this small).
+        # Each with its index beside it: its size, its record boundaries (none this small),
+        # where its records start and end, and their earliest and latest times.
         indexes = stored(s3, "ship", ".idx")
         assert {name.removesuffix(".idx") for name in indexes} == set(closed)
-        assert all(json.loads(indexes[name + ".idx"]) == {"size": len(data), "boundaries": []}
-                   for name, data in closed.items())
+        for name, data in closed.items():
+            records = capture.read_batch_from(
+                data, 0, capture.decode_file_header(data).data_offset, name)
+            assert json.loads(indexes[name + ".idx"]) == {
+                "size": len(data), "boundaries": [], "version": 2,
+                "records": [records.offset[0], len(data)],
+                "times": [[min(records.timestamp_ns), max(records.timestamp_ns)]]}
         assert capture.capture_files(tmp_path) == []  # removed once confirmed
     finally:
         shipper.stop()

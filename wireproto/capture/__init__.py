@@ -44,6 +44,7 @@ from wireproto.capture.format import (
 from wireproto.capture.reader import (
     Batch,
     Scan,
+    Segment,
     capture_files,
     iter_records,
     ranges_from_boundaries,
@@ -51,6 +52,7 @@ from wireproto.capture.reader import (
     read_batch_from,
     read_header,
     scan_offsets,
+    segments,
     split_ranges,
 )
 from wireproto.capture.writer import (
@@ -86,6 +88,7 @@ __all__ = [
     "Record",
     "Scan",
     "Batch",
+    "Segment",
     "CaptureCounters",
     "encode_file_header",
     "decode_file_header",
@@ -97,6 +100,7 @@ __all__ = [
     "read_header",
     "iter_records",
     "scan_offsets",
+    "segments",
     "split_ranges",
     "ranges_from_boundaries",
     "read_batch",

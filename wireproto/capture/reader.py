@@ -7,6 +7,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import struct
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,8 +34,10 @@ from wireproto.capture.format import (
 __all__ = [
     "Scan",
     "Batch",
+    "Segment",
     "read_header",
     "scan_offsets",
+    "segments",
     "iter_records",
     "read_batch",
     "read_batch_from",
@@ -144,11 +147,25 @@ def _open_scan(buf: Any, path: str, start: int | None, available: int | None
     return start, end
 
 
+# The first read of a header: almost every header is shorter.
+_HEADER_READ = 4096
+
+
 def read_header(path: str | os.PathLike[str]) -> CaptureHeader:
-    """The file header; `IncompleteCapture` if the file is shorter than it."""
-    with _mapped(path) as buf:
+    """The file header; `IncompleteCapture` if the file is shorter than it. Read with plain
+    reads of about its size, not by mapping the file: a fault in a mapping may read ahead
+    megabytes of records that a reader after the header alone never wanted."""
+    with open(path, "rb") as file:
+        data = file.read(_HEADER_READ)
         try:
-            return decode_file_header(buf)
+            try:
+                return decode_file_header(data)
+            except IncompleteCapture:
+                if len(data) < _HEADER_READ:
+                    raise
+                # A longer header: decode_file_header checked its announced length.
+                length = PREAMBLE.unpack_from(data)[3]
+                return decode_file_header(data + file.read(PREAMBLE.size + length - len(data)))
         except CaptureError as error:
             raise type(error)(f"{os.fspath(path)}: {error}") from None
 
@@ -254,6 +271,58 @@ def split_ranges(path: str | os.PathLike[str], target_bytes: int
                 start = range_start = offset
     ranges.append((start, None))
     return ranges
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Whole records from `start` to `end` (record boundaries), their times between `min_ns`
+    and `max_ns`: the records' own, since a wall clock may step back."""
+
+    start: int
+    end: int
+    min_ns: int
+    max_ns: int
+
+
+_LENGTH_TIME = struct.Struct("<I4xq")  # a record header's length and timestamp_ns
+
+
+def segments(path: str | os.PathLike[str], grain: int, start: int | None = None,
+             available: int | None = None) -> list[Segment]:
+    """The records of the file from `start` (a record boundary; by default the first record)
+    up to `available` bytes (by default the file's size), in segments of about `grain` bytes,
+    each with the span of its records' times. Only lengths and timestamps are read, as
+    `split_ranges` reads lengths; each reader checks the CRCs. A file whose header is not
+    complete has none."""
+    if grain < 1:
+        raise ValueError(f"grain must be positive, not {grain}")
+    name = os.fspath(path)
+    with _mapped(path) as buf:
+        bounds = _open_scan(buf, name, start, available)
+        if bounds is None:
+            return []
+        offset, end = bounds
+        found: list[Segment] = []
+        unpack = _LENGTH_TIME.unpack_from
+        segment_start, low, high = offset, 0, 0
+        while end - offset >= HEADER_SIZE:
+            length, timestamp = unpack(buf, offset)
+            stop = offset + HEADER_SIZE + length
+            if stop > end:
+                break
+            if offset == segment_start:
+                low = high = timestamp
+            elif timestamp < low:
+                low = timestamp
+            elif timestamp > high:
+                high = timestamp
+            offset = stop
+            if offset - segment_start >= grain:
+                found.append(Segment(segment_start, offset, low, high))
+                segment_start = offset
+        if offset > segment_start:
+            found.append(Segment(segment_start, offset, low, high))
+        return found
 
 
 def ranges_from_boundaries(boundaries: list[int], target_bytes: int

@@ -17,19 +17,26 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow.fs as pafs
 
 from wireproto.capture import reader as capture_reader
-from wireproto.capture.format import CaptureHeader, IncompleteCapture, decode_file_header
+from wireproto.capture.format import (
+    PREAMBLE,
+    CaptureHeader,
+    IncompleteCapture,
+    decode_file_header,
+)
 
-__all__ = ["Store", "open_store", "STORAGE_OPTIONS"]
+__all__ = ["Store", "FileIndex", "open_store", "file_index", "STORAGE_OPTIONS"]
 
 STORAGE_OPTIONS = ("s3.endpoint", "s3.region", "s3.access_key", "s3.secret_key",
                    "s3.session_token", "s3.anonymous")
 # The first read of a file: its header is almost always shorter.
 _HEADER_READ = 16 << 10
+# The read of a header alone, choosing files before any is read.
+_SMALL_HEADER_READ = 4 << 10
 
 
 @dataclass(frozen=True)
@@ -67,22 +74,42 @@ class Store:
             if entry.type == pafs.FileType.File and pattern.match(entry.base_name)]
         return sorted(found, key=lambda item: os.path.split(item[0]))
 
-    def boundaries(self, path: str, size: int) -> list[int] | None:
-        """The record boundaries of the object `path` from its index (`file_index`), or None
-        when it has none, or one that is not of an object of `size` bytes."""
+    def index(self, path: str, size: int) -> FileIndex | None:
+        """The index of the object `path` (`file_index`), or None when it has none, or one
+        that is not of an object of `size` bytes. An index written before it held the
+        records' times has `segments` None."""
         try:
             with self.filesystem.open_input_file(path + INDEX_SUFFIX) as file:
+                if file.size() > MAX_INDEX_BYTES:
+                    return None  # not one a writer makes: a 1 GiB file's is about 60 KiB
                 index = json.loads(file.readall())
         except (OSError, ValueError):
             return None
         if not isinstance(index, dict) or index.get("size") != size:
             return None
         boundaries = index.get("boundaries")
-        if not isinstance(boundaries, list) or not all(
-                isinstance(b, int) and 0 < b < size for b in boundaries) or \
-                boundaries != sorted(set(boundaries)):
+        if not _increasing(boundaries) or not all(0 < b < size for b in boundaries):
             return None
-        return boundaries
+        return FileIndex(boundaries, _index_segments(index, boundaries, size))
+
+    def boundaries(self, path: str, size: int) -> list[int] | None:
+        """The record boundaries of the object `path` from its index, or None (`index`)."""
+        index = self.index(path, size)
+        return None if index is None else index.boundaries
+
+    def header(self, path: str) -> CaptureHeader:
+        """The header of the object `path`, read in one small request (two for a long one);
+        `IncompleteCapture` if the object is shorter than it."""
+        with self.filesystem.open_input_file(path) as file:
+            size = file.size()
+            head = file.read_at(min(size, _SMALL_HEADER_READ), 0)
+            try:
+                return decode_file_header(head)
+            except IncompleteCapture:
+                if size <= len(head):
+                    raise
+                length = PREAMBLE.unpack_from(head)[3]  # checked by decode_file_header
+                return decode_file_header(file.read_at(min(size, PREAMBLE.size + length), 0))
 
     def read_range(self, path: str, start: int | None, end: int | None, max_records: int
                    ) -> Iterator[tuple[CaptureHeader, capture_reader.Batch]]:
@@ -111,17 +138,69 @@ class Store:
             offset = batch.end if batch.stop == "limit" and batch.end < stop else None
 
 
-# A shipped file's index, beside it: its record boundaries about every INDEX_GRAIN bytes.
+# A shipped file's index, beside it: its record boundaries about every INDEX_GRAIN bytes, and
+# (version 2) the span of its records and the times of each segment between boundaries.
 INDEX_SUFFIX = ".idx"
-INDEX_GRAIN = 4 << 20
+INDEX_GRAIN = 1 << 20
+INDEX_VERSION = 2
+MAX_INDEX_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class FileIndex:
+    """What a shipped file's index says: its record boundaries, and, from version 2 on, its
+    records in segments between them, each with its records' times (None before)."""
+
+    boundaries: list[int]
+    segments: list[capture_reader.Segment] | None
 
 
 def file_index(path: str | os.PathLike[str]) -> bytes:
-    """The index of the local capture file `path`, to store beside it: its size and its record
+    """The index of the local capture file `path`, to store beside it: its size, its record
     boundaries about every `INDEX_GRAIN` bytes, so a reader can split the object into tasks
-    without reading it first."""
-    boundaries = [start for start, _ in capture_reader.split_ranges(path, INDEX_GRAIN)[1:]]
-    return json.dumps({"size": os.path.getsize(path), "boundaries": boundaries}).encode()
+    without reading it first, and where its records start and end (``records``) with the
+    earliest and latest time in each segment between boundaries (``times``), so a reader
+    asking for a time range can skip the segments outside it."""
+    size = os.path.getsize(path)
+    parts = capture_reader.segments(path, INDEX_GRAIN, available=size)
+    index: dict[str, object] = {"size": size, "boundaries": [part.start for part in parts[1:]],
+                             "version": INDEX_VERSION}
+    if parts:
+        index["records"] = [parts[0].start, parts[-1].end]
+        index["times"] = [[part.min_ns, part.max_ns] for part in parts]
+    return json.dumps(index).encode()
+
+
+def _increasing(values: object) -> TypeGuard[list[int]]:
+    """A list of distinct integers, in increasing order."""
+    return isinstance(values, list) and all(
+        type(value) is int for value in values) and values == sorted(set(values))
+
+
+def _index_segments(index: dict[str, object], boundaries: list[int], size: int
+                    ) -> list[capture_reader.Segment] | None:
+    """The segments a version 2 index describes, or None when it has none, or they do not
+    fit together (then it is read as an index of boundaries alone)."""
+    version = index.get("version")
+    if type(version) is not int or version < 2:
+        return None
+    span, times = index.get("records"), index.get("times")
+    if span is None and times is None and not boundaries:
+        return []  # a file without records
+    if not _increasing(span) or len(span) != 2 or not isinstance(times, list):
+        return None
+    first, end = span
+    starts, ends = [first, *boundaries], [*boundaries, end]
+    if not _increasing(starts + [end]) or first < 1 or end > size or \
+            len(times) != len(starts):
+        return None
+    found = []
+    for start, end, pair in zip(starts, ends, times, strict=True):
+        if not isinstance(pair, list) or len(pair) != 2 or not all(
+                type(value) is int for value in pair) or pair[0] > pair[1]:
+            return None
+        found.append(capture_reader.Segment(start, end, pair[0], pair[1]))
+    return found
 
 
 def open_store(location: str | os.PathLike[str], options: Mapping[str, str] | None = None

@@ -24,6 +24,12 @@ only those are made: without a decoded column (`rows.DECODED_COLUMNS`) no messag
 and without ``data`` no message bytes travel to Spark. A Python data source gets no column
 pruning from Spark's optimizer, so a query that needs a few columns reads faster for saying so.
 
+Filters: where ``spark.sql.python.filterPushdown.enabled`` is on, a batch read takes the filters
+of a query it can apply exactly (`wireproto.pipeline.pushdown`) and skips the files (by their
+headers' broker), segments (by a shipped file's index, or a scan of a local file's record
+headers), records and rows they rule out; Spark applies the rest. Where it is off (Spark's
+default) every row is read and Spark filters them, as before.
+
 Streaming: ``spark.readStream.format("wirecapture").load(PATH)`` reads what the writer appends
 and the files it rotates to (`WireCaptureStreamReader`). An offset is ``{file path: byte offset}``,
 each offset a record boundary: a record still being written (or a file header not yet complete)
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +52,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -58,12 +66,16 @@ from pyspark.sql.types import StructType
 
 from wireproto import capture
 from wireproto.capture.storage import STORAGE_OPTIONS, open_store
+from wireproto.pipeline.pushdown import Pushdown, conditions, select_records
 from wireproto.pipeline.rows import ARROW_SCHEMA, SCHEMA, broker_of, decode_batch, projected_schema
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
            "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
 
 DEFAULT_BATCH_SIZE = 8192
+# A local file's task that filters on times or offsets scans its record headers and reads the
+# segments of about this many bytes that may match (a scan costs the same whatever the grain).
+SCAN_GRAIN = 256 << 10
 
 
 def capture_paths(path: str | os.PathLike[str], prefix: str = "wirecapture") -> list[str]:
@@ -153,6 +165,8 @@ class _CaptureReading:
         # Where the files are: local (read as before), or object storage (read as bytes).
         self.store = open_store(path, {name: options[name] for name in STORAGE_OPTIONS
                                        if options.get(name) is not None})
+        # The filters Spark pushed that the reader applies (a batch read's; none for a stream).
+        self.pushdown = Pushdown()
 
     def _files(self) -> list[tuple[str, int]]:
         """(file as rows name it, size) of every capture file to read, oldest first."""
@@ -174,20 +188,68 @@ class _CaptureReading:
         if not self.store.local:
             for header, batch in self.store.read_range(self.store.path_of(path), start, end,
                                                        self.batch_size):
-                yield decode_batch(path, batch, broker_of(header), self.schema)
+                yield from self._rows(path, batch, broker_of(header))
             return
         try:
             broker = broker_of(capture.read_header(path))
         except capture.IncompleteCapture:
             return  # a file whose header is not written yet has no records either
+        ranges = [(start, end)]
+        if self.pushdown.skips_segments:
+            ranges = self._kept_ranges(path, start, end)
+        for range_start, range_end in ranges:
+            yield from self._read_local(path, broker, range_start, range_end)
+
+    def _read_local(self, path: str, broker: str, start: int | None, end: int | None
+                    ) -> Iterator[pa.RecordBatch]:
         while end is None or start is None or start < end:
             batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
                                        available=end)
-            if len(batch):
-                yield decode_batch(path, batch, broker, self.schema)
+            yield from self._rows(path, batch, broker)
             if batch.stop != "limit":
                 return
             start = batch.end
+
+    def _kept_ranges(self, path: str, start: int | None, end: int | None
+                     ) -> list[tuple[int | None, int | None]]:
+        """The parts of a local file's range whose records may match the offsets and times
+        asked for, from a scan of its record headers (lengths and timestamps; no CRC, no
+        data). Records past the scan's end (written since) are read as a plain read would."""
+        parts = capture.segments(path, SCAN_GRAIN, start, available=end)
+        if not parts:
+            return [(start, end)]
+        kept: list[tuple[int | None, int | None]] = []
+        for part in parts:
+            if not self.pushdown.keeps_segment(part):
+                continue
+            if kept and kept[-1][1] == part.start:
+                kept[-1] = (kept[-1][0], part.end)
+            else:
+                kept.append((part.start, part.end))
+        if end is None:
+            if kept and kept[-1][1] == parts[-1].end:
+                kept[-1] = (kept[-1][0], None)
+            else:
+                kept.append((parts[-1].end, None))
+        return kept
+
+    def _rows(self, path: str, batch: capture.Batch, broker: str
+              ) -> Iterator[pa.RecordBatch]:
+        """The rows of a batch of records that the pushed filters keep: the records they rule
+        out by their headers are never decoded."""
+        if not len(batch):
+            return
+        mask = self.pushdown.record_mask(batch)
+        if mask is not None:
+            if not mask.any():
+                return
+            batch = select_records(batch, mask)
+        rows = decode_batch(path, batch, broker, self.schema)
+        keep = self.pushdown.row_mask(rows)
+        if keep is not None:
+            rows = rows.filter(pa.array(keep))
+        if rows.num_rows:
+            yield rows
 
 
 class CaptureRangePartition(InputPartition):
@@ -220,38 +282,108 @@ def split_bytes(sizes: list[int], max_partition_bytes: int, open_cost: int,
 
 class WireCaptureReader(_CaptureReading, DataSourceReader):
     """A batch read: each file, or each range of about `split_bytes` of a larger one, is one
-    Spark task."""
+    Spark task. Filters Spark pushes (`pushFilters`) leave out the files, ranges, records and
+    rows they rule out (`wireproto.pipeline.pushdown`)."""
 
     def __init__(self, options: Any, schema: pa.Schema = ARROW_SCHEMA) -> None:
         super().__init__(options, schema)
         self.max_partition_bytes = _positive_option(options, "maxPartitionBytes", 128 << 20)
         self.open_cost = _positive_option(options, "openCostInBytes", 4 << 20)
         self.min_partitions = _positive_option(options, "minPartitions", 1)
+        # Spark refuses to plan a read whose reader overrides pushFilters while
+        # spark.sql.python.filterPushdown.enabled is off (its default), for sources whose rows
+        # would be wrong without it. This reader's rows are the same either way, only cheaper
+        # with it, so it answers pushFilters without overriding it: reads work in every
+        # session, and skip what they can where pushdown is on.
+        vars(self)["pushFilters"] = _PushFilters(self)
+
+    def push_filters(self, filters: list[Filter]) -> list[Filter]:
+        """Take the filters this reader applies in full; give back the others, for Spark."""
+        taken, left = conditions(filters, self.schema.names)
+        self.pushdown = Pushdown(tuple(taken))
+        return left
 
     def partitions(self) -> list[InputPartition]:
         files = self._files()
+        if self.pushdown:
+            files = self._chosen(files)
         target = split_bytes([size for _, size in files], self.max_partition_bytes,
                              self.open_cost, self.min_partitions)
         partitions: list[InputPartition] = []
         for path, size in files:
-            if size <= target:
+            if not self.store.local and (size > target or self.pushdown.skips_segments):
+                partitions += self._object_ranges(path, size, target)
+            elif size <= target:
                 partitions.append(CaptureFilePartition(path))
-            elif self.store.local:
+            else:
                 partitions += [CaptureRangePartition(path, start, end)
                                for start, end in capture.split_ranges(path, target)]
-            else:
-                # An object splits by the index shipped beside it; without one it is one task,
-                # since finding its record boundaries would mean reading it.
-                boundaries = self.store.boundaries(self.store.path_of(path), size)
-                partitions += [CaptureRangePartition(path, start, end)
-                               for start, end in capture.ranges_from_boundaries(
-                                   boundaries or [], target)]
         return partitions
+
+    def _chosen(self, files: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The files whose rows may match the filters on `file` and `broker` (read from each
+        file's header, an object's in one small request)."""
+        files = [(path, size) for path, size in files if self.pushdown.keeps_file(path)]
+        if not self.pushdown.needs_broker:
+            return files
+        if self.store.local:
+            brokers = [self._broker(path) for path, _ in files]
+        else:
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                brokers = list(pool.map(self._broker, [path for path, _ in files]))
+        return [file for file, broker in zip(files, brokers, strict=True)
+                if self.pushdown.keeps_file(file[0], broker)]
+
+    def _broker(self, path: str) -> str | None:
+        """The broker that wrote `path`, or None when its header cannot say (a file being
+        created, or not a capture: its task reads it as a plain read would)."""
+        try:
+            if self.store.local:
+                return broker_of(capture.read_header(path))
+            return broker_of(self.store.header(self.store.path_of(path)))
+        except (capture.CaptureError, OSError):
+            return None
+
+    def _object_ranges(self, path: str, size: int, target: int) -> list[InputPartition]:
+        """An object's tasks, by the index shipped beside it: ranges of about `target` bytes,
+        leaving out the segments the filters on offsets and times rule out. Without an index
+        it is one task, since finding its record boundaries would mean reading it."""
+        index = self.store.index(self.store.path_of(path), size)
+        if index is None:
+            return [CaptureFilePartition(path)]
+        if not self.pushdown.skips_segments or index.segments is None:
+            return [CaptureRangePartition(path, start, end) for start, end in
+                    capture.ranges_from_boundaries(index.boundaries, target)]
+        ranges: list[tuple[int, int]] = []
+        for part in index.segments:
+            if not self.pushdown.keeps_segment(part):
+                continue
+            if ranges and ranges[-1][1] == part.start and \
+                    ranges[-1][1] - ranges[-1][0] < target:
+                ranges[-1] = (ranges[-1][0], part.end)
+            else:
+                ranges.append((part.start, part.end))
+        return [CaptureRangePartition(path, start, end) for start, end in ranges]
 
     def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, CaptureRangePartition):
             return self._read_file(partition.path, partition.start, partition.end)
-        return self._read_file(partition.path, None, None)
+        if isinstance(partition, CaptureFilePartition):
+            return self._read_file(partition.path, None, None)
+        return iter(())  # Spark's one stand-in partition when there are none: nothing to read
+
+
+class _PushFilters:
+    """`WireCaptureReader.pushFilters`, seen by Spark's planner as the method it inherits
+    (its ``__func__``), and calling the reader's `push_filters`."""
+
+    __func__ = staticmethod(DataSourceReader.pushFilters)
+
+    def __init__(self, reader: WireCaptureReader) -> None:
+        self.reader = reader
+
+    def __call__(self, filters: list[Filter]) -> list[Filter]:
+        return self.reader.push_filters(filters)
 
 
 class WireCaptureStreamReader(_CaptureReading, DataSourceStreamReader,
