@@ -184,6 +184,16 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         lambda target: not within(target, "wireproto.cli", "wireproto.service",
                                   "wireproto.transports", "wireproto.tools"),
     ),
+    "wireproto.pipeline.table": (
+        "the table's contract imports the rows' schema, capture storage, wireproto's version "
+        "and the table store, never a job or a command that uses it",
+        _allowed(exact=("wireproto", "wireproto.pipeline.rows", "wireproto.capture.storage",
+                        "wireproto.pipeline.tablestore")),
+    ),
+    "wireproto.pipeline.ingest": (
+        "the ingest query imports the table and the data source, never a command",
+        _allowed(exact=("wireproto.pipeline.table", "wireproto.pipeline.datasource")),
+    ),
     "wireproto.output": (
         "the program's stdout imports nothing of wireproto",
         _allowed(exact=("wireproto.output",)),
