@@ -87,7 +87,10 @@ class IngestProgress:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        self.update()
+        try:
+            self.update()
+        except Exception:  # noqa: BLE001, S110 - the JVM is gone: what was seen stands
+            pass
         if self._drawn and self.tty:
             self.stream.write("\r\033[K")
             self.stream.flush()
@@ -315,7 +318,12 @@ def _spark_holding(fd: int, master: str | None, log_path: Path) -> SparkSession:
         log = open(log_path, "ab")  # noqa: SIM115 - the JVM keeps it for its lifetime
         SparkContext._ensure_initialized(gateway=launch_gateway(
             popen_kwargs={"stdout": log, "stderr": log, "pass_fds": (fd,)}))
-    return quiet_spark(master, log_path)
+    spark: SparkSession = quiet_spark(master, log_path)
+    # A JVM that dies is said in one line, not in a traceback of pyspark's accumulator server.
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, address: None
+    return spark
 
 
 def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
@@ -363,12 +371,36 @@ def _ingest(spark: SparkSession, args: argparse.Namespace, table_dir: str, optio
                   "Ctrl-C stops"])
     progress = IngestProgress(spark, query, sys.stderr, pending_bytes=max(pending, 0),
                               once=args.once).start()
+    try:
+        failed = _until_ended(query, mirror, stopping)
+    except Exception as gone:  # noqa: BLE001 - the JVM went away, or the mirror failed
+        failed = gone
+    finally:
+        progress.stop()
+    if stopping.is_set():
+        return INTERRUPTED if args.once else 0
+    if failed is not None:
+        line = failure_line(failed)
+        if isinstance(failed, OSError) or type(failed).__module__.startswith("py4j"):
+            line = f"Spark's JVM is gone ({line})"
+        error(f"{line} (Spark's log: {log_path})")
+        return 1
+    batches = len(progress.batches)
+    announce([f"ingested {progress.rows:,} rows in {batches} batch"
+              f"{'es' if batches != 1 else ''} into {args.table}"])
+    return 0
+
+
+def _until_ended(query: StreamingQuery, mirror: TableMirror | None,
+                 stopping: threading.Event) -> BaseException | None:
+    """Wait for `query` to end, or stop it once `stopping` is set; a table in object storage
+    is synced after each micro-batch and at the end. The query's failure, or None."""
     synced = -1
     while not stopping.is_set():
         try:
             if query.awaitTermination(1):
                 break
-        except Exception:  # noqa: BLE001 - it failed: query.exception() says how
+        except Exception:  # noqa: BLE001, S110 - it failed: query.exception() says how
             break
         last = query.lastProgress
         if mirror is not None and last is not None and last.batchId != synced:
@@ -376,19 +408,9 @@ def _ingest(spark: SparkSession, args: argparse.Namespace, table_dir: str, optio
             mirror.sync()  # tablestore: after each finished micro-batch
     if stopping.is_set():
         query.stop()
-    progress.stop()
     if mirror is not None:
         mirror.sync()  # tablestore: once the query has ended
-    if stopping.is_set():
-        return INTERRUPTED if args.once else 0
-    failed = query.exception()
-    if failed is not None:
-        error(f"{failure_line(failed)} (Spark's log: {log_path})")
-        return 1
-    batches = len(progress.batches)
-    announce([f"ingested {progress.rows:,} rows in {batches} batch"
-              f"{'es' if batches != 1 else ''} into {args.table}"])
-    return 0
+    return query.exception()
 
 
 # -- registration with the `wireproto` command, and spark-submit ----------------------------------
