@@ -190,19 +190,28 @@ def remove_orphans(spark: SparkSession, table_dir: str) -> int:
     return removed
 
 
+# The table's Parquet files: no dictionary for the columns that hardly repeat (a dictionary for
+# them is built and dropped, which cost a fifth of the write's CPU in bench/pipeline.py).
+WRITE_OPTIONS = {f"parquet.enable.dictionary#{column}": "false"
+                 for column in ("offset", "timestamp", "request_id")}
+
+
 # -- the query -----------------------------------------------------------------------------------
 
 
 def start_ingest(spark: SparkSession, captures: str, table_dir: str, *,
                  checkpoint: str | None = None, once: bool = False,
                  trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
-                 options: Mapping[str, str] | None = None) -> StreamingQuery:
+                 options: Mapping[str, str] | None = None,
+                 repartition: bool = True) -> StreamingQuery:
     """Start ingesting the captures at `captures` (a capture directory or file, local or in
     object storage with `options`) into the table at `table_dir` (a local path or hdfs://:
     a path Spark writes), and return the query (a `pyspark.sql.streaming.StreamingQuery`).
     `checkpoint` defaults to ``TABLE/_checkpoint``; keep it with the table, since together
     they say what was read. With `once` the query reads what is there and stops
     (``Trigger.AvailableNow``); otherwise it runs a micro-batch every `trigger_seconds`.
+    Without `repartition` a batch skips its shuffle, and each of its tasks (a capture file)
+    writes a file of its own to each partition it has rows for.
 
     ValueError for a table directory that is not a table this code writes, and TableBusy when
     another ingest writes it."""
@@ -225,8 +234,11 @@ def start_ingest(spark: SparkSession, captures: str, table_dir: str, *,
         remove_orphans(spark, table_dir)
     spark.dataSource.register(WireCaptureDataSource)
     rows = spark.readStream.format("wirecapture").options(**dict(options or {})).load(captures)
-    writer = (table_rows(rows).repartition(*PARTITIONED_BY)
-              .writeStream.format("parquet").outputMode("append").partitionBy(*PARTITIONED_BY)
+    rows = table_rows(rows)
+    if repartition:
+        rows = rows.repartition(*PARTITIONED_BY)
+    writer = (rows.writeStream.format("parquet").outputMode("append").partitionBy(*PARTITIONED_BY)
+              .options(**WRITE_OPTIONS)
               .option("path", table_dir)
               .option("checkpointLocation", checkpoint or _join(table_dir, CHECKPOINT))
               .queryName("wireproto-ingest"))
