@@ -37,6 +37,13 @@ floor's CPU per row. --analyze also times `analyze` over the capture and over th
 Then filter pushdown (bench/_pushdown.py): a fleet of eight brokers of the same traffic, queried
 for one broker, one protocol and a time window with Spark's Python filter pushdown off and on:
 bytes read (pages brought into the page cache) and CPU.
+
+Ingest: `wireproto ingest --once` (wireproto.pipeline.ingest.start_ingest) of the same capture into
+a new table, with and without its shuffle by the partition columns, beside Spark's own
+partitioned Parquet write of the same rows (read from the Parquet copy; its write's CPU is that
+run's less the Parquet read's). Goal: ingest's CPU per row at most 1.1x the wirecapture read's
+plus the Parquet write's, as measured and net of each query's fixed CPU (an ingest's and a
+wirecapture read's over a tiny capture).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import itertools
 import json
 import math
 import os
@@ -78,6 +86,7 @@ RATE_GOAL = 1_500_000
 PARQUET_GOAL = 1.5  # the source's CPU per row against Spark's own Parquet read, at most
 TABLE_SPEEDUP_GOAL = 3.0  # the table's rows per second against the wirecapture source's
 TABLE_PARQUET_GOAL = 1.2  # the table's CPU per row against the Parquet floor's, at most
+INGEST_GOAL = 1.1  # ingest's CPU per row against the wirecapture read's plus a Parquet write's
 TINY_MESSAGES = 2000
 VIEWS = {
     "all": tuple(ARROW_SCHEMA.names),
@@ -158,10 +167,10 @@ def _payload(rng: random.Random, sequence: int) -> bytes:
     return sequence.to_bytes(8, "big") + rng.randbytes(rng.randint(8, 120))
 
 
-def generate(directory: Path, messages: int, files: int, seed: int = 9,
-             broker: str | None = None) -> Capture:
+def generate(directory: Path, messages: int, files: int, seed: int = 9, *,
+             broker: str | None = None, start_ns: int = 1_700_000_000_000_000_000) -> Capture:
     """Write at least `messages` messages to about `files` capture files in `directory`, as
-    `broker` (by default the writer's own name)."""
+    `broker` (default: host:pid), the first at `start_ns`, 20 µs apart."""
     gen = _Generator(seed)
     rng = gen.random
     gen.open("publishers", 4, "websmq", "length32")
@@ -229,12 +238,13 @@ def generate(directory: Path, messages: int, files: int, seed: int = 9,
         gen.flush(conn, "out" if conn not in group["publishers"] else "in", 1, 1)
     for conn in gen.protocol_of:
         gen.ops.append(("close", conn))
-    return _write(directory, gen, files, broker)
+    return _write(directory, gen, files, broker, start_ns)
 
 
-def _write(directory: Path, gen: _Generator, files: int, broker: str | None = None) -> Capture:
+def _write(directory: Path, gen: _Generator, files: int, broker: str | None,
+           start_ns: int) -> Capture:
     max_file_bytes = max(capture.MIN_FILE_BYTES, -(-gen.bytes // files) + 65536)
-    clock = iter(range(1_700_000_000_000_000_000, 1_900_000_000_000_000_000, 20_000))
+    clock = iter(range(start_ns, start_ns + 200_000_000_000_000_000, 20_000))
     rows = 0
     open_now = 0
     with capture.CaptureWriter(directory, max_file_bytes=max_file_bytes, broker=broker,
@@ -384,6 +394,72 @@ def table_files(table: Path) -> list[Path]:
     """The table's data files (not its log or checkpoint)."""
     return [path for path in table.rglob("*.parquet")
             if not any(part.startswith(("_", ".")) for part in path.relative_to(table).parts)]
+def ingest_table(spark: Any, captures: Path, table: Path, repartition: bool = True) -> int:
+    """Rows `wireproto ingest --once` of `captures` wrote into the new table `table`."""
+    from wireproto.pipeline.ingest import start_ingest
+
+    query = start_ingest(spark, str(captures), str(table), once=True, repartition=repartition)
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise BenchError(f"ingest failed: {query.exception()}")
+    return parquet_rows(table)
+
+
+def spark_write_table(spark: Any, parquet_dir: Path, table: Path) -> int:
+    """Spark's own write of the rows in `parquet_dir` as the table's are written: with their
+    date, partitioned by date, broker and protocol."""
+    from wireproto.pipeline.ingest import table_rows
+    from wireproto.pipeline.table import PARTITIONED_BY
+
+    rows = table_rows(spark.read.parquet(str(parquet_dir)))
+    rows.write.partitionBy(*PARTITIONED_BY).parquet(str(table))
+    return parquet_rows(table)
+
+
+def parquet_rows(table: Path) -> int:
+    """Rows in the Parquet files under `table`, from their footers."""
+    import pyarrow.parquet as parquet
+
+    return sum(parquet.read_metadata(path).num_rows for path in table.rglob("part-*.parquet"))
+
+
+INGESTS = ("ingest", "ingest, no shuffle", "parquet write")
+
+
+def measure_ingest(spark: Any, cap: Capture, parquet_dir: Path, directory: Path, runs: int,
+                   cpu_clock: Callable[[], tuple[float, float]], report: Report) -> None:
+    """Each of INGESTS timed into a new table each run (removed after it is counted), the data
+    files each wrote, and the fixed CPU cost of an ingest and of a wirecapture read (over a
+    capture of TINY_MESSAGES)."""
+    tables = itertools.count()
+
+    def into_new_table(name: str, make: Callable[[Path], int]) -> Callable[[], int]:
+        def once() -> int:
+            table = directory / f"table-{next(tables)}"
+            rows = make(table)
+            report.ingest_files[name] = sum(1 for _ in table.rglob("part-*.parquet"))
+            shutil.rmtree(table)
+            return rows
+        return once
+
+    makers: dict[str, Callable[[Path], int]] = {
+        "ingest": lambda table: ingest_table(spark, cap.directory, table),
+        "ingest, no shuffle": lambda table: ingest_table(spark, cap.directory, table,
+                                                         repartition=False),
+        "parquet write": lambda table: spark_write_table(spark, parquet_dir, table),
+    }
+    for name, make in makers.items():
+        report.ingest[name] = _timed(name, cap.rows, into_new_table(name, make), runs, cpu_clock)
+    tiny = generate(directory / "tiny-ingest", TINY_MESSAGES, 1)
+    report.fixed_rows = tiny.rows
+    report.fixed_cpu["wirecapture"] = statistics.median(_timed(
+        "wirecapture, tiny capture", tiny.rows, lambda: decode_in_spark(spark, tiny.directory,
+                                                                        None),
+        runs, cpu_clock).cpu)
+    report.fixed_cpu["ingest"] = statistics.median(_timed(
+        "ingest, tiny capture", tiny.rows, into_new_table(
+            "tiny", lambda table: ingest_table(spark, tiny.directory, table)),
+        runs, cpu_clock).cpu)
 
 
 # Each column's type as the source's SCHEMA names it.
@@ -450,6 +526,10 @@ class Report:
     query_seconds: list[float] = field(default_factory=list)  # a Spark query over a tiny capture
     analyze_seconds: dict[str, float] = field(default_factory=dict)  # --analyze: source -> s
     pushdown: pushdown.PushdownReport | None = None
+    ingest: dict[str, Timing] = field(default_factory=dict)  # INGESTS
+    ingest_files: dict[str, int] = field(default_factory=dict)  # data files each wrote
+    fixed_cpu: dict[str, float] = field(default_factory=dict)  # CPU s over a tiny capture
+    fixed_rows: int = 0  # its rows
     lines: list[str] = field(default_factory=list)
 
     def rate(self, reader: str, view: str = "all") -> float:
@@ -532,6 +612,7 @@ def run(options: argparse.Namespace, out: Callable[[str], None] = print) -> Repo
                     f"table, {view} columns", cap.rows,
                     lambda view=view: read_table(spark, table_dir, view), options.runs,
                     spark_cpu)
+            measure_ingest(spark, cap, parquet_dir, directory, options.runs, spark_cpu, report)
             # The fixed cost of a query: planning, and the Python workers that plan the read.
             tiny = generate(directory / "tiny", TINY_MESSAGES, 1)
             report.query_seconds = _timed(
@@ -608,6 +689,7 @@ def table(report: Report, options: argparse.Namespace) -> list[str]:
     over_parquet = report.cpu_per_row("wirecapture") / report.cpu_per_row("parquet")
     speedup = report.rate("wirecapture") / report.rate("one process")
     spark = report.rate("wirecapture")
+    lines += ingest_lines(report)
     record_over_parquet = (report.cpu_per_row("wirecapture", "record")
                            / report.cpu_per_row("parquet", "record"))
     record_speedup = report.rate("wirecapture", "record") / report.rate("one process", "record")
@@ -644,6 +726,42 @@ def _table_goals(report: Report) -> list[str]:
         captures, table = report.analyze_seconds["capture files"], report.analyze_seconds["table"]
         lines.append(f"analyze: {captures:.1f} s over the capture files, {table:.1f} s over the"
                      f" table ({captures / table:.1f}x)")
+    return lines
+
+
+def ingest_lines(report: Report) -> list[str]:
+    """The ingest table and its goal, as measured and net of each query's fixed cost."""
+    rows = report.capture.rows
+
+    def per_row(name: str) -> float:
+        return statistics.median(report.ingest[name].cpu) * 1e6 / rows
+
+    lines = ["", f"{'ingest':<20} {'rows/s':>11} {'median s':>9} {'CPU µs/row':>10}"
+             f" {'JVM µs/row':>10} {'files':>6}"]
+    for name, timing in report.ingest.items():
+        seconds = statistics.median(timing.seconds)
+        lines.append(f"{name:<20} {rows / seconds:>11,.0f} {seconds:>9.3f} {per_row(name):>10.2f}"
+                     f" {statistics.median(timing.jvm) * 1e6 / rows:>10.2f}"
+                     f" {report.ingest_files[name]:>6}")
+    read = report.cpu_per_row("wirecapture")
+    write = max(per_row("parquet write") - report.cpu_per_row("parquet"), 0.0)
+    ingest = per_row("ingest")
+    lines.append(f"parquet write: the write less the Parquet read ({write:.2f} µs/row)")
+    lines.append(f"fixed CPU of a query over {report.fixed_rows:,} rows: ingest"
+                 f" {report.fixed_cpu['ingest']:.2f} s, wirecapture read"
+                 f" {report.fixed_cpu['wirecapture']:.2f} s")
+
+    def net(per_row_cpu: float, reader: str) -> float:
+        return (per_row_cpu * rows - report.fixed_cpu[reader] * 1e6) / (rows - report.fixed_rows)
+
+    ratio = ingest / (read + write)
+    net_ratio = net(ingest, "ingest") / (net(read, "wirecapture") + write)
+    lines.append(f"  ingest CPU per row: {ratio:.2f}x the wirecapture read's plus the Parquet"
+                 f" write's ({ingest:.2f} against {read:.2f} + {write:.2f} µs; goal at most"
+                 f" {INGEST_GOAL}x)  {'ok' if ratio <= INGEST_GOAL else 'MISSED'}")
+    lines.append(f"  net of each query's fixed CPU: {net_ratio:.2f}x ({net(ingest, 'ingest'):.2f}"
+                 f" against {net(read, 'wirecapture'):.2f} + {write:.2f} µs)"
+                 f"  {'ok' if net_ratio <= INGEST_GOAL else 'MISSED'}")
     return lines
 
 

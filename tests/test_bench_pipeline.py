@@ -116,6 +116,17 @@ def test_a_tiny_run_through_spark_prints_the_figures(tmp_path: Path, monkeypatch
     assert (figures["broker, pushed"].bytes_read[0] * 4
             < figures["broker, Spark filters"].bytes_read[0])
     assert re.search(rf"broker, pushed +{NUMBER} +{NUMBER} MiB +{NUMBER}%", text), text
+    # Ingest, with and without its shuffle, beside Spark's own Parquet write.
+    assert list(report.ingest) == list(pipeline.INGESTS)
+    assert all(len(timing.cpu) == 1 and timing.cpu[0] > 0 for timing in report.ingest.values())
+    assert report.ingest_files["ingest"] <= report.ingest_files["ingest, no shuffle"]
+    for name in pipeline.INGESTS:
+        assert re.search(rf"^{name} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +\d+$", text,
+                         re.MULTILINE), name
+    assert re.search(r"ingest CPU per row: \d+\.\d\dx the wirecapture read's plus the Parquet"
+                     r" write's \(.*goal at most 1\.1x\)  (ok|MISSED)", text)
+    assert re.search(r"net of each query's fixed CPU: -?\d+\.\d\dx .*  (ok|MISSED)", text)
+    assert set(report.fixed_cpu) == {"ingest", "wirecapture"} and report.fixed_rows > 2000
 
 
 def test_the_parquet_floor_holds_the_rows_the_source_makes(tmp_path: Path) -> None:

@@ -194,6 +194,16 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
         "rows come from: no capture files, storage, data source, table or command",
         _allowed(exact=("wireproto.protocols", "wireproto.pipeline.values")),
     ),
+    "wireproto.pipeline.table": (
+        "the table's contract imports the rows' schema, capture storage, wireproto's version "
+        "and the table store, never a job or a command that uses it",
+        _allowed(exact=("wireproto", "wireproto.pipeline.rows", "wireproto.capture.storage",
+                        "wireproto.pipeline.tablestore")),
+    ),
+    "wireproto.pipeline.ingest": (
+        "the ingest query imports the table and the data source, never a command",
+        _allowed(exact=("wireproto.pipeline.table", "wireproto.pipeline.datasource")),
+    ),
     "wireproto.output": (
         "the program's stdout imports nothing of wireproto",
         _allowed(exact=("wireproto.output",)),

@@ -26,6 +26,8 @@ on stderr, never a traceback.
 
 ``wireproto analyze CAPTURES --out DIR`` runs the Spark jobs over capture files
 (docs/pipeline.md): 0 when done, 1 when Spark fails, 2 for bad usage or a missing spark extra.
+``wireproto ingest CAPTURES --table TABLE`` decodes them once into a partitioned Parquet table,
+with the same statuses (and 0 when Ctrl-C ends it following the captures).
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ COMMANDS = {
     "check-config": Command("check a TOML config file", None, INTERRUPTED),
     "analyze": Command("analyze capture files on Spark", "wireproto.pipeline.command",
                        INTERRUPTED, handles_interrupt=True),
+    "ingest": Command("ingest capture files into a Parquet table on Spark",
+                      "wireproto.pipeline.ingest_command", INTERRUPTED, handles_interrupt=True),
     "pub": Command("publish messages (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub",
                    INTERRUPTED, short_lived=True),
     "sub": Command("print messages on topics (WEBSMQ, UBRE, Phyllo)", "wireproto.tools.pubsub",
