@@ -384,9 +384,8 @@ def write_table(spark: Any, directory: Path, table: Path) -> None:
 
 def read_table(spark: Any, table: Path, view: str = "all") -> int:
     """Rows of the ingested table, read as `wireproto analyze --table` reads it."""
-    from wireproto.pipeline.analyze import table_functions
+    from wireproto.pipeline.table import read_table as read
 
-    read, _ = table_functions()
     return _hashed_count(read(spark, str(table), None).select(*VIEWS[view]), VIEWS[view])
 
 
@@ -394,6 +393,8 @@ def table_files(table: Path) -> list[Path]:
     """The table's data files (not its log or checkpoint)."""
     return [path for path in table.rglob("*.parquet")
             if not any(part.startswith(("_", ".")) for part in path.relative_to(table).parts)]
+
+
 def ingest_table(spark: Any, captures: Path, table: Path, repartition: bool = True) -> int:
     """Rows `wireproto ingest --once` of `captures` wrote into the new table `table`."""
     from wireproto.pipeline.ingest import start_ingest

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+import wireproto
 from tests.pipeline.conftest import need_spark
 from tests.support import starts_its_own_spark
 from wireproto import capture
@@ -222,15 +223,24 @@ def test_table_usage_errors_come_before_spark(tmp_path: Path) -> None:
     captures, not_a_table = tmp_path / "captures", tmp_path / "plain"
     small_capture(captures)
     not_a_table.mkdir()
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "_wireproto_table.json").write_text(
+        '{"format": "wireproto-table", "version": 99, "partitioned_by": []}')
     out = str(tmp_path / "out")
     for args, message in [
         ((str(captures), "--table", str(not_a_table)),
          "give CAPTURES (capture files) or --table TABLE, one of them"),
         ((), "give CAPTURES (capture files) or --table TABLE, one of them"),
         (("--table", str(not_a_table)),
-         f"--table {str(not_a_table)!r} is not a table wireproto ingest wrote"),
+         f"--table {not_a_table} is not a wireproto table (no _wireproto_table.json; "
+         "wireproto ingest writes one)"),
         (("--table", str(tmp_path / "nowhere")),
-         f"--table {str(tmp_path / 'nowhere')!r} is not a table wireproto ingest wrote"),
+         f"--table {tmp_path / 'nowhere'} is not a wireproto table (no "
+         "_wireproto_table.json; wireproto ingest writes one)"),
+        (("--table", str(newer)),
+         f"--table {newer} is a version 99 wireproto table; this wireproto "
+         f"({wireproto.__version__}) reads versions up to 1: upgrade it"),
         (("--table", str(not_a_table), "--follow"),
          "--follow reads capture files as they grow, not a --table"),
     ]:

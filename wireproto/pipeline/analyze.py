@@ -29,10 +29,7 @@ Under spark-submit, run `wireproto.pipeline.command` as the application:
 
 from __future__ import annotations
 
-import importlib
-import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +48,7 @@ from wireproto.pipeline.jobs import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 __all__ = ["Summary", "analyze", "analyze_rows", "TABLES"]
 
@@ -128,7 +125,8 @@ def analyze(spark: Any, captures: str | os.PathLike[str] | None, out: str | os.P
     if table is not None:
         if captures is not None:
             raise ValueError("analyze: give capture files or a table, not both")
-        read_table, _ = table_functions()
+        from wireproto.pipeline.table import read_table
+
         return analyze_rows(read_table(spark, os.fspath(table), options), out,
                             messages=os.fspath(table))
     if captures is None:
@@ -221,62 +219,3 @@ def analyze_rows(rows: DataFrame, out: str | os.PathLike[str], *,
         malformed=malformed_rows,
     )
     return summary
-
-
-# -- reading an ingested table ------------------------------------------------------------------
-# `table_functions` finds `read_table` and `is_table` in wireproto.pipeline.table (the ingest
-# command's module). Until that module is merged, the stand-ins below read a table as its
-# contract says; at merge they go, and callers import the two functions from it directly.
-
-TableReader = Callable[[Any, str, "dict[str, str] | None"], Any]
-TableCheck = Callable[[str, "dict[str, str] | None"], bool]
-
-
-def table_functions() -> tuple[TableReader, TableCheck]:
-    """`read_table(spark, location, options)` and `is_table(location, options)`."""
-    try:
-        module = importlib.import_module("wireproto.pipeline.table")
-    except ModuleNotFoundError as missing:
-        if missing.name != "wireproto.pipeline.table":
-            raise
-        return _read_table_until_table_module, _is_table_until_table_module
-    return module.read_table, module.is_table
-
-
-_TABLE_MARKER, _TABLE_VERSION = "_wireproto_table.json", 1
-
-
-def _table_marker(location: str, options: dict[str, str] | None) -> dict[str, object] | None:
-    from wireproto.capture.storage import open_store
-
-    store = open_store(location, options)
-    try:
-        with store.filesystem.open_input_file(f"{store.root}/{_TABLE_MARKER}") as file:
-            marker = json.loads(file.read())
-    except (OSError, ValueError):
-        return None
-    return marker if isinstance(marker, dict) and marker.get("format") == "wireproto-table" \
-        else None
-
-
-def _is_table_until_table_module(location: str, options: dict[str, str] | None = None) -> bool:
-    return _table_marker(location, options) is not None
-
-
-def _read_table_until_table_module(spark: SparkSession, location: str,
-                                   options: dict[str, str] | None = None) -> DataFrame:
-    from wireproto.pipeline.rows import SCHEMA
-
-    marker = _table_marker(location, options)
-    if marker is None:
-        raise ValueError(f"{location!r} is not a wireproto table (it has no {_TABLE_MARKER})")
-    version = marker.get("version")
-    if not isinstance(version, int) or version > _TABLE_VERSION:
-        raise ValueError(f"{location!r} is a wireproto table of version {version}; this "
-                         f"wireproto reads version {_TABLE_VERSION}")
-    if "://" in location and not location.startswith(("file://", "hdfs://")):
-        raise ValueError(f"{location!r}: reading a table in object storage needs "
-                         "wireproto.pipeline.tablestore")
-    # An explicit schema keeps partition values as they were (a broker named 7 stays a
-    # string); reading the directory, Spark lists its files from the sink's _spark_metadata.
-    return spark.read.schema(f"{SCHEMA}, date date").parquet(location)

@@ -123,16 +123,14 @@ def check_table(location: str, options: dict[str, str] | None = None) -> list[in
     import pyarrow.fs as pafs
 
     from wireproto.capture.storage import open_store
-    from wireproto.pipeline.analyze import table_functions
+    from wireproto.pipeline.table import readable_version
 
-    _, is_table = table_functions()
     try:
-        if not is_table(location, options):
-            raise UsageError(f"--table {location!r} is not a table wireproto ingest wrote")
+        readable_version(location, options)
         store = open_store(location, options)
         found = store.filesystem.get_file_info(pafs.FileSelector(store.root, recursive=True))
     except (OSError, ValueError) as error:
-        raise UsageError(str(error).strip().splitlines()[0]) from None
+        raise UsageError(f"--table {str(error).strip().splitlines()[0]}") from None
     # Spark leaves out what starts with _ or . (the sink's log, the checkpoint).
     return [info.size for info in found if info.type == pafs.FileType.File
             and info.path.endswith(".parquet")

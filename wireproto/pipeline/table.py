@@ -112,6 +112,16 @@ def is_table(location: str, options: Mapping[str, str] | None = None) -> bool:
     return True
 
 
+def readable_version(location: str, options: Mapping[str, str] | None = None) -> int:
+    """The version of the table at `location`, which this code reads; ValueError, in one line,
+    when it is no wireproto table, one newer than this code, or cannot be reached."""
+    try:
+        text = _marker_from_storage(location, options)
+    except OSError as error:
+        raise ValueError(f"{location}: {str(error).strip().splitlines()[0]}") from None
+    return table_version(location, text)
+
+
 def check_remote_table(location: str, options: Mapping[str, str] | None = None) -> None:
     """Before writing the table in object storage at `location`: ValueError, in one line,
     unless nothing is there yet or it is a table this code writes."""
