@@ -400,4 +400,15 @@ def test_a_failure_is_one_line_of_its_cause() -> None:
         " SQLSTATE: 38000 SQLSTATE: XXKST\n=== Streaming Query ===\n")
     assert failure_line(python) == \
         "FileNotFoundError: wirecapture: no capture file or directory '/c'"
+    # The first exception of a chain is the cause (pyspark's runner fails handling it).
+    chained = Captured(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to plan Python data source initialize source: "
+        "Traceback (most recent call last):\n  File \"d.py\", line 77, in capture_paths\n"
+        "FileNotFoundError: wirecapture: no capture file or directory '/c'\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n  File \"runner.py\", line 295, in main\n"
+        "UnboundLocalError: cannot access local variable 'reader' where it is not associated "
+        "with a value\n SQLSTATE: 38000")
+    assert failure_line(chained) == \
+        "FileNotFoundError: wirecapture: no capture file or directory '/c'"
     assert failure_line(RuntimeError("")) == "RuntimeError"
