@@ -61,14 +61,20 @@ def test_version_and_help_import_neither_twisted_nor_autobahn(args: list[str],
              "wireproto.redaction", "wireproto.stopping"])
 
 
+# ingest runs Spark as analyze does, with analyze's plumbing (its checks, signals, quiet JVM).
+SHARED = {"ingest": ["wireproto.pipeline.command"]}
+
+
 @pytest.mark.parametrize("command", ["pub", "sub", "call", "produce", "events", "passwd",
-                                     "analyze"])
+                                     "analyze", "ingest"])
 def test_a_commands_help_imports_its_module_alone(command: str, tmp_path: Path) -> None:
     modules = imported(tmp_path, command, "--help")
     own = COMMANDS[command].module
     assert own in modules
-    assert sorted(COMMAND_MODULES & modules) == [own]
+    assert sorted(COMMAND_MODULES & modules) == sorted([own, *SHARED.get(command, [])])
     assert under(modules, "autobahn", *SERVER_SIDE) == []
+    # Nor the spark extra's packages: a help without them, and no wait for them.
+    assert under(modules, "pyspark", "pyarrow", "numpy") == []
 
 
 def test_the_table_says_what_each_module_registers() -> None:

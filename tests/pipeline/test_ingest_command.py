@@ -221,9 +221,11 @@ def test_sigkill_and_ctrl_c_mid_batch_then_every_message_once(tmp_path: Path,
     # Ctrl-C in the middle of the batch: 130, quietly.
     run = Run(*once)
     until(lambda: re.search(r"a batch at \d+/\d+ tasks", run.read()), 300, "a batch at work")
+    started = time.monotonic()
     run.process.send_signal(signal.SIGINT)
     status, stdout, stderr = run.finish(60)
     assert status == 130, stderr
+    assert time.monotonic() - started < 30
     assert stdout == ""
     assert "Traceback" not in stderr and "py4j" not in stderr and "ERROR" not in stderr, stderr
     assert "wireproto ingest: 0 rows in 0 batches" in stderr  # the progress line was drawn
@@ -311,6 +313,23 @@ def test_a_following_ingest_keeps_its_table_and_ends_with_ctrl_c(tmp_path: Path)
         if child.poll() is None:
             child.kill()
     assert table_keys(table) == direct_keys(captures)
+
+    # Its captures vanish under it: the query fails, in one line, status 1.
+    child = subprocess.Popen([*INGEST, str(captures), "--table", str(table), "--trigger", "1",
+                              "--master", "local[2]"], env=ENV, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().endswith("Ctrl-C stops\n")
+        captures.rename(tmp_path / "gone")
+        assert child.wait(120) == 1
+        lines = child.stderr.read().splitlines()  # progress lines, then the failure
+        assert all(line.startswith("wireproto ingest: ") for line in lines), lines
+        line = lines[-1]
+        assert line.startswith("wireproto ingest: FileNotFoundError: wirecapture: no capture file "
+                               f"or directory {str(captures)!r} (Spark's log: "), line
+    finally:
+        if child.poll() is None:
+            child.kill()
 
 
 def test_bad_input_is_one_line_before_spark_starts(tmp_path: Path) -> None:

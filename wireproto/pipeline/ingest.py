@@ -53,6 +53,10 @@ DEFAULT_TRIGGER_SECONDS = 60.0
 LOCK = "_wireproto_ingest.lock"
 LOCK_WAIT = 10.0  # seconds: a killed ingest's Spark may take a moment to end and let go
 _MICROS_PER_DAY = 86_400_000_000
+# The table's Parquet files: no dictionary for the columns that hardly repeat (one is built and
+# dropped for them, which cost a fifth of the write's CPU in bench/pipeline.py).
+WRITE_OPTIONS = {f"parquet.enable.dictionary#{column}": "false"
+                 for column in ("offset", "timestamp", "request_id")}
 
 
 class TableBusy(ValueError):
@@ -188,12 +192,6 @@ def remove_orphans(spark: SparkSession, table_dir: str) -> int:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(directory, f".{name}.crc"))
     return removed
-
-
-# The table's Parquet files: no dictionary for the columns that hardly repeat (a dictionary for
-# them is built and dropped, which cost a fifth of the write's CPU in bench/pipeline.py).
-WRITE_OPTIONS = {f"parquet.enable.dictionary#{column}": "false"
-                 for column in ("offset", "timestamp", "request_id")}
 
 
 # -- the query -----------------------------------------------------------------------------------

@@ -41,7 +41,6 @@ from wireproto.pipeline.command import (
     stop_spark,
     storage_options,
 )
-from wireproto.pipeline.table import CHECKPOINT, is_spark_path
 from wireproto.program import PROG
 
 if TYPE_CHECKING:
@@ -206,6 +205,9 @@ def failure_line(failure: BaseException) -> str:
         causes.append(cause)
         cause = getattr(cause, "_cause", None)
     for text in (str(failure), *map(str, causes)):
+        # The first exception of a chain: what went wrong, not what failed while handling it
+        # (pyspark's streaming source runner adds an UnboundLocalError of its own).
+        text = text.split("During handling of the above exception", 1)[0]
         raised = [line.strip() for line in text.splitlines() if _RAISED.match(line.strip())]
         if "Traceback (most recent call last)" in text and raised:
             return _plain(raised[-1])
@@ -260,11 +262,12 @@ def _checked(args: argparse.Namespace
     checked and taken before Spark starts."""
     import importlib.util
 
-    from wireproto.pipeline.ingest import TableBusy, lock_table, prepare_table
-    from wireproto.pipeline.table import check_remote_table
-
     if importlib.util.find_spec("pyspark") is None:
         raise UsageError(spark_missing())
+    # Only now: they need the spark extra's pyarrow.
+    from wireproto.pipeline.ingest import TableBusy, lock_table, prepare_table
+    from wireproto.pipeline.table import check_remote_table, is_spark_path
+
     if args.once and args.trigger is not None:
         raise UsageError("--trigger goes without --once")
     if args.trigger is not None and not args.trigger > 0:
@@ -354,6 +357,7 @@ def _ingest(spark: SparkSession, args: argparse.Namespace, table_dir: str, optio
             total_bytes: int, mirror: TableMirror | None, announce: Callable[[list[str]], None],
             error: Callable[[str], None], log_path: Path, stopping: threading.Event) -> int:
     from wireproto.pipeline.ingest import DEFAULT_TRIGGER_SECONDS, start_ingest
+    from wireproto.pipeline.table import CHECKPOINT
 
     checkpoint = args.checkpoint or f"{table_dir.rstrip('/')}/{CHECKPOINT}"
     pending = total_bytes
