@@ -58,7 +58,14 @@ from pyspark.sql.types import StructType
 
 from wireproto import capture
 from wireproto.capture.storage import STORAGE_OPTIONS, open_store
-from wireproto.pipeline.rows import ARROW_SCHEMA, SCHEMA, broker_of, decode_batch, projected_schema
+from wireproto.pipeline.rows import (
+    ARROW_SCHEMA,
+    SCHEMA,
+    Openings,
+    broker_of,
+    decode_batch,
+    projected_schema,
+)
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
            "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
@@ -171,10 +178,12 @@ class _CaptureReading:
                    ) -> Iterator[pa.RecordBatch]:
         """The rows of `path` from `start` (None: the first record), up to `end` (None: as far
         as the file holds whole records; a torn last record, or one being written, ends it)."""
+        first = start
+        opened = Openings(None if first is None else lambda: self._opens_before(path, first))
         if not self.store.local:
             for header, batch in self.store.read_range(self.store.path_of(path), start, end,
                                                        self.batch_size):
-                yield decode_batch(path, batch, broker_of(header), self.schema)
+                yield decode_batch(path, batch, broker_of(header), self.schema, opened)
             return
         try:
             broker = broker_of(capture.read_header(path))
@@ -184,10 +193,23 @@ class _CaptureReading:
             batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
                                        available=end)
             if len(batch):
-                yield decode_batch(path, batch, broker, self.schema)
+                yield decode_batch(path, batch, broker, self.schema, opened)
             if batch.stop != "limit":
                 return
             start = batch.end
+
+    def _opens_before(self, path: str, start: int) -> Iterator[tuple[int, bytes]]:
+        """(connection, data) of the open records of `path` before offset `start`."""
+        if not self.store.local:
+            for _, batch in self.store.read_range(self.store.path_of(path), None, start,
+                                                  self.batch_size):
+                yield from ((connection, data) for connection, kind, data in zip(
+                    batch.connection, batch.kind, batch.data, strict=True)
+                    if kind == capture.Kind.OPEN)
+            return
+        for record in capture.iter_records(path, None, available=start):
+            if record.kind == capture.Kind.OPEN:
+                yield record.connection, record.data
 
 
 class CaptureRangePartition(InputPartition):
