@@ -35,6 +35,7 @@ Needs the ``spark`` extra (pyspark[sql] >= 4.2, which brings pyarrow).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,7 +69,8 @@ from wireproto.pipeline.rows import (
 )
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
-           "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
+           "CaptureFilePartition", "CaptureRangePartition", "capture_paths", "ReadProgress",
+           "bytes_read"]
 
 DEFAULT_BATCH_SIZE = 8192
 
@@ -156,6 +158,7 @@ class _CaptureReading:
                              '.option("path", PATH)')
         self.path = path
         self.prefix = options.get("prefix", "wirecapture")
+        self.progress = options.get("progress")
         self.batch_size = _positive_option(options, "batch_size", DEFAULT_BATCH_SIZE)
         # Where the files are: local (read as before), or object storage (read as bytes).
         self.store = open_store(path, {name: options[name] for name in STORAGE_OPTIONS
@@ -180,10 +183,13 @@ class _CaptureReading:
         as the file holds whole records; a torn last record, or one being written, ends it)."""
         first = start
         opened = Openings(None if first is None else lambda: self._opens_before(path, first))
+        progress = ReadProgress(self.progress, path, start)
         if not self.store.local:
             for header, batch in self.store.read_range(self.store.path_of(path), start, end,
                                                        self.batch_size):
-                yield decode_batch(path, batch, broker_of(header), self.schema, opened)
+                rows = decode_batch(path, batch, broker_of(header), self.schema, opened)
+                progress.read_to(batch.end)
+                yield rows
             return
         try:
             broker = broker_of(capture.read_header(path))
@@ -192,8 +198,11 @@ class _CaptureReading:
         while end is None or start is None or start < end:
             batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
                                        available=end)
-            if len(batch):
-                yield decode_batch(path, batch, broker, self.schema, opened)
+            rows = decode_batch(path, batch, broker, self.schema, opened) if len(batch) \
+                else None
+            progress.read_to(batch.end)  # read and decoded
+            if rows is not None:
+                yield rows
             if batch.stop != "limit":
                 return
             start = batch.end
@@ -210,6 +219,49 @@ class _CaptureReading:
         for record in capture.iter_records(path, None, available=start):
             if record.kind == capture.Kind.OPEN:
                 yield record.connection, record.data
+
+
+class ReadProgress:
+    """Option ``progress``, a local directory: a read task keeps in a file of its own there how
+    many bytes of its file it has read, for a progress line on the driver (`wireproto
+    analyze`'s) to add up. Where the directory is not (a worker on another machine), nothing
+    is kept."""
+
+    def __init__(self, directory: str | None, path: str, start: int | None) -> None:
+        self.file: str | None = None
+        self.start = start or 0
+        if directory and os.path.isdir(directory):
+            name = hashlib.sha1(f"{path}\0{start}".encode()).hexdigest()[:20]
+            self.file = os.path.join(directory, name)
+
+    def read_to(self, offset: int) -> None:
+        """The task has read its file up to `offset`."""
+        if self.file is None:
+            return
+        try:
+            descriptor = os.open(self.file, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.pwrite(descriptor, f"{offset - self.start:>20}".encode(), 0)
+            finally:
+                os.close(descriptor)
+        except OSError:
+            self.file = None  # progress is a nicety: the read goes on without it
+
+
+def bytes_read(directory: str) -> int:
+    """The bytes the read tasks have said they read, in `directory` (option ``progress``)."""
+    total = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), "rb") as file:
+                total += int(file.read(20) or b"0")
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 class CaptureRangePartition(InputPartition):
