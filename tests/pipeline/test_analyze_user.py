@@ -217,3 +217,28 @@ def test_read_tasks_tell_how_far_they_have_read(tmp_path: Path) -> None:
     elsewhere = WireCaptureReader({"path": str(path), "progress": str(tmp_path / "nowhere")})
     assert sum(batch.num_rows for batch in elsewhere._read_file(str(path), None, None)) > 0
     assert not (tmp_path / "nowhere").exists()
+
+
+# -- a small capture's JVM ----------------------------------------------------------------------
+
+
+def test_a_small_input_gets_a_jvm_that_compiles_with_c1_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from wireproto.pipeline.spark import SMALL_INPUT_BYTES, prepare_jvm
+
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    prepare_jvm(SMALL_INPUT_BYTES + 1)  # a large input keeps the JIT as it is
+    assert "SPARK_SUBMIT_OPTS" not in os.environ
+    # The Python workers the JVM starts on its own run this interpreter too.
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Dsome.option=1")
+    prepare_jvm(968_100)
+    assert os.environ["SPARK_SUBMIT_OPTS"] == "-XX:TieredStopAtLevel=1 -Dsome.option=1"
+    prepare_jvm(968_100)  # once
+    assert os.environ["SPARK_SUBMIT_OPTS"] == "-XX:TieredStopAtLevel=1 -Dsome.option=1"
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=4")  # the user's choice
+    prepare_jvm(968_100)
+    assert os.environ["SPARK_SUBMIT_OPTS"] == "-XX:TieredStopAtLevel=4"
+    prepare_jvm(None)  # --follow: no size known
+    assert os.environ["SPARK_SUBMIT_OPTS"] == "-XX:TieredStopAtLevel=4"

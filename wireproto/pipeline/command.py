@@ -117,15 +117,17 @@ def _check_local(path: str, incomplete_ok: bool) -> list[Path]:
 # -- Spark, quietly --------------------------------------------------------------------------------
 
 
-def quiet_spark(master: str | None, log_path: Path) -> Any:
-    """A SparkSession whose JVM writes its output to `log_path`, with no console progress bar."""
+def quiet_spark(master: str | None, log_path: Path, input_bytes: int | None = None) -> Any:
+    """A SparkSession whose JVM writes its output to `log_path`, with no console progress bar;
+    `input_bytes`, what it will read, sets how its JVM compiles (`spark.prepare_jvm`)."""
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    from wireproto.pipeline.spark import spark_session
+    from wireproto.pipeline.spark import prepare_jvm, spark_session
 
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     if SparkContext._gateway is None:
+        prepare_jvm(input_bytes)
         log = open(log_path, "ab")  # noqa: SIM115 - the JVM keeps it for its lifetime
         SparkContext._ensure_initialized(
             gateway=launch_gateway(popen_kwargs={"stdout": log, "stderr": log}))
@@ -405,7 +407,9 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
 
     log_path = Path(tempfile.gettempdir()) / f"wireproto-analyze-{os.getpid()}.log"
     with spark_signals() as stop:
-        spark = _started_elsewhere(lambda: quiet_spark(args.master, log_path))
+        # A batch run knows what it will read; --follow runs for as long as it is left to.
+        spark = _started_elsewhere(lambda: quiet_spark(
+            args.master, log_path, None if args.follow else sum(sizes)))
         status = INTERRUPTED
         try:
             if args.follow:
