@@ -328,8 +328,8 @@ class SparkHalt:
     """A batch run's `SparkStop.on_stop`: the running jobs are cancelled and the session
     stopped, so that no job starts after. Cancelling alone is not enough: a Ctrl-C that came
     while the driver planned a query, or between two jobs, cancelled nothing, and every job
-    after it ran to the end (69 s for a small capture on a busy machine). `done` is set once
-    Spark has stopped: its tasks write nothing more."""
+    after it ran to the end (75 s from Ctrl-C to the exit, on a busy machine). `done` is set
+    once Spark has stopped: its tasks write nothing more."""
 
     def __init__(self, cancel: Callable[[], object], stop: Callable[[], object]) -> None:
         self.cancel = cancel  # the SparkContext's cancelAllJobs
@@ -435,8 +435,8 @@ def _batch(spark: Any, args: argparse.Namespace, sizes: list[int],
     progress = Progress(spark, sizes, sys.stderr, told=local).start()
     options = storage_options(args.storage_option)
     try:
-        # Written beside --out first, put in it once done: a failed or stopped run leaves it
-        # as it was (wireproto.pipeline.outdir).
+        # Written into a staging directory, put in --out once done: a failed or stopped run
+        # leaves it as it was (wireproto.pipeline.outdir).
         with outdir.staging(args.out) as staged, _until_spark_stops(stopping, halted):
             summary = analyze(spark, args.captures, staged, options=progress.told(options))
             if stopping.is_set():
@@ -504,8 +504,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("captures", metavar="CAPTURES", help="a capture directory or file")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="where the tables, the report and the checkpoint go: a new or "
-                             "empty directory")
+                        help="where the tables, the report and the checkpoint go: new or "
+                             "empty, but for --overwrite and --follow")
     parser.add_argument("--overwrite", action="store_true",
                         help="let --out hold something already: what analyze writes (its "
                              "tables, report.md and plots) replaces the same names, and "
