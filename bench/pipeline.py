@@ -16,6 +16,10 @@ pruned away.
 
     .venv/bin/python bench/pipeline.py [--records N] [--files N] [--runs N] [--quick]
     .venv/bin/python bench/pipeline.py --profile    # where the time goes, instead of timing
+    .venv/bin/python bench/pipeline.py --small      # `wireproto analyze` of a small capture
+
+--small times `wireproto analyze` of a capture of at most 10,000 rows from the command's start
+to its exit, and tells where the time goes (bench/_analyze_small.py); goal at most 30 s.
 
 --profile prints a cProfile of the one-process decode, py-spy's samples of Spark's Python
 workers, and a Java Flight Recorder profile of the JVM, each over the wirecapture reads.
@@ -872,11 +876,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         " over the capture files and over the table, once each")
     parser.add_argument("--profile", action="store_true", help="where the time goes (one process,"
                         " Spark's Python workers, the JVM) instead of timing")
+    parser.add_argument("--small", action="store_true", help="time `wireproto analyze` of a"
+                        " capture of at most 10,000 rows instead (default 3 runs)")
     options = parser.parse_args(argv)
     if options.records is None:
         options.records = 20_000 if options.quick else 1_000_000
     if options.runs is None:
-        options.runs = 1 if options.quick else 5
+        options.runs = 1 if options.quick else 3 if options.small else 5
     for name in ("records", "files", "runs", "batch_size"):
         value = getattr(options, name)
         if value is not None and value < 1:
@@ -885,7 +891,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return harness.main("pipeline.py", run, parse_args(argv), reactor=False)
+    options = parse_args(argv)
+    if options.small:
+        import _analyze_small
+
+        return harness.main("pipeline.py", lambda options: _analyze_small.run(
+            options, generate, print), options, reactor=False)
+    return harness.main("pipeline.py", run, options, reactor=False)
 
 
 if __name__ == "__main__":

@@ -179,3 +179,31 @@ def test_some_columns_are_those_columns_of_the_whole_row(tmp_path: Path, names: 
 def test_columns_that_are_not_the_schemas_are_refused(names: list[str]) -> None:
     with pytest.raises(ValueError, match="not distinct columns"):
         projected_schema(names)
+
+
+@starts_its_own_spark
+@pytest.mark.timeout(300)
+def test_the_small_capture_benchmark_times_a_real_analyze_and_reads_its_event_log(
+        tmp_path: Path) -> None:
+    need_peer(None if importlib.util.find_spec("pyspark") and shutil.which("java") else
+              "pyspark or java is missing", "Spark")
+    import os
+
+    import _analyze_small as small
+
+    assert pipeline.parse_args(["--small"]).runs == 3
+    generated = pipeline.generate(tmp_path / "capture", small.SMALL_MESSAGES, 1)
+    assert generated.rows <= small.SMALL_ROWS
+    env = small._event_log_env({**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, tmp_path)
+    run = small.run_command(generated.directory, tmp_path / "out", env)
+    assert (tmp_path / "out" / "report.md").is_file()
+    kinds = {process.kind for process in run.processes.values()}
+    assert {"command", "jvm", "pyspark.worker"} <= kinds, kinds
+    assert run.cpu_of(lambda kind: kind == "jvm") > 1
+    log = small.read_event_log(tmp_path / "events")
+    assert len(log["queries"]) > 10 and all(query["end"] for query in log["queries"])
+    assert run.started * 1000 < log["application"] < log["queries"][0]["start"]
+    lines = small.breakdown(run, log)
+    assert any("query 0: parquet" in line for line in lines), lines
+    assert any("exit; CPU" in line for line in lines), lines
+    assert any("Python pyspark.worker: " in line for line in lines), lines

@@ -273,10 +273,11 @@ def small_capture(directory: Path) -> None:
     writer.close()
 
 
-def run_cli(*args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, timeout: float = 200, cwd: Path | None = None
+            ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     return subprocess.run([sys.executable, "-m", "wireproto", "analyze", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 @starts_its_own_spark
@@ -285,10 +286,19 @@ def test_the_analyze_command(tmp_path: Path) -> None:
     need_spark()  # the command starts its own
     directory = tmp_path / "capture"
     small_capture(directory)
-    out = tmp_path / "out"
-    done = run_cli(str(directory), "--out", str(out), "--master", "local[2]")
+    # A directory that holds a user's file and an older run's outputs: with --overwrite, the
+    # outputs are replaced and the rest is left alone.
+    out = tmp_path / "reports" / "out"
+    (out / "messages").mkdir(parents=True)
+    (out / "messages" / "part-00000-old.snappy.parquet").write_bytes(b"an older run's rows")
+    (out / "report.md").write_text("an older report")
+    (out / "notes.txt").write_text("mine")
+    done = run_cli(str(directory), "--out", os.path.join("reports", "out"), "--overwrite",
+                   "--master", "local[2]", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "wireproto: ubre requests: 2 paired, 0 unpaired" in done.stdout.splitlines()
+    assert f"wireproto: report: {os.path.join('reports', 'out', 'report.md')}" in \
+        done.stdout.splitlines()
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "| ubre | boom | 1 | 0 | 1 | 0 | 0 | - | - | - | - |" in report
     # Only wireproto's own lines: no JVM or log4j output, no progress bar on a pipe.
@@ -299,6 +309,14 @@ def test_the_analyze_command(tmp_path: Path) -> None:
                  "windows"):
         assert (out / name).is_dir(), name
     assert (out / "report.md").is_file() and (out / "rate.png").is_file()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not (out / "messages" / "part-00000-old.snappy.parquet").exists()
+    assert not [name for name in os.listdir(out) if name.startswith(".")]  # no staging left
+    # The report's links lead to its tables and plots from where the report is.
+    links = re.findall(r"\]\(([^)]+)\)", report)
+    assert len(links) >= 10, report
+    for link in links:
+        assert (out / link).exists(), link
 
 
 def test_analyze_usage_errors(tmp_path: Path) -> None:
@@ -356,53 +374,133 @@ def test_inputs_are_checked_before_spark_starts(tmp_path: Path) -> None:
         assert not out.exists()
 
 
+STOPPED_WITHIN = 20.0  # seconds from Ctrl-C to the exit: loose, for a loaded machine
+
+
+class OnATerminal:
+    """`wireproto analyze` of a capture of `records` WEBSMQ publishes, its stderr on a terminal
+    (so the progress line is redrawn every half second) and its stdout a pipe."""
+
+    def __init__(self, tmp_path: Path, records: int) -> None:
+        import pty
+
+        directory = tmp_path / "capture"
+        writer = capture.CaptureWriter(directory)
+        writer.open_connection(1, "127.0.0.1:4000", "websmq", "length32")
+        frame = websmq.encode(websmq.Publish("t", b"1.5"))
+        for _ in range(records):
+            writer.message(1, "in", frame, True)
+        writer.close_connection(1)
+        writer.close()
+        self.out = tmp_path / "out"
+        self.master, slave = pty.openpty()
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "wireproto", "analyze", str(directory), "--out",
+             str(self.out), "--master", "local[2]"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+        os.close(slave)
+        self.seen = b""
+
+    def read(self, wait: float = 0.5) -> bool:
+        """What the terminal shows within `wait` s; False once it is closed."""
+        import select
+
+        if select.select([self.master], [], [], wait)[0]:
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:
+                return False
+            self.seen += chunk
+            return bool(chunk)
+        return True
+
+    def stop(self) -> float:
+        """Ctrl-C, and the seconds until the command exits (130, quietly, nothing in --out)."""
+        import signal
+        import time
+
+        sent = time.monotonic()
+        self.child.send_signal(signal.SIGINT)
+        assert self.child.wait(timeout=120) == 130
+        took = time.monotonic() - sent
+        while self.read():
+            pass
+        text = self.seen.decode(errors="replace")
+        assert "Traceback" not in text and "py4j" not in text and "ERROR" not in text, text
+        assert self.child.stdout is not None and self.child.stdout.read() == b""
+        assert not self.out.exists()  # nothing is left of a stopped run
+        return took
+
+    def close(self) -> None:
+        if self.child.poll() is None:
+            self.child.kill()
+            self.child.wait()
+        os.close(self.master)
+
+
+def descendants(pid: int) -> list[str]:
+    """The command lines of `pid`'s descendants (the JVM, its Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    lines, stack = [], list(children.get(pid, ()))
+    while stack:
+        child = stack.pop()
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                lines.append(cmdline.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+        stack.extend(children.get(child, ()))
+    return lines
+
+
 @starts_its_own_spark
-@pytest.mark.timeout(240)
-def test_ctrl_c_stops_a_batch_analyze_quietly_with_130(tmp_path: Path) -> None:
-    import pty
-    import select
-    import signal
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_the_capture_is_read_stops_it_quietly_with_130(tmp_path: Path) -> None:
     import time
 
-    directory = tmp_path / "capture"
-    writer = capture.CaptureWriter(directory)
-    writer.open_connection(1, "127.0.0.1:4000", "websmq", "length32")
-    frame = websmq.encode(websmq.Publish("t", b"1.5"))
-    for _ in range(300_000):
-        writer.message(1, "in", frame, True)
-    writer.close_connection(1)
-    writer.close()
-    out = tmp_path / "out"
-    # stderr on a terminal: the progress line is drawn, and tells when Spark is at work.
-    master, slave = pty.openpty()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "wireproto", "analyze", str(directory), "--out", str(out),
-         "--master", "local[2]"],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
-    os.close(slave)
-    seen = b""
+    need_spark()
+    run = OnATerminal(tmp_path, 300_000)
+    try:
+        # The progress line tells the bytes read while the read's tasks run, not only once
+        # one has finished.
+        deadline = time.monotonic() + 180
+        read = re.compile(rb"reading 1 capture file, 0/\d+ tasks, ([\d.]+) (B|kB|MB) of ")
+        while not any(float(found[0]) > 0 for found in read.findall(run.seen)):
+            assert run.read() and time.monotonic() < deadline, run.seen[-2000:]
+        assert run.stop() <= STOPPED_WITHIN
+    finally:
+        run.close()
+
+
+@starts_its_own_spark
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_no_job_runs_stops_it_within_seconds(tmp_path: Path) -> None:
+    """Ctrl-C while the driver plans the read (the data source's Python workers at work, no
+    Spark job running): nothing was there to cancel, and the jobs after it all ran."""
+    import time
+
+    need_spark()
+    run = OnATerminal(tmp_path, 600_000)
     try:
         deadline = time.monotonic() + 180
-        while b"reading 1 capture file" not in seen and time.monotonic() < deadline:
-            if select.select([master], [], [], 0.5)[0]:
-                seen += os.read(master, 4096)
-        assert b"wireproto analyze: reading 1 capture file, 0/" in seen, seen
-        child.send_signal(signal.SIGINT)
-        assert child.wait(timeout=60) == 130
-        while select.select([master], [], [], 0.5)[0]:
-            try:
-                seen += os.read(master, 4096)
-            except OSError:
-                break
+        while not any("pyspark.sql.worker.create_data_source" in line
+                      for line in descendants(run.child.pid)):
+            assert run.child.poll() is None and time.monotonic() < deadline, run.seen[-2000:]
+            run.read(0.05)
+        assert b"reading" not in run.seen  # no job yet
+        assert run.stop() <= STOPPED_WITHIN
     finally:
-        if child.poll() is None:
-            child.kill()
-        os.close(master)
-    text = seen.decode(errors="replace")
-    assert "Traceback" not in text and "py4j" not in text and "ERROR" not in text, text
-    assert child.stdout.read() == b""
-    assert not out.exists()  # nothing is left of a stopped run
+        run.close()
 
 
 def test_the_latency_axis_reads_in_plain_milliseconds() -> None:

@@ -90,6 +90,10 @@ def test_analyze_reads_from_and_writes_to_object_storage(tmp_path: Path, s3: S3S
                    "--master", "local[2]", *options)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "wireproto: ubre requests: 2 paired, 0 unpaired" in done.stdout.splitlines()
+    assert f"wireproto: report: s3://{BUCKET}/reports/site-1/report.md" in done.stdout
+    again = run_cli(f"s3://{BUCKET}/captures/site-1", "--out", f"s3://{BUCKET}/reports/site-1",
+                    *options)  # refused before Spark starts: the report is there
+    assert again.returncode == 2 and "is not empty" in again.stderr, again.stderr
     fs = s3.filesystem()
     report = fs.open_input_file(f"{BUCKET}/reports/site-1/report.md").readall().decode()
     assert "| ubre |" in report

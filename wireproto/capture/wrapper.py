@@ -110,9 +110,13 @@ class BrokerCapture:
     def next_id(self) -> int:
         return next(self._ids)
 
-    def opened(self, conn_id: int, peer: str, protocol: str, transport: str) -> None:
+    def opened(self, conn_id: int, peer: str, protocol: str, transport: str,
+               **listener: object) -> None:
+        """An open record; `listener` is what else it says of the connection's listener
+        (JSON values: ``wildcards=True``)."""
         if self.writer is not None:
-            self.writer.open_connection(conn_id, peer, protocol, transport)
+            self.writer.open_connection(conn_id, peer, protocol, transport, timestamp_ns=None,
+                                        **listener)
 
     def closed(self, conn_id: int, reason: str | None) -> None:
         if self.writer is not None:
@@ -270,12 +274,16 @@ class CapturingTransport:
 
 @implementer(IMessageProtocol)
 class CapturingProtocol:
-    """Records a connection's open, in and close records around the protocol `wrapped`."""
+    """Records a connection's open, in and close records around the protocol `wrapped`; its
+    open record also holds `listener`, what its listener tells a reader of the capture (for
+    WEBSMQ, whether it takes wildcard subscriptions)."""
 
-    def __init__(self, wrapped: IMessageProtocol, capture: BrokerCapture, protocol: str) -> None:
+    def __init__(self, wrapped: IMessageProtocol, capture: BrokerCapture, protocol: str,
+                 listener: dict[str, object] | None = None) -> None:
         self.wrapped = wrapped
         self.capture = capture
         self.protocol = protocol
+        self.listener = listener or {}
         self.connection_id: int | None = None
         self.connection: ConnectionCapture | None = None
         self.transport: CapturingTransport | None = None
@@ -297,7 +305,7 @@ class CapturingProtocol:
         assert self.transport is not None and self.connection_id is not None
         inner = self.transport.inner
         self.capture.opened(self.connection_id, describe_address(inner.getPeer()),
-                            self.protocol, transport_name(inner))
+                            self.protocol, transport_name(inner), **self.listener)
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
         # made by makeConnection, before any message; not narrowed on this hot path

@@ -5,8 +5,9 @@ not a capture, or a directory without captures, is one line and status 2, in wel
 second), a progress line while the jobs run, the summary when they are done, and one line when
 they fail. The JVM's own output (log4j, its warnings, Spark's console progress bar) goes to a
 log file, named in the error line when there is one. Ctrl-C or SIGTERM cancels the running
-Spark jobs and exits 130 quietly. A run that fails or is stopped leaves nothing behind in
-``--out``.
+Spark jobs, stops Spark and exits 130 quietly. ``--out`` must be new or empty unless
+``--overwrite``; a run that fails or is stopped leaves it as it was
+(`wireproto.pipeline.outdir`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import IO, Any, TypeVar
 
 from wireproto.capture import CaptureError, IncompleteCapture, capture_files, read_header
 from wireproto.output import write_output
+from wireproto.pipeline import outdir
+from wireproto.pipeline.outdir import is_remote
 from wireproto.program import PROG
 
 __all__ = ["register", "main", "run", "check_captures", "Progress", "INTERRUPTED",
@@ -58,12 +61,6 @@ def spark_missing() -> str:
 
 class UsageError(Exception):
     """Bad input, found before Spark starts: exit status 2."""
-
-
-def is_remote(location: str) -> bool:
-    """Whether `location` is in object storage or another filesystem pyarrow reaches
-    (``s3://``, ``gs://``, ``hdfs://``), not a local path."""
-    return "://" in location and not location.startswith("file://")
 
 
 def check_captures(path: str, *, incomplete_ok: bool = False,
@@ -141,15 +138,17 @@ def check_table(location: str, options: dict[str, str] | None = None) -> list[in
 # -- Spark, quietly --------------------------------------------------------------------------------
 
 
-def quiet_spark(master: str | None, log_path: Path) -> Any:
-    """A SparkSession whose JVM writes its output to `log_path`, with no console progress bar."""
+def quiet_spark(master: str | None, log_path: Path, input_bytes: int | None = None) -> Any:
+    """A SparkSession whose JVM writes its output to `log_path`, with no console progress bar;
+    `input_bytes`, what it will read, sets how its JVM compiles (`spark.prepare_jvm`)."""
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    from wireproto.pipeline.spark import spark_session
+    from wireproto.pipeline.spark import prepare_jvm, spark_session
 
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     if SparkContext._gateway is None:
+        prepare_jvm(input_bytes)
         log = open(log_path, "ab")  # noqa: SIM115 - the JVM keeps it for its lifetime
         SparkContext._ensure_initialized(
             gateway=launch_gateway(popen_kwargs={"stdout": log, "stderr": log}))
@@ -167,8 +166,12 @@ class Progress:
     def __init__(self, spark: Any, sizes: list[int], stream: IO[str], *,
                  interval: float = 0.5, quiet_interval: float = 10.0,
                  clock: Callable[[], float] = time.monotonic,
-                 noun: str = "capture file") -> None:
+                 noun: str = "capture file", told: bool = False) -> None:
         self.tracker = spark.sparkContext.statusTracker()
+        # With `told` (the tasks run on this machine), a directory where the read tasks say
+        # how many bytes they have read (the data source's progress option); otherwise the
+        # bytes read are taken as the share of tasks done.
+        self.reports = tempfile.mkdtemp(prefix="wireproto-analyze-progress-") if told else None
         self.files = len(sizes)
         self.noun = noun  # what the sizes are of
         self.total_bytes = sum(sizes)
@@ -185,20 +188,31 @@ class Progress:
         self._thread.start()
         return self
 
+    def told(self, options: dict[str, str]) -> dict[str, str]:
+        """The data source's `options`, with the progress option when the tasks can tell."""
+        return options if self.reports is None else {**options, "progress": self.reports}
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        if self.reports is not None:
+            shutil.rmtree(self.reports, ignore_errors=True)
         if self._drawn and self.tty:
             self.stream.write("\r\033[K")
             self.stream.flush()
 
-    def line(self, done: int, total: int, reading: bool = False) -> str:
+    def line(self, done: int, total: int, reading: bool = False,
+             read_bytes: int | None = None) -> str:
         """The progress text for `done` of `total` tasks of the running stages; `reading`
         while they are the first job's, which decodes the capture files (a task a file, or a
-        part of a large one)."""
+        part of a large one), of which `read_bytes` are read (None: unknown, taken as the
+        tasks' share)."""
         elapsed = max(self.clock() - self.started, 1e-9)
         if total and reading:
-            share = done / total
+            if read_bytes is None or not self.total_bytes:
+                share = done / total
+            else:
+                share = min(read_bytes, self.total_bytes) / self.total_bytes
             done_bytes = self.total_bytes * share
             rate = done_bytes / elapsed
             files = f"{self.files} {self.noun}{'s' if self.files != 1 else ''}"
@@ -211,6 +225,8 @@ class Progress:
                f"{_duration(elapsed)} so far"
 
     def _run(self) -> None:
+        from wireproto.pipeline.datasource import bytes_read
+
         reading_stage: int | None = None
         while not self._stop.wait(self.interval):
             try:
@@ -227,7 +243,9 @@ class Progress:
                 return
             if not total:
                 continue
-            text = self.line(done, total, reading=stages == [reading_stage])
+            reading = stages == [reading_stage]
+            read_bytes = bytes_read(self.reports) if reading and self.reports else None
+            text = self.line(done, total, reading=reading, read_bytes=read_bytes or None)
             self.stream.write(f"\r\033[Kwireproto {text}" if self.tty else f"wireproto {text}\n")
             self.stream.flush()
             self._drawn = True
@@ -329,31 +347,32 @@ def stop_spark(spark: Any, status: int) -> int:
     return status
 
 
+class SparkHalt:
+    """A batch run's `SparkStop.on_stop`: the running jobs are cancelled and the session
+    stopped, so that no job starts after. Cancelling alone is not enough: a Ctrl-C that came
+    while the driver planned a query, or between two jobs, cancelled nothing, and every job
+    after it ran to the end (75 s from Ctrl-C to the exit, on a busy machine). `done` is set
+    once Spark has stopped: its tasks write nothing more."""
+
+    def __init__(self, cancel: Callable[[], object], stop: Callable[[], object]) -> None:
+        self.cancel = cancel  # the SparkContext's cancelAllJobs
+        self.stop = stop  # the SparkSession's stop
+        self.done = threading.Event()
+
+    def __call__(self) -> None:
+        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+        try:
+            _quietly(self.cancel)
+            _quietly(self.stop)
+        finally:
+            self.done.set()
+
+
 def _quietly(call: Callable[[], object]) -> None:
     try:
         call()
     except Exception:  # noqa: BLE001, S110 - a JVM already gone: stopped all the same
         pass
-
-
-@contextmanager
-def output_or_nothing(out: Path) -> Iterator[None]:
-    """Leave `out` as it was unless the block succeeds: what the block made in it goes."""
-    existed = out.exists()
-    before = set(os.listdir(out)) if existed else set()
-    try:
-        yield
-    except BaseException:
-        if not existed:
-            shutil.rmtree(out, ignore_errors=True)
-        elif out.is_dir():
-            for name in set(os.listdir(out)) - before:
-                path = out / name
-                if path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
-        raise
 
 
 def storage_options(pairs: list[str] | None) -> dict[str, str]:
@@ -368,19 +387,6 @@ def storage_options(pairs: list[str] | None) -> dict[str, str]:
                              f"{', '.join(STORAGE_OPTIONS)}")
         options[key] = value
     return options
-
-
-def copy_outputs(staging: str, out: str, options: dict[str, str]) -> str:
-    """Copy what `analyze` wrote in `staging` to `out` in storage; `out`."""
-    import pyarrow.fs as pafs
-
-    from wireproto.capture.storage import open_store
-
-    store = open_store(out, options)
-    store.filesystem.create_dir(store.root, recursive=True)
-    pafs.copy_files(staging, store.root, source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=store.filesystem)
-    return out
 
 
 # -- the command -----------------------------------------------------------------------------------
@@ -401,12 +407,19 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
             raise UsageError("give CAPTURES (capture files) or --table TABLE, one of them")
         if args.table is not None and args.follow:
             raise UsageError("--follow reads capture files as they grow, not a --table")
+        if args.follow and args.overwrite:
+            raise UsageError("--overwrite goes with a batch run: --follow keeps its "
+                             "checkpoint in --out")
         if not is_remote(args.out) and os.path.exists(args.out) and \
                 not os.path.isdir(args.out):
             raise UsageError(f"--out {args.out!r} is not a directory")
         if args.follow and is_remote(args.out) and not args.checkpoint:
             raise UsageError("--follow with --out in storage needs a local --checkpoint")
         options = storage_options(args.storage_option)
+        refused = None if args.follow else outdir.check_out(args.out, options,
+                                                           overwrite=args.overwrite)
+        if refused is not None:
+            raise UsageError(refused)
         sizes = check_table(args.table, options) if args.table is not None else \
             check_captures(args.captures, incomplete_ok=args.follow, options=options)
         if args.follow:
@@ -422,15 +435,19 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
 
     log_path = Path(tempfile.gettempdir()) / f"wireproto-analyze-{os.getpid()}.log"
     with spark_signals() as stop:
-        spark = _started_elsewhere(lambda: quiet_spark(args.master, log_path))
+        # A batch run knows what it will read; --follow runs for as long as it is left to.
+        spark = _started_elsewhere(lambda: quiet_spark(
+            args.master, log_path, None if args.follow else sum(sizes)))
         status = INTERRUPTED
         try:
             if args.follow:
                 stop.on_stop = lambda: None
                 status = _follow(spark, args, announce, stop.stopping)
             else:
-                stop.on_stop = spark.sparkContext.cancelAllJobs
-                status = _batch(spark, args, sizes, announce, error, log_path, stop.stopping)
+                halt = SparkHalt(spark.sparkContext.cancelAllJobs, spark.stop)
+                stop.on_stop = halt
+                status = _batch(spark, args, sizes, announce, error, log_path, stop.stopping,
+                                halt.done)
         finally:
             stop.spark_stopping = True
             stop_spark(spark, status)
@@ -439,22 +456,24 @@ def run(args: argparse.Namespace, announce: Callable[[list[str]], None],
 
 def _batch(spark: Any, args: argparse.Namespace, sizes: list[int],
            announce: Callable[[list[str]], None], error: Callable[[str], None],
-           log_path: Path, stopping: threading.Event) -> int:
+           log_path: Path, stopping: threading.Event, halted: threading.Event) -> int:
     from wireproto.pipeline.analyze import analyze
 
-    progress = Progress(spark, sizes, sys.stderr, noun="capture file" if args.table is None
-                        else "table file").start()
+    # Read tasks on this machine say how far they have read (the data source's `progress`);
+    # a table's files are read by Spark itself.
+    told = args.table is None and (spark.sparkContext.master or "").startswith("local")
+    progress = Progress(spark, sizes, sys.stderr, told=told,
+                        noun="capture file" if args.table is None else "table file").start()
     options = storage_options(args.storage_option)
     try:
-        with output_or_nothing(Path(args.out)) if not is_remote(args.out) else \
-                tempfile.TemporaryDirectory(prefix="wireproto-analyze-") as staging:
-            local_out = args.out if staging is None else staging
-            summary = analyze(spark, args.captures, local_out, options=options,
-                              table=args.table)
+        # Written into a staging directory, put in --out once done: a failed or stopped run
+        # leaves it as it was (wireproto.pipeline.outdir).
+        with outdir.staging(args.out) as staged, _until_spark_stops(stopping, halted):
+            summary = analyze(spark, args.captures, staged, table=args.table,
+                              options=progress.told(options))
             if stopping.is_set():
                 raise KeyboardInterrupt
-            if staging is not None:
-                summary.out = copy_outputs(staging, args.out, options)
+            summary = outdir.publish(summary, staged, args.out, options)
     except BaseException as failure:
         progress.stop()
         if stopping.is_set() or isinstance(failure, KeyboardInterrupt):
@@ -468,6 +487,18 @@ def _batch(spark: Any, args: argparse.Namespace, sizes: list[int],
     progress.stop()
     announce(summary.lines())
     return 0
+
+
+@contextmanager
+def _until_spark_stops(stopping: threading.Event, halted: threading.Event) -> Iterator[None]:
+    """A failure of the block while stopping (Spark's jobs cancelled under it) leaves it only
+    once Spark has stopped: its tasks write no more in what the block wrote."""
+    try:
+        yield
+    except BaseException:
+        if stopping.is_set():
+            halted.wait(SPARK_STOP_TIMEOUT)
+        raise
 
 
 def _follow(spark: Any, args: argparse.Namespace, announce: Callable[[list[str]], None],
@@ -510,7 +541,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="instead of CAPTURES: the table wireproto ingest wrote, read "
                              "without decoding anything again")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="where the tables, the report and the checkpoint go")
+                        help="where the tables, the report and the checkpoint go: new or "
+                             "empty, but for --overwrite and --follow")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let --out hold something already: what analyze writes (its "
+                             "tables, report.md and plots) replaces the same names, and "
+                             "nothing else there is touched")
     parser.add_argument("--master", metavar="URL",
                         help="Spark master (default: spark-submit's, else local[*])")
     parser.add_argument("--follow", action="store_true",

@@ -41,6 +41,8 @@ Needs the ``spark`` extra (pyspark[sql] >= 4.2, which brings pyarrow).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -67,10 +69,18 @@ from pyspark.sql.types import StructType
 from wireproto import capture
 from wireproto.capture.storage import STORAGE_OPTIONS, open_store
 from wireproto.pipeline.pushdown import Pushdown, conditions, select_records
-from wireproto.pipeline.rows import ARROW_SCHEMA, SCHEMA, broker_of, decode_batch, projected_schema
+from wireproto.pipeline.rows import (
+    ARROW_SCHEMA,
+    SCHEMA,
+    Openings,
+    broker_of,
+    decode_batch,
+    projected_schema,
+)
 
 __all__ = ["SCHEMA", "WireCaptureDataSource", "WireCaptureReader", "WireCaptureStreamReader",
-           "CaptureFilePartition", "CaptureRangePartition", "capture_paths"]
+           "CaptureFilePartition", "CaptureRangePartition", "capture_paths", "ReadProgress",
+           "bytes_read"]
 
 DEFAULT_BATCH_SIZE = 8192
 # A local file's task that filters on times or offsets scans its record headers and reads the
@@ -161,6 +171,7 @@ class _CaptureReading:
                              '.option("path", PATH)')
         self.path = path
         self.prefix = options.get("prefix", "wirecapture")
+        self.progress = options.get("progress")
         self.batch_size = _positive_option(options, "batch_size", DEFAULT_BATCH_SIZE)
         # Where the files are: local (read as before), or object storage (read as bytes).
         self.store = open_store(path, {name: options[name] for name in STORAGE_OPTIONS
@@ -185,10 +196,14 @@ class _CaptureReading:
                    ) -> Iterator[pa.RecordBatch]:
         """The rows of `path` from `start` (None: the first record), up to `end` (None: as far
         as the file holds whole records; a torn last record, or one being written, ends it)."""
+        first = start
+        opened = Openings(None if first is None else lambda: self._opens_before(path, first))
+        progress = ReadProgress(self.progress, path, start)
         if not self.store.local:
             for header, batch in self.store.read_range(self.store.path_of(path), start, end,
                                                        self.batch_size):
-                yield from self._rows(path, batch, broker_of(header))
+                yield from self._rows(path, batch, broker_of(header), opened)
+                progress.read_to(batch.end)
             return
         try:
             broker = broker_of(capture.read_header(path))
@@ -198,14 +213,18 @@ class _CaptureReading:
         if self.pushdown.skips_segments:
             ranges = self._kept_ranges(path, start, end)
         for range_start, range_end in ranges:
-            yield from self._read_local(path, broker, range_start, range_end)
+            if range_start != first:
+                # A range after skipped records looks back for its connections' opens itself.
+                opened = Openings(functools.partial(self._opens_before, path, range_start))
+            yield from self._read_local(path, broker, range_start, range_end, opened, progress)
 
-    def _read_local(self, path: str, broker: str, start: int | None, end: int | None
-                    ) -> Iterator[pa.RecordBatch]:
+    def _read_local(self, path: str, broker: str, start: int | None, end: int | None,
+                    opened: Openings, progress: ReadProgress) -> Iterator[pa.RecordBatch]:
         while end is None or start is None or start < end:
             batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
                                        available=end)
-            yield from self._rows(path, batch, broker)
+            yield from self._rows(path, batch, broker, opened)
+            progress.read_to(batch.end)  # read and decoded
             if batch.stop != "limit":
                 return
             start = batch.end
@@ -233,7 +252,7 @@ class _CaptureReading:
                 kept.append((parts[-1].end, None))
         return kept
 
-    def _rows(self, path: str, batch: capture.Batch, broker: str
+    def _rows(self, path: str, batch: capture.Batch, broker: str, opened: Openings
               ) -> Iterator[pa.RecordBatch]:
         """The rows of a batch of records that the pushed filters keep: the records they rule
         out by their headers are never decoded."""
@@ -241,15 +260,72 @@ class _CaptureReading:
             return
         mask = self.pushdown.record_mask(batch)
         if mask is not None:
+            # What the open records say of their connections holds for the records kept.
+            opened.learn(batch)
             if not mask.any():
                 return
             batch = select_records(batch, mask)
-        rows = decode_batch(path, batch, broker, self.schema)
+        rows = decode_batch(path, batch, broker, self.schema, opened)
         keep = self.pushdown.row_mask(rows)
         if keep is not None:
             rows = rows.filter(pa.array(keep))
         if rows.num_rows:
             yield rows
+    def _opens_before(self, path: str, start: int) -> Iterator[tuple[int, bytes]]:
+        """(connection, data) of the open records of `path` before offset `start`."""
+        if not self.store.local:
+            for _, batch in self.store.read_range(self.store.path_of(path), None, start,
+                                                  self.batch_size):
+                yield from ((connection, data) for connection, kind, data in zip(
+                    batch.connection, batch.kind, batch.data, strict=True)
+                    if kind == capture.Kind.OPEN)
+            return
+        for record in capture.iter_records(path, None, available=start):
+            if record.kind == capture.Kind.OPEN:
+                yield record.connection, record.data
+
+
+class ReadProgress:
+    """Option ``progress``, a local directory: a read task keeps in a file of its own there how
+    many bytes of its file it has read, for a progress line on the driver (`wireproto
+    analyze`'s) to add up. Where the directory is not (a worker on another machine), nothing
+    is kept."""
+
+    def __init__(self, directory: str | None, path: str, start: int | None) -> None:
+        self.file: str | None = None
+        self.start = start or 0
+        if directory and os.path.isdir(directory):
+            name = hashlib.sha1(f"{path}\0{start}".encode()).hexdigest()[:20]
+            self.file = os.path.join(directory, name)
+
+    def read_to(self, offset: int) -> None:
+        """The task has read its file up to `offset`."""
+        if self.file is None:
+            return
+        try:
+            descriptor = os.open(self.file, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.pwrite(descriptor, f"{offset - self.start:>20}".encode(), 0)
+            finally:
+                os.close(descriptor)
+        except OSError:
+            self.file = None  # progress is a nicety: the read goes on without it
+
+
+def bytes_read(directory: str) -> int:
+    """The bytes the read tasks have said they read, in `directory` (option ``progress``)."""
+    total = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), "rb") as file:
+                total += int(file.read(20) or b"0")
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 class CaptureRangePartition(InputPartition):

@@ -29,7 +29,8 @@ from typing import Any, NamedTuple
 from wireproto import capture
 from wireproto.protocols import PROTOCOLS, ProtocolDescriptor, protocol_by_code
 
-__all__ = ["Decoded", "decode_record", "decode_message", "error_row", "KIND_NAMES"]
+__all__ = ["Decoded", "decode_record", "decode_message", "decode_on_wildcards", "error_row",
+           "KIND_NAMES"]
 
 KIND_NAMES = {int(kind): kind.name.lower() for kind in capture.Kind}
 
@@ -95,6 +96,27 @@ def decode_message(protocol: int, kind: int, data: bytes, binary: bool) -> Decod
         )
     except Exception as error:  # a malformed message is a row, never a failed task
         return error_row(f"{type(error).__name__}: {error}")
+    return Decoded(message_type, topic, request_id, body_size, None)
+
+
+def decode_on_wildcards(protocol: int, kind: int, data: bytes, binary: bool) -> Decoded | None:
+    """The columns of a message sent on a connection whose listener takes wildcard
+    subscriptions (its open record says ``"wildcards": true``), where they differ from
+    `decode_message`'s: a WEBSMQ Subscribe of a pattern is a subscription there, not a
+    malformed topic. None where they do not differ. Never raises."""
+    if kind not in (capture.Kind.IN, capture.Kind.OUT) or columns_for(protocol) is None:
+        return None
+    descriptor = protocol_by_code(protocol)
+    read = getattr(descriptor.analysis_module(), "wildcard_columns", None) if descriptor else None
+    if read is None:
+        return None
+    try:
+        found = read(bytes(data), binary, kind == capture.Kind.IN)
+    except Exception:  # noqa: BLE001 - as decode_message: never a failed task
+        return None
+    if found is None:
+        return None
+    message_type, topic, request_id, body_size = found
     return Decoded(message_type, topic, request_id, body_size, None)
 
 

@@ -9,9 +9,12 @@ runs them all and writes their tables).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wireproto.protocols import PROTOCOLS, RequestPairing
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 __all__ = ["topic_rates", "rpc_pairs", "requests", "latency_summary", "broker_rates",
            "cluster_calls", "cluster_latency", "malformed", "windows", "rate_bucket_seconds",
@@ -165,6 +168,15 @@ def requests(rows: Any) -> Any:
         "protocol", F.col("topic").alias("route"))
 
 
+def ok_answer() -> Column:
+    """Whether a paired request's answer says the call worked, in time (within
+    REQUEST_TIMEOUT_MS): the calls whose latency the table and the plot show."""
+    from pyspark.sql import functions as F
+
+    return F.col("outcome").isin(*_ok_outcomes()) & (
+        F.col("latency_ms") <= F.lit(REQUEST_TIMEOUT_MS))
+
+
 def latency_summary(rows: Any, pairs: Any) -> Any:
     """Per (protocol, route): requests; paired, and of those `ok` and `fail` (by the answer) and
     `timeout` (answered after REQUEST_TIMEOUT_MS, whatever the answer); unpaired requests (never
@@ -173,7 +185,7 @@ def latency_summary(rows: Any, pairs: Any) -> Any:
     from pyspark.sql import functions as F
 
     late = F.col("latency_ms") > F.lit(REQUEST_TIMEOUT_MS)
-    ok = F.col("outcome").isin(*_ok_outcomes()) & ~late
+    ok = ok_answer()
     ok_latency = F.when(ok, F.col("latency_ms"))
     stats = pairs.groupBy("protocol", "route").agg(
         F.count(F.lit(1)).alias("paired"),
@@ -387,10 +399,12 @@ def rate_over_time(rows: Any, span_seconds: float) -> list[Any]:
 
 
 def latency_histogram(pairs: Any) -> list[Any]:
-    """(protocol, route, bin, count): latencies in bins of 1/20 of a decade (log10 of ms)."""
+    """(protocol, route, bin, count): the latencies of the ok answers (`ok_answer`, as
+    `latency_summary` takes them), in bins of 1/20 of a decade (log10 of ms)."""
     from pyspark.sql import functions as F
 
     positive = F.greatest(F.col("latency_ms"), F.lit(0.001))
-    return (pairs.groupBy("protocol", "route", F.floor(F.log10(positive) * 20).alias("bin"))
+    return (pairs.where(ok_answer())
+            .groupBy("protocol", "route", F.floor(F.log10(positive) * 20).alias("bin"))
             .agg(F.count(F.lit(1)).alias("count"))
             .orderBy("protocol", "route", "bin").collect())

@@ -7,11 +7,13 @@ from the messages table.
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 __all__ = ["write_report", "RATE_PLOT", "LATENCY_PLOT"]
 
@@ -67,7 +69,7 @@ def _rate_plot(path: Path, rate: list[Any]) -> Path:
 
 
 def _latency_plot(path: Path, histogram: list[Any]) -> Path:
-    """The latency CDF of each route, from the log-binned histogram."""
+    """The latency CDF of each route, from the log-binned histogram of its ok answers."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(8, 3.5))
     routes: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -85,17 +87,24 @@ def _latency_plot(path: Path, histogram: list[Any]) -> Path:
             xs.append(10 ** ((number + 1) / 20))  # the bin's upper edge, in ms
             ys.append(seen / total)
         axes.step(xs, ys, where="post", label=name)
-    axes.set_title("RPC latency (CDF per route)" if len(routes) <= PLOTTED_ROUTES else
-                   f"RPC latency (CDF of the {PLOTTED_ROUTES} busiest of {len(routes)} routes)")
+    axes.set_title(latency_plot_title(len(routes)))
     axes.set_xlabel("latency (ms)")
-    axes.set_ylabel("share of requests")
+    axes.set_ylabel("share of ok answers")
     if routes:
         axes.set_xscale("log")
         # Plain milliseconds (0.1, 1, 10), not 10^-1 and the like.
         from matplotlib.ticker import FuncFormatter
 
         axes.xaxis.set_major_formatter(FuncFormatter(plain_ticks))
-    return _save(plt, figure, axes, path, drawn=bool(routes), empty="no paired requests")
+    return _save(plt, figure, axes, path, drawn=bool(routes), empty="no ok answers")
+
+
+def latency_plot_title(routes: int) -> str:
+    """The latency plot's title, for `routes` routes with ok answers: it shows what the
+    latency table's percentiles are of, the ok answers (failures and timeouts are left out)."""
+    if routes <= PLOTTED_ROUTES:
+        return "RPC latency of the ok answers (CDF per route)"
+    return f"RPC latency of the ok answers (CDF of the {PLOTTED_ROUTES} busiest of {routes} routes)"
 
 
 def _save(plt: Any, figure: Any, axes: Any, path: Path, *, drawn: bool, empty: str) -> Path:
@@ -214,7 +223,8 @@ def _markdown(summary: Any, latency: list[Any], top_topics: list[Any],
          for row in busiest[:LISTED_ROUTES]],
     ) if latency else ["No requests."]
     if latency:
-        lines += ["", "Latency is of the ok answers. A timeout is an answer later than the "
+        lines += ["", "Latency, here and in the plot below, is of the ok answers: failures and "
+                      "timeouts are counted, not timed. A timeout is an answer later than the "
                       "clients' 30 s request timeout; unanswered requests got no answer in the "
                       "capture."]
     if len(latency) > LISTED_ROUTES:
@@ -230,5 +240,16 @@ def _markdown(summary: Any, latency: list[Any], top_topics: list[Any],
           row["malformed"], row["example_error"]] for row in malformed],
     ) if malformed else ["None."]
     lines += ["", "## Tables", ""]
-    lines += [f"- `{name}`: {path}" for name, path in summary.tables.items()]
+    lines += [f"- [`{name}`]({_link(summary.out, path)})" for name, path in summary.tables.items()]
     return "\n".join(lines) + "\n"
+
+
+def _link(out: str, path: str) -> str:
+    """Where a table is, as report.md (in `out`) links it: relative to the report for a table
+    under `out`, wherever the report is read from; any other location as it is."""
+    if "://" in path:
+        return path
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(out))
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return Path(os.path.abspath(path)).as_uri()
+    return quote(Path(relative).as_posix()) + "/"

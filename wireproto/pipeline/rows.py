@@ -13,18 +13,26 @@ column no message is decoded, and without `data` no bytes are copied.
 
 from __future__ import annotations
 
+import json
 from array import array
+from collections.abc import Callable, Iterable
 from typing import cast
 
 import numpy as np
 import pyarrow as pa
 
 from wireproto import capture
-from wireproto.pipeline.decode import KIND_NAMES, Decoded, decode_message, error_row
+from wireproto.pipeline.decode import (
+    KIND_NAMES,
+    Decoded,
+    decode_message,
+    decode_on_wildcards,
+    error_row,
+)
 from wireproto.protocols import PROTOCOLS
 
 __all__ = ["SCHEMA", "ARROW_SCHEMA", "DECODED_COLUMNS", "decode_batch", "broker_of",
-           "projected_schema"]
+           "projected_schema", "Openings"]
 
 _TRANSPORT_NAMES = {code: name for name, code in capture.TRANSPORTS.items()}
 
@@ -117,12 +125,55 @@ def _decoding_key(protocol: int, kind: int, binary: int) -> tuple[int, int, int]
             binary if protocol in _reads_binary else -1)
 
 
+class Openings:
+    """What the open records of one file's records, read in order, say of their connections'
+    listeners: whether each took wildcard subscriptions (``"wildcards": true``; a record
+    without the key, as files written before it have, says no). `earlier` gives the (connection,
+    data) of the open records before the first record read, for a reader that starts in the
+    middle of a file: called once, and only when a message needs it."""
+
+    def __init__(self, earlier: Callable[[], Iterable[tuple[int, bytes]]] | None = None
+                 ) -> None:
+        self.raw: dict[int, bytes] = {}  # connection -> its open record's data
+        self.wildcard: dict[int, bool] = {}
+        self.earlier = earlier
+
+    def learn(self, batch: capture.Batch) -> None:
+        """Keep the open records of `batch`, next in the file."""
+        kinds = np.frombuffer(batch.headers, _HEADER_DTYPE)["kind"]
+        for index in np.flatnonzero(kinds == capture.Kind.OPEN):
+            self.raw[batch.connection[index]] = batch.data[index]
+
+    def wildcards(self, connection: int) -> bool:
+        known = self.wildcard.get(connection)
+        if known is not None:
+            return known
+        raw = self.raw.get(connection)
+        if raw is None and self.earlier is not None:
+            earlier, self.earlier = self.earlier, None
+            for number, data in earlier():
+                self.raw.setdefault(number, data)
+            raw = self.raw.get(connection)
+        try:
+            known = json.loads(bytes(raw)).get("wildcards") is True if raw else False
+        except (ValueError, AttributeError):
+            known = False
+        self.wildcard[connection] = known
+        return known
+
+
 def decode_batch(path: str, batch: capture.Batch, broker: str | None = None,
-                 schema: pa.Schema = ARROW_SCHEMA) -> pa.RecordBatch:
+                 schema: pa.Schema = ARROW_SCHEMA, opened: Openings | None = None
+                 ) -> pa.RecordBatch:
     """The rows of a `capture.Batch` read from file `path`, written by `broker` (its header's
     name, `broker_of`), as an Arrow record batch of `schema` (`ARROW_SCHEMA`, or some of its
-    columns: `projected_schema`): one row per message, each decoded."""
+    columns: `projected_schema`): one row per message, each decoded. `opened` knows the open
+    records of the file read so far: a message a connection's listener reads differently (a
+    WEBSMQ pattern subscription where wildcards are on) is decoded as it was read there;
+    without it, as everywhere."""
     _follow_registry()
+    if opened is not None:
+        opened.learn(batch)
     decoding = not DECODED_COLUMNS.isdisjoint(schema.names)
     if not decoding and "data" not in schema.names:
         return _columns(path, broker, batch, None, _message_counts(batch), [], [], schema)
@@ -136,12 +187,16 @@ def decode_batch(path: str, batch: capture.Batch, broker: str | None = None,
     append_count = counts.append
     split = capture.record_messages
     undecoded = _UNDECODED
+    failed: list[tuple[int, int, int, int]] = []  # (code, protocol, kind, binary) of errors
 
     def add(table: dict[bytes, int], message: bytes, protocol: int, kind: int, binary: int
             ) -> int:
         code = table[message] = len(distinct)
-        distinct.append(decode_message(protocol, kind, message, bool(binary)) if decoding
-                        else undecoded)
+        decoded = decode_message(protocol, kind, message, bool(binary)) if decoding \
+            else undecoded
+        if decoded.decode_error is not None:
+            failed.append((code, protocol, kind, binary))
+        distinct.append(decoded)
         distinct_data.append(message)
         return code
 
@@ -175,7 +230,30 @@ def decode_batch(path: str, batch: capture.Batch, broker: str | None = None,
                         else code
         codes.extend(cast("list[int]", found))  # each None was filled in above
         append_count(len(messages))
+    if failed and opened is not None:
+        _as_listeners_read(batch, codes, counts, failed, distinct, distinct_data, opened)
     return _columns(path, broker, batch, codes, counts, distinct, distinct_data, schema)
+
+
+def _as_listeners_read(batch: capture.Batch, codes: array[int], counts: array[int],
+                       failed: list[tuple[int, int, int, int]], distinct: list[Decoded],
+                       distinct_data: list[bytes], opened: Openings) -> None:
+    """Point the rows of messages that did not decode, but read otherwise on a connection whose
+    listener takes wildcard subscriptions, at that reading, where their connection's did."""
+    readings: dict[int, int] = {}  # the code of a failed message -> the code of its reading
+    for code, protocol, kind, binary in failed:
+        reading = decode_on_wildcards(protocol, kind, distinct_data[code], bool(binary))
+        if reading is not None:
+            readings[code] = len(distinct)
+            distinct.append(reading)
+            distinct_data.append(distinct_data[code])
+    if not readings:
+        return
+    per_row = np.frombuffer(codes, np.int64)
+    record_of_row = np.repeat(np.arange(len(counts)), np.frombuffer(counts, np.int64))
+    for row in np.flatnonzero(np.isin(per_row, list(readings))):
+        if opened.wildcards(batch.connection[record_of_row[row]]):
+            codes[row] = readings[codes[row]]
 
 
 _UNDECODED = Decoded(None, None, None, None, None)

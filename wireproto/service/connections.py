@@ -69,7 +69,18 @@ class Connections(Service):
         capture = self.capture
         if capture is None:
             return None
-        return lambda wrapped: CapturingProtocol(wrapped, capture, protocol)
+        listener = self.captured_listener(protocol)
+        return lambda wrapped: CapturingProtocol(wrapped, capture, protocol, listener)
+
+    def captured_listener(self, protocol: str) -> dict[str, object]:
+        """What the open record of each connection of `protocol` says of how it is served,
+        for a reader of the capture: for WEBSMQ, whether it takes wildcard subscriptions
+        ([websmq] wildcards), so that a pattern subscription reads as one, not as a malformed
+        topic."""
+        if protocol == "websmq":
+            return {"wildcards": bool(getattr(self.config.tables.get("websmq"), "wildcards",
+                                              False))}
+        return {}
 
     def factory(self, protocol: str,
                 listener: Listener | None = None) -> Callable[[], IMessageProtocol]:

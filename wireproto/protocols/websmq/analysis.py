@@ -6,8 +6,9 @@ from typing import Any
 
 from wireproto.codecs import websmq
 from wireproto.payloads import NO_VALUE, sniff_value
+from wireproto.protocols.websmq.patterns import pattern_subscription
 
-__all__ = ["columns", "value"]
+__all__ = ["columns", "wildcard_columns", "value"]
 
 _TYPES = {
     websmq.Publish: "publish", websmq.Subscribe: "subscribe",
@@ -33,6 +34,19 @@ def columns(data: bytes, binary: bool, incoming: bool) -> tuple[str, str | None,
         _known_topics.clear()
     _known_topics[data[2:len(data) - len(message.payload)]] = message.topic
     return _TYPES[type(message)], message.topic, None, len(message.payload)
+
+
+def wildcard_columns(data: bytes, binary: bool, incoming: bool
+                     ) -> tuple[str, str, None, int] | None:
+    """The columns of a frame sent on a connection whose listener takes wildcard subscriptions
+    (its open record says so), where they differ from `columns`': a Subscribe or Unsubscribe
+    of a pattern (`plant/#`), which the codec refuses as a topic, is read as what the broker
+    did with it, with the pattern as its topic. None for any other frame."""
+    found = pattern_subscription(data) if incoming else None
+    if found is None:
+        return None
+    kind, pattern = found
+    return _TYPES[kind], pattern, None, len(data) - websmq.HEADER_SIZE - len(pattern)
 
 
 def value(data: bytes, binary: bool, incoming: bool) -> Any:

@@ -25,7 +25,7 @@ from wireproto.codecs import websmq
 from wireproto.codecs.websmq import LastWill, Publish, Subscribe, Unsubscribe
 from wireproto.errors import BadEncoding, Forbidden, InvalidTopic, NotThisProtocol, ProtocolError
 from wireproto.hub import Hub, HubMessage, Session, log_protocol_error
-from wireproto.protocols.websmq.patterns import validate_websmq_pattern
+from wireproto.protocols.websmq.patterns import pattern_subscription
 from wireproto.topics import is_pattern
 from wireproto.transports.base import IMessageTransport, MessageProtocol
 
@@ -56,22 +56,6 @@ def encode_for_websmq(message: HubMessage) -> tuple[bytes, bool] | None:
         return websmq.encode_publish(message.topic, message.payload), True
     except ProtocolError:
         return None
-
-
-def _wildcard_topic(data: bytes) -> tuple[type, str] | None:
-    """A Subscribe or Unsubscribe frame whose topic is a valid pattern, else None."""
-    try:
-        message_type, length = websmq.decode_header(data)
-        if message_type not in (websmq.MessageType.SUBSCRIBE, websmq.MessageType.UNSUBSCRIBE):
-            return None
-        pattern = data[websmq.HEADER_SIZE : websmq.HEADER_SIZE + length].decode("ascii")
-        if len(pattern) != length or not is_pattern(pattern):
-            return None
-        validate_websmq_pattern(pattern)
-    except (ProtocolError, UnicodeDecodeError):
-        return None
-    kind = Subscribe if message_type == websmq.MessageType.SUBSCRIBE else Unsubscribe
-    return kind, pattern
 
 
 # Topics decode has accepted, by their raw bytes, so a Publish on a known topic skips decoding.
@@ -131,7 +115,7 @@ class WebsmqServerProtocol(MessageProtocol):
         try:
             message = websmq.decode(data)
         except InvalidTopic as error:
-            wildcard = _wildcard_topic(data) if self.wildcards else None
+            wildcard = pattern_subscription(data) if self.wildcards else None
             if wildcard is None:
                 self._refuse(error)
                 return
