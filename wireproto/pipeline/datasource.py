@@ -213,7 +213,7 @@ class _CaptureReading:
         if self.pushdown.skips_segments:
             ranges = self._kept_ranges(path, start, end)
         for range_start, range_end in ranges:
-            if range_start != first:
+            if range_start is not None and range_start != first:
                 # A range after skipped records looks back for its connections' opens itself.
                 opened = Openings(functools.partial(self._opens_before, path, range_start))
             yield from self._read_local(path, broker, range_start, range_end, opened, progress)

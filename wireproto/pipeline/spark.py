@@ -58,6 +58,8 @@ def spark_session(
     session = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # The wirecapture source applies a query's filters itself (docs/pipeline.md).
+        .config("spark.sql.python.filterPushdown.enabled", "true")
         .getOrCreate()
     )
     session.conf.set("spark.sql.session.timeZone", "UTC")  # also on a session that was running
