@@ -9,6 +9,10 @@ follows the captures until Ctrl-C or SIGTERM, its normal end: 0.
 The table's lock (`ingest.lock_table`) is taken before Spark starts and handed to the JVM as
 well, so that a second ingest of the table is refused at once, and one whose process was killed
 holds the table until its JVM is gone too.
+
+A table in object storage is written through a local staging copy (`tablestore.TableMirror`),
+uploaded after each micro-batch: an upload that fails is a warning, and the next batch's upload
+sends what it left; one that fails at the end is an error (status 1).
 """
 
 from __future__ import annotations
