@@ -201,8 +201,10 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
                         "wireproto.pipeline.tablestore")),
     ),
     "wireproto.pipeline.ingest": (
-        "the ingest query imports the table and the data source, never a command",
-        _allowed(exact=("wireproto.pipeline.table", "wireproto.pipeline.datasource")),
+        "the ingest query imports the table, the data source and the table store (to tidy), "
+        "never a command",
+        _allowed(exact=("wireproto.pipeline.table", "wireproto.pipeline.datasource",
+                        "wireproto.pipeline.tablestore")),
     ),
     "wireproto.output": (
         "the program's stdout imports nothing of wireproto",

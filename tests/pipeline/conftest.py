@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -68,8 +69,9 @@ BUCKET = "fleet"
 
 
 class S3Server:
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, pid: int = 0) -> None:
         self.endpoint = endpoint
+        self.pid = pid  # moto_server's: a test may SIGSTOP it
         self.options = {"s3.endpoint": endpoint, "s3.region": "us-east-1",
                         "s3.access_key": "wireproto", "s3.secret_key": "wireproto-secret"}
 
@@ -103,10 +105,11 @@ def s3() -> Iterator[S3Server]:
                     break
             assert child.poll() is None and time.monotonic() < deadline, "moto_server died"
             time.sleep(0.1)
-        server_ = S3Server(f"http://127.0.0.1:{port}")
+        server_ = S3Server(f"http://127.0.0.1:{port}", child.pid)
         server_.filesystem().create_dir(BUCKET)
         yield server_
     finally:
+        child.send_signal(signal.SIGCONT)  # a test that paused it and failed
         child.terminate()
         child.wait(timeout=20)
 

@@ -8,7 +8,6 @@ the captures decoded in this process (the data source's own decode)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pty
@@ -372,10 +371,10 @@ def test_bad_input_is_one_line_before_spark_starts(tmp_path: Path) -> None:
         f"{prefix}--staging goes with a TABLE in object storage (s3://, gs://)"
     assert refused(str(captures), "--table", "s3://bucket/table", "--checkpoint",
                    "s3://bucket/cp").startswith(f"{prefix}--checkpoint 's3://bucket/cp': ")
-    if importlib.util.find_spec("wireproto.pipeline.tablestore") is None:
-        assert refused(str(captures), "--table", "s3://bucket/table") == (
-            f"{prefix}a TABLE in object storage needs wireproto.pipeline.tablestore, which this "
-            "wireproto lacks: give a local or hdfs:// TABLE")
+    assert refused(str(captures), "--table", str(fresh), "--retention", "30 days") == \
+        f"{prefix}--retention: '30 days' is not a duration such as 30d, 12h, 90m or 45s"
+    assert refused(str(captures), "--table", str(fresh), "--retention", "0d").startswith(
+        f"{prefix}--retention: '0d' is not a duration")
     assert not fresh.exists()  # nothing is made for a run refused
     assert sorted(os.listdir(junk)) == ["data.csv"]
 

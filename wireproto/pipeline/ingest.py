@@ -7,7 +7,9 @@ protocol. Exactly once comes from Spark: the checkpoint's offset log fixes what 
 reads before it runs, a batch cut short runs again over the same records, and the sink's log
 (``_spark_metadata``) lists a batch's files only once all of them are written, and a batch only
 once. Files a batch cut short left behind are in no log, so no reader sees them; the next
-ingest removes them before it starts.
+ingest removes them before it starts. With a `retention`, the sink's log leaves out files older
+than it, and `wireproto.pipeline.tablestore.remove_expired` deletes them (and those of batches
+cut short) once they have been out of the log for `TIDY_GRACE_SECONDS`.
 
 Each micro-batch is repartitioned by the table's partition columns, so it writes one file per
 table partition it touches rather than one per task and partition.
@@ -47,10 +49,12 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["start_ingest", "table_rows", "prepare_table", "lock_table", "TableBusy",
-           "remove_orphans", "DEFAULT_TRIGGER_SECONDS", "LOCK"]
+           "remove_orphans", "DEFAULT_TRIGGER_SECONDS", "LOCK", "TIDY_GRACE_SECONDS"]
 
 DEFAULT_TRIGGER_SECONDS = 60.0
 LOCK = "_wireproto_ingest.lock"
+# How long a file stays after it left the table's log, for a query that read the log before.
+TIDY_GRACE_SECONDS = 3600.0
 LOCK_WAIT = 10.0  # seconds: a killed ingest's Spark may take a moment to end and let go
 _MICROS_PER_DAY = 86_400_000_000
 # The table's Parquet files: no dictionary for the columns that hardly repeat (one is built and
@@ -201,7 +205,7 @@ def start_ingest(spark: SparkSession, captures: str, table_dir: str, *,
                  checkpoint: str | None = None, once: bool = False,
                  trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
                  options: Mapping[str, str] | None = None,
-                 repartition: bool = True) -> StreamingQuery:
+                 repartition: bool = True, retention: str | None = None) -> StreamingQuery:
     """Start ingesting the captures at `captures` (a capture directory or file, local or in
     object storage with `options`) into the table at `table_dir` (a local path or hdfs://:
     a path Spark writes), and return the query (a `pyspark.sql.streaming.StreamingQuery`).
@@ -210,6 +214,11 @@ def start_ingest(spark: SparkSession, captures: str, table_dir: str, *,
     (``Trigger.AvailableNow``); otherwise it runs a micro-batch every `trigger_seconds`.
     Without `repartition` a batch skips its shuffle, and each of its tasks (a capture file)
     writes a file of its own to each partition it has rows for.
+
+    With `retention` (the file sink's option: ``30d``, ``12h``), a compaction of the sink's log
+    leaves out the files written longer ago than that, and a local table's files out of the
+    log go once they have been out of it for `TIDY_GRACE_SECONDS` (``remove_expired``: call
+    it again as the query runs; without a retention, files of batches cut short go at once).
 
     ValueError for a table directory that is not a table this code writes, and TableBusy when
     another ingest writes it."""
@@ -229,7 +238,14 @@ def start_ingest(spark: SparkSession, captures: str, table_dir: str, *,
         if running is not None and running.isActive:
             raise TableBusy(f"{table_dir} is being written by query {running.id} of this "
                             "process: one ingest writes a table at a time")
-        remove_orphans(spark, table_dir)
+        if retention is None:
+            remove_orphans(spark, table_dir)
+        else:
+            # Not remove_orphans: files the retention took out of the log stay for a while,
+            # for a reader that read the log before.
+            from wireproto.pipeline.tablestore import remove_expired
+
+            remove_expired(_local_path(table_dir), grace_seconds=TIDY_GRACE_SECONDS)
     spark.dataSource.register(WireCaptureDataSource)
     rows = spark.readStream.format("wirecapture").options(**dict(options or {})).load(captures)
     rows = table_rows(rows)
@@ -237,6 +253,7 @@ def start_ingest(spark: SparkSession, captures: str, table_dir: str, *,
         rows = rows.repartition(*PARTITIONED_BY)
     writer = (rows.writeStream.format("parquet").outputMode("append").partitionBy(*PARTITIONED_BY)
               .options(**WRITE_OPTIONS)
+              .options(**({} if retention is None else {"retention": retention}))
               .option("path", table_dir)
               .option("checkpointLocation", checkpoint or _join(table_dir, CHECKPOINT))
               .queryName("wireproto-ingest"))

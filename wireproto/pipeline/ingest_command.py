@@ -9,13 +9,16 @@ follows the captures until Ctrl-C or SIGTERM, its normal end: 0.
 The table's lock (`ingest.lock_table`) is taken before Spark starts and handed to the JVM as
 well, so that a second ingest of the table is refused at once, and one whose process was killed
 holds the table until its JVM is gone too.
+
+A table in object storage is written through a local staging copy (`tablestore.TableMirror`),
+uploaded after each micro-batch: an upload that fails is a warning, and the next batch's upload
+sends what it left; one that fails at the end is an error (status 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -25,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING
 
 from wireproto.output import write_output
 from wireproto.pipeline.command import (
@@ -46,6 +49,8 @@ from wireproto.program import PROG
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from wireproto.pipeline.tablestore import TableMirror
 
 __all__ = ["register", "run", "main", "IngestProgress", "failure_line"]
 
@@ -234,27 +239,6 @@ def _plain(text: str) -> str:
 # -- the command -----------------------------------------------------------------------------------
 
 
-class TableMirror(Protocol):
-    """What the command asks of `tablestore.TableMirror`: the local copy Spark writes of a
-    table in object storage, brought back from it and sent to it."""
-
-    def restore(self) -> None: ...
-
-    def sync(self) -> None: ...
-
-
-def _mirror_class() -> Callable[[str, str, dict[str, str]], TableMirror]:
-    """`tablestore.TableMirror`, which writes a table in object storage through a local copy;
-    UsageError when this wireproto has none."""
-    try:
-        mirror: Callable[[str, str, dict[str, str]], TableMirror] = importlib.import_module(
-            "wireproto.pipeline.tablestore").TableMirror
-        return mirror
-    except (ImportError, AttributeError):
-        raise UsageError("a TABLE in object storage needs wireproto.pipeline.tablestore, which "
-                         "this wireproto lacks: give a local or hdfs:// TABLE") from None
-
-
 def _checked(args: argparse.Namespace
              ) -> tuple[dict[str, str], list[int], str, TableMirror | None, int]:
     """The storage options, the capture sizes, the table directory Spark writes, the mirror of
@@ -267,11 +251,17 @@ def _checked(args: argparse.Namespace
     # Only now: they need the spark extra's pyarrow.
     from wireproto.pipeline.ingest import TableBusy, lock_table, prepare_table
     from wireproto.pipeline.table import check_remote_table, is_spark_path
+    from wireproto.pipeline.tablestore import TableMirror, duration_seconds
 
     if args.once and args.trigger is not None:
         raise UsageError("--trigger goes without --once")
     if args.trigger is not None and not args.trigger > 0:
         raise UsageError(f"--trigger {args.trigger:g}: give a number of seconds above 0")
+    if args.retention is not None:
+        try:
+            duration_seconds(args.retention)
+        except ValueError as problem:
+            raise UsageError(f"--retention: {problem}") from None
     options = storage_options(args.storage_option)
     sizes = check_captures(args.captures, incomplete_ok=True, options=options)
     if args.checkpoint and not is_spark_path(args.checkpoint):
@@ -283,7 +273,6 @@ def _checked(args: argparse.Namespace
             return options, sizes, args.table, None, -1  # prepared once Spark runs
         mirror, table_dir, lock_file = None, args.table, None
     else:
-        mirror_class = _mirror_class()
         if args.checkpoint:
             raise UsageError("--checkpoint goes with a local or hdfs:// TABLE (a table in "
                              "object storage keeps its checkpoint with it)")
@@ -294,7 +283,7 @@ def _checked(args: argparse.Namespace
         lock_file = f"{table_dir}.lock"  # beside the staging copy, which restore fills
         # tablestore: the local copy Spark writes, restored from the remote table before the
         # query starts and synced to it after each micro-batch and at the end.
-        mirror = mirror_class(table_dir, args.table, options)
+        mirror = TableMirror(table_dir, args.table, options)
     try:
         if mirror is not None:
             check_remote_table(args.table, options)
@@ -366,7 +355,8 @@ def _ingest(spark: SparkSession, args: argparse.Namespace, table_dir: str, optio
     trigger = args.trigger or DEFAULT_TRIGGER_SECONDS
     try:
         query = start_ingest(spark, args.captures, table_dir, checkpoint=checkpoint,
-                             once=args.once, trigger_seconds=trigger, options=options)
+                             once=args.once, trigger_seconds=trigger, options=options,
+                             retention=args.retention)
     except Exception as failure:  # noqa: BLE001 - one line, whatever it is
         error(f"{failure_line(failure)} (Spark's log: {log_path})")
         return 1
@@ -375,12 +365,25 @@ def _ingest(spark: SparkSession, args: argparse.Namespace, table_dir: str, optio
                   "Ctrl-C stops"])
     progress = IngestProgress(spark, query, sys.stderr, pending_bytes=max(pending, 0),
                               once=args.once).start()
+    after_batch = _after_batch(args, table_dir, mirror, options)
+
+    def warn(problem: OSError) -> None:
+        error(f"warning: {_upkeep(args, mirror)}: {_os_line(problem)}; tried again after the "
+              "next micro-batch")
+
     try:
-        failed = _until_ended(query, mirror, stopping)
-    except Exception as gone:  # noqa: BLE001 - the JVM went away, or the mirror failed
+        failed = _until_ended(query, after_batch, stopping, warn)
+    except Exception as gone:  # noqa: BLE001 - the JVM went away
         failed = gone
     finally:
         progress.stop()
+    if after_batch is not None:
+        try:
+            after_batch()  # once the query has ended
+        except OSError as problem:
+            where = f"; the next ingest from {table_dir} does it" if mirror is not None else ""
+            error(f"{_upkeep(args, mirror)}: {_os_line(problem)}{where}")
+            return 1
     if stopping.is_set():
         return INTERRUPTED if args.once else 0
     if failed is not None:
@@ -395,11 +398,47 @@ def _ingest(spark: SparkSession, args: argparse.Namespace, table_dir: str, optio
     return 0
 
 
-def _until_ended(query: StreamingQuery, mirror: TableMirror | None,
-                 stopping: threading.Event) -> BaseException | None:
-    """Wait for `query` to end, or stop it once `stopping` is set; a table in object storage
-    is synced after each micro-batch and at the end. The query's failure, or None."""
-    synced = -1
+def _after_batch(args: argparse.Namespace, table_dir: str, mirror: TableMirror | None,
+                 options: dict[str, str]) -> Callable[[], None] | None:
+    """What follows each finished micro-batch and the query's end, or None: a table in object
+    storage is synced (tablestore.TableMirror), and with ``--retention`` the files out of the
+    table's log for the grace period are deleted (never on hdfs://, which pyarrow does not
+    reach here)."""
+    from wireproto.pipeline.ingest import TIDY_GRACE_SECONDS, is_local
+    from wireproto.pipeline.tablestore import remove_expired
+
+    tidy = args.retention is not None and (mirror is not None or is_local(table_dir))
+    if mirror is None and not tidy:
+        return None
+
+    def upkeep() -> None:
+        if mirror is not None:
+            mirror.sync()
+        if tidy:
+            remove_expired(args.table if mirror is not None else table_dir.removeprefix("file://"),
+                           grace_seconds=TIDY_GRACE_SECONDS, options=options)
+
+    return upkeep
+
+
+def _upkeep(args: argparse.Namespace, mirror: TableMirror | None) -> str:
+    return f"could not upload to {args.table}" if mirror is not None \
+        else f"could not tidy {args.table}"
+
+
+def _os_line(problem: OSError) -> str:
+    """An I/O error in one line (pyarrow's name the operation, the key and the cause)."""
+    lines = str(problem).strip().splitlines()
+    return lines[0] if lines else type(problem).__name__
+
+
+def _until_ended(query: StreamingQuery, after_batch: Callable[[], None] | None,
+                 stopping: threading.Event, warn: Callable[[OSError], None]
+                 ) -> BaseException | None:
+    """Wait for `query` to end, or stop it once `stopping` is set, calling `after_batch` after
+    each finished micro-batch; an OSError from it is a warning, and the next batch tries again
+    (a sync and a tidy are idempotent). The query's failure, or None."""
+    done = -1
     while not stopping.is_set():
         try:
             if query.awaitTermination(1):
@@ -407,13 +446,14 @@ def _until_ended(query: StreamingQuery, mirror: TableMirror | None,
         except Exception:  # noqa: BLE001, S110 - it failed: query.exception() says how
             break
         last = query.lastProgress
-        if mirror is not None and last is not None and last.batchId != synced:
-            synced = last.batchId
-            mirror.sync()  # tablestore: after each finished micro-batch
+        if after_batch is not None and last is not None and last.batchId != done:
+            done = last.batchId
+            try:
+                after_batch()
+            except OSError as problem:
+                warn(problem)
     if stopping.is_set():
         query.stop()
-    if mirror is not None:
-        mirror.sync()  # tablestore: once the query has ended
     return query.exception()
 
 
@@ -452,6 +492,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--staging", metavar="DIR",
                         help="for a TABLE in object storage: the local copy Spark writes "
                              "(default: one in the temporary directory, named for TABLE)")
+    parser.add_argument("--retention", metavar="DURATION",
+                        help="drop rows ingested longer ago than this (30d, 12h, 90m): the "
+                             "sink's log leaves their files out, and they are deleted an hour "
+                             "later")
     parser.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                         help="for CAPTURES or TABLE in object storage: s3.endpoint, s3.region, "
                              "s3.access_key, s3.secret_key, s3.session_token, s3.anonymous "
