@@ -202,8 +202,8 @@ class _CaptureReading:
         if not self.store.local:
             for header, batch in self.store.read_range(self.store.path_of(path), start, end,
                                                        self.batch_size):
+                progress.read_to(batch.end)  # said before its rows go, as a reader sees them
                 yield from self._rows(path, batch, broker_of(header), opened)
-                progress.read_to(batch.end)
             return
         try:
             broker = broker_of(capture.read_header(path))
@@ -223,8 +223,8 @@ class _CaptureReading:
         while end is None or start is None or start < end:
             batch = capture.read_batch(path, start_offset=start, max_records=self.batch_size,
                                        available=end)
+            progress.read_to(batch.end)  # said before its rows go, as a reader sees them
             yield from self._rows(path, batch, broker, opened)
-            progress.read_to(batch.end)  # read and decoded
             if batch.stop != "limit":
                 return
             start = batch.end
