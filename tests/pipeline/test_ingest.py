@@ -412,6 +412,16 @@ def test_a_failure_is_one_line_of_its_cause() -> None:
         "with a value\n SQLSTATE: 38000")
     assert failure_line(chained) == \
         "FileNotFoundError: wirecapture: no capture file or directory '/c'"
+    # An exception of wireproto's own, named by its module: a damaged capture names its file.
+    damaged = Captured(
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+        "perform latestOffset: Traceback (most recent call last):\n"
+        '  File "reader.py", line 123, in _scan\n    raise CorruptCapture(\n'
+        "wireproto.capture.format.CorruptCapture: /c/w-1.wpcap: record at offset 29964: CRC "
+        "mismatch with 35505 bytes after it: the file is corrupt, not torn\n SQLSTATE: 38000")
+    assert failure_line(damaged) == (
+        "wireproto.capture.format.CorruptCapture: /c/w-1.wpcap: record at offset 29964: CRC "
+        "mismatch with 35505 bytes after it: the file is corrupt, not torn")
     assert failure_line(RuntimeError("")) == "RuntimeError"
 
 

@@ -196,8 +196,11 @@ def committed_offsets(checkpoint: str) -> dict[str, int]:
         if isinstance(offsets, dict) else {}
 
 
-# The last line of a Python traceback: the exception and its message.
-_RAISED = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt): \S")
+# The last line of a Python traceback: the exception and its message, named as Python names
+# its kinds (`ValueError: ...`) or by its module, whatever its name (`wireproto.capture.format.
+# CorruptCapture: ...`).
+_RAISED = re.compile(r"^(?:(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)"
+                     r"|(?:[A-Za-z_][\w]*\.)+[A-Z]\w*): \S")
 
 
 def failure_line(failure: BaseException) -> str:
