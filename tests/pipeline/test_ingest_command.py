@@ -406,3 +406,18 @@ def test_bad_input_is_one_line_before_spark_starts(tmp_path: Path) -> None:
                 f"{prefix}{locked}: Operation not permitted"
         finally:
             subprocess.run(["chattr", "-i", str(locked)], check=True)
+
+
+def test_the_default_staging_copy_is_where_only_its_user_reaches(tmp_path: Path,
+                                                                monkeypatch: Any) -> None:
+    from wireproto.pipeline.ingest_command import default_staging
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "wireproto").mkdir(parents=True, mode=0o755)
+    staging = default_staging("s3://lake/messages/")
+    assert staging == default_staging("s3://lake/messages")
+    assert Path(staging).parent == tmp_path / "cache" / "wireproto" / "staging"
+    assert default_staging("s3://lake/other") != staging
+    # Not in the shared temporary directory, where another local user could make it first.
+    for directory in (tmp_path / "cache" / "wireproto", Path(staging).parent):
+        assert directory.stat().st_mode & 0o077 == 0, directory

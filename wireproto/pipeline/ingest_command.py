@@ -242,6 +242,20 @@ def _plain(text: str) -> str:
 # -- the command -----------------------------------------------------------------------------------
 
 
+def default_staging(table: str) -> str:
+    """The staging copy of the table `table` in object storage unless told: one directory per
+    table under ``$XDG_CACHE_HOME/wireproto/staging/`` (``~/.cache``), in directories only
+    this user reaches. (A name of its own in the shared temporary directory would let another
+    local user make it first, and read or change what ingest writes there.)"""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.path.join(base, "wireproto")
+    for directory in (base, root, os.path.join(root, "staging")):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)
+    digest = hashlib.sha256(table.rstrip("/").encode()).hexdigest()[:16]
+    return os.path.join(root, "staging", digest)
+
+
 def _checked(args: argparse.Namespace
              ) -> tuple[dict[str, str], list[int], str, TableMirror | None, int]:
     """The storage options, the capture sizes, the table directory Spark writes, the mirror of
@@ -279,10 +293,7 @@ def _checked(args: argparse.Namespace
         if args.checkpoint:
             raise UsageError("--checkpoint goes with a local or hdfs:// TABLE (a table in "
                              "object storage keeps its checkpoint with it)")
-        table_dir = (args.staging or os.path.join(
-            tempfile.gettempdir(),
-            f"wireproto-ingest-{hashlib.sha256(args.table.encode()).hexdigest()[:16]}")
-        ).rstrip("/")
+        table_dir = (args.staging or default_staging(args.table)).rstrip("/")
         lock_file = f"{table_dir}.lock"  # beside the staging copy, which restore fills
         # tablestore: the local copy Spark writes, restored from the remote table before the
         # query starts and synced to it after each micro-batch and at the end.
@@ -494,7 +505,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Spark master (default: spark-submit's, else local[*])")
     parser.add_argument("--staging", metavar="DIR",
                         help="for a TABLE in object storage: the local copy Spark writes "
-                             "(default: one in the temporary directory, named for TABLE)")
+                             "(default: one under ~/.cache/wireproto/staging, named for TABLE)")
     parser.add_argument("--retention", metavar="DURATION",
                         help="drop rows ingested longer ago than this (30d, 12h, 90m): the "
                              "sink's log leaves their files out, and they are deleted an hour "
