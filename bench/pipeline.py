@@ -366,26 +366,6 @@ def read_parquet(spark: Any, directory: Path, view: str = "all") -> int:
     return _hashed_count(spark.read.parquet(str(directory)).select(*VIEWS[view]), VIEWS[view])
 
 
-def write_table(spark: Any, directory: Path, table: Path) -> None:
-    """The table `wireproto ingest --once` makes of the capture in `directory`: its marker,
-    then one streaming query from the wirecapture source to Spark's Parquet file sink,
-    partitioned by date, broker and protocol."""
-    from pyspark.sql import functions as F
-
-    table.mkdir()
-    (table / "_wireproto_table.json").write_text(json.dumps({
-        "format": "wireproto-table", "version": 1,
-        "partitioned_by": ["date", "broker", "protocol"], "writer": "bench/pipeline.py"}))
-    query = (spark.readStream.format("wirecapture").load(str(directory))
-             .withColumn("date", F.to_date("timestamp"))
-             .writeStream.format("parquet").partitionBy("date", "broker", "protocol")
-             .option("path", str(table)).option("checkpointLocation", str(table / "_checkpoint"))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise BenchError(f"ingest: {query.exception()}")
-
-
 def read_table(spark: Any, table: Path, view: str = "all") -> int:
     """Rows of the ingested table, read as `wireproto analyze --table` reads it."""
     from wireproto.pipeline.table import read_table as read
@@ -599,7 +579,7 @@ def run(options: argparse.Namespace, out: Callable[[str], None] = print) -> Repo
                 return report
             table_dir = directory / "table"
             started = time.perf_counter()
-            write_table(spark, cap.directory, table_dir)
+            ingest_table(spark, cap.directory, table_dir)  # as `wireproto ingest --once`
             files = table_files(table_dir)
             out(f"table: the same rows in {len(files)} files, "
                 f"{sum(path.stat().st_size for path in files) / (1 << 20):.1f} MiB, partitioned"
