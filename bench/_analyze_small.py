@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _harness import BenchError
+from _harness import BenchError, process_table
 
 SMALL_ROWS = 10_000  # the capture's rows, at most
 SMALL_MESSAGES = 8_000  # asked of the generator: with its last batches, opens and closes, 9,520
 SMALL_GOAL_SECONDS = 30.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -75,18 +74,7 @@ def _kind(pid: int) -> str:
 
 def _tree(root: int) -> dict[int, float]:
     """utime+stime (with reaped children's) of `root` and its descendants."""
-    children: dict[int, list[int]] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as file:
-                fields = file.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-        times[int(entry)] = sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
+    children, times = process_table()
     found, stack = {}, [root]
     while stack:
         pid = stack.pop()

@@ -4,6 +4,7 @@ stderr and exit status 1."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -45,3 +46,23 @@ def main(name: str, run: Callable[[Any], Any], options: Any, *, reactor: bool = 
     for failure in failures:
         print(f"bench/{name}: {failure}", file=sys.stderr)
     return 1 if failures else 0
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_table() -> tuple[dict[int, list[int]], dict[int, float]]:
+    """Every process's children, and its utime+stime with its reaped children's, from /proc."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        times[int(entry)] = sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
+    return children, times

@@ -453,26 +453,6 @@ ARROW_TYPES = dict(item.strip().split(" ", 1) for item in SCHEMA.split(","))
 
 # --- CPU time -----------------------------------------------------------------------------------
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _process_table() -> tuple[dict[int, list[int]], dict[int, float]]:
-    """Every process's children, and its utime+stime with its reaped children's, from /proc."""
-    children: dict[int, list[int]] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as file:
-                fields = file.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # it exited
-        children.setdefault(int(fields[1]), []).append(int(entry))
-        times[int(entry)] = sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
-    return children, times
-
-
 def tree_cpu_seconds(root: int) -> float:
     """utime+stime of process `root` and its descendants (the JVM and its Python workers), with
     their reaped children's, from /proc."""
@@ -481,7 +461,7 @@ def tree_cpu_seconds(root: int) -> float:
 
 def spark_cpu_split(jvm: int) -> tuple[float, float]:
     """CPU seconds of the JVM itself, and of its descendants (the Python workers)."""
-    children, times = _process_table()
+    children, times = harness.process_table()
     workers, stack = 0.0, list(children.get(jvm, ()))
     while stack:
         pid = stack.pop()
@@ -819,7 +799,7 @@ def _start_py_spy(jvm: int, workdir: Path, out: Callable[[str], None]
     if py_spy is None:
         out("(py-spy is not installed: pip install py-spy)")
         return []
-    children, _ = _process_table()
+    children, _ = harness.process_table()
     samplers = []
     for pid in children.get(jvm, ()):
         output = workdir / f"py-spy-{pid}.txt"
