@@ -1,5 +1,6 @@
 import fcntl
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: RUN_ORDER.index(_run_order_name(_group(item))))
         for item in items:
             _name_its_group(item)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """bench/ holds scripts named like packages the tests import (bench/phyllo.py and the
+    phyllo-python package): a test module that puts bench/ ahead of the installed packages on
+    sys.path makes every later `import phyllo` find the script. Refuse such a run whole, since the
+    tests it breaks depend on which worker collected what."""
+    bench = str(Path(__file__).resolve().parent.parent / "bench")
+    entries = [str(Path(entry).resolve()) if entry else entry for entry in sys.path]
+    installed = [index for index, entry in enumerate(entries) if entry.endswith("site-packages")]
+    if bench in entries and installed and entries.index(bench) < installed[0]:
+        raise pytest.UsageError(f"a test module put {bench} ahead of the installed packages on "
+                                "sys.path, where it shadows them: append it, or load the script "
+                                "with importlib")
 
 
 def _group(item: pytest.Item) -> str:

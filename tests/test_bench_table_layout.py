@@ -12,7 +12,6 @@ from tests.pipeline.conftest import need_spark
 from tests.support import starts_its_own_spark
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
 spec = importlib.util.spec_from_file_location("bench_table_layout", BENCH / "table_layout.py")
 layout = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = layout  # dataclasses look their module up there
