@@ -275,6 +275,16 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
                                   "wireproto.metrics", "wireproto.pipeline", "wireproto.cli",
                                   "wireproto.broker"),
     ),
+    "wireproto.conformance": (
+        "the conformance kits judge another implementation from outside: codecs, the client "
+        "side of transports and protocols, and the tools' shared options; never the hub, the "
+        "service, config, the cluster, the supervisor, admin, metrics, capture or the pipeline",
+        lambda target: not within(target, "wireproto.hub", "wireproto.service",
+                                  "wireproto.config", "wireproto.cluster",
+                                  "wireproto.supervisor", "wireproto.admin", "wireproto.metrics",
+                                  "wireproto.capture", "wireproto.pipeline", "wireproto.cli",
+                                  "wireproto.broker"),
+    ),
     "wireproto.capture": (
         "capture wraps connections and writes records: never the service, config, the "
         "cluster, admin, metrics, the tools, the pipeline or the CLI",
