@@ -25,6 +25,12 @@ __all__ = ["Closed", "Probe", "Received", "Recorder", "Target"]
 # What a probe takes in one message: well above any server's limit, so that a server's largest
 # message reaches the case, which judges it.
 PROBE_MAX_MESSAGE = 64 * 1024 * 1024
+# What one case keeps, so that a server that floods a case cannot exhaust the kit's memory: the
+# exchanges recorded (beyond them, one event says how many more came), and the messages queued
+# unread on one connection (beyond them, the kit aborts that connection and says so).
+RECORD_LIMIT = 2000
+QUEUE_LIMIT = 1000
+QUEUE_BYTES = 2 * PROBE_MAX_MESSAGE
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class Recorder:
         self.started = time.monotonic()
         self.exchanges: list[Exchange] = []
         self.connections = 0
+        self.unrecorded = 0
 
     def number(self) -> int:
         self.connections += 1
@@ -81,6 +88,13 @@ class Recorder:
 
     def add(self, connection: int, direction: str, data: bytes | None = None,
             binary: bool = True, text: str = "") -> None:
+        if len(self.exchanges) >= RECORD_LIMIT:
+            self.unrecorded += 1
+            return
+        if len(self.exchanges) == RECORD_LIMIT - 1 and direction != "event":
+            self.unrecorded += 1
+            direction, data, text = "event", None, (
+                f"the kit stops recording this case here ({RECORD_LIMIT} exchanges)")
         self.exchanges.append(Exchange(connection, direction,
                                        round(time.monotonic() - self.started, 6),
                                        data, binary, text))
@@ -97,6 +111,7 @@ class Probe(MessageProtocol):
         self.receive_timeout = receive_timeout
         self.number = recorder.number()
         self.received: list[Received] = []
+        self.queued_bytes = 0
         self.closed_as: Closed | None = None
         self._waiting: list[defer.Deferred[bool]] = []
 
@@ -107,6 +122,14 @@ class Probe(MessageProtocol):
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
         self.recorder.add(self.number, "received", bytes(data), binary)
+        if len(self.received) >= QUEUE_LIMIT or self.queued_bytes + len(data) > QUEUE_BYTES:
+            if self.transport is not None and self.connected:
+                self.recorder.add(self.number, "event", text=(
+                    f"the server sent more than {QUEUE_LIMIT} messages or {QUEUE_BYTES} "
+                    "bytes the kit had not read: the kit aborts the connection"))
+                self.transport.abortConnection()
+            return
+        self.queued_bytes += len(data)
         self.received.append(Received(bytes(data), binary))
         self._wake()
 
@@ -173,7 +196,9 @@ class Probe(MessageProtocol):
                                  f"({self.closed_as.text})")
             if not await self._change(deadline):
                 raise CaseFailed(f"expected {what} within {seconds:g} s, got nothing")
-        return self.received.pop(0)
+        message = self.received.pop(0)
+        self.queued_bytes -= len(message.data)
+        return message
 
     async def receive_matching(self, accept: Callable[[Received], bool],
                                timeout: float | None = None,
