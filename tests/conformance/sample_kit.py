@@ -30,7 +30,7 @@ async def _round_trip(ctx: Context, name: str, payload: bytes) -> bytes:
     subscriber.send(websmq.encode(websmq.Subscribe(topic)))
     await ctx.sleep(0.2)  # WEBSMQ acknowledges no subscription
     publisher.send(websmq.encode(websmq.Publish(topic, payload)))
-    got = await subscriber.receive(what="the publish")
+    got = await subscriber.receive_matching(lambda message: message.binary, what="the publish")
     message = websmq.decode(got.data)
     if not isinstance(message, websmq.Publish) or message.topic != topic:
         raise ctx.fail(f"expected the publish on {topic}, got {shown(got)}")

@@ -16,9 +16,9 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IReactorCore, IReactorTime
 
 from wireproto.conformance.catalogue import Case, CaseResult, Catalogue
 from wireproto.conformance.kits import KITS, kit
@@ -74,6 +74,8 @@ def register(commands: argparse._SubParsersAction) -> None:
             action.default, action.type = None, seconds
             action.help = ("each case's timeout, in place of the case's own (default: the "
                            "case's, 5 s for most)")
+        elif action.dest == "protocol":
+            action.help = "the protocol at URL (default: from the URL's path)"
         elif action.dest == "json":
             action.help = "a JSON object per case, then one for the summary"
     server.add_argument("--cases", metavar="ID,...", type=_patterns,
@@ -129,12 +131,22 @@ def catalogue_lines(catalogue: Catalogue) -> list[str]:
             for case in catalogue.cases]
 
 
+def _kit(protocol: str) -> Catalogue | None:
+    """`protocol`'s catalogue; None when this wireproto has no module for it (an error inside
+    a kit's module is not hidden)."""
+    try:
+        return kit(protocol)
+    except ModuleNotFoundError as missing:
+        if missing.name == KITS[protocol]:
+            return None
+        raise
+
+
 def _list(args: argparse.Namespace) -> int:
     protocols = [args.protocol] if args.protocol else list(KITS)
     for protocol in protocols:
-        try:
-            catalogue = kit(protocol)
-        except ImportError:
+        catalogue = _kit(protocol)
+        if catalogue is None:
             if args.protocol:
                 print(f"wireproto conform: no {protocol} kit in this wireproto",
                       file=sys.stderr, flush=True)
@@ -167,11 +179,10 @@ def _target(args: argparse.Namespace, protocol: str) -> tuple[Target, Scrubber]:
     return target, Scrubber(secrets)
 
 
-def _check_address(reactor: Any, address: str) -> None:
+def _check_address(reactor: IReactorTime, address: str) -> None:
     """A ValueError for an address no connection can be made to, before any case runs."""
     from wireproto.transports.base import MessageProtocol
-    from wireproto.transports.connect import client_endpoint, is_websocket_address, \
-        websocket_client
+    from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 
     if is_websocket_address(address):
         websocket_client(reactor, address, MessageProtocol)  # made, never connected
@@ -179,16 +190,15 @@ def _check_address(reactor: Any, address: str) -> None:
         client_endpoint(reactor, address)
 
 
-async def conform(reactor: Any, args: argparse.Namespace) -> int:
+async def conform(reactor: IReactorTime, args: argparse.Namespace) -> int:
     """Run the kit as `args` ask; the exit status."""
     from wireproto.conformance.runner import CouldNotRun, run_cases
     from wireproto.tools.registry import protocol_of
 
     protocol = protocol_of(args.address, args.protocol, list(KITS))
-    try:
-        catalogue = kit(protocol)
-    except ImportError:
-        raise ToolError(f"no {protocol} kit in this wireproto", EXIT_USAGE) from None
+    catalogue = _kit(protocol)
+    if catalogue is None:
+        raise ToolError(f"no {protocol} kit in this wireproto", EXIT_USAGE)
     try:
         cases: list[Case] = catalogue.select(args.cases)
     except ValueError as error:
@@ -205,8 +215,13 @@ async def conform(reactor: Any, args: argparse.Namespace) -> int:
     _check_address(reactor, args.address)
     run = Run(protocol, redact_url(args.address), datetime.now(UTC), scrubber=scrubber)
     started = time.monotonic()
+    stopping: list[bool] = []  # Ctrl-C or SIGTERM: what a case judged after it is not kept
+    trigger = IReactorCore(reactor).addSystemEventTrigger("before", "shutdown", stopping.append,
+                                                          True)
 
     def heard(result: CaseResult) -> None:
+        if stopping:
+            return
         run.results.append(result)
         if args.json:
             emit(True, {"id": result.case.id, "outcome": result.outcome.value,
@@ -226,7 +241,10 @@ async def conform(reactor: Any, args: argparse.Namespace) -> int:
         run.status = 130
         _finish(run, args, started)
         raise
-    run.status = exit_status(run.results)
+    finally:
+        if not stopping:
+            IReactorCore(reactor).removeSystemEventTrigger(trigger)
+    run.status = 130 if stopping else exit_status(run.results)
     _finish(run, args, started)
     return run.status
 

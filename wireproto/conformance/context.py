@@ -69,6 +69,8 @@ class Context:
                 await connect(self.reactor, where, lambda: probe, stream=stream,
                               cafile=target.cafile, insecure=target.insecure,
                               certfile=target.certfile, keyfile=target.keyfile)
+        except defer.CancelledError:
+            raise  # the run was stopped (Ctrl-C), not the connection refused
         except Exception as error:  # noqa: BLE001 - the reason goes to the report
             text = str(error).strip() or type(error).__name__
             self.recorder.add(probe.number, "event", text=f"could not connect: {text}")

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from wireproto.conformance.catalogue import CaseResult, count
 from wireproto.conformance.model import KIT_VERSION, Exchange, Outcome
@@ -117,21 +117,63 @@ def summary_line(run: Run) -> str:
 # -- JSON -----------------------------------------------------------------------------------------
 
 
-def _exchange(exchange: Exchange, scrub: Scrubber) -> dict[str, Any]:
-    record: dict[str, Any] = {"connection": exchange.connection,
-                              "direction": exchange.direction, "at": exchange.at,
-                              "binary": exchange.binary, "length": None, "hex": None,
-                              "truncated": False, "text": scrub.text(exchange.text)}
+class ExchangeRecord(TypedDict):
+    connection: int
+    direction: str
+    at: float
+    binary: bool
+    length: int | None
+    hex: str | None
+    truncated: bool
+    text: str
+
+
+class CaseRecord(TypedDict):
+    id: str
+    title: str
+    group: str
+    section: str
+    decision: str | None
+    level: str
+    timeout: float
+    harmful: bool
+    outcome: str
+    reason: str
+    duration: float
+    exchanges: list[ExchangeRecord]
+
+
+class ReportRecord(TypedDict):
+    schema: str
+    schema_version: int
+    kit_version: str
+    wireproto_version: str
+    protocol: str
+    mode: str
+    target: str
+    started: str
+    duration: float
+    summary: dict[str, int]
+    status: int
+    error: str | None
+    cases: list[CaseRecord]
+
+
+def _exchange(exchange: Exchange, scrub: Scrubber) -> ExchangeRecord:
+    record = ExchangeRecord(connection=exchange.connection, direction=exchange.direction,
+                            at=exchange.at, binary=exchange.binary, length=None, hex=None,
+                            truncated=False, text=scrub.text(exchange.text))
     if exchange.data is not None:
         data = scrub.data(exchange.data)
         kept = data[:HEX_LIMIT]
-        record.update(length=len(exchange.data), hex=kept.hex(), truncated=len(data) > HEX_LIMIT)
+        record["length"], record["hex"] = len(exchange.data), kept.hex()
+        record["truncated"] = len(data) > HEX_LIMIT
         if not exchange.text and not exchange.binary:
             record["text"] = kept.decode("utf-8", "replace")
     return record
 
 
-def to_json(run: Run) -> dict[str, Any]:
+def to_json(run: Run) -> ReportRecord:
     """The report as the JSON object docs/conformance.md documents ("The JSON report")."""
     from wireproto import __version__
 
@@ -197,7 +239,7 @@ def _dump(data: bytes) -> str:
     return "\n".join(rows)
 
 
-def _exchange_html(exchange: dict[str, Any]) -> str:
+def _exchange_html(exchange: ExchangeRecord) -> str:
     head = (f"#{exchange['connection']} {exchange['direction']} at {exchange['at']:.3f} s")
     if exchange["hex"] is None:
         return f'<tr><td>{_e(head)}</td><td class="ev">{_e(exchange["text"])}</td></tr>'
@@ -214,7 +256,7 @@ def to_html(run: Run) -> str:
     """The report as one page that needs nothing else: no script, no style sheet, no image.
     Every text is escaped, so a server's bytes are shown, never read as markup."""
     report = to_json(run)
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[CaseRecord]] = {}
     for case in report["cases"]:
         groups.setdefault(case["group"], []).append(case)
     summary = "".join(f'<tr><td class="{_e(name)}">{_e(name)}</td><td>{number}</td></tr>'

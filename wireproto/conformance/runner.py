@@ -46,6 +46,8 @@ async def check_alive(reactor: IReactorTime, target: Target, catalogue: Catalogu
         await _run_body(catalogue.alive, context, 10.0)
     except CaseFailed as failed:
         return str(failed)
+    except defer.CancelledError:
+        raise  # the run was stopped (Ctrl-C): no verdict on the server
     except Exception as error:  # noqa: BLE001
         return f"{type(error).__name__}: {error}"
     finally:
@@ -64,6 +66,8 @@ async def run_case(reactor: IReactorTime, target: Target, catalogue: Catalogue, 
         reason = said or ""
     except CaseFailed as failed:
         met, reason = False, str(failed)
+    except defer.CancelledError:
+        raise  # the run was stopped (Ctrl-C): the case has no outcome
     except Exception as error:  # noqa: BLE001 - a connection error, say: the server's doing
         met, reason = False, f"{type(error).__name__}: {error}"
     finally:
