@@ -110,7 +110,8 @@ def summary_line(run: Run) -> str:
     parts = ", ".join(f"{totals[outcome]} {outcome.value}" for outcome in Outcome)
     failed = failed_ids(run.results)
     verdict = f"MUST failed: {', '.join(failed)}" if failed else "every MUST passed"
-    return printable(f"{run.protocol} at {run.target}: {len(run.results)} cases, {parts}; "
+    target = run.scrubber.text(run.target)
+    return printable(f"{run.protocol} at {target}: {len(run.results)} cases, {parts}; "
                      f"{verdict}")
 
 
@@ -226,7 +227,8 @@ white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:4px}
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """`text` for the page: markup escaped, and control characters shown as escapes."""
+    return html.escape(printable(str(text)), quote=True)
 
 
 def _dump(data: bytes) -> str:
