@@ -129,7 +129,7 @@ COMMANDS = {
     "produce": Command("produce SubbleSocket events", "wireproto.tools.rpc", INTERRUPTED,
                        short_lived=True),
     "events": Command("print SubbleSocket events", "wireproto.tools.rpc", 0),
-    "conform": Command("judge a server by a protocol's conformance kit",
+    "conform": Command("judge an implementation by a protocol's conformance kit",
                        "wireproto.conformance.command", INTERRUPTED),
     "passwd": Command("set or delete a user's password in a password file",
                       "wireproto.tools.passwd", INTERRUPTED, handles_interrupt=True),
