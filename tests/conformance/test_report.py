@@ -126,6 +126,13 @@ def test_the_lines_escape_what_a_terminal_would_act_on() -> None:
                                  "subscriber whole")
 
 
+def test_a_reason_is_bounded() -> None:
+    result = CaseResult(CASES["impossible"], Outcome.FAIL, "x" * 10**6)
+    line = case_line(result)
+    assert len(line) < 2200 and line.endswith(f"... ({10**6 - 2000} more characters)")
+    assert to_json(run(result))["cases"][0]["reason"].endswith("more characters)")
+
+
 def test_the_summary_and_the_status() -> None:
     should = CaseResult(CASES["never-answers"], Outcome.NON_STRICT, "nothing")
     passed = CaseResult(CASES["delivered"], Outcome.PASS)

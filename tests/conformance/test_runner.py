@@ -119,3 +119,26 @@ async def test_a_flooding_server_is_bounded_per_case() -> None:
     assert any("the kit aborts the connection" in e.text for e in result.exchanges)
     assert result.duration < 10
     assert result.outcome is Outcome.NON_STRICT
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_server_that_never_answers_is_bounded() -> None:
+    # It takes the connection and says nothing: not even the WebSocket handshake's answer.
+    from twisted.internet.endpoints import TCP4ServerEndpoint
+    from twisted.internet.protocol import Factory, Protocol
+
+    port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
+        Factory.forProtocol(Protocol))
+    address = f"ws://127.0.0.1:{port.getHost().port}/websmq"
+    try:
+        started = reactor.seconds()
+        with pytest.raises(CouldNotRun) as raised:
+            await run_cases(reactor, Target("websmq", address), kit)
+        assert reactor.seconds() - started < 20
+        catalogue = kit_with("delivered")()
+        result = await run_case(reactor, Target("websmq", address), catalogue,
+                                catalogue.cases[0], "silent")
+    finally:
+        await port.stopListening()
+    assert "websmq server does not serve" in str(raised.value)
+    assert result.outcome is Outcome.FAIL and result.duration < 10, result.reason

@@ -31,6 +31,7 @@ from wireproto.conformance.report import (
     check_directory,
     exit_status,
     printable,
+    reason_shown,
     summary_line,
     write_report,
 )
@@ -226,7 +227,7 @@ async def conform(reactor: IReactorTime, args: argparse.Namespace) -> int:
         if args.json:
             emit(True, {"id": result.case.id, "outcome": result.outcome.value,
                         "level": result.case.level.value, "title": result.case.title,
-                        "reason": scrubber.text(result.reason),
+                        "reason": reason_shown(result.reason, scrubber),
                         "duration": result.duration}, "")
         else:
             emit(False, {}, case_line(result, scrubber))

@@ -25,7 +25,8 @@ from wireproto.conformance.model import KIT_VERSION, Exchange, Outcome
 from wireproto.redaction import REDACTED, redact_text
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "HEX_LIMIT", "Run", "Scrubber", "case_line",
-           "exit_status", "printable", "summary_line", "to_html", "to_json", "write_report"]
+           "check_directory", "exit_status", "printable", "reason_shown", "summary_line",
+           "to_html", "to_json", "write_report"]
 
 SCHEMA = "wireproto-conformance-report"
 SCHEMA_VERSION = 1
@@ -34,6 +35,9 @@ HEX_LIMIT = 4096
 # A credential shorter than this is not searched for in recorded bytes (it would blot out
 # every byte that happens to equal it); a header value or a password is longer.
 SHORTEST_SECRET = 4
+# The characters of a case's reason a line or a report keeps: a reason quoting what a server
+# sent cannot make either as large as the server likes.
+REASON_LIMIT = 2000
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -46,6 +50,15 @@ def printable(text: str) -> str:
     direction overrides): each such character shown as its escape."""
     return _CONTROL.sub(lambda match: repr(match.group())[1:-1] if ord(match.group()) < 0x100
                         else f"\\u{ord(match.group()):04x}", text)
+
+
+def reason_shown(text: str, scrub: Scrubber) -> str:
+    """A case's reason as a line or a report shows it: no credential, at most REASON_LIMIT
+    characters."""
+    shown = scrub.text(text)
+    if len(shown) > REASON_LIMIT:
+        shown = shown[:REASON_LIMIT] + f"... ({len(shown) - REASON_LIMIT} more characters)"
+    return shown
 
 
 class Scrubber:
@@ -99,7 +112,7 @@ def case_line(result: CaseResult, scrubber: Scrubber | None = None) -> str:
     scrub = scrubber or Scrubber()
     line = f"{result.outcome.value:<12}{result.case.id}  {result.case.title}"
     if result.reason:
-        line += f": {scrub.text(result.reason)}"
+        line += f": {reason_shown(result.reason, scrub)}"
     return printable(" ".join(line.split()) if "\n" in line else line)
 
 
@@ -203,7 +216,7 @@ def to_json(run: Run) -> ReportRecord:
             "timeout": result.case.timeout,
             "harmful": result.case.harmful,
             "outcome": result.outcome.value,
-            "reason": scrub.text(result.reason),
+            "reason": reason_shown(result.reason, scrub),
             "duration": result.duration,
             "exchanges": [_exchange(exchange, scrub) for exchange in result.exchanges],
         } for result in run.results],
