@@ -190,3 +190,22 @@ async def test_list_needs_no_url(children) -> None:  # noqa: F811
     no_url = conform(children)
     assert await no_url.exit_code(timeout=60) == 2
     assert no_url.stderr == ["wireproto conform: give the server's URL (or --list)"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stream_endpoint_with_its_framing(broker, children) -> None:  # noqa: F811
+    port = free_port()
+    await broker.start(f"websmq+cobs@tcp:{port}:interface=127.0.0.1")
+    address = f"tcp:127.0.0.1:{port}"
+    tool = conform(children, address, "--protocol", "websmq", "--framing", "cobs", "--cases",
+                   QUICK)
+    assert await tool.exit_code(timeout=60) == 0, tool.output()
+    assert tool.stdout[-1] == (f"websmq at {address}: 2 cases, 2 pass, 0 fail, 0 non-strict, "
+                               "0 information; every MUST passed")
+    unknown = conform(children, address, "--cases", QUICK)
+    assert await unknown.exit_code(timeout=60) == 2
+    assert unknown.stderr == [f"wireproto conform: cannot tell the protocol of '{address}': "
+                              "give --protocol (ubre, websmq, subble, nydus)"]
+    # Length32 (the default) against a cobs listener: nothing it understands comes back.
+    wrong = conform(children, address, "--protocol", "websmq", "--cases", QUICK)
+    assert await wrong.exit_code(timeout=60) == 3, wrong.output()
