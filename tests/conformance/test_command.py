@@ -175,6 +175,20 @@ async def test_bad_usage_is_2_and_one_line(children, tmp_path, args, line) -> No
     assert tool.stderr == [line.format(file=file)] and tool.stdout == []
 
 
+@pytest.mark.parametrize(("directory", "why"), [
+    ("/proc/self", "cannot write a file in it ("),  # a directory, not one for files
+    ("/sys/conform-report", ""),  # cannot be made
+])
+@pytest_twisted.ensureDeferred
+async def test_a_report_dir_that_cannot_be_written_is_2_before_any_case(
+        children, directory, why) -> None:  # noqa: F811
+    # The server does not exist: a run that started would be 3.
+    tool = conform(children, f"ws://127.0.0.1:{free_port()}/websmq", "--report", directory)
+    assert await tool.exit_code(timeout=60) == 2, tool.output()
+    assert len(tool.stderr) == 1, tool.output()
+    assert tool.stderr[0].startswith(f"wireproto conform: --report {directory}: {why}")
+
+
 @pytest_twisted.ensureDeferred
 async def test_list_needs_no_url(children) -> None:  # noqa: F811
     tool = conform(children, "--list", "--protocol", "websmq")

@@ -325,8 +325,11 @@ def check_directory(directory: str) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     if not path.is_dir():
         raise NotADirectoryError(f"{directory} is not a directory")
-    with tempfile.NamedTemporaryFile(dir=path, prefix=".conform-", delete=True):
-        pass
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".conform-", delete=True):
+            pass
+    except OSError as error:
+        raise OSError(error.errno, f"cannot write a file in it ({error.strerror})") from None
     return path
 
 
