@@ -142,3 +142,22 @@ async def test_a_server_that_never_answers_is_bounded() -> None:
         await port.stopListening()
     assert "websmq server does not serve" in str(raised.value)
     assert result.outcome is Outcome.FAIL and result.duration < 10, result.reason
+
+
+def test_a_cases_record_is_bounded_in_exchanges_and_bytes() -> None:
+    from wireproto.conformance.probe import RECORD_BYTES, Recorder
+
+    recorder = Recorder()
+    big = b"x" * (RECORD_BYTES // 2 + 1)
+    for _ in range(3):
+        recorder.add(1, "received", big)
+    first, second, third = recorder.exchanges
+    assert first.data == big and second.data is None and third.data is None
+    assert second.direction == "event" and second.text == (
+        f"received {len(big)} bytes, not kept: the case's record already holds {len(big)} bytes")
+    for _ in range(RECORD_LIMIT * 2):
+        recorder.add(1, "sent", b"y")
+    assert len(recorder.exchanges) == RECORD_LIMIT
+    assert recorder.exchanges[-1].text == (
+        f"the kit stops recording this case here ({RECORD_LIMIT} exchanges)")
+    assert recorder.unrecorded == RECORD_LIMIT * 2 + 3 - RECORD_LIMIT + 1

@@ -26,9 +26,11 @@ __all__ = ["Closed", "Probe", "Received", "Recorder", "Target"]
 # message reaches the case, which judges it.
 PROBE_MAX_MESSAGE = 64 * 1024 * 1024
 # What one case keeps, so that a server that floods a case cannot exhaust the kit's memory: the
-# exchanges recorded (beyond them, one event says how many more came), and the messages queued
+# exchanges recorded (the last one says the record stops there) and their bytes (beyond them, a
+# message is recorded as an event that gives its length), and the messages queued
 # unread on one connection (beyond them, the kit aborts that connection and says so).
 RECORD_LIMIT = 2000
+RECORD_BYTES = PROBE_MAX_MESSAGE
 QUEUE_LIMIT = 1000
 QUEUE_BYTES = 2 * PROBE_MAX_MESSAGE
 
@@ -81,6 +83,7 @@ class Recorder:
         self.exchanges: list[Exchange] = []
         self.connections = 0
         self.unrecorded = 0
+        self.recorded_bytes = 0
 
     def number(self) -> int:
         self.connections += 1
@@ -91,10 +94,16 @@ class Recorder:
         if len(self.exchanges) >= RECORD_LIMIT:
             self.unrecorded += 1
             return
-        if len(self.exchanges) == RECORD_LIMIT - 1 and direction != "event":
+        if len(self.exchanges) == RECORD_LIMIT - 1:
             self.unrecorded += 1
             direction, data, text = "event", None, (
                 f"the kit stops recording this case here ({RECORD_LIMIT} exchanges)")
+        elif data is not None and self.recorded_bytes + len(data) > RECORD_BYTES:
+            text = (f"{direction} {len(data)} bytes, not kept: the case's record already holds "
+                    f"{self.recorded_bytes} bytes")
+            direction, data = "event", None
+        elif data is not None:
+            self.recorded_bytes += len(data)
         self.exchanges.append(Exchange(connection, direction,
                                        round(time.monotonic() - self.started, 6),
                                        data, binary, text))
