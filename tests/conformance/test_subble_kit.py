@@ -78,6 +78,7 @@ async def test_wireprotos_host_passes_every_case(broker, way: str) -> None:
     assert said["subble.format.invalid-json"].startswith("refused with event error 52")
     assert said["subble.version.next-major"].startswith("refused with 25 'unsupported version")
     assert said["subble.error.undeclared-51"].startswith("51 ")
+    assert said["subble.format.implementor"].startswith("an event (27)")
     closing = "closed with 1002" if way == "ws" else "closed"
     assert said["subble.malformed.handshake-client-id-truncated"].startswith(
         f"the server {closing}")
