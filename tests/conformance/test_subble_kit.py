@@ -15,6 +15,7 @@ from twisted.internet import reactor
 
 from tests.brokers import LOCAL
 from tests.conformance.broken_subble import MiniHost
+from wireproto.config import config_from_toml
 from wireproto.conformance.catalogue import CaseResult
 from wireproto.conformance.kits import kit
 from wireproto.conformance.model import Level, Outcome
@@ -85,6 +86,23 @@ async def test_wireprotos_host_passes_every_case(broker, way: str) -> None:
     assert said["subble.produce.one-over"].startswith(
         "the server closed with 1009" if way == "ws" else "the server closed")
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("way", ["ws", "length32"])
+@pytest_twisted.ensureDeferred
+async def test_the_limit_cases_follow_the_limit_the_kit_is_given(broker, way: str) -> None:
+    table = "websocket" if way == "ws" else "stream"
+    tables = config_from_toml(f"[{table}]\nmax_message_size = 5000\n", reactor=reactor)
+    _, bound = await broker.start(f"subble+{way}@tcp:0:{LOCAL}",
+                                  **{table: getattr(tables, table)})
+    limits = KIT.select(["subble.produce.largest", "subble.produce.one-over"])
+    right = Target("subble", bound[0].address, max_message_size=5000)
+    assert outcomes(await run_cases(reactor, right, KIT, limits)) == {
+        "subble.produce.largest": Outcome.PASS, "subble.produce.one-over": Outcome.PASS}
+    # Told a larger limit than the host's, the kit sees the largest event refused.
+    wrong = Target("subble", bound[0].address, max_message_size=6000)
+    assert outcomes(await run_cases(reactor, wrong, KIT, limits[:1])) == {
+        "subble.produce.largest": FAIL}
 
 
 # -- an independent host, right and wrong ---------------------------------------------------

@@ -217,6 +217,9 @@ def bin32(size: int) -> bytes:
 async def largest(ctx: Context) -> None:
     event_type, subscriber, producer = await pair(ctx, "largest")
     room = ctx.target.max_message_size - event_size(event_type, GUID_ROOM, producer.client_id, 0)
+    if room < 5:
+        raise ctx.fail(f"a limit of {ctx.target.max_message_size} bytes leaves no room for "
+                       "an event's payload")
     payload = bin32(room)
     produce(producer, event_type, payload)
     event = await next_event(subscriber.probe, "the largest event", 5.0)
@@ -231,7 +234,11 @@ async def largest(ctx: Context) -> None:
 async def one_over(ctx: Context) -> str:
     event_type, subscriber, producer = await pair(ctx, "over")
     head = 1 + 4 + len(producer.client_id.encode()) + 1 + 4 + len(event_type.encode()) + 4
-    produce(producer, event_type, bin32(ctx.target.max_message_size + 1 - head))
+    over = ctx.target.max_message_size + 1 - head
+    if over < 5:
+        raise ctx.fail(f"a limit of {ctx.target.max_message_size} bytes is smaller than a "
+                       "produce request's fields")
+    produce(producer, event_type, bin32(over))
     said = await not_accepted(producer.probe, "a message over the limit", 2.0)
     await subscriber.probe.silent(0.3, "no event from a message over the limit")
     return said
