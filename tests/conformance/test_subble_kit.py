@@ -103,6 +103,11 @@ async def test_the_limit_cases_follow_the_limit_the_kit_is_given(broker, way: st
     wrong = Target("subble", bound[0].address, max_message_size=6000)
     assert outcomes(await run_cases(reactor, wrong, KIT, limits[:1])) == {
         "subble.produce.largest": FAIL}
+    # A limit too small for any event is said, not an OverflowError.
+    tiny = Target("subble", bound[0].address, max_message_size=60)
+    (result,) = await run_cases(reactor, tiny, KIT, limits[:1])
+    assert result.outcome is FAIL
+    assert result.reason == "a limit of 60 bytes leaves no room for an event's payload"
 
 
 # -- an independent host, right and wrong ---------------------------------------------------
