@@ -163,7 +163,7 @@ def closed_text(closed: Closed) -> str:
     return "closed"
 
 
-async def not_accepted(probe: Probe, what: str, window: float = 1.0,
+async def not_accepted(probe: Probe, what: str, window: float = 0.5,
                        handshaken: bool = True) -> str:
     """Judge a server's answer to input it must not act on: a close, an error (51/52, or a
     refusal code before the handshake) or silence for `window` seconds are each fine; an event,

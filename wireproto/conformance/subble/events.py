@@ -4,6 +4,8 @@ fields, serialization formats, sizes, and the event errors 51 and 52 (the spec's
 
 from __future__ import annotations
 
+import json
+
 from wireproto.codecs.subble import Event, EventError, MessageCode
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed, Level
@@ -312,8 +314,6 @@ async def datetime_of_event(ctx: Context) -> str:
 @kit.case("subble.format.json", "A JSON payload is delivered with format 1 and its value",
           section=SERIALIZATION, level=Level.SHOULD)
 async def json_payload(ctx: Context) -> str | None:
-    import json
-
     event_type, subscriber, producer = await pair(ctx, "json")
     payload = b'{"on": true, "n": [1, 2.5, "\xc3\xa9"]}'
     produce(producer, event_type, payload, JSON)

@@ -21,7 +21,8 @@ from wireproto.conformance.subble.common import (
     produce,
 )
 
-MESSAGE_MODEL = "Handshake Request"
+HANDSHAKE_REQUEST = "Handshake Request"
+CODES = "Subble Codes"  # a code no one sends, or only a server
 PRODUCE = "Produce events"
 
 
@@ -69,7 +70,8 @@ BAD_HANDSHAKES = {
 def _handshake_case(case_name: str, data: bytes, what: str) -> None:
     @kit.case(f"subble.malformed.{case_name}",
               f"A first message with {what} is not accepted",
-              section=MESSAGE_MODEL, harmful=True, decision=DECIDED)
+              section=CODES if case_name.endswith("code") else HANDSHAKE_REQUEST,
+              harmful=True, decision=DECIDED)
     async def body(ctx: Context) -> str:
         probe = await ctx.connect()
         probe.send(data)
@@ -108,7 +110,8 @@ def bad_produces(client_id: bytes, event_type: bytes) -> dict[str, tuple[bytes, 
 def _produce_case(case_name: str, what: str) -> None:
     @kit.case(f"subble.malformed.{case_name}",
               f"A produce request with {what} is not acted on",
-              section=PRODUCE, harmful=True, decision=DECIDED)
+              section=CODES if case_name.endswith("code") else PRODUCE, harmful=True,
+              decision=DECIDED)
     async def body(ctx: Context) -> str:
         event_type = name(ctx, "malformed")
         client = await handshake(ctx, subscribe=(event_type,), produce=(event_type,))
@@ -123,7 +126,7 @@ for _name, (_, _what) in bad_produces(b"id", b"t").items():
 
 @kit.case("subble.malformed.reported",
           "A malformed handshake request is answered: the connection closed or refused",
-          section=MESSAGE_MODEL, level=Level.SHOULD, harmful=True, decision=DECIDED_HOST)
+          section=HANDSHAKE_REQUEST, level=Level.SHOULD, harmful=True, decision=DECIDED_HOST)
 async def reported(ctx: Context) -> str:
     probe = await ctx.connect()
     probe.send(HEAD + le32(40) + b"abc")
