@@ -1,0 +1,73 @@
+"""The nydus kit against wireproto's own nydus server (a broker's `nydus+engineio` listener,
+with short ping timings so the heartbeat cases run): every MUST passes, and every case's
+outcome is pinned by id."""
+
+from __future__ import annotations
+
+import pytest_twisted
+from twisted.internet import reactor
+
+from tests.support import free_port
+from wireproto.conformance.kits import kit
+from wireproto.conformance.model import Level, Outcome
+from wireproto.conformance.probe import Target
+from wireproto.conformance.runner import run_cases
+from wireproto.transports.engineio import EngineIOOptions
+
+NYDUS = kit("nydus")
+
+# What wireproto's server does where a case only reports.
+INFORMATION = {
+    "nydus.engineio.polling.binary",
+    "nydus.ignored.welcome",
+    "nydus.ignored.result",
+    "nydus.ignored.error",
+    "nydus.ignored.publish",
+}
+
+
+def expected_outcome(case_id: str) -> Outcome:
+    return Outcome.INFORMATION if case_id in INFORMATION else Outcome.PASS
+
+
+async def start_wireproto(broker) -> str:  # type: ignore[no-untyped-def]
+    port = free_port()
+    await broker.start(f"nydus+engineio@tcp:{port}:interface=127.0.0.1",
+                       engineio=EngineIOOptions(ping_interval=1.0, ping_timeout=1.0))
+    return f"http://127.0.0.1:{port}/engine.io/"
+
+
+def test_catalogue_is_thorough() -> None:
+    ids = [case.id for case in NYDUS.cases]
+    assert len(ids) == len(set(ids)) >= 60
+    groups = {case.group for case in NYDUS.cases}
+    assert {"nydus.engineio.handshake", "nydus.engineio.polling", "nydus.engineio.upgrade",
+            "nydus.engineio.ping", "nydus.engineio.close", "nydus.engineio.packet",
+            "nydus.welcome", "nydus.invoke", "nydus.publish", "nydus.malformed"} <= groups
+    assert all(case.harmful for case in NYDUS.cases if case.group == "nydus.malformed")
+    assert all(case.timeout < 10 for case in NYDUS.cases)
+    assert NYDUS.alive is not None
+
+
+@pytest_twisted.ensureDeferred
+async def test_wireproto_passes_every_case(broker) -> None:  # type: ignore[no-untyped-def]
+    url = await start_wireproto(broker)
+    results = await run_cases(reactor, Target("nydus", url), NYDUS)
+    got = {result.case.id: result.outcome for result in results}
+    reasons = {r.case.id: r.reason for r in results if r.outcome is not expected_outcome(r.case.id)}
+    assert reasons == {}
+    assert got == {case.id: expected_outcome(case.id) for case in NYDUS.cases}
+    said = {r.case.id: r.reason for r in results if r.case.id in INFORMATION}
+    assert said["nydus.ignored.result"] == "ignored it: the INVOKE after it was answered"
+    assert all(r.exchanges for r in results)
+    assert not [r.case.id for r in results
+                if r.case.level is Level.MUST and r.outcome is not Outcome.PASS]
+
+
+@pytest_twisted.ensureDeferred
+async def test_ws_address_is_the_same_server(broker) -> None:  # type: ignore[no-untyped-def]
+    url = await start_wireproto(broker)
+    target = Target("nydus", url.replace("http://", "ws://"))
+    chosen = NYDUS.select(["nydus.engineio.upgrade", "nydus.invoke.pairing"])
+    results = await run_cases(reactor, target, NYDUS, chosen)
+    assert {r.case.id: r.outcome for r in results} == {case.id: Outcome.PASS for case in chosen}

@@ -1,0 +1,108 @@
+"""The nydus kit's catalogue and what its cases share: an Engine.IO session on a WebSocket that
+has had its open packet and its WELCOME, nydus messages sent and read as Engine.IO message
+packets, and the checks for an answer and for a session's end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wireproto.codecs import engineio, nydus
+from wireproto.conformance.catalogue import Catalogue
+from wireproto.conformance.context import Context
+from wireproto.conformance.engineio import EngineIOSocket, open_socket
+from wireproto.conformance.model import CaseFailed
+from wireproto.errors import ProtocolError
+
+__all__ = ["DECIDED", "ENGINEIO", "ENGINEIO_DIFFERS", "SERVER", "kit", "answer", "ended",
+           "invoke", "nowhere", "read_nydus", "send_nydus", "session"]
+
+kit = Catalogue("nydus", "nydus-protocol 3.0.0 over Engine.IO 4", "docs/nydus.md")
+
+# Where docs/nydus.md settles what the specs leave open.
+DECIDED = "docs/nydus.md#what-we-decided"
+ENGINEIO = "docs/nydus.md#engineio-4"
+ENGINEIO_DIFFERS = "docs/nydus.md#where-it-differs-from-engineio"
+SERVER = "docs/nydus.md#the-server-wireprotos-nydus-server"
+
+
+def nowhere(ctx: Context, name: str = "nowhere") -> str:
+    """A path no server has a route for: this run's own."""
+    return "/" + ctx.topic(name)
+
+
+async def session(ctx: Context, *, welcome: bool = True) -> EngineIOSocket:
+    """An Engine.IO session on a WebSocket of its own, past its open packet and (with
+    `welcome`) the nydus WELCOME."""
+    socket = await open_socket(ctx)
+    await socket.open_packet()
+    if welcome:
+        message = await read_nydus(socket, "the nydus WELCOME")
+        if message != nydus.Welcome():
+            raise CaseFailed(f"expected the WELCOME 0|3 first, got {message!r}")
+    return socket
+
+
+def send_nydus(socket: EngineIOSocket, text: str) -> None:
+    """One nydus string as an Engine.IO message packet (``4`` and the text)."""
+    socket.send_packet("4" + text)
+
+
+def invoke(socket: EngineIOSocket, id_: str, path: str, data: Any = nydus.NO_DATA) -> None:
+    send_nydus(socket, nydus.encode(nydus.Invoke(id_, path, data)))
+
+
+async def read_nydus(socket: EngineIOSocket, what: str = "a nydus message",
+                     timeout: float | None = None) -> nydus.Message:
+    """The next nydus message (noops skipped); CaseFailed when the session ends first, another
+    packet comes, or the message does not parse."""
+    while True:
+        packet = await socket.packet(timeout, what)
+        if packet.type is engineio.PacketType.NOOP:
+            continue
+        if packet.type is engineio.PacketType.CLOSE:
+            raise CaseFailed(f"expected {what}, but the server closed the session "
+                             "(close packet 1)")
+        if packet.type is not engineio.PacketType.MESSAGE:
+            raise CaseFailed(f"expected {what}, got Engine.IO packet type {int(packet.type)}"
+                             f" {str(packet.data)[:60]!r}")
+        if not isinstance(packet.data, str):
+            raise CaseFailed(f"expected {what}, got a binary message: nydus messages are text")
+        try:
+            return nydus.decode(packet.data)
+        except ProtocolError as error:
+            raise CaseFailed(f"expected {what}, got {packet.data[:60]!r}, which is no nydus "
+                             f"message ({error})") from None
+
+
+async def answer(socket: EngineIOSocket, id_: str,
+                 timeout: float | None = None) -> nydus.Result | nydus.Error:
+    """The RESULT or ERROR answering the INVOKE `id_`; anything else first fails."""
+    message = await read_nydus(socket, f"the answer to INVOKE {id_}", timeout)
+    if not isinstance(message, (nydus.Result, nydus.Error)):
+        raise CaseFailed(f"expected a RESULT or ERROR with id {id_}, got {message!r}")
+    if message.id != id_:
+        raise CaseFailed(f"expected the answer to INVOKE {id_}, got one with id "
+                         f"{message.id!r}")
+    return message
+
+
+async def ended(socket: EngineIOSocket, what: str, timeout: float = 3.0) -> str:
+    """Check that the server ends the session without sending a message first: a close packet,
+    or the WebSocket closed. Says how it ended."""
+    deadline = socket.reactor.seconds() + timeout
+    while True:
+        if socket.received:
+            packet = await socket.packet(what="the end of the session")
+            if packet.type is engineio.PacketType.CLOSE:
+                return "close packet 1"
+            if packet.type is engineio.PacketType.NOOP:
+                continue
+            raise CaseFailed(f"expected the server to end the session after {what}, got "
+                             f"packet type {int(packet.type)} {str(packet.data)[:60]!r}")
+        if socket.closed_as is not None:
+            closed = socket.closed_as
+            return (f"closed with code {closed.code}" if closed.code is not None
+                    else f"closed ({closed.text})")
+        if not await socket._change(deadline):  # a message or the close, or the deadline
+            raise CaseFailed(f"expected the server to end the session after {what}; it "
+                             f"stayed open {timeout:g} s")
