@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest_twisted
 from twisted.internet import reactor
 
+from tests.brokers import Broker
 from tests.support import free_port
 from wireproto.conformance.kits import kit
 from wireproto.conformance.model import Level, Outcome
@@ -30,7 +31,7 @@ def expected_outcome(case_id: str) -> Outcome:
     return Outcome.INFORMATION if case_id in INFORMATION else Outcome.PASS
 
 
-async def start_wireproto(broker) -> str:  # type: ignore[no-untyped-def]
+async def start_wireproto(broker: Broker) -> str:
     port = free_port()
     await broker.start(f"nydus+engineio@tcp:{port}:interface=127.0.0.1",
                        engineio=EngineIOOptions(ping_interval=1.0, ping_timeout=1.0))
@@ -50,7 +51,7 @@ def test_catalogue_is_thorough() -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_wireproto_passes_every_case(broker) -> None:  # type: ignore[no-untyped-def]
+async def test_wireproto_passes_every_case(broker: Broker) -> None:
     url = await start_wireproto(broker)
     results = await run_cases(reactor, Target("nydus", url), NYDUS)
     got = {result.case.id: result.outcome for result in results}
@@ -65,7 +66,7 @@ async def test_wireproto_passes_every_case(broker) -> None:  # type: ignore[no-u
 
 
 @pytest_twisted.ensureDeferred
-async def test_ws_address_is_the_same_server(broker) -> None:  # type: ignore[no-untyped-def]
+async def test_ws_address_is_the_same_server(broker: Broker) -> None:
     url = await start_wireproto(broker)
     target = Target("nydus", url.replace("http://", "ws://"))
     chosen = NYDUS.select(["nydus.engineio.upgrade", "nydus.invoke.pairing"])

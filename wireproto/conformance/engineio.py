@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from twisted.internet import defer, protocol
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, ResponseDone
 from twisted.web.http_headers import Headers
@@ -174,12 +174,17 @@ class _Collect(protocol.Protocol):
 
 @implementer(IPolicyForHTTPS)
 class _TLSPolicy:
-    def __init__(self, options: dict[str, Any]) -> None:
-        self.options = options
+    def __init__(self, cafile: str | None, insecure: bool, certfile: str | None,
+                 keyfile: str | None) -> None:
+        self.cafile, self.insecure, self.certfile, self.keyfile = (cafile, insecure, certfile,
+                                                                    keyfile)
 
-    def creatorForNetloc(self, hostname: bytes, port: int) -> Any:
+    def creatorForNetloc(self, hostname: bytes, port: int) -> IOpenSSLClientConnectionCreator:
         from wireproto.transports.connect import tls_client_options
-        return tls_client_options(hostname.decode("ascii"), **self.options)
+        options: IOpenSSLClientConnectionCreator = tls_client_options(
+            hostname.decode("ascii"), cafile=self.cafile, insecure=self.insecure,
+            certfile=self.certfile, keyfile=self.keyfile)
+        return options
 
 
 class Polling(Probe):
@@ -194,11 +199,10 @@ class Polling(Probe):
         self.base, _ = engineio_urls(target.address)
         self.headers = dict(target.headers)
         self.pool = HTTPConnectionPool(ctx.reactor, persistent=False)
-        policy = _TLSPolicy({"cafile": target.cafile, "insecure": target.insecure,
-                             "certfile": target.certfile, "keyfile": target.keyfile})
+        policy = _TLSPolicy(target.cafile, target.insecure, target.certfile, target.keyfile)
         self.agent = Agent(ctx.reactor, contextFactory=policy, pool=self.pool)
         self.sid: str | None = None
-        self.in_flight: list[defer.Deferred[Any]] = []
+        self.in_flight: list[defer.Deferred[Answer]] = []
         self.pending: list[str] = []  # message packets polled but not yet taken
 
     async def request(self, method: str, query: str, body: bytes | None = None,

@@ -4,8 +4,6 @@ packets, and the checks for an answer and for a session's end."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from wireproto.codecs import engineio, nydus
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
@@ -47,7 +45,7 @@ def send_nydus(socket: EngineIOSocket, text: str) -> None:
     socket.send_packet("4" + text)
 
 
-def invoke(socket: EngineIOSocket, id_: str, path: str, data: Any = nydus.NO_DATA) -> None:
+def invoke(socket: EngineIOSocket, id_: str, path: str, data: object = nydus.NO_DATA) -> None:
     send_nydus(socket, nydus.encode(nydus.Invoke(id_, path, data)))
 
 
