@@ -354,7 +354,7 @@ async def ping_client(ctx: Context) -> str:
 
 @kit.case("nydus.engineio.close.websocket",
           "A close packet (1) from the client ends the session and its WebSocket",
-          section="Engine.IO 4: Close", decision=ENGINEIO)
+          section="Engine.IO 4: Close", level=Level.SHOULD, decision=ENGINEIO)
 async def close_websocket(ctx: Context) -> str:
     socket = await session(ctx)
     socket.send_packet("1")
