@@ -4,10 +4,12 @@ outcome is pinned by id."""
 
 from __future__ import annotations
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
 from tests.brokers import Broker
+from tests.conformance.broken_nydus import FLAWS, BrokenServer
 from tests.support import free_port
 from wireproto.conformance.kits import kit
 from wireproto.conformance.model import Level, Outcome
@@ -76,3 +78,63 @@ async def test_ws_address_is_the_same_server(broker: Broker) -> None:
     chosen = NYDUS.select(["nydus.engineio.upgrade", "nydus.invoke.pairing"])
     results = await run_cases(reactor, target, NYDUS, chosen)
     assert {r.case.id: r.outcome for r in results} == {case.id: Outcome.PASS for case in chosen}
+
+
+# -- Broken servers -------------------------------------------------------------------------
+
+# For each broken server (tests/conformance/broken_nydus.py), the cases it does not pass, with
+# their outcomes, where wireproto's server passes (or, for information cases, says) them.
+F, N = Outcome.FAIL, Outcome.NON_STRICT
+MALFORMED = {case.id: F if case.level is Level.MUST else N
+             for case in NYDUS.cases if case.group == "nydus.malformed"}
+CAUGHT: dict[str, dict[str, Outcome]] = {
+    "cuts-ids": {"nydus.invoke.id-longest": F},
+    "answers-twice": {
+        "nydus.engineio.polling.payload": F,  # p1 answered twice before p2
+        "nydus.invoke.one-answer": F,
+        "nydus.invoke.pairing": F,
+        "nydus.invoke.data-types": F,
+        "nydus.publish.unsubscribed": F,  # what follows an answer is a second answer
+    },
+    "no-status": {"nydus.invoke.not-found-404": N},
+    "keeps-malformed": MALFORMED,
+    # The crash is seen by the check that the server still serves after the case; every case
+    # after it fails too, as the server is gone (so only two cases are run there).
+    "crashes-on-escape": {"nydus.malformed.path-bad-escape": F},
+    # Every case that opens a polling session.
+    "bad-open-packet": {
+        "nydus.engineio.handshake.polling": F,
+        "nydus.engineio.handshake.upgrades": N,
+        "nydus.engineio.polling.payload": F,
+        "nydus.engineio.polling.largest": F,
+        "nydus.engineio.polling.over-max-payload": F,
+        "nydus.engineio.polling.close": N,
+        "nydus.engineio.polling.unknown-packet": N,
+        "nydus.engineio.upgrade.probe": F,
+        "nydus.engineio.upgrade.noop": F,
+        "nydus.engineio.upgrade.complete": F,
+    },
+    "unknown-sid-ok": {
+        "nydus.engineio.polling.unknown-sid": F,
+        "nydus.engineio.polling.unknown-sid-post": F,
+        "nydus.engineio.polling.close": N,  # a poll after the close packet gets 200
+    },
+}
+
+
+@pytest_twisted.ensureDeferred
+@pytest.mark.parametrize("flaw", sorted(FLAWS))
+async def test_a_broken_server_fails_the_right_cases(flaw: str) -> None:
+    server = BrokenServer(flaw)
+    url = await server.start()
+    cases = None
+    if flaw == "crashes-on-escape":
+        cases = NYDUS.select(["nydus.malformed.bad-json", "nydus.malformed.path-bad-escape"])
+    try:
+        results = await run_cases(reactor, Target("nydus", url), NYDUS, cases)
+    finally:
+        await server.stop()
+    got = {r.case.id: r.outcome for r in results if r.outcome is not expected_outcome(r.case.id)}
+    assert got == CAUGHT[flaw]
+    if flaw == "crashes-on-escape":
+        assert "the server stopped serving after this case" in results[-1].reason

@@ -84,7 +84,7 @@ async def answer(socket: EngineIOSocket, id_: str,
     return message
 
 
-async def ended(socket: EngineIOSocket, what: str, timeout: float = 3.0) -> str:
+async def ended(socket: EngineIOSocket, what: str, timeout: float = 2.0) -> str:
     """Check that the server ends the session without sending a message first: a close packet,
     or the WebSocket closed. Says how it ended."""
     deadline = socket.reactor.seconds() + timeout
