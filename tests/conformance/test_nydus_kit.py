@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
+from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.protocol import Factory, Protocol
 
 from tests.brokers import Broker
 from tests.conformance.broken_nydus import FLAWS, BrokenServer
-from tests.support import free_port
+from tests.support import free_port, wait_for
 from wireproto.conformance.kits import kit
 from wireproto.conformance.model import Level, Outcome
 from wireproto.conformance.probe import Target
-from wireproto.conformance.runner import run_cases
+from wireproto.conformance.runner import CouldNotRun, run_case, run_cases
 from wireproto.transports.engineio import EngineIOOptions
 
 NYDUS = kit("nydus")
@@ -138,3 +140,27 @@ async def test_a_broken_server_fails_the_right_cases(flaw: str) -> None:
     assert got == CAUGHT[flaw]
     if flaw == "crashes-on-escape":
         assert "the server stopped serving after this case" in results[-1].reason
+
+
+class Silent(Protocol):
+    """Takes a connection and says nothing, ever."""
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_silent_server_hangs_no_case() -> None:
+    port = await wait_for(TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
+        Factory.forProtocol(Silent)))
+    url = f"http://127.0.0.1:{port.getHost().port}/engine.io/"
+    target = Target("nydus", url, receive_timeout=0.5)
+    try:
+        for case_id in ("nydus.engineio.handshake.polling", "nydus.engineio.upgrade.noop",
+                        "nydus.welcome.version"):
+            case = next(case for case in NYDUS.cases if case.id == case_id)
+            started = reactor.seconds()
+            result = await run_case(reactor, target, NYDUS, case, "silent")
+            assert result.outcome is Outcome.FAIL, case_id
+            assert reactor.seconds() - started < case.timeout + 3, case_id
+        with pytest.raises(CouldNotRun):
+            await run_cases(reactor, target, NYDUS)
+    finally:
+        await wait_for(defer.maybeDeferred(port.stopListening))
