@@ -18,6 +18,7 @@ from wireproto.transports.engineio.server import EngineIOResource, EngineIOServe
 from wireproto.transports.websocket_http import websocket_site
 
 FLAWS = {
+    "wrong-welcome": "greets with 0|2, a WELCOME for protocol version 2",
     "cuts-ids": "answers with the id cut to 16 characters",
     "answers-twice": "answers every INVOKE twice",
     "no-status": "answers an unknown path with an ERROR without a status",
@@ -35,7 +36,11 @@ class BrokenNydus(MessageProtocol):
 
     def connectionMade(self) -> None:
         self.server.connections.append(self)
-        self.say(nydus.Welcome())
+        if self.server.flaw == "wrong-welcome":
+            assert self.transport is not None
+            self.transport.sendMessage(b"0|2", False)
+        else:
+            self.say(nydus.Welcome())
 
     def say(self, message: nydus.Message) -> None:
         assert self.transport is not None

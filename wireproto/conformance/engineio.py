@@ -59,6 +59,7 @@ class EngineIOSocket(Probe):
 
     auto_pong = True
     pings = 0
+    opened: engineio.Handshake | None = None  # once open_packet has read it
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
         if self.auto_pong and not binary and data == b"2" and self.connected:
@@ -80,7 +81,8 @@ class EngineIOSocket(Probe):
     async def open_packet(self) -> engineio.Handshake:
         """The open packet a WebSocket without a sid starts with, checked."""
         first = await self.packet(what="the open packet")
-        return check_open(first)
+        self.opened = check_open(first)
+        return self.opened
 
 
 def decode_frame(received: Received, what: str) -> engineio.Packet:

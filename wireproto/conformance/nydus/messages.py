@@ -27,9 +27,14 @@ from wireproto.conformance.probe import shown
 
 @kit.liveness
 async def alive(ctx: Context) -> None:
-    socket = await session(ctx)
+    """A WebSocket session whose INVOKE is answered; whatever else comes (a WELCOME right or
+    wrong, say) is for the cases to judge."""
+    socket = await open_socket(ctx)
+    await socket.open_packet()
     invoke(socket, "alive", nowhere(ctx, "alive"))
-    await answer(socket, "alive")
+    await socket.receive_matching(
+        lambda got: not got.binary and got.data.startswith((b"42$alive|", b"43$alive|")),
+        what="the answer to INVOKE alive")
 
 
 # -- WELCOME --------------------------------------------------------------------------------
@@ -39,7 +44,7 @@ async def alive(ctx: Context) -> None:
           "The first message of a session is the WELCOME 0|3 (protocol version 3)",
           section="WELCOME")
 async def welcome_version(ctx: Context) -> None:
-    await session(ctx)
+    await session(ctx, strict=True)
 
 
 @kit.case("nydus.welcome.once",
@@ -113,7 +118,7 @@ async def invoke_pairing(ctx: Context) -> None:
           section="INVOKE", decision=DECIDED)
 async def invoke_no_data(ctx: Context) -> None:
     socket = await session(ctx)
-    send_nydus(socket, f"1$none~{nydus.encode(nydus.Publish(nowhere(ctx)))[2:-1]}|")
+    invoke(socket, "none", nowhere(ctx))  # written 1$none~PATH| with nothing after '|'
     await answer(socket, "none")
 
 
@@ -196,10 +201,9 @@ async def invoke_path_longest(ctx: Context) -> None:
           "An INVOKE filling a frame of maxPayload bytes is answered",
           section="INVOKE", timeout=8.0)
 async def invoke_data_largest(ctx: Context) -> None:
-    socket = await open_socket(ctx)
-    opened = await socket.open_packet()
-    await read_nydus(socket, "the nydus WELCOME")
-    size = min(opened.max_payload, ctx.target.max_message_size)
+    socket = await session(ctx)
+    assert socket.opened is not None
+    size = min(socket.opened.max_payload, ctx.target.max_message_size)
     socket.send(sized_invoke("big", nowhere(ctx), size), binary=False)
     await answer(socket, "big", timeout=5.0)
 

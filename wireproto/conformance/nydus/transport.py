@@ -20,8 +20,8 @@ from wireproto.conformance.nydus.common import (
     invoke,
     kit,
     nowhere,
-    read_nydus,
     session,
+    take_welcome,
 )
 
 # The longest a case waits for a ping, so that it stays well under its timeout.
@@ -33,9 +33,7 @@ async def _polling(ctx: Context, *, welcome: bool = True) -> Polling:
     poll = Polling(ctx)
     await poll.handshake()
     if welcome:
-        text = await poll.get_message(what="the nydus WELCOME")
-        if text != "0|3":
-            raise CaseFailed(f"expected the WELCOME 0|3 as the first message, got {text[:60]!r}")
+        take_welcome(ctx, await poll.get_message(what="the nydus WELCOME"))
     return poll
 
 
@@ -171,7 +169,7 @@ async def polling_largest(ctx: Context) -> None:
     poll = Polling(ctx)
     opened = await poll.handshake()
     size = min(opened.max_payload, ctx.target.max_message_size)
-    await poll.get_message(what="the nydus WELCOME")
+    take_welcome(ctx, await poll.get_message(what="the nydus WELCOME"))
     body = sized_invoke("big", nowhere(ctx), size)
     posted = await poll.post(body, timeout=5.0)
     if posted.status != 200:
@@ -195,7 +193,7 @@ def sized_invoke(id_: str, path: str, size: int) -> bytes:
 async def polling_over(ctx: Context) -> str:
     poll = Polling(ctx)
     opened = await poll.handshake()
-    await poll.get_message(what="the nydus WELCOME")
+    take_welcome(ctx, await poll.get_message(what="the nydus WELCOME"))
     body = sized_invoke("over", nowhere(ctx), opened.max_payload + 1)
     try:
         posted = await poll.post(body, timeout=5.0)
@@ -386,8 +384,8 @@ async def packet_empty(ctx: Context) -> str:
           "A WebSocket frame over maxPayload ends that session",
           section="Engine.IO 4: Handshake", decision=ENGINEIO, timeout=8.0, harmful=True)
 async def packet_over(ctx: Context) -> str:
-    socket = await open_socket(ctx)
-    opened = await socket.open_packet()
-    await read_nydus(socket, "the nydus WELCOME")
-    socket.send(sized_invoke("over", nowhere(ctx), opened.max_payload + 1), binary=False)
+    socket = await session(ctx)
+    assert socket.opened is not None
+    socket.send(sized_invoke("over", nowhere(ctx), socket.opened.max_payload + 1),
+                binary=False)
     return await ended(socket, "a frame over maxPayload", timeout=5.0)
