@@ -4,6 +4,8 @@ outcome is pinned by id."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
@@ -166,3 +168,23 @@ async def test_a_silent_server_hangs_no_case() -> None:
             await run_cases(reactor, target, NYDUS)
     finally:
         await wait_for(defer.maybeDeferred(port.stopListening))
+
+
+@pytest_twisted.ensureDeferred
+async def test_over_tls_with_a_cafile(broker: Broker, tls_files: Any) -> None:
+    """https:// and wss:// with the target's --cafile: polling, the upgrade and a session."""
+    tls = f"ssl:0:interface=127.0.0.1:privateKey={tls_files.key}:certKey={tls_files.cert}"
+    _, bound = await broker.start(f"nydus+engineio@{tls}")
+    port = int(bound[0].address.split(":")[2].split("/")[0])
+    chosen = NYDUS.select(["nydus.engineio.handshake.polling", "nydus.engineio.upgrade.complete",
+                           "nydus.invoke.not-found"])
+    trusted = Target("nydus", f"https://localhost:{port}/engine.io/", cafile=str(tls_files.cert))
+    results = await run_cases(reactor, trusted, NYDUS, chosen)
+    assert {r.case.id: r.outcome for r in results} == {case.id: Outcome.PASS for case in chosen}
+    # The system's trust roots do not know that certificate: on polling as on the WebSocket.
+    untrusted = Target("nydus", f"https://localhost:{port}/engine.io/")
+    polled = await run_case(reactor, untrusted, NYDUS, chosen[0], "tls")
+    assert polled.outcome is Outcome.FAIL
+    assert "certificate verify failed" in polled.reason
+    with pytest.raises(CouldNotRun):
+        await run_cases(reactor, untrusted, NYDUS, chosen)
