@@ -188,3 +188,17 @@ async def test_over_tls_with_a_cafile(broker: Broker, tls_files: Any) -> None:
     assert "certificate verify failed" in polled.reason
     with pytest.raises(CouldNotRun):
         await run_cases(reactor, untrusted, NYDUS, chosen)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_huge_max_payload_is_not_sent(broker: Broker) -> None:
+    """A server may announce any maxPayload: the kit goes over it only up to 16 MiB."""
+    port = free_port()
+    await broker.start(f"nydus+engineio@tcp:{port}:interface=127.0.0.1",
+                       engineio=EngineIOOptions(max_payload=64 * 1024 * 1024))
+    chosen = NYDUS.select(["nydus.engineio.polling.over-max-payload",
+                           "nydus.engineio.packet.over-max-payload"])
+    target = Target("nydus", f"http://127.0.0.1:{port}/engine.io/")
+    results = await run_cases(reactor, target, NYDUS, chosen)
+    assert [(r.outcome, r.reason) for r in results] == [
+        (Outcome.PASS, "not tried: maxPayload 67108864 is more than the kit sends")] * 2
