@@ -28,18 +28,16 @@ def nowhere(ctx: Context, name: str = "nowhere") -> str:
     return "/" + ctx.topic(name)
 
 
-async def session(ctx: Context, *, welcome: bool = True,
-                  strict: bool = False) -> EngineIOSocket:
-    """An Engine.IO session on a WebSocket of its own, past its open packet and (with
-    `welcome`) the nydus WELCOME (see `take_welcome`)."""
+async def session(ctx: Context, *, strict: bool = False) -> EngineIOSocket:
+    """An Engine.IO session on a WebSocket of its own, past its open packet and the nydus
+    WELCOME (see `take_welcome`)."""
     socket = await open_socket(ctx)
     await socket.open_packet()
-    if welcome:
-        packet = await socket.packet(what="the nydus WELCOME")
-        if packet.type is not engineio.PacketType.MESSAGE or not isinstance(packet.data, str):
-            raise CaseFailed(f"expected the nydus WELCOME, got Engine.IO packet type "
-                             f"{int(packet.type)} {str(packet.data)[:60]!r}")
-        take_welcome(ctx, packet.data, strict)
+    packet = await socket.packet(what="the nydus WELCOME")
+    if packet.type is not engineio.PacketType.MESSAGE or not isinstance(packet.data, str):
+        raise CaseFailed(f"expected the nydus WELCOME, got Engine.IO packet type "
+                         f"{int(packet.type)} {str(packet.data)[:60]!r}")
+    take_welcome(ctx, packet.data, strict)
     return socket
 
 

@@ -29,14 +29,13 @@ PING_BUDGET = 7.0
 # The most the kit sends to go over a server's maxPayload: a server that announces more is not
 # tried (a hostile one could announce a terabyte).
 MOST_SENT = 16 * 1024 * 1024
-JSON_REFUSAL = "an engine.io JSON refusal"
 
 
-async def _polling(ctx: Context, *, welcome: bool = True) -> Polling:
+async def _polling(ctx: Context) -> Polling:
+    """A polling session, past its open packet and its WELCOME."""
     poll = Polling(ctx)
     await poll.handshake()
-    if welcome:
-        take_welcome(ctx, await poll.get_message(what="the nydus WELCOME"))
+    take_welcome(ctx, await poll.get_message(what="the nydus WELCOME"))
     return poll
 
 
