@@ -12,12 +12,12 @@ from __future__ import annotations
 import itertools
 import json
 import reprlib
-from typing import Any
 
 from wireproto.codecs import ubre
 from wireproto.codecs.ubre import (
     NO_BODY,
     Fail,
+    Id,
     Message,
     Publish,
     Request,
@@ -34,7 +34,7 @@ from wireproto.errors import ProtocolError
 __all__ = [
     "DECIDED", "BROKER", "FORMATS", "JSON_FORMAT", "BINARY_FORMAT", "kit", "json_bytes", "send",
     "send_json", "decoded", "next_message", "quiet", "sync", "subscriber", "expect_publish",
-    "answer_to", "refused", "show", "is_websocket", "alive",
+    "answer_to", "refused", "show", "is_websocket", "alive", "still_serves",
 ]
 
 kit = Catalogue("ubre", "UBRE", "docs/ubre.md")
@@ -49,10 +49,18 @@ BINARY_FORMAT = "Binary Message Format"
 
 # How long a case waits for the answer that shows the server has read what came before.
 SYNC_WAIT = 1.5
+# What stands for that answer once a server has not given one.
+UNANSWERED_WAIT = 0.2
+# The ids of the kit's own requests (sync and refused), whose answers cases never look at.
+SYNC = "conformance-sync-"
 _ids = itertools.count(1)
+# The runs whose server left a request unanswered (Context.run_id).
+_unanswering: set[str] = set()
+# The runs whose server answered one of them.
+_answered: set[str] = set()
 
 
-def json_bytes(value: Any) -> bytes:
+def json_bytes(value: object) -> bytes:
     """Compact JSON, UTF-8, as ubre.js writes it."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -62,7 +70,7 @@ def send(probe: Probe, message: Message, binary: bool = False) -> None:
     probe.send(ubre.encode(message, binary=binary), binary=binary)
 
 
-def send_json(probe: Probe, value: Any) -> None:
+def send_json(probe: Probe, value: object) -> None:
     """Send any JSON value as it is (what no codec would write, too) in a text frame."""
     probe.send(json_bytes(value), binary=False)
 
@@ -71,7 +79,7 @@ _short = reprlib.Repr()
 _short.maxstring, _short.maxother, _short.maxlevel = 80, 120, 3
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A value, shortened, for a case's reason."""
     return _short.repr(value)
 
@@ -91,8 +99,12 @@ def decoded(received: Received) -> Message:
 
 
 def _announcement(message: Message) -> bool:
-    # A server may say which topics it wants, as a ubre.js peer does (docs/ubre.md, "The broker").
-    return isinstance(message, (Subscribe, Unsubscribe))
+    """A message cases pass over: a server may say which topics it wants, as a ubre.js peer
+    does (docs/ubre.md, "The broker"), and an answer to the kit's own sync requests (a second
+    one, from a server that answers twice) is for the request cases to judge."""
+    return isinstance(message, (Subscribe, Unsubscribe)) or (
+        isinstance(message, (Success, Fail)) and isinstance(message.id, str)
+        and message.id.startswith(SYNC))
 
 
 async def next_message(probe: Probe, what: str, timeout: float | None = None,
@@ -128,17 +140,21 @@ async def quiet(probe: Probe, seconds: float, what: str) -> None:
             raise CaseFailed(f"expected {what}, but got {show(message)}")
 
 
-def answer_to(message: Message, request_id: Any) -> bool:
+def answer_to(message: Message, request_id: Id) -> bool:
     """Whether `message` answers the request `request_id` (same id, same JSON type)."""
     return isinstance(message, (Success, Fail)) and type(message.id) is type(request_id) \
         and message.id == request_id
 
 
-async def sync(probe: Probe, binary: bool = False) -> bool:
+async def sync(ctx: Context, probe: Probe, binary: bool = False) -> bool:
     """Wait until the server has read what this connection sent so far: it answers a request
     sent now. Messages that come meanwhile stay queued. False (and the case goes on) when no
-    answer comes within SYNC_WAIT."""
-    request_id = f"conformance-sync-{next(_ids)}"
+    answer comes within SYNC_WAIT; from then on, in this run, a short wait stands for the
+    answer, so that a server that never answers is judged in reasonable time."""
+    if ctx.run_id in _unanswering:
+        await ctx.sleep(UNANSWERED_WAIT)
+        return False
+    request_id = f"{SYNC}{next(_ids)}"
     send(probe, Request(request_id), binary)
     kept: list[Received] = []
     deadline = probe.reactor.seconds() + SYNC_WAIT
@@ -146,10 +162,13 @@ async def sync(probe: Probe, binary: bool = False) -> bool:
         while True:
             left = deadline - probe.reactor.seconds()
             if left <= 0:
+                _unanswering.add(ctx.run_id)
                 return False
             try:
                 received = await probe.receive(left, "the answer to a request")
             except CaseFailed:
+                if probe.closed_as is None:
+                    _unanswering.add(ctx.run_id)
                 return False
             try:
                 message = ubre.decode(received.data if received.binary
@@ -158,18 +177,29 @@ async def sync(probe: Probe, binary: bool = False) -> bool:
                 kept.append(received)
                 continue
             if isinstance(message, (Success, Fail)) and str(message.id) == request_id:
+                _answered.add(ctx.run_id)
                 return True
             kept.append(received)
     finally:
         probe.received[0:0] = kept
 
 
+async def still_serves(ctx: Context, probe: Probe, what: str) -> None:
+    """Check that the connection is still open and, from a server that answers requests,
+    that a request sent now is answered."""
+    if not await sync(ctx, probe) and (ctx.run_id in _answered or not probe.is_open):
+        raise CaseFailed(f"no answer to a request sent after {what}"
+                         + ("; the connection closed" if not probe.is_open else ""))
+    if not probe.is_open:
+        raise CaseFailed(f"the server closed the connection after {what}")
+
+
 async def subscriber(ctx: Context, topic: str, binary: bool = False,
-                     body: Any = NO_BODY) -> Probe:
+                     body: object = NO_BODY) -> Probe:
     """A new connection subscribed to `topic`, once the server has read the subscribe."""
     probe = await ctx.connect()
     send(probe, Subscribe(topic, body), binary)
-    await sync(probe, binary)
+    await sync(ctx, probe, binary)
     return probe
 
 
@@ -182,7 +212,7 @@ async def expect_publish(probe: Probe, topic: str, timeout: float | None = None)
 
 
 def _closed_text(closed: Closed) -> str:
-    return f"close code {closed.code}" if closed.code is not None else "the connection closed"
+    return f"closed (close code {closed.code})" if closed.code is not None else "closed"
 
 
 async def refused(ctx: Context, probe: Probe, watcher: Probe | None = None,
@@ -206,7 +236,7 @@ async def refused(ctx: Context, probe: Probe, watcher: Probe | None = None,
             message = await next_message(probe, "a close or an answer", left)
         except CaseFailed:
             if probe.closed_as is not None:
-                how = f"closed ({_closed_text(probe.closed_as)})"
+                how = _closed_text(probe.closed_as)
                 break
             raise CaseFailed("the server neither closed the connection nor answered a request "
                              "sent after the message within 3 s") from None

@@ -5,9 +5,7 @@ fail, with the request's id (docs/ubre.md, "The broker: wireproto's UBRE server"
 
 from __future__ import annotations
 
-from typing import Any
-
-from wireproto.codecs.ubre import Fail, Message, Request, Success
+from wireproto.codecs.ubre import Fail, Id, Message, Request, Success
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed, Level
 from wireproto.conformance.probe import Probe
@@ -24,6 +22,7 @@ from wireproto.conformance.ubre.common import (
     send,
     send_json,
     show,
+    still_serves,
     sync,
 )
 
@@ -31,7 +30,7 @@ REQRES = "JSON Message Format: req / res"
 UNKNOWN = "conformance.no-such-request"
 
 
-async def _answer(probe: Probe, request_id: Any, what: str = "") -> Message:
+async def _answer(probe: Probe, request_id: Id, what: str = "") -> Message:
     """The next message, which must answer `request_id` (same id, same type)."""
     message = await next_message(probe, f"the answer to request {show(request_id)}{what}")
     if not isinstance(message, (Success, Fail)):
@@ -111,7 +110,7 @@ async def request_unicode_id(ctx: Context) -> None:
           "each get one answer with their own id and id type", section=REQRES)
 async def request_pairing(ctx: Context) -> None:
     probe = await ctx.connect()
-    ids: list[Any] = [1, "1", 2, "2", 0, "", "a", -5, 2**53, "x y", "\"q\"", 99]
+    ids: list[Id] = [1, "1", 2, "2", 0, "", "a", -5, 2**53, "x y", "\"q\"", 99]
     for request_id in ids:
         send(probe, Request(request_id, {"n": show(request_id)}, name=UNKNOWN))
     waiting = list(ids)
@@ -139,7 +138,7 @@ async def request_once(ctx: Context) -> None:
           "and with none are each answered", section=REQRES)
 async def request_bodies(ctx: Context) -> None:
     probe = await ctx.connect()
-    bodies: list[Any] = [None, "", [], {"a": [1, {"b": None}]}]
+    bodies: list[object] = [None, "", [], {"a": [1, {"b": None}]}]
     send(probe, Request("none", name=UNKNOWN))
     for number, body in enumerate(bodies):
         send(probe, Request(number, body, name=UNKNOWN))
@@ -152,7 +151,7 @@ async def request_bodies(ctx: Context) -> None:
           section=REQRES)
 async def request_other_connection(ctx: Context) -> None:
     asker, other = await ctx.connect(), await ctx.connect()
-    await sync(other)
+    await sync(ctx, other)
     send(asker, Request(5, name=UNKNOWN))
     await _answer(asker, 5)
     await quiet(other, 0.4, "no answer to another connection's request")
@@ -222,8 +221,7 @@ async def success_unsolicited(ctx: Context) -> None:
     probe = await ctx.connect()
     send(probe, Success("never-asked", {"x": 1}))
     send(probe, Success(123))
-    if not await sync(probe):
-        raise ctx.fail("no answer to a request sent after the success")
+    await still_serves(ctx, probe, "the success")
 
 
 @kit.case("ubre.fail.unsolicited", "A fail for a request the server never made is ignored: the "
@@ -232,8 +230,7 @@ async def fail_unsolicited(ctx: Context) -> None:
     probe = await ctx.connect()
     send(probe, Fail("never-asked", "NotFound"))
     send(probe, Fail(456))
-    if not await sync(probe):
-        raise ctx.fail("no answer to a request sent after the fail")
+    await still_serves(ctx, probe, "the fail")
 
 
 @kit.case("ubre.success.binary-unsolicited", "A binary success and fail (0x66 and 0x63) for "
@@ -244,8 +241,7 @@ async def binary_unsolicited(ctx: Context) -> None:
     send(probe, Success("never", b"x"), binary=True)
     send(probe, Fail("never", b"y"), binary=True)
     probe.send(b"c\x00\x05\x00\x00\x00\x00never")
-    if not await sync(probe, binary=True):
-        raise ctx.fail("no answer to a request sent after them")
+    await still_serves(ctx, probe, "them")
 
 
 @kit.case("ubre.request.json-in-binary-frame", "Whether a JSON request in a WebSocket binary "
