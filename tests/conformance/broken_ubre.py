@@ -275,3 +275,18 @@ class FailTypo(MiniBroker):
     """Writes binary fails with the spec table's 0x63 where 'f' is 0x66."""
 
     peer_class = FailTypoPeer
+
+
+class MutePeer(MiniPeer):
+    def answer(self, message: Request, in_binary: bool) -> None:
+        pass
+
+    def publish(self, message: Publish) -> None:
+        if message.topic.endswith("/alive"):
+            super().publish(message)
+
+
+class Mute(MiniBroker):
+    """Passes the kit's liveness check, then says nothing: no delivery, no answer."""
+
+    peer_class = MutePeer

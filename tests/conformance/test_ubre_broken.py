@@ -3,11 +3,14 @@ broken_ubre.py): each is reported failing the cases about its fault, and no othe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.protocol import Factory, Protocol
 
 from tests.conformance import broken_ubre
 from wireproto.conformance.catalogue import CaseResult
@@ -145,6 +148,33 @@ async def test_a_crash_on_a_short_header_fails_that_case_and_the_rest() -> None:
                                                                     "this case: could not "
                                                                     "connect")
     assert reasons["ubre.malformed.binary-trailing-bytes"].startswith("could not connect")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mute_broker_cannot_hang_a_case() -> None:
+    chosen = ["ubre.publish.order", "ubre.request.pairing", "ubre.body.largest-json",
+              "ubre.close.subscriber-aborts"]
+    results = await run(broken_ubre.Mute(), chosen)
+    assert {r.case.id: r.outcome for r in results} == {
+        "ubre.publish.order": N, "ubre.request.pairing": F, "ubre.body.largest-json": F,
+        "ubre.close.subscriber-aborts": F}
+    for result in results:
+        assert result.duration < result.case.timeout + 3, (result.case.id, result.duration)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_server_that_never_speaks_cannot_hang_the_run() -> None:
+    factory = Factory.forProtocol(Protocol)  # accepts, reads, never answers
+    port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(factory)
+    try:
+        for address in (f"ws://127.0.0.1:{port.getHost().port}/ubre",
+                        f"tcp:127.0.0.1:{port.getHost().port}"):
+            started = time.monotonic()
+            with pytest.raises(CouldNotRun):
+                await run_cases(reactor, Target("ubre", address, framing="length32"), kit)
+            assert time.monotonic() - started < 15
+    finally:
+        await port.stopListening()
 
 
 @pytest_twisted.ensureDeferred
