@@ -290,3 +290,15 @@ class Mute(MiniBroker):
     """Passes the kit's liveness check, then says nothing: no delivery, no answer."""
 
     peer_class = MutePeer
+
+
+class NoReplyLenientPeer(NoReplyPeer):
+    def refuse(self, error: ProtocolError) -> None:
+        pass
+
+
+class NoReplyIgnoresBadInput(MiniBroker):
+    """Answers no request, and ignores what it cannot read: malformed messages can only be
+    seen not acted on."""
+
+    peer_class = NoReplyLenientPeer

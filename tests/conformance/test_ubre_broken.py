@@ -103,6 +103,16 @@ async def test_a_missing_reply_fails_the_request_cases_alone() -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_malformed_messages_ignored_by_a_broker_that_answers_nothing_pass() -> None:
+    results = await run(broken_ubre.NoReplyIgnoresBadInput(), [
+        "ubre.request.int-id", "ubre.malformed.json-invalid", "ubre.malformed.closes",
+        "ubre.malformed.binary-body-truncated"])
+    assert judged(results) == {"ubre.request.int-id": F, "ubre.malformed.closes": N}
+    assert {r.case.id: r.reason for r in results}["ubre.malformed.json-invalid"] == \
+        "ignored (the connection stayed open)"
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_lenient_reader_is_caught_acting_on_malformed_messages() -> None:
     results = await run(broken_ubre.Lenient(), ["ubre.publish", "ubre.topic.one-over-binary",
                                                 "ubre.malformed"])

@@ -220,6 +220,20 @@ async def refused(ctx: Context, probe: Probe, watcher: Probe | None = None,
     """Judge a message the server must not act on: it closes the connection, or ignores the
     message and answers a request sent after it; and `watcher`, subscribed to `topic`, gets
     nothing. Returns how the server refused, for the report."""
+    if ctx.run_id in _unanswering and ctx.run_id not in _answered:
+        # A server that answers no request: only a close, or nothing, can be seen.
+        try:
+            closed = await probe.closed(1.0)
+        except CaseFailed:
+            how = "ignored (the connection stayed open)"
+        else:
+            how = _closed_text(closed)
+        if probe.received:
+            raise CaseFailed(f"the server acted on the message: it sent "
+                             f"{show(decoded(probe.received[0]))}")
+        if watcher is not None:
+            await quiet(watcher, 0.3, f"no publish on {show(topic)}")
+        return how
     request_id = f"conformance-after-{next(_ids)}"
     try:
         send(probe, Request(request_id))
