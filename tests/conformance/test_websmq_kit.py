@@ -8,11 +8,12 @@ import pytest_twisted
 from twisted.internet import reactor
 
 from tests.brokers import Broker
+from tests.conformance.broken_websmq import BrokenBroker, Faults
 from wireproto.conformance.catalogue import CaseResult
 from wireproto.conformance.kits import kit as kit_of
 from wireproto.conformance.model import Level, Outcome
 from wireproto.conformance.probe import Target
-from wireproto.conformance.runner import run_cases
+from wireproto.conformance.runner import CouldNotRun, run_cases
 from wireproto.hub.message import HubSettings
 
 kit = kit_of("websmq")
@@ -85,3 +86,129 @@ async def test_the_longest_topic_passes_when_the_broker_takes_it(broker):
                                   kit.select(["websmq.topic.longest", "websmq.topic.one-over"]))
         assert outcomes(results) == {"websmq.topic.longest": Outcome.PASS,
                                      "websmq.topic.one-over": Outcome.PASS}, reasons(results)
+
+
+# --- Deliberately broken brokers (tests/conformance/broken_websmq.py) ------------------------
+
+
+@pytest_twisted.async_yield_fixture
+async def broken():
+    """Start a BrokenBroker with the faults given; every one is stopped after the test."""
+    started: list[BrokenBroker] = []
+
+    async def start(faults: Faults) -> dict[str, str]:
+        server = BrokenBroker(faults)
+        started.append(server)
+        return await server.start()
+
+    yield start
+    for server in started:
+        await server.stop()
+
+
+def baseline(case_ids: list[str]) -> dict[str, Outcome]:
+    levels = {case.id: case.level for case in kit.cases}
+    return {case_id: Outcome.INFORMATION if levels[case_id] is Level.INFORMATION
+            else Outcome.PASS for case_id in case_ids}
+
+
+@pytest.mark.parametrize("transport", ["ws", "stream"])
+@pytest_twisted.ensureDeferred
+async def test_the_broken_brokers_control_passes_every_case(broken, transport):
+    """Without faults, the broker the broken ones are made of passes every case, so that what
+    they fail is their fault's doing."""
+    where = await broken(Faults())
+    results = await run_cases(reactor, Target("websmq", where[transport]), kit)
+    assert outcomes(results) == baseline([case.id for case in kit.cases]), reasons(results)
+    assert reasons(results)["websmq.topic.wildcard-hash"].startswith("refused")
+
+
+# name: (faults, transport, cases run, the outcomes that differ from the control's, and a
+# fragment of each of their reasons)
+BROKEN = {
+    "publishes back to its sender": (
+        Faults(echo=True), "stream", ["websmq.publish"],
+        {"websmq.publish.to-own-publisher": (Outcome.INFORMATION, "publisher: yes")}),
+    "forwards Subscribe and Unsubscribe frames": (
+        Faults(forward_control=True), "ws", ["websmq.publish", "websmq.subscribe"],
+        {"websmq.publish.all-subscribers": (Outcome.FAIL, "sent a Subscribe frame"),
+         "websmq.publish.to-own-publisher": (Outcome.INFORMATION,
+                                             "not seen: the server sent a Subscribe"),
+         "websmq.subscribe.not-forwarded": (Outcome.FAIL, "must never send one")}),
+    "never publishes a will": (
+        Faults(no_will=True), "stream", ["websmq.will", "websmq.publish.delivered"],
+        {"websmq.will.on-close": (Outcome.FAIL, "got nothing"),
+         "websmq.will.on-abort": (Outcome.FAIL, "got nothing"),
+         "websmq.will.on-malformed": (Outcome.NON_STRICT, "got nothing"),
+         "websmq.will.empty-payload": (Outcome.FAIL, "got nothing"),
+         "websmq.will.replaced": (Outcome.INFORMATION, "not seen")}),
+    "publishes a will with the Publish type": (
+        Faults(will_as_publish=True), "ws", ["websmq.will", "websmq.publish.delivered"],
+        {"websmq.will.on-close": (Outcome.FAIL, "but got a Publish"),
+         "websmq.will.on-abort": (Outcome.FAIL, "but got a Publish"),
+         "websmq.will.on-malformed": (Outcome.NON_STRICT, "but got a Publish"),
+         "websmq.will.empty-payload": (Outcome.FAIL, "but got a Publish"),
+         "websmq.will.replaced": (Outcome.INFORMATION, "published: a Publish")}),
+    "ignores Unsubscribe": (
+        Faults(ignore_unsubscribe=True), "stream", ["websmq.subscribe", "websmq.publish"],
+        {"websmq.subscribe.unsubscribe": (Outcome.FAIL, "after the Unsubscribe"),
+         "websmq.subscribe.unsubscribe-one": (Outcome.FAIL, "but got a Publish"),
+         "websmq.subscribe.unsubscribe-payload-ignored": (Outcome.NON_STRICT,
+                                                          "after the Unsubscribe")}),
+    "takes any topic bytes": (
+        Faults(lenient_topics=True), "ws",
+        ["websmq.malformed.one-byte", "websmq.malformed.topic-past-end",
+         "websmq.malformed.empty-topic", "websmq.malformed.topic-non-ascii",
+         "websmq.malformed.will-topic", "websmq.topic.wildcard-hash"],
+        {"websmq.malformed.empty-topic": (Outcome.NON_STRICT, "it stayed open"),
+         "websmq.malformed.topic-non-ascii": (Outcome.NON_STRICT, "it stayed open"),
+         "websmq.malformed.will-topic": (Outcome.NON_STRICT, "it stayed open"),
+         "websmq.topic.wildcard-hash": (Outcome.INFORMATION, "taken")}),
+    "reads the topic length from one byte": (
+        Faults(one_byte_length=True), "stream", ["websmq.topic"],
+        {"websmq.topic.longest": (Outcome.NON_STRICT, "expected the publish on a topic of "
+                                                      "16383 bytes"),
+         "websmq.topic.one-over": (Outcome.NON_STRICT, "16383-byte topic")}),
+    "cuts payloads at 64 KiB": (
+        Faults(payload_cut=65536), "ws", ["websmq.body"],
+        {"websmq.body.largest": (Outcome.FAIL, "with 1048546 bytes of payload")}),
+    "takes frames over the limit it is said to have": (
+        Faults(max_message_size=2 << 20), "stream", ["websmq.body"],
+        {"websmq.body.one-over": (Outcome.NON_STRICT, "it stayed open")}),
+    "stops reading after a malformed frame": (
+        Faults(hang_on_malformed=True), "stream",
+        ["websmq.publish.delivered", "websmq.malformed.one-byte", "websmq.malformed.before-kept",
+         "websmq.will.on-malformed"],
+        {"websmq.malformed.one-byte": (Outcome.NON_STRICT, "it stayed open"),
+         "websmq.will.on-malformed": (Outcome.NON_STRICT, "got nothing")}),
+    "crashes on a frame shorter than its header": (
+        Faults(crash_on_short=True), "ws",
+        ["websmq.publish.delivered", "websmq.malformed.empty-frame", "websmq.close.clean"],
+        {"websmq.malformed.empty-frame": (Outcome.FAIL, "the server stopped serving after this "
+                                                        "case: could not connect"),
+         "websmq.close.clean": (Outcome.NON_STRICT, "could not connect")}),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+@pytest_twisted.ensureDeferred
+async def test_a_broken_broker_fails_the_right_cases(broken, name):
+    faults, transport, patterns, wrong = BROKEN[name]
+    where = await broken(faults)
+    cases = kit.select(patterns)
+    results = await run_cases(reactor, Target("websmq", where[transport]), kit, cases)
+    wanted = baseline([case.id for case in cases])
+    wanted.update({case_id: outcome for case_id, (outcome, _) in wrong.items()})
+    assert outcomes(results) == wanted, reasons(results)
+    said = reasons(results)
+    for case_id, (_, fragment) in wrong.items():
+        assert fragment in said[case_id], (case_id, said[case_id])
+    for result in results:  # a broken server cannot hold the run up past a case's timeout
+        assert result.duration < result.case.timeout + 3, (result.case.id, result.duration)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_sending_text_frames_cannot_be_judged(broken):
+    where = await broken(Faults(text_frames=True))
+    with pytest.raises(CouldNotRun, match="text frame"):
+        await run_cases(reactor, Target("websmq", where["ws"]), kit)
