@@ -23,9 +23,9 @@ from wireproto.transports.websocket_http import websocket_resource, websocket_si
 
 @dataclass(frozen=True)
 class Faults:
-    echo: bool = False  # a publish goes back to its sender too, as bbmsoft/websmq does
+    echo: bool = False  # a publish goes back to its sender too
     forward_control: bool = False  # Subscribe and Unsubscribe frames go to the subscribers
-    no_will: bool = False  # never publishes a will (bbmsoft/websmq never implemented them)
+    no_will: bool = False  # never publishes a will
     will_as_publish: bool = False  # a will goes out with the Publish (00) type
     ignore_unsubscribe: bool = False
     lenient_topics: bool = False  # takes any topic bytes, even empty or not ASCII

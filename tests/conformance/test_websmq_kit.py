@@ -15,6 +15,9 @@ from wireproto.conformance.model import Level, Outcome
 from wireproto.conformance.probe import Target
 from wireproto.conformance.runner import CouldNotRun, run_cases
 from wireproto.hub.message import HubSettings
+from wireproto.protocols.websmq.server import WebsmqSettings
+from wireproto.transports.stream import StreamOptions
+from wireproto.transports.websocket import WebSocketOptions
 
 kit = kit_of("websmq")
 
@@ -86,6 +89,32 @@ async def test_the_longest_topic_passes_when_the_broker_takes_it(broker):
                                   kit.select(["websmq.topic.longest", "websmq.topic.one-over"]))
         assert outcomes(results) == {"websmq.topic.longest": Outcome.PASS,
                                      "websmq.topic.one-over": Outcome.PASS}, reasons(results)
+
+
+
+@pytest_twisted.ensureDeferred
+async def test_limits_follow_the_message_size_the_kit_is_given(broker):
+    """With the broker's message limit at 64 KiB and the kit told so, the largest frame and
+    one byte more are judged at that size, over WebSocket (1009) and a stream."""
+    limit = 65536
+    where = await addresses(broker, websocket=WebSocketOptions(max_message_size=limit),
+                            stream=StreamOptions(max_message_size=limit))
+    for transport in ("ws", "stream"):
+        target = Target("websmq", where[transport], max_message_size=limit)
+        results = await run_cases(reactor, target, kit, kit.select(["websmq.body"]))
+        assert outcomes(results) == baseline([case.id for case in kit.select(["websmq.body"])])
+        said = reasons(results)["websmq.body.one-over"]
+        assert said.startswith("close code 1009" if transport == "ws" else "closed"), said
+
+
+@pytest_twisted.ensureDeferred
+async def test_wildcards_are_reported_when_the_broker_takes_them(broker):
+    where = await addresses(broker, websmq=WebsmqSettings(wildcards=True))
+    cases = kit.select(["websmq.topic.wildcard-plus", "websmq.topic.wildcard-hash"])
+    results = await run_cases(reactor, Target("websmq", where["ws"]), kit, cases)
+    assert reasons(results) == {
+        "websmq.topic.wildcard-plus": "a + level matches one level: yes",
+        "websmq.topic.wildcard-hash": "taken; it matches the levels below: yes"}
 
 
 # --- Deliberately broken brokers (tests/conformance/broken_websmq.py) ------------------------
