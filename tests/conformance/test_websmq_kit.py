@@ -7,7 +7,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
-from tests.brokers import Broker
+from tests.brokers import LOCAL, Broker
+from tests.cluster.test_workers import start_supervised, stop_supervised
 from tests.conformance.broken_websmq import BrokenBroker, Faults
 from wireproto.conformance.catalogue import CaseResult
 from wireproto.conformance.kits import kit as kit_of
@@ -241,3 +242,19 @@ async def test_a_broker_sending_text_frames_cannot_be_judged(broken):
     where = await broken(Faults(text_frames=True))
     with pytest.raises(CouldNotRun, match="text frame"):
         await run_cases(reactor, Target("websmq", where["ws"]), kit)
+
+
+@pytest.mark.parametrize("transport", ["ws", "stream"])
+@pytest_twisted.ensureDeferred
+async def test_a_cluster_of_two_workers_passes_every_must(transport):
+    """`wireproto serve --workers 2`: the kit's connections land on either worker, and what one
+    publishes reaches the other's subscribers over NATS, as one broker's would."""
+    supervised = await start_supervised("--listen", f"websmq+ws@tcp:0:{LOCAL}",
+                                        "--listen", f"websmq+length32@tcp:0:{LOCAL}")
+    try:
+        address = next(address for address in supervised.addresses
+                       if address.startswith("ws://" if transport == "ws" else "tcp:"))
+        results = await run_cases(reactor, Target("websmq", address), kit)
+    finally:
+        await stop_supervised(supervised.child)
+    assert outcomes(results) == expected(transport, longest_topics=False), reasons(results)

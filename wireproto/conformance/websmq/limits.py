@@ -30,7 +30,7 @@ async def _delivered(ctx: Context, topic: str, payload: bytes = b"x",
     """A subscriber of `topic` gets a publish on it, topic and payload unchanged."""
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, payload))
     await expect(subscriber, Publish(topic, payload), what)
 
@@ -74,7 +74,7 @@ async def topic_exact(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("exact")
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic + "/below", b"below"))
     publisher.send(publish(ctx.topic("EXACT"), b"upper case"))
     publisher.send(publish(topic, b"exact"))
@@ -88,7 +88,7 @@ async def topic_escape_case(ctx: Context) -> str:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     upper, lower = ctx.topic("a%2Fb"), ctx.topic("a%2fb")
     subscriber.send(subscribe(upper))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(upper, b"upper"))
     publisher.send(publish(lower, b"lower"))
     await expect(subscriber, Publish(upper, b"upper"), "at least the publish on %2F")
@@ -103,7 +103,7 @@ async def topic_length_decides(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("len")
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     raw = topic.encode()
     publisher.send(header(MessageType.PUBLISH, len(raw)) + raw + b"/more/topic")
     await expect(subscriber, Publish(topic, b"/more/topic"), "the publish, its payload "
@@ -130,7 +130,7 @@ async def topic_one_over(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = _longest(ctx)
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(header(MessageType.PUBLISH, MAX_TOPIC_LENGTH) + topic.encode() + b"y")
     await expect(subscriber, Publish(topic, b"y"), "the publish on the 16383-byte topic")
 
@@ -142,7 +142,7 @@ async def topic_one_over(ctx: Context) -> None:
 async def topic_wildcard_plus(ctx: Context) -> str:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     subscriber.send(subscribe(ctx.topic("plus/+")))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(ctx.topic("plus/level"), b"matched"))
     got = await collect(ctx, subscriber, QUIET)
     return "a + level matches one level: " + ("yes" if got else "no")
@@ -157,7 +157,7 @@ async def topic_wildcard_hash(ctx: Context) -> str:
     raw = ctx.topic("hash/#").encode()
     subscriber.send(header(MessageType.SUBSCRIBE, len(raw)) + raw)
     try:
-        await settle(ctx, subscriber)
+        await settle(ctx, subscriber, via=publisher)
     except CaseFailed:
         if subscriber.closed_as is not None:
             return f"refused: {closed_text(subscriber.closed_as)}"
@@ -208,7 +208,7 @@ async def body_one_over(ctx: Context) -> str:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("over")
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     size = ctx.target.max_message_size + 1 - 2 - len(topic)
     publisher.send(publish(topic, b"o" * size))
     closed = await publisher.closed(5.0, "the server to close the connection that sent the "

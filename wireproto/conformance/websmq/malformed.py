@@ -98,7 +98,7 @@ async def malformed_before_kept(ctx: Context) -> None:
     subscriber, sender = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("kept")
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=sender)
     sender.send(publish(topic, b"accepted"))
     sender.send(b"\x40")
     await expect(subscriber, Publish(topic, b"accepted"), "the publish sent before the "
@@ -115,7 +115,7 @@ async def malformed_only_that_connection(ctx: Context) -> None:
     subscriber.send(subscribe(topic))
     subscriber.send(subscribe(watched))
     publisher.send(will(watched, b"later"))
-    await settle(ctx, subscriber, publisher)
+    await settle(ctx, subscriber, publisher, via=publisher)
     bad.send(b"\x00")
     await bad.closed(3.0, "the server to close the connection that sent one byte")
     await nothing(ctx, subscriber, 0.2, "nothing on the other connections")
@@ -179,7 +179,7 @@ async def close_subscriber_gone(ctx: Context) -> None:
     topic = ctx.topic("gone")
     gone.send(subscribe(topic))
     staying.send(subscribe(topic))
-    await settle(ctx, gone, staying)
+    await settle(ctx, gone, staying, via=publisher)
     gone.abort()
     for number in range(20):
         publisher.send(publish(topic, b"%d" % number))

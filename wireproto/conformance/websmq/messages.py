@@ -37,7 +37,7 @@ async def publish_delivered(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("delivered")
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, b"hello"))
     await expect(subscriber, Publish(topic, b"hello"), "the publish")
 
@@ -51,7 +51,7 @@ async def publish_all_subscribers(ctx: Context) -> None:
     bystander, publisher = await ctx.connect(), await ctx.connect()
     for subscriber in subscribers:
         subscriber.send(subscribe(topic))
-    await settle(ctx, *subscribers, bystander)
+    await settle(ctx, *subscribers, bystander, via=publisher)
     publisher.send(publish(topic, b"to all"))
     for subscriber in subscribers:
         await expect(subscriber, Publish(topic, b"to all"),
@@ -68,7 +68,7 @@ async def publish_to_own_publisher(ctx: Context) -> str:
     topic = ctx.topic("own")
     publisher.send(subscribe(topic))
     other.send(subscribe(topic))
-    await settle(ctx, publisher, other)
+    await settle(ctx, publisher, other, via=publisher)
     publisher.send(publish(topic, b"mine"))
     await expect(other, Publish(topic, b"mine"), "the publish on the other subscriber")
     back = await collect(ctx, publisher, QUIET)
@@ -84,7 +84,7 @@ async def publish_in_order(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("order")
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     for number in range(100):
         publisher.send(publish(topic, b"%d" % number))
     for number in range(100):
@@ -98,7 +98,7 @@ async def publish_two_topics(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     mine, other = ctx.topic("two/a"), ctx.topic("two/b")
     subscriber.send(subscribe(mine))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(other, b"not yours"))
     publisher.send(publish(mine, b"yours"))
     await expect(subscriber, Publish(mine, b"yours"), "the publish on its own topic only")
@@ -114,11 +114,11 @@ async def subscribe_unsubscribe(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("unsub")
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, b"before"))
     await expect(subscriber, Publish(topic, b"before"), "the publish before the Unsubscribe")
     subscriber.send(unsubscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, b"after"))
     await nothing(ctx, subscriber, QUIET, "nothing after the Unsubscribe")
 
@@ -132,7 +132,7 @@ async def subscribe_unsubscribe_one(ctx: Context) -> None:
     subscriber.send(subscribe(kept))
     subscriber.send(subscribe(dropped))
     subscriber.send(unsubscribe(dropped))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(dropped, b"dropped"))
     publisher.send(publish(kept, b"kept"))
     await expect(subscriber, Publish(kept, b"kept"), "the publish on the topic still subscribed")
@@ -146,7 +146,7 @@ async def subscribe_again(ctx: Context) -> None:
     subscriber.send(subscribe(topic))
     subscriber.send(unsubscribe(topic))
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, b"again"))
     await expect(subscriber, Publish(topic, b"again"), "the publish after subscribing again")
 
@@ -159,7 +159,7 @@ async def subscribe_twice(ctx: Context) -> None:
     topic = ctx.topic("twice")
     subscriber.send(subscribe(topic))
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, b"once"))
     await expect(subscriber, Publish(topic, b"once"), "the publish")
     await nothing(ctx, subscriber, QUIET, "the publish only once")
@@ -173,7 +173,7 @@ async def subscribe_many(ctx: Context) -> None:
     topics = [ctx.topic(f"many/{number}") for number in range(50)]
     for topic in topics:
         subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     for topic in topics:
         publisher.send(publish(topic, topic.encode()))
     for topic in topics:
@@ -187,7 +187,7 @@ async def subscribe_payload_ignored(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("sub-payload")
     subscriber.send(subscribe(topic, b"ignore me"))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, b"delivered"))
     await expect(subscriber, Publish(topic, b"delivered"), "the publish")
 
@@ -200,7 +200,7 @@ async def unsubscribe_payload_ignored(ctx: Context) -> None:
     topic = ctx.topic("unsub-payload")
     subscriber.send(subscribe(topic))
     subscriber.send(unsubscribe(topic, b"ignore me"))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, b"not delivered"))
     await nothing(ctx, subscriber, QUIET, "nothing after the Unsubscribe")
 
@@ -213,7 +213,7 @@ async def unsubscribe_unknown(ctx: Context) -> None:
     topic = ctx.topic("unknown")
     subscriber.send(unsubscribe(ctx.topic("never")))
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=publisher)
     publisher.send(publish(topic, b"still here"))
     await expect(subscriber, Publish(topic, b"still here"), "the publish")
 
@@ -225,7 +225,7 @@ async def subscribe_not_forwarded(ctx: Context) -> None:
     subscriber, other = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("types")
     subscriber.send(subscribe(topic))
-    await settle(ctx, subscriber)
+    await settle(ctx, subscriber, via=other)
     other.send(subscribe(topic))
     other.send(unsubscribe(topic, b"with a payload"))
     other.send(subscribe(topic, b"with a payload"))
@@ -241,7 +241,7 @@ async def _will_declared(ctx: Context, topic: str, payload: bytes) -> tuple[Prob
     watcher, leaver = await ctx.connect(), await ctx.connect()
     watcher.send(subscribe(topic))
     leaver.send(will(topic, payload))
-    await settle(ctx, watcher, leaver)
+    await settle(ctx, watcher, leaver, via=leaver)
     return watcher, leaver
 
 

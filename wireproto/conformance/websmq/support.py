@@ -111,15 +111,28 @@ def _drop_syncs(probe: Probe) -> None:
     probe.received[:] = [received for received in probe.received if not _is_sync(received)]
 
 
-async def settle(ctx: Context, *probes: Probe, timeout: float = 3.0) -> None:
+async def settle(ctx: Context, *probes: Probe, via: Probe | None = None,
+                 timeout: float = 3.0) -> None:
     """Return once the server has handled every frame `probes` sent so far (see the module's
-    doc); CaseFailed if a publish to a freshly subscribed topic does not arrive in time."""
+    doc); CaseFailed if a publish to a freshly subscribed topic does not arrive in time.
+
+    The publishes come from `via` when given (the connection that publishes next in the case)
+    or from a helper connection: a broker of several processes may learn of a subscription in
+    one process a little later in another, so the path the case's own publishes take is the one
+    to wait for."""
     topics = {}
     for probe in probes:
         topic = ctx.topic(f"{SYNC_MARK}{next(_sync_numbers)}")
         topics[probe] = topic
         probe.send(subscribe(topic))
-    helper = await ctx.connect()
+    helper: Probe | None = None
+    senders: dict[Probe, Probe] = {}
+    for probe in probes:
+        if via is None or probe is via:
+            helper = helper or await ctx.connect()
+            senders[probe] = helper
+        else:
+            senders[probe] = via
     deadline = ctx.reactor.seconds() + timeout
     waiting = dict(topics)
     while waiting:
@@ -127,8 +140,8 @@ async def settle(ctx: Context, *probes: Probe, timeout: float = 3.0) -> None:
             numbers = ", ".join(str(probe.number) for probe in waiting)
             raise CaseFailed(f"connection {numbers} subscribed to a topic, and another "
                              f"published on it for {timeout:g} s, but nothing arrived")
-        for topic in waiting.values():
-            helper.send(publish(topic, b"sync"))
+        for probe, topic in waiting.items():
+            senders[probe].send(publish(topic, b"sync"))
         round_end = ctx.reactor.seconds() + 0.15
         while waiting and ctx.reactor.seconds() < round_end:
             for probe, topic in list(waiting.items()):
