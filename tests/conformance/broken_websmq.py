@@ -33,6 +33,8 @@ class Faults:
     payload_cut: int | None = None  # delivers at most this many bytes of payload
     crash_on_short: bool = False  # a frame under 2 bytes stops the whole server
     hang_on_malformed: bool = False  # a malformed frame: reads nothing more, never closes
+    drop_all_on_malformed: bool = False  # a malformed frame closes every connection
+    delivers_nothing: bool = False  # takes every frame, sends none
     text_frames: bool = False  # delivers publishes as WebSocket text frames
     max_message_size: int = 1 << 20  # the limit its transports enforce
 
@@ -74,6 +76,8 @@ class BrokenBroker:
             connection.transport.abortConnection()
 
     def fan_out(self, message: Message, sender: Connection) -> None:
+        if self.faults.delivers_nothing:
+            return
         topic = message.topic.encode("latin-1")  # not validated again: lenient_topics
         frame = websmq.encode_header(message.message_type, len(topic)) + topic + message.payload
         for connection in list(self.subscribers.get(message.topic, ())):
@@ -123,6 +127,9 @@ class Connection(MessageProtocol):
         except ProtocolError:
             if faults.hang_on_malformed:
                 self.deaf = True
+            elif faults.drop_all_on_malformed:
+                for connection in list(broker.connections):
+                    connection.transport.loseConnection()
             else:
                 self.transport.loseConnection()
             return

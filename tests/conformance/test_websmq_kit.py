@@ -211,6 +211,11 @@ BROKEN = {
          "websmq.will.on-malformed"],
         {"websmq.malformed.one-byte": (Outcome.NON_STRICT, "it stayed open"),
          "websmq.will.on-malformed": (Outcome.NON_STRICT, "got nothing")}),
+    "closes every connection on a malformed frame": (
+        Faults(drop_all_on_malformed=True), "ws",
+        ["websmq.malformed.one-byte", "websmq.malformed.only-that-connection"],
+        {"websmq.malformed.only-that-connection": (Outcome.NON_STRICT, "which sent nothing "
+                                                   "wrong, was closed too")}),
     "crashes on a frame shorter than its header": (
         Faults(crash_on_short=True), "ws",
         ["websmq.publish.delivered", "websmq.malformed.empty-frame", "websmq.close.clean"],
@@ -235,6 +240,15 @@ async def test_a_broken_broker_fails_the_right_cases(broken, name):
         assert fragment in said[case_id], (case_id, said[case_id])
     for result in results:  # a broken server cannot hold the run up past a case's timeout
         assert result.duration < result.case.timeout + 3, (result.case.id, result.duration)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_that_delivers_nothing_cannot_be_judged(broken):
+    where = await broken(Faults(delivers_nothing=True))
+    started = reactor.seconds()
+    with pytest.raises(CouldNotRun, match="a publish on a subscribed topic"):
+        await run_cases(reactor, Target("websmq", where["stream"]), kit)
+    assert reactor.seconds() - started < 12
 
 
 @pytest_twisted.ensureDeferred

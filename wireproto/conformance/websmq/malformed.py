@@ -119,6 +119,10 @@ async def malformed_only_that_connection(ctx: Context) -> None:
     bad.send(b"\x00")
     await bad.closed(3.0, "the server to close the connection that sent one byte")
     await nothing(ctx, subscriber, 0.2, "nothing on the other connections")
+    for other in (subscriber, publisher):
+        if other.closed_as is not None:
+            raise ctx.fail(f"connection {other.number}, which sent nothing wrong, was closed "
+                           f"too ({closed_text(other.closed_as)})")
     publisher.send(publish(topic, b"still here"))
     await expect(subscriber, Publish(topic, b"still here"), "a publish of another connection")
 
