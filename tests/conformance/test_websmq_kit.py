@@ -3,18 +3,23 @@ stream: every MUST passes, and every other outcome is pinned per case id."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
 from tests.brokers import LOCAL, Broker
-from tests.cluster.test_workers import start_supervised, stop_supervised
+from tests.cluster.test_workers import WIREPROTO, start_supervised, stop_supervised
 from tests.conformance.broken_websmq import BrokenBroker, Faults
+from tests.test_cli import Child
 from wireproto.conformance.catalogue import CaseResult
 from wireproto.conformance.kits import kit as kit_of
 from wireproto.conformance.model import Level, Outcome
 from wireproto.conformance.probe import Target
-from wireproto.conformance.runner import CouldNotRun, run_cases
+from wireproto.conformance.runner import CouldNotRun, run_case, run_cases
 from wireproto.hub.message import HubSettings
 from wireproto.protocols.websmq.server import WebsmqSettings
 from wireproto.transports.stream import StreamOptions
@@ -272,3 +277,35 @@ async def test_a_cluster_of_two_workers_passes_every_must(transport):
     finally:
         await stop_supervised(supervised.child)
     assert outcomes(results) == expected(transport, longest_topics=False), reasons(results)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_paused_server_fails_cases_in_bounded_time_and_serves_again():
+    """A real `wireproto serve` stopped with SIGSTOP mid-run: every case fails within its own
+    timeout plus the check that follows a harmful one, and the run ends; once the process is
+    continued, the same cases pass."""
+    child = Child(WIREPROTO, "serve", "--listen", f"websmq+length32@tcp:0:{LOCAL}")
+    try:
+        await child.line(re.compile(r"wireproto: ready"), 60)
+        address = next(re.match(r"wireproto: \S+ over \S+ on (\S+)", line).group(1)
+                       for line in child.stdout if " over " in line)
+        target = Target("websmq", address, receive_timeout=1.0)
+        cases = kit.select(["websmq.publish.delivered", "websmq.malformed.one-byte"])
+        assert outcomes(await run_cases(reactor, target, kit, cases)) == baseline(
+            [case.id for case in cases])
+        os.kill(child.process.pid, signal.SIGSTOP)
+        try:
+            started = reactor.seconds()
+            results = [await run_case(reactor, target, kit, case, "paused") for case in cases]
+            took = reactor.seconds() - started
+        finally:
+            os.kill(child.process.pid, signal.SIGCONT)
+        assert outcomes(results) == {"websmq.publish.delivered": Outcome.FAIL,
+                                     "websmq.malformed.one-byte": Outcome.FAIL}
+        assert "stopped serving" in reasons(results)["websmq.malformed.one-byte"]
+        assert took < 5 + 1 + 5 + 1 + 10 + 5, took  # case, close, case, close, check, slack
+        assert outcomes(await run_cases(reactor, target, kit, cases)) == baseline(
+            [case.id for case in cases])
+    finally:
+        child.process.terminate()
+        await child.exit_code(30)
