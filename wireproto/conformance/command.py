@@ -132,27 +132,10 @@ def catalogue_lines(catalogue: Catalogue) -> list[str]:
             for case in catalogue.cases]
 
 
-def _kit(protocol: str) -> Catalogue | None:
-    """`protocol`'s catalogue; None when this wireproto has no module for it (an error inside
-    a kit's module is not hidden)."""
-    try:
-        return kit(protocol)
-    except ModuleNotFoundError as missing:
-        if missing.name == KITS[protocol]:
-            return None
-        raise
-
-
 def _list(args: argparse.Namespace) -> int:
     protocols = [args.protocol] if args.protocol else list(KITS)
     for protocol in protocols:
-        catalogue = _kit(protocol)
-        if catalogue is None:
-            if args.protocol:
-                print(f"wireproto conform: no {protocol} kit in this wireproto",
-                      file=sys.stderr, flush=True)
-                return EXIT_USAGE
-            continue
+        catalogue = kit(protocol)
         if args.json:
             for case in catalogue.cases:
                 emit(True, {"id": case.id, "level": case.level.value, "title": case.title,
@@ -197,9 +180,7 @@ async def conform(reactor: IReactorTime, args: argparse.Namespace) -> int:
     from wireproto.tools.registry import protocol_of
 
     protocol = protocol_of(args.address, args.protocol, list(KITS))
-    catalogue = _kit(protocol)
-    if catalogue is None:
-        raise ToolError(f"no {protocol} kit in this wireproto", EXIT_USAGE)
+    catalogue = kit(protocol)
     try:
         cases: list[Case] = catalogue.select(args.cases)
     except ValueError as error:

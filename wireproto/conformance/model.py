@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["KIT_VERSION", "CaseFailed", "Exchange", "Level", "Outcome", "outcome_of"]
+__all__ = ["KIT_VERSION", "CaseFailed", "Exchange", "Level", "NotApplicable", "Outcome",
+           "outcome_of"]
 
 # The version of the kits' cases and report schema together: a case's meaning or id changing,
 # or the report's schema changing, is a new version (docs/conformance.md, "Versions").
@@ -30,6 +31,11 @@ class Outcome(enum.StrEnum):
     FAIL = "fail"
     NON_STRICT = "non-strict"  # a SHOULD not met
     INFORMATION = "information"
+
+
+class NotApplicable(Exception):
+    """The case does not apply to this target (a WebSocket text frame, sent on a framed
+    stream): reported as information, neither a pass nor a fail, with the reason."""
 
 
 class CaseFailed(Exception):

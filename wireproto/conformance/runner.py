@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from wireproto.conformance.catalogue import Case, CaseBody, CaseResult, Catalogue
 from wireproto.conformance.context import Context
-from wireproto.conformance.model import CaseFailed, Level, Outcome, outcome_of
+from wireproto.conformance.model import CaseFailed, Level, NotApplicable, Outcome, outcome_of
 from wireproto.conformance.probe import Recorder, Target
 
 __all__ = ["CouldNotRun", "check_alive", "run_case", "run_cases"]
@@ -60,10 +60,12 @@ async def run_case(reactor: IReactorTime, target: Target, catalogue: Catalogue, 
     recorder = Recorder()
     context = Context(reactor, target, recorder, run_id)
     started = time.monotonic()
-    met, reason = True, ""
+    met, reason, applies = True, "", True
     try:
         said = await _run_body(case.body, context, case.timeout)
         reason = said or ""
+    except NotApplicable as inapplicable:
+        applies, reason = False, f"not applicable: {inapplicable}"
     except CaseFailed as failed:
         met, reason = False, str(failed)
     except defer.CancelledError:
@@ -72,7 +74,7 @@ async def run_case(reactor: IReactorTime, target: Target, catalogue: Catalogue, 
         met, reason = False, f"{type(error).__name__}: {error}"
     finally:
         await context.close_all()
-    outcome = outcome_of(case.level, met)
+    outcome = outcome_of(case.level, met) if applies else Outcome.INFORMATION
     if case.level is Level.INFORMATION and not met:
         reason = f"not seen: {reason}"
     if case.harmful:

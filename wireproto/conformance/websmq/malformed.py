@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from wireproto.codecs.websmq import MessageType, Publish
 from wireproto.conformance.context import Context
-from wireproto.conformance.model import Level
+from wireproto.conformance.model import Level, NotApplicable
 from wireproto.conformance.websmq.support import (
     BROKER,
     DECIDED,
@@ -85,7 +85,7 @@ _malformed("websmq.malformed.will-topic",
           section="Protocol", level=Level.SHOULD, decision=DECIDED, harmful=True)
 async def malformed_text_frame(ctx: Context) -> str:
     if not is_websocket(ctx):
-        return "not applicable: a stream has no text frames"
+        raise NotApplicable("a stream has no text frames")
     topic = ctx.topic("text")
     return await refused(ctx, publish(topic, b"as text"), "a text frame", binary=False)
 
@@ -133,9 +133,9 @@ async def malformed_only_that_connection(ctx: Context) -> None:
           decision=BROKER, harmful=True)
 async def malformed_stream_length_over(ctx: Context) -> str:
     if is_websocket(ctx):
-        return "not applicable: a WebSocket frames messages itself"
+        raise NotApplicable("a WebSocket frames messages itself")
     if (ctx.target.framing or "length32") != "length32":
-        return f"not applicable: the {ctx.target.framing} framing has no length prefix"
+        raise NotApplicable(f"the {ctx.target.framing} framing has no length prefix")
     probe = await ctx.connect()
     probe.send_raw(b"\xff\xff\xff\xff" + b"\x00\x05hello", "a length32 prefix of 4 GiB - 1")
     closed = await probe.closed(3.0, "the server to close the connection")
