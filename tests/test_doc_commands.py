@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -101,16 +102,22 @@ def broker():
     busy = [port for port in DEFAULT_PORTS if port_open(port)]
     if busy:
         pytest.fail(f"the docs' commands need the default ports; in use: {busy}")
+    # Its log goes to a file: a pipe nobody reads fills up after 64 kB of log lines (a
+    # conformance run writes that much), and the broker then blocks on its next line.
+    log = tempfile.TemporaryFile(mode="w+")
     child = subprocess.Popen(
         [BIN / "twistd", "-n", "--pidfile=", "-y", "examples/wireproto.tac"], cwd=ROOT,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 30
     while not all(map(port_open, DEFAULT_PORTS)):
-        assert child.poll() is None and time.monotonic() < deadline, child.stdout.read()
+        if child.poll() is not None or time.monotonic() >= deadline:
+            log.seek(0)
+            pytest.fail(f"the docs' broker did not listen: {log.read()}")
         time.sleep(0.1)
     yield child
     child.send_signal(signal.SIGTERM)
     child.wait(timeout=30)
+    log.close()
 
 
 def test_every_page_with_commands_is_found() -> None:
