@@ -41,7 +41,7 @@ __all__ = ["REDACTED", "SECRET_WORDS", "SECRET_NAMES", "is_secret_parameter", "r
 REDACTED = "***"
 # A query parameter carries a secret if its name contains one of these words...
 SECRET_WORDS = ("token", "password", "passwd", "pwd", "secret", "key", "auth", "credential",
-                "signature", "session")
+                "signature", "session", "jwt")
 # ...or is one of these names.
 SECRET_NAMES = frozenset({"sig", "pass"})
 

@@ -126,6 +126,7 @@ class ToyServer:
     def __init__(self, *, dies: bool = False, greeting: bytes | None = None,
                  flood: int = 0) -> None:
         self.dies, self.greeting, self.flood = dies, greeting, flood
+        self.flood_size = 1000
         self.subscribers: dict[str, list[Any]] = {}
         self.connections: list[Any] = []
         self.port: Any = None
@@ -140,7 +141,7 @@ class ToyServer:
                 if server.greeting is not None:
                     self.transport.sendMessage(server.greeting, False)
                 for _ in range(server.flood):
-                    self.transport.sendMessage(b"f" * 1000, True)
+                    self.transport.sendMessage(b"f" * server.flood_size, True)
 
             def messageReceived(self, data: bytes, binary: bool) -> None:
                 if data == POISON and server.dies:

@@ -158,7 +158,12 @@ async def test_no_credential_reaches_the_output_or_the_report(
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (["--report", "{file}"], "wireproto conform: --report {file}: File exists"),
+    (["--report", "{file}"], "wireproto conform: --report {file}: not a directory"),
+    (["--max-message-size", "67108864"], "wireproto conform server: argument "
+     "--max-message-size: the kit judges limits below 67108864 bytes (64 MiB), not 67108864 "
+     "(see --help)"),
+    (["--framing", "lines"], "wireproto conform: --framing is for a stream endpoint (tcp:, "
+     "ssl:, unix:); a WebSocket frames its messages itself"),
     (["--report", "{file}/under"], "wireproto conform: --report {file}/under: Not a directory"),
     (["--cases", "websmq.nothing"],
      "wireproto conform: no websmq case is or starts with 'websmq.nothing' (--list shows them)"),
@@ -173,6 +178,14 @@ async def test_bad_usage_is_2_and_one_line(children, tmp_path, args, line) -> No
     tool = conform(children, f"ws://127.0.0.1:{free_port()}/websmq", *words)
     assert await tool.exit_code(timeout=60) == 2, tool.output()
     assert tool.stderr == [line.format(file=file)] and tool.stdout == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_http_url_for_a_protocol_not_spoken_over_it_is_2(children) -> None:  # noqa: F811
+    tool = conform(children, f"http://127.0.0.1:{free_port()}/engine.io/", "--protocol", "websmq")
+    assert await tool.exit_code(timeout=60) == 2, tool.output()
+    assert tool.stderr == ["wireproto conform: websmq is not spoken over http://: give its "
+                           "ws:// URL or a client endpoint"]
 
 
 @pytest.mark.parametrize(("directory", "why"), [

@@ -97,6 +97,38 @@ class Markup(HTMLParser):
         self.attributes.update(name for name, _ in attrs)
 
 
+def test_a_credential_sent_back_in_another_form_is_taken_out_too() -> None:
+    """A server that echoes the token inside bytes a case shows in hex, or in base64 (an
+    Engine.IO binary packet), at any alignment: no form of it reaches a line or the report."""
+    import base64
+    import binascii
+
+    def decodes_to_the_secret(text: str) -> bool:
+        for piece in text.split("***"):
+            for skip in range(4):
+                chunk = piece[skip:]
+                try:
+                    decoded = base64.b64decode(chunk[:len(chunk) // 4 * 4])
+                except (binascii.Error, ValueError):
+                    continue
+                if b"Secret" in decoded:
+                    return True
+        return False
+
+    secret = "SuperSecretToken123"
+    scrubber = Scrubber([secret])
+    for prefix in (b"", b"?", b"?\xff", b"?\xff\x00"):
+        sent = prefix + b"Bearer " + secret.encode() + b" and more"
+        assert b"Secret" not in scrubber.data(sent)
+        for shown in (sent.hex(), sent.hex().upper(), repr(sent)):
+            cleaned = scrubber.text(shown)
+            assert "Secret" not in cleaned and b"Secret".hex() not in cleaned.lower(), cleaned
+        encoded = base64.b64encode(sent).decode()
+        assert decodes_to_the_secret(encoded)  # the check can fail
+        assert not decodes_to_the_secret(scrubber.text(encoded)), scrubber.text(encoded)
+        assert not decodes_to_the_secret(scrubber.data(encoded.encode()).decode())
+
+
 def test_a_hostile_servers_bytes_are_shown_never_read_as_markup() -> None:
     page = to_html(run(hostile_result()))
     markup = Markup()
@@ -159,7 +191,13 @@ def test_write_report_makes_dir_and_replaces_both_files(tmp_path: Path) -> None:
 def test_a_dir_that_cannot_hold_the_report_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "file"
     file.write_text("")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(NotADirectoryError, match="not a directory"):  # it says why
         check_directory(str(file))
     with pytest.raises(NotADirectoryError):
         check_directory(str(file / "under"))
+
+
+def test_a_token_in_a_jwt_query_parameter_is_not_shown() -> None:
+    """`?jwt=` is where many servers take a browser's token: it is redacted as `?token=` is."""
+    shown = Scrubber().text("could not connect to ws://h:1/websmq?jwt=eyJ.x.y&v=2")
+    assert shown == "could not connect to ws://h:1/websmq?jwt=***&v=2"

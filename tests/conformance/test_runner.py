@@ -4,6 +4,8 @@ that does not serve, and a case that never ends or a server that floods bounded.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
@@ -11,7 +13,7 @@ from twisted.internet import reactor
 from tests.conformance.sample_kit import ToyServer, kit, kit_with
 from tests.support import free_port
 from wireproto.conformance.model import Outcome
-from wireproto.conformance.probe import QUEUE_LIMIT, RECORD_LIMIT, Target
+from wireproto.conformance.probe import QUEUE_LIMIT, RECORD_LIMIT, RecordBudget, Target
 from wireproto.conformance.runner import CouldNotRun, check_alive, run_case, run_cases
 
 
@@ -145,19 +147,46 @@ async def test_a_server_that_never_answers_is_bounded() -> None:
 
 
 def test_a_cases_record_is_bounded_in_exchanges_and_bytes() -> None:
-    from wireproto.conformance.probe import RECORD_BYTES, Recorder
+    from wireproto.conformance.probe import KEPT_BYTES, RecordBudget, Recorder
 
-    recorder = Recorder()
-    big = b"x" * (RECORD_BYTES // 2 + 1)
+    recorder = Recorder(RecordBudget(2 * KEPT_BYTES + 10))
+    big = bytes(range(256)) * (KEPT_BYTES // 128)  # two KEPT_BYTES
     for _ in range(3):
         recorder.add(1, "received", big)
     first, second, third = recorder.exchanges
-    assert first.data == big and second.data is None and third.data is None
-    assert second.direction == "event" and second.text == (
-        f"received {len(big)} bytes, not kept: the case's record already holds {len(big)} bytes")
+    # the first bytes of each message, its whole length, until the run's budget is spent
+    assert first.data == big[:KEPT_BYTES] and first.length == len(big)
+    assert second.data == big[:KEPT_BYTES] and second.length == len(big)
+    assert third.data is None and third.direction == "event" and third.length == len(big)
+    assert third.text == (f"received {len(big)} bytes, not kept: the run's record already "
+                          f"holds {16 * 1024 * 1024} bytes")
     for _ in range(RECORD_LIMIT * 2):
-        recorder.add(1, "sent", b"y")
+        recorder.add(1, "sent", None, text="y")
     assert len(recorder.exchanges) == RECORD_LIMIT
     assert recorder.exchanges[-1].text == (
         f"the kit stops recording this case here ({RECORD_LIMIT} exchanges)")
     assert recorder.unrecorded == RECORD_LIMIT * 2 + 3 - RECORD_LIMIT + 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_run_keeps_a_bounded_record_however_much_the_server_sends() -> None:
+    """Each case meets a server sending a thousand large messages: what the run keeps of them
+    all stays within its budget, where every case's record once kept its bytes to the end."""
+    from wireproto.conformance.probe import RUN_RECORD_BYTES
+
+    server = ToyServer()
+    address = await server.start()
+    try:
+        catalogue = kit_with("stuck")()
+        server.flood = 900
+        server.flood_size = 64 * 1024
+        budget = RecordBudget()
+        case = dataclasses.replace(catalogue.cases[0], timeout=3.0)  # time to take it all in
+        results = [await run_case(reactor, Target("websmq", address), catalogue, case, "flood",
+                                  budget) for _ in range(3)]
+    finally:
+        await server.stop()
+    kept = sum(len(exchange.data or b"") for result in results for exchange in result.exchanges)
+    assert kept <= RUN_RECORD_BYTES
+    assert sum(exchange.length for result in results for exchange in result.exchanges
+               if exchange.direction != "sent") > RUN_RECORD_BYTES  # it did send more

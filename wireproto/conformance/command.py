@@ -23,7 +23,7 @@ from twisted.internet.interfaces import IReactorCore, IReactorTime
 from wireproto.conformance.catalogue import Case, CaseResult, Catalogue
 from wireproto.conformance.kits import KITS, kit
 from wireproto.conformance.model import KIT_VERSION
-from wireproto.conformance.probe import Target
+from wireproto.conformance.probe import PROBE_MAX_MESSAGE, Target
 from wireproto.conformance.report import (
     Run,
     Scrubber,
@@ -112,6 +112,9 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    if value >= PROBE_MAX_MESSAGE:  # the kit could not send one byte more
+        raise argparse.ArgumentTypeError(
+            f"the kit judges limits below {PROBE_MAX_MESSAGE} bytes (64 MiB), not {text}")
     return value
 
 
@@ -163,14 +166,23 @@ def _target(args: argparse.Namespace, protocol: str) -> tuple[Target, Scrubber]:
     return target, Scrubber(secrets)
 
 
-def _check_address(reactor: IReactorTime, address: str) -> None:
-    """A ValueError for an address no connection can be made to, before any case runs."""
+def _check_address(reactor: IReactorTime, address: str, protocol: str,
+                   framing: str | None) -> None:
+    """A ValueError for an address no connection of `protocol` can be made to, or options that
+    do not fit it, before any case runs."""
     from wireproto.transports.base import MessageProtocol
     from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 
+    over_http = address.lower().startswith(("http://", "https://", "http+unix://"))
+    if over_http and protocol != "nydus":
+        raise ValueError(f"{protocol} is not spoken over http://: give its ws:// URL or a "
+                         "client endpoint")
+    if framing is not None and (over_http or is_websocket_address(address)):
+        raise ValueError("--framing is for a stream endpoint (tcp:, ssl:, unix:); a WebSocket "
+                         "frames its messages itself")
     if is_websocket_address(address):
         websocket_client(reactor, address, MessageProtocol)  # made, never connected
-    elif not address.lower().startswith(("http://", "https://", "http+unix://")):
+    elif not over_http:
         client_endpoint(reactor, address)
 
 
@@ -194,7 +206,7 @@ async def conform(reactor: IReactorTime, args: argparse.Namespace) -> int:
             raise ToolError(f"--report {args.report}: {error.strerror or error}",
                             EXIT_USAGE) from None
     target, scrubber = _target(args, protocol)
-    _check_address(reactor, args.address)
+    _check_address(reactor, args.address, protocol, args.framing)
     run = Run(protocol, redact_url(args.address), datetime.now(UTC), scrubber=scrubber)
     started = time.monotonic()
     stopping: list[bool] = []  # Ctrl-C or SIGTERM: what a case judged after it is not kept
@@ -216,7 +228,7 @@ async def conform(reactor: IReactorTime, args: argparse.Namespace) -> int:
     try:
         await run_cases(reactor, target, catalogue, cases, on_result=heard)
     except CouldNotRun as error:
-        run.status, run.error = EXIT_COULD_NOT_RUN, scrubber.text(str(error))
+        run.status, run.error = EXIT_COULD_NOT_RUN, reason_shown(str(error), scrubber)
         _finish(run, args, started)
         raise ToolError(printable(run.error), EXIT_COULD_NOT_RUN) from None
     except (defer.CancelledError, KeyboardInterrupt):

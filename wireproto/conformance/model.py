@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass
 
 __all__ = ["KIT_VERSION", "CaseFailed", "Exchange", "Level", "NotApplicable", "Outcome",
-           "outcome_of"]
+           "kept_reason", "outcome_of"]
 
 # The version of the kits' cases and report schema together: a case's meaning or id changing,
 # or the report's schema changing, is a new version (docs/conformance.md, "Versions").
@@ -48,7 +48,8 @@ class Exchange:
     (`data`, with `binary` False for a text WebSocket frame or a text packet), or an event
     without bytes (`data` None: connected, closed with a code, an HTTP status) told in `text`.
     `at` is seconds since the case started; `connection` numbers the case's connections from
-    1, so a report can tell them apart."""
+    1, so a report can tell them apart. `data` holds the first bytes only of a long message;
+    `length` is the whole message's."""
 
     connection: int
     direction: str  # "sent", "received" or "event"
@@ -56,6 +57,17 @@ class Exchange:
     data: bytes | None = None
     binary: bool = True
     text: str = ""
+    length: int = 0
+
+
+# What a run keeps of a reason: a report shows 2000 characters, and the rest is room for a
+# credential straddling that cut to be found whole by the report's scrubber.
+REASON_KEPT = 2000 + 8192
+
+
+def kept_reason(text: str) -> str:
+    """`text` cut to what a run keeps of a reason (a server's whole message may be in it)."""
+    return text if len(text) <= REASON_KEPT else text[:REASON_KEPT] + "..."
 
 
 def outcome_of(level: Level, met: bool) -> Outcome:

@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 from wireproto.conformance.model import CaseFailed, Exchange
 from wireproto.transports.base import MessageProtocol
 
-__all__ = ["Closed", "Probe", "Received", "Recorder", "Target"]
+__all__ = ["Closed", "Probe", "Received", "RecordBudget", "Recorder", "Target"]
 
 # What a probe takes in one message: well above any server's limit, so that a server's largest
 # message reaches the case, which judges it.
@@ -29,9 +29,12 @@ PROBE_MAX_MESSAGE = 64 * 1024 * 1024
 # exchanges recorded (the last one says the record stops there) and their bytes (beyond them, a
 # message is recorded as an event that gives its length), and the messages queued
 # unread on one connection (beyond them, the kit aborts that connection and says so).
-RECORD_LIMIT = 2000
-RECORD_BYTES = PROBE_MAX_MESSAGE
-QUEUE_LIMIT = 1000
+RECORD_LIMIT = 500
+# Of each message a record keeps its first bytes, the report's 4096 and room for a credential
+# that straddles them; and a run keeps at most RUN_RECORD_BYTES in all.
+KEPT_BYTES = 4096 + 8192
+RUN_RECORD_BYTES = 16 * 1024 * 1024
+QUEUE_LIMIT = 400  # below RECORD_LIMIT: the abort is on the record
 QUEUE_BYTES = 2 * PROBE_MAX_MESSAGE
 
 
@@ -75,15 +78,31 @@ class Closed:
     text: str
 
 
-class Recorder:
-    """The exchanges of one case, in order, with the clock they are timed by."""
+class RecordBudget:
+    """The bytes the records of a whole run may keep: a server sending large messages case
+    after case cannot make the kit (or its report) grow without end."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = RUN_RECORD_BYTES) -> None:
+        self.left = size
+
+    def take(self, size: int) -> bool:
+        if size > self.left:
+            return False
+        self.left -= size
+        return True
+
+
+class Recorder:
+    """The exchanges of one case, in order, with the clock they are timed by. Of each message
+    it keeps the first KEPT_BYTES (the report shows fewer: a credential straddling the cut is
+    still whole where the report's scrubber looks for it), within the run's `budget`."""
+
+    def __init__(self, budget: RecordBudget | None = None) -> None:
         self.started = time.monotonic()
         self.exchanges: list[Exchange] = []
         self.connections = 0
         self.unrecorded = 0
-        self.recorded_bytes = 0
+        self.budget = budget or RecordBudget()
 
     def number(self) -> int:
         self.connections += 1
@@ -94,19 +113,20 @@ class Recorder:
         if len(self.exchanges) >= RECORD_LIMIT:
             self.unrecorded += 1
             return
+        length = 0 if data is None else len(data)
         if len(self.exchanges) == RECORD_LIMIT - 1:
             self.unrecorded += 1
             direction, data, text = "event", None, (
                 f"the kit stops recording this case here ({RECORD_LIMIT} exchanges)")
-        elif data is not None and self.recorded_bytes + len(data) > RECORD_BYTES:
-            text = (f"{direction} {len(data)} bytes, not kept: the case's record already holds "
-                    f"{self.recorded_bytes} bytes")
-            direction, data = "event", None
         elif data is not None:
-            self.recorded_bytes += len(data)
+            data = data[:KEPT_BYTES]
+            if not self.budget.take(len(data)):
+                text = (f"{direction} {length} bytes, not kept: the run's record already "
+                        f"holds {RUN_RECORD_BYTES} bytes")
+                direction, data = "event", None
         self.exchanges.append(Exchange(connection, direction,
                                        round(time.monotonic() - self.started, 6),
-                                       data, binary, text))
+                                       data, binary, text, length))
 
 
 class Probe(MessageProtocol):

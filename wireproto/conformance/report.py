@@ -9,6 +9,8 @@ every recorded byte first.
 
 from __future__ import annotations
 
+import base64
+import errno
 import html
 import json
 import os
@@ -64,13 +66,19 @@ def reason_shown(text: str, scrub: Scrubber) -> str:
 class Scrubber:
     """Takes the command's credentials out of what a report or a line shows: each secret
     (a header's value, a token, a password, the Basic pair) becomes ``***`` in text and in
-    recorded bytes, and a URL's credentials are redacted (wireproto.redaction)."""
+    recorded bytes, and a URL's credentials are redacted (wireproto.redaction). A server may
+    send a secret back in another form, which a reason or the recorded bytes then hold: its
+    hexadecimal (a case shows unknown bytes so), its escaped repr, and base64 (Engine.IO's
+    binary packets) are taken out too."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         found = {secret for secret in secrets if secret and len(secret) >= SHORTEST_SECRET}
+        forms: set[bytes] = set()
+        for secret in found:
+            forms.update(_forms(secret.encode("utf-8")))
         # Longest first: a token inside "Bearer TOKEN" is taken out with its prefix.
-        self.secrets = sorted(found, key=len, reverse=True)
-        self.secret_bytes = [secret.encode("utf-8") for secret in self.secrets]
+        self.secret_bytes = sorted((form for form in forms if form), key=len, reverse=True)
+        self.secrets = [form.decode("utf-8", "replace") for form in self.secret_bytes]
 
     def text(self, text: str) -> str:
         for secret in self.secrets:
@@ -81,6 +89,23 @@ class Scrubber:
         for secret in self.secret_bytes:
             data = data.replace(secret, REDACTED.encode())
         return data
+
+
+def _forms(secret: bytes) -> set[bytes]:
+    """The forms of `secret` a line, a reason or recorded bytes may hold it in."""
+    forms = {secret, secret.hex().encode(), secret.hex().upper().encode(),
+             repr(secret)[2:-1].encode(),
+             repr(secret.decode("utf-8", "replace"))[1:-1].encode("utf-8")}
+    # base64 at each of the three alignments the secret may have in a longer message: the
+    # characters that depend on the secret's bytes alone.
+    for skew in range(3):
+        encoded = base64.b64encode(bytes(skew) + secret).rstrip(b"=")
+        start = 4 if skew else 0
+        end = len(encoded) - (0 if (skew + len(secret)) % 3 == 0 else 4)
+        core = encoded[start:end]
+        if len(core) >= 8:
+            forms.add(core)
+    return forms
 
 
 @dataclass
@@ -180,8 +205,9 @@ def _exchange(exchange: Exchange, scrub: Scrubber) -> ExchangeRecord:
     if exchange.data is not None:
         data = scrub.data(exchange.data)
         kept = data[:HEX_LIMIT]
-        record["length"], record["hex"] = len(exchange.data), kept.hex()
-        record["truncated"] = len(data) > HEX_LIMIT
+        length = max(exchange.length, len(exchange.data))
+        record["length"], record["hex"] = length, kept.hex()
+        record["truncated"] = length > len(kept)
         if not exchange.text and not exchange.binary:
             record["text"] = kept.decode("utf-8", "replace")
     return record
@@ -322,9 +348,9 @@ def check_directory(directory: str) -> Path:
     """`directory`, made if it is missing, once a file can be written in it; OSError (with
     what is wrong) when it cannot, so a run that could not keep its report never starts."""
     path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory")
     path.mkdir(parents=True, exist_ok=True)
-    if not path.is_dir():
-        raise NotADirectoryError(f"{directory} is not a directory")
     try:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".conform-", delete=True):
             pass

@@ -18,8 +18,15 @@ from twisted.internet.interfaces import IReactorTime
 
 from wireproto.conformance.catalogue import Case, CaseBody, CaseResult, Catalogue
 from wireproto.conformance.context import Context
-from wireproto.conformance.model import CaseFailed, Level, NotApplicable, Outcome, outcome_of
-from wireproto.conformance.probe import Recorder, Target
+from wireproto.conformance.model import (
+    CaseFailed,
+    Level,
+    NotApplicable,
+    Outcome,
+    kept_reason,
+    outcome_of,
+)
+from wireproto.conformance.probe import RecordBudget, Recorder, Target
 
 __all__ = ["CouldNotRun", "check_alive", "run_case", "run_cases"]
 
@@ -56,8 +63,10 @@ async def check_alive(reactor: IReactorTime, target: Target, catalogue: Catalogu
 
 
 async def run_case(reactor: IReactorTime, target: Target, catalogue: Catalogue, case: Case,
-                   run_id: str) -> CaseResult:
-    recorder = Recorder()
+                   run_id: str, budget: RecordBudget | None = None) -> CaseResult:
+    """Run one case on connections of its own; `budget` is what its record may keep of the
+    run's bytes."""
+    recorder = Recorder(budget)
     context = Context(reactor, target, recorder, run_id)
     started = time.monotonic()
     met, reason, applies = True, "", True
@@ -84,7 +93,7 @@ async def run_case(reactor: IReactorTime, target: Target, catalogue: Catalogue, 
             outcome = Outcome.FAIL
             reason = (f"{reason}; " if reason else "") + \
                 f"the server stopped serving after this case: {stopped}"
-    return CaseResult(case, outcome, reason, round(time.monotonic() - started, 3),
+    return CaseResult(case, outcome, kept_reason(reason), round(time.monotonic() - started, 3),
                       recorder.exchanges)
 
 
@@ -96,10 +105,11 @@ async def run_cases(reactor: IReactorTime, target: Target, catalogue: Catalogue,
     run_id = secrets.token_hex(4)
     stopped = await check_alive(reactor, target, catalogue, run_id=run_id)
     if stopped is not None:
-        raise CouldNotRun(f"{target.protocol} server does not serve: {stopped}")
+        raise CouldNotRun(kept_reason(f"{target.protocol} server does not serve: {stopped}"))
     results = []
+    budget = RecordBudget()
     for case in cases if cases is not None else catalogue.cases:
-        result = await run_case(reactor, target, catalogue, case, run_id)
+        result = await run_case(reactor, target, catalogue, case, run_id, budget)
         results.append(result)
         if on_result is not None:
             on_result(result)
