@@ -60,10 +60,15 @@ async def test_closing_a_tls_connection_for_malformed_input_logs_no_traceback(
     service, bound = await broker.start(f"{listener}@{tls}")
     peer = await wait_for(connect(reactor, bound[0].address, Recorder,
                                   cafile=str(tls_files.cert)))
-    await eventually(lambda: service.hub.sessions)
+    (session,) = await eventually(lambda: list(service.hub.sessions))
     peer.transport.sendMessage(MALFORMED[listener], True)
     await wait_for(peer.lost, timeout=10)
     await eventually(lambda: not service.hub.sessions, timeout=10)
     # Any abort the broker put off was due by now.
     await sleep(REFUSAL_FLUSH + 0.5)
+    assert described(troubles) == []
+    # An abort that comes late, on either end, does nothing, as it does over TCP.
+    session.transport.abortConnection()
+    peer.transport.abortConnection()
+    await sleep(0)
     assert described(troubles) == []
