@@ -167,6 +167,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     _refused = False
     _active = False
     _idleCheck: IDelayedCall | None = None
+    _gone = False
 
     def __init__(self, max_message_size: int) -> None:
         self.max_message_size = max_message_size
@@ -257,6 +258,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         self._idleCheck = reactor.callLater(timeout, check)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._gone = True
         check = self._idleCheck
         if check is not None and check.active():
             check.cancel()
@@ -307,6 +309,8 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         self.release_producer()
 
     def abortConnection(self) -> None:
+        if self._gone:  # TLS's abort would raise, its state torn down; TCP's does nothing
+            return
         self._stopDelivery()
         abort = getattr(self.transport, "abortConnection", None)
         if abort is None:

@@ -32,6 +32,8 @@ from autobahn.websocket.compress import (
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError, ConnectionDone, ConnectionLost
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger, formatEvent
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -423,14 +425,25 @@ class WebSocketServerAdapter(_MessageTransportMixin, WebSocketServerProtocol):
             code = 403
         super().failHandshake(reason, code, responseHeaders)
 
+    _flushed_abort: IDelayedCall | None = None
+
     def _closeConnection(self, abort: bool = False) -> None:
         # Autobahn aborts once the client's close answers ours, discarding a close that refused
         # the client if it closed as we did: flushed instead, for at most REFUSAL_FLUSH s.
         if abort and self.localCloseCode in _ERROR_CLOSE_CODES and self.transport is not None:
             self.transport.loseConnection()
-            self.factory.reactor.callLater(REFUSAL_FLUSH, self.transport.abortConnection)
+            if self._flushed_abort is None and getattr(self.transport, "connected", True):
+                self._flushed_abort = self.factory.reactor.callLater(
+                    REFUSAL_FLUSH, self.transport.abortConnection)
         else:
             super()._closeConnection(abort)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        # A connection gone needs no abort: TLS's would raise, its state torn down.
+        flushed_abort, self._flushed_abort = self._flushed_abort, None
+        if flushed_abort is not None and flushed_abort.active():
+            flushed_abort.cancel()
+        super().connectionLost(reason)
 
 
 class WebSocketClientAdapter(_MessageTransportMixin, WebSocketClientProtocol):
