@@ -22,7 +22,9 @@ FLAWS = {
     "cuts-ids": "answers with the id cut to 16 characters",
     "answers-twice": "answers every INVOKE twice",
     "no-status": "answers an unknown path with an ERROR without a status",
-    "keeps-malformed": "neither answers nor closes on a message that does not parse",
+    "keeps-malformed": "neither answers nor closes on a message that does not parse (as the "
+                       "spec allows: a disconnect is only usual)",
+    "answers-malformed": "answers a message that does not parse with an ERROR, and keeps it",
     "crashes-on-escape": "stops serving on a path with a malformed escape, as the real server",
     "bad-open-packet": "leaves maxPayload out of the polling handshake's open packet",
     "unknown-sid-ok": "answers a poll or POST with a sid it never gave with 200 and a noop",
@@ -52,6 +54,9 @@ class BrokenNydus(MessageProtocol):
             message = nydus.decode(data)
         except ProtocolError:
             if flaw == "keeps-malformed":
+                return
+            if flaw == "answers-malformed":
+                self.say(nydus.Error("malformed", {"message": "Bad Request", "status": 400}))
                 return
             if flaw == "crashes-on-escape" and b"%" in data:
                 self.server.crash()

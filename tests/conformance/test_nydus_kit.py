@@ -84,6 +84,27 @@ async def test_ws_address_is_the_same_server(broker: Broker) -> None:
     assert {r.case.id: r.outcome for r in results} == {case.id: Outcome.PASS for case in chosen}
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_ping_too_slow_to_wait_for_is_not_applicable(broker: Broker) -> None:
+    """With engine.io's pingInterval of 25 s the heartbeat cases cannot wait for a ping: they
+    say so, as information, where they passed without looking."""
+    port = free_port()
+    await broker.start(f"nydus+engineio@tcp:{port}:interface=127.0.0.1",
+                       engineio=EngineIOOptions(ping_interval=25.0, ping_timeout=20.0))
+    chosen = NYDUS.select(["nydus.engineio.ping.server", "nydus.engineio.ping.timeout"])
+    results = await run_cases(reactor, Target("nydus", f"http://127.0.0.1:{port}/engine.io/"),
+                              NYDUS, chosen)
+    assert {r.case.id: (r.outcome, r.reason) for r in results} == {
+        "nydus.engineio.ping.server": (
+            Outcome.INFORMATION,
+            "not applicable: pingInterval is 25000 ms, longer than the case's 7 s can wait"),
+        "nydus.engineio.ping.timeout": (
+            Outcome.INFORMATION,
+            "not applicable: pingInterval + pingTimeout is 45 s, longer than the case's 7 s "
+            "can wait"),
+    }
+
+
 # -- Broken servers -------------------------------------------------------------------------
 
 # For each broken server (tests/conformance/broken_nydus.py), the cases it does not pass, with
@@ -103,7 +124,9 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
         "nydus.publish.unsubscribed": F,  # what follows an answer is a second answer
     },
     "no-status": {"nydus.invoke.not-found-404": N},
-    "keeps-malformed": MALFORMED,
+    # Ignoring what does not parse is no MUST failed: only the SHOULD that it ends the session.
+    "keeps-malformed": {"nydus.malformed.closes": N},
+    "answers-malformed": MALFORMED,
     # The crash is seen by the check that the server still serves after the case; every case
     # after it fails too, as the server is gone (so only two cases are run there).
     "crashes-on-escape": {"nydus.malformed.path-bad-escape": F},

@@ -12,7 +12,8 @@ from wireproto.conformance.model import CaseFailed
 from wireproto.errors import ProtocolError
 
 __all__ = ["DECIDED", "ENGINEIO", "ENGINEIO_DIFFERS", "SERVER", "kit", "answer", "ended",
-           "invoke", "nowhere", "read_nydus", "send_nydus", "session", "take_welcome"]
+           "invoke", "not_answered", "nowhere", "read_nydus", "send_nydus", "session",
+           "take_welcome"]
 
 kit = Catalogue("nydus", "nydus-protocol 3.0.0 over Engine.IO 4", "docs/nydus.md")
 
@@ -118,3 +119,25 @@ async def ended(socket: EngineIOSocket, what: str, timeout: float = 2.0) -> str:
         if not await socket._change(deadline):  # a message or the close, or the deadline
             raise CaseFailed(f"expected the server to end the session after {what}; it "
                              f"stayed open {timeout:g} s")
+
+
+async def not_answered(socket: EngineIOSocket, what: str, wait: float = 0.6) -> str:
+    """Check that the server sends no message after `what` within `wait` seconds: it may end
+    the session or keep it. Says which it did."""
+    deadline = socket.reactor.seconds() + wait
+    while True:
+        if socket.received:
+            packet = await socket.packet(what=f"what follows {what}")
+            if packet.type is engineio.PacketType.CLOSE:
+                return "not answered: the session ended (close packet 1)"
+            if packet.type in (engineio.PacketType.NOOP, engineio.PacketType.PING):
+                continue
+            raise CaseFailed(f"it was answered: Engine.IO packet type {int(packet.type)} "
+                             f"{str(packet.data)[:60]!r}")
+        if socket.closed_as is not None:
+            closed = socket.closed_as
+            return "not answered: the session ended " + (
+                f"(closed with code {closed.code})" if closed.code is not None
+                else f"({closed.text})")
+        if not await socket._change(deadline):  # a message or the close, or the deadline
+            return f"not answered within {wait:g} s; the session stayed open"
