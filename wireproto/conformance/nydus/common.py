@@ -5,6 +5,7 @@ packets, and the checks for an answer and for a session's end."""
 from __future__ import annotations
 
 from wireproto.codecs import engineio, nydus
+from wireproto.conformance.bounded import bounded
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.engineio import EngineIOSocket, open_socket
@@ -92,10 +93,10 @@ async def answer(socket: EngineIOSocket, id_: str,
     """The RESULT or ERROR answering the INVOKE `id_`; anything else first fails."""
     message = await read_nydus(socket, f"the answer to INVOKE {id_}", timeout)
     if not isinstance(message, (nydus.Result, nydus.Error)):
-        raise CaseFailed(f"expected a RESULT or ERROR with id {id_}, got {message!r}")
+        raise CaseFailed(f"expected a RESULT or ERROR with id {id_}, got {bounded(message)}")
     if message.id != id_:
         raise CaseFailed(f"expected the answer to INVOKE {id_}, got one with id "
-                         f"{message.id!r}")
+                         f"{bounded(message.id)}")
     return message
 
 

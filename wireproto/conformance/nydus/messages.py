@@ -6,6 +6,7 @@ wireproto's codec refuses. Sections cite nydus-protocol's spec ("Protocol", "INV
 from __future__ import annotations
 
 from wireproto.codecs import nydus
+from wireproto.conformance.bounded import bounded
 from wireproto.conformance.context import Context
 from wireproto.conformance.engineio import open_socket
 from wireproto.conformance.model import Level
@@ -67,8 +68,8 @@ async def invoke_not_found(ctx: Context) -> str:
     invoke(socket, "nf1", nowhere(ctx))
     got = await answer(socket, "nf1")
     if not isinstance(got, nydus.Error):
-        raise ctx.fail(f"expected an ERROR for a path no server has, got {got!r}")
-    return f"ERROR data {got.data!r}"
+        raise ctx.fail(f"expected an ERROR for a path no server has, got {bounded(got)}")
+    return f"ERROR data {bounded(got.data)}"
 
 
 @kit.case("nydus.invoke.not-found-404",
@@ -81,7 +82,7 @@ async def invoke_not_found_404(ctx: Context) -> None:
     data = got.data
     if not (isinstance(got, nydus.Error) and isinstance(data, dict)
             and data.get("status") == 404 and isinstance(data.get("message"), str)):
-        raise ctx.fail(f"expected ERROR data with status 404 and a message, got {got!r}")
+        raise ctx.fail(f"expected ERROR data with status 404 and a message, got {bounded(got)}")
 
 
 @kit.case("nydus.invoke.one-answer",
@@ -106,7 +107,7 @@ async def invoke_pairing(ctx: Context) -> None:
     for _ in ids:
         got = await read_nydus(socket, "the answers to five INVOKEs")
         if not isinstance(got, (nydus.Result, nydus.Error)):
-            raise ctx.fail(f"expected answers, got {got!r}")
+            raise ctx.fail(f"expected answers, got {bounded(got)}")
         seen.append(got.id)
     if sorted(seen) != ids:
         raise ctx.fail(f"the answers carry ids {seen}, not {ids} once each")
@@ -250,7 +251,7 @@ def _ignored(id_: str, name: str, text: str) -> None:
             return f"no answer to the INVOKE after it: {error}"
         if isinstance(got, (nydus.Result, nydus.Error)) and got.id == "after":
             return "ignored it: the INVOKE after it was answered"
-        return f"answered with {got!r}"
+        return f"answered with {bounded(got)}"
 
 
 _ignored("welcome", "WELCOME", "0|3")
