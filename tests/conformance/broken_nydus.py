@@ -3,6 +3,7 @@ a small nydus server of its own on top, each wrong in one way (`FLAWS`), on 127.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from twisted.internet import defer, reactor
@@ -28,6 +29,10 @@ FLAWS = {
     "crashes-on-escape": "stops serving on a path with a malformed escape, as the real server",
     "bad-open-packet": "leaves maxPayload out of the polling handshake's open packet",
     "unknown-sid-ok": "answers a poll or POST with a sid it never gave with 200 and a noop",
+    "short-paths": "ends a session whose INVOKE has a path over 256 characters (the spec sets no "
+                   "limit, nor forbids one)",
+    "takes-over-max-payload": "announces a maxPayload a tenth of what it takes on polling (the "
+                              "spec says nothing of a POST over it)",
 }
 NOT_FOUND = {"message": "Not Found", "status": 404}
 
@@ -66,6 +71,10 @@ class BrokenNydus(MessageProtocol):
             return
         if not isinstance(message, nydus.Invoke):
             return
+        if flaw == "short-paths" and len(message.path) > 256:
+            assert self.transport is not None
+            self.transport.loseConnection()
+            return
         id_ = message.id[:16] if flaw == "cuts-ids" else message.id
         body = {"message": "Not Found"} if flaw == "no-status" else NOT_FOUND
         for _ in range(2 if flaw == "answers-twice" else 1):
@@ -86,6 +95,11 @@ class FlawedResource(EngineIOResource):
         if self.flaw == "bad-open-packet" and not sid and request.method == b"GET":
             write = request.write
             request.write = lambda data: write(data.replace(b'"maxPayload":', b'"xaxPayload":'))
+        if self.flaw == "takes-over-max-payload" and not sid and request.method == b"GET":
+            write = request.write
+            request.write = lambda data: write(re.sub(  # as long, for the Content-Length
+                rb'"maxPayload":(\d+)',
+                lambda m: (b'"maxPayload":%d' % (int(m[1]) // 10)).ljust(len(m[0])), data))
         return super().render(request)
 
 

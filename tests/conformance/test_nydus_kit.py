@@ -136,7 +136,7 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
         "nydus.engineio.handshake.upgrades": N,
         "nydus.engineio.polling.payload": F,
         "nydus.engineio.polling.largest": F,
-        "nydus.engineio.polling.over-max-payload": F,
+        "nydus.engineio.polling.over-max-payload": N,
         "nydus.engineio.polling.close": N,
         "nydus.engineio.polling.unknown-packet": N,
         "nydus.engineio.upgrade.probe": F,
@@ -148,6 +148,8 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
         "nydus.engineio.polling.unknown-sid-post": F,
         "nydus.engineio.polling.close": N,  # a poll after the close packet gets 200
     },
+    "short-paths": {"nydus.invoke.path-longest": N},
+    "takes-over-max-payload": {"nydus.engineio.polling.over-max-payload": N},
 }
 
 

@@ -190,7 +190,7 @@ async def invoke_path_raw(ctx: Context) -> None:
 
 @kit.case("nydus.invoke.path-longest",
           "An INVOKE whose path is 1024 characters as written is answered",
-          section="Protocol", decision=DECIDED)
+          section="Protocol", level=Level.SHOULD, decision=DECIDED)
 async def invoke_path_longest(ctx: Context) -> None:
     socket = await session(ctx)
     base = nowhere(ctx) + "/"

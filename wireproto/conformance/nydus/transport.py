@@ -191,8 +191,8 @@ def sized_invoke(id_: str, path: str, size: int) -> bytes:
 
 @kit.case("nydus.engineio.polling.over-max-payload",
           "A POST over maxPayload is refused with a 4xx status, and the server carries on",
-          section="Engine.IO 4: HTTP long-polling", decision=ENGINEIO, timeout=8.0,
-          harmful=True)
+          section="Engine.IO 4: HTTP long-polling", level=Level.SHOULD, decision=ENGINEIO,
+          timeout=8.0, harmful=True)
 async def polling_over(ctx: Context) -> str:
     poll = Polling(ctx)
     opened = await poll.handshake()
@@ -389,7 +389,8 @@ async def packet_empty(ctx: Context) -> str:
 
 @kit.case("nydus.engineio.packet.over-max-payload",
           "A WebSocket frame over maxPayload ends that session",
-          section="Engine.IO 4: Handshake", decision=ENGINEIO, timeout=8.0, harmful=True)
+          section="Engine.IO 4: Handshake", level=Level.SHOULD, decision=ENGINEIO, timeout=8.0,
+          harmful=True)
 async def packet_over(ctx: Context) -> str:
     socket = await session(ctx)
     assert socket.opened is not None
