@@ -29,6 +29,8 @@ FLAWS = {
     "crashes-on-escape": "stops serving on a path with a malformed escape, as the real server",
     "bad-open-packet": "leaves maxPayload out of the polling handshake's open packet",
     "unknown-sid-ok": "answers a poll or POST with a sid it never gave with 200 and a noop",
+    "over-publishes": "sends a PUBLISH after every answer, to a client that asked for none (the "
+                      "spec allows it)",
     "short-paths": "ends a session whose INVOKE has a path over 256 characters (the spec sets no "
                    "limit, nor forbids one)",
     "takes-over-max-payload": "announces a maxPayload a tenth of what it takes on polling (the "
@@ -79,6 +81,8 @@ class BrokenNydus(MessageProtocol):
         body = {"message": "Not Found"} if flaw == "no-status" else NOT_FOUND
         for _ in range(2 if flaw == "answers-twice" else 1):
             self.say(nydus.Error(id_, body))
+        if flaw == "over-publishes":
+            self.say(nydus.Publish("/news", {"headline": "over-published"}))
 
 
 class FlawedResource(EngineIOResource):

@@ -30,6 +30,7 @@ INFORMATION = {
     "nydus.ignored.result",
     "nydus.ignored.error",
     "nydus.ignored.publish",
+    "nydus.publish.unsubscribed",
 }
 
 
@@ -69,6 +70,7 @@ async def test_wireproto_passes_every_case(broker: Broker) -> None:
     assert said.pop("nydus.engineio.polling.binary") == (
         "took the POST and answered the poll with "
         "'43$b1|{\"message\":\"Not Found\",\"status\":404}'")
+    assert said.pop("nydus.publish.unsubscribed") == "PUBLISH unasked: none within 1 s"
     assert set(said.values()) == {"ignored it: the INVOKE after it was answered"}
     assert all(r.exchanges for r in results)
     assert not [r.case.id for r in results
@@ -121,7 +123,6 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
         "nydus.invoke.one-answer": F,
         "nydus.invoke.pairing": F,
         "nydus.invoke.data-types": F,
-        "nydus.publish.unsubscribed": F,  # what follows an answer is a second answer
     },
     "no-status": {"nydus.invoke.not-found-404": N},
     # Ignoring what does not parse is no MUST failed: only the SHOULD that it ends the session.
@@ -148,6 +149,8 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
         "nydus.engineio.polling.unknown-sid-post": F,
         "nydus.engineio.polling.close": N,  # a poll after the close packet gets 200
     },
+    # Over-publishing is allowed: the cases pass PUBLISHes over, and one reports them.
+    "over-publishes": {},
     "short-paths": {"nydus.invoke.path-longest": N},
     "takes-over-max-payload": {"nydus.engineio.polling.over-max-payload": N},
 }
@@ -169,6 +172,10 @@ async def test_a_broken_server_fails_the_right_cases(flaw: str) -> None:
     assert got == CAUGHT[flaw]
     if flaw == "crashes-on-escape":
         assert "the server stopped serving after this case" in results[-1].reason
+    if flaw == "over-publishes":
+        said = {r.case.id: r.reason for r in results}
+        assert said["nydus.publish.unsubscribed"] == (
+            "PUBLISH unasked: yes, Publish(path='/news', data={'headline': 'over-published'})")
 
 
 class Silent(Protocol):

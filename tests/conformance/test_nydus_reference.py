@@ -32,6 +32,7 @@ NOT_PASSED = {
     "nydus.ignored.result": Outcome.INFORMATION,
     "nydus.ignored.error": Outcome.INFORMATION,
     "nydus.ignored.publish": Outcome.INFORMATION,
+    "nydus.publish.unsubscribed": Outcome.INFORMATION,
     # engine.io leaves closing the WebSocket to the client that sent the close packet.
     "nydus.engineio.close.websocket": Outcome.NON_STRICT,
     # nydus-protocol 3.0.0 lets these in, where wireproto decided they are malformed (" |3", a

@@ -86,7 +86,7 @@ async def request_int_id(ctx: Context) -> None:
 
 
 @kit.case("ubre.request.string-id", "A request with the string id \"7\" is answered with \"7\", "
-          "a string", section=REQRES, decision=DECIDED)
+          "a string", section=REQRES)
 async def request_string_id(ctx: Context) -> None:
     probe = await ctx.connect()
     send(probe, Request("7"))
