@@ -3,6 +3,7 @@ a small nydus server of its own on top, each wrong in one way (`FLAWS`), on 127.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from twisted.internet import defer, reactor
@@ -22,10 +23,18 @@ FLAWS = {
     "cuts-ids": "answers with the id cut to 16 characters",
     "answers-twice": "answers every INVOKE twice",
     "no-status": "answers an unknown path with an ERROR without a status",
-    "keeps-malformed": "neither answers nor closes on a message that does not parse",
+    "keeps-malformed": "neither answers nor closes on a message that does not parse (as the "
+                       "spec allows: a disconnect is only usual)",
+    "answers-malformed": "answers a message that does not parse with an ERROR, and keeps it",
     "crashes-on-escape": "stops serving on a path with a malformed escape, as the real server",
     "bad-open-packet": "leaves maxPayload out of the polling handshake's open packet",
     "unknown-sid-ok": "answers a poll or POST with a sid it never gave with 200 and a noop",
+    "over-publishes": "sends a PUBLISH after every answer, to a client that asked for none (the "
+                      "spec allows it)",
+    "short-paths": "ends a session whose INVOKE has a path over 256 characters (the spec sets no "
+                   "limit, nor forbids one)",
+    "takes-over-max-payload": "announces a maxPayload a tenth of what it takes on polling (the "
+                              "spec says nothing of a POST over it)",
 }
 NOT_FOUND = {"message": "Not Found", "status": 404}
 
@@ -53,6 +62,9 @@ class BrokenNydus(MessageProtocol):
         except ProtocolError:
             if flaw == "keeps-malformed":
                 return
+            if flaw == "answers-malformed":
+                self.say(nydus.Error("malformed", {"message": "Bad Request", "status": 400}))
+                return
             if flaw == "crashes-on-escape" and b"%" in data:
                 self.server.crash()
                 return
@@ -61,10 +73,16 @@ class BrokenNydus(MessageProtocol):
             return
         if not isinstance(message, nydus.Invoke):
             return
+        if flaw == "short-paths" and len(message.path) > 256:
+            assert self.transport is not None
+            self.transport.loseConnection()
+            return
         id_ = message.id[:16] if flaw == "cuts-ids" else message.id
         body = {"message": "Not Found"} if flaw == "no-status" else NOT_FOUND
         for _ in range(2 if flaw == "answers-twice" else 1):
             self.say(nydus.Error(id_, body))
+        if flaw == "over-publishes":
+            self.say(nydus.Publish("/news", {"headline": "over-published"}))
 
 
 class FlawedResource(EngineIOResource):
@@ -81,6 +99,11 @@ class FlawedResource(EngineIOResource):
         if self.flaw == "bad-open-packet" and not sid and request.method == b"GET":
             write = request.write
             request.write = lambda data: write(data.replace(b'"maxPayload":', b'"xaxPayload":'))
+        if self.flaw == "takes-over-max-payload" and not sid and request.method == b"GET":
+            write = request.write
+            request.write = lambda data: write(re.sub(  # as long, for the Content-Length
+                rb'"maxPayload":(\d+)',
+                lambda m: (b'"maxPayload":%d' % (int(m[1]) // 10)).ljust(len(m[0])), data))
         return super().render(request)
 
 

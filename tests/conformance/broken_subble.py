@@ -45,7 +45,7 @@ from wireproto.errors import ProtocolError
 
 FLAWS = ("wrong-handshake-code", "any-version", "response-lengths", "error-lengths",
          "no-event-error", "delivers-undeclared", "echo-as-26", "stale-datetime",
-         "ignores-bad-input", "crash", "mute")
+         "ignores-bad-input", "crash", "mute", "rehandshake")
 
 MAX_MESSAGE = 1_048_576
 
@@ -89,7 +89,12 @@ class MiniConnection(Int32StringReceiver):
                 self.transport.loseConnection()
             return
         if type(message) is HandshakeRequest:
-            if self.client_id is not None:
+            if self.client_id is not None and flaw == "rehandshake":
+                # The spec allows it: a client handshakes again on its connection.
+                if self.factory.clients.get(self.client_id) is self:
+                    del self.factory.clients[self.client_id]
+                self.handshake(message)
+            elif self.client_id is not None:
                 self.transport.loseConnection()
             else:
                 self.handshake(message)

@@ -219,6 +219,35 @@ class ReplyTwice(MiniBroker):
     peer_class = TwiceReplyPeer
 
 
+# Two brokers the spec allows, though they do not do what ubre.js does: the kit must fail no
+# MUST case of theirs.
+
+
+class CatchAllPeer(MiniPeer):
+    def answer(self, message: Request, in_binary: bool) -> None:
+        self.send(Success(message.id, b"ok" if in_binary else "ok"), in_binary)
+
+
+class CatchAll(MiniBroker):
+    """Answers every request with a success, as a server whose handler takes any name would."""
+
+    peer_class = CatchAllPeer
+
+
+class SpecFormOnlyPeer(MiniPeer):
+    def answer(self, message: Request, in_binary: bool) -> None:
+        # The spec's request has no handler name: {"request": X, "id": Y} is a request whose
+        # id is X, the "id" key one it does not know.
+        request_id = message.id if message.name is None else message.name
+        self.send(Fail(request_id, b"NotFound" if in_binary else "NotFound"), in_binary)
+
+
+class SpecFormOnly(MiniBroker):
+    """Knows only the spec's request form, not ubre.js's (a handler's name and an id)."""
+
+    peer_class = SpecFormOnlyPeer
+
+
 class ShortHeaderCrashPeer(MiniPeer):
     def read(self, data: bytes, binary: bool) -> Message:
         if binary and 0 < len(data) < ubre.HEADER_SIZE and data[:1] != b"{":

@@ -31,6 +31,7 @@ class Faults:
     lenient_topics: bool = False  # takes any topic bytes, even empty or not ASCII
     one_byte_length: bool = False  # reads the topic length from the header's second byte only
     payload_cut: int | None = None  # delivers at most this many bytes of payload
+    payload_padding: int = 0  # delivers the payload with this many bytes after it
     crash_on_short: bool = False  # a frame under 2 bytes stops the whole server
     hang_on_malformed: bool = False  # a malformed frame: reads nothing more, never closes
     drop_all_on_malformed: bool = False  # a malformed frame closes every connection
@@ -99,6 +100,7 @@ class Connection(MessageProtocol):
         if faults.payload_cut is not None:
             end = 2 + (frame[0] << 8 & 0x3F00 | frame[1])
             frame = frame[:end + faults.payload_cut]
+        frame += b"\xe5" * faults.payload_padding
         self.transport.sendMessage(frame, not faults.text_frames)
 
     def _decode(self, data: bytes, binary: bool) -> Message:

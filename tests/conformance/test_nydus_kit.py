@@ -30,6 +30,7 @@ INFORMATION = {
     "nydus.ignored.result",
     "nydus.ignored.error",
     "nydus.ignored.publish",
+    "nydus.publish.unsubscribed",
 }
 
 
@@ -69,6 +70,7 @@ async def test_wireproto_passes_every_case(broker: Broker) -> None:
     assert said.pop("nydus.engineio.polling.binary") == (
         "took the POST and answered the poll with "
         "'43$b1|{\"message\":\"Not Found\",\"status\":404}'")
+    assert said.pop("nydus.publish.unsubscribed") == "PUBLISH unasked: none within 1 s"
     assert set(said.values()) == {"ignored it: the INVOKE after it was answered"}
     assert all(r.exchanges for r in results)
     assert not [r.case.id for r in results
@@ -82,6 +84,27 @@ async def test_ws_address_is_the_same_server(broker: Broker) -> None:
     chosen = NYDUS.select(["nydus.engineio.upgrade", "nydus.invoke.pairing"])
     results = await run_cases(reactor, target, NYDUS, chosen)
     assert {r.case.id: r.outcome for r in results} == {case.id: Outcome.PASS for case in chosen}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_ping_too_slow_to_wait_for_is_not_applicable(broker: Broker) -> None:
+    """With engine.io's pingInterval of 25 s the heartbeat cases cannot wait for a ping: they
+    say so, as information, where they passed without looking."""
+    port = free_port()
+    await broker.start(f"nydus+engineio@tcp:{port}:interface=127.0.0.1",
+                       engineio=EngineIOOptions(ping_interval=25.0, ping_timeout=20.0))
+    chosen = NYDUS.select(["nydus.engineio.ping.server", "nydus.engineio.ping.timeout"])
+    results = await run_cases(reactor, Target("nydus", f"http://127.0.0.1:{port}/engine.io/"),
+                              NYDUS, chosen)
+    assert {r.case.id: (r.outcome, r.reason) for r in results} == {
+        "nydus.engineio.ping.server": (
+            Outcome.INFORMATION,
+            "not applicable: pingInterval is 25000 ms, longer than the case's 7 s can wait"),
+        "nydus.engineio.ping.timeout": (
+            Outcome.INFORMATION,
+            "not applicable: pingInterval + pingTimeout is 45 s, longer than the case's 7 s "
+            "can wait"),
+    }
 
 
 # -- Broken servers -------------------------------------------------------------------------
@@ -100,10 +123,11 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
         "nydus.invoke.one-answer": F,
         "nydus.invoke.pairing": F,
         "nydus.invoke.data-types": F,
-        "nydus.publish.unsubscribed": F,  # what follows an answer is a second answer
     },
     "no-status": {"nydus.invoke.not-found-404": N},
-    "keeps-malformed": MALFORMED,
+    # Ignoring what does not parse is no MUST failed: only the SHOULD that it ends the session.
+    "keeps-malformed": {"nydus.malformed.closes": N},
+    "answers-malformed": MALFORMED,
     # The crash is seen by the check that the server still serves after the case; every case
     # after it fails too, as the server is gone (so only two cases are run there).
     "crashes-on-escape": {"nydus.malformed.path-bad-escape": F},
@@ -113,7 +137,7 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
         "nydus.engineio.handshake.upgrades": N,
         "nydus.engineio.polling.payload": F,
         "nydus.engineio.polling.largest": F,
-        "nydus.engineio.polling.over-max-payload": F,
+        "nydus.engineio.polling.over-max-payload": N,
         "nydus.engineio.polling.close": N,
         "nydus.engineio.polling.unknown-packet": N,
         "nydus.engineio.upgrade.probe": F,
@@ -125,6 +149,10 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
         "nydus.engineio.polling.unknown-sid-post": F,
         "nydus.engineio.polling.close": N,  # a poll after the close packet gets 200
     },
+    # Over-publishing is allowed: the cases pass PUBLISHes over, and one reports them.
+    "over-publishes": {},
+    "short-paths": {"nydus.invoke.path-longest": N},
+    "takes-over-max-payload": {"nydus.engineio.polling.over-max-payload": N},
 }
 
 
@@ -144,6 +172,10 @@ async def test_a_broken_server_fails_the_right_cases(flaw: str) -> None:
     assert got == CAUGHT[flaw]
     if flaw == "crashes-on-escape":
         assert "the server stopped serving after this case" in results[-1].reason
+    if flaw == "over-publishes":
+        said = {r.case.id: r.reason for r in results}
+        assert said["nydus.publish.unsubscribed"] == (
+            "PUBLISH unasked: yes, Publish(path='/news', data={'headline': 'over-published'})")
 
 
 class Silent(Protocol):

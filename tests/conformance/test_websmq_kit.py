@@ -264,9 +264,22 @@ async def test_a_broken_broker_fails_the_right_cases(broken, name):
 async def test_a_broker_that_delivers_nothing_cannot_be_judged(broken):
     where = await broken(Faults(delivers_nothing=True))
     started = reactor.seconds()
-    with pytest.raises(CouldNotRun, match="a publish on a subscribed topic"):
+    with pytest.raises(CouldNotRun, match="a publish on a subscribed topic did not arrive "
+                       "within 5 s of publishing it every 0.25 s"):
         await run_cases(reactor, Target("websmq", where["stream"]), kit)
     assert reactor.seconds() - started < 12
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_a_broker_wrongly_delivers_is_said_in_short(broken):
+    """Not the whole 3 MiB of it, in the error of a run that could not be run."""
+    where = await broken(Faults(payload_padding=3 << 20, max_message_size=4 << 20))
+    with pytest.raises(CouldNotRun) as raised:
+        await run_cases(reactor, Target("websmq", where["ws"]), kit)
+    said = str(raised.value)
+    assert "came back as a Publish on" in said
+    assert "3145733 bytes of payload b'alive" in said
+    assert len(said) < 400
 
 
 @pytest_twisted.ensureDeferred

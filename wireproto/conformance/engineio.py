@@ -23,6 +23,7 @@ from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer
 
 from wireproto.codecs import engineio
+from wireproto.conformance.bounded import bounded
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed
 from wireproto.conformance.probe import PROBE_MAX_MESSAGE, Probe, Received
@@ -286,7 +287,7 @@ class Polling(Probe):
                     self.pending.append(packet.data)
                 elif packet.type is not engineio.PacketType.NOOP:
                     raise CaseFailed(f"expected {what}, got packet type {int(packet.type)} "
-                                     f"{packet.data!r}")
+                                     f"{bounded(packet.data)}")
         return self.pending.pop(0)
 
     async def post(self, payload: str | bytes, timeout: float | None = None) -> Answer:

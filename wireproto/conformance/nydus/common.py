@@ -5,6 +5,7 @@ packets, and the checks for an answer and for a session's end."""
 from __future__ import annotations
 
 from wireproto.codecs import engineio, nydus
+from wireproto.conformance.bounded import bounded
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.engineio import EngineIOSocket, open_socket
@@ -12,7 +13,8 @@ from wireproto.conformance.model import CaseFailed
 from wireproto.errors import ProtocolError
 
 __all__ = ["DECIDED", "ENGINEIO", "ENGINEIO_DIFFERS", "SERVER", "kit", "answer", "ended",
-           "invoke", "nowhere", "read_nydus", "send_nydus", "session", "take_welcome"]
+           "invoke", "no_answer", "not_answered", "nowhere", "read_nydus", "send_nydus",
+           "session", "take_welcome"]
 
 kit = Catalogue("nydus", "nydus-protocol 3.0.0 over Engine.IO 4", "docs/nydus.md")
 
@@ -64,9 +66,30 @@ def invoke(socket: EngineIOSocket, id_: str, path: str, data: object = nydus.NO_
 
 
 async def read_nydus(socket: EngineIOSocket, what: str = "a nydus message",
-                     timeout: float | None = None) -> nydus.Message:
-    """The next nydus message (noops skipped); CaseFailed when the session ends first, another
-    packet comes, or the message does not parse."""
+                     timeout: float | None = None, publishes: bool = False) -> nydus.Message:
+    """The next nydus message (noops skipped, and PUBLISHes unless `publishes`: the spec lets a
+    server over-publish); CaseFailed when the session ends first, another packet comes, or the
+    message does not parse."""
+    while True:
+        message = await _next_nydus(socket, what, timeout)
+        if publishes or not isinstance(message, nydus.Publish):
+            return message
+
+
+async def no_answer(socket: EngineIOSocket, seconds: float, what: str) -> None:
+    """CaseFailed if anything but a PUBLISH (which a server may send at any time) comes within
+    `seconds`."""
+    try:
+        got = await read_nydus(socket, what, timeout=seconds)
+    except CaseFailed as failed:
+        if "got nothing" in str(failed):
+            return
+        raise
+    raise CaseFailed(f"expected {what}, got {bounded(got)}")
+
+
+async def _next_nydus(socket: EngineIOSocket, what: str,
+                      timeout: float | None) -> nydus.Message:
     while True:
         packet = await socket.packet(timeout, what)
         if packet.type is engineio.PacketType.NOOP:
@@ -91,10 +114,10 @@ async def answer(socket: EngineIOSocket, id_: str,
     """The RESULT or ERROR answering the INVOKE `id_`; anything else first fails."""
     message = await read_nydus(socket, f"the answer to INVOKE {id_}", timeout)
     if not isinstance(message, (nydus.Result, nydus.Error)):
-        raise CaseFailed(f"expected a RESULT or ERROR with id {id_}, got {message!r}")
+        raise CaseFailed(f"expected a RESULT or ERROR with id {id_}, got {bounded(message)}")
     if message.id != id_:
         raise CaseFailed(f"expected the answer to INVOKE {id_}, got one with id "
-                         f"{message.id!r}")
+                         f"{bounded(message.id)}")
     return message
 
 
@@ -107,7 +130,7 @@ async def ended(socket: EngineIOSocket, what: str, timeout: float = 2.0) -> str:
             packet = await socket.packet(what="the end of the session")
             if packet.type is engineio.PacketType.CLOSE:
                 return "close packet 1"
-            if packet.type is engineio.PacketType.NOOP:
+            if packet.type is engineio.PacketType.NOOP or _is_publish(packet):
                 continue
             raise CaseFailed(f"expected the server to end the session after {what}, got "
                              f"packet type {int(packet.type)} {str(packet.data)[:60]!r}")
@@ -118,3 +141,32 @@ async def ended(socket: EngineIOSocket, what: str, timeout: float = 2.0) -> str:
         if not await socket._change(deadline):  # a message or the close, or the deadline
             raise CaseFailed(f"expected the server to end the session after {what}; it "
                              f"stayed open {timeout:g} s")
+
+
+async def not_answered(socket: EngineIOSocket, what: str, wait: float = 0.6) -> str:
+    """Check that the server sends no message after `what` within `wait` seconds: it may end
+    the session or keep it. Says which it did."""
+    deadline = socket.reactor.seconds() + wait
+    while True:
+        if socket.received:
+            packet = await socket.packet(what=f"what follows {what}")
+            if packet.type is engineio.PacketType.CLOSE:
+                return "not answered: the session ended (close packet 1)"
+            if packet.type in (engineio.PacketType.NOOP, engineio.PacketType.PING) \
+                    or _is_publish(packet):
+                continue
+            raise CaseFailed(f"it was answered: Engine.IO packet type {int(packet.type)} "
+                             f"{str(packet.data)[:60]!r}")
+        if socket.closed_as is not None:
+            closed = socket.closed_as
+            return "not answered: the session ended " + (
+                f"(closed with code {closed.code})" if closed.code is not None
+                else f"({closed.text})")
+        if not await socket._change(deadline):  # a message or the close, or the deadline
+            return f"not answered within {wait:g} s; the session stayed open"
+
+
+def _is_publish(packet: engineio.Packet) -> bool:
+    """A nydus PUBLISH, which a server may send whenever it likes."""
+    return packet.type is engineio.PacketType.MESSAGE and isinstance(packet.data, str) \
+        and packet.data.startswith("4")

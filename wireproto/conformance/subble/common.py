@@ -23,6 +23,7 @@ from wireproto.codecs.subble import (
     decode,
     encode,
 )
+from wireproto.conformance.bounded import bounded
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed
@@ -95,12 +96,12 @@ async def next_event(probe: Probe, what: str = "an event",
 
 def describe(message: ServerMessage) -> str:
     if type(message) is Event:
-        return (f"an event ({int(message.code)}) of type {message.event_type!r} from "
-                f"{message.source!r}")
+        return (f"an event ({int(message.code)}) of type {bounded(message.event_type)} from "
+                f"{bounded(message.source)}")
     if type(message) is EventError:
-        return f"event error {int(message.code)} {message.message!r}"
+        return f"event error {int(message.code)} {bounded(message.message)}"
     assert type(message) is HandshakeResponse
-    return f"handshake response {int(message.code)} {message.message!r}"
+    return f"handshake response {int(message.code)} {bounded(message.message)}"
 
 
 @dataclass
@@ -137,7 +138,7 @@ async def handshake(ctx: Context, *, subscribe: tuple[str, ...] = (),
     probe, response = await request_handshake(ctx, request)
     if response.code not in ACCEPTED:
         raise CaseFailed(f"the handshake of {client_id!r} was refused with "
-                         f"{int(response.code)} {response.message!r}")
+                         f"{int(response.code)} {bounded(response.message)}")
     if response.code == MessageCode.OK_NEW_CLIENT_ID:
         if not response.message:
             raise CaseFailed("the handshake was answered 3 (new client ID) with no ID in the "

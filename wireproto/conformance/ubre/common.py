@@ -9,6 +9,7 @@ judged by the request cases; the other cases then wait a little and go on.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import reprlib
@@ -25,6 +26,7 @@ from wireproto.codecs.ubre import (
     Success,
     Unsubscribe,
 )
+from wireproto.conformance.bounded import bounded
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed
@@ -80,7 +82,11 @@ _short.maxstring, _short.maxother, _short.maxlevel = 80, 120, 3
 
 
 def show(value: object) -> str:
-    """A value, shortened, for a case's reason."""
+    """A value, shortened, for a case's reason (a message field by field, never written out
+    whole first)."""
+    if isinstance(value, (bytes, bytearray)) or (dataclasses.is_dataclass(value)
+                                                 and not isinstance(value, type)):
+        return bounded(value, 80)
     return _short.repr(value)
 
 

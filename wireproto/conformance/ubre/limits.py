@@ -12,6 +12,7 @@ from wireproto.conformance.probe import Probe
 from wireproto.conformance.ubre.common import (
     BINARY_FORMAT,
     BROKER,
+    DECIDED,
     JSON_FORMAT,
     expect_publish,
     is_websocket,
@@ -86,7 +87,7 @@ async def largest_json(ctx: Context) -> str:
 
 @kit.case("ubre.body.one-over-json", "A JSON message one byte over the server's message limit "
           "closes that connection alone (1009 on WebSocket), and nothing of it is delivered",
-          section=JSON_FORMAT, timeout=9.0, harmful=True)
+          section=JSON_FORMAT, level=Level.SHOULD, timeout=9.0, harmful=True)
 async def one_over_json(ctx: Context) -> str:
     return await _one_over(ctx, binary=False)
 
@@ -99,7 +100,7 @@ async def largest_binary(ctx: Context) -> str:
 
 @kit.case("ubre.body.one-over-binary", "A binary message one byte over the server's message "
           "limit closes that connection alone, and nothing of it is delivered",
-          section=BINARY_FORMAT, timeout=9.0, harmful=True)
+          section=BINARY_FORMAT, level=Level.SHOULD, timeout=9.0, harmful=True)
 async def one_over_binary(ctx: Context) -> str:
     return await _one_over(ctx, binary=True)
 
@@ -158,7 +159,8 @@ async def topic_longest(ctx: Context) -> None:
 
 @kit.case("ubre.topic.one-over-binary", "A binary message whose name is one byte longer than "
           "the name length says (65535, with 65536 bytes before no body) is refused, not "
-          "delivered", section=BINARY_FORMAT, harmful=True)
+          "delivered", section=BINARY_FORMAT, level=Level.SHOULD, decision=DECIDED,
+          harmful=True)
 async def topic_one_over(ctx: Context) -> str:
     topic = _longest_topic(ctx)
     watcher = await subscriber(ctx, topic, binary=True)

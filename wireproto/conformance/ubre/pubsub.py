@@ -241,7 +241,8 @@ async def subscribe_with_body(ctx: Context) -> None:
 
 
 @kit.case("ubre.subscribe.binary-json-mixed", "Subscribers in both formats get the same "
-          "publish, each in a form its format can read", section=BINARY_FORMAT)
+          "publish, each in a form its format can read", section=BINARY_FORMAT,
+          level=Level.SHOULD, decision=FORMATS)
 async def subscribe_mixed(ctx: Context) -> None:
     topic = ctx.topic("mixed")
     text, binary = await subscriber(ctx, topic), await subscriber(ctx, topic, binary=True)

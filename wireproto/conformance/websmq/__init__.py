@@ -11,9 +11,17 @@ from importlib import import_module
 from wireproto.codecs.websmq import Publish
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed
-from wireproto.conformance.websmq.support import kit, next_message, publish, subscribe
+from wireproto.conformance.websmq.support import (
+    described,
+    kit,
+    next_message,
+    publish,
+    subscribe,
+)
 
 __all__ = ["kit"]
+
+ALIVE_WITHIN = 5.0  # seconds the liveness check publishes for, every 0.25 s
 
 for _cases in ("messages", "limits", "malformed"):  # the catalogue's order
     import_module(f"{__name__}.{_cases}")
@@ -25,15 +33,19 @@ async def alive(ctx: Context) -> None:
     subscriber, publisher = await ctx.connect(), await ctx.connect()
     topic = ctx.topic("alive")
     subscriber.send(subscribe(topic))
-    deadline = ctx.reactor.seconds() + 5.0
+    deadline = ctx.reactor.seconds() + ALIVE_WITHIN
     while True:
         publisher.send(publish(topic, b"alive"))
         try:
             got = await next_message(subscriber, "a publish on a subscribed topic", 0.25)
-        except CaseFailed:
-            if subscriber.closed_as is not None or ctx.reactor.seconds() > deadline:
+        except CaseFailed as failed:
+            if subscriber.closed_as is not None:
                 raise
+            if ctx.reactor.seconds() > deadline:
+                raise CaseFailed(f"a publish on a subscribed topic did not arrive within "
+                                 f"{ALIVE_WITHIN:g} s of publishing it every 0.25 s (the last "
+                                 f"try: {failed})") from None
             continue
         if got != Publish(topic, b"alive"):
-            raise CaseFailed(f"a publish on a subscribed topic came back as {got}")
+            raise CaseFailed(f"a publish on a subscribed topic came back as {described(got)}")
         return
