@@ -53,6 +53,21 @@ async def test_each_case_against_wireprotos_broker(broker) -> None:
     assert any(e.text == "the kit checks that the server still serves" for e in poison)
 
 
+@pytest.mark.parametrize("transport", ["ws+unix", "unix"])
+@pytest_twisted.ensureDeferred
+async def test_a_server_on_a_unix_socket(broker, tmp_path, transport) -> None:
+    """A broker's unix listener, WebSocket or framed, is judged as one on TCP is."""
+    socket = tmp_path / "broker.sock"
+    if transport == "unix":
+        await broker.start(f"websmq+length32@unix:{socket}")
+        target = Target("websmq", f"unix:{socket}", framing="length32")
+    else:
+        await broker.start(f"websmq+ws@unix:{socket}")
+        target = Target("websmq", f"ws+unix://{socket}:/websmq")
+    results = await run_cases(reactor, target, kit, kit_with("delivered", "poison")().cases)
+    assert outcomes(results) == {"delivered": Outcome.PASS, "poison": Outcome.PASS}
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_server_that_dies_on_bad_input_fails_that_case() -> None:
     server = ToyServer(dies=True)
