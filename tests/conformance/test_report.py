@@ -201,3 +201,32 @@ def test_a_token_in_a_jwt_query_parameter_is_not_shown() -> None:
     """`?jwt=` is where many servers take a browser's token: it is redacted as `?token=` is."""
     shown = Scrubber().text("could not connect to ws://h:1/websmq?jwt=eyJ.x.y&v=2")
     assert shown == "could not connect to ws://h:1/websmq?jwt=***&v=2"
+
+
+def test_what_the_server_sends_back_is_masked_before_any_case_reads_it() -> None:
+    """A case cuts what it shows of a message (60 bytes, say), and a credential straddling the
+    cut would show in part past any later scrubbing: the probe masks every form of each
+    credential the moment the bytes arrive, keeping lengths, so that no cut can hold one."""
+    import base64
+    import json
+    from urllib.parse import quote
+
+    from wireproto.cli import build_parser
+    from wireproto.conformance.command import _target
+
+    args = build_parser("conform").parse_words([
+        "conform", "server", "ws://127.0.0.1:1/websmq?jwt=QueryJwtSecret777",
+        "--token", "SuperSecretToken123"])
+    target, _ = _target(args, "websmq")
+    for secret in ("SuperSecretToken123", "QueryJwtSecret777"):
+        raw = secret.encode()
+        for form in (raw, raw.hex().encode(), raw.hex().upper().encode(),
+                     quote(secret).encode(), json.dumps(secret).encode()):
+            sent = b"\x3f\xff" + form + b" and more"
+            masked = target.mask(sent)
+            assert len(masked) == len(sent) and b"Secret" not in masked, masked
+            assert b"Secret".hex().encode() not in masked.lower(), masked
+        for skew in range(3):
+            encoded = base64.b64encode(b"?" * skew + b"Bearer " + raw + b" and more")
+            assert b"Secret" not in base64.b64decode(
+                target.mask(encoded).replace(b"*", b"A")), skew

@@ -159,10 +159,17 @@ def _target(args: argparse.Namespace, protocol: str) -> tuple[Target, Scrubber]:
     secrets += [args.password or "", args.token or ""]
     secrets += [os.environ.get(name, "") for name in ("WIREPROTO_TOKEN",
                                                        "WIREPROTO_PASSWORD")]
+    from urllib.parse import parse_qsl, urlsplit
+
+    from wireproto.redaction import is_secret_parameter
+
+    query = urlsplit(args.address).query if "://" in args.address else ""
+    secrets += [value for name, value in parse_qsl(query) if is_secret_parameter(name)]
     target = Target(protocol, args.address, cafile=options.get("cafile"),
                     insecure=bool(options.get("insecure")), certfile=options.get("certfile"),
                     keyfile=options.get("keyfile"), headers=headers, framing=args.framing,
-                    max_message_size=args.max_message_size, topic_prefix=args.topic_prefix)
+                    max_message_size=args.max_message_size, topic_prefix=args.topic_prefix,
+                    secrets=tuple(secret for secret in secrets if secret))
     return target, Scrubber(secrets)
 
 

@@ -53,7 +53,7 @@ class Context:
 
         where = address or self.target.address
         target = self.target
-        probe = Probe(self.recorder, self.reactor, target.receive_timeout)
+        probe = Probe(self.recorder, self.reactor, target.receive_timeout, target.mask)
         self.probes.append(probe)
         try:
             if is_websocket_address(where):
@@ -83,7 +83,9 @@ class Context:
         await waiter
 
     async def close_all(self) -> None:
-        """Close every connection this case opened, waiting a little for each to end."""
+        """Close every connection this case opened, waiting a little for each to end, and let
+        go of what they received and the case did not read: the connection objects may live on
+        a while (the transport's own references), and their messages must not."""
         for probe in self.probes:
             probe.close()
         deadline = self.reactor.seconds() + CLOSE_WAIT
@@ -94,3 +96,6 @@ class Context:
                 await probe.closed(max(0.01, deadline - self.reactor.seconds()))
             except CaseFailed:
                 probe.abort()
+        for probe in self.probes:
+            probe.release()
+        self.probes.clear()

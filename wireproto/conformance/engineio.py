@@ -117,7 +117,7 @@ async def open_socket(ctx: Context, sid: str | None = None, *, query: str = "") 
     _, ws = engineio_urls(target.address)
     if not query:
         query = "EIO=4&transport=websocket" + (f"&sid={sid}" if sid else "")
-    socket = EngineIOSocket(ctx.recorder, ctx.reactor, target.receive_timeout)
+    socket = EngineIOSocket(ctx.recorder, ctx.reactor, target.receive_timeout, target.mask)
     ctx.probes.append(socket)
     options = WebSocketOptions(max_message_size=PROBE_MAX_MESSAGE, auto_ping_interval=None,
                                auto_ping_timeout=None)
@@ -197,7 +197,7 @@ class Polling(Probe):
 
     def __init__(self, ctx: Context) -> None:
         target = ctx.target
-        super().__init__(ctx.recorder, ctx.reactor, target.receive_timeout)
+        super().__init__(ctx.recorder, ctx.reactor, target.receive_timeout, target.mask)
         ctx.probes.append(self)
         self.base, _ = engineio_urls(target.address)
         self.headers = dict(target.headers)
@@ -207,6 +207,10 @@ class Polling(Probe):
         self.sid: str | None = None
         self.in_flight: list[defer.Deferred[Answer]] = []
         self.pending: list[str] = []  # message packets polled but not yet taken
+
+    def release(self) -> None:
+        super().release()
+        self.pending.clear()
 
     async def request(self, method: str, query: str, body: bytes | None = None,
                       timeout: float | None = None) -> Answer:
@@ -248,7 +252,7 @@ class Polling(Probe):
                                             headers, producer)
         done: defer.Deferred[bytes] = defer.Deferred()
         response.deliverBody(_Collect(done, MAX_ANSWER))
-        return Answer(response.code, await done)
+        return Answer(response.code, self.mask(await done))
 
     def query(self, sid: str | None = None) -> str:
         sid = self.sid if sid is None else sid

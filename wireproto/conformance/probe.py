@@ -9,9 +9,13 @@ what no codec would write; `send_raw` writes bytes under the framing, to break t
 
 from __future__ import annotations
 
+import base64
+import functools
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
@@ -59,6 +63,22 @@ class Target:
     max_message_size: int = 1_048_576
     topic_prefix: str = "conformance"
     receive_timeout: float = 2.0
+    # The credentials the kit sends (header values, tokens, passwords): `mask` hides each in
+    # what the server sends, before any case reads it.
+    secrets: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def _masked(self) -> list[bytes]:
+        return masked_forms(self.secrets)
+
+    def mask(self, data: bytes) -> bytes:
+        """`data` with every form of a credential a server may send back (plain, hex, base64,
+        percent-encoded, JSON-escaped) replaced by as many ``*``: cases judge the same bytes,
+        lengths and frames, and nothing they show can hold a credential, however they cut it."""
+        for form in self._masked:
+            if form in data:
+                data = data.replace(form, b"*" * len(form))
+        return data
 
 
 @dataclass(frozen=True)
@@ -90,6 +110,33 @@ class RecordBudget:
             return False
         self.left -= size
         return True
+
+
+# A credential shorter than this is not looked for (it would blot out every byte that happens
+# to equal it); a header value or a password is longer.
+SHORTEST_SECRET = 4
+
+
+def masked_forms(secrets: Iterable[str]) -> list[bytes]:
+    """The forms each secret of `secrets` may come back in, longest first."""
+    forms: set[bytes] = set()
+    for secret in secrets:
+        if len(secret) < SHORTEST_SECRET:
+            continue
+        raw = secret.encode("utf-8")
+        forms.update({raw, raw.hex().encode(), raw.hex().upper().encode(),
+                      quote(secret, safe="").encode(), repr(raw)[2:-1].encode(),
+                      json.dumps(secret)[1:-1].encode(),
+                      json.dumps(secret, ensure_ascii=False)[1:-1].encode("utf-8")})
+        # base64 at each of the three alignments the secret may have in a longer message:
+        # the characters that depend on its bytes alone.
+        for skew in range(3):
+            encoded = base64.b64encode(bytes(skew) + raw).rstrip(b"=")
+            end = len(encoded) - (0 if (skew + len(raw)) % 3 == 0 else 4)
+            core = encoded[4 if skew else 0:end]
+            if len(core) >= 8:
+                forms.add(core)
+    return sorted(forms, key=len, reverse=True)
 
 
 class Recorder:
@@ -133,9 +180,10 @@ class Probe(MessageProtocol):
     """One recorded connection of a case. Received messages queue until a case asks for them
     (`receive`); a case that wants none checks with `silent`."""
 
-    def __init__(self, recorder: Recorder, reactor: IReactorTime,
-                 receive_timeout: float) -> None:
+    def __init__(self, recorder: Recorder, reactor: IReactorTime, receive_timeout: float,
+                 mask: Callable[[bytes], bytes] | None = None) -> None:
         self.recorder = recorder
+        self.mask = mask or bytes
         self.reactor = reactor
         self.receive_timeout = receive_timeout
         self.number = recorder.number()
@@ -150,7 +198,8 @@ class Probe(MessageProtocol):
         self.recorder.add(self.number, "event", text="connected")
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
-        self.recorder.add(self.number, "received", bytes(data), binary)
+        data = self.mask(bytes(data))
+        self.recorder.add(self.number, "received", data, binary)
         if len(self.received) >= QUEUE_LIMIT or self.queued_bytes + len(data) > QUEUE_BYTES:
             if self.transport is not None and self.connected:
                 self.recorder.add(self.number, "event", text=(
@@ -260,6 +309,11 @@ class Probe(MessageProtocol):
             if not await self._change(deadline):
                 raise CaseFailed(f"expected {what} within {seconds:g} s; it stayed open")
         return self.closed_as
+
+    def release(self) -> None:
+        """Drop the messages the case did not read: the case is over."""
+        self.received.clear()
+        self.queued_bytes = 0
 
     @property
     def is_open(self) -> bool:

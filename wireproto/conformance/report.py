@@ -9,7 +9,6 @@ every recorded byte first.
 
 from __future__ import annotations
 
-import base64
 import errno
 import html
 import json
@@ -24,6 +23,7 @@ from typing import TypedDict
 
 from wireproto.conformance.catalogue import CaseResult, count
 from wireproto.conformance.model import KIT_VERSION, Exchange, Outcome
+from wireproto.conformance.probe import masked_forms
 from wireproto.redaction import REDACTED, redact_text
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "HEX_LIMIT", "Run", "Scrubber", "case_line",
@@ -34,9 +34,6 @@ SCHEMA = "wireproto-conformance-report"
 SCHEMA_VERSION = 1
 # The bytes of one exchange a report keeps (its length is always the whole length).
 HEX_LIMIT = 4096
-# A credential shorter than this is not searched for in recorded bytes (it would blot out
-# every byte that happens to equal it); a header value or a password is longer.
-SHORTEST_SECRET = 4
 # The characters of a case's reason a line or a report keeps: a reason quoting what a server
 # sent cannot make either as large as the server likes.
 REASON_LIMIT = 2000
@@ -72,12 +69,8 @@ class Scrubber:
     binary packets) are taken out too."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        found = {secret for secret in secrets if secret and len(secret) >= SHORTEST_SECRET}
-        forms: set[bytes] = set()
-        for secret in found:
-            forms.update(_forms(secret.encode("utf-8")))
         # Longest first: a token inside "Bearer TOKEN" is taken out with its prefix.
-        self.secret_bytes = sorted((form for form in forms if form), key=len, reverse=True)
+        self.secret_bytes = masked_forms(secrets)
         self.secrets = [form.decode("utf-8", "replace") for form in self.secret_bytes]
 
     def text(self, text: str) -> str:
@@ -89,23 +82,6 @@ class Scrubber:
         for secret in self.secret_bytes:
             data = data.replace(secret, REDACTED.encode())
         return data
-
-
-def _forms(secret: bytes) -> set[bytes]:
-    """The forms of `secret` a line, a reason or recorded bytes may hold it in."""
-    forms = {secret, secret.hex().encode(), secret.hex().upper().encode(),
-             repr(secret)[2:-1].encode(),
-             repr(secret.decode("utf-8", "replace"))[1:-1].encode("utf-8")}
-    # base64 at each of the three alignments the secret may have in a longer message: the
-    # characters that depend on the secret's bytes alone.
-    for skew in range(3):
-        encoded = base64.b64encode(bytes(skew) + secret).rstrip(b"=")
-        start = 4 if skew else 0
-        end = len(encoded) - (0 if (skew + len(secret)) % 3 == 0 else 4)
-        core = encoded[start:end]
-        if len(core) >= 8:
-            forms.add(core)
-    return forms
 
 
 @dataclass
@@ -207,7 +183,8 @@ def _exchange(exchange: Exchange, scrub: Scrubber) -> ExchangeRecord:
         kept = data[:HEX_LIMIT]
         length = max(exchange.length, len(exchange.data))
         record["length"], record["hex"] = length, kept.hex()
-        record["truncated"] = length > len(kept)
+        # cut by the record or by the report; a credential taken out shortens it, and is no cut
+        record["truncated"] = length > HEX_LIMIT or len(exchange.data) < length
         if not exchange.text and not exchange.binary:
             record["text"] = kept.decode("utf-8", "replace")
     return record
