@@ -26,6 +26,9 @@ FLAWS = {
     "keeps-malformed": "neither answers nor closes on a message that does not parse (as the "
                        "spec allows: a disconnect is only usual)",
     "answers-malformed": "answers a message that does not parse with an ERROR, and keeps it",
+    "refuses-invalid-invokes": "answers an INVOKE that does not parse but whose id it can read "
+                               "with an ERROR 400 for that id, as the spec asks for an invalid "
+                               "path; closes on anything else that does not parse",
     "crashes-on-escape": "stops serving on a path with a malformed escape, as the real server",
     "bad-open-packet": "leaves maxPayload out of the polling handshake's open packet",
     "unknown-sid-ok": "answers a poll or POST with a sid it never gave with 200 and a noop",
@@ -64,6 +67,11 @@ class BrokenNydus(MessageProtocol):
                 return
             if flaw == "answers-malformed":
                 self.say(nydus.Error("malformed", {"message": "Bad Request", "status": 400}))
+                return
+            readable = re.match(rb"1\$([A-Za-z0-9-]{1,32})~", data)
+            if flaw == "refuses-invalid-invokes" and readable:
+                self.say(nydus.Error(readable.group(1).decode(),
+                                     {"message": "Bad Request", "status": 400}))
                 return
             if flaw == "crashes-on-escape" and b"%" in data:
                 self.server.crash()

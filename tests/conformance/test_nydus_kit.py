@@ -4,6 +4,7 @@ outcome is pinned by id."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -99,12 +100,27 @@ async def test_a_ping_too_slow_to_wait_for_is_not_applicable(broker: Broker) -> 
     assert {r.case.id: (r.outcome, r.reason) for r in results} == {
         "nydus.engineio.ping.server": (
             Outcome.INFORMATION,
-            "not applicable: pingInterval is 25000 ms, longer than the case's 7 s can wait"),
+            "not applicable: pingInterval is 25000 ms, longer than the case's 7 s can wait "
+            "(--timeout gives it longer)"),
         "nydus.engineio.ping.timeout": (
             Outcome.INFORMATION,
             "not applicable: pingInterval + pingTimeout is 45 s, longer than the case's 7 s "
-            "can wait"),
+            "can wait (--timeout gives it longer)"),
     }
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_longer_timeout_lets_the_heartbeat_case_wait(broker: Broker) -> None:
+    """--timeout reaches the heartbeat cases: given 12 s, the ping of an 8 s pingInterval is
+    waited for and judged (the case's wait was fixed at 7 s whatever --timeout said)."""
+    port = free_port()
+    await broker.start(f"nydus+engineio@tcp:{port}:interface=127.0.0.1",
+                       engineio=EngineIOOptions(ping_interval=8.0, ping_timeout=5.0))
+    chosen = [dataclasses.replace(case, timeout=12.0)
+              for case in NYDUS.select(["nydus.engineio.ping.server"])]
+    results = await run_cases(reactor, Target("nydus", f"http://127.0.0.1:{port}/engine.io/"),
+                              NYDUS, chosen)
+    assert [(r.outcome, r.reason) for r in results] == [(Outcome.PASS, "")]
 
 
 # -- Broken servers -------------------------------------------------------------------------
@@ -128,6 +144,9 @@ CAUGHT: dict[str, dict[str, Outcome]] = {
     # Ignoring what does not parse is no MUST failed: only the SHOULD that it ends the session.
     "keeps-malformed": {"nydus.malformed.closes": N},
     "answers-malformed": MALFORMED,
+    # An ERROR for the id of an INVOKE that does not parse is what the spec asks of an invalid
+    # path: no case fails (it failed four MUSTs: found by an attack).
+    "refuses-invalid-invokes": {},
     # The crash is seen by the check that the server still serves after the case; every case
     # after it fails too, as the server is gone (so only two cases are run there).
     "crashes-on-escape": {"nydus.malformed.path-bad-escape": F},

@@ -27,6 +27,9 @@ class Context:
         self.recorder = recorder
         self.run_id = run_id
         self.probes: list[Probe] = []
+        # The case's own timeout (or --timeout's): a case that waits on the server's clock (a
+        # heartbeat) knows how long it may.
+        self.timeout = 5.0
 
     def topic(self, name: str = "t") -> str:
         """A topic of this run alone, under the target's prefix: `PREFIX/RUN/NAME`."""

@@ -68,6 +68,7 @@ async def run_case(reactor: IReactorTime, target: Target, catalogue: Catalogue, 
     run's bytes."""
     recorder = Recorder(budget)
     context = Context(reactor, target, recorder, run_id)
+    context.timeout = case.timeout
     started = time.monotonic()
     met, reason, applies = True, "", True
     try:

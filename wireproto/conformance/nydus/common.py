@@ -143,9 +143,12 @@ async def ended(socket: EngineIOSocket, what: str, timeout: float = 2.0) -> str:
                              f"stayed open {timeout:g} s")
 
 
-async def not_answered(socket: EngineIOSocket, what: str, wait: float = 0.6) -> str:
+async def not_answered(socket: EngineIOSocket, what: str, wait: float = 0.6,
+                       error_for: str | None = None) -> str:
     """Check that the server sends no message after `what` within `wait` seconds: it may end
-    the session or keep it. Says which it did."""
+    the session or keep it. Says which it did. With `error_for`, an ERROR for that id is no
+    answer as if the message were valid: the spec asks a server to answer an INVOKE of an
+    invalid path with one."""
     deadline = socket.reactor.seconds() + wait
     while True:
         if socket.received:
@@ -155,6 +158,9 @@ async def not_answered(socket: EngineIOSocket, what: str, wait: float = 0.6) -> 
             if packet.type in (engineio.PacketType.NOOP, engineio.PacketType.PING) \
                     or _is_publish(packet):
                 continue
+            refused = _error_for(packet, error_for)
+            if refused is not None:
+                return f"refused with an ERROR for its id ({refused})"
             raise CaseFailed(f"it was answered: Engine.IO packet type {int(packet.type)} "
                              f"{str(packet.data)[:60]!r}")
         if socket.closed_as is not None:
@@ -164,6 +170,22 @@ async def not_answered(socket: EngineIOSocket, what: str, wait: float = 0.6) -> 
                 else f"({closed.text})")
         if not await socket._change(deadline):  # a message or the close, or the deadline
             return f"not answered within {wait:g} s; the session stayed open"
+
+
+def _error_for(packet: engineio.Packet, id_: str | None) -> str | None:
+    """The status of `packet` when it is a nydus ERROR for `id_`, else None."""
+    if id_ is None or packet.type is not engineio.PacketType.MESSAGE \
+            or not isinstance(packet.data, str):
+        return None
+    try:
+        message = nydus.decode(packet.data)
+    except ProtocolError:
+        return None
+    if not isinstance(message, nydus.Error) or message.id != id_:
+        return None
+    data = message.data
+    status = data.get("status") if isinstance(data, dict) else None
+    return f"status {status}" if status is not None else "an ERROR"
 
 
 def _is_publish(packet: engineio.Packet) -> bool:

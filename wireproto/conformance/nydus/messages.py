@@ -274,7 +274,7 @@ _ignored("publish", "PUBLISH", '4~/conformance/ignored|"news"')
 
 # (id, what it is, the nydus string, level): every kind wireproto's codec refuses. SHOULD
 # marks what only wireproto's decisions refuse (nydus-protocol 3.0.0 lets it in).
-MALFORMED = [
+MALFORMED: list[tuple[str, str, str, Level] | tuple[str, str, str, Level, str]] = [
     ("empty", "an empty message", "", Level.MUST),
     ("short", "a type without '|'", "1", Level.MUST),
     ("unknown-type", "type 5", '5|"hi"', Level.MUST),
@@ -287,28 +287,33 @@ MALFORMED = [
     ("publish-with-id", "a PUBLISH with an id", '4$m7~/test|"message"', Level.MUST),
     ("welcome-with-id", "a WELCOME with an id", "0$m7|3", Level.MUST),
     ("welcome-version", "a WELCOME for protocol version 1", "0|1", Level.MUST),
-    ("bad-json", "data that is not JSON", "1$m7~/conformance|fail me now!", Level.MUST),
+    ("bad-json", "data that is not JSON", "1$m7~/conformance|fail me now!", Level.MUST, "m7"),
     ("id-empty", "an empty id", "1$~/conformance|1", Level.MUST),
     ("id-characters", "an id with a space", "1$a b~/conformance|1", Level.SHOULD),
     ("id-too-long", "an id of 33 characters", f"1${'i' * 33}~/conformance|1", Level.SHOULD),
-    ("path-empty", "an empty path", "1$m7~|1", Level.MUST),
+    ("path-empty", "an empty path", "1$m7~|1", Level.MUST, "m7"),
     ("path-too-long", "a path of 1025 characters",
-     f"1$m7~/{'p' * (nydus.MAX_PATH_LENGTH)}|1", Level.SHOULD),
-    ("path-bad-escape", "a path with the escape %ZZ", "1$m7~/conformance/%ZZ|1", Level.MUST),
+     f"1$m7~/{'p' * (nydus.MAX_PATH_LENGTH)}|1", Level.SHOULD, "m7"),
+    ("path-bad-escape", "a path with the escape %ZZ", "1$m7~/conformance/%ZZ|1", Level.MUST,
+     "m7"),
     ("path-not-utf8", "a path whose escapes are no UTF-8 (%C0%80)",
-     "1$m7~/conformance/%C0%80|1", Level.MUST),
+     "1$m7~/conformance/%C0%80|1", Level.MUST, "m7"),
 ]
 
 
-def _malformed(id_: str, what: str, text: str, level: Level) -> None:
-    @kit.case(f"nydus.malformed.{id_}",
-              f"A message with {what} is not answered (the session may end)",
+def _malformed(id_: str, what: str, text: str, level: Level,
+               invoke_id: str | None = None) -> None:
+    title = (f"A message with {what} is not answered as if valid: an ERROR for its id, or "
+             "nothing (the session may end)" if invoke_id is not None else
+             f"A message with {what} is not answered (the session may end)")
+
+    @kit.case(f"nydus.malformed.{id_}", title,
               section="Protocol", level=level, decision=DECIDED if level is Level.SHOULD
               else SERVER, harmful=True)
     async def body(ctx: Context) -> str:
         socket = await session(ctx)
         send_nydus(socket, text)
-        return await not_answered(socket, what)
+        return await not_answered(socket, what, error_for=invoke_id)
 
 
 for _case in MALFORMED:
