@@ -69,9 +69,9 @@ def check(results: list[CaseResult], websocket: bool) -> None:
     by_id = {result.case.id: result for result in results}
     # How it refused, where the kit says: 1002 for what is not UBRE, 1009 for too big.
     if websocket:
-        assert by_id["ubre.malformed.closes"].reason == "closed with code 1002"
-        assert by_id["ubre.body.one-over-json"].reason == "closed with code 1009"
-        assert by_id["ubre.malformed.json-invalid"].reason == "closed (close code 1002)"
+        assert by_id["ubre.malformed.closes"].reason.startswith("close code 1002 ")
+        assert by_id["ubre.body.one-over-json"].reason.startswith("close code 1009 ")
+        assert by_id["ubre.malformed.json-invalid"].reason.startswith("close code 1002 ")
     else:
         assert by_id["ubre.publish.text-frames"].reason == \
             "not a WebSocket: frames have no type"

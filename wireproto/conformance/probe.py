@@ -67,6 +67,14 @@ class Target:
     # what the server sends, before any case reads it.
     secrets: tuple[str, ...] = ()
 
+    @property
+    def over_websocket(self) -> bool:
+        """Whether the target is a WebSocket URL (its frames are text or binary; a stream's
+        framing is the kit's to break)."""
+        from wireproto.transports.connect import is_websocket_address
+
+        return is_websocket_address(self.address)
+
     @functools.cached_property
     def _masked(self) -> list[bytes]:
         return masked_forms(self.secrets)
@@ -96,6 +104,13 @@ class Closed:
     reason: str | None
     clean: bool
     text: str
+
+    @property
+    def described(self) -> str:
+        """How a reason says it: ``close code 1002 'bad frame'``, or ``closed`` without a code."""
+        if self.code is None:
+            return "closed"
+        return f"close code {self.code}" + (f" {self.reason!r}" if self.reason else "")
 
 
 class RecordBudget:

@@ -27,13 +27,13 @@ from wireproto.conformance.bounded import bounded
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed
-from wireproto.conformance.probe import Closed, Probe, Received, shown
+from wireproto.conformance.probe import Probe, Received, shown
 from wireproto.errors import ProtocolError
 
 __all__ = [
     "ACCEPTED", "DECIDED", "DECIDED_HOST", "EVENTS_DOC", "HANDSHAKE_DOC", "MSGPACK", "JSON",
     "REFUSALS", "Client", "kit", "name", "client_name", "handshake", "request_handshake", "produce",
-    "server_message", "next_message", "next_event", "not_accepted", "closed_text",
+    "server_message", "next_message", "next_event", "not_accepted",
     "GUID_ROOM", "event_size",
 ]
 
@@ -158,12 +158,6 @@ def produce(client: Client, event_type: str, payload: bytes, format: int = MSGPA
     return request
 
 
-def closed_text(closed: Closed) -> str:
-    if closed.code is not None:
-        return f"closed with {closed.code}" + (f" {closed.reason!r}" if closed.reason else "")
-    return "closed"
-
-
 async def not_accepted(probe: Probe, what: str, window: float = 0.5,
                        handshaken: bool = True) -> str:
     """Judge a server's answer to input it must not act on: a close, an error (51/52, or a
@@ -173,7 +167,7 @@ async def not_accepted(probe: Probe, what: str, window: float = 0.5,
     while True:
         left = deadline - time.monotonic()
         if probe.closed_as is not None and not probe.received:
-            return f"the server {closed_text(probe.closed_as)}"
+            return f"the server closed the connection ({probe.closed_as.described})"
         if left <= 0:
             return "the server ignored it (no answer, the connection stayed open)"
         try:

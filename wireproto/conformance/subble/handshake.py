@@ -22,7 +22,6 @@ from wireproto.conformance.subble.common import (
     MSGPACK,
     REFUSALS,
     client_name,
-    closed_text,
     handshake,
     kit,
     name,
@@ -198,7 +197,7 @@ async def same_client_id(ctx: Context) -> str:
     if response.code in ACCEPTED:
         try:
             closed = await first.probe.closed(1.0)
-            said += f"; the first was {closed_text(closed)}"
+            said += f"; the first was closed ({closed.described})"
         except CaseFailed:  # still open: that is what it does
             said += "; the first stayed open"
     return said
@@ -277,7 +276,7 @@ async def version_then_nothing(ctx: Context) -> str:
     if response.code in ACCEPTED:
         raise ctx.fail(f"version 2.0.0 was accepted with {int(response.code)}")
     if probe.closed_as is not None:
-        return f"refused with {int(response.code)}, then {closed_text(probe.closed_as)}"
+        return f"refused with {int(response.code)}, then closed ({probe.closed_as.described})"
     probe.send(encode(ProduceEvent("", MSGPACK, event_type, b"\xc0")))
     said = await not_accepted(probe, "a produce after a refused handshake", handshaken=False)
     await subscriber.probe.silent(0.3, "no event from a refused connection")
@@ -296,4 +295,4 @@ async def refusal_closes(ctx: Context) -> str:
         closed = await probe.closed(1.0)
     except CaseFailed:  # still open: that is the answer
         return "no: the connection stayed open"
-    return f"yes: {closed_text(closed)}"
+    return f"yes: closed ({closed.described})"

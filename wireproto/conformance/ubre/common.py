@@ -30,13 +30,13 @@ from wireproto.conformance.bounded import bounded
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed
-from wireproto.conformance.probe import Closed, Probe, Received, shown
+from wireproto.conformance.probe import Probe, Received, shown
 from wireproto.errors import ProtocolError
 
 __all__ = [
     "DECIDED", "BROKER", "FORMATS", "JSON_FORMAT", "BINARY_FORMAT", "kit", "json_bytes", "send",
     "send_json", "decoded", "next_message", "quiet", "sync", "subscriber", "expect_publish",
-    "answer_to", "refused", "show", "is_websocket", "alive", "still_serves",
+    "answer_to", "refused", "show", "alive", "still_serves",
 ]
 
 kit = Catalogue("ubre", "UBRE", "docs/ubre.md")
@@ -88,10 +88,6 @@ def show(value: object) -> str:
                                                  and not isinstance(value, type)):
         return bounded(value, 80)
     return _short.repr(value)
-
-
-def is_websocket(ctx: Context) -> bool:
-    return ctx.target.address.split(":", 1)[0] in ("ws", "wss", "ws+unix")
 
 
 def decoded(received: Received) -> Message:
@@ -217,10 +213,6 @@ async def expect_publish(probe: Probe, topic: str, timeout: float | None = None)
     return message
 
 
-def _closed_text(closed: Closed) -> str:
-    return f"closed (close code {closed.code})" if closed.code is not None else "closed"
-
-
 async def refused(ctx: Context, probe: Probe, watcher: Probe | None = None,
                   topic: str | None = None) -> str:
     """Judge a message the server must not act on: it closes the connection, or ignores the
@@ -233,7 +225,7 @@ async def refused(ctx: Context, probe: Probe, watcher: Probe | None = None,
         except CaseFailed:
             how = "ignored (the connection stayed open)"
         else:
-            how = _closed_text(closed)
+            how = closed.described
         if probe.received:
             raise CaseFailed(f"the server acted on the message: it sent "
                              f"{show(decoded(probe.received[0]))}")
@@ -256,7 +248,7 @@ async def refused(ctx: Context, probe: Probe, watcher: Probe | None = None,
             message = await next_message(probe, "a close or an answer", left)
         except CaseFailed:
             if probe.closed_as is not None:
-                how = _closed_text(probe.closed_as)
+                how = probe.closed_as.described
                 break
             raise CaseFailed("the server neither closed the connection nor answered a request "
                              "sent after the message within 3 s") from None

@@ -15,7 +15,6 @@ from wireproto.conformance.ubre.common import (
     DECIDED,
     JSON_FORMAT,
     expect_publish,
-    is_websocket,
     json_bytes,
     kit,
     next_message,
@@ -76,7 +75,7 @@ async def _one_over(ctx: Context, binary: bool) -> str:
     if not listener.is_open:
         raise ctx.fail("the server also closed another connection")
     await still_serves(ctx, listener, "another connection's message over the limit")
-    return f"closed with code {closed.code}" if closed.code is not None else "closed"
+    return closed.described
 
 
 @kit.case("ubre.body.largest-json", "A JSON publish as large as the server's message limit is "
@@ -248,7 +247,7 @@ async def subscriber_aborts(ctx: Context) -> None:
 async def mid_message(ctx: Context) -> str:
     probe = await ctx.connect()
     await sync(ctx, probe)
-    if is_websocket(ctx):
+    if ctx.target.over_websocket:
         probe.send_raw(b"\x82\xfe\x01\x00\x00\x00\x00\x00P\x00", "half a masked binary frame")
     else:
         probe.send_raw(b"\x00\x00\x01\x00P\x00\x04\x00", "half a length32 frame")

@@ -13,7 +13,6 @@ from wireproto.conformance.ubre.common import (
     JSON_FORMAT,
     decoded,
     expect_publish,
-    is_websocket,
     json_bytes,
     kit,
     next_message,
@@ -209,7 +208,7 @@ async def json_in_text_frames(ctx: Context) -> str | None:
         message = decoded(received)
         if isinstance(message, Publish):
             break
-    if not is_websocket(ctx):
+    if not ctx.target.over_websocket:
         return "not a WebSocket: frames have no type"
     if received.binary:
         raise ctx.fail("the JSON publish came in a binary frame")

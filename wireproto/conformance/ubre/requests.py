@@ -18,7 +18,6 @@ from wireproto.conformance.ubre.common import (
     DECIDED,
     answer_to,
     decoded,
-    is_websocket,
     kit,
     next_message,
     quiet,
@@ -204,7 +203,7 @@ async def request_binary_format(ctx: Context) -> None:
             break
     if received.data[:1] == b"{" or received.data[:1].isspace():
         raise ctx.fail("the answer came in the JSON format")
-    if is_websocket(ctx) and not received.binary:
+    if ctx.target.over_websocket and not received.binary:
         raise ctx.fail("the answer came in a text frame")
 
 
@@ -276,7 +275,7 @@ async def binary_unsolicited(ctx: Context) -> None:
           "frame is answered", section=REQRES, level=Level.INFORMATION,
           decision="docs/ubre.md#formats-and-transports", harmful=True)
 async def json_in_binary_frame(ctx: Context) -> str:
-    if not is_websocket(ctx):
+    if not ctx.target.over_websocket:
         return "not a WebSocket: frames have no type"
     probe = await ctx.connect()
     probe.send(b'{"request":"jb"}', binary=True)

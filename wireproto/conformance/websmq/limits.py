@@ -11,7 +11,6 @@ from wireproto.conformance.websmq.support import (
     DECIDED,
     TOPICS,
     WILDCARDS,
-    closed_text,
     collect,
     expect,
     header,
@@ -160,7 +159,7 @@ async def topic_wildcard_hash(ctx: Context) -> str:
         await settle(ctx, subscriber, via=publisher)
     except CaseFailed:
         if subscriber.closed_as is not None:
-            return f"refused: {closed_text(subscriber.closed_as)}"
+            return f"refused: {subscriber.closed_as.described}"
         raise
     publisher.send(publish(ctx.topic("hash/below/it"), b"matched"))
     got = await collect(ctx, subscriber, QUIET)
@@ -220,4 +219,4 @@ async def body_one_over(ctx: Context) -> str:
     publisher2.send(publish(topic, b"after"))
     await expect(subscriber, Publish(topic, b"after"), "a later publish, on the subscriber's "
                  "connection, still open")
-    return closed_text(closed)
+    return closed.described

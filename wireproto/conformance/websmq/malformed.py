@@ -12,10 +12,8 @@ from wireproto.conformance.model import Level, NotApplicable
 from wireproto.conformance.websmq.support import (
     BROKER,
     DECIDED,
-    closed_text,
     expect,
     header,
-    is_websocket,
     kit,
     nothing,
     publish,
@@ -84,7 +82,7 @@ _malformed("websmq.malformed.will-topic",
           "A WebSocket text frame is refused: the connection closes (WEBSMQ is binary)",
           section="Protocol", level=Level.SHOULD, decision=DECIDED, harmful=True)
 async def malformed_text_frame(ctx: Context) -> str:
-    if not is_websocket(ctx):
+    if not ctx.target.over_websocket:
         raise NotApplicable("a stream has no text frames")
     topic = ctx.topic("text")
     return await refused(ctx, publish(topic, b"as text"), "a text frame", binary=False)
@@ -122,7 +120,7 @@ async def malformed_only_that_connection(ctx: Context) -> None:
     for other in (subscriber, publisher):
         if other.closed_as is not None:
             raise ctx.fail(f"connection {other.number}, which sent nothing wrong, was closed "
-                           f"too ({closed_text(other.closed_as)})")
+                           f"too ({other.closed_as.described})")
     publisher.send(publish(topic, b"still here"))
     await expect(subscriber, Publish(topic, b"still here"), "a publish of another connection")
 
@@ -132,14 +130,14 @@ async def malformed_only_that_connection(ctx: Context) -> None:
           "closes, nothing is awaited or allocated", section="Protocol", level=Level.SHOULD,
           decision=BROKER, harmful=True)
 async def malformed_stream_length_over(ctx: Context) -> str:
-    if is_websocket(ctx):
+    if ctx.target.over_websocket:
         raise NotApplicable("a WebSocket frames messages itself")
     if (ctx.target.framing or "length32") != "length32":
         raise NotApplicable(f"the {ctx.target.framing} framing has no length prefix")
     probe = await ctx.connect()
     probe.send_raw(b"\xff\xff\xff\xff" + b"\x00\x05hello", "a length32 prefix of 4 GiB - 1")
     closed = await probe.closed(3.0, "the server to close the connection")
-    return closed_text(closed)
+    return closed.described
 
 
 # --- Closing --------------------------------------------------------------------------------
@@ -154,10 +152,10 @@ async def close_clean(ctx: Context) -> str:
     await settle(ctx, probe)
     probe.close()
     closed = await probe.closed(3.0, "the connection to end after the kit's close")
-    if is_websocket(ctx) and not closed.clean:
+    if ctx.target.over_websocket and not closed.clean:
         raise ctx.fail(f"the WebSocket closing handshake was not completed: "
-                       f"{closed_text(closed)}")
-    return closed_text(closed)
+                       f"{closed.described}")
+    return closed.described
 
 
 @kit.case("websmq.close.abort-mid-frame",
@@ -166,7 +164,7 @@ async def close_clean(ctx: Context) -> str:
 async def close_abort_mid_frame(ctx: Context) -> None:
     probe = await ctx.connect()
     probe.send(subscribe(ctx.topic("mid")))
-    if is_websocket(ctx):
+    if ctx.target.over_websocket:
         # a masked binary frame announcing 100 bytes, of which 3 come
         probe.send_raw(b"\x82\xe4\x01\x02\x03\x04abc", "half a WebSocket frame")
     else:

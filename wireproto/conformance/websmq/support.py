@@ -19,7 +19,7 @@ from wireproto.codecs.websmq import LastWill, Message, Publish, Subscribe, Unsub
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed
-from wireproto.conformance.probe import Closed, Probe, Received, shown
+from wireproto.conformance.probe import Probe, Received, shown
 from wireproto.errors import ProtocolError
 
 __all__ = ["DECIDED", "kit"]
@@ -60,12 +60,6 @@ def will(topic: str, payload: bytes = b"") -> bytes:
 def raw(message_type: int, topic: bytes, payload: bytes = b"") -> bytes:
     """A frame with any topic bytes, valid or not."""
     return header(message_type, len(topic)) + topic + payload
-
-
-def is_websocket(ctx: Context) -> bool:
-    from wireproto.transports.connect import is_websocket_address
-
-    return is_websocket_address(ctx.target.address)
 
 
 def judged(received: Received) -> Message:
@@ -150,7 +144,7 @@ async def settle(ctx: Context, *probes: Probe, via: Probe | None = None,
                 elif probe.closed_as is not None:
                     raise CaseFailed(f"connection {probe.number} closed while the kit waited "
                                      f"for the server to handle its frames "
-                                     f"({closed_text(probe.closed_as)})")
+                                     f"({probe.closed_as.described})")
             await ctx.sleep(0.02)
 
 
@@ -204,13 +198,6 @@ def described(message: Message) -> str:
             f"{len(payload)} bytes of payload {shown_payload}")
 
 
-def closed_text(closed: Closed) -> str:
-    if closed.code is not None:
-        reason = f" {closed.reason!r}" if closed.reason else ""
-        return f"close code {closed.code}{reason}"
-    return f"closed, no close code ({closed.text.rstrip('.')})"
-
-
 async def refused(ctx: Context, frame: bytes, what: str, *, binary: bool = True,
                   timeout: float = 3.0) -> str:
     """Send `frame` on a fresh connection and expect the server to close that connection:
@@ -221,5 +208,5 @@ async def refused(ctx: Context, frame: bytes, what: str, *, binary: bool = True,
     closed = await probe.closed(timeout, f"the server to close the connection after {what}")
     _drop_syncs(probe)
     if probe.received:
-        return f"{closed_text(closed)}, after sending {shown(probe.received[0])}"
-    return closed_text(closed)
+        return f"{closed.described}, after sending {shown(probe.received[0])}"
+    return closed.described
