@@ -38,8 +38,9 @@ class Stream:
     """Sequence-numbered publishes every 10 ms by `publisher` (on one worker), received by
     `subscriber` (on the other), each with the time it was sent or arrived."""
 
-    def __init__(self, publisher, subscriber) -> None:
+    def __init__(self, publisher, subscriber, supervised: Supervised) -> None:
         self.publisher = publisher
+        self.supervised = supervised
         self.sent: list[float] = []
         self.received: list[tuple[int, float]] = []
         subscriber.subscribe("seq", lambda message: self.received.append(
@@ -61,7 +62,28 @@ class Stream:
         """Stop publishing, and wait for the last one sent to arrive."""
         self._loop.stop()
         last = len(self.sent) - 1
-        await eventually(lambda: self.received and self.received[-1][0] == last, timeout=15)
+        try:
+            await eventually(lambda: self.received and self.received[-1][0] == last, timeout=15)
+        except TimeoutError:
+            raise AssertionError(f"the last of {last + 1} messages did not arrive\n"
+                                 f"{self.account()}") from None
+
+    def account(self) -> str:
+        """What arrived, what did not, and what the supervisor and its workers said of NATS:
+        enough to tell a message lost from one late, and why."""
+        numbers = [number for number, _ in self.received]
+        arrived = set(numbers)
+        missing = [number for number in range(len(self.sent)) if number not in arrived]
+        runs: list[list[int]] = []
+        for number in missing:
+            if runs and runs[-1][1] == number - 1:
+                runs[-1][1] = number
+            else:
+                runs.append([number, number])
+        said = [line for line in self.supervised.child.stderr
+                if "NATS" in line or "nats" in line or "lease" in line][-40:]
+        return (f"sent {len(self.sent)}, arrived {len(numbers)} (the last: {numbers[-5:]}), "
+                f"missing {[tuple(run) for run in runs]}\n" + "\n".join(said))
 
     def resumed(self, since: float) -> tuple[int, float] | None:
         """The first message sent after `since` that arrived, and how long after `since`."""
@@ -73,9 +95,10 @@ class Stream:
     def check_order(self, resumed_at: int) -> None:
         """Every message arrived in order, once; from `resumed_at` on, every one arrived."""
         numbers = [number for number, _ in self.received]
-        assert numbers == sorted(set(numbers)), "reordered or duplicated"
+        assert numbers == sorted(set(numbers)), f"reordered or duplicated\n{self.account()}"
         tail = numbers[numbers.index(resumed_at):]
-        assert tail == list(range(resumed_at, len(self.sent))), "lost after the resumption"
+        assert tail == list(range(resumed_at, len(self.sent))), \
+            f"lost after the resumption at {resumed_at}\n{self.account()}"
 
 
 async def streaming(supervised: Supervised) -> tuple[Stream, list]:
@@ -83,7 +106,7 @@ async def streaming(supervised: Supervised) -> tuple[Stream, list]:
     first, second = supervised.pids
     subscriber, _ = await supervised.client_on(first)
     publisher, _ = await supervised.client_on(second)
-    stream = Stream(publisher, subscriber)
+    stream = Stream(publisher, subscriber, supervised)
     await sleep(0.5)  # the subscription reaches worker A's hub, and its interest NATS
     stream.start()
     await eventually(lambda: stream.received, timeout=10)
