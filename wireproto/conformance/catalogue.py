@@ -11,7 +11,7 @@ from typing import Any
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import Exchange, Level, Outcome
 
-__all__ = ["Case", "CaseBody", "CaseResult", "Catalogue", "count"]
+__all__ = ["MODES", "Case", "CaseBody", "CaseResult", "Catalogue", "count"]
 
 CaseBody = Callable[[Context], Coroutine[Any, Any, str | None]]
 
@@ -58,16 +58,32 @@ class CaseResult:
     exchanges: list[Exchange] = field(default_factory=list)
 
 
-class Catalogue:
-    """The cases of one protocol's kit, in the order they run, with the check that a server
-    still serves (`alive`), used before the first case and after each harmful one."""
+# What a kit judges: a server (the kit is a client), a client (the kit is a scripted server
+# the client connects to), or a device (a Phyllo peer, which the kit opens as a client does).
+MODES = ("server", "client", "device")
 
-    def __init__(self, protocol: str, spec: str, docs: str) -> None:
+
+class Catalogue:
+    """The cases of one protocol's kit for one mode, in the order they run, with the check that
+    the implementation still serves (`alive`): for a server or a device, before the first case
+    and after each harmful one; for a client, before the first case (a client's cases judge its
+    survival themselves, on the connection they hold)."""
+
+    def __init__(self, protocol: str, spec: str, docs: str, mode: str = "server") -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
         self.protocol = protocol
         self.spec = spec  # the upstream spec's title, as cited
         self.docs = docs  # docs/<spec>.md
+        self.mode = mode
         self.cases: list[Case] = []
         self.alive: CaseBody | None = None
+
+    @property
+    def id_prefix(self) -> str:
+        """What every case id of this catalogue starts with: ``websmq.`` for a server kit,
+        ``websmq.client.`` for a client kit, so that ids stay unique across modes."""
+        return f"{self.protocol}.client." if self.mode == "client" else f"{self.protocol}."
 
     def case(self, id: str, title: str, *, section: str, level: Level = Level.MUST,
              decision: str = "", timeout: float = 5.0,
@@ -76,9 +92,11 @@ class Catalogue:
         def add(body: CaseBody) -> CaseBody:
             if any(existing.id == id for existing in self.cases):
                 raise ValueError(f"two cases are {id}")
-            if not id.startswith(self.protocol + "."):
-                raise ValueError(f"case {id} of the {self.protocol} kit must start with "
-                                 f"{self.protocol}.")
+            if not id.startswith(self.id_prefix):
+                raise ValueError(f"case {id} of the {self.protocol} {self.mode} kit must "
+                                 f"start with {self.id_prefix}")
+            if self.mode == "server" and id.startswith(f"{self.protocol}.client."):
+                raise ValueError(f"case {id}: {self.protocol}.client. is the client kit's")
             self.cases.append(Case(id, title, section, level, body, decision, timeout,
                                    harmful))
             return body

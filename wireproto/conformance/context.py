@@ -7,6 +7,8 @@ from __future__ import annotations
 from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 
+from wireproto.conformance.clientprocess import ClientProcess
+from wireproto.conformance.listener import ClientProbe, Listener
 from wireproto.conformance.model import CaseFailed
 from wireproto.conformance.probe import PROBE_MAX_MESSAGE, Probe, Recorder, Target
 
@@ -21,12 +23,16 @@ class Context:
     when the case ends), a topic space of its own and the reactor's clock."""
 
     def __init__(self, reactor: IReactorTime, target: Target, recorder: Recorder,
-                 run_id: str) -> None:
+                 run_id: str, *, listener: Listener | None = None,
+                 client: ClientProcess | None = None) -> None:
         self.reactor = reactor
         self.target = target
         self.recorder = recorder
         self.run_id = run_id
         self.probes: list[Probe] = []
+        # A client kit's: where the client connects, and the client's process with --run.
+        self.listener = listener
+        self.client = client
         # The case's own timeout (or --timeout's): a case that waits on the server's clock (a
         # heartbeat) knows how long it may.
         self.timeout = 5.0
@@ -78,6 +84,18 @@ class Context:
             text = str(error).strip() or type(error).__name__
             self.recorder.add(probe.number, "event", text=f"could not connect: {text}")
             raise CaseFailed(f"could not connect: {text}") from error
+        return probe
+
+    async def accept(self, timeout: float | None = None,
+                     what: str = "the client to connect") -> ClientProbe:
+        """A client kit's: the next connection the client under test makes (or made since the
+        last case), recorded as this case's; CaseFailed when none comes within `timeout`
+        (the case's own timeout by default)."""
+        if self.listener is None:
+            raise RuntimeError("accept() is for client kits, which listen")
+        probe = await self.listener.accept(self.recorder, self.timeout if timeout is None
+                                           else timeout, what)
+        self.probes.append(probe)
         return probe
 
     async def sleep(self, seconds: float) -> None:

@@ -5,6 +5,10 @@ Before the first case the kit checks that the server serves at all (the catalogu
 check); a server that does not is "could not run", not a list of failed cases. After each
 harmful case a fresh connection checks again, and a server that stopped serving fails that case
 whatever its level.
+
+A client kit listens instead (`ClientRun`): before the first case a client must connect and
+pass the liveness check; each case then takes the client's next connection, on a client process
+of its own when the kit starts one (--run).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorTime
 
 from wireproto.conformance.catalogue import Case, CaseBody, CaseResult, Catalogue
+from wireproto.conformance.clientprocess import ClientProcess
 from wireproto.conformance.context import Context
+from wireproto.conformance.listener import Listener
 from wireproto.conformance.model import (
     CaseFailed,
     Level,
@@ -28,7 +34,8 @@ from wireproto.conformance.model import (
 )
 from wireproto.conformance.probe import RecordBudget, Recorder, Target
 
-__all__ = ["CouldNotRun", "check_alive", "run_case", "run_cases"]
+__all__ = ["ClientRun", "CouldNotRun", "check_alive", "check_client", "run_case", "run_cases",
+           "run_client_case", "run_client_cases"]
 
 class CouldNotRun(Exception):
     """The server could not be judged at all: unreachable, or not serving before any case."""
@@ -111,6 +118,146 @@ async def run_cases(reactor: IReactorTime, target: Target, catalogue: Catalogue,
     budget = RecordBudget()
     for case in cases if cases is not None else catalogue.cases:
         result = await run_case(reactor, target, catalogue, case, run_id, budget)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+# How long a client kit waits for the client's first connection before the first case: a
+# client started by hand may need a moment, and one started by --run a runtime's start.
+FIRST_CONNECTION_WAIT = 30.0
+
+
+class ClientRun:
+    """What a client kit's run needs besides the catalogue: where it listens, and the client's
+    command when the kit starts a client for each case (None: the user started one, which
+    connects again after each case)."""
+
+    def __init__(self, reactor: IReactorTime, listener: Listener,
+                 command: str | None = None, first_wait: float = FIRST_CONNECTION_WAIT) -> None:
+        self.reactor = reactor
+        self.listener = listener
+        self.command = command
+        self.first_wait = first_wait
+
+    def start_client(self) -> ClientProcess | None:
+        if self.command is None:
+            return None
+        self.listener.drop_held()  # a new client starts with no connection of an old one's
+        client = ClientProcess(self.reactor, self.command, self.listener.url)
+        client.start()
+        return client
+
+    @staticmethod
+    async def end_client(client: ClientProcess | None, recorder: Recorder,
+                         told: bool) -> str | None:
+        """Stop `client`; say (in the record, and as the return value) how it ended when it
+        ended on its own during the case, and with `told`, what it wrote."""
+        if client is None:
+            return None
+        # A client that crashed on what the case sent may not have been reaped yet.
+        ended_alone = not client.running or (told and await client.ended(0.3))
+        await client.stop()
+        said = None
+        if ended_alone:
+            said = f"the client {client.described()} during the case"
+            recorder.add(0, "event", text=said)
+        if (told or ended_alone) and client.output():
+            recorder.add(0, "event", text="the client wrote: " + client.output()[-2000:])
+        return said
+
+
+async def check_client(run: ClientRun, target: Target, catalogue: Catalogue,
+                       recorder: Recorder | None = None,
+                       run_id: str = "alive") -> str | None:
+    """None when a client connects and passes the catalogue's liveness check (within the run's
+    first wait), else why not."""
+    if catalogue.alive is None:
+        raise ValueError(f"the {catalogue.protocol} client kit has no liveness check")
+    recorder = recorder or Recorder()
+    try:
+        client = run.start_client()
+    except ValueError as error:
+        return str(error)
+    context = Context(run.reactor, target, recorder, run_id, listener=run.listener,
+                      client=client)
+    context.timeout = run.first_wait
+    failed = None
+    try:
+        await _run_body(catalogue.alive, context, run.first_wait + 10.0)
+    except CaseFailed as failure:
+        failed = str(failure)
+    except defer.CancelledError:
+        raise
+    except Exception as error:  # noqa: BLE001
+        failed = f"{type(error).__name__}: {error}"
+    finally:
+        await context.close_all()
+        ended = await run.end_client(client, recorder, told=True)
+    if failed is not None and ended is not None:
+        failed = f"{failed}; {ended}"
+    if failed is not None and client is not None and client.output():
+        failed = f"{failed}; it wrote: {client.output()[-500:]}"
+    return failed
+
+
+async def run_client_case(run: ClientRun, target: Target, case: Case, run_id: str,
+                          budget: RecordBudget | None = None) -> CaseResult:
+    """Run one client case: with --run on a client started for it alone, else on the next
+    connection the user's client makes."""
+    recorder = Recorder(budget)
+    started = time.monotonic()
+    met, reason, applies = True, "", True
+    client = None
+    try:
+        client = run.start_client()
+    except ValueError as error:
+        met, reason = False, str(error)
+    context = Context(run.reactor, target, recorder, run_id, listener=run.listener,
+                      client=client)
+    context.timeout = case.timeout
+    if met:
+        try:
+            said = await _run_body(case.body, context, case.timeout)
+            reason = said or ""
+        except NotApplicable as inapplicable:
+            applies, reason = False, f"not applicable: {inapplicable}"
+        except CaseFailed as failed:
+            met, reason = False, str(failed)
+        except defer.CancelledError:
+            await context.close_all()
+            if client is not None:
+                await client.stop()
+            raise
+        except Exception as error:  # noqa: BLE001 - a connection error, say: the client's doing
+            met, reason = False, f"{type(error).__name__}: {error}"
+    await context.close_all()
+    ended = await run.end_client(client, recorder, told=not met)
+    if ended is not None and not met:
+        reason = f"{reason}; {ended}"
+    outcome = outcome_of(case.level, met) if applies else Outcome.INFORMATION
+    if case.level is Level.INFORMATION and not met:
+        reason = f"not seen: {reason}"
+    return CaseResult(case, outcome, kept_reason(reason), round(time.monotonic() - started, 3),
+                      recorder.exchanges)
+
+
+async def run_client_cases(run: ClientRun, target: Target, catalogue: Catalogue,
+                           cases: Sequence[Case] | None = None,
+                           on_result: Callable[[CaseResult], None] | None = None
+                           ) -> list[CaseResult]:
+    """Run a client kit's `cases` in order; CouldNotRun when no client connects and passes the
+    liveness check before the first case."""
+    run_id = secrets.token_hex(4)
+    stopped = await check_client(run, target, catalogue, run_id=run_id)
+    if stopped is not None:
+        raise CouldNotRun(kept_reason(f"{target.protocol} client could not be judged: "
+                                      f"{stopped}"))
+    results = []
+    budget = RecordBudget()
+    for case in cases if cases is not None else catalogue.cases:
+        result = await run_client_case(run, target, case, run_id, budget)
         results.append(result)
         if on_result is not None:
             on_result(result)
