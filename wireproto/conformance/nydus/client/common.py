@@ -117,8 +117,12 @@ async def still_works(ctx: Context, probe: ClientProbe) -> str:
             got = await published(probe, "the driver's report of a PUBLISH sent afterwards",
                                   path=path)
         except CaseFailed as failed:
-            if probe.is_open:
-                raise CaseFailed(f"the client stopped working: {failed}") from None
+            stopped = f"the client stopped working: {failed}"
+            if client is not None and not client.running:
+                raise CaseFailed(f"{stopped}; the client {client.described()}") from None
+            if ctx.listener is None or not ctx.listener.held:
+                raise CaseFailed(stopped) from None
+            # It left the session without a word, and came back on a new one.
         else:
             if got.get("data") != {"still": "working"}:
                 raise CaseFailed(f"afterwards the driver reported {json.dumps(got)[:100]}")

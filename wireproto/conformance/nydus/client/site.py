@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet.interfaces import IProtocolFactory, IReactorTime
+from twisted.web.server import NOT_DONE_YET
 
 from wireproto.codecs import engineio
+from wireproto.conformance.listener import Listener
 from wireproto.conformance.probe import Probe
 from wireproto.errors import ProtocolError
 from wireproto.transports.engineio.options import EngineIOOptions
 from wireproto.transports.engineio.packets import Outgoing
+from wireproto.transports.engineio.polling import respond
 from wireproto.transports.engineio.server import EngineIOResource, EngineIOServer, query_value
 from wireproto.transports.engineio.session import EngineIOSession
 from wireproto.transports.engineio.websocket import ServerWebSocket
@@ -145,6 +148,15 @@ class _RecordingEngine(EngineIOServer):
             body = request.content.read()
             request.content.seek(0)
         sid = query_value(request, b"sid") or ""
+        listener = self.site.listener
+        if not sid and listener is not None and listener.refusing:
+            # A refused handshake makes no session: the client never opens, as when a server
+            # is overloaded (503), and its backoff is not reset by an open that dies at once.
+            listener.attempts.append(self.reactor.seconds())
+            listener.refused += 1
+            self.site.stray.append(Seen(self.reactor.seconds(), "refused", query))
+            respond(request, 503, b"refusing sessions for now", b"text/plain")
+            return NOT_DONE_YET
         before = set(self.sessions)
         upgrade = (request.getHeader(b"upgrade") or b"").lower() == b"websocket"
         seen = Seen(self.reactor.seconds(), "websocket" if upgrade else method, query,
@@ -207,6 +219,7 @@ class EngineIOSite:
         self.traces: OrderedDict[str, Trace] = OrderedDict()
         self.stray: deque[Seen] = deque(maxlen=200)
         self.engine: _RecordingEngine | None = None
+        self.listener: Listener | None = None
 
     def trace(self, sid: str) -> Trace:
         trace = self.traces.get(sid)
@@ -217,6 +230,10 @@ class EngineIOSite:
         return trace
 
     def make_factory(self, make_probe: Callable[[], Probe]) -> IProtocolFactory:
+        # The Listener's own method makes the probes: while it is `refusing`, handshakes are.
+        owner = getattr(make_probe, "__self__", None)
+        if isinstance(owner, Listener):
+            self.listener = owner
         engine = _RecordingEngine(make_probe, self.options, self.reactor)
         engine.site = self
         self.engine = engine

@@ -1,0 +1,181 @@
+"""The nydus client kit (wireproto conform client --protocol nydus) against real clients,
+each started by the kit for each case (--run): wireproto's own client through
+examples/conformance/nydus_client_driver.py passes every MUST; the real nydus-client 5.3.1 on
+engine.io-client 6.6 (tests/interop/conform_nydus_client.mjs), over long-polling with the
+WebSocket upgrade and over long-polling alone, has every outcome pinned by id (docs/
+conformance.md, "nydus clients: the driver and results", says why where it does not pass);
+deliberately broken clients (broken_nydus_clients.py) fail the cases that catch their flaw and
+no others; and a hostile client cannot exhaust the kit's site."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor, threads
+
+from tests.support import need_interop_peer
+from wireproto.conformance.catalogue import CaseResult
+from wireproto.conformance.kits import kit
+from wireproto.conformance.listener import Listener
+from wireproto.conformance.model import Level, Outcome
+from wireproto.conformance.nydus.client import EngineIOSite
+from wireproto.conformance.nydus.client.site import TRACED_SESSIONS
+from wireproto.conformance.probe import Target
+from wireproto.conformance.runner import ClientRun, run_client_cases
+
+ROOT = Path(__file__).resolve().parents[2]
+INTEROP = ROOT / "tests" / "interop"
+DRIVER = ROOT / "examples" / "conformance" / "nydus_client_driver.py"
+BROKEN = Path(__file__).resolve().parent / "broken_nydus_clients.py"
+NYDUS = kit("nydus", "client")
+
+# What a WebSocket-only client (wireproto's) cannot show: the polling and upgrade cases.
+NOT_POLLING = {
+    "nydus.client.handshake.timestamp", "nydus.client.polling.sid",
+    "nydus.client.polling.payload", "nydus.client.upgrade.taken", "nydus.client.upgrade.dance",
+    "nydus.client.packet.bad-base64",
+}
+REPORTS = {case.id for case in NYDUS.cases if case.level is Level.INFORMATION}
+
+# wireproto's client: every case it can be judged by passes, or reports.
+WIREPROTO = {case_id: Outcome.INFORMATION for case_id in REPORTS | NOT_POLLING}
+
+# nydus-client 5.3.1 with its default transports (polling, then the upgrade).
+NYDUS_CLIENT = {
+    **{case_id: Outcome.INFORMATION for case_id in REPORTS},
+    # engine.io-parser 5 decodes "4" as a message whose data is undefined, and nydus-protocol's
+    # decode(undefined) throws inside the client's message handler: the process ends.
+    "nydus.client.packet.empty-message": Outcome.FAIL,
+}
+# Over long-polling alone: no WebSocket to judge.
+NYDUS_CLIENT_POLLING = {
+    **NYDUS_CLIENT,
+    "nydus.client.upgrade.dance": Outcome.INFORMATION,
+    "nydus.client.websocket.frames": Outcome.INFORMATION,
+}
+
+
+def _outcomes(results: list[CaseResult]) -> dict[str, Outcome]:
+    return {result.case.id: result.outcome for result in results}
+
+
+def _said(results: list[CaseResult]) -> str:
+    return "\n".join(f"{r.case.id}: {r.outcome} {r.reason[:300]}" for r in results)
+
+
+async def _run(command: str, cases: list[str] | None = None) -> list[CaseResult]:
+    listener = Listener(reactor, "http://127.0.0.1:0/engine.io/",
+                        make_factory=EngineIOSite(reactor).make_factory)
+    await listener.start()
+    try:
+        run = ClientRun(reactor, listener, command)
+        return await run_client_cases(run, Target("nydus", listener.url), NYDUS,
+                                      NYDUS.select(cases))
+    finally:
+        await listener.stop()
+
+
+def _expected(not_passed: dict[str, Outcome], cases: list[str] | None = None) -> dict[str, Outcome]:
+    return {case.id: not_passed.get(case.id, Outcome.PASS) for case in NYDUS.select(cases)}
+
+
+@pytest_twisted.ensureDeferred
+async def test_wireprotos_client_passes_every_must() -> None:
+    results = await _run(f"{sys.executable} {DRIVER} {{url}}")
+    assert _outcomes(results) == _expected(WIREPROTO), _said(results)
+    assert all(r.outcome is Outcome.PASS for r in results if r.case.level is Level.MUST
+               and r.case.id not in NOT_POLLING), _said(results)
+
+
+@pytest.mark.parametrize(("mode", "pinned"), [("", NYDUS_CLIENT),
+                                               ("polling", NYDUS_CLIENT_POLLING)])
+@pytest_twisted.ensureDeferred
+async def test_nydus_client(mode: str, pinned: dict[str, Outcome]) -> None:
+    node = need_interop_peer(INTEROP / "node_modules" / "nydus-client", "nydus-client")
+    results = await _run(f"{node} {INTEROP / 'conform_nydus_client.mjs'} {{url}} {mode}")
+    assert _outcomes(results) == _expected(pinned), _said(results)
+    crashed = {r.case.id: r.reason for r in results if r.outcome is Outcome.FAIL}
+    assert "TypeError" in crashed["nydus.client.packet.empty-message"] or \
+        "exited with status 1" in crashed["nydus.client.packet.empty-message"]
+
+
+# Each broken client, the cases that catch it and how, and unrelated cases it passes.
+BROKEN_CASES = {
+    "crash-unknown": {
+        "nydus.client.message.unknown-type": Outcome.FAIL,
+        "nydus.client.message.garbage": Outcome.FAIL,
+        "nydus.client.message.bad-json": Outcome.FAIL,
+        "nydus.client.packet.empty-message": Outcome.FAIL,
+        "nydus.client.packet.unknown": Outcome.PASS,
+        "nydus.client.result.data": Outcome.PASS,
+        "nydus.client.publish.data": Outcome.PASS,
+    },
+    "no-reconnect": {
+        "nydus.client.message.garbage": Outcome.FAIL,
+        "nydus.client.reconnect.closed": Outcome.INFORMATION,
+        "nydus.client.publish.data": Outcome.PASS,
+        "nydus.client.message.invoke": Outcome.PASS,
+    },
+    "tight-loop": {
+        "nydus.client.reconnect.backoff": Outcome.NON_STRICT,
+        "nydus.client.publish.data": Outcome.PASS,
+    },
+    "no-error-body": {
+        "nydus.client.error.body": Outcome.NON_STRICT,
+        "nydus.client.error.status": Outcome.PASS,
+        "nydus.client.result.data": Outcome.PASS,
+    },
+    "wrong-result": {
+        "nydus.client.result.data": Outcome.FAIL,
+        "nydus.client.result.null": Outcome.FAIL,
+        "nydus.client.error.status": Outcome.PASS,
+        "nydus.client.publish.data": Outcome.PASS,
+    },
+}
+
+
+@pytest.mark.parametrize("mode", sorted(BROKEN_CASES))
+@pytest_twisted.ensureDeferred
+async def test_broken_client_fails_the_right_cases(mode: str) -> None:
+    expected = BROKEN_CASES[mode]
+    results = await _run(f"{sys.executable} {BROKEN} {{url}} {mode}", list(expected))
+    assert _outcomes(results) == expected, _said(results)
+
+
+def _hostile(port: int) -> tuple[list[bytes], bytes]:
+    """Hundreds of handshakes, then a POST that says it holds 100 MB: the answers' first
+    lines."""
+    answers = []
+    for _ in range(300):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+            connection.sendall(b"GET /engine.io/?EIO=4&transport=polling HTTP/1.1\r\n"
+                               b"Host: x\r\n\r\n")
+            answers.append(connection.recv(200).split(b"\r\n", 1)[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+        connection.sendall(b"POST /engine.io/?EIO=4&transport=polling&sid=x HTTP/1.1\r\n"
+                           b"Host: x\r\nContent-Length: 100000000\r\n\r\n" + b"4" * 65536)
+        big = connection.recv(200).split(b"\r\n", 1)[0]
+    return answers, big
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_hostile_client_cannot_exhaust_the_site() -> None:
+    site = EngineIOSite(reactor)
+    listener = Listener(reactor, "http://127.0.0.1:0/engine.io/", make_factory=site.make_factory)
+    await listener.start()
+    try:
+        assert listener.bound_port is not None
+        answers, big = await threads.deferToThread(_hostile, listener.bound_port)
+    finally:
+        await listener.stop()
+    # The site's own session limit refuses what is over it; nothing is kept without end.
+    assert set(answers) <= {b"HTTP/1.1 200 OK", b"HTTP/1.1 503 Service Unavailable"}, answers
+    assert b"HTTP/1.1 200 OK" in answers
+    assert big.startswith(b"HTTP/1.1 413"), big
+    assert len(site.traces) <= TRACED_SESSIONS
+    assert len(listener.held) <= 16
+    assert len(site.stray) <= 200
