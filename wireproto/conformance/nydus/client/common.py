@@ -5,7 +5,6 @@ kit's WELCOME, and the check that a client still works."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from wireproto.codecs import nydus
 from wireproto.conformance.catalogue import Catalogue
@@ -75,18 +74,18 @@ def answer(probe: ClientProbe, text: str) -> None:
 
 
 async def answered(probe: ClientProbe, what: str = "the driver's report of the answer",
-                   timeout: float = 3.0) -> Any:
+                   timeout: float = 3.0) -> object:
     """The data of the driver's INVOKE of /conformance/answered."""
     got = await next_invoke(probe, ANSWERED, what, timeout)
     return None if got.data is nydus.NO_DATA else got.data
 
 
-def publish(probe: ClientProbe, path: str, data: Any = nydus.NO_DATA) -> None:
+def publish(probe: ClientProbe, path: str, data: object = nydus.NO_DATA) -> None:
     answer(probe, nydus.encode(nydus.Publish(path, data)))
 
 
 async def published(probe: ClientProbe, what: str = "the driver's report of the PUBLISH",
-                    timeout: float = 3.0, path: str | None = None) -> dict[str, Any]:
+                    timeout: float = 3.0, path: str | None = None) -> dict[str, object]:
     """The data of the driver's INVOKE of /conformance/published (of a PUBLISH to `path`
     only, when given)."""
     deadline = probe.reactor.seconds() + timeout

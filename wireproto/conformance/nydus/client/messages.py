@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from wireproto.codecs import nydus
 from wireproto.conformance.context import Context
@@ -34,7 +33,7 @@ SPEC = "nydus-protocol: Protocol"
 _ID = re.compile(r"^[A-z0-9-]{1,32}$")
 
 
-def _shown(data: Any) -> str:
+def _shown(data: object) -> str:
     return "no data" if data is nydus.NO_DATA else json.dumps(data)[:100]
 
 

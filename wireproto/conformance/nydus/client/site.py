@@ -21,10 +21,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from twisted.internet.interfaces import IProtocolFactory, IReactorTime
-from twisted.web.server import NOT_DONE_YET
+from twisted.web.server import NOT_DONE_YET, Request
 
 from wireproto.codecs import engineio
 from wireproto.conformance.listener import Listener
@@ -35,7 +34,7 @@ from wireproto.transports.engineio.packets import Outgoing
 from wireproto.transports.engineio.polling import respond
 from wireproto.transports.engineio.server import EngineIOResource, EngineIOServer, query_value
 from wireproto.transports.engineio.session import EngineIOSession
-from wireproto.transports.engineio.websocket import ServerWebSocket
+from wireproto.transports.engineio.websocket import ServerWebSocket, WebSocketOwner
 from wireproto.transports.http import HTTPLimits
 from wireproto.transports.websocket import WebSocketOptions
 from wireproto.transports.websocket_http import websocket_site
@@ -107,7 +106,7 @@ class _RecordingWebSocket(ServerWebSocket):
     # The request that opened it, noted once its session (one of its own) is known.
     opening: Seen | None = None
 
-    def attach(self, owner: Any) -> None:
+    def attach(self, owner: WebSocketOwner) -> None:
         super().attach(owner)
         opening, self.opening = self.opening, None
         if opening is not None and isinstance(owner, EngineIOSession):
@@ -139,9 +138,10 @@ class _RecordingEngine(EngineIOServer):
     site: EngineIOSite
     _opening: Seen | None = None
 
-    def handle(self, request: Any, *, passed: bool = False) -> Any:
+    def handle(self, request: Request, *, passed: bool = False) -> bytes | int:
+        args: dict[bytes, list[bytes]] = request.args or {}
         query = {name.decode("utf-8", "replace"): values[-1].decode("utf-8", "replace")[:200]
-                 for name, values in list(request.args.items())[:20] if values}
+                 for name, values in list(args.items())[:20] if values}
         method = request.method.decode("ascii", "replace")
         body = b""
         if method == "POST" and request.content is not None:
@@ -173,8 +173,8 @@ class _RecordingEngine(EngineIOServer):
             self.note(sid or (made[0] if made else ""), seen)
         return answer
 
-    def _websocket(self, request: Any, opened: Callable[[ServerWebSocket], None], *,
-                   passed: bool = False) -> Any:
+    def _websocket(self, request: Request, opened: Callable[[ServerWebSocket], None], *,
+                   passed: bool = False) -> bytes | int:
         def make() -> ServerWebSocket:
             ws = _RecordingWebSocket(opened, passed=passed)
             ws.engine = self
