@@ -2,6 +2,7 @@
 driver of examples/conformance/nydus_client_driver.py, each wrong in one way (MODE):
 
     crash-unknown   exits (status 3) on a message that is no nydus string
+    no-pong         never answers the server's pings
     no-reconnect    never connects again once a connection is lost
     tight-loop      reconnects at once, again and again, with no pause
     no-error-body   reports an ERROR without its body
@@ -36,6 +37,17 @@ if mode == "crash-unknown":
         received(self, data, binary)
 
     nydus_client.NydusClientProtocol.messageReceived = crash_on_garbage
+
+if mode == "no-pong":
+    from wireproto.transports.engineio.client import EngineIOClientAdapter
+
+    on_message = EngineIOClientAdapter.onMessage
+
+    def no_pong(self, payload, isBinary):
+        if isBinary or payload != b"2":
+            on_message(self, payload, isBinary)
+
+    EngineIOClientAdapter.onMessage = no_pong
 
 retry = (lambda attempt: 0.0) if mode == "tight-loop" else nydus_client.DEFAULT_RETRY
 client = NydusClient(reactor, url, reconnect=mode != "no-reconnect", retry_policy=retry)

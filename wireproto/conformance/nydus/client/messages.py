@@ -350,7 +350,8 @@ async def reconnect_backoff(ctx: Context) -> str:
     shown = ", ".join(f"{gap:.1f}" for gap in gaps)
     if len(times) > 60:
         raise ctx.fail(f"{len(times)} attempts in 12 s: a tight loop")
-    if len(gaps) >= 3 and gaps[-1] <= gaps[0]:
+    half = len(gaps) // 2
+    if len(gaps) >= 3 and max(gaps[half:]) <= min(gaps[:half]):
         raise ctx.fail(f"{len(times)} attempts, pauses of {shown} s: not growing")
     if len(times) < 2:
         return f"{len(times)} attempts in 12 s"
