@@ -23,7 +23,7 @@ from wireproto.conformance.kits import kit
 from wireproto.conformance.listener import Listener
 from wireproto.conformance.model import Level, Outcome
 from wireproto.conformance.nydus.client import EngineIOSite
-from wireproto.conformance.nydus.client.site import TRACED_SESSIONS
+from wireproto.conformance.nydus.client.site import KEPT_TEXT, TRACED_SESSIONS
 from wireproto.conformance.probe import Target
 from wireproto.conformance.runner import ClientRun, run_client_cases
 
@@ -184,3 +184,64 @@ async def test_a_hostile_client_cannot_exhaust_the_site() -> None:
     assert len(site.traces) <= TRACED_SESSIONS
     assert len(listener.held) <= 16
     assert len(site.stray) <= 200
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_flooding_client_is_cut_off_and_its_record_bounded() -> None:
+    """A client that sends thousands of messages no case reads, then a frame over maxPayload:
+    the kit aborts the session past its queue limit, and its record stops at its limit."""
+    from twisted.internet import defer
+
+    from wireproto.conformance.probe import QUEUE_LIMIT, RECORD_LIMIT
+    from wireproto.transports.base import MessageProtocol
+    from wireproto.transports.engineio import EngineIOOptions, engineio_client_connect
+    from wireproto.transports.websocket import WebSocketClientAdapter, WebSocketOptions
+
+    site = EngineIOSite(reactor)
+    listener = Listener(reactor, "http://127.0.0.1:0/engine.io/", make_factory=site.make_factory)
+    await listener.start()
+    lost: defer.Deferred[None] = defer.Deferred()
+
+    class Flood(MessageProtocol):
+        def connectionMade(self) -> None:
+            for number in range(3 * QUEUE_LIMIT):
+                self.transport.sendMessage(f'1$f{number}~/flood|"{"x" * 100}"'.encode(), False)
+
+        def connectionLost(self, reason: object) -> None:
+            if not lost.called:
+                lost.callback(None)
+
+    try:
+        options = EngineIOOptions(websocket=WebSocketOptions(max_message_size=4_000_000))
+        # The kit may cut it off before its connect has fired: only the end is awaited.
+        engineio_client_connect(reactor, f"ws://127.0.0.1:{listener.bound_port}", Flood,
+                                options).addErrback(lambda failure: None)
+        await lost.addTimeout(10, reactor)
+        assert len(listener.held) == 1
+        flooded = listener.held[0]
+        assert len(flooded.received) <= QUEUE_LIMIT
+        assert len(flooded.recorder.exchanges) <= RECORD_LIMIT
+        assert any("aborts the connection" in e.text for e in flooded.recorder.exchanges)
+        # A second client's one frame over maxPayload closes its session.
+        big: defer.Deferred[None] = defer.Deferred()
+
+        class Big(MessageProtocol):
+            def connectionMade(self) -> None:
+                # Past the client's own check of maxPayload, as a hostile client would.
+                WebSocketClientAdapter.sendMessage(self.transport, b"4" * 2_000_000, False)
+
+            def connectionLost(self, reason: object) -> None:
+                big.callback(None)
+
+        engineio_client_connect(reactor, f"ws://127.0.0.1:{listener.bound_port}", Big,
+                                options).addErrback(lambda failure: None)
+        await big.addTimeout(10, reactor)
+        assert len(listener.held) == 2
+        too_big = listener.held[1]
+        await too_big.closed(5.0)
+        assert not too_big.received
+        # Refused by the WebSocket's own limit (maxPayload), before the kit reads it.
+        assert not [seen for trace in site.traces.values() for seen in trace.of("frame")
+                    if seen.size > KEPT_TEXT]
+    finally:
+        await listener.stop()
