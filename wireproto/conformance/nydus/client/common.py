@@ -4,6 +4,7 @@ kit's WELCOME, and the check that a client still works."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 from wireproto.codecs import nydus
@@ -16,11 +17,15 @@ from wireproto.conformance.probe import Received
 from wireproto.errors import ProtocolError
 
 __all__ = ["ANSWERED", "CLIENT", "DECIDED", "ENGINEIO", "HELLO", "HELLO_DATA", "PUBLISHED",
-           "RECONNECTING", "kit", "answered", "decoded", "next_invoke", "publish",
+           "RECONNECTING", "case", "kit", "answered", "decoded", "next_invoke", "publish",
            "published", "ready", "still_works", "welcomed"]
 
 kit = Catalogue("nydus", "nydus-protocol 3.0.0 over Engine.IO 4", "docs/nydus.md",
                 mode="client")
+# A client started for a case (a Node runtime, say) may take a few seconds on a loaded machine
+# before its first request: a case's default timeout leaves room for that.
+CASE_TIMEOUT = 8.0
+case = functools.partial(kit.case, timeout=CASE_TIMEOUT)
 
 DECIDED = "docs/nydus.md#what-we-decided"
 ENGINEIO = "docs/nydus.md#engineio-4"

@@ -20,7 +20,7 @@ from wireproto.conformance.nydus.client.common import (
     RECONNECTING,
     answer,
     answered,
-    kit,
+    case,
     next_invoke,
     publish,
     published,
@@ -40,7 +40,7 @@ def _shown(data: object) -> str:
 # -- what the client sends --------------------------------------------------------------------
 
 
-@kit.case("nydus.client.invoke.valid",
+@case("nydus.client.invoke.valid",
           "The driver's INVOKE is a nydus INVOKE: type 1, an id, the path and JSON data",
           section="INVOKE", decision=DECIDED)
 async def invoke_valid(ctx: Context) -> str:
@@ -48,7 +48,7 @@ async def invoke_valid(ctx: Context) -> str:
     return f"id {hello.id!r}"
 
 
-@kit.case("nydus.client.invoke.id",
+@case("nydus.client.invoke.id",
           "An INVOKE's id is 1 to 32 characters of A-z, 0-9 and -",
           section=SPEC, decision=DECIDED)
 async def invoke_id(ctx: Context) -> str:
@@ -58,7 +58,7 @@ async def invoke_id(ctx: Context) -> str:
     return f"{len(hello.id)} characters"
 
 
-@kit.case("nydus.client.invoke.path",
+@case("nydus.client.invoke.path",
           "An INVOKE's path is URL-encoded: /conformance/hello there as "
           "/conformance/hello%20there",
           section=SPEC, decision=DECIDED)
@@ -70,7 +70,7 @@ async def invoke_path(ctx: Context) -> None:
         raise ctx.fail(f"the INVOKE is {raw.data[:100]!r}")
 
 
-@kit.case("nydus.client.invoke.data",
+@case("nydus.client.invoke.data",
           "An INVOKE's data is the JSON of the driver's argument",
           section="INVOKE", decision=DECIDED)
 async def invoke_data(ctx: Context) -> None:
@@ -79,7 +79,7 @@ async def invoke_data(ctx: Context) -> None:
         raise ctx.fail(f"the INVOKE of {HELLO} carries {_shown(hello.data)}")
 
 
-@kit.case("nydus.client.invoke.unique",
+@case("nydus.client.invoke.unique",
           "INVOKEs in flight at once have distinct ids",
           section="INVOKE", level=Level.SHOULD, decision=DECIDED)
 async def invoke_unique(ctx: Context) -> str:
@@ -98,7 +98,7 @@ async def invoke_unique(ctx: Context) -> str:
 # -- answers ----------------------------------------------------------------------------------
 
 
-@kit.case("nydus.client.result.data",
+@case("nydus.client.result.data",
           "A RESULT's data is what the INVOKE resolves with",
           section="RESULT", decision=DECIDED)
 async def result_data(ctx: Context) -> None:
@@ -109,7 +109,7 @@ async def result_data(ctx: Context) -> None:
         raise ctx.fail(f"the driver reported {_shown(got)}")
 
 
-@kit.case("nydus.client.result.null",
+@case("nydus.client.result.null",
           "A RESULT of null resolves the INVOKE with null",
           section="RESULT", decision=DECIDED)
 async def result_null(ctx: Context) -> None:
@@ -120,7 +120,7 @@ async def result_null(ctx: Context) -> None:
         raise ctx.fail(f"the driver reported {_shown(got)}")
 
 
-@kit.case("nydus.client.result.no-data",
+@case("nydus.client.result.no-data",
           "What a RESULT without data (2$id|) resolves the INVOKE with",
           section="RESULT", level=Level.INFORMATION, decision=DECIDED)
 async def result_no_data(ctx: Context) -> str:
@@ -129,7 +129,7 @@ async def result_no_data(ctx: Context) -> str:
     return f"the driver reported {_shown(await answered(probe))}"
 
 
-@kit.case("nydus.client.result.unknown-id",
+@case("nydus.client.result.unknown-id",
           "A RESULT for an id never INVOKEd is passed over: the real one still resolves",
           section="RESULT", decision=DECIDED, timeout=12.0)
 async def result_unknown(ctx: Context) -> str:
@@ -145,7 +145,7 @@ async def result_unknown(ctx: Context) -> str:
     return "passed over"
 
 
-@kit.case("nydus.client.error.status",
+@case("nydus.client.error.status",
           "An ERROR's status and message reach the INVOKE's caller",
           section="ERROR", decision=DECIDED)
 async def error_status(ctx: Context) -> None:
@@ -158,7 +158,7 @@ async def error_status(ctx: Context) -> None:
         raise ctx.fail(f"the driver reported {_shown(got)}")
 
 
-@kit.case("nydus.client.error.body",
+@case("nydus.client.error.body",
           "An ERROR's body reaches the INVOKE's caller",
           section="ERROR", level=Level.SHOULD, decision=DECIDED)
 async def error_body(ctx: Context) -> None:
@@ -170,7 +170,7 @@ async def error_body(ctx: Context) -> None:
         raise ctx.fail(f"the driver reported {_shown(got)}")
 
 
-@kit.case("nydus.client.error.other",
+@case("nydus.client.error.other",
           "What an ERROR whose data is no {status, message} object gives the caller",
           section="ERROR", level=Level.INFORMATION, decision=DECIDED)
 async def error_other(ctx: Context) -> str:
@@ -182,7 +182,7 @@ async def error_other(ctx: Context) -> str:
 # -- PUBLISH ----------------------------------------------------------------------------------
 
 
-@kit.case("nydus.client.publish.data",
+@case("nydus.client.publish.data",
           "A PUBLISH reaches the route its path matches, with its data",
           section="PUBLISH", decision=DECIDED)
 async def publish_data(ctx: Context) -> None:
@@ -193,7 +193,7 @@ async def publish_data(ctx: Context) -> None:
         raise ctx.fail(f"the driver reported {_shown(got)}")
 
 
-@kit.case("nydus.client.publish.encoded-path",
+@case("nydus.client.publish.encoded-path",
           "A PUBLISH's URL-encoded path is decoded: /conformance/a%20b is /conformance/a b",
           section=SPEC, level=Level.SHOULD, decision=DECIDED)
 async def publish_encoded(ctx: Context) -> None:
@@ -204,7 +204,7 @@ async def publish_encoded(ctx: Context) -> None:
         raise ctx.fail(f"the driver reported the path {got.get('path')!r}")
 
 
-@kit.case("nydus.client.publish.no-data",
+@case("nydus.client.publish.no-data",
           "What a PUBLISH without data (4~path|) gives its route",
           section="PUBLISH", level=Level.INFORMATION, decision=DECIDED)
 async def publish_no_data(ctx: Context) -> str:
@@ -213,7 +213,7 @@ async def publish_no_data(ctx: Context) -> str:
     return f"the driver reported {_shown(await published(probe))}"
 
 
-@kit.case("nydus.client.publish.large",
+@case("nydus.client.publish.large",
           "A PUBLISH of 500 000 bytes reaches its route whole",
           section="PUBLISH", level=Level.SHOULD, decision=DECIDED, timeout=10.0)
 async def publish_large(ctx: Context) -> None:
@@ -227,7 +227,7 @@ async def publish_large(ctx: Context) -> None:
         raise ctx.fail(f"the driver reported data of {size} characters, not 500000")
 
 
-@kit.case("nydus.client.publish.unrouted",
+@case("nydus.client.publish.unrouted",
           "A PUBLISH no route matches does not crash the client",
           section="PUBLISH", decision=DECIDED, timeout=12.0)
 async def publish_unrouted(ctx: Context) -> str:
@@ -245,21 +245,21 @@ async def _survives(ctx: Context, text: str) -> str:
     return await still_works(ctx, probe)
 
 
-@kit.case("nydus.client.message.invoke",
+@case("nydus.client.message.invoke",
           "An INVOKE from the server (only clients INVOKE) does not crash the client",
           section="INVOKE", decision=CLIENT, timeout=12.0)
 async def message_invoke(ctx: Context) -> str:
     return await _survives(ctx, '1$server1~/conformance/call|1')
 
 
-@kit.case("nydus.client.message.welcome-again",
+@case("nydus.client.message.welcome-again",
           "A second WELCOME does not crash the client",
           section="WELCOME", decision=CLIENT, timeout=12.0)
 async def message_welcome_again(ctx: Context) -> str:
     return await _survives(ctx, "0|3")
 
 
-@kit.case("nydus.client.message.unknown-type",
+@case("nydus.client.message.unknown-type",
           "A message of unknown type (5|\"hi\") does not crash the client: it keeps working "
           "or closes and comes back",
           section=SPEC, decision=CLIENT, timeout=12.0)
@@ -267,14 +267,14 @@ async def message_unknown_type(ctx: Context) -> str:
     return await _survives(ctx, '5|"hi"')
 
 
-@kit.case("nydus.client.message.garbage",
+@case("nydus.client.message.garbage",
           "A message that is no nydus string does not crash the client",
           section=SPEC, decision=CLIENT, timeout=12.0)
 async def message_garbage(ctx: Context) -> str:
     return await _survives(ctx, "not nydus at all")
 
 
-@kit.case("nydus.client.message.bad-json",
+@case("nydus.client.message.bad-json",
           "A RESULT whose data is not JSON does not crash the client",
           section=SPEC, decision=CLIENT, timeout=12.0)
 async def message_bad_json(ctx: Context) -> str:
@@ -283,7 +283,7 @@ async def message_bad_json(ctx: Context) -> str:
     return await still_works(ctx, probe)
 
 
-@kit.case("nydus.client.welcome.version",
+@case("nydus.client.welcome.version",
           "A WELCOME of another protocol version (0|4) makes the client close the session",
           section="WELCOME", level=Level.SHOULD, decision=CLIENT, timeout=8.0)
 async def welcome_version(ctx: Context) -> str:
@@ -306,7 +306,7 @@ async def _back(ctx: Context, since: float, what: str, timeout: float) -> str:
     return f"connected again {ctx.reactor.seconds() - since:.1f} s {what}"
 
 
-@kit.case("nydus.client.reconnect.closed",
+@case("nydus.client.reconnect.closed",
           "After the server ends its session, the client connects again by itself",
           section="nydus-client: reconnection", level=Level.INFORMATION,
           decision=RECONNECTING, timeout=16.0)
@@ -316,7 +316,7 @@ async def reconnect_closed(ctx: Context) -> str:
     return await _back(ctx, ctx.reactor.seconds(), "after the server closed", 12.0)
 
 
-@kit.case("nydus.client.reconnect.vanished",
+@case("nydus.client.reconnect.vanished",
           "After the server vanishes for 2 s, the client connects again once it is back",
           section="nydus-client: reconnection", level=Level.INFORMATION,
           decision=RECONNECTING, timeout=20.0)
@@ -330,7 +330,7 @@ async def reconnect_vanished(ctx: Context) -> str:
     return await _back(ctx, ctx.reactor.seconds(), "after the server came back", 14.0)
 
 
-@kit.case("nydus.client.reconnect.backoff",
+@case("nydus.client.reconnect.backoff",
           "While every session is refused, the client's pauses between attempts grow",
           section="nydus-client: reconnection", level=Level.SHOULD, decision=RECONNECTING,
           timeout=20.0)

@@ -9,6 +9,7 @@ from wireproto.conformance.model import Level, NotApplicable
 from wireproto.conformance.nydus.client.common import (
     ENGINEIO,
     HELLO,
+    case,
     kit,
     next_invoke,
     ready,
@@ -39,7 +40,7 @@ def _handshake(ctx: Context, seen: list[Seen]) -> Seen:
     return seen[0]
 
 
-@kit.case("nydus.client.handshake.query",
+@case("nydus.client.handshake.query",
           "The handshake asks for /engine.io/ with EIO=4 and transport polling or websocket",
           section="Engine.IO 4: Handshake", decision=ENGINEIO)
 async def handshake_query(ctx: Context) -> str:
@@ -55,7 +56,7 @@ async def handshake_query(ctx: Context) -> str:
     return f"{first.path}?" + "&".join(f"{k}={v}" for k, v in first.query.items())
 
 
-@kit.case("nydus.client.handshake.transport",
+@case("nydus.client.handshake.transport",
           "Which transport the client starts on (engine.io-client's default is polling)",
           section="Engine.IO 4: Transports", level=Level.INFORMATION, decision=ENGINEIO)
 async def handshake_transport(ctx: Context) -> str:
@@ -64,7 +65,7 @@ async def handshake_transport(ctx: Context) -> str:
     return f"starts on {first.query.get('transport')}"
 
 
-@kit.case("nydus.client.handshake.timestamp",
+@case("nydus.client.handshake.timestamp",
           "Whether polling requests carry a cache-busting t= value",
           section="Engine.IO 4: Handshake", level=Level.INFORMATION, decision=ENGINEIO)
 async def handshake_timestamp(ctx: Context) -> str:
@@ -85,7 +86,7 @@ async def _polled(ctx: Context) -> list[Seen]:
     return polls
 
 
-@kit.case("nydus.client.polling.sid",
+@case("nydus.client.polling.sid",
           "Every polling request after the handshake carries its sid, EIO=4 and "
           "transport=polling",
           section="Engine.IO 4: HTTP long-polling", decision=ENGINEIO)
@@ -102,7 +103,7 @@ async def polling_sid(ctx: Context) -> str:
     return f"{len(polls) - 1} requests, each with the session's sid"
 
 
-@kit.case("nydus.client.polling.payload",
+@case("nydus.client.polling.payload",
           "Every POST body is a payload of Engine.IO packets joined by U+001E",
           section="Engine.IO 4: HTTP long-polling", decision=ENGINEIO)
 async def polling_payload(ctx: Context) -> str:
@@ -131,7 +132,7 @@ async def _upgraded(ctx: Context) -> tuple[list[Seen], list[str]]:
     return opened, [packet for seen in trace.of("frame") for packet in seen.packets]
 
 
-@kit.case("nydus.client.upgrade.taken",
+@case("nydus.client.upgrade.taken",
           "Whether a client on polling upgrades to the WebSocket the handshake offers",
           section="Engine.IO 4: Upgrade", level=Level.INFORMATION, decision=ENGINEIO)
 async def upgrade_taken(ctx: Context) -> str:
@@ -139,7 +140,7 @@ async def upgrade_taken(ctx: Context) -> str:
     return f"upgrades; its first frames are {frames[:3]}"
 
 
-@kit.case("nydus.client.upgrade.dance",
+@case("nydus.client.upgrade.dance",
           "An upgrade opens the WebSocket with the sid, sends 2probe, and 5 after 3probe",
           section="Engine.IO 4: Upgrade", decision=ENGINEIO)
 async def upgrade_dance(ctx: Context) -> None:
@@ -151,7 +152,7 @@ async def upgrade_dance(ctx: Context) -> None:
         raise ctx.fail(f"the WebSocket's first frames are {frames[:3]}, not 2probe then 5")
 
 
-@kit.case("nydus.client.websocket.frames",
+@case("nydus.client.websocket.frames",
           "Every WebSocket frame the client sends is one Engine.IO packet (a type 0-6)",
           section="Engine.IO 4: Packet encoding", decision=ENGINEIO)
 async def websocket_frames(ctx: Context) -> str:
@@ -173,9 +174,9 @@ async def websocket_frames(ctx: Context) -> str:
 # -- pings ----------------------------------------------------------------------------------
 
 
-@kit.case("nydus.client.ping.pong",
+@case("nydus.client.ping.pong",
           "Each ping of the server is answered with a pong (3), and the session lives on",
-          section="Engine.IO 4: Heartbeat", decision=ENGINEIO, timeout=9.0)
+          section="Engine.IO 4: Heartbeat", decision=ENGINEIO, timeout=12.0)
 async def ping_pong(ctx: Context) -> str:
     probe, _ = await ready(ctx)
     await ctx.sleep(2 * PING_INTERVAL + PING_TIMEOUT)
@@ -189,10 +190,10 @@ async def ping_pong(ctx: Context) -> str:
     return f"{pongs} pongs"
 
 
-@kit.case("nydus.client.ping.none",
+@case("nydus.client.ping.none",
           "The client sends no ping: in Engine.IO 4 only the server pings",
           section="Engine.IO 4: Heartbeat", level=Level.SHOULD, decision=ENGINEIO,
-          timeout=8.0)
+          timeout=10.0)
 async def ping_none(ctx: Context) -> None:
     probe, _ = await ready(ctx)
     await ctx.sleep(2 * PING_INTERVAL + 0.5)
@@ -202,7 +203,7 @@ async def ping_none(ctx: Context) -> None:
         raise ctx.fail(f"the client sent {pings[:3]}")
 
 
-@kit.case("nydus.client.ping.missing",
+@case("nydus.client.ping.missing",
           "A session the server stops pinging is given up by the client after pingInterval "
           "+ pingTimeout",
           section="Engine.IO 4: Heartbeat", level=Level.SHOULD, decision=ENGINEIO,
@@ -229,10 +230,10 @@ async def ping_missing(ctx: Context) -> str:
 # -- the server's packets -------------------------------------------------------------------
 
 
-@kit.case("nydus.client.close.packet",
+@case("nydus.client.close.packet",
           "A close packet (1) from the server ends the session: the client stops using it "
           "within pingInterval + pingTimeout",
-          section="Engine.IO 4: Close", level=Level.SHOULD, decision=ENGINEIO, timeout=9.0)
+          section="Engine.IO 4: Close", level=Level.SHOULD, decision=ENGINEIO, timeout=10.0)
 async def close_packet(ctx: Context) -> str:
     probe, _ = await ready(ctx)
     trace = trace_of(probe)
@@ -254,7 +255,7 @@ async def close_packet(ctx: Context) -> str:
     return "polled no more"
 
 
-@kit.case("nydus.client.packet.noop",
+@case("nydus.client.packet.noop",
           "A noop packet (6) is passed over: the client keeps working",
           section="Engine.IO 4: Packet encoding", decision=ENGINEIO)
 async def packet_noop(ctx: Context) -> str:
@@ -266,7 +267,7 @@ async def packet_noop(ctx: Context) -> str:
     return said
 
 
-@kit.case("nydus.client.packet.unknown",
+@case("nydus.client.packet.unknown",
           "A packet of unknown type (9) does not crash the client: it keeps working or "
           "closes and comes back",
           section="Engine.IO 4: Packet encoding", decision=ENGINEIO, timeout=12.0)
@@ -276,7 +277,7 @@ async def packet_unknown(ctx: Context) -> str:
     return await still_works(ctx, probe)
 
 
-@kit.case("nydus.client.packet.binary",
+@case("nydus.client.packet.binary",
           "A binary message packet does not crash the client: it keeps working or closes "
           "and comes back",
           section="Engine.IO 4: Packet encoding", decision=ENGINEIO, timeout=12.0)
@@ -286,7 +287,7 @@ async def packet_binary(ctx: Context) -> str:
     return await still_works(ctx, probe)
 
 
-@kit.case("nydus.client.packet.bad-base64",
+@case("nydus.client.packet.bad-base64",
           "A polling payload whose binary packet is not base64 does not crash the client",
           section="Engine.IO 4: HTTP long-polling", decision=ENGINEIO, timeout=12.0)
 async def packet_bad_base64(ctx: Context) -> str:
@@ -297,7 +298,7 @@ async def packet_bad_base64(ctx: Context) -> str:
     return await still_works(ctx, probe)
 
 
-@kit.case("nydus.client.packet.empty-message",
+@case("nydus.client.packet.empty-message",
           "An empty message packet (4) does not crash the client",
           section="Engine.IO 4: Packet encoding", decision=ENGINEIO, timeout=12.0)
 async def packet_empty_message(ctx: Context) -> str:
@@ -306,7 +307,7 @@ async def packet_empty_message(ctx: Context) -> str:
     return await still_works(ctx, probe)
 
 
-@kit.case("nydus.client.invoke.waits-for-welcome",
+@case("nydus.client.invoke.waits-for-welcome",
           "Whether the client waits for the WELCOME before its first INVOKE",
           section="WELCOME", level=Level.INFORMATION, decision=ENGINEIO)
 async def waits_for_welcome(ctx: Context) -> str:
