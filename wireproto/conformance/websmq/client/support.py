@@ -83,11 +83,18 @@ class Session:
             if left <= 0:
                 raise CaseFailed(f"expected {what} within {seconds:g} s; the client sent "
                                  f"{self.shown_sent()}")
-            message = await self.frame(what, left)
+            try:
+                message = await self.frame(what, left)
+            except CaseFailed as failed:
+                if self.probe.closed_as is not None or "got nothing" not in str(failed):
+                    raise
+                raise CaseFailed(f"expected {what} within {seconds:g} s; the client sent "
+                                 f"{self.shown_sent()}") from None
             if isinstance(message, wanted) and message.topic == topic:
                 return message
 
     def shown_sent(self, last: int = 4) -> str:
+        """The last frames the client sent, for a reason."""
         if not self.sent:
             return "nothing"
         return "; ".join(described(message) for message in self.sent[-last:])
@@ -102,6 +109,27 @@ class Session:
 
     def command(self, text: bytes) -> None:
         self.send(Publish(COMMAND, text))
+
+    async def answer(self, seconds: float) -> bytes | None:
+        """The payload of a Publish on `out` within `seconds`, or None when none came (an
+        invalid frame still fails the case)."""
+        deadline = self.ctx.reactor.seconds() + seconds
+        while True:
+            left = deadline - self.ctx.reactor.seconds()
+            if left <= 0 or not await self._more(left):
+                return None
+            message = await self.frame("a frame")
+            if isinstance(message, Publish) and message.topic == OUT:
+                return message.payload
+
+    async def _more(self, seconds: float) -> bool:
+        """Whether a frame is there to read within `seconds` (a close is none)."""
+        deadline = self.ctx.reactor.seconds() + seconds
+        while not self.probe.received:
+            if self.probe.closed_as is not None or self.ctx.reactor.seconds() >= deadline:
+                return False
+            await self.ctx.sleep(0.02)
+        return True
 
     async def out(self, what: str, timeout: float | None = None) -> bytes:
         """The payload of the client's next Publish on the `out` topic."""
@@ -135,7 +163,7 @@ class Session:
             said = f"closed the connection ({self.probe.closed_as.described})"
         client = self.ctx.client
         if client is not None and await client.ended(0.3):
-            raise CaseFailed(f"the client {client.described()}; it {said}")
+            raise CaseFailed(f"it {said}, and its process ended")
         return said
 
     @property
