@@ -168,10 +168,11 @@ async def stream_length_over(ctx: Context) -> str:
 async def websocket_ping(ctx: Context) -> None:
     client = await session(ctx)
     client.websocket_only("pings")
-    transport = client.probe.transport
+    websocket = client.websocket
+    assert websocket is not None
     pongs: list[bytes] = []
-    setattr(transport, "onPong", pongs.append)  # Autobahn's callback, on this connection
-    getattr(transport, "sendPing")(b"conformance")
+    websocket.__dict__["onPong"] = pongs.append  # Autobahn's callback, on this connection
+    websocket.sendPing(b"conformance")
     ctx.note("the kit sends a ping with the payload 'conformance'")
     deadline = ctx.reactor.seconds() + 3.0
     while not pongs and ctx.reactor.seconds() < deadline:

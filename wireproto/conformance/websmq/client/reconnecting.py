@@ -9,6 +9,7 @@ from wireproto.codecs.websmq import LastWill
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed, Level, NotApplicable
 from wireproto.conformance.websmq.client.support import (
+    ANSWER_WAIT,
     WILL,
     WILL_PAYLOAD,
     Session,
@@ -69,7 +70,7 @@ async def reconnect_resubscribes(ctx: Context) -> str:
         raise NotApplicable(f"the client did not connect again within {RECONNECT_WAIT:g} s") \
             from None
     again = Session(ctx, probe)
-    await again.ready()
+    await again.ready(ANSWER_WAIT)
     if LastWill(WILL, WILL_PAYLOAD) not in again.sent:
         raise CaseFailed(f"on connecting again the client did not declare its will; it sent "
                          f"{again.shown_sent(8)}")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import itertools
 
+from autobahn.websocket.protocol import WebSocketProtocol
+
 from wireproto.codecs import websmq
 from wireproto.codecs.websmq import Message, Publish, Subscribe
 from wireproto.conformance.catalogue import Catalogue
@@ -99,10 +101,11 @@ class Session:
             return "nothing"
         return "; ".join(described(message) for message in self.sent[-last:])
 
-    async def ready(self) -> None:
-        """Wait for the driver's Subscribe to the `in` topic (its last step on connecting)."""
+    async def ready(self, timeout: float | None = None) -> None:
+        """Wait for the driver's Subscribe to the `in` topic (its last step on connecting), at
+        most `timeout` seconds (the case's own timeout by default)."""
         await self.until(Subscribe, IN, f"the client's Subscribe to {IN!r}",
-                         self.ctx.timeout)
+                         self.ctx.timeout if timeout is None else timeout)
 
     def send(self, message: Message) -> None:
         self.probe.send(websmq.encode(message))
@@ -171,6 +174,12 @@ class Session:
         listener = self.ctx.listener
         return listener is not None and listener.kind == "websocket"
 
+    @property
+    def websocket(self) -> WebSocketProtocol | None:
+        """The connection's Autobahn protocol, over WebSocket (for control frames)."""
+        transport = self.probe.transport
+        return transport if isinstance(transport, WebSocketProtocol) else None
+
     def websocket_only(self, what: str) -> None:
         if not self.over_websocket:
             raise NotApplicable(f"{what}: a framed stream has none")
@@ -181,11 +190,11 @@ class Session:
 
     def close_with(self, code: int, reason: bytes = b"") -> None:
         """Close from the kit's side: a WebSocket with `code`, a stream as a stream closes."""
-        transport = self.probe.transport
-        if self.over_websocket and transport is not None and self.probe.is_open:
+        websocket = self.websocket
+        if websocket is not None and self.probe.is_open:
             self.ctx.note(f"the kit closes with code {code}")
-            # An Autobahn protocol: sendCloseFrame takes any code, sendClose only a few.
-            getattr(transport, "sendCloseFrame")(code=code, reasonUtf8=reason or None)
+            # sendCloseFrame takes any code, sendClose only a few.
+            websocket.sendCloseFrame(code=code, reasonUtf8=reason or None)
         else:
             self.probe.close()
 
