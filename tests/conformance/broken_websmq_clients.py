@@ -48,6 +48,7 @@ FAULTS = {
     "flood": "publishes 1 MB frames without end once connected",
     "huge": "sends one frame of 100 MB once connected",
     "many-connections": "opens 300 connections at once",
+    "never-closes": "never answers a close frame nor closes its connection",
 }
 
 
@@ -73,6 +74,9 @@ class Client(MessageProtocol):
         transport = self.transport
         if self.fault == "no-pong":
             transport.sendPong = lambda *args, **kwargs: None
+        if self.fault == "never-closes":
+            transport.sendCloseFrame = lambda *args, **kwargs: None
+            transport.dropConnection = lambda *args, **kwargs: None
         if self.fault == "no-close-reply":
             def drop(*args: object, isReply: bool = False, **kwargs: object) -> None:
                 transport.dropConnection(abort=True)
