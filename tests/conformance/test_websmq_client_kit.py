@@ -233,9 +233,9 @@ ATTACKS = {
 @pytest_twisted.ensureDeferred
 async def test_a_client_attacking_the_kit_cannot_hang_or_swell_it(fault):
     """A flood of 1 MB frames, one frame of 100 MB (over the kit's 64 MiB), 300 connections at
-    once, a connection that is never closed: the run ends in bounded time (the first two as "could not be judged", saying why),
-    the kit holds at most HELD_LIMIT connections no case took, and what it recorded of each
-    case stays bounded."""
+    once, a connection that is never closed: the run ends in bounded time (the first two as
+    "could not be judged", saying why), the kit holds at most HELD_LIMIT connections no case
+    took, and what it recorded of each case stays bounded."""
     listener = Listener(reactor, ADDRESSES["ws"])
     await listener.start()
     started = time.monotonic()
