@@ -12,6 +12,7 @@ connections, a connection that never closes).
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import sys
 
@@ -49,6 +50,7 @@ FAULTS = {
     "huge": "sends one frame of 100 MB once connected",
     "many-connections": "opens 300 connections at once",
     "never-closes": "never answers a close frame nor closes its connection",
+    "freezes": "stops itself (SIGSTOP) when asked, after something hostile, if it still works",
 }
 
 
@@ -121,6 +123,8 @@ class Client(MessageProtocol):
         topic = message.topic.encode()
         if topic not in self.subscribed:
             return
+        if self.fault == "freezes" and message.payload.startswith(b"still-there"):
+            os.kill(os.getpid(), signal.SIGSTOP)
         if topic == COMMAND:
             self.command(message.payload)
         elif message.payload or self.fault != "drops-empty":

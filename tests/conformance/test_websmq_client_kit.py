@@ -190,6 +190,12 @@ BROKEN = {
     "tight-loop": (
         ["websmq.client.reconnect.backoff", "websmq.client.receive.publish"],
         {"websmq.client.reconnect.backoff": (Outcome.NON_STRICT, "the pauses did not grow")}),
+    "freezes": (
+        ["websmq.client.receive.unsubscribed-topic", "websmq.client.receive.publish",
+         "websmq.client.malformed.one-byte"],
+        {"websmq.client.receive.unsubscribed-topic": (Outcome.FAIL, "neither kept working nor "
+                                                      "closed the connection"),
+         "websmq.client.malformed.one-byte": (Outcome.FAIL, "neither kept working")}),
     "no-resubscribe": (
         ["websmq.client.reconnect.resubscribes", "websmq.client.reconnect.after-close",
          "websmq.client.receive.publish"],
