@@ -192,7 +192,7 @@ async def still_works(ctx: Context, current: Session, what: str) -> str:
         # A driver may exit when its connection is lost (--run starts it again): only a
         # failure status, or a signal, is a crash.
         if ctx.client.status != 0:
-            raise CaseFailed(f"the client {ctx.client.described()} after {what}")
+            raise CaseFailed(f"{what} ended the client")
         return f"it closed the connection ({how}) and exited with status 0"
     try:
         again = await session(ctx, RETURN_WAIT)
