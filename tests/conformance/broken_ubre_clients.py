@@ -35,7 +35,11 @@ FLAWS = {
     "fixed-delay": "reconnects after 1 s, always the same",
     "no-resubscribe": "subscribes on its first connection only",
     "no-pong": "does not answer WebSocket pings",
+    "flood": "publishes 64 KiB on conformance/noise without end, as fast as it can",
+    "huge": "sends a 100 MB publish once it has subscribed",
+    "connect-storm": "opens 300 more connections at once, and never closes them",
 }
+NOISE = b'{"publish":"conformance/noise","body":"' + b"n" * 65536 + b'"}'
 
 IN, ASK, LEAVE = "conformance/in", "conformance/ask", "conformance/leave"
 
@@ -55,6 +59,22 @@ class Driver(MessageProtocol):
                 self.write({"subscribe": topic})
         self.client.connections += 1
         self.client.protocol = self
+        if flaw == "flood":
+            self.noise()
+        elif flaw == "huge":
+            body = b"h" * (100 * 1024 * 1024)
+            self.transport.sendMessage(b'{"publish":"conformance/noise","body":"' + body + b'"}',
+                                       False)
+        elif flaw == "connect-storm" and self.client.connections == 1:
+            for _ in range(300):
+                connect(reactor, self.client.url, MessageProtocol)
+
+    def noise(self) -> None:
+        if self.transport is None or not self.connected:
+            return
+        for _ in range(20):
+            self.transport.sendMessage(NOISE, False)
+        reactor.callLater(0.001, self.noise)
 
     def write(self, value: dict[str, Any]) -> None:
         data = json.dumps(value, separators=(",", ":")).encode()

@@ -7,6 +7,7 @@ case with --run: wireproto's own client through examples/conformance/ubre_client
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,7 +28,7 @@ DRIVER = ROOT / "examples" / "conformance" / "ubre_client_driver.py"
 BROKEN = ROOT / "tests" / "conformance" / "broken_ubre_clients.py"
 INTEROP = ROOT / "tests" / "interop"
 kit = kit_of("ubre", "client")
-P, F, N, I = Outcome.PASS, Outcome.FAIL, Outcome.NON_STRICT, Outcome.INFORMATION
+P, F, N, INFO = Outcome.PASS, Outcome.FAIL, Outcome.NON_STRICT, Outcome.INFORMATION
 
 
 async def run(command: str, address: str = "ws://127.0.0.1:0/ubre",
@@ -56,7 +57,7 @@ def outcomes(results: dict[str, CaseResult]) -> dict[str, Outcome]:
 def every(outcome: Outcome, *exceptions: dict[str, Outcome]) -> dict[str, Outcome]:
     """Every case of the kit: information cases as information, the others `outcome`, but for
     `exceptions`."""
-    expected = {case.id: I if case.level is Level.INFORMATION else outcome
+    expected = {case.id: INFO if case.level is Level.INFORMATION else outcome
                 for case in kit.cases}
     for exception in exceptions:
         expected.update(exception)
@@ -66,11 +67,12 @@ def every(outcome: Outcome, *exceptions: dict[str, Outcome]) -> dict[str, Outcom
 PYTHON = sys.executable
 
 # Not applicable (information) to a JSON client, and to a binary one.
-BINARY_ONLY = {"ubre.client.receive.binary-streaming": I, "ubre.client.receive.binary-fail-0x63": I}
-JSON_ONLY = {"ubre.client.send.text-frames": I, "ubre.client.send.null-body": I,
-             "ubre.client.receive.request-fail": I, "ubre.client.receive.request-unknown": I}
-WEBSOCKET_ONLY = {"ubre.client.send.text-frames": I, "ubre.client.receive.ping": I,
-                  "ubre.client.reconnect.backoff": I}
+BINARY_ONLY = {"ubre.client.receive.binary-streaming": INFO,
+               "ubre.client.receive.binary-fail-0x63": INFO}
+JSON_ONLY = {"ubre.client.send.text-frames": INFO, "ubre.client.send.null-body": INFO,
+             "ubre.client.receive.request-fail": INFO, "ubre.client.receive.request-unknown": INFO}
+WEBSOCKET_ONLY = {"ubre.client.send.text-frames": INFO, "ubre.client.receive.ping": INFO,
+                  "ubre.client.reconnect.backoff": INFO}
 # wireproto's client hands a JSON null body to its callback as None, which it also gives for
 # no body; so the driver publishes it back without one (docs/conformance.md, "UBRE clients").
 WIREPROTO_JSON = {"ubre.client.send.null-body": N}
@@ -99,9 +101,9 @@ async def test_wireproto_client_binary_over_websocket_passes_every_must() -> Non
 @pytest_twisted.ensureDeferred
 async def test_wireproto_client_json_over_a_lines_stream_passes_every_must() -> None:
     results = await run(f"{PYTHON} {DRIVER} {{url}}", "tcp:0:interface=127.0.0.1", "lines")
-    text_only = {"ubre.client.malformed.binary-truncated": I,
-                 "ubre.client.malformed.binary-unknown-type": I,
-                 "ubre.client.reconnect.going-away": I}
+    text_only = {"ubre.client.malformed.binary-truncated": INFO,
+                 "ubre.client.malformed.binary-unknown-type": INFO,
+                 "ubre.client.reconnect.going-away": INFO}
     assert outcomes(results) == every(P, BINARY_ONLY, WIREPROTO_JSON, WEBSOCKET_ONLY, text_only)
 
 
@@ -110,7 +112,7 @@ async def test_wireproto_client_binary_over_a_length32_stream_passes_every_must(
     results = await run(f"{PYTHON} {DRIVER} --binary {{url}}", "tcp:0:interface=127.0.0.1",
                         "length32")
     assert outcomes(results) == every(P, JSON_ONLY, WEBSOCKET_ONLY,
-                                      {"ubre.client.reconnect.going-away": I})
+                                      {"ubre.client.reconnect.going-away": INFO})
 
 
 # ubre.js parses every text frame that starts with '{' with JSON.parse in its WebSocket
@@ -119,8 +121,8 @@ async def test_wireproto_client_binary_over_a_length32_stream_passes_every_must(
 UBRE_JS = {
     "ubre.client.malformed.invalid-json": F,
     "ubre.client.malformed.truncated-json": F,
-    "ubre.client.reconnect.resubscribes": I,
-    "ubre.client.reconnect.backoff": I,
+    "ubre.client.reconnect.resubscribes": INFO,
+    "ubre.client.reconnect.backoff": INFO,
 }
 
 
@@ -163,12 +165,16 @@ FLAWS = {
     "string-reply-ids": {"ubre.client.receive.request": F, "ubre.client.receive.success": P},
     "binary-frames": {"ubre.client.send.text-frames": N},
     "no-pong": {"ubre.client.receive.ping": F},
-    "no-reconnect": {"ubre.client.reconnect.after-close": I,
-                     "ubre.client.reconnect.resubscribes": I},
+    "no-reconnect": {"ubre.client.reconnect.after-close": INFO,
+                     "ubre.client.reconnect.resubscribes": INFO},
     "tight-loop": {"ubre.client.reconnect.backoff": N},
     "fixed-delay": {"ubre.client.reconnect.backoff": N,
                     "ubre.client.reconnect.resubscribes": P},
     "no-resubscribe": {"ubre.client.reconnect.resubscribes": N},
+    # Attacks on the kit: each run ends in bounded time, and judges the client all the same.
+    "flood": {},
+    "huge": {"ubre.client.receive.huge": P},
+    "connect-storm": {},
 }
 
 
@@ -176,8 +182,10 @@ FLAWS = {
 @pytest_twisted.ensureDeferred
 async def test_a_broken_client_fails_the_cases_about_its_flaw_and_no_others(flaw: str) -> None:
     expected = {case_id: P for case_id in UNRELATED} | FLAWS[flaw]
+    started = time.monotonic()
     results = await run(f"{PYTHON} {BROKEN} {flaw} {{url}}", cases=list(expected))
     assert outcomes(results) == expected
+    assert time.monotonic() - started < 20 + 10 * len(expected)
     reasons = {case_id: result.reason for case_id, result in results.items()}
     if flaw == "tight-loop":
         assert "tight loop" in reasons["ubre.client.reconnect.backoff"]
@@ -196,3 +204,12 @@ async def test_a_client_that_never_subscribes_cannot_be_judged() -> None:
     with pytest.raises(CouldNotRun) as raised:
         await run(f"{PYTHON} -c \"import time; time.sleep(60)\"", first_wait=2.0)
     assert "ubre client could not be judged" in str(raised.value)
+
+
+def test_the_driver_in_the_docs_is_the_example_the_tests_run() -> None:
+    page = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    section = page.split("## UBRE clients: the driver and results", 1)[1]
+    shown = section.split("```text\n", 1)[1].split("```", 1)[0]
+    example = DRIVER.read_text(encoding="utf-8")
+    main = example[example.index("async def main"):example.index('\n\nif __name__')]
+    assert shown.strip() == main.strip()

@@ -119,7 +119,10 @@ class _Refuse(protocol.Protocol):
     which a client counts as a failed attempt."""
 
     def connectionMade(self) -> None:
-        self.factory.attempts.append(self.factory.reactor.seconds())
+        if len(self.factory.attempts) < ATTEMPTS_KEPT:  # a client in a tight loop
+            self.factory.attempts.append(self.factory.reactor.seconds())
+        else:
+            self.factory.more += 1
         if self.transport is not None:
             self.transport.loseConnection()
 
@@ -130,8 +133,11 @@ class _Refusing(protocol.Factory):
     def __init__(self, reactor: IReactorTime) -> None:
         self.reactor = reactor
         self.attempts: list[float] = []
+        self.more = 0
 
 
+# The attempts the backoff case keeps the time of; more are only counted.
+ATTEMPTS_KEPT = 1000
 # How long the backoff case watches the client's attempts.
 BACKOFF_WATCH = 12.0
 
@@ -159,6 +165,9 @@ async def backoff(ctx: Context) -> str:
         await defer.maybeDeferred(port.stopListening)
         await listener.resume()
     attempts = refusing.attempts
+    if refusing.more:
+        raise ctx.fail(f"it reconnects in a tight loop: {len(attempts) + refusing.more} "
+                       f"attempts in {BACKOFF_WATCH:g} s")
     if len(attempts) < 2:
         raise NotApplicable(f"the client made {len(attempts)} attempt(s) in "
                             f"{BACKOFF_WATCH:g} s: it does not reconnect on its own"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from wireproto.codecs import ubre
 from wireproto.codecs.ubre import Message, Publish, Subscribe
@@ -75,7 +75,6 @@ class Session:
     probe: ClientProbe
     binary: bool
     text_only: bool
-    sent: list[Message] = field(default_factory=list)
 
     @property
     def over_websocket(self) -> bool:
@@ -112,7 +111,6 @@ class Session:
             if left <= 0:
                 raise CaseFailed(f"expected {what} within {timeout:g} s, got nothing")
             message = await self.message(what, left)
-            self.sent.append(message)
             if isinstance(message, Publish) and message.topic == topic:
                 return message
 
