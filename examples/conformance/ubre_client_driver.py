@@ -37,10 +37,19 @@ async def main(reactor, url, binary=False):
                 "conformance/failed",
                 failure.value.body if failure.check(RequestFailed) else str(failure.value)))
 
-    client.subscribe("conformance/in",
-                     lambda message: client.publish("conformance/out", message.body))
+    def echo_in(message):
+        client.publish("conformance/out", message.body)
+
+    joined = [client.subscribe("conformance/in", echo_in)]
+
+    def leave(message):  # leave conformance/in, or join it again
+        if joined:
+            joined.pop().cancel()
+        else:
+            joined.append(client.subscribe("conformance/in", echo_in))
+
     client.subscribe("conformance/ask", ask)
-    client.subscribe("conformance/leave", lambda message: client.unsubscribe("conformance/in"))
+    client.subscribe("conformance/leave", leave)
     await task.deferLater(reactor, 1e9, lambda: None)  # until the kit stops it
 
 

@@ -110,9 +110,12 @@ class Driver(MessageProtocol):
                 request_id = 1 if client.flaw == "same-ids" else next(client.ids)
                 client.waiting[json.dumps(request_id)] = True
                 self.write({"request": "echo", "id": request_id, **_body(message.body)})
-            elif message.topic == LEAVE:
+            elif message.topic == LEAVE and IN in client.subscribed:
                 client.subscribed.discard(IN)
                 self.write({"unsubscribe": IN})
+            elif message.topic == LEAVE:
+                client.subscribed.add(IN)
+                self.write({"subscribe": IN})
         elif isinstance(message, Request) and message.name is not None:
             request_id: Any = message.id
             if client.flaw == "string-reply-ids":

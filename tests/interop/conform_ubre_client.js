@@ -19,14 +19,23 @@ const ubre = Ubre.ws(socket);
 ubre.handle("echo", (body) => body);
 ubre.handle("fail", (body) => Promise.reject(body));
 
-const input = ubre.subscribe("conformance/in", (body) => ubre.publish("conformance/out", body));
+const echo = (body) => ubre.publish("conformance/out", body);
+let input = ubre.subscribe("conformance/in", echo);
 ubre.subscribe("conformance/ask", (body) =>
   ubre.request("echo", body).then(
     (answer) => ubre.publish("conformance/answer", answer),
     (failure) => ubre.publish("conformance/failed", failure)
   )
 );
-ubre.subscribe("conformance/leave", () => input.unsubscribe());
+// Leave conformance/in, or join it again.
+ubre.subscribe("conformance/leave", () => {
+  if (input) {
+    input.unsubscribe();
+    input = null;
+  } else {
+    input = ubre.subscribe("conformance/in", echo);
+  }
+});
 
 socket.addEventListener("close", () => process.exit(0));
 socket.addEventListener("error", () => {}); // a close follows

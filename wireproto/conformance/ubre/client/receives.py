@@ -231,6 +231,7 @@ async def after_unsubscribe(ctx: Context) -> None:
     try:
         echoed = await s.publish_on(OUT, "no echo", 1.0)
     except CaseFailed:
+        await s.rejoin()
         return
     raise ctx.fail(f"it still echoed {show(echoed.body)} after unsubscribing")
 

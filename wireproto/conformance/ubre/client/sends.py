@@ -184,4 +184,5 @@ async def send_unsubscribe(ctx: Context) -> str:
         message = await s.message("the unsubscribe from conformance/in",
                                   max(0.01, deadline - ctx.reactor.seconds()))
         if isinstance(message, Unsubscribe) and message.topic == IN:
+            await s.rejoin()
             return "with a body" if message.body is not NO_BODY else "without a body"

@@ -10,7 +10,8 @@ library's public API (the driver contract, in docs/conformance.md):
 3. publish the body of each publish on ``conformance/in``, as it came, on ``conformance/out``;
 4. for each publish on ``conformance/ask``, request ``echo`` with its body and publish the
    success body on ``conformance/answer``, or the fail body on ``conformance/failed``;
-5. unsubscribe from ``conformance/in`` on a publish on ``conformance/leave``;
+5. on a publish on ``conformance/leave``, unsubscribe from ``conformance/in`` (or, when it has,
+   subscribe to it again);
 6. reconnect when the connection is lost (or exit, and let ``--run`` start it again).
 
 A case starts a `Session`: it takes the client's connection, waits for its three subscribes
@@ -118,6 +119,21 @@ class Session:
         """Publish `body` on conformance/in; the client's publish of it on conformance/out."""
         self.send(Publish(IN, self.body(body)))
         return await self.publish_on(OUT, f"{what} on {OUT}")
+
+    async def rejoin(self) -> None:
+        """After a case that made the client leave conformance/in: have it join again (a client
+        the user started serves the next case too). Not judged: a client that does not join
+        again is judged by the next case."""
+        self.send(Publish(LEAVE, self.body("join")))
+        deadline = self.ctx.reactor.seconds() + 2.0
+        try:
+            while True:
+                message = await self.message("the subscribe again",
+                                             max(0.01, deadline - self.ctx.reactor.seconds()))
+                if isinstance(message, Subscribe) and message.topic == IN:
+                    return
+        except CaseFailed:
+            self.ctx.note("the client did not subscribe to conformance/in again")
 
     async def works(self, what: str) -> None:
         """The client still echoes on this connection."""
