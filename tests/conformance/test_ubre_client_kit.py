@@ -17,6 +17,7 @@ from twisted.internet import reactor
 
 from tests.support import need_interop_peer
 from wireproto.conformance.catalogue import CaseResult
+from wireproto.conformance.clientprocess import ClientProcess
 from wireproto.conformance.kits import kit as kit_of
 from wireproto.conformance.listener import Listener
 from wireproto.conformance.model import Level, Outcome
@@ -213,3 +214,26 @@ def test_the_driver_in_the_docs_is_the_example_the_tests_run() -> None:
     example = DRIVER.read_text(encoding="utf-8")
     main = example[example.index("async def main"):example.index('\n\nif __name__')]
     assert shown.strip() == main.strip()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_the_user_started_serves_case_after_case() -> None:
+    # Without --run the same client serves every case, reconnecting after each: a case that
+    # makes it leave conformance/in has it join again (the cases after it failed before).
+    listener = Listener(reactor, "ws://127.0.0.1:0/ubre")
+    await listener.start()
+    client = ClientProcess(reactor, f"{PYTHON} {DRIVER} {{url}}", listener.url)
+    client.start()
+    expected = {"ubre.client.send.unsubscribe": P, "ubre.client.receive.after-unsubscribe": P,
+                "ubre.client.send.publish": P, "ubre.client.malformed.invalid-json": P,
+                "ubre.client.reconnect.after-close": INFO, "ubre.client.receive.request": P}
+    try:
+        results = await run_client_cases(ClientRun(reactor, listener, None, first_wait=20.0),
+                                         Target("ubre", listener.url), kit,
+                                         kit.select(list(expected)))
+        ran_through = client.running  # one process served every case
+    finally:
+        await client.stop()
+        await listener.stop()
+    assert {result.case.id: result.outcome for result in results} == expected
+    assert ran_through

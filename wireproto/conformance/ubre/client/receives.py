@@ -238,7 +238,7 @@ async def after_unsubscribe(ctx: Context) -> None:
 
 @kit.case("ubre.client.receive.burst",
           "200 publishes sent at once all reach the callback, in order",
-          section=PUBSUB, level=Level.SHOULD, timeout=10.0)
+          section=PUBSUB, level=Level.SHOULD, timeout=8.0)
 async def burst(ctx: Context) -> None:
     s = await session(ctx)
     for n in range(200):
@@ -251,7 +251,7 @@ async def burst(ctx: Context) -> None:
 
 @kit.case("ubre.client.receive.large",
           "A publish with a 256 KiB body is delivered whole",
-          section=PUBSUB, level=Level.SHOULD, timeout=10.0)
+          section=PUBSUB, level=Level.SHOULD, timeout=8.0)
 async def large(ctx: Context) -> None:
     s = await session(ctx)
     body = "x" * (256 * 1024)
