@@ -30,7 +30,7 @@ from wireproto.conformance.runner import CouldNotRun, run_cases
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "examples" / "conformance" / "phyllo_device_driver.py"
 PHYLLO_PYTHON = Path(__file__).with_name("phyllo_python_device.py")
-BROKEN = Path(__file__).with_name("broken_devices.py")
+BROKEN_DEVICES = Path(__file__).with_name("broken_devices.py")
 STACKS = ["minimal", "reduced"]
 
 P, F, N, INFO = Outcome.PASS, Outcome.FAIL, Outcome.NON_STRICT, Outcome.INFORMATION
@@ -53,7 +53,7 @@ class Device:
     """A device process on one end of the line, started by its command."""
 
     def __init__(self, command: list[str], device_path: str) -> None:
-        self.command = command
+        self.command = [part.replace("{path}", device_path) for part in command]
         self.device_path = device_path
         self.process: ClientProcess | None = None
         self.starts = 0
@@ -61,8 +61,7 @@ class Device:
     async def start(self) -> None:
         import shlex
 
-        self.process = ClientProcess(reactor, shlex.join(self.command), "serial:" +
-                                     self.device_path)
+        self.process = ClientProcess(reactor, shlex.join(self.command), self.device_path)
         self.process.start()
         self.starts += 1
         process = self.process
@@ -106,13 +105,17 @@ def explained(results) -> str:
                      if r.outcome is not P)
 
 
-async def run_each(device: Device, target: Target, ids: list[str] | None = None):
+async def run_each(device: Device, target: Target, ids: list[str] | None = None,
+                   fresh: bool = False):
     """Each case on its own run (with its liveness check), the device restarted first when a
-    case before it ended it; a device that cannot be judged at all for a case fails it."""
+    case before it ended it (or before every case, `fresh`); a device that cannot be judged at
+    all for a case fails it."""
     results = []
     for case in CATALOGUE.cases:
         if ids is not None and case.id not in ids:
             continue
+        if fresh:
+            await device.stop()
         await device.ensure()
         try:
             results += await run_cases(reactor, target, CATALOGUE, [case])
@@ -127,8 +130,97 @@ async def run_each(device: Device, target: Target, ids: list[str] | None = None)
 @pytest_twisted.ensureDeferred
 async def test_wireproto_stack_passes_every_case(line, stack: str) -> None:
     address, make = line
-    device = make(str(DRIVER), "{url}", "--stack", stack)
+    device = make(str(DRIVER), "serial:{path}", "--stack", stack)
     await device.start()
     results = await run_cases(reactor, Target("phyllo", address, stack=stack), CATALOGUE)
     assert outcomes(results) == all_pass(stack), explained(results)
     assert device.starts == 1 and device.process is not None and device.process.running
+
+
+@pytest.fixture
+def need_phyllo_python() -> None:
+    """Skip locally, fail under CI, when phyllo-python cannot be imported."""
+    from tests.phyllo.phyllo_python import phyllo_missing
+    from tests.support import need_peer
+
+    missing = phyllo_missing()
+    need_peer(None if missing is None else f"{missing}; `make test` installs it",
+              "the phyllo-python device kit tests")
+
+
+# phyllo-python's outcomes, per stack, where they are not a pass (docs/conformance.md, "Phyllo
+# devices: the driver and results", says why).
+PHYLLO_PYTHON_RESULTS: dict[str, dict[str, Outcome]] = {"minimal": {}, "reduced": {}}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest_twisted.ensureDeferred
+async def test_phyllo_python_case_by_case(need_phyllo_python, line, stack: str) -> None:
+    address, make = line
+    device = make(str(PHYLLO_PYTHON), "{path}", "--stack", stack)
+    results = await run_each(device, Target("phyllo", address, stack=stack))
+    expected = {**all_pass(stack), **PHYLLO_PYTHON_RESULTS[stack]}
+    print(explained(results))
+    assert outcomes(results) == expected, explained(results)
+
+
+# The cases each broken device runs: those that catch one fault or another, and some that none
+# of them should fail.
+BROKEN_CASES = [
+    "phyllo.chunk.leading-delimiter", "phyllo.chunk.empty-ignored",
+    "phyllo.frame.over-limit.dropped", "phyllo.frame.bad-cobs", "phyllo.datagram.bad-length",
+    "phyllo.crc.bad-dropped", "phyllo.crc.other-polynomial", "phyllo.resync.noise",
+    "phyllo.resync.partial-chunk", "phyllo.message.echo", "phyllo.message.layer-type",
+    "phyllo.message.topic-length-sent", "phyllo.endpoint.ping-counts", "phyllo.endpoint.reply",
+]
+# fault -> (stack, the outcomes among BROKEN_CASES that are not a pass)
+BROKEN: dict[str, tuple[str, dict[str, Outcome]]] = {
+    "none": ("reduced", {}),
+    "crash-on-garbage": ("reduced", {
+        "phyllo.frame.bad-cobs": F, "phyllo.datagram.bad-length": F,
+        "phyllo.crc.bad-dropped": F, "phyllo.resync.noise": F, "phyllo.resync.partial-chunk": F,
+    }),
+    "no-resync": ("reduced", {
+        "phyllo.frame.bad-cobs": F, "phyllo.datagram.bad-length": F,
+        "phyllo.crc.bad-dropped": F, "phyllo.resync.noise": F, "phyllo.resync.partial-chunk": F,
+    }),
+    "layer-types": ("reduced", {"phyllo.message.layer-type": F}),
+    "no-crc-check": ("reduced", {"phyllo.crc.bad-dropped": F,
+                                 "phyllo.crc.other-polynomial": N}),
+    "no-leading-delimiter": ("reduced", {"phyllo.chunk.leading-delimiter": N}),
+    "no-length-check": ("minimal", {"phyllo.datagram.bad-length": F}),
+    "long-chunks": ("minimal", {"phyllo.frame.over-limit.dropped": N}),
+    "ping-stuck": ("minimal", {"phyllo.endpoint.ping-counts": F}),
+    "topic-nibble": ("minimal", {"phyllo.message.topic-length-sent": F}),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(BROKEN))
+@pytest_twisted.ensureDeferred
+async def test_broken_device_fails_the_cases_that_catch_it(line, fault: str) -> None:
+    address, make = line
+    stack, failing = BROKEN[fault]
+    device = make(str(BROKEN_DEVICES), "{path}", "--stack", stack, "--fault", fault)
+    results = await run_each(device, Target("phyllo", address, stack=stack), BROKEN_CASES,
+                             fresh=fault in ("no-resync", "crash-on-garbage"))
+    expected = {case: all_pass(stack)[case] for case in BROKEN_CASES} | failing
+    print(explained(results))
+    assert outcomes(results) == expected, explained(results)
+
+
+@pytest.mark.parametrize(("fault", "said"), [
+    ("wrong-crc", "CRC is 0x"),
+    ("wrong-delimiter", "got nothing"),
+])
+@pytest_twisted.ensureDeferred
+async def test_a_device_no_chunk_of_which_reads_cannot_be_judged(line, fault: str,
+                                                                 said: str) -> None:
+    """Every chunk unreadable (a wrong CRC, chunks ended by 0x0a): no case can run, and the
+    reason says what the kit saw."""
+    address, make = line
+    device = make(str(BROKEN_DEVICES), "{path}", "--stack", "reduced", "--fault", fault)
+    await device.start()
+    with pytest.raises(CouldNotRun) as raised:
+        await run_cases(reactor, Target("phyllo", address, stack="reduced"), CATALOGUE)
+    assert "phyllo server does not serve" in str(raised.value)
+    assert said in str(raised.value), str(raised.value)

@@ -9,6 +9,7 @@ from wireproto.codecs.phyllo import PubSubMessage, encode_message
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed, Level, NotApplicable
 from wireproto.conformance.phyllo.support import (
+    MAX_CHUNK,
     MAX_FRAME,
     STACKS,
     Answer,
@@ -98,27 +99,40 @@ async def frame_largest(ctx: Context) -> None:
     await line.echo(message, "the echo of a message of 253 frame-payload bytes")
 
 
+def _over_limit(line: Line) -> PubSubMessage:
+    """A message whose datagram is as long as its length byte allows (255): a frame payload of
+    257 bytes, 4 over the limit, in a chunk of 259."""
+    head = len(line.datagram(encode_message(PubSubMessage(0x10, b"echo", b""))))
+    token = line.token("over")
+    return PubSubMessage(0x10, b"echo", token + b"\x55" * (MAX_FRAME + 4 - head - len(token)))
+
+
 @kit.case("phyllo.frame.over-limit",
-          "After a chunk longer than 255 bytes the device still echoes", section=FRAME,
+          "After chunks longer than 255 bytes (259 and 600) the device still echoes", section=FRAME,
           decision=DECIDED, harmful=True)
 async def frame_over(ctx: Context) -> None:
     line = await open_line(ctx)
     if line.over_websocket:
         raise NotApplicable("the kit does not send over-long WebSocket messages")
-    message = PubSubMessage(0x10, b"echo", line.token("over") + b"\x55" * 400)
-    line.write(line.frame(line.datagram(encode_message(message))), "a chunk of over 400 bytes")
-    await line.alive("the echo of a good message sent after a chunk of over 400 bytes")
+    line.write(line.frame(line.datagram(encode_message(_over_limit(line)))),
+               "a chunk of 259 bytes, its datagram's length byte 255")
+    line.write(b"\x00" + b"\x55" * 600 + b"\x00", "a chunk of 600 bytes")
+    await line.alive("the echo of a good message sent after chunks of 259 and 600 bytes")
 
 
 @kit.case("phyllo.frame.over-limit.dropped",
-          "A chunk longer than 255 bytes is dropped, not echoed", section=FRAME,
+          "A chunk of 259 bytes (a frame payload of 257) is dropped, not echoed", section=FRAME,
           level=Level.SHOULD, decision=DECIDED)
 async def frame_over_dropped(ctx: Context) -> None:
     line = await open_line(ctx)
-    message = PubSubMessage(0x10, b"echo", line.token("over") + b"\x55" * 400)
-    line.write(line.frame(line.datagram(encode_message(message))), "a chunk of over 400 bytes")
+    message = _over_limit(line)
+    line.write(line.frame(line.datagram(encode_message(message))),
+               "a chunk of 259 bytes, its datagram's length byte 255")
     await line.quiet(lambda got: got.payload == message.payload,
-                     "a message in a chunk of over 400 bytes", 1.5)
+                     "a message in a chunk of 259 bytes", 1.5)
+    over = [len(answer.wire.strip(b"\x00")) for answer in line.seen]
+    if over and max(over) > MAX_CHUNK:
+        raise CaseFailed(f"the device took the chunk and wrote one of {max(over)} bytes back")
 
 
 @kit.case("phyllo.frame.bad-cobs",
