@@ -224,3 +224,14 @@ async def test_a_device_no_chunk_of_which_reads_cannot_be_judged(line, fault: st
         await run_cases(reactor, Target("phyllo", address, stack="reduced"), CATALOGUE)
     assert "phyllo server does not serve" in str(raised.value)
     assert said in str(raised.value), str(raised.value)
+
+
+def test_the_driver_in_the_docs_is_the_example() -> None:
+    """docs/conformance.md shows the example driver's `device()` as it is."""
+    import re
+
+    page = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    section = page[page.index("## Phyllo devices: the driver and results"):]
+    shown = section[section.index("def device("):section.index("    return link") + 15]
+    example = re.sub(r"  # noqa: .*", "", DRIVER.read_text(encoding="utf-8"))
+    assert shown in example
