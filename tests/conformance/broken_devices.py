@@ -10,7 +10,9 @@ bit), `no-crc-check` (takes any CRC), `no-length-check` (takes any datagram leng
 it), `no-leading-delimiter` (writes `chunk 00`), `wrong-delimiter` (ends chunks with 0x0a),
 `topic-nibble` (writes the topic length with its upper nibble set), `layer-types` (hands
 messages of a type below 0x10 to the application), `long-chunks` (reads chunks of any length),
-`ping-stuck` (answers every ping with 0). It prints ``ready`` once the tty is open.
+`ping-stuck` (answers every ping with 0), `flood` (writes without end, as fast as the line
+takes them, 64 KiB without a 0x00 then 30000 one-byte chunks, and answers nothing). It prints
+``ready`` once the tty is open (on stderr when DEVICE is ``-``, its stdout).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from wireproto.codecs.phyllo import decode_frame, encode_frame, ray32sub8  # noq
 
 FAULTS = ("none", "wrong-crc", "no-crc-check", "no-length-check", "no-resync",
           "crash-on-garbage", "no-leading-delimiter", "wrong-delimiter", "topic-nibble",
-          "layer-types", "long-chunks", "ping-stuck")
+          "layer-types", "long-chunks", "ping-stuck", "flood")
 MAX_CHUNK = 255
 PUBSUB, VALIDATED, DOCUMENT = 0x60, 0x22, 0x40
 
@@ -117,7 +119,14 @@ class Device:
         elif topic == b"reply" and payload_type == DOCUMENT:
             self.send(DOCUMENT, b"reply", b"\x11\x00" + msgpack.packb("hello!"))
 
+    def flood(self) -> None:
+        while True:
+            os.write(self.fd, b"\x55" * 65536)
+            os.write(self.fd, b"\x00\x01" * 30000)
+
     def run(self) -> None:
+        if self.fault == "flood":
+            self.flood()
         limit = 1 << 30 if self.fault == "long-chunks" else MAX_CHUNK
         partial, dropping = bytearray(), False
         while True:
@@ -143,13 +152,17 @@ class Device:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("device")
+    parser.add_argument("device", help="a tty's path, or - for this process's stdout")
     parser.add_argument("--stack", choices=("minimal", "reduced"), default="reduced")
     parser.add_argument("--fault", choices=FAULTS, default="none")
     options = parser.parse_args()
-    fd = os.open(options.device, os.O_RDWR | os.O_NOCTTY)
-    tty.setraw(fd)
-    print("ready", flush=True)
+    if options.device == "-":  # the line is this process's stdout (a pty master, say)
+        fd = sys.stdout.fileno()
+        print("ready", file=sys.stderr, flush=True)
+    else:
+        fd = os.open(options.device, os.O_RDWR | os.O_NOCTTY)
+        tty.setraw(fd)
+        print("ready", flush=True)
     Device(fd, options.stack, options.fault).run()
     return 0
 

@@ -235,3 +235,45 @@ def test_the_driver_in_the_docs_is_the_example() -> None:
     shown = section[section.index("def device("):section.index("    return link") + 15]
     example = re.sub(r"  # noqa: .*", "", DRIVER.read_text(encoding="utf-8"))
     assert shown in example
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_flooding_device_neither_hangs_nor_exhausts_the_kit() -> None:
+    """A device that writes without end (64 KiB runs without a 0x00, then thousands of tiny
+    chunks) and answers nothing: each case ends within its timeout, what the kit keeps stays
+    bounded, and a run stops as "could not run". The device writes straight into one pty pair
+    (no relay in this process, whose buffers would grow), as fast as the kit reads."""
+    import os
+    import subprocess
+    import time
+    import tracemalloc
+    import tty
+
+    from wireproto.conformance.runner import run_case
+
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    flood = subprocess.Popen(
+        [sys.executable, str(BROKEN_DEVICES), "-", "--stack", "minimal", "--fault", "flood"],
+        stdin=master, stdout=master, stderr=subprocess.DEVNULL)
+    try:
+        target = Target("phyllo", f"serial:{os.ttyname(slave)}", stack="minimal")
+        tracemalloc.start()
+        started = time.monotonic()
+        with pytest.raises(CouldNotRun):
+            await run_cases(reactor, target, CATALOGUE)
+        by_id = {case.id: case for case in CATALOGUE.cases}
+        for case_id in ("phyllo.message.echo", "phyllo.resync.garbage", "phyllo.endpoint.ping"):
+            result = await run_case(reactor, target, CATALOGUE, by_id[case_id], "flood")
+            assert result.outcome is F, result.reason
+            assert result.duration < by_id[case_id].timeout + 15, result
+            assert len(result.exchanges) <= 500
+        assert time.monotonic() - started < 90
+        peak_mib = tracemalloc.get_traced_memory()[1] / 2**20
+        assert peak_mib < 64, f"the kit held up to {peak_mib:.0f} MiB"
+    finally:
+        tracemalloc.stop()
+        flood.kill()
+        flood.wait(10)
+        os.close(master)
+        os.close(slave)

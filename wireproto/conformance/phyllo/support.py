@@ -87,11 +87,14 @@ class ChunkLine(Protocol):
         self._after_empty = False  # the piece before this one was empty: a leading delimiter
         self._dropping = False
         self.overlong = 0
+        self.closing = False
 
     def connectionMade(self) -> None:
         self.wrapped.makeConnection(cast(IMessageTransport, self))
 
     def dataReceived(self, data: bytes) -> None:
+        if self.closing:
+            return  # the kit closed the line: what is still in its buffers goes unread
         pieces = data.split(DELIMITER)
         tail = pieces.pop()
         for index, piece in enumerate(pieces):
@@ -107,7 +110,7 @@ class ChunkLine(Protocol):
                 continue
             led, self._after_empty = self._after_empty, False
             self.wrapped.messageReceived((DELIMITER if led else b"") + piece + DELIMITER, True)
-            if not self.wrapped.connected:
+            if self.closing:
                 return
         if self._dropping:
             return
@@ -130,10 +133,12 @@ class ChunkLine(Protocol):
         self.transport.write(DELIMITER + data + DELIMITER)
 
     def loseConnection(self, error: object = None) -> None:
+        self.closing = True
         if self.transport is not None:
             self.transport.loseConnection()
 
     def abortConnection(self) -> None:
+        self.closing = True
         abort = getattr(self.transport, "abortConnection", None)
         if abort is not None:
             abort()
