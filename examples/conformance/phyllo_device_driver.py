@@ -10,10 +10,12 @@ On the pub-sub message link of the given stack:
 - every document on ``reply`` is answered with the document ``"hello!"`` on ``reply``;
 - anything else is left alone. The stack drops what it cannot read and reads on.
 
-Run it on a serial line (it opens the port) or listening on a stream endpoint::
+Run it on a serial line (it opens the port), listening on a stream endpoint, or serving
+WebSocket connections on a TCP port (path ``/phyllo``, one binary message a chunk)::
 
     python examples/conformance/phyllo_device_driver.py serial:/dev/ttyUSB0 --stack reduced
     python examples/conformance/phyllo_device_driver.py tcp:9000:interface=127.0.0.1
+    python examples/conformance/phyllo_device_driver.py tcp:9001:interface=127.0.0.1 --websocket
 
 It prints ``ready`` once the line is open (or listening), and ends when a serial line closes.
 """
@@ -32,13 +34,15 @@ from wireproto.codecs.phyllo import (
     message_from_document,
     serialize,
 )
-from wireproto.phyllo import StackFactory, build_stack, connect_stack
+from wireproto.phyllo import MessageChunks, StackFactory, build_stack, connect_stack
+from wireproto.transports import websocket_resource, websocket_site
 from wireproto.transports.serial import serial_endpoint_from_string
 
 
-def device(stack: str):
-    """A new stack whose message link answers as the contract says."""
-    link = build_stack(stack)
+def device(stack: str, bottom=None):
+    """A new stack (on `bottom`, a new ChunkedStream by default) whose message link answers as
+    the contract says."""
+    link = build_stack(stack, bottom)
     pings = 0
 
     def received(message: PubSubMessage) -> None:
@@ -59,15 +63,19 @@ def device(stack: str):
     return link
 
 
-async def main(reactor, address: str, stack: str) -> None:
+async def main(reactor, address: str, stack: str, websocket: bool) -> None:
     if address.startswith("serial:"):
         top = await connect_stack(serial_endpoint_from_string(reactor, address),
                                   lambda: device(stack))
         print("ready", flush=True)
         await top.when_lost()
         return
-    await endpoints.serverFromString(reactor, address).listen(
-        StackFactory(lambda: device(stack)))
+    if websocket:
+        chunks = websocket_resource(lambda: device(stack, MessageChunks()).bottom)
+        factory = websocket_site({"/phyllo": chunks})
+    else:
+        factory = StackFactory(lambda: device(stack))
+    await endpoints.serverFromString(reactor, address).listen(factory)
     print("ready", flush=True)
     await defer.Deferred()  # serve until stopped
 
@@ -76,7 +84,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("address", help="serial:DEVICE[:baudrate=N], or a server endpoint")
     parser.add_argument("--stack", choices=("minimal", "reduced"), default="reduced")
+    parser.add_argument("--websocket", action="store_true",
+                        help="serve WebSocket connections at /phyllo on the endpoint")
     options = parser.parse_args()
     task.react(lambda reactor: defer.ensureDeferred(main(reactor, options.address,
-                                                         options.stack)))
+                                                         options.stack, options.websocket)))
     sys.exit(0)

@@ -10,9 +10,11 @@ bit), `no-crc-check` (takes any CRC), `no-length-check` (takes any datagram leng
 it), `no-leading-delimiter` (writes `chunk 00`), `wrong-delimiter` (ends chunks with 0x0a),
 `topic-nibble` (writes the topic length with its upper nibble set), `layer-types` (hands
 messages of a type below 0x10 to the application), `long-chunks` (reads chunks of any length),
-`ping-stuck` (answers every ping with 0), `flood` (writes without end, as fast as the line
-takes them, 64 KiB without a 0x00 then 30000 one-byte chunks, and answers nothing). It prints
-``ready`` once the tty is open (on stderr when DEVICE is ``-``, its stdout).
+`ping-stuck` (answers every ping with 0), `debug-prints` (writes a line of text to the same
+line before each answer, as a sketch's `Serial.println` does), `flood` (writes without end, as
+fast as the line takes them, 64 KiB without a 0x00 then 30000 one-byte chunks, and answers
+nothing). It prints ``ready`` once the tty is open (on stderr when DEVICE is ``-``, its
+stdout).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from wireproto.codecs.phyllo import decode_frame, encode_frame, ray32sub8  # noq
 
 FAULTS = ("none", "wrong-crc", "no-crc-check", "no-length-check", "no-resync",
           "crash-on-garbage", "no-leading-delimiter", "wrong-delimiter", "topic-nibble",
-          "layer-types", "long-chunks", "ping-stuck", "flood")
+          "layer-types", "long-chunks", "ping-stuck", "debug-prints", "flood")
 MAX_CHUNK = 255
 PUBSUB, VALIDATED, DOCUMENT = 0x60, 0x22, 0x40
 
@@ -58,6 +60,8 @@ class Device:
         else:
             datagram = bytes([len(message), PUBSUB]) + message
         chunk = encode_frame(datagram, len(datagram))
+        if self.fault == "debug-prints":
+            os.write(self.fd, b"debug: answering\r\n")
         if self.fault == "wrong-delimiter":
             wire = b"\n" + chunk + b"\n"
         elif self.fault == "no-leading-delimiter":

@@ -40,7 +40,7 @@ from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed, NotApplicable
 from wireproto.conformance.probe import Probe
-from wireproto.errors import ProtocolError
+from wireproto.errors import BadChecksum, ProtocolError
 from wireproto.transports.base import IMessageTransport
 
 __all__ = ["STACKS", "Answer", "Line", "kit", "open_line", "stack_name"]
@@ -158,13 +158,15 @@ class _LineFactory(Factory):
 class Answer:
     """One chunk the device wrote, as it came (`wire`), and what it holds: `unit` when every
     layer of the stack reads it, else `error`; `led` whether a delimiter came before it;
-    `topic_byte` the raw topic-length byte of a pub-sub message."""
+    `topic_byte` the raw topic-length byte of a pub-sub message; `layer` where an unreadable
+    chunk went wrong."""
 
     wire: bytes
     led: bool
     unit: PubSubMessage | Datagram | ValidatedDatagram | None
     error: str | None
     topic_byte: int | None
+    layer: str  # where an unreadable chunk went wrong: chunk, frame, datagram or crc
 
     @property
     def message(self) -> PubSubMessage | None:
@@ -192,14 +194,22 @@ def judge(stack: Stack, wire: bytes) -> Answer:
     led = wire.startswith(DELIMITER)
     chunk = wire.strip(DELIMITER)
     topic_byte = None
+    if len(chunk) > MAX_CHUNK:
+        return Answer(wire, led, None, f"a chunk of {len(chunk)} bytes, over {MAX_CHUNK}",
+                      None, "chunk")
+    try:
+        decode_frame(chunk, MAX_FRAME)
+    except ProtocolError as error:
+        return Answer(wire, led, None, str(error), None, "frame")
     try:
         unit = stack.decode_chunk_layered(chunk)
     except ProtocolError as error:
-        return Answer(wire, led, None, str(error), None)
+        layer = "crc" if isinstance(error, BadChecksum) else "datagram"
+        return Answer(wire, led, None, str(error), None, layer)
     if isinstance(unit, PubSubMessage):
         frame = decode_frame(chunk, len(chunk))
         topic_byte = frame[3 if stack is MINIMAL else 8]
-    return Answer(wire, led, unit, None, topic_byte)
+    return Answer(wire, led, unit, None, topic_byte, "")
 
 
 class Line:
@@ -312,6 +322,22 @@ class Line:
         """Send `message` and read its echo: the same type, topic and payload."""
         self.send(message, f"a message on {message.topic!r}")
         return await self.answer(lambda got: got == message, what, timeout)
+
+    async def echo_judged(self, layers: set[str], what: str = "its echo") -> Answer:
+        """Send a message on 'echo' and read its echo; CaseFailed at the first chunk before it
+        that went wrong at one of `layers` (see `Answer.layer`)."""
+        message = PubSubMessage(0x10, b"echo", self.token("judged"))
+        self.send(message, "a message on 'echo'")
+        deadline = self.ctx.reactor.seconds() + ANSWER_WAIT
+        while True:
+            found = await self.next(deadline, what)
+            if found is None:
+                seen = f"got {self.seen[-1].shown()}" if self.seen else "got nothing"
+                raise CaseFailed(f"expected {what} within {ANSWER_WAIT:g} s; {seen}")
+            if found.message == message:
+                return found
+            if found.error is not None and found.layer in layers:
+                raise CaseFailed(f"the device wrote {found.shown()}")
 
     async def alive(self, what: str = "the echo of a message sent after it") -> None:
         """CaseFailed unless the device still echoes."""
