@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from wireproto.codecs.phyllo import PubSubMessage
 from wireproto.conformance.context import Context
 from wireproto.conformance.phyllo.support import kit, open_line
 
@@ -27,13 +26,5 @@ for _cases in ("line", "messages"):  # the catalogue's order
 async def alive(ctx: Context) -> None:
     """A message on 'echo' comes back, sent again every 0.5 s for a while: a device that was
     just opened may reset first (an Arduino does)."""
-    line = await open_line(ctx)
-    deadline = ctx.reactor.seconds() + ALIVE_WITHIN
-    while True:
-        try:
-            message = PubSubMessage(0x10, b"echo", line.token("alive"))
-            await line.echo(message, "the echo of a message on 'echo'", timeout=0.5)
-            return
-        except Exception:
-            if ctx.reactor.seconds() > deadline or line.probe.closed_as is not None:
-                raise
+    line = await open_line(ctx, settle=False)
+    await line.settle(ALIVE_WITHIN)

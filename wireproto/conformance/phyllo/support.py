@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from twisted.internet import defer
 from twisted.internet.protocol import Factory, Protocol, connectionDone
@@ -36,14 +36,14 @@ from wireproto.codecs.phyllo import (
     ray32sub8,
     serialize,
 )
-from wireproto.conformance.catalogue import Catalogue
+from wireproto.conformance.catalogue import CaseBody, Catalogue
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed, NotApplicable
 from wireproto.conformance.probe import Probe
 from wireproto.errors import BadChecksum, ProtocolError
 from wireproto.transports.base import IMessageTransport
 
-__all__ = ["STACKS", "Answer", "Line", "kit", "open_line", "stack_name"]
+__all__ = ["STACKS", "Answer", "Line", "case", "kit", "open_line", "stack_name"]
 
 kit = Catalogue("phyllo", "Phyllo pub-sub (phyllo-pubsub.md)", "docs/phyllo.md",
                 mode="device")
@@ -56,8 +56,18 @@ LINE_LIMIT = 4096
 MAX_CHUNK = 255
 MAX_FRAME = 253
 ANSWER_WAIT = 3.0  # how long a device has to answer one message
+# How long a device has to echo once the line opens: a board that resets when its port opens
+# (an Arduino does) is back within it. Each case's timeout leaves room for it.
+SETTLE_WITHIN = 5.0
+CASE_TIMEOUT = 10.0
 QUIET_WAIT = 1.0  # how long the kit waits to see that a device does not answer
 DELIMITER = b"\x00"
+
+
+def case(id: str, title: str, *, timeout: float = CASE_TIMEOUT,
+         **particulars: Any) -> Callable[[CaseBody], CaseBody]:
+    """`kit.case`, with a timeout that leaves room for the device to settle first."""
+    return kit.case(id, title, timeout=timeout, **particulars)
 
 
 def stack_name(ctx: Context) -> str:
@@ -339,6 +349,20 @@ class Line:
             if found.error is not None and found.layer in layers:
                 raise CaseFailed(f"the device wrote {found.shown()}")
 
+    async def settle(self, within: float = SETTLE_WITHIN) -> None:
+        """Wait until the device echoes, sending a message on 'echo' every 0.5 s: a board that
+        resets when its port opens answers nothing until it is back."""
+        deadline = self.ctx.reactor.seconds() + within
+        while True:
+            message = PubSubMessage(0x10, b"echo", self.token("settle"))
+            try:
+                await self.echo(message, "the echo of a message on 'echo'", timeout=0.5)
+                return
+            except CaseFailed as failed:
+                if self.ctx.reactor.seconds() > deadline or self.probe.closed_as is not None:
+                    raise CaseFailed(f"the device did not echo within {within:g} s of the "
+                                     f"line opening: {failed}") from None
+
     async def alive(self, what: str = "the echo of a message sent after it") -> None:
         """CaseFailed unless the device still echoes."""
         probe = PubSubMessage(0x10, b"echo", self.token("alive"))
@@ -376,10 +400,18 @@ def as_document(message: PubSubMessage) -> Document:
         raise CaseFailed(f"{described(message)} is no document: {error}") from None
 
 
-async def open_line(ctx: Context) -> Line:
+async def open_line(ctx: Context, settle: bool = True) -> Line:
     """A recorded line to the device for this case: a stream endpoint (``serial:``, ``tcp:``,
     ``unix:``) cut into chunks by the kit itself, or a WebSocket whose binary messages are
-    chunks."""
+    chunks; once the device echoes on it (`settle`), and what it wrote until then forgotten."""
+    line = await _open(ctx)
+    if settle:
+        await line.settle()
+        line.seen.clear()
+    return line
+
+
+async def _open(ctx: Context) -> Line:
     target = ctx.target
     stack = stack_name(ctx)
     if target.over_websocket:
