@@ -11,7 +11,9 @@ it), `no-leading-delimiter` (writes `chunk 00`), `wrong-delimiter` (ends chunks 
 `topic-nibble` (writes the topic length with its upper nibble set), `layer-types` (hands
 messages of a type below 0x10 to the application), `long-chunks` (reads chunks of any length),
 `ping-stuck` (answers every ping with 0), `debug-prints` (writes a line of text to the same
-line before each answer, as a sketch's `Serial.println` does), `flood` (writes without end, as
+line before each answer, as a sketch's `Serial.println` does), `boots-slowly` (a correct
+device that reads nothing for its first 2 s, as a board that resets when its port opens),
+`flood` (writes without end, as
 fast as the line takes them, 64 KiB without a 0x00 then 30000 one-byte chunks, and answers
 nothing). It prints ``ready`` once the tty is open (on stderr when DEVICE is ``-``, its
 stdout).
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import termios
+import time
 import tty
 from pathlib import Path
 
@@ -33,7 +37,7 @@ from wireproto.codecs.phyllo import decode_frame, encode_frame, ray32sub8  # noq
 
 FAULTS = ("none", "wrong-crc", "no-crc-check", "no-length-check", "no-resync",
           "crash-on-garbage", "no-leading-delimiter", "wrong-delimiter", "topic-nibble",
-          "layer-types", "long-chunks", "ping-stuck", "debug-prints", "flood")
+          "layer-types", "long-chunks", "ping-stuck", "debug-prints", "boots-slowly", "flood")
 MAX_CHUNK = 255
 PUBSUB, VALIDATED, DOCUMENT = 0x60, 0x22, 0x40
 
@@ -131,6 +135,9 @@ class Device:
     def run(self) -> None:
         if self.fault == "flood":
             self.flood()
+        if self.fault == "boots-slowly":
+            time.sleep(2.0)
+            termios.tcflush(self.fd, termios.TCIFLUSH)  # what came while it booted is lost
         limit = 1 << 30 if self.fault == "long-chunks" else MAX_CHUNK
         partial, dropping = bytearray(), False
         while True:

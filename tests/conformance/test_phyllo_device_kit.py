@@ -324,3 +324,21 @@ async def test_the_kit_reaches_a_device_over_tcp_and_websocket(line, carrier: st
                                    "phyllo.chunk.split-writes", "phyllo.frame.over-limit",
                                    "phyllo.resync.partial-chunk", "phyllo.resync.garbage"), INFO)
     assert outcomes(results) == expected, explained(results)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_board_that_boots_as_its_port_opens_is_judged_once_it_is_back(line) -> None:
+    """A correct device that reads nothing for its first 2 s (an Arduino resets when its port
+    opens), started afresh for each case: every case waits for it, and passes."""
+    address, make = line
+    device = make(str(BROKEN_DEVICES), "{path}", "--stack", "reduced", "--fault", "boots-slowly")
+    from wireproto.conformance.runner import run_case
+
+    ids = ["phyllo.message.echo", "phyllo.crc.bad-dropped", "phyllo.endpoint.ping-counts"]
+    target = Target("phyllo", address, stack="reduced")
+    results = []
+    for case in CATALOGUE.select(ids):
+        await device.stop()
+        await device.start()  # no liveness check before the case: the case itself waits
+        results.append(await run_case(reactor, target, CATALOGUE, case, "boot"))
+    assert outcomes(results) == dict.fromkeys(ids, P), explained(results)
