@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from twisted.internet import defer
 from twisted.internet.protocol import Factory, Protocol, connectionDone
@@ -38,7 +38,7 @@ from wireproto.codecs.phyllo import (
 )
 from wireproto.conformance.catalogue import CaseBody, Catalogue
 from wireproto.conformance.context import Context
-from wireproto.conformance.model import CaseFailed, NotApplicable
+from wireproto.conformance.model import CaseFailed, Level, NotApplicable
 from wireproto.conformance.probe import Probe
 from wireproto.errors import BadChecksum, ProtocolError
 from wireproto.transports.base import IMessageTransport
@@ -64,10 +64,12 @@ QUIET_WAIT = 1.0  # how long the kit waits to see that a device does not answer
 DELIMITER = b"\x00"
 
 
-def case(id: str, title: str, *, timeout: float = CASE_TIMEOUT,
-         **particulars: Any) -> Callable[[CaseBody], CaseBody]:
+def case(id: str, title: str, *, section: str, level: Level = Level.MUST, decision: str = "",
+         timeout: float = CASE_TIMEOUT, harmful: bool = False
+         ) -> Callable[[CaseBody], CaseBody]:
     """`kit.case`, with a timeout that leaves room for the device to settle first."""
-    return kit.case(id, title, timeout=timeout, **particulars)
+    return kit.case(id, title, section=section, level=level, decision=decision,
+                    timeout=timeout, harmful=harmful)
 
 
 def stack_name(ctx: Context) -> str:
