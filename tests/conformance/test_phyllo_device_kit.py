@@ -342,3 +342,30 @@ async def test_a_board_that_boots_as_its_port_opens_is_judged_once_it_is_back(li
         await device.start()  # no liveness check before the case: the case itself waits
         results.append(await run_case(reactor, target, CATALOGUE, case, "boot"))
     assert outcomes(results) == dict.fromkeys(ids, P), explained(results)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_paused_device_fails_within_the_timeout_and_is_judged_again_once_resumed(
+        line) -> None:
+    """SIGSTOP the device: a case fails within its timeout, saying the device did not echo;
+    SIGCONT: the next case passes on the same device."""
+    import os
+    import signal
+
+    from wireproto.conformance.runner import run_case
+
+    address, make = line
+    device = make(str(DRIVER), "serial:{path}", "--stack", "minimal")
+    await device.start()
+    assert device.process is not None and device.process.pid is not None
+    target = Target("phyllo", address, stack="minimal")
+    (echo,) = CATALOGUE.select(["phyllo.message.echo"])
+    os.kill(device.process.pid, signal.SIGSTOP)
+    try:
+        paused = await run_case(reactor, target, CATALOGUE, echo, "paused")
+    finally:
+        os.kill(device.process.pid, signal.SIGCONT)
+    assert paused.outcome is F and "did not echo within 5 s" in paused.reason, paused.reason
+    assert paused.duration < echo.timeout + 2
+    resumed = await run_case(reactor, target, CATALOGUE, echo, "resumed")
+    assert resumed.outcome is P, resumed.reason
