@@ -369,3 +369,15 @@ async def test_a_paused_device_fails_within_the_timeout_and_is_judged_again_once
     assert paused.duration < echo.timeout + 2
     resumed = await run_case(reactor, target, CATALOGUE, echo, "resumed")
     assert resumed.outcome is P, resumed.reason
+
+
+def test_each_case_names_a_decision_that_docs_phyllo_has() -> None:
+    from tests.test_doc_contents import anchor
+
+    text = (ROOT / "docs" / "phyllo.md").read_text(encoding="utf-8")
+    anchors = {anchor(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
+    assert len(IDS) == len(set(IDS)) and all(case_id.startswith("phyllo.") for case_id in IDS)
+    for case in CATALOGUE.cases:
+        if case.decision:
+            page, _, target = case.decision.partition("#")
+            assert page == "docs/phyllo.md" and target in anchors, case.id
