@@ -66,6 +66,8 @@ class Target:
     # The credentials the kit sends (header values, tokens, passwords): `mask` hides each in
     # what the server sends, before any case reads it.
     secrets: tuple[str, ...] = ()
+    # A Phyllo device's stack (`conform device --stack`): "minimal" or "reduced".
+    stack: str | None = None
 
     @property
     def over_websocket(self) -> bool:
