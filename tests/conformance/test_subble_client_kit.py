@@ -211,3 +211,12 @@ async def test_a_flooding_client_cannot_exhaust_the_kit(flaw: str, way: str) -> 
     assert time.monotonic() - started < 60
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak  # KiB on Linux
     assert grown < 64 * 1024, f"the kit grew by {grown} KiB"
+
+
+def test_the_driver_in_the_docs_is_the_example() -> None:
+    """docs/conformance.md shows the whole driver that the tests above run."""
+    docs = (ROOT / "docs/conformance.md").read_text()
+    section = docs[docs.index("## SubbleSocket clients: the driver and results"):]
+    shown = re.search(r"```text\n(\"\"\"wireproto's SubbleSocket client.*?)```", section, re.S)
+    assert shown is not None
+    assert shown.group(1) == DRIVER.read_text()

@@ -9,7 +9,6 @@ import secrets
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from wireproto.codecs.subble import (
     ClientMessage,
@@ -125,11 +124,15 @@ def event_bytes(payload: bytes, format: int = MSGPACK, *, event_type: str = IN,
                         payload, request_data))
 
 
-def send_event(session: Session, value: Any, format: int = MSGPACK, **fields: Any) -> bytes:
+def send_event(session: Session, value: object, format: int = MSGPACK, *,
+               event_type: str = IN, guid: str | None = None, source: str = "conformance",
+               datetime_ms: int | None = None, request_data: bytes = b"") -> bytes:
     """Send an event of `value` packed in `format` (to IN unless `event_type` says); the
     payload's bytes."""
     payload = pack_payload(value, format)
-    session.probe.send(event_bytes(payload, format, **fields))
+    session.probe.send(event_bytes(payload, format, event_type=event_type, guid=guid,
+                                   source=source, datetime_ms=datetime_ms,
+                                   request_data=request_data))
     return payload
 
 
@@ -156,7 +159,7 @@ async def next_produce(session: Session, what: str, timeout: float = ECHO_WAIT,
     return message
 
 
-def value_of(produce: ProduceEvent) -> Any:
+def value_of(produce: ProduceEvent) -> object:
     """The produce's payload as its format says; CaseFailed when it does not read."""
     try:
         return unpack_payload(produce.payload, produce.format)
@@ -166,17 +169,20 @@ def value_of(produce: ProduceEvent) -> Any:
                          f"{bounded(produce.payload)}") from None
 
 
-async def echo(session: Session, value: Any, format: int = MSGPACK,
-               what: str = "the client's echo", **fields: Any) -> ProduceEvent:
+async def echo(session: Session, value: object, format: int = MSGPACK,
+               what: str = "the client's echo", *, guid: str | None = None,
+               source: str = "conformance", datetime_ms: int | None = None,
+               request_data: bytes = b"") -> ProduceEvent:
     """Send `value` in an event and read the client's echo of it: a produce on OUT in the same
     format with the same value."""
-    send_event(session, value, format, **fields)
+    send_event(session, value, format, guid=guid, source=source, datetime_ms=datetime_ms,
+               request_data=request_data)
     produce = await next_produce(session, f"{what} (a produce request of type {OUT!r})")
     check_echo(produce, value, format)
     return produce
 
 
-def check_echo(produce: ProduceEvent, value: Any, format: int) -> None:
+def check_echo(produce: ProduceEvent, value: object, format: int) -> None:
     if produce.event_type != OUT:
         raise CaseFailed(f"the client produced an event of type {bounded(produce.event_type)}, "
                          f"where the driver echoes on {OUT!r}")

@@ -82,7 +82,8 @@ def _close_case(code: int | None, meaning: str) -> None:
         return f"it reconnected after {back[1]:.1f} s and works"
 
 
-for _code, _meaning in ((1000, "a normal close (1000, or a stream's end)"), (1001, "a close going away (1001)"),
+for _code, _meaning in ((1000, "a normal close (1000, or a stream's end)"),
+                        (1001, "a close going away (1001)"),
                         (1011, "a close for a server error (1011)"),
                         (4000, "a close with an application's code (4000)"),
                         (None, "an abrupt end of the connection")):

@@ -298,8 +298,11 @@ async def msgpack_map(ctx: Context) -> None:
           "with the same values", section=SERIALIZATION)
 async def msgpack_types(ctx: Context) -> None:
     session = await greet(ctx)
-    value: dict[str, object] = {"nil": None, "t": True, "f": False, "ints": [
-        0, 1, -1, 127, 128, -33, 65535, 2**31 - 1, -(2**31)], "float": 1.5, "neg": -0.25, "s": "", "nested": {"a": [[]]}}
+    value: dict[str, object] = {
+        "nil": None, "t": True, "f": False,
+        "ints": [0, 1, -1, 127, 128, -33, 65535, 2**31 - 1, -(2**31)],
+        "float": 1.5, "neg": -0.25, "s": "", "nested": {"a": [[]]},
+    }
     await echo(session, value)
 
 
