@@ -12,7 +12,7 @@ from importlib import import_module
 from wireproto.conformance.subble.client.common import kit
 
 # Each module adds its cases to `kit` as it is imported, in the order they run.
-for _cases in ("sends", "receives", "reconnect"):
+for _cases in ("sends", "receives", "reconnect", "refusal"):
     import_module(f"{__name__}.{_cases}")
 
 __all__ = ["kit"]

@@ -17,6 +17,7 @@ from wireproto.codecs.subble import (
 from wireproto.conformance.bounded import bounded
 from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed, Level, NotApplicable
+from wireproto.conformance.probe import PROBE_MAX_MESSAGE
 from wireproto.conformance.subble.client.common import (
     DECIDED,
     DECIDED_HOST,
@@ -103,36 +104,55 @@ async def unsubscribed(ctx: Context) -> str:
     return "delivered it to the application, which echoed it"
 
 
+GUID = "g" * 16
+
+
+def sized_event(size: int) -> tuple[bytes, bytes]:
+    """An event of exactly `size` bytes whose payload is a msgpack bin, and the bin's bytes;
+    ValueError when no event is that small, or its echo would be too large for the kit."""
+    if size > PROBE_MAX_MESSAGE:
+        # Its echo would be over what the kit takes in one message.
+        raise ValueError(f"the kit judges limits up to {PROBE_MAX_MESSAGE} bytes")
+    room = size - len(event_bytes(b"", guid=GUID))
+    # The largest bin that fits, by msgpack's three bin headers; request data fills the rest.
+    for header, least, most in ((5, 65536, 2**32 - 1), (3, 256, 65535), (2, 0, 255)):
+        length = min(room - header, most)
+        if length >= least:
+            value = secrets.token_bytes(length)
+            padding = bytes(room - header - length)
+            return event_bytes(pack_payload(value, MSGPACK), guid=GUID,
+                               request_data=padding), value
+    raise ValueError(f"an event of a msgpack bin takes more than {size} bytes")
+
+
 @kit.case("subble.client.event.largest",
           "An event as large as the client's limit (the kit's --max-message-size, 1 MiB by "
           "default) is echoed whole", section=EVENTS, level=Level.SHOULD, timeout=10.0)
 async def largest(ctx: Context) -> None:
-    session = await greet(ctx)
     size = ctx.target.max_message_size
-    guid = "g" * 16
-    # Room for the event's header and fields: what is left is the payload, a msgpack bin.
-    overhead = len(event_bytes(b"", guid=guid, source="conformance"))
-    bin_header = 5
-    value = secrets.token_bytes(max(0, size - overhead - bin_header))
-    payload = pack_payload(value, MSGPACK)
-    message = event_bytes(payload, guid=guid, source="conformance")
-    if len(message) != size:
-        raise RuntimeError(f"the kit built {len(message)} bytes, not {size}")
+    try:
+        message, value = sized_event(size)
+    except ValueError as error:
+        raise NotApplicable(str(error)) from None
+    session = await greet(ctx)
     session.probe.send(message)
     produce = await next_produce(session, f"the echo of an event of {size} bytes", 8.0)
     if value_of(produce) != value:
         raise ctx.fail(f"the echo's payload is {len(produce.payload)} bytes, not the "
-                       f"{len(payload)} sent")
+                       f"{len(value)} of the bin sent")
 
 
 @kit.case("subble.client.event.over-limit",
           "An event one byte over the client's limit does not crash it", section=EVENTS,
           timeout=10.0)
 async def over_limit(ctx: Context) -> str:
-    session = await greet(ctx)
     size = ctx.target.max_message_size + 1
-    overhead = len(event_bytes(b"", guid="g" * 16))
-    session.probe.send(event_bytes(b"\xc4" * (size - overhead), guid="g" * 16))
+    try:
+        message, _ = sized_event(size)
+    except ValueError as error:
+        raise NotApplicable(str(error)) from None
+    session = await greet(ctx)
+    session.probe.send(message)
     try:
         produce = await next_produce(session, "nothing", 2.0)
         said = f"it answered it ({bounded(produce.event_type)}); "
