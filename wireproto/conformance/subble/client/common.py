@@ -32,7 +32,7 @@ from wireproto.conformance.probe import Probe, Received, shown
 from wireproto.errors import ProtocolError
 
 __all__ = [
-    "DECIDED", "DECIDED_HOST", "ERROR", "IN", "JSON", "MSGPACK", "OUT", "TRANSPORTS",
+    "DECIDED", "DECIDED_HOST", "allowed", "ERROR", "IN", "JSON", "MSGPACK", "OUT", "TRANSPORTS",
     "Session", "answer_produce", "client_message", "echo", "event_bytes", "greet", "kit",
     "le32", "next_produce", "read_handshake", "send_event", "still_works", "value_of",
 ]
@@ -55,6 +55,12 @@ JSON = SerializationFormat.JSON
 
 # How long the kit waits for the client's answer to an event (its echo, a produce request).
 ECHO_WAIT = 3.0
+
+
+def allowed(ctx: Context, wanted: float, reserve: float) -> float:
+    """How long a case may wait for something: `wanted`, or less when --timeout gave the case
+    less time than that and `reserve` for the rest of its work."""
+    return max(0.5, min(wanted, ctx.timeout - reserve))
 
 
 def le32(value: int) -> bytes:

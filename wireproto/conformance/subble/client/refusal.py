@@ -11,6 +11,7 @@ from wireproto.conformance.context import Context
 from wireproto.conformance.model import CaseFailed, Level
 from wireproto.conformance.subble.client.common import (
     Session,
+    allowed,
     client_message,
     kit,
     read_handshake,
@@ -73,7 +74,7 @@ for _code, _message in REFUSALS.items():
           "each refused again)", section=CODES, level=Level.SHOULD, timeout=8.0)
 async def refusal_retry(ctx: Context) -> str:
     refused = 0
-    deadline = ctx.reactor.seconds() + 3.0
+    deadline = ctx.reactor.seconds() + allowed(ctx, 3.0, 1.0)
     while True:
         left = deadline - ctx.reactor.seconds()
         if left <= 0:
