@@ -247,7 +247,7 @@ async def second_response(ctx: Context) -> str:
 
 @kit.case("subble.client.malformed.event-first",
           "An event sent before the handshake response is not echoed: the client produces "
-          "nothing until it is accepted", section="Handshake")
+          "nothing until it is accepted", section="Handshake", level=Level.SHOULD)
 async def event_first(ctx: Context) -> str:
     probe = await ctx.accept()
     request = await read_handshake(probe)

@@ -118,7 +118,8 @@ async def fields(ctx: Context) -> str:
 
 
 @kit.case("subble.client.handshake.waits",
-          "The client sends nothing else before the handshake response", section=HANDSHAKE)
+          "The client sends nothing else before the handshake response", section=HANDSHAKE,
+          level=Level.SHOULD)
 async def waits(ctx: Context) -> None:
     probe = await ctx.accept()
     await read_handshake(probe)
