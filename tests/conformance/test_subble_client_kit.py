@@ -17,6 +17,7 @@ import pytest_twisted
 from twisted.internet import reactor
 
 from wireproto.conformance.catalogue import CaseResult
+from wireproto.conformance.clientprocess import ClientProcess
 from wireproto.conformance.kits import kit
 from wireproto.conformance.listener import Listener
 from wireproto.conformance.model import Level, Outcome
@@ -121,6 +122,38 @@ async def test_wireprotos_client_passes_every_must(way: str) -> None:
     assert re.match(r"\d+ attempts in 11 s, the first after",
                     said["subble.client.reconnect.backoff"])
     assert took < 180, took
+
+
+# Six cases that judge only the handshake request, in a row: unanswered, they would leave
+# wireproto's client waiting 5.7 s and more (its backoff after six failed attempts) before the
+# seventh came.
+BY_HAND = ["subble.client.handshake.first", "subble.client.handshake.binary",
+           "subble.client.handshake.version", "subble.client.handshake.lists",
+           "subble.client.handshake.fields", "subble.client.handshake.waits",
+           "subble.client.handshake.new-id-used",
+           "subble.client.produce.msgpack-map", "subble.client.malformed.truncated",
+           "subble.client.close.abort", "subble.client.reconnect.same-client",
+           "subble.client.produce.json"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_wireprotos_client_started_by_hand_comes_back_for_each_case() -> None:
+    """Without --run, one driver process serves every case: the kit answers even the
+    handshakes it only judges, so the client's backoff never outgrows a case's wait, and it
+    comes back with the ID it was given (answered 2)."""
+    listener = Listener(reactor, ADDRESSES["ws"])
+    await listener.start()
+    driver = ClientProcess(reactor, f"{sys.executable} {DRIVER} {{url}}", listener.url)
+    driver.start()
+    try:
+        client_run = ClientRun(reactor, listener, None, first_wait=20.0)
+        results = await run_client_cases(client_run, Target("subble", listener.url), KIT,
+                                         KIT.select(BY_HAND))
+    finally:
+        await driver.stop()
+        await listener.stop()
+    assert outcomes(results) == expected(BY_HAND, {}), reasons(results)
+    assert driver.status is not None
 
 
 # -- a client written apart, with and without flaws -------------------------------------------

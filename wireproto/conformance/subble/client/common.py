@@ -34,7 +34,7 @@ from wireproto.errors import ProtocolError
 __all__ = [
     "DECIDED", "DECIDED_HOST", "allowed", "ERROR", "IN", "JSON", "MSGPACK", "OUT", "TRANSPORTS",
     "Session", "answer_produce", "client_message", "echo", "event_bytes", "greet", "kit",
-    "le32", "next_produce", "read_handshake", "send_event", "still_works", "value_of",
+    "le32", "next_produce", "read_handshake", "send_event", "still_works", "value_of", "welcome",
 ]
 
 kit = Catalogue("subble", "SubbleSocket 1.0.0", "docs/subblesocket.md", mode="client")
@@ -105,14 +105,24 @@ def new_id() -> str:
     return f"conformance-{secrets.token_hex(6)}"
 
 
-async def greet(ctx: Context, code: int = MessageCode.OK_NEW_CLIENT_ID,
-                message: str | None = None, probe: ClientProbe | None = None) -> Session:
+async def greet(ctx: Context, code: int | None = None, message: str | None = None,
+                probe: ClientProbe | None = None) -> Session:
     """Take the client's next connection (unless given one), read its handshake request and
-    accept it: with 3 and a new client ID by default, as a host answers the empty ID the driver
-    sends, or with `code` and `message`; the request data is echoed."""
+    accept it (`welcome`)."""
     if probe is None:
         probe = await ctx.accept()
-    request = await read_handshake(probe)
+    return welcome(probe, await read_handshake(probe), code, message)
+
+
+def welcome(probe: ClientProbe, request: HandshakeRequest, code: int | None = None,
+            message: str | None = None) -> Session:
+    """Answer `request` as a host does: 3 with a new client ID for an empty one, else 2 with
+    an empty message; or with `code` and `message`. The request data is echoed. A case that
+    read a handshake answers it even when it judged only the request, so that a client started
+    by hand does not count an unanswered handshake as a failed attempt, and wait longer and
+    longer before its next connection."""
+    if code is None:
+        code = MessageCode.OK if request.client_id else MessageCode.OK_NEW_CLIENT_ID
     if message is None:
         message = new_id() if code == MessageCode.OK_NEW_CLIENT_ID else ""
     probe.send(encode(HandshakeResponse(MessageCode(code), message, request.request_data)))

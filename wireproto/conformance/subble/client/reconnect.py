@@ -19,6 +19,7 @@ from wireproto.conformance.subble.client.common import (
     greet,
     kit,
     read_handshake,
+    welcome,
 )
 from wireproto.transports.websocket import WebSocketServerAdapter
 
@@ -106,6 +107,7 @@ async def same_client(ctx: Context) -> str:
     except CaseFailed:
         raise NotApplicable(f"the client did not reconnect within {wait:g} s") from None
     request = await read_handshake(probe)
+    welcome(probe, request)
     first = session.request
     wrong = []
     if request.client_id != session.client_id:

@@ -9,6 +9,7 @@ import secrets
 from wireproto.codecs.subble import (
     PROTOCOL_VERSION,
     EventError,
+    HandshakeRequest,
     HandshakeResponse,
     MessageCode,
     ProduceEvent,
@@ -41,6 +42,7 @@ from wireproto.conformance.subble.client.common import (
     send_event,
     still_works,
     value_of,
+    welcome,
 )
 
 HANDSHAKE = "Handshake"
@@ -67,6 +69,7 @@ async def alive(ctx: Context) -> None:
 async def first(ctx: Context) -> str:
     probe = await ctx.accept()
     request = await read_handshake(probe)
+    welcome(probe, request)
     return f"version {request.version.major}.{request.version.minor}.{request.version.patch}"
 
 
@@ -80,14 +83,18 @@ async def binary(ctx: Context) -> None:
     received = await probe.receive(what="the client's handshake request")
     if not received.binary:
         raise ctx.fail("the handshake request came in a text frame: SubbleSocket is binary")
-    client_message(received)
+    request = client_message(received)
+    if type(request) is HandshakeRequest:
+        welcome(probe, request)
 
 
 @kit.case("subble.client.handshake.version",
           "The handshake request names a version 1.x.y, the major version of SubbleSocket 1.0.0",
           section=REQUEST, decision=DECIDED)
 async def version(ctx: Context) -> str:
-    request = await read_handshake(await ctx.accept())
+    probe = await ctx.accept()
+    request = await read_handshake(probe)
+    welcome(probe, request)
     if request.version.major != PROTOCOL_VERSION.major:
         raise ctx.fail(f"the client asked for version {request.version.major}."
                        f"{request.version.minor}.{request.version.patch}")
@@ -98,7 +105,9 @@ async def version(ctx: Context) -> str:
           f"The handshake subscribes to {IN} and declares {OUT} and {ERROR} as produced, as "
           "the driver asks", section=REQUEST)
 async def lists(ctx: Context) -> None:
-    request = await read_handshake(await ctx.accept())
+    probe = await ctx.accept()
+    request = await read_handshake(probe)
+    welcome(probe, request)
     if IN not in request.subscribe:
         raise ctx.fail(f"the subscribe list is {bounded(list(request.subscribe))}, without "
                        f"{IN!r}")
@@ -112,7 +121,9 @@ async def lists(ctx: Context) -> None:
           "What the handshake request carries: its client ID, separator and request data",
           section=REQUEST, level=Level.INFORMATION)
 async def fields(ctx: Context) -> str:
-    request = await read_handshake(await ctx.accept())
+    probe = await ctx.accept()
+    request = await read_handshake(probe)
+    welcome(probe, request)
     return (f"client ID {bounded(request.client_id)}, separator {request.separator!r}, "
             f"request data {bounded(request.request_data)}")
 
@@ -122,15 +133,16 @@ async def fields(ctx: Context) -> str:
           level=Level.SHOULD)
 async def waits(ctx: Context) -> None:
     probe = await ctx.accept()
-    await read_handshake(probe)
+    request = await read_handshake(probe)
     await probe.silent(1.0, "nothing until the handshake response")
+    welcome(probe, request)
 
 
 @kit.case("subble.client.handshake.new-id-used",
           "After a 3 (new client ID), the client's produce requests carry that ID",
           section=CLIENT_ID)
 async def new_id_used(ctx: Context) -> str:
-    session = await greet(ctx)
+    session = await greet(ctx, MessageCode.OK_NEW_CLIENT_ID)
     produce = await echo(session, "whose id")
     if produce.client_id != session.client_id:
         raise ctx.fail(f"the produce carries client ID {bounded(produce.client_id)}, not "
