@@ -245,3 +245,12 @@ async def test_a_flooding_client_is_cut_off_and_its_record_bounded() -> None:
                     if seen.size > KEPT_TEXT]
     finally:
         await listener.stop()
+
+
+def test_the_driver_in_the_docs_is_the_example() -> None:
+    """docs/conformance.md shows the driver the tests above run, every line of it."""
+    page = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    section = page.split("## nydus clients: the driver and results", 1)[1]
+    shown = section.split("```text\n", 1)[1].split("```", 1)[0]
+    example = (ROOT / "examples" / "conformance" / "nydus_client_driver.py").read_text()
+    assert shown.strip() and shown in example
