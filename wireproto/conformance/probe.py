@@ -60,6 +60,8 @@ class Target:
     keyfile: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     framing: str | None = None
+    # A Phyllo device's stack (``minimal`` or ``reduced``), for the device kit's cases.
+    stack: str | None = None
     max_message_size: int = 1_048_576
     topic_prefix: str = "conformance"
     receive_timeout: float = 2.0
