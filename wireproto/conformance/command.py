@@ -104,7 +104,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "http://HOST:PORT/PATH for nydus over Engine.IO, or a stream "
                              "endpoint (tcp:PORT:interface=127.0.0.1, unix:PATH, ssl:...) "
                              "with --framing")
-    client.add_argument("--run", metavar="COMMAND",
+    client.add_argument("--run", metavar="COMMAND", dest="client_command",
                         help="start the client with COMMAND for each case, and stop it after "
                              "(split as a shell would, run without one; {url} becomes the "
                              "address, also in $WIREPROTO_CONFORM_URL)")
@@ -453,8 +453,8 @@ async def conform_client(reactor: IReactorTime, args: argparse.Namespace) -> int
     for flag, path in (("cert", args.cert), ("key", args.key)):
         if path is not None and not os.path.isfile(path):
             raise ToolError(f"--{flag} {path!r}: no such file", EXIT_USAGE)
-    if args.run is not None:
-        _check_command(args.run)
+    if args.client_command is not None:
+        _check_command(args.client_command)
     module = import_module(CLIENT_KITS[protocol])
     # A kit that listens its own way (nydus's Engine.IO) says how.
     make_factory = getattr(module, "make_factory", None)
@@ -474,12 +474,12 @@ async def conform_client(reactor: IReactorTime, args: argparse.Namespace) -> int
         target = Target(protocol, url, framing=args.framing,
                         max_message_size=args.max_message_size)
         run = Run(protocol, redact_url(url), datetime.now(UTC), scrubber=scrubber,
-                  mode="client", client_started_by_kit=args.run is not None)
-        started_by = "started by the kit for each case" if args.run else "to connect"
+                  mode="client", client_started_by_kit=args.client_command is not None)
+        started_by = "started by the kit for each case" if args.client_command else "to connect"
         emit(args.json, {"listening": url, "protocol": protocol,
-                         "client_started_by_kit": args.run is not None},
+                         "client_started_by_kit": args.client_command is not None},
              printable(f"waiting for a {protocol} client at {url} ({started_by})"))
-        client_run = ClientRun(reactor, listener, args.run, first_wait=args.wait)
+        client_run = ClientRun(reactor, listener, args.client_command, first_wait=args.wait)
         return await _judge(reactor, args, run, cases, lambda chosen, heard: run_client_cases(
             client_run, target, catalogue, chosen, on_result=heard))
     finally:

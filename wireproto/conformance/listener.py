@@ -134,9 +134,10 @@ class Listener:
 
     async def start(self) -> None:
         """Listen; ValueError (with why) when the address cannot be listened on."""
+        factory = self._factory()  # its own ValueError: no listening was tried
         endpoint = serverFromString(self.reactor, self._endpoint_now())
         try:
-            self._port = await endpoint.listen(self._factory())
+            self._port = await endpoint.listen(factory)
         except Exception as error:  # noqa: BLE001 - said to the user, who gave the address
             raise ValueError(f"cannot listen on {self.address}: {error}") from error
         host = self._port.getHost()
