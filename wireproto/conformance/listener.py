@@ -31,6 +31,12 @@ MakeFactory = Callable[[Callable[[], Probe]], IProtocolFactory]
 # Connections the client made that no case has taken yet: beyond these, the oldest are closed
 # (a client reconnecting in a loop cannot make the kit hold sockets without end).
 HELD_LIMIT = 16
+# What those connections may hold of the client's unread messages, all together: a connection
+# that brings more is aborted (without it, 16 connections could each hold a probe's 128 MiB).
+HELD_BYTES = 2 * PROBE_MAX_MESSAGE
+# The times of connection attempts kept (the newest): a client reconnecting in a tight loop for
+# a long run cannot grow the list without end. A case reads them by time, not by index.
+ATTEMPTS_KEPT = 10_000
 
 
 def listening_endpoint(address: str, certfile: str | None = None,
@@ -41,6 +47,11 @@ def listening_endpoint(address: str, certfile: str | None = None,
         if not address.startswith(("tcp:", "unix:", "ssl:")):
             raise ValueError(f"cannot listen on {address!r}: a ws:// or http:// URL, or a "
                              "tcp:, unix: or ssl: endpoint")
+        if address.startswith("ssl:") and "privateKey=" not in address:
+            if not certfile:
+                raise ValueError(f"listening on {address!r} needs the kit's certificate and "
+                                 "key (--cert, --key)")
+            address += f":certKey={certfile}:privateKey={keyfile or certfile}"
         return address, "stream"
     parts = urlsplit(address)
     scheme = parts.scheme
@@ -72,6 +83,16 @@ class ClientProbe(Probe):
     def connectionMade(self) -> None:
         super().connectionMade()
         self.listener._arrived(self)
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        super().messageReceived(data, binary)
+        held = self.listener.held
+        if self in held and sum(probe.queued_bytes for probe in held) > HELD_BYTES:
+            self.recorder.add(self.number, "event", text=(
+                f"the connections no case has taken hold more than {HELD_BYTES} bytes the kit "
+                "has not read: the kit aborts this one"))
+            held.remove(self)
+            self.abort()
 
     def adopt(self, recorder: Recorder) -> None:
         """From now on record into `recorder` (a case's), with what was recorded since the
@@ -193,6 +214,8 @@ class Listener:
 
     def _arrived(self, probe: ClientProbe) -> None:
         self.attempts.append(self.reactor.seconds())
+        if len(self.attempts) > 2 * ATTEMPTS_KEPT:  # trimmed now and then, not at each one
+            del self.attempts[:-ATTEMPTS_KEPT]
         if self.refusing:
             self.refused += 1
             probe.abort()
