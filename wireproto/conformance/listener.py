@@ -132,6 +132,7 @@ class Listener:
         self.refusing = False
         self.refused = 0
         self.bound_port: int | None = None
+        self.stopped = False
 
     # -- listening --------------------------------------------------------------------------------
 
@@ -200,6 +201,9 @@ class Listener:
             await self.start()
 
     async def stop(self) -> None:
+        """Stop listening and close every connection; one whose handshake ends later is
+        closed as it arrives."""
+        self.stopped = True
         await self.pause()
         for probe in self.held:
             probe.abort()
@@ -216,6 +220,9 @@ class Listener:
         self.attempts.append(self.reactor.seconds())
         if len(self.attempts) > 2 * ATTEMPTS_KEPT:  # trimmed now and then, not at each one
             del self.attempts[:-ATTEMPTS_KEPT]
+        if self.stopped:
+            probe.abort()
+            return
         if self.refusing:
             self.refused += 1
             probe.abort()
