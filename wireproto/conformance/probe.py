@@ -60,14 +60,14 @@ class Target:
     keyfile: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     framing: str | None = None
-    # A Phyllo device's stack (``minimal`` or ``reduced``), for the device kit's cases.
-    stack: str | None = None
     max_message_size: int = 1_048_576
     topic_prefix: str = "conformance"
     receive_timeout: float = 2.0
     # The credentials the kit sends (header values, tokens, passwords): `mask` hides each in
     # what the server sends, before any case reads it.
     secrets: tuple[str, ...] = ()
+    # A Phyllo device's stack (`conform device --stack`): "minimal" or "reduced".
+    stack: str | None = None
 
     @property
     def over_websocket(self) -> bool:
