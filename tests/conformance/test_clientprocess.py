@@ -6,6 +6,7 @@ client that ignores SIGTERM and leaves a child behind stopped whole, group and a
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -27,6 +28,19 @@ def alive(pid: int) -> bool:
     # A zombie is not alive: its parent (the kit, or init) has not reaped it yet.
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def pids(tmp_path):
+    """A file the test's shells write their process ids to; whatever is left of them when the
+    test ends, failed or not, is killed (they ignore SIGTERM)."""
+    path = tmp_path / "pids"
+    yield path
+    for pid in path.read_text().split() if path.exists() else []:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 async def gone(pid: int, process: ClientProcess) -> None:
@@ -83,8 +97,7 @@ async def test_its_output_is_kept_bounded() -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_client_ignoring_sigterm_and_its_child_are_stopped(tmp_path) -> None:
-    pids = tmp_path / "pids"
+async def test_a_client_ignoring_sigterm_and_its_child_are_stopped(pids) -> None:
     # A shell that ignores SIGTERM, as does the child it leaves running.
     process = ClientProcess(reactor, f"sh -c 'trap \"\" TERM; sleep 300 & echo $! > {pids}; "
                             "echo $$ >> {pids}; wait'".replace("{pids}", str(pids)), URL)
@@ -100,8 +113,7 @@ async def test_a_client_ignoring_sigterm_and_its_child_are_stopped(tmp_path) -> 
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_child_left_behind_by_a_client_that_exited_is_stopped(tmp_path) -> None:
-    pids = tmp_path / "pids"
+async def test_a_child_left_behind_by_a_client_that_exited_is_stopped(pids) -> None:
     process = ClientProcess(reactor, f"sh -c '(trap \"\" TERM; exec sleep 300) & echo $! > "
                             f"{pids}; exit 0'", URL)
     process.start()
