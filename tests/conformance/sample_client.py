@@ -3,7 +3,8 @@
 from $WIREPROTO_CONFORM_URL): it connects, says ``hello``, echoes each message it receives, and
 exits with status 3 on ``crash`` (after a line on stdout). With --forever it connects again
 whenever its connection ends, as a client started by hand does between cases; with --pidfile it
-writes its process id there first; other arguments are ignored (a test passes a secret-looking
+writes its process id there first; with --say-token it prints $WIREPROTO_TOKEN; other arguments
+are ignored (a test passes a secret-looking
 one to see that the report never holds the command)."""
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def dial() -> None:
 
 
 if __name__ == "__main__":
+    if "--say-token" in sys.argv:  # a client that prints a secret of its environment
+        print(f"my token is {os.environ.get('WIREPROTO_TOKEN')}", flush=True)
     if "--pidfile" in sys.argv:
         with open(sys.argv[sys.argv.index("--pidfile") + 1], "a") as pids:
             pids.write(f"{os.getpid()}\n")

@@ -255,10 +255,13 @@ def client(children: list[Child], *args: str) -> Child:  # noqa: F811
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_client_started_by_run_for_each_case(children, tmp_path) -> None:  # noqa: F811
+async def test_a_client_started_by_run_for_each_case(
+        children, tmp_path, monkeypatch) -> None:  # noqa: F811
     report = tmp_path / "report"
+    monkeypatch.setenv("WIREPROTO_TOKEN", "env-5ecret-token")
     tool = client(children, "--listen", "ws://127.0.0.1:0/", "--run",
-                  f"{CLIENT} --forever --token run-5ecret-arg", "--report", str(report), "--cases",
+                  f"{CLIENT} --forever --say-token --token run-5ecret-arg", "--report",
+                  str(report), "--cases",
                   "websmq.client.sample.echo,websmq.client.sample.crash,"
                   "websmq.client.sample.impossible,websmq.client.sample.reconnects")
     assert await tool.exit_code(timeout=90) == 1, tool.output()
@@ -281,11 +284,13 @@ async def test_a_client_started_by_run_for_each_case(children, tmp_path) -> None
     assert written["client_started_by_kit"] is True and written["status"] == 1
     crash = written["cases"][1]
     events = [e["text"] for e in crash["exchanges"] if e["direction"] == "event"]
-    assert "the client wrote: oh no" in events, events
+    assert "the client wrote: my token is ***\noh no" in events, events
     page = (report / "index.html").read_text()
     assert "started by the kit for each case (--run)" in page
     for text in (written, page, tool.stdout):  # the command may hold a secret
-        assert "run-5ecret-arg" not in json.dumps(text) and "sample_client" not in json.dumps(text)
+        shown = json.dumps(text)
+        assert "run-5ecret-arg" not in shown and "sample_client" not in shown
+        assert "env-5ecret-token" not in shown
 
 
 @pytest_twisted.ensureDeferred
