@@ -19,7 +19,7 @@ from tests.support import eventually, failure_of, wait_for
 from wireproto.conformance import listener as listening
 from wireproto.conformance.listener import HELD_LIMIT, Listener, listening_endpoint
 from wireproto.conformance.model import CaseFailed
-from wireproto.conformance.probe import Recorder
+from wireproto.conformance.probe import QUEUE_LIMIT, Recorder
 from wireproto.transports.base import MessageProtocol
 from wireproto.transports.connect import connect
 
@@ -219,5 +219,22 @@ async def test_the_attempts_kept_are_bounded(monkeypatch) -> None:
         await eventually(lambda: listener.refused == 25, timeout=10)
         assert 10 <= len(listener.attempts) <= 20
         assert listener.attempts == sorted(listener.attempts)
+    finally:
+        await listener.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_flooding_a_case_is_aborted_and_named_so() -> None:
+    listener = await started("tcp:0:interface=127.0.0.1", framing="length32")
+    try:
+        client = await dial(listener.url)
+        recorder = Recorder()
+        await listener.accept(recorder, 5)
+        for number in range(QUEUE_LIMIT + 5):
+            client.transport.sendMessage(b"%d" % number, True)
+        await eventually(lambda: client.lost, timeout=10)
+        notes = [exchange.text for exchange in recorder.exchanges if exchange.text]
+        assert any(note.startswith(f"the client sent more than {QUEUE_LIMIT} messages")
+                   for note in notes), notes
     finally:
         await listener.stop()

@@ -79,6 +79,7 @@ class ClientProbe(Probe):
     """A connection the client under test made: recorded apart until a case takes it."""
 
     listener: Listener
+    peer = "client"
 
     def connectionMade(self) -> None:
         super().connectionMade()
