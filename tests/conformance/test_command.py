@@ -277,7 +277,7 @@ async def test_a_client_started_by_run_for_each_case(
     assert tool.stdout[3].startswith("fail        websmq.client.sample.impossible")
     assert tool.stdout[4] == ("information websmq.client.sample.reconnects  The client connects "
                               "again when the server goes away: connected again")
-    assert tool.stdout[5] == (f"websmq at {url}: 4 cases, 1 pass, 1 fail, 1 non-strict, "
+    assert tool.stdout[5] == (f"websmq client at {url}: 4 cases, 1 pass, 1 fail, 1 non-strict, "
                               "1 information; MUST failed: websmq.client.sample.impossible")
     written = json.loads((report / "report.json").read_text())
     assert written["mode"] == "client" and written["target"] == url
@@ -468,7 +468,7 @@ async def test_a_device_is_judged_with_its_stack(children, tmp_path) -> None:  #
         "expected a frame nobody asked for within 0.3 s, got nothing",
         "information phyllo.sample.stack  The kit knows the device's stack: stack reduced, "
         "framing cobs",
-        f"phyllo at {address}: 3 cases, 1 pass, 1 fail, 0 non-strict, 1 information; MUST "
+        f"phyllo device at {address}: 3 cases, 1 pass, 1 fail, 0 non-strict, 1 information; MUST "
         "failed: phyllo.sample.impossible",
     ]
     written = json.loads((tmp_path / "report.json").read_text())

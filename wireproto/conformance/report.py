@@ -124,14 +124,15 @@ def case_line(result: CaseResult, scrubber: Scrubber | None = None) -> str:
 
 def summary_line(run: Run) -> str:
     """``websmq at ws://...: 42 cases, 40 pass, 1 fail, 1 non-strict, 0 information; MUST
-    failed: websmq.will.published`` (or ``every MUST passed``)."""
+    failed: websmq.will.published`` (or ``every MUST passed``); ``websmq client at ...`` where
+    the kit listened for a client, ``phyllo device at ...`` for a device."""
     totals = count(run.results)
     parts = ", ".join(f"{totals[outcome]} {outcome.value}" for outcome in Outcome)
     failed = failed_ids(run.results)
     verdict = f"MUST failed: {', '.join(failed)}" if failed else "every MUST passed"
     target = run.scrubber.text(run.target)
-    return printable(f"{run.protocol} at {target}: {len(run.results)} cases, {parts}; "
-                     f"{verdict}")
+    judged = run.protocol if run.mode == "server" else f"{run.protocol} {run.mode}"
+    return printable(f"{judged} at {target}: {len(run.results)} cases, {parts}; {verdict}")
 
 
 # -- JSON -----------------------------------------------------------------------------------------
