@@ -16,7 +16,7 @@ from wireproto.cli import main
 from wireproto.conformance.catalogue import Catalogue
 from wireproto.conformance.catalogue_doc import BEGIN, END, catalogues, render, replace
 from wireproto.conformance.command import catalogue_lines
-from wireproto.conformance.kits import KITS, kit
+from wireproto.conformance.kits import CLIENT_KITS, DEVICE_KITS, KITS, kit
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "conformance.md"
@@ -84,8 +84,45 @@ def test_replace_puts_the_catalogue_between_the_markers_alone() -> None:
         replace("# no markers\n", "new\n")
 
 
-def test_list_prints_every_installed_kit(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["conform", "server", "--list"]) == 0
+@pytest.mark.parametrize("mode", ["server", "client", "device"])
+def test_list_prints_every_installed_kit(capsys: pytest.CaptureFixture[str], mode: str) -> None:
+    assert main(["conform", mode, "--list"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    expected = [line for catalogue in catalogues() for line in catalogue_lines(catalogue)]
+    expected = [line for catalogue in catalogues() if catalogue.mode == mode
+                for line in catalogue_lines(catalogue)]
     assert printed == expected
+
+
+@pytest.mark.parametrize(("mode", "protocol"), [
+    *(("client", protocol) for protocol in CLIENT_KITS),
+    *(("device", protocol) for protocol in DEVICE_KITS)])
+def test_each_client_and_device_kit_is_well_formed(mode: str, protocol: str) -> None:
+    modules = CLIENT_KITS if mode == "client" else DEVICE_KITS
+    try:
+        found = importlib.util.find_spec(modules[protocol])
+    except ModuleNotFoundError:
+        found = None
+    if found is None:
+        pytest.skip(f"{modules[protocol]} is not written yet")
+    catalogue = kit(protocol, mode)
+    assert catalogue.protocol == protocol and catalogue.alive is not None
+    assert (ROOT / catalogue.docs).is_file(), catalogue.docs
+    assert catalogue.cases
+    for case in catalogue.cases:
+        assert case.id.startswith(catalogue.id_prefix) and case.id.count(".") >= 2, case.id
+        assert case.title.strip() and case.section.strip(), case.id
+        assert 0 < case.timeout <= 20, case.id  # a reconnection case may take 20 s
+        if case.decision:
+            check_decision(case.decision)
+    assert catalogue in catalogues()
+
+
+def test_client_and_device_kits_are_rendered_under_headings_of_their_own() -> None:
+    from tests.conformance import sample_client_kit, sample_device_kit
+
+    text = render([sample_client_kit.kit, sample_device_kit.kit])
+    assert text.startswith("### WEBSMQ clients: `websmq.client`\n\n4 cases (MUST, SHOULD, "
+                           "information); ")
+    assert "\n### Phyllo devices: `phyllo`\n\n3 cases (MUST, information); " in text
+    assert "| `websmq.client.sample.echo` | MUST | The client echoes a message | Messages |  |" \
+        in text

@@ -1,6 +1,7 @@
 """The catalogue of every kit as Markdown, for docs/conformance.md between its ``<!-- catalogue
-begin -->`` and ``<!-- catalogue end -->`` lines: a table per protocol of each case's id, level,
-title, spec section and the docs' section where wireproto decided what the spec leaves open.
+begin -->`` and ``<!-- catalogue end -->`` lines: a table per kit (the server kits, then the
+client kits, then the device kits) of each case's id, level, title, spec section and the docs'
+section where wireproto decided what the spec leaves open.
 
 ``python -m wireproto.conformance.catalogue_doc docs/conformance.md`` writes it there; a test
 checks that the page holds what `render` gives.
@@ -9,10 +10,11 @@ checks that the page holds what `render` gives.
 from __future__ import annotations
 
 import sys
+from importlib import import_module
 from pathlib import Path
 
 from wireproto.conformance.catalogue import Catalogue
-from wireproto.conformance.kits import KITS, kit
+from wireproto.conformance.kits import CLIENT_KITS, DEVICE_KITS, KITS, kit
 
 __all__ = ["BEGIN", "END", "catalogues", "render", "replace"]
 
@@ -21,8 +23,29 @@ END = "<!-- catalogue end -->"
 
 
 def catalogues() -> list[Catalogue]:
-    """The catalogue of each kit this wireproto has, in KITS' order."""
-    return [kit(protocol) for protocol in KITS]
+    """The catalogue of each kit this wireproto has: every server kit, in KITS' order, then
+    the client kits and the device kits that are here (a kit whose module is missing is not)."""
+    found = [kit(protocol) for protocol in KITS]
+    for mode, kits in (("client", CLIENT_KITS), ("device", DEVICE_KITS)):
+        for protocol, module in kits.items():
+            try:
+                import_module(module)
+            except ModuleNotFoundError as error:
+                if error.name is not None and module.startswith(error.name):
+                    continue  # not written yet; a module it needs that is missing is an error
+                raise
+            found.append(kit(protocol, mode))
+    return found
+
+
+def _heading(catalogue: Catalogue) -> str:
+    """``UBRE: `ubre` `` for a server kit, ``UBRE clients: `ubre.client` `` for a client kit,
+    ``Phyllo devices: `phyllo` `` for a device kit."""
+    if catalogue.mode == "client":
+        return f"{catalogue.spec} clients: `{catalogue.id_prefix.rstrip('.')}`"
+    if catalogue.mode == "device":
+        return f"{catalogue.spec} devices: `{catalogue.protocol}`"
+    return f"{catalogue.spec}: `{catalogue.protocol}`"
 
 
 def _cell(text: str) -> str:
@@ -46,7 +69,7 @@ def render(kits: list[Catalogue] | None = None) -> str:
     for catalogue in chosen:
         levels = {case.level.value for case in catalogue.cases}
         parts.append(
-            f"### {catalogue.spec}: `{catalogue.protocol}`\n\n"
+            f"### {_heading(catalogue)}\n\n"
             f"{len(catalogue.cases)} cases ({', '.join(sorted(levels))}); wireproto's "
             f"decisions in [{catalogue.docs.removeprefix('docs/')}]"
             f"({catalogue.docs.removeprefix('docs/')}).\n\n"

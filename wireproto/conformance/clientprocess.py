@@ -94,8 +94,14 @@ class ClientProcess:
     def _output(self, data: bytes) -> None:
         self.kept.append(data)
         self._kept_size += len(data)
-        while self._kept_size > OUTPUT_KEPT and len(self.kept) > 1:
+        # Whole chunks go while what follows them is enough; then the oldest is cut, so the
+        # newest OUTPUT_KEPT bytes are all kept (a short last line after a long one too).
+        while self._kept_size - len(self.kept[0]) >= OUTPUT_KEPT:
             self._kept_size -= len(self.kept.popleft())
+        if self._kept_size > OUTPUT_KEPT:
+            cut = self._kept_size - OUTPUT_KEPT
+            self.kept[0] = self.kept[0][cut:]
+            self._kept_size -= cut
 
     def output(self) -> str:
         """The last of what the client wrote, as text."""
@@ -133,7 +139,12 @@ class ClientProcess:
             else:
                 os.kill(self.pid, number)
         except (ProcessLookupError, PermissionError):
-            pass
+            # Stopped at once, it may not have made its group yet (setsid not yet run).
+            if self._group and self.running:
+                try:
+                    os.kill(self.pid, number)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     async def ended(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for the process to end; whether it has."""

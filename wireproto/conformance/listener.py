@@ -31,6 +31,12 @@ MakeFactory = Callable[[Callable[[], Probe]], IProtocolFactory]
 # Connections the client made that no case has taken yet: beyond these, the oldest are closed
 # (a client reconnecting in a loop cannot make the kit hold sockets without end).
 HELD_LIMIT = 16
+# What those connections may hold of the client's unread messages, all together: a connection
+# that brings more is aborted (without it, 16 connections could each hold a probe's 128 MiB).
+HELD_BYTES = 2 * PROBE_MAX_MESSAGE
+# The times of connection attempts kept (the newest): a client reconnecting in a tight loop for
+# a long run cannot grow the list without end. A case reads them by time, not by index.
+ATTEMPTS_KEPT = 10_000
 
 
 def listening_endpoint(address: str, certfile: str | None = None,
@@ -41,6 +47,11 @@ def listening_endpoint(address: str, certfile: str | None = None,
         if not address.startswith(("tcp:", "unix:", "ssl:")):
             raise ValueError(f"cannot listen on {address!r}: a ws:// or http:// URL, or a "
                              "tcp:, unix: or ssl: endpoint")
+        if address.startswith("ssl:") and "privateKey=" not in address:
+            if not certfile:
+                raise ValueError(f"listening on {address!r} needs the kit's certificate and "
+                                 "key (--cert, --key)")
+            address += f":certKey={certfile}:privateKey={keyfile or certfile}"
         return address, "stream"
     parts = urlsplit(address)
     scheme = parts.scheme
@@ -68,10 +79,21 @@ class ClientProbe(Probe):
     """A connection the client under test made: recorded apart until a case takes it."""
 
     listener: Listener
+    peer = "client"
 
     def connectionMade(self) -> None:
         super().connectionMade()
         self.listener._arrived(self)
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        super().messageReceived(data, binary)
+        held = self.listener.held
+        if self in held and sum(probe.queued_bytes for probe in held) > HELD_BYTES:
+            self.recorder.add(self.number, "event", text=(
+                f"the connections no case has taken hold more than {HELD_BYTES} bytes the kit "
+                "has not read: the kit aborts this one"))
+            held.remove(self)
+            self.abort()
 
     def adopt(self, recorder: Recorder) -> None:
         """From now on record into `recorder` (a case's), with what was recorded since the
@@ -111,6 +133,7 @@ class Listener:
         self.refusing = False
         self.refused = 0
         self.bound_port: int | None = None
+        self.stopped = False
 
     # -- listening --------------------------------------------------------------------------------
 
@@ -134,9 +157,10 @@ class Listener:
 
     async def start(self) -> None:
         """Listen; ValueError (with why) when the address cannot be listened on."""
+        factory = self._factory()  # its own ValueError: no listening was tried
         endpoint = serverFromString(self.reactor, self._endpoint_now())
         try:
-            self._port = await endpoint.listen(self._factory())
+            self._port = await endpoint.listen(factory)
         except Exception as error:  # noqa: BLE001 - said to the user, who gave the address
             raise ValueError(f"cannot listen on {self.address}: {error}") from error
         host = self._port.getHost()
@@ -178,6 +202,9 @@ class Listener:
             await self.start()
 
     async def stop(self) -> None:
+        """Stop listening and close every connection; one whose handshake ends later is
+        closed as it arrives."""
+        self.stopped = True
         await self.pause()
         for probe in self.held:
             probe.abort()
@@ -192,6 +219,11 @@ class Listener:
 
     def _arrived(self, probe: ClientProbe) -> None:
         self.attempts.append(self.reactor.seconds())
+        if len(self.attempts) > 2 * ATTEMPTS_KEPT:  # trimmed now and then, not at each one
+            del self.attempts[:-ATTEMPTS_KEPT]
+        if self.stopped:
+            probe.abort()
+            return
         if self.refusing:
             self.refused += 1
             probe.abort()

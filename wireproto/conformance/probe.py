@@ -197,6 +197,8 @@ class Probe(MessageProtocol):
     """One recorded connection of a case. Received messages queue until a case asks for them
     (`receive`); a case that wants none checks with `silent`."""
 
+    peer = "server"  # what is at the other end, as the record names it
+
     def __init__(self, recorder: Recorder, reactor: IReactorTime, receive_timeout: float,
                  mask: Callable[[bytes], bytes] | None = None) -> None:
         self.recorder = recorder
@@ -220,7 +222,7 @@ class Probe(MessageProtocol):
         if len(self.received) >= QUEUE_LIMIT or self.queued_bytes + len(data) > QUEUE_BYTES:
             if self.transport is not None and self.connected:
                 self.recorder.add(self.number, "event", text=(
-                    f"the server sent more than {QUEUE_LIMIT} messages or {QUEUE_BYTES} "
+                    f"the {self.peer} sent more than {QUEUE_LIMIT} messages or {QUEUE_BYTES} "
                     "bytes the kit had not read: the kit aborts the connection"))
                 self.transport.abortConnection()
             return

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from wireproto.conformance.catalogue import CaseResult, count
 from wireproto.conformance.model import KIT_VERSION, Exchange, Outcome
@@ -86,8 +86,11 @@ class Scrubber:
 
 @dataclass
 class Run:
-    """One run of a kit against one server, as its report tells it. `target` is the address
-    as shown (its credentials redacted); `error` says why a run could not judge the server."""
+    """One run of a kit against one implementation, as its report tells it. `target` is the
+    address as shown (its credentials redacted): the server's or the device's, or where the kit
+    listened for a client; `error` says why a run could not judge it. `mode` is what was judged
+    (server, client, device); for a client, `client_started_by_kit` says whether the kit
+    started it (--run, whose command is never kept: it may hold a secret)."""
 
     protocol: str
     target: str
@@ -97,6 +100,8 @@ class Run:
     status: int = EXIT_PASSED
     error: str = ""
     scrubber: Scrubber = field(default_factory=Scrubber)
+    mode: str = "server"
+    client_started_by_kit: bool | None = None
 
 
 def failed_ids(results: Sequence[CaseResult]) -> list[str]:
@@ -119,14 +124,15 @@ def case_line(result: CaseResult, scrubber: Scrubber | None = None) -> str:
 
 def summary_line(run: Run) -> str:
     """``websmq at ws://...: 42 cases, 40 pass, 1 fail, 1 non-strict, 0 information; MUST
-    failed: websmq.will.published`` (or ``every MUST passed``)."""
+    failed: websmq.will.published`` (or ``every MUST passed``); ``websmq client at ...`` where
+    the kit listened for a client, ``phyllo device at ...`` for a device."""
     totals = count(run.results)
     parts = ", ".join(f"{totals[outcome]} {outcome.value}" for outcome in Outcome)
     failed = failed_ids(run.results)
     verdict = f"MUST failed: {', '.join(failed)}" if failed else "every MUST passed"
     target = run.scrubber.text(run.target)
-    return printable(f"{run.protocol} at {target}: {len(run.results)} cases, {parts}; "
-                     f"{verdict}")
+    judged = run.protocol if run.mode == "server" else f"{run.protocol} {run.mode}"
+    return printable(f"{judged} at {target}: {len(run.results)} cases, {parts}; {verdict}")
 
 
 # -- JSON -----------------------------------------------------------------------------------------
@@ -172,6 +178,7 @@ class ReportRecord(TypedDict):
     status: int
     error: str | None
     cases: list[CaseRecord]
+    client_started_by_kit: NotRequired[bool]
 
 
 def _exchange(exchange: Exchange, scrub: Scrubber) -> ExchangeRecord:
@@ -196,13 +203,13 @@ def to_json(run: Run) -> ReportRecord:
 
     scrub = run.scrubber
     totals = count(run.results)
-    return {
+    report: ReportRecord = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "kit_version": KIT_VERSION,
         "wireproto_version": __version__,
         "protocol": run.protocol,
-        "mode": "server",
+        "mode": run.mode,
         "target": scrub.text(run.target),
         "started": run.started.isoformat(timespec="seconds").replace("+00:00", "Z"),
         "duration": round(run.duration, 3),
@@ -224,6 +231,9 @@ def to_json(run: Run) -> ReportRecord:
             "exchanges": [_exchange(exchange, scrub) for exchange in result.exchanges],
         } for result in run.results],
     }
+    if run.mode == "client":
+        report["client_started_by_kit"] = bool(run.client_started_by_kit)
+    return report
 
 
 # -- HTML -----------------------------------------------------------------------------------------
@@ -270,6 +280,15 @@ def _exchange_html(exchange: ExchangeRecord) -> str:
             "</tr>")
 
 
+def _judged(report: ReportRecord) -> str:
+    """What the run judged, in words: ``a client, started by the kit for each case``."""
+    if report["mode"] != "client":
+        return f"a {report['mode']} at the address above"
+    started = ("started by the kit for each case (--run)"
+               if report.get("client_started_by_kit") else "started by hand")
+    return f"a client, {started}, that connected to the kit at the address above"
+
+
 def to_html(run: Run) -> str:
     """The report as one page that needs nothing else: no script, no style sheet, no image.
     Every text is escaped, so a server's bytes are shown, never read as markup."""
@@ -289,6 +308,7 @@ def to_html(run: Run) -> str:
         f"<p>{_e(summary_line(run))}</p>",
         f"<table><tr><th>started</th><td>{_e(report['started'])}</td></tr>"
         f"<tr><th>duration</th><td>{report['duration']} s</td></tr>"
+        f"<tr><th>judged</th><td>{_e(_judged(report))}</td></tr>"
         f"<tr><th>exit status</th><td>{report['status']}</td></tr>"
         f"<tr><th>kit</th><td>{_e(report['kit_version'])} (wireproto "
         f"{_e(report['wireproto_version'])}), report schema {report['schema_version']}</td></tr>"
@@ -297,6 +317,7 @@ def to_html(run: Run) -> str:
     if report["error"]:
         parts.append(f'<p class="fail">could not run: {_e(report["error"])}</p>')
     parts.append(f"<table>{summary}</table>")
+    checked = f", harmful: the {report['mode']} checked after it"
     for group, cases in groups.items():
         parts.append(f'<h2 id="{_e(group)}">{_e(group)}</h2>')
         for case in cases:
@@ -312,7 +333,7 @@ def to_html(run: Run) -> str:
                 f"<tr><th>spec section</th><td>{_e(case['section'])}</td></tr>{decision}"
                 f"<tr><th>reason</th><td>{_e(case['reason'] or '-')}</td></tr>"
                 f"<tr><th>duration</th><td>{case['duration']} s (timeout {case['timeout']} s"
-                f"{', harmful: the server checked after it' if case['harmful'] else ''})</td>"
+                f"{checked if case['harmful'] else ''})</td>"
                 f"</tr></table><table>{rows}</table></div></details>")
     parts.append("</body></html>\n")
     return "\n".join(parts)

@@ -141,6 +141,13 @@ class ClientRun:
         self.command = command
         self.first_wait = first_wait
 
+    async def ready(self) -> None:
+        """Listen, taking connections, as each case expects to find the listener: a case
+        that failed between a pause and its resume (or while refusing) must not leave the next
+        ones without a client."""
+        self.listener.refusing = False
+        await self.listener.resume()
+
     def start_client(self) -> ClientProcess | None:
         if self.command is None:
             return None
@@ -211,6 +218,7 @@ async def run_client_case(run: ClientRun, target: Target, case: Case, run_id: st
     met, reason, applies = True, "", True
     client = None
     try:
+        await run.ready()  # ValueError: its port was taken while it was paused
         client = run.start_client()
     except ValueError as error:
         met, reason = False, str(error)
