@@ -481,7 +481,7 @@ async def test_a_silent_device_is_could_not_run_and_usage(children) -> None:  # 
     silent = conform(children, f"tcp:127.0.0.1:{free_port()}", "--stack", "minimal",
                      mode="device")
     assert await silent.exit_code(timeout=60) == 3, silent.output()
-    assert silent.stderr[0].startswith("wireproto conform: phyllo server does not serve: "
+    assert silent.stderr[0].startswith("wireproto conform: phyllo device does not serve: "
                                        "could not connect")
     no_stack = conform(children, f"tcp:127.0.0.1:{free_port()}", mode="device")
     assert await no_stack.exit_code(timeout=60) == 2

@@ -237,7 +237,7 @@ async def test_a_device_no_chunk_of_which_reads_cannot_be_judged(line, fault: st
     await device.start()
     with pytest.raises(CouldNotRun) as raised:
         await run_cases(reactor, Target("phyllo", address, stack="reduced"), CATALOGUE)
-    assert "phyllo server does not serve" in str(raised.value)
+    assert "phyllo device does not serve" in str(raised.value)
     assert said in str(raised.value), str(raised.value)
 
 

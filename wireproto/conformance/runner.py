@@ -50,6 +50,11 @@ async def _run_body(body: CaseBody, context: Context, timeout: float) -> str | N
         raise CaseFailed(f"no outcome within the case's {timeout:g} s") from None
 
 
+def _judged(catalogue: Catalogue) -> str:
+    """What a kit that connects judges, in its lines: a server, or a (Phyllo) device."""
+    return "device" if catalogue.mode == "device" else "server"
+
+
 async def check_alive(reactor: IReactorTime, target: Target, catalogue: Catalogue,
                       recorder: Recorder | None = None, run_id: str = "alive") -> str | None:
     """None when the server serves (the catalogue's liveness check passes), else why not."""
@@ -95,12 +100,13 @@ async def run_case(reactor: IReactorTime, target: Target, catalogue: Catalogue, 
     if case.level is Level.INFORMATION and not met:
         reason = f"not seen: {reason}"
     if case.harmful:
-        recorder.add(0, "event", text="the kit checks that the server still serves")
+        recorder.add(0, "event", text=f"the kit checks that the {_judged(catalogue)} "
+                                      "still serves")
         stopped = await check_alive(reactor, target, catalogue, recorder, run_id)
         if stopped is not None:
             outcome = Outcome.FAIL
             reason = (f"{reason}; " if reason else "") + \
-                f"the server stopped serving after this case: {stopped}"
+                f"the {_judged(catalogue)} stopped serving after this case: {stopped}"
     return CaseResult(case, outcome, kept_reason(reason), round(time.monotonic() - started, 3),
                       recorder.exchanges)
 
@@ -113,7 +119,8 @@ async def run_cases(reactor: IReactorTime, target: Target, catalogue: Catalogue,
     run_id = secrets.token_hex(4)
     stopped = await check_alive(reactor, target, catalogue, run_id=run_id)
     if stopped is not None:
-        raise CouldNotRun(kept_reason(f"{target.protocol} server does not serve: {stopped}"))
+        raise CouldNotRun(kept_reason(f"{target.protocol} {_judged(catalogue)} does not "
+                                      f"serve: {stopped}"))
     results = []
     budget = RecordBudget()
     for case in cases if cases is not None else catalogue.cases:
