@@ -38,6 +38,9 @@ FLAWS = {
     "flood": "publishes 64 KiB on conformance/noise without end, as fast as it can",
     "huge": "sends a 100 MB publish once it has subscribed",
     "connect-storm": "opens 300 more connections at once, and never closes them",
+    # Not a flaw: the spec's own reading of a request, which a kit must not fail.
+    "spec-dialect": "reads every request in the spec's form, the value of \"request\" being "
+                    "its id, and answers it with the request's body",
 }
 NOISE = b'{"publish":"conformance/noise","body":"' + b"n" * 65536 + b'"}'
 
@@ -116,6 +119,9 @@ class Driver(MessageProtocol):
             elif message.topic == LEAVE:
                 client.subscribed.add(IN)
                 self.write({"subscribe": IN})
+        elif isinstance(message, Request) and client.flaw == "spec-dialect":
+            request_id = message.id if message.name is None else message.name
+            self.write({"success": request_id, **_body(message.body)})
         elif isinstance(message, Request) and message.name is not None:
             request_id: Any = message.id
             if client.flaw == "string-reply-ids":
