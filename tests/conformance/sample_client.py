@@ -3,7 +3,8 @@
 from $WIREPROTO_CONFORM_URL): it connects, says ``hello``, echoes each message it receives, and
 exits with status 3 on ``crash`` (after a line on stdout). With --forever it connects again
 whenever its connection ends, as a client started by hand does between cases; with --pidfile it
-writes its process id there first; with --say-token it prints $WIREPROTO_TOKEN; other arguments
+writes its process id there first; with --backoff the pause before
+each new connection doubles; with --say-token it prints $WIREPROTO_TOKEN; other arguments
 are ignored (a test passes a secret-looking
 one to see that the report never holds the command)."""
 
@@ -30,7 +31,19 @@ class Echo(MessageProtocol):
 
     def connectionLost(self, reason: object = None) -> None:
         if "--forever" in sys.argv:
-            reactor.callLater(0.2, dial)
+            reactor.callLater(pause(), dial)
+
+
+# With --backoff, the pause before connecting again doubles after each connection (0.5 s, 1 s,
+# 2 s, 4 s...), as a client that backs off from a server closing it quickly does.
+_pauses = [0.25]
+
+
+def pause() -> float:
+    if "--backoff" not in sys.argv:
+        return 0.2
+    _pauses[0] = min(_pauses[0] * 2, 16.0)
+    return _pauses[0]
 
 
 def dial() -> None:

@@ -1,14 +1,19 @@
 """Running a client kit (wireproto.conformance.runner.run_client_cases) with a real client
 process: a case that fails while the kit has stopped listening, or refuses connections, leaves
 the next case a listener that takes the client; and the Listener, stopped, closes a connection
-whose handshake ends after it."""
+whose handshake ends after it. A client started by hand that backs off between cases is judged
+case after case, one that goes away ends the run as could not run, with the cases judged so
+far; a client started by --run that exits at once is said at once, not after --wait."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
+import time
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
@@ -18,7 +23,7 @@ from wireproto.conformance.context import Context
 from wireproto.conformance.listener import Listener
 from wireproto.conformance.model import Outcome
 from wireproto.conformance.probe import Target
-from wireproto.conformance.runner import ClientRun, run_client_cases
+from wireproto.conformance.runner import ClientRun, CouldNotRun, run_client_cases
 
 kit = Catalogue("websmq", "WEBSMQ", "docs/websmq.md", mode="client")
 
@@ -106,3 +111,80 @@ async def deferred_recv(sock: socket.socket) -> bytes:
     from twisted.internet import threads
 
     return await threads.deferToThread(sock.recv, 65536)
+
+
+echoes = Catalogue("websmq", "WEBSMQ", "docs/websmq.md", mode="client")
+echoes.liveness(hello)
+for number in range(6):
+    echoes.case(f"websmq.client.echo.n{number}", "The client says hello", section="x",
+                timeout=2.0)(hello)
+
+
+def by_hand(url: str, *flags: str) -> subprocess.Popen:
+    """The sample client started by the user, reconnecting (with `flags`)."""
+    return subprocess.Popen([sys.executable, "-m", "tests.conformance.sample_client",
+                             "--forever", *flags],
+                            env={**os.environ, "WIREPROTO_CONFORM_URL": url},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_started_by_hand_that_backs_off_is_judged_case_after_case() -> None:
+    """Its pauses grow to 8 s, past each case's 2 s: a case waits for it (up to --wait)
+    before its own timeout starts (each case from the fourth failed for not connecting)."""
+    listener = Listener(reactor, "ws://127.0.0.1:0/")
+    await listener.start()
+    client = by_hand(listener.url, "--backoff")
+    try:
+        run = ClientRun(reactor, listener, first_wait=30.0)
+        results = await run_client_cases(run, Target("websmq", listener.url), echoes)
+    finally:
+        client.kill()
+        client.wait()
+        await listener.stop()
+    assert {result.case.id: result.outcome for result in results} == {
+        f"websmq.client.echo.n{number}": Outcome.PASS for number in range(6)}, \
+        [result.reason for result in results]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_started_by_hand_that_goes_away_ends_the_run() -> None:
+    listener = Listener(reactor, "ws://127.0.0.1:0/")
+    await listener.start()
+    client = by_hand(listener.url)
+    heard: list = []
+
+    def judged(result) -> None:
+        heard.append(result)
+        if len(heard) == 2:
+            client.kill()
+
+    try:
+        run = ClientRun(reactor, listener, first_wait=3.0)
+        with pytest.raises(CouldNotRun) as raised:
+            await run_client_cases(run, Target("websmq", listener.url), echoes,
+                                   on_result=judged)
+    finally:
+        client.kill()
+        client.wait()
+        await listener.stop()
+    assert [result.outcome for result in heard] == [Outcome.PASS, Outcome.PASS]
+    assert "did not connect again within 3 s (--wait) after 2 case(s)" in str(raised.value)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_client_that_exits_at_once_is_said_at_once() -> None:
+    listener = Listener(reactor, "ws://127.0.0.1:0/")
+    await listener.start()
+    started = time.monotonic()
+    try:
+        run = ClientRun(reactor, listener, f"{sys.executable} -c 'print(4242)'",
+                        first_wait=30.0)
+        with pytest.raises(CouldNotRun) as raised:
+            await run_client_cases(run, Target("websmq", listener.url), echoes)
+    finally:
+        await listener.stop()
+    assert time.monotonic() - started < 10
+    said = str(raised.value)
+    assert "but the client exited with status 0" in said, said
+    assert "before the first case" in said and "4242" in said, said

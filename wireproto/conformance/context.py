@@ -90,11 +90,12 @@ class Context:
                      what: str = "the client to connect") -> ClientProbe:
         """A client kit's: the next connection the client under test makes (or made since the
         last case), recorded as this case's; CaseFailed when none comes within `timeout`
-        (the case's own timeout by default)."""
+        (the case's own timeout by default), or as soon as the client the kit started has
+        ended without connecting."""
         if self.listener is None:
             raise RuntimeError("accept() is for client kits, which listen")
         probe = await self.listener.accept(self.recorder, self.timeout if timeout is None
-                                           else timeout, what)
+                                           else timeout, what, self.client)
         self.probes.append(probe)
         return probe
 

@@ -20,6 +20,7 @@ from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IReactorTime
 
+from wireproto.conformance.clientprocess import ClientProcess
 from wireproto.conformance.model import CaseFailed
 from wireproto.conformance.probe import PROBE_MAX_MESSAGE, Probe, Recorder
 
@@ -27,6 +28,9 @@ __all__ = ["ClientProbe", "Listener", "listening_endpoint"]
 
 # A kit's own way to listen (nydus's Engine.IO site): given how to make each connection's probe.
 MakeFactory = Callable[[Callable[[], Probe]], IProtocolFactory]
+
+# How often a wait for the connection of a client the kit started looks whether it has ended.
+PROCESS_CHECK = 0.2
 
 # Connections the client made that no case has taken yet: beyond these, the oldest are closed
 # (a client reconnecting in a loop cannot make the kit hold sockets without end).
@@ -236,10 +240,12 @@ class Listener:
             waiter.callback(None)
 
     async def accept(self, recorder: Recorder, timeout: float,
-                     what: str = "the client to connect") -> ClientProbe:
+                     what: str = "the client to connect",
+                     client: ClientProcess | None = None) -> ClientProbe:
         """The next connection the client made that is still open (or closed with messages
         unread), recorded from now on into `recorder`; CaseFailed when none comes within
-        `timeout` seconds."""
+        `timeout` seconds, or as soon as `client` (the process the kit started) has ended
+        with none held."""
         deadline = self.reactor.seconds() + timeout
         while True:
             while self.held:
@@ -249,20 +255,39 @@ class Listener:
                     return probe
                 recorder.add(probe.number, "event",
                              text="this connection closed before the case took it")
+            if client is not None and client.status is not None:
+                raise CaseFailed(f"expected {what}, but the client {client.described()}")
             left = deadline - self.reactor.seconds()
             if left <= 0:
                 raise CaseFailed(f"expected {what} within {timeout:g} s; no connection came")
-            waiter: defer.Deferred[None] = defer.Deferred()
-            self._waiting.append(waiter)
-            timer = self.reactor.callLater(
-                left, lambda waiter=waiter: None if waiter.called else waiter.callback(None))
-            try:
-                await waiter
-            finally:
-                if timer.active():
-                    timer.cancel()
-                if waiter in self._waiting:
-                    self._waiting.remove(waiter)
+            # A started client is looked at again every PROCESS_CHECK seconds: one that ended
+            # will never connect.
+            await self._arrival(min(left, PROCESS_CHECK) if client is not None else left)
+
+    async def wait_held(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for a connection no case has taken yet; whether there
+        is one (it stays held for the next `accept`)."""
+        deadline = self.reactor.seconds() + timeout
+        while not any(probe.is_open or probe.received for probe in self.held):
+            left = deadline - self.reactor.seconds()
+            if left <= 0:
+                return False
+            await self._arrival(left)
+        return True
+
+    async def _arrival(self, seconds: float) -> None:
+        """Wait for a connection to arrive, or `seconds`."""
+        waiter: defer.Deferred[None] = defer.Deferred()
+        self._waiting.append(waiter)
+        timer = self.reactor.callLater(
+            seconds, lambda: None if waiter.called else waiter.callback(None))
+        try:
+            await waiter
+        finally:
+            if timer.active():
+                timer.cancel()
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
 
     def drop_held(self) -> int:
         """Close the connections no case took (a new client process starts with none)."""

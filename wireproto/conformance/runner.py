@@ -163,9 +163,26 @@ class ClientRun:
         client.start()
         return client
 
+    async def client_back(self, cases_run: int) -> None:
+        """A client started by hand: wait (up to the first wait, --wait) for its next
+        connection before a case starts, so that its reconnection pause does not eat the
+        case's timeout; CouldNotRun when it does not come, as every case after would fail for
+        that one fact."""
+        if self.command is not None:
+            return
+        try:
+            await self.ready()  # the case before may have left the listener paused
+        except ValueError:
+            return  # the case says so
+        if await self.listener.wait_held(self.first_wait):
+            return
+        raise CouldNotRun(f"the client did not connect again within {self.first_wait:g} s "
+                          f"(--wait) after {cases_run} case(s): a client started by hand must "
+                          "connect again after each case")
+
     @staticmethod
     async def end_client(client: ClientProcess | None, recorder: Recorder,
-                         told: bool) -> str | None:
+                         told: bool, when: str = "during the case") -> str | None:
         """Stop `client`; say (in the record, and as the return value) how it ended when it
         ended on its own during the case, and with `told`, what it wrote."""
         if client is None:
@@ -175,10 +192,10 @@ class ClientRun:
         await client.stop()
         said = None
         if ended_alone:
-            said = f"the client {client.described()} during the case"
+            said = f"the client {client.described()} {when}"
             recorder.add(0, "event", text=said)
         if (told or ended_alone) and client.output():
-            recorder.add(0, "event", text="the client wrote: " + client.output()[-2000:])
+            recorder.add(0, "event", text="the client wrote: " + client.output())
         return said
 
 
@@ -208,7 +225,8 @@ async def check_client(run: ClientRun, target: Target, catalogue: Catalogue,
         failed = f"{type(error).__name__}: {error}"
     finally:
         await context.close_all()
-        ended = await run.end_client(client, recorder, told=True)
+        ended = await run.end_client(client, recorder, told=True,
+                                     when="before the first case")
     if failed is not None and ended is not None:
         failed = f"{failed}; {ended}"
     if failed is not None and client is not None and client.output():
@@ -269,9 +287,10 @@ async def run_client_cases(run: ClientRun, target: Target, catalogue: Catalogue,
     if stopped is not None:
         raise CouldNotRun(kept_reason(f"{target.protocol} client could not be judged: "
                                       f"{stopped}"))
-    results = []
+    results: list[CaseResult] = []
     budget = RecordBudget()
     for case in cases if cases is not None else catalogue.cases:
+        await run.client_back(len(results))
         result = await run_client_case(run, target, case, run_id, budget)
         results.append(result)
         if on_result is not None:
