@@ -18,18 +18,27 @@ from twisted.internet import reactor
 from wireproto.protocols.websmq import connect
 
 ADDRESS = sys.argv[1] if len(sys.argv) > 1 else os.environ["WIREPROTO_CONFORM_URL"]
-# Connections lost in a row without one that lasted: the pause before the next attempt doubles
-# with each (0.5 s, 1 s, 2 s ... 30 s), so that a server that accepts and drops at once is not
-# hammered.
+# Connections lost in a row without one that served or lasted: the pause before the next
+# attempt doubles with each (0.5 s, 1 s, 2 s ... 30 s), so that a server that accepts and drops
+# at once is not hammered.
 failures = 0
 up_since = 0.0
+# Whether the server sent anything on this connection: one that served us was no failure.
+was_served = False
+
+
+def served():
+    global was_served
+    was_served = True
 
 
 def echo(client, message):
+    served()
     client.publish("conformance/out", message.payload)
 
 
 def command(client, message):
+    served()
     verb, _, rest = message.payload.partition(b" ")
     try:
         if verb == b"subscribe":
@@ -55,10 +64,10 @@ def connected(client):
 
 
 def again(_reason=None):
-    global failures, up_since
-    if up_since and reactor.seconds() - up_since > 10:
-        failures = 0  # that connection lasted: start again quickly
-    up_since = 0.0
+    global failures, up_since, was_served
+    if was_served or (up_since and reactor.seconds() - up_since > 10):
+        failures = 0  # that connection served, or lasted: start again quickly
+    up_since, was_served = 0.0, False
     reactor.callLater(min(0.5 * 2 ** failures, 30) * random.uniform(1, 1.25), start)
     failures += 1
 
