@@ -7,6 +7,7 @@ driver of examples/conformance/nydus_client_driver.py, each wrong in one way (MO
     tight-loop      reconnects at once, again and again, with no pause
     no-error-body   reports an ERROR without its body
     wrong-result    reports a RESULT's data as a string of its JSON
+    raw-path        writes its paths raw, not URL-encoded (the spec's "should"; not a MUST)
 
     python broken_nydus_clients.py URL MODE
 """
@@ -48,6 +49,9 @@ if mode == "no-pong":
             on_message(self, payload, isBinary)
 
     EngineIOClientAdapter.onMessage = no_pong
+
+if mode == "raw-path":
+    nydus._encode_path = lambda path, kind: path
 
 retry = (lambda attempt: 0.0) if mode == "tight-loop" else nydus_client.DEFAULT_RETRY
 client = NydusClient(reactor, url, reconnect=mode != "no-reconnect", retry_policy=retry)
