@@ -9,7 +9,9 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -333,12 +335,15 @@ async def test_no_client_connecting_is_could_not_run(children, tmp_path) -> None
 @pytest_twisted.ensureDeferred
 async def test_a_client_that_exits_at_once_is_could_not_run_with_its_output(
         children) -> None:  # noqa: F811
-    tool = client(children, "--listen", "ws://127.0.0.1:0/", "--wait", "20", "--run",
+    started = time.monotonic()
+    tool = client(children, "--listen", "ws://127.0.0.1:0/", "--wait", "40", "--run",
                   f"{sys.executable} -c \"print('no server for me'); raise SystemExit(4)\"")
     assert await tool.exit_code(timeout=60) == 3, tool.output()
     assert len(tool.stderr) == 1, tool.output()
-    assert "the client exited with status 4 during the case" in tool.stderr[0]
-    assert tool.stderr[0].endswith("it wrote: no server for me")
+    assert tool.stderr[0] == ("wireproto conform: websmq client could not be judged: expected "
+                              "the client to connect, but the client exited with status 4; it "
+                              "wrote: no server for me")
+    assert time.monotonic() - started < 30  # said at once, not after --wait
 
 
 @pytest.mark.parametrize(("args", "line"), [
@@ -348,6 +353,11 @@ async def test_a_client_that_exits_at_once_is_could_not_run_with_its_output(
     (["--protocol", "websmq", "--listen", "ws://127.0.0.1:0/", "--run", "no-such-program-x {url}"],
      "wireproto conform: --run: 'no-such-program-x' is not a program found on PATH (or is not "
      "executable)"),
+    # An assignment a shell would read is refused without its value, which may be a secret.
+    (["--protocol", "websmq", "--listen", "ws://127.0.0.1:0/", "--run",
+      "API_TOKEN=hunter2secret node client.js {url}"],
+     "wireproto conform: --run: the command starts with an assignment (NAME=...), which only a "
+     "shell reads; put env before it: --run \"env NAME=... program\""),
     (["--protocol", "websmq", "--listen", "ws://127.0.0.1:0/", "--run", "echo 'unbalanced"],
      "wireproto conform: --run: No closing quotation"),
     (["--protocol", "websmq", "--listen", "ws://127.0.0.1:0/", "--framing", "cobs"],
@@ -491,3 +501,16 @@ async def test_a_silent_device_is_could_not_run_and_usage(children) -> None:  # 
     assert await listed.exit_code(timeout=60) == 0, listed.output()
     assert [line.split()[0] for line in listed.stdout] == [
         "phyllo.sample.echo", "phyllo.sample.impossible", "phyllo.sample.stack"]
+
+
+def test_the_nydus_client_kit_refuses_a_stream_endpoint() -> None:
+    """Engine.IO clients reach an http:// URL; a tcp: endpoint is a usage error (it listened,
+    and waited --wait for a client that could never come)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from wireproto.cli import main; sys.exit(main())",
+         "conform", "client", "--protocol", "nydus", "--listen", "tcp:0:interface=127.0.0.1",
+         "--wait", "30"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "wireproto conform: the nydus client kit listens on an http:// (or ws://) URL, where "
+        "its clients reach it; a stream endpoint carries none")

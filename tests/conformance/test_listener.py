@@ -102,6 +102,17 @@ def test_addresses_it_cannot_listen_on_say_why() -> None:
         "ssl:0:privateKey=mine.pem"  # the user's own keys are kept
 
 
+@pytest.mark.parametrize("address", ["wss://127.0.0.1:0/", "ssl:0:interface=127.0.0.1"])
+@pytest_twisted.ensureDeferred
+async def test_a_certificate_it_cannot_read_is_said_as_a_usage_error(tmp_path, address) -> None:
+    """A ValueError naming --cert and --key (the command's exit 2), where OpenSSL's own error
+    went out as it was (exit 1, the status of a failed MUST)."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("garbage\n")
+    with pytest.raises(ValueError, match=r"the certificate and key \(--cert, --key"):
+        await Listener(reactor, address, certfile=str(garbage)).start()
+
+
 @pytest_twisted.ensureDeferred
 async def test_pause_and_resume_listen_on_the_same_port() -> None:
     listener = await started("ws://127.0.0.1:0/")

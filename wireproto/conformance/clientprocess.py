@@ -12,6 +12,7 @@ writes is kept, its last lines only, for the case's record.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -35,9 +36,13 @@ def split_command(command: str, url: str) -> list[str]:
     try:
         arguments = shlex.split(command)
     except ValueError as error:
-        raise ValueError(f"--run {command!r}: {error}") from None
+        raise ValueError(f"--run: {error}") from None  # never the command: it may hold a secret
     if not arguments:
         raise ValueError("--run needs a command")
+    if re.match(r"[A-Za-z_][A-Za-z0-9_]*=", arguments[0]):
+        # Said without the value, which may be a secret.
+        raise ValueError("--run: the command starts with an assignment (NAME=...), which only "
+                         "a shell reads; put env before it: --run \"env NAME=... program\"")
     return [argument.replace("{url}", url) for argument in arguments]
 
 

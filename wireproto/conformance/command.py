@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shlex
 import shutil
 import sys
 import time
@@ -28,6 +27,7 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IReactorCore, IReactorTime
 
 from wireproto.conformance.catalogue import Case, CaseResult, Catalogue
+from wireproto.conformance.clientprocess import split_command
 from wireproto.conformance.kits import CLIENT_KITS, DEVICE_KITS, KITS, kit
 from wireproto.conformance.model import KIT_VERSION
 from wireproto.conformance.probe import PROBE_MAX_MESSAGE, Target
@@ -429,11 +429,9 @@ def _check_command(command: str) -> None:
     program not found (said before the kit listens, never with the command's arguments, which
     may hold a secret)."""
     try:
-        arguments = shlex.split(command)
+        arguments = split_command(command, "")
     except ValueError as error:
-        raise ToolError(f"--run: {error}", EXIT_USAGE) from None
-    if not arguments:
-        raise ToolError("--run needs a command", EXIT_USAGE)
+        raise ToolError(str(error), EXIT_USAGE) from None
     if shutil.which(arguments[0]) is None:
         raise ToolError(f"--run: {arguments[0]!r} is not a program found on PATH (or is not "
                         "executable)", EXIT_USAGE)
@@ -461,6 +459,9 @@ async def conform_client(reactor: IReactorTime, args: argparse.Namespace) -> int
     try:
         listener = Listener(reactor, args.listen, framing=args.framing, certfile=args.cert,
                             keyfile=args.key, make_factory=make_factory)
+        if make_factory is not None and listener.kind == "stream":
+            raise ValueError(f"the {protocol} client kit listens on an http:// (or ws://) URL, "
+                             "where its clients reach it; a stream endpoint carries none")
         if args.framing is not None and listener.kind != "stream":
             raise ValueError("--framing is for a stream endpoint (tcp:, ssl:, unix:); a "
                              "WebSocket frames its messages itself")

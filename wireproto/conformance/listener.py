@@ -162,7 +162,14 @@ class Listener:
     async def start(self) -> None:
         """Listen; ValueError (with why) when the address cannot be listened on."""
         factory = self._factory()  # its own ValueError: no listening was tried
-        endpoint = serverFromString(self.reactor, self._endpoint_now())
+        try:
+            endpoint = serverFromString(self.reactor, self._endpoint_now())
+        except Exception as error:  # noqa: BLE001 - OpenSSL's own, for a certificate it cannot read
+            detail = str(error) or type(error).__name__
+            if self.endpoint.startswith("ssl:"):
+                detail = (f"the certificate and key (--cert, --key; a --cert without --key must "
+                          f"hold its key too) could not be read: {detail}")
+            raise ValueError(f"cannot listen on {self.address}: {detail}") from error
         try:
             self._port = await endpoint.listen(factory)
         except Exception as error:  # noqa: BLE001 - said to the user, who gave the address

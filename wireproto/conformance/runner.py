@@ -227,7 +227,8 @@ async def check_client(run: ClientRun, target: Target, catalogue: Catalogue,
         await context.close_all()
         ended = await run.end_client(client, recorder, told=True,
                                      when="before the first case")
-    if failed is not None and ended is not None:
+    if failed is not None and ended is not None and client is not None and \
+            client.described() not in failed:
         failed = f"{failed}; {ended}"
     if failed is not None and client is not None and client.output():
         failed = f"{failed}; it wrote: {client.output()[-500:]}"
