@@ -31,7 +31,8 @@ IN, OUT, COMMAND, WILL = b"conformance/in", b"conformance/out", b"conformance/co
 FAULTS = {
     "control": "no fault",
     "text-frames": "sends its frames as WebSocket text frames",
-    "no-will": "never declares its will",
+    "no-will": "never declares its will (wills are a client's choice: no fault, really)",
+    "wrong-will": "declares its will with a payload other than the driver's",
     "publishes-will": "also publishes its will itself, as a Publish, on connecting",
     "subscribe-payload": "puts a payload in its Subscribe and Unsubscribe frames",
     "second-byte-length": "writes a topic's length in the header's second byte alone",
@@ -87,7 +88,9 @@ class Client(MessageProtocol):
         self.owner.connections += 1
         if self.fault == "no-resubscribe" and not first:
             return
-        if self.fault != "no-will":
+        if self.fault == "wrong-will":
+            self.frame(3, WILL, b"went")
+        elif self.fault != "no-will":
             self.frame(3, WILL, b"gone")
         if self.fault == "publishes-will":
             self.frame(0, WILL, b"gone")
