@@ -45,6 +45,9 @@ FAULTS = {
     "no-pong": "never answers a WebSocket ping",
     "no-close-reply": "drops the connection on the server's close frame, without answering it",
     "no-reconnect": "never connects again once its connection is lost",
+    # Not a flaw: the driver contract lets a driver end when its connection is lost.
+    "exits-on-close": "closes on a frame it cannot read, and ends (status 0) when its "
+                      "connection is lost, for --run to start it again",
     "tight-loop": "connects again every 50 ms, however often it is dropped",
     "no-resubscribe": "on connecting again, neither declares its will nor subscribes",
     "flood": "publishes 1 MB frames without end once connected",
@@ -116,6 +119,8 @@ class Client(MessageProtocol):
         except ProtocolError:
             if self.fault == "crash-on-malformed":
                 os._exit(3)
+            if self.fault == "exits-on-close":
+                self.transport.loseConnection()  # then ends, with status 0
             return  # ignored: the control keeps working
         if isinstance(message, websmq.Subscribe | websmq.Unsubscribe):
             if self.fault == "crash-on-unknown-type":
@@ -180,6 +185,9 @@ class Owner:
 
     def lost(self) -> None:
         if self.fault == "no-reconnect":
+            return
+        if self.fault == "exits-on-close":
+            reactor.stop()
             return
         delay = 0.05 if self.fault == "tight-loop" else min(0.5 * 2 ** self.failures, 30)
         self.failures += 1

@@ -119,8 +119,10 @@ BROKEN_CASES = {
         "nydus.client.ping.none": Outcome.PASS,
         "nydus.client.publish.data": Outcome.PASS,
     },
+    # Closing the session on garbage is a fair answer; not coming back is the reconnection
+    # cases' to report (it failed the MUST, as "did not work again").
     "no-reconnect": {
-        "nydus.client.message.garbage": Outcome.FAIL,
+        "nydus.client.message.garbage": Outcome.PASS,
         "nydus.client.reconnect.closed": Outcome.INFORMATION,
         "nydus.client.publish.data": Outcome.PASS,
         "nydus.client.message.invoke": Outcome.PASS,

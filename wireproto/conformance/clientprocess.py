@@ -96,6 +96,12 @@ class ClientProcess:
     def running(self) -> bool:
         return self.pid is not None and self.status is None
 
+    @property
+    def crashed(self) -> bool:
+        """Whether it ended with a failure status or by a signal the kit did not send: a
+        driver may end with status 0 when its connection is lost (--run starts it again)."""
+        return self.status is not None and self.status != 0 and not self.stopping
+
     def _output(self, data: bytes) -> None:
         self.kept.append(data)
         self._kept_size += len(data)

@@ -46,6 +46,9 @@ WILL_PAYLOAD = b"gone"
 ANSWER_WAIT = 3.0
 _tokens = itertools.count(1)
 
+# How long a client's process is watched for a crash after a hostile message.
+CRASH_WAIT = 0.5
+
 
 def client_frame(received: Received) -> Message:
     """The message the client sent, or CaseFailed saying why it is not WEBSMQ: a text frame,
@@ -155,7 +158,8 @@ class Session:
 
     async def survives(self) -> str:
         """After something hostile was sent: the client either keeps working (it still echoes)
-        or closes the connection; its process (with --run) must not end. Says which."""
+        or closes the connection; its process (with --run) must not crash (a failure status or
+        a signal). Says which."""
         try:
             await self.works()
             said = "kept working (it echoed a publish after it)"
@@ -165,8 +169,11 @@ class Session:
                                  f"{failed}") from None
             said = f"closed the connection ({self.probe.closed_as.described})"
         client = self.ctx.client
-        if client is not None and await client.ended(0.3):
-            raise CaseFailed(f"it {said}, and its process ended")
+        if client is not None and await client.ended(CRASH_WAIT):
+            # A driver may end when its connection is lost: only a failure is a crash.
+            if client.crashed:
+                raise CaseFailed(f"it {said}, and its process {client.described()}")
+            return f"{said}, and its process {client.described()}"
         return said
 
     @property
