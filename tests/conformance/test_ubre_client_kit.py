@@ -6,6 +6,7 @@ case with --run: wireproto's own client through examples/conformance/ubre_client
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -241,3 +242,21 @@ async def test_a_client_the_user_started_serves_case_after_case() -> None:
         await listener.stop()
     assert {result.case.id: result.outcome for result in results} == expected
     assert ran_through
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_longer_timeout_gives_a_slow_starting_client_time_to_connect() -> None:
+    """--timeout gives each case longer (its cases waited 5 s whatever it said): a client that
+    takes 6 s to start, as a runtime on a loaded machine may, passes with cases of 15 s."""
+    listener = Listener(reactor, "ws://127.0.0.1:0/ubre")
+    await listener.start()
+    slow = f"/bin/sh -c 'sleep 6; exec {PYTHON} {DRIVER} \"$WIREPROTO_CONFORM_URL\"'"
+    try:
+        client_run = ClientRun(reactor, listener, slow, first_wait=30.0)
+        cases = [dataclasses.replace(case, timeout=15.0)
+                 for case in kit.select(["ubre.client.send.publish"])]
+        results = await run_client_cases(client_run, Target("ubre", listener.url), kit, cases)
+    finally:
+        await listener.stop()
+    assert [(result.case.id, result.outcome) for result in results] == [
+        ("ubre.client.send.publish", Outcome.PASS)], [result.reason for result in results]

@@ -162,9 +162,12 @@ def decoded(received: Received) -> Message:
             from None
 
 
-async def session(ctx: Context, timeout: float = 5.0) -> Session:
+async def session(ctx: Context, timeout: float | None = None) -> Session:
     """The client's next connection, once it has subscribed to the driver's three topics; the
-    kit then says it subscribes to the three the driver publishes on."""
+    kit then says it subscribes to the three the driver publishes on. The wait is the case's
+    timeout (--timeout's) by default: a client started by --run may be slow to start."""
+    if timeout is None:
+        timeout = ctx.timeout
     probe = await ctx.accept(timeout, "the client to connect")
     listener = ctx.listener
     text_only = listener is not None and listener.kind == "stream" and \
