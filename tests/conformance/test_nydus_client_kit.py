@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import socket
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -262,3 +264,36 @@ def test_the_driver_in_the_docs_is_the_example() -> None:
     shown = section.split("```text\n", 1)[1].split("```", 1)[0]
     example = (ROOT / "examples" / "conformance" / "nydus_client_driver.py").read_text()
     assert shown.strip() and shown in example
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_clients_credentials_in_its_query_are_kept_out_of_the_record() -> None:
+    """?token= and the like, as Engine.IO clients send them, are recorded as *** (the query
+    was recorded as it came, and a report would have shown it)."""
+    from twisted.internet import threads
+
+    from wireproto.conformance.nydus.client.site import EngineIOSite
+
+    site = EngineIOSite()
+    listener = Listener(reactor, "http://127.0.0.1:0/engine.io/", make_factory=site.make_factory)
+    await listener.start()
+    url = (f"{listener.url}?EIO=4&transport=polling&token=hunter2secret"
+           "&access_token=abcdefgh1234")
+
+    def get() -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    try:
+        listener.refusing = True
+        assert await threads.deferToThread(get) == 503
+        listener.refusing = False
+        assert await threads.deferToThread(get) == 200
+    finally:
+        await listener.stop()
+    recorded = repr(list(site.stray)) + repr(list(site.traces.values()))
+    assert "hunter2secret" not in recorded and "abcdefgh1234" not in recorded
+    assert "'token': '***'" in recorded, recorded[:500]

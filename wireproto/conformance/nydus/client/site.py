@@ -29,6 +29,7 @@ from wireproto.codecs import engineio
 from wireproto.conformance.listener import Listener
 from wireproto.conformance.probe import Probe
 from wireproto.errors import ProtocolError
+from wireproto.redaction import REDACTED, is_secret_parameter
 from wireproto.transports.engineio.options import EngineIOOptions
 from wireproto.transports.engineio.packets import Outgoing
 from wireproto.transports.engineio.polling import respond
@@ -140,8 +141,11 @@ class _RecordingEngine(EngineIOServer):
 
     def handle(self, request: Request, *, passed: bool = False) -> bytes | int:
         args: dict[bytes, list[bytes]] = request.args or {}
-        query = {name.decode("utf-8", "replace"): values[-1].decode("utf-8", "replace")[:200]
-                 for name, values in list(args.items())[:20] if values}
+        # A client's credentials in its query (?token=) are kept out of every record.
+        query = {name: REDACTED if is_secret_parameter(name) else value
+                 for name, value in ((raw.decode("utf-8", "replace"),
+                                      values[-1].decode("utf-8", "replace")[:200])
+                                     for raw, values in list(args.items())[:20] if values)}
         method = request.method.decode("ascii", "replace")
         body = b""
         if method == "POST" and request.content is not None:
