@@ -285,7 +285,9 @@ async def test_a_flooding_device_neither_hangs_nor_exhausts_the_kit() -> None:
             assert len(result.exchanges) <= 500
         assert time.monotonic() - started < 90
         peak_mib = tracemalloc.get_traced_memory()[1] / 2**20
-        assert peak_mib < 64, f"the kit held up to {peak_mib:.0f} MiB"
+        # What a case keeps of a device's chunks is bounded (it kept every one: 9 MiB here,
+        # and more the faster the machine reads).
+        assert peak_mib < 4, f"the kit held up to {peak_mib:.1f} MiB"
     finally:
         tracemalloc.stop()
         flood.kill()

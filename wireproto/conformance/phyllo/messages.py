@@ -237,5 +237,5 @@ async def endpoint_unsolicited(ctx: Context) -> str:
     await line.quiet(lambda got: False, "nothing", 2.0)
     if not line.seen:
         return "the device sent nothing unasked"
-    shown = "; ".join(answer.shown() for answer in line.seen[:5])
+    shown = "; ".join(answer.shown() for answer in line.seen.first)
     return f"the device sent {len(line.seen)} chunks unasked: {shown}"

@@ -224,6 +224,32 @@ def judge(stack: Stack, wire: bytes) -> Answer:
     return Answer(wire, led, unit, None, topic_byte, "")
 
 
+
+class ChunksSeen:
+    """What a case read of a device, kept bounded however much the device writes: the first
+    FIRST_KEPT chunks, the last, how many and the longest (the cases ask no more)."""
+
+    FIRST_KEPT = 5
+
+    def __init__(self) -> None:
+        self.first: list[Answer] = []
+        self.last: Answer | None = None
+        self.count = 0
+        self.longest = 0  # bytes of the longest chunk, delimiters aside
+
+    def clear(self) -> None:
+        self.first, self.last, self.count, self.longest = [], None, 0, 0
+
+    def append(self, answer: Answer) -> None:
+        if len(self.first) < self.FIRST_KEPT:
+            self.first.append(answer)
+        self.last = answer
+        self.count += 1
+        self.longest = max(self.longest, len(answer.wire.strip(b"\x00")))
+
+    def __len__(self) -> int:
+        return self.count
+
 class Line:
     """The kit's end of the line to the device, in one case: it writes the stack's bytes (and
     any others), and reads the device's chunks as `Answer`s."""
@@ -235,7 +261,7 @@ class Line:
         self.stack = STACKS[stack]
         self.over_websocket = over_websocket
         self.nonce = secrets.token_hex(3).encode()
-        self.seen: list[Answer] = []  # every chunk read so far, in order
+        self.seen = ChunksSeen()  # what was read so far: its first and last, and counts
         self._count = 0
 
     def token(self, label: str = "") -> bytes:
@@ -298,14 +324,15 @@ class Line:
         """The first chunk whose message `accept` takes; others are noted and skipped.
         CaseFailed, saying what came instead, when none does within `timeout`."""
         deadline = self.ctx.reactor.seconds() + timeout
-        skipped: list[Answer] = []
+        skipped: list[Answer] = []  # the first few, for the reason: a device may flood
         while True:
             found = await self.next(deadline, what)
             if found is None:
                 break
             if found.message is not None and accept(found.message):
                 return found
-            skipped.append(found)
+            if len(skipped) < 3:
+                skipped.append(found)
         raise CaseFailed(f"expected {what} within {timeout:g} s; "
                          + (f"got instead {', '.join(a.shown() for a in skipped[:3])}"
                             if skipped else "got nothing") + self._overlong())
@@ -344,7 +371,7 @@ class Line:
         while True:
             found = await self.next(deadline, what)
             if found is None:
-                seen = f"got {self.seen[-1].shown()}" if self.seen else "got nothing"
+                seen = f"got {self.seen.last.shown()}" if self.seen.last else "got nothing"
                 raise CaseFailed(f"expected {what} within {ANSWER_WAIT:g} s; {seen}")
             if found.message == message:
                 return found
