@@ -39,6 +39,8 @@ FLAWS = {
     "huge": "sends a 100 MB publish once it has subscribed",
     "connect-storm": "opens 300 more connections at once, and never closes them",
     # Not a flaw: the spec's own reading of a request, which a kit must not fail.
+    "heartbeat-pongs": "sends an unasked WebSocket pong every 20 ms, and one just before each "
+                       "answer to a ping, as a heartbeat (RFC 6455 lets it)",
     "spec-dialect": "reads every request in the spec's form, the value of \"request\" being "
                     "its id, and answers it with the request's body",
 }
@@ -57,6 +59,16 @@ class Driver(MessageProtocol):
         if flaw == "no-pong":
             # Autobahn answers a ping in onPing; this one says nothing.
             self.transport.onPing = lambda payload: None  # type: ignore[attr-defined]
+        if flaw == "heartbeat-pongs":
+            self.heartbeat()
+            # and one just before each answer to a ping, where a heartbeat may fall
+            answer = self.transport.onPing  # type: ignore[attr-defined]
+
+            def beat_then_answer(payload: bytes) -> None:
+                self.transport.sendPong(b"beat")  # type: ignore[attr-defined]
+                answer(payload)
+
+            self.transport.onPing = beat_then_answer  # type: ignore[attr-defined]
         if self.client.connections == 0 or flaw != "no-resubscribe":
             for topic in (IN, ASK, LEAVE):
                 self.write({"subscribe": topic})
@@ -71,6 +83,11 @@ class Driver(MessageProtocol):
         elif flaw == "connect-storm" and self.client.connections == 1:
             for _ in range(300):
                 connect(reactor, self.client.url, MessageProtocol)
+
+    def heartbeat(self) -> None:
+        if self.connected:
+            self.transport.sendPong(b"beat")  # type: ignore[attr-defined]
+            reactor.callLater(0.02, self.heartbeat)
 
     def noise(self) -> None:
         if self.transport is None or not self.connected:

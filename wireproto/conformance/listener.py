@@ -21,7 +21,7 @@ from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IReactorTime
 
 from wireproto.conformance.clientprocess import ClientProcess
-from wireproto.conformance.model import CaseFailed
+from wireproto.conformance.model import CaseFailed, NotApplicable
 from wireproto.conformance.probe import PROBE_MAX_MESSAGE, Probe, Recorder
 
 __all__ = ["ClientProbe", "Listener", "listening_endpoint"]
@@ -98,6 +98,42 @@ class ClientProbe(Probe):
                 "has not read: the kit aborts this one"))
             held.remove(self)
             self.abort()
+
+    async def ping(self, payload: bytes, timeout: float = 3.0) -> list[bytes]:
+        """Send a WebSocket ping carrying `payload`; the pongs that came, until one carried
+        it or `timeout` passed. A pong may come unasked (RFC 6455, 5.5.3: a heartbeat), so a
+        case judges whether any carried the payload, not the first. NotApplicable off a
+        WebSocket."""
+        from wireproto.transports.websocket import WebSocketServerAdapter
+
+        transport = self.transport
+        if not isinstance(transport, WebSocketServerAdapter):
+            raise NotApplicable("a WebSocket ping: this connection is no WebSocket")
+        pongs: list[bytes] = []
+        own = transport.onPong
+
+        def heard(data: bytes) -> None:
+            if len(pongs) < 100:
+                pongs.append(bytes(data))
+                self.recorder.add(self.number, "received", bytes(data), True, "a pong")
+            own(data)
+
+        # Autobahn tells of a pong through onPong, a method: this connection's own, for now.
+        setattr(transport, "onPong", heard)  # noqa: B010
+        try:
+            self.recorder.add(self.number, "sent", payload, True, "a WebSocket ping")
+            transport.sendPing(payload)
+            deadline = self.reactor.seconds() + timeout
+            while payload not in pongs and self.is_open:
+                left = deadline - self.reactor.seconds()
+                if left <= 0:
+                    break
+                waiter: defer.Deferred[None] = defer.Deferred()
+                self.reactor.callLater(min(left, 0.05), waiter.callback, None)
+                await waiter
+        finally:
+            setattr(transport, "onPong", own)  # noqa: B010
+        return pongs
 
     def adopt(self, recorder: Recorder) -> None:
         """From now on record into `recorder` (a case's), with what was recorded since the
