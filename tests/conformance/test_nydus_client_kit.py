@@ -297,3 +297,33 @@ async def test_a_clients_credentials_in_its_query_are_kept_out_of_the_record() -
     recorded = repr(list(site.stray)) + repr(list(site.traces.values()))
     assert "hunter2secret" not in recorded and "abcdefgh1234" not in recorded
     assert "'token': '***'" in recorded, recorded[:500]
+
+
+@pytest_twisted.ensureDeferred
+async def test_refused_handshakes_keep_the_attempts_bounded(monkeypatch) -> None:
+    """The handshakes the site refuses count as the Listener's attempts, within its bound
+    (they were appended past it)."""
+    from twisted.internet import threads
+
+    from wireproto.conformance import listener as listening
+    from wireproto.conformance.nydus.client.site import EngineIOSite
+
+    monkeypatch.setattr(listening, "ATTEMPTS_KEPT", 10)
+    site = EngineIOSite()
+    listener = Listener(reactor, "http://127.0.0.1:0/engine.io/", make_factory=site.make_factory)
+    await listener.start()
+
+    def handshakes() -> None:
+        for _ in range(25):
+            try:
+                urllib.request.urlopen(f"{listener.url}?EIO=4&transport=polling", timeout=10)
+            except urllib.error.HTTPError as error:
+                assert error.code == 503
+
+    try:
+        listener.refusing = True
+        await threads.deferToThread(handshakes)
+    finally:
+        await listener.stop()
+    assert listener.refused == 25
+    assert 10 <= len(listener.attempts) <= 20

@@ -264,15 +264,23 @@ class Listener:
         probe.listener = self
         return probe
 
-    def _arrived(self, probe: ClientProbe) -> None:
+    def note_attempt(self, refused: bool = False) -> None:
+        """Count a connection the client made (or, `refused`, one refused), keeping the times
+        of the newest ATTEMPTS_KEPT: a kit that refuses in its own way (nydus's handshakes)
+        says so here."""
         self.attempts.append(self.reactor.seconds())
         if len(self.attempts) > 2 * ATTEMPTS_KEPT:  # trimmed now and then, not at each one
             del self.attempts[:-ATTEMPTS_KEPT]
+        if refused:
+            self.refused += 1
+
+    def _arrived(self, probe: ClientProbe) -> None:
         if self.stopped:
+            self.note_attempt()
             probe.abort()
             return
+        self.note_attempt(refused=self.refusing)
         if self.refusing:
-            self.refused += 1
             probe.abort()
             return
         self.held.append(probe)

@@ -156,8 +156,7 @@ class _RecordingEngine(EngineIOServer):
         if not sid and listener is not None and listener.refusing:
             # A refused handshake makes no session: the client never opens, as when a server
             # is overloaded (503), and its backoff is not reset by an open that dies at once.
-            listener.attempts.append(self.reactor.seconds())
-            listener.refused += 1
+            listener.note_attempt(refused=True)
             self.site.stray.append(Seen(self.reactor.seconds(), "refused", query))
             respond(request, 503, b"refusing sessions for now", b"text/plain")
             return NOT_DONE_YET
