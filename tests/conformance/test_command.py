@@ -514,3 +514,18 @@ def test_the_nydus_client_kit_refuses_a_stream_endpoint() -> None:
     assert done.stderr.strip() == (
         "wireproto conform: the nydus client kit listens on an http:// (or ws://) URL, where "
         "its clients reach it; a stream endpoint carries none")
+
+
+def test_what_a_run_command_gives_as_credentials_is_taken_out_of_what_a_client_writes() -> None:
+    """The values of --run's options named as credentials are the scrubber's, as a client may
+    print them back (they reached the report)."""
+    from wireproto.conformance.command import command_secrets
+    from wireproto.conformance.report import Scrubber
+
+    arguments = ["client.js", "{url}", "--token", "tok-5ecret-1", "--api-key=key-5ecret-2",
+                 "password=pw-5ecret-3", "--verbose", "--name", "visible-name"]
+    found = command_secrets(arguments)
+    assert found == ["tok-5ecret-1", "key-5ecret-2", "pw-5ecret-3"]
+    said = Scrubber(found).text("usage: client.js --token tok-5ecret-1 --api-key=key-5ecret-2 "
+                                "password=pw-5ecret-3 --name visible-name")
+    assert "5ecret" not in said and "visible-name" in said

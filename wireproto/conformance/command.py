@@ -42,7 +42,7 @@ from wireproto.conformance.report import (
     summary_line,
     write_report,
 )
-from wireproto.redaction import redact_url
+from wireproto.redaction import is_secret_parameter, redact_url
 from wireproto.tools._common import (
     EXIT_USAGE,
     ToolError,
@@ -424,6 +424,22 @@ def _run_client(args: argparse.Namespace) -> int:
                     address=args.listen)
 
 
+def command_secrets(arguments: list[str]) -> list[str]:
+    """The values a --run command gives options named as credentials (``--token S``,
+    ``--password=S``, ``api_key=S``): what the client writes may repeat them (a usage error, a
+    log of its argv), and they are taken out of the lines and the report."""
+    found = []
+    for index, argument in enumerate(arguments):
+        name, equals, value = argument.lstrip("-").partition("=")
+        if not is_secret_parameter(name.lower()):
+            continue
+        if equals:
+            found.append(value)
+        elif argument.startswith("-") and index + 1 < len(arguments):
+            found.append(arguments[index + 1])
+    return [value for value in found if value and "{url}" not in value]
+
+
 def _check_command(command: str) -> None:
     """A usage error for a --run command that cannot be started: unbalanced quotes, empty, or a
     program not found (said before the kit listens, never with the command's arguments, which
@@ -469,6 +485,8 @@ async def conform_client(reactor: IReactorTime, args: argparse.Namespace) -> int
     except ValueError as error:
         raise ToolError(str(error), EXIT_USAGE) from None
     secrets = [os.environ.get(name, "") for name in ("WIREPROTO_TOKEN", "WIREPROTO_PASSWORD")]
+    if args.client_command:
+        secrets += command_secrets(split_command(args.client_command, "")[1:])
     scrubber = Scrubber([secret for secret in secrets if secret])
     try:
         url = listener.url
