@@ -55,6 +55,29 @@ def _judged(catalogue: Catalogue) -> str:
     return "device" if catalogue.mode == "device" else "server"
 
 
+async def _judge(case: Case, context: Context) -> tuple[bool, str, bool]:
+    """Run `case`'s body: whether its behaviour was met, the reason, and whether it applied.
+    CancelledError (Ctrl-C) goes through: the case has no outcome."""
+    try:
+        said = await _run_body(case.body, context, case.timeout)
+    except NotApplicable as inapplicable:
+        return True, f"not applicable: {inapplicable}", False
+    except CaseFailed as failed:
+        return False, str(failed), True
+    except defer.CancelledError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a connection error, say: the peer's doing
+        return False, f"{type(error).__name__}: {error}", True
+    return True, said or "", True
+
+
+def _outcome(case: Case, met: bool, reason: str, applies: bool) -> tuple[Outcome, str]:
+    """The outcome of `case`, and its reason as the report gives it."""
+    if case.level is Level.INFORMATION and not met:
+        reason = f"not seen: {reason}"
+    return (outcome_of(case.level, met) if applies else Outcome.INFORMATION), reason
+
+
 async def check_alive(reactor: IReactorTime, target: Target, catalogue: Catalogue,
                       recorder: Recorder | None = None, run_id: str = "alive") -> str | None:
     """None when the server serves (the catalogue's liveness check passes), else why not."""
@@ -82,23 +105,11 @@ async def run_case(reactor: IReactorTime, target: Target, catalogue: Catalogue, 
     context = Context(reactor, target, recorder, run_id)
     context.timeout = case.timeout
     started = time.monotonic()
-    met, reason, applies = True, "", True
     try:
-        said = await _run_body(case.body, context, case.timeout)
-        reason = said or ""
-    except NotApplicable as inapplicable:
-        applies, reason = False, f"not applicable: {inapplicable}"
-    except CaseFailed as failed:
-        met, reason = False, str(failed)
-    except defer.CancelledError:
-        raise  # the run was stopped (Ctrl-C): the case has no outcome
-    except Exception as error:  # noqa: BLE001 - a connection error, say: the server's doing
-        met, reason = False, f"{type(error).__name__}: {error}"
+        met, reason, applies = await _judge(case, context)
     finally:
         await context.close_all()
-    outcome = outcome_of(case.level, met) if applies else Outcome.INFORMATION
-    if case.level is Level.INFORMATION and not met:
-        reason = f"not seen: {reason}"
+    outcome, reason = _outcome(case, met, reason, applies)
     if case.harmful:
         recorder.add(0, "event", text=f"the kit checks that the {_judged(catalogue)} "
                                       "still serves")
@@ -253,26 +264,17 @@ async def run_client_case(run: ClientRun, target: Target, case: Case, run_id: st
     context.timeout = case.timeout
     if met:
         try:
-            said = await _run_body(case.body, context, case.timeout)
-            reason = said or ""
-        except NotApplicable as inapplicable:
-            applies, reason = False, f"not applicable: {inapplicable}"
-        except CaseFailed as failed:
-            met, reason = False, str(failed)
+            met, reason, applies = await _judge(case, context)
         except defer.CancelledError:
             await context.close_all()
             if client is not None:
                 await client.stop()
             raise
-        except Exception as error:  # noqa: BLE001 - a connection error, say: the client's doing
-            met, reason = False, f"{type(error).__name__}: {error}"
     await context.close_all()
     ended = await run.end_client(client, recorder, told=not met)
     if ended is not None and not met:
         reason = f"{reason}; {ended}"
-    outcome = outcome_of(case.level, met) if applies else Outcome.INFORMATION
-    if case.level is Level.INFORMATION and not met:
-        reason = f"not seen: {reason}"
+    outcome, reason = _outcome(case, met, reason, applies)
     return CaseResult(case, outcome, kept_reason(reason), round(time.monotonic() - started, 3),
                       recorder.exchanges)
 
