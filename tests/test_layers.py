@@ -158,8 +158,15 @@ RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
     ),
     "wireproto.transports": (
         "transports import neither the hub, nor capture, nor protocols, config or service "
-        "(of the access policy, sans-IO, they know who a peer is)",
-        _allowed("wireproto.transports", "wireproto.codecs", "wireproto.access", *FOUNDATION),
+        "(of the access policy, sans-IO, they know who a peer is; of the devices, which port "
+        "a serial board is on)",
+        _allowed("wireproto.transports", "wireproto.codecs", "wireproto.access",
+                 "wireproto.devices", *FOUNDATION),
+    ),
+    "wireproto.devices": (
+        "the devices (ports, identities, the watch for boards) import only themselves and the "
+        "foundation: the transports, config and the service ask them",
+        _allowed("wireproto.devices", exact=FOUNDATION),
     ),
     "wireproto.protocols": (
         "protocols import the transports only through their interface, and nothing above "

@@ -57,6 +57,7 @@ from wireproto.config import (
     Listener,
     PhylloLink,
 )
+from wireproto.devices.watch import PortWatcher
 from wireproto.hub import Hub, Session
 from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
@@ -98,7 +99,8 @@ class WireprotoService(OrderedParts):
     def __init__(self, config: Config, hub: Hub, reactor: Any,
                  listening_sockets: list[int] | None = None,
                  siblings: Siblings | None = None,
-                 supervisor: tuple[int, str, str] | None = None) -> None:
+                 supervisor: tuple[int, str, str] | None = None,
+                 ports: PortWatcher | None = None) -> None:
         super().__init__()
         self.config = config
         self.hub = hub
@@ -136,7 +138,7 @@ class WireprotoService(OrderedParts):
         # Engine.IO requests passed to the worker that holds their session, and taken from the
         # others, by outcome; None when it is no worker of a supervisor.
         self.engineio_handovers: Counter[str] | None = None if siblings is None else Counter()
-        self.links = Links(config, hub, reactor, self.connections, self.auth)
+        self.links = Links(config, hub, reactor, self.connections, self.auth, ports)
         # Read at once: the registry asks its collectors what they show.
         self.metrics = ServiceMetrics(self, supervisor) if config.metrics.enabled else None
         self.connections.metrics = self.metrics
@@ -366,6 +368,7 @@ def make_service(
     listening_sockets: list[int] | None = None,
     siblings: Siblings | None = None,
     supervisor: tuple[int, str, str] | None = None,
+    ports: PortWatcher | None = None,
 ) -> WireprotoService:
     """The broker `config` describes, ready to start (or to add to an application).
 
@@ -381,7 +384,8 @@ def make_service(
     if reactor is None:
         from twisted.internet import reactor
     hub = _hub(config)
-    service = WireprotoService(config, hub, reactor, listening_sockets, siblings, supervisor)
+    service = WireprotoService(config, hub, reactor, listening_sockets, siblings, supervisor,
+                               ports)
     service.add_listeners(config.listeners)
     for link in config.attach:
         service.add_attach(link, retry_policy)

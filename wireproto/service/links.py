@@ -24,6 +24,8 @@ from zope.interface import implementer
 from wireproto.authentication import Authentication
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import Attach, Config, PhylloLink
+from wireproto.devices.ports import PortLister, system_ports
+from wireproto.devices.watch import PortWatcher, system_watcher
 from wireproto.hub import Hub
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.redaction import redact_text, redact_url
@@ -80,10 +82,12 @@ class _LoggingClientEndpoint:
 
 class Links(MultiService):
     """The attached links and Phyllo links of one broker; `phyllo` is each Phyllo link's
-    bridge to the hub, by its name."""
+    bridge to the hub, by its name. `ports` watches the serial ports (made when a link first
+    needs it: `watcher()`); a ``serial:vid=...`` link lists them afresh each time it opens."""
 
     def __init__(self, config: Config, hub: Hub, reactor: IReactorTime,
-                 connections: Connections, auth: Authentication | None) -> None:
+                 connections: Connections, auth: Authentication | None,
+                 ports: PortWatcher | None = None) -> None:
         super().__init__()
         self.setName("links")
         self.config = config
@@ -92,10 +96,25 @@ class Links(MultiService):
         self.connections = connections
         self.auth = auth
         self.phyllo: dict[str, HubBridge] = {}
+        self.ports = ports
+
+    @property
+    def lister(self) -> PortLister:
+        """What lists the serial ports a link matches by identity."""
+        return system_ports if self.ports is None else self.ports.lister
+
+    def watcher(self) -> PortWatcher:
+        """The port watcher, made (udev's or polling) the first time a link needs one."""
+        if self.ports is None:
+            self.ports = system_watcher(self.reactor, self.lister)
+        return self.ports
+
+    def _endpoint(self, address: str) -> IStreamClientEndpoint:
+        return client_endpoint(self.reactor, address, ports=self.lister)
 
     def attach(self, link: Attach, retry_policy: Callable[[int], float]) -> None:
         """Keep a `link.protocol` client connection open to `link.endpoint`."""
-        endpoint = _LoggingClientEndpoint(client_endpoint(self.reactor, link.endpoint), link)
+        endpoint = _LoggingClientEndpoint(self._endpoint(link.endpoint), link)
         factory = stream_client_factory(
             self.connections.factory(link.protocol), stream_options(self.config, link.framing),
             identify=None if self.auth is None else self.auth.identify_stream(
@@ -122,7 +141,7 @@ class Links(MultiService):
                 self.reactor, link.endpoint, bridge.build_message_protocol, self.config.websocket
             )
         else:
-            endpoint = client_endpoint(self.reactor, link.endpoint)
+            endpoint = self._endpoint(link.endpoint)
             factory = Factory.forProtocol(bridge.build_protocol)
         ReconnectingService(
             self.reactor, _LoggingClientEndpoint(endpoint, link), factory,

@@ -21,6 +21,7 @@ from wireproto.transports.base import IMessageProtocol
 from wireproto.transports.websocket import WebSocketOptions, websocket_client_factory
 
 if TYPE_CHECKING:
+    from wireproto.devices.ports import PortLister
     from wireproto.transports.stream import StreamOptions
 
 __all__ = [
@@ -159,9 +160,11 @@ def default_framing(address: str) -> str:
 
 def client_endpoint(
     reactor: Any, address: str, *, cafile: str | None = None, insecure: bool = False,
-    certfile: str | None = None, keyfile: str | None = None,
+    certfile: str | None = None, keyfile: str | None = None, ports: PortLister | None = None,
 ) -> Any:
     """The Twisted client endpoint for a stream address, with a clear error for a bad one.
+    `ports` lists the serial ports a ``serial:vid=...`` address is matched against (the
+    system's by default).
 
     ``serial:`` is parsed here as well as by the endpoint plugin, so connecting to a serial
     port does not depend on Twisted finding the plugin. ``ssl:`` verifies the server by default
@@ -171,7 +174,7 @@ def client_endpoint(
         if address.startswith("serial:"):
             from wireproto.transports.serial import serial_endpoint_from_string
 
-            return serial_endpoint_from_string(reactor, address)
+            return serial_endpoint_from_string(reactor, address, ports)
         if address.lower().startswith("ssl:"):
             return _ssl_endpoint(reactor, address, cafile, insecure, certfile, keyfile)
         if cafile is not None or insecure or certfile is not None or keyfile is not None:

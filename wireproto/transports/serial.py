@@ -7,6 +7,10 @@ into a message transport. The ``serial:`` endpoint string (registered by
 
     clientFromString(reactor, "serial:/dev/ttyACM0:baudrate=115200")
     clientFromString(reactor, "serial:device=/dev/ttyACM0:baudrate=115200:rtscts=yes")
+    clientFromString(reactor, "serial:vid=2341:pid=0043:baudrate=115200")
+
+The last finds the board by its USB identity (`wireproto.devices.matching`) each time it opens,
+so a board plugged back in as another ``/dev/ttyACMn`` is found again.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from twisted.internet.serialport import SerialPort
 from twisted.plugin import IPlugin
 from twisted.python.failure import Failure
 from zope.interface import implementer
+
+from wireproto.devices.matching import MATCH_KEYS, PortMatch, resolve
+from wireproto.devices.ports import PortInfo, PortLister, system_ports
 
 __all__ = [
     "SerialAddress",
@@ -85,21 +92,30 @@ class _SerialTransport(SerialPort):
 
 @implementer(IStreamClientEndpoint)
 class SerialEndpoint:
-    """A serial port as a client endpoint (8N1 at 115200 baud unless told otherwise)."""
+    """A serial port as a client endpoint (8N1 at 115200 baud unless told otherwise): the port
+    `device`, or the one port that `match` finds among those `lister` lists when it opens."""
 
     def __init__(
         self,
         reactor: Any,
-        device: str,
+        device: str | None = None,
         baudrate: int = 115200,
         bytesize: int = 8,
         parity: str = "N",
         stopbits: float = 1,
         xonxoff: bool = False,
         rtscts: bool = False,
+        *,
+        match: PortMatch | None = None,
+        lister: PortLister | None = None,
     ) -> None:
-        if not device:
-            raise ValueError("a serial endpoint needs a device, e.g. serial:/dev/ttyACM0")
+        if device and match is not None:
+            raise ValueError(
+                f"a serial endpoint takes a device or identity fields ({match.describe()}), "
+                "not both")
+        if not device and match is None:
+            raise ValueError("a serial endpoint needs a device, e.g. serial:/dev/ttyACM0, or "
+                             "identity fields, e.g. serial:vid=2341:pid=0043")
         if not isinstance(baudrate, int) or baudrate <= 0:
             raise ValueError(f"serial baudrate must be a positive integer, not {baudrate!r}")
         if bytesize not in BYTESIZES:
@@ -110,6 +126,10 @@ class SerialEndpoint:
             raise ValueError(f"serial stopbits must be one of {STOPBITS}, not {stopbits!r}")
         self.reactor = reactor
         self.device = device
+        self.match = match
+        self.lister: PortLister = lister or system_ports
+        # The port the last open found by `match`, for whoever reports on the board.
+        self.port: PortInfo | None = None
         self.settings = {
             "baudrate": baudrate,
             "bytesize": bytesize,
@@ -120,19 +140,35 @@ class SerialEndpoint:
         }
 
     def __repr__(self) -> str:
-        return f"SerialEndpoint({self.device!r}, baudrate={self.settings['baudrate']})"
+        where = repr(self.device) if self.match is None else self.match.describe()
+        return f"SerialEndpoint({where}, baudrate={self.settings['baudrate']})"
+
+    def resolve(self) -> str:
+        """The device to open now: `device`, or the one port `match` finds (raising
+        NoMatchingPort or SeveralMatchingPorts, which name what was asked and found)."""
+        if self.match is None:
+            assert self.device
+            return self.device
+        self.port = resolve(self.match, self.lister())
+        return self.port.device
 
     def connect(self, protocolFactory: IProtocolFactory) -> defer.Deferred:
         """Open the port now; the Deferred fires with the connected protocol."""
-        protocol = protocolFactory.buildProtocol(SerialAddress(self.device))
+        try:
+            device = self.resolve()
+        except ConnectError as exc:
+            return defer.fail(exc)
+        except OSError as exc:  # the ports could not be listed
+            return defer.fail(SerialOpenFailed(string=f"cannot list serial ports: {exc}"))
+        protocol = protocolFactory.buildProtocol(SerialAddress(device))
         if protocol is None:
             return defer.fail(
-                SerialOpenFailed(string=f"{self.device}: the protocol factory refused to connect")
+                SerialOpenFailed(string=f"{device}: the protocol factory refused to connect")
             )
         try:
-            _SerialTransport(protocol, self.device, self.reactor, **self.settings)
+            _SerialTransport(protocol, device, self.reactor, **self.settings)
         except (serial.SerialException, OSError, ValueError) as exc:
-            return defer.fail(SerialOpenFailed(string=f"{self.device}: {exc}"))
+            return defer.fail(SerialOpenFailed(string=f"{device}: {exc}"))
         return defer.succeed(protocol)
 
 
@@ -158,10 +194,12 @@ def _number(name: str, value: str, convert: Any) -> Any:
 
 
 def _endpoint_from_args(
-    reactor: Any, args: tuple[str, ...], kwargs: dict[str, str]
+    reactor: Any, args: tuple[str, ...], kwargs: dict[str, str],
+    lister: PortLister | None = None,
 ) -> SerialEndpoint:
     kwargs = dict(kwargs)
     device = kwargs.pop("device", None)
+    identity = {key: kwargs.pop(key) for key in MATCH_KEYS if key in kwargs}
     if args:
         if device is not None or len(args) > 1:
             raise ValueError(f"serial: give the device once, got {(*args, device)}")
@@ -182,9 +220,11 @@ def _endpoint_from_args(
     if kwargs:
         raise ValueError(
             f"unknown serial endpoint option(s) {', '.join(sorted(kwargs))}: use baudrate, "
-            "bytesize, parity, stopbits, xonxoff, rtscts"
+            f"bytesize, parity, stopbits, xonxoff, rtscts, or identity fields "
+            f"{', '.join(MATCH_KEYS)}"
         )
-    return SerialEndpoint(reactor, device or "", **settings)
+    match = PortMatch.from_options(identity) if identity else None
+    return SerialEndpoint(reactor, device or None, **settings, match=match, lister=lister)
 
 
 def _split_description(description: str) -> list[str]:
@@ -207,8 +247,11 @@ def _split_description(description: str) -> list[str]:
     return fields
 
 
-def serial_endpoint_from_string(reactor: Any, description: str) -> SerialEndpoint:
-    """Parse ``serial:DEVICE[:key=value...]`` without needing Twisted's plugin discovery."""
+def serial_endpoint_from_string(reactor: Any, description: str,
+                                lister: PortLister | None = None) -> SerialEndpoint:
+    """Parse ``serial:DEVICE[:key=value...]`` or ``serial:vid=...[:key=value...]`` without
+    needing Twisted's plugin discovery; `lister` lists the ports identity fields are matched
+    against (the system's by default)."""
     prefix, *fields = _split_description(description)
     if prefix != "serial":
         raise ValueError(f"not a serial endpoint string: {description!r}")
@@ -220,7 +263,7 @@ def serial_endpoint_from_string(reactor: Any, description: str) -> SerialEndpoin
             kwargs[key] = value
         else:
             args.append(field)
-    return _endpoint_from_args(reactor, tuple(args), kwargs)
+    return _endpoint_from_args(reactor, tuple(args), kwargs, lister)
 
 
 @implementer(IPlugin, IStreamClientEndpointStringParserWithReactor)

@@ -1,0 +1,237 @@
+"""Knowing when boards come and go: one small interface, two ways to learn it.
+
+A `PortWatcher` holds the latest list of ports from its lister and tells its subscribers when
+that list changes. `check()` lists again; what calls it is the watcher's own:
+
+- `UdevWatcher` wakes on udev's events for the ``tty`` subsystem (pyudev's monitor, read by the
+  reactor), lists once the burst of events has settled (udev makes the /dev/serial/by-id links
+  just after the device appears), and lists every `safety_interval` seconds too, since a
+  netlink socket can drop events when its buffer fills;
+- `PollingWatcher` lists every `interval` seconds (1 by default, never more often than
+  `MIN_INTERVAL`): where udev is not running (a container, another OS).
+
+`system_watcher()` picks one. Tests hand either watcher a stand-in's lister
+(`wireproto.devices.standin`), so plugging a pty-backed board goes through the real watcher.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from twisted.internet import task
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IReactorFDSet,
+    IReactorTime,
+    IReadDescriptor,
+)
+from twisted.logger import Logger
+from twisted.python import failure
+from zope.interface import implementer
+
+from .ports import PortInfo, PortLister, system_ports
+
+if TYPE_CHECKING:
+    import pyudev
+
+__all__ = [
+    "MIN_INTERVAL",
+    "PollingWatcher",
+    "PortListener",
+    "PortWatcher",
+    "UdevWatcher",
+    "system_watcher",
+    "udev_running",
+]
+
+log = Logger(namespace="wireproto.devices")
+
+MIN_INTERVAL = 0.05
+PortListener = Callable[[list[PortInfo]], object]
+
+
+class PortWatcher:
+    """The ports `lister` lists, watched: `ports` is the latest list, and each subscriber is
+    called with the new list whenever it changes. Started and stopped by its owner."""
+
+    kind = "manual"
+
+    def __init__(self, reactor: IReactorTime, lister: PortLister = system_ports) -> None:
+        self.reactor = reactor
+        self.lister = lister
+        self._ports: list[PortInfo] | None = None
+        self._listeners: list[PortListener] = []
+        self._failing = False
+        self.running = False
+        self.checks = 0
+        """How many times the ports were listed: what the watcher costs."""
+
+    def ports(self) -> list[PortInfo]:
+        """The ports as last listed (listed now if never yet)."""
+        if self._ports is None:
+            self._ports = self._list() or []
+        return list(self._ports)
+
+    def subscribe(self, listener: PortListener) -> Callable[[], None]:
+        """Call `listener(ports)` on every change from now on; returns what unsubscribes."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _list(self) -> list[PortInfo] | None:
+        self.checks += 1
+        try:
+            ports = self.lister()
+        except Exception:  # a lister reads /sys and /dev: keep the last list, say it once
+            if not self._failing:
+                log.failure("cannot list serial ports", event="ports_list_failed")
+            self._failing = True
+            return None
+        self._failing = False
+        return ports
+
+    def check(self) -> bool:
+        """List the ports again; tell the subscribers if they changed. True if they did."""
+        ports = self._list()
+        if ports is None or ports == self._ports:
+            return False
+        self._ports = ports
+        for listener in list(self._listeners):
+            try:
+                listener(list(ports))
+            except Exception:
+                log.failure("a port listener failed", event="port_listener_failed")
+        return True
+
+    def start(self) -> None:
+        self.running = True
+        if self._ports is None:
+            self._ports = self._list() or []
+
+    def stop(self) -> None:
+        self.running = False
+
+
+class PollingWatcher(PortWatcher):
+    """Lists the ports every `interval` seconds."""
+
+    kind = "polling"
+
+    def __init__(self, reactor: IReactorTime, lister: PortLister = system_ports,
+                 interval: float = 1.0) -> None:
+        super().__init__(reactor, lister)
+        if not interval >= MIN_INTERVAL:
+            raise ValueError(f"a port poll interval is at least {MIN_INTERVAL} s, not {interval}")
+        self.interval = interval
+        self._loop: task.LoopingCall | None = None
+
+    def start(self) -> None:
+        if self._loop is not None:
+            return
+        super().start()
+        self._loop = task.LoopingCall(self.check)
+        self._loop.clock = self.reactor
+        self._loop.start(self.interval, now=False).addErrback(
+            lambda reason: log.failure("port polling stopped", reason, event="ports_poll_failed"))
+
+    def stop(self) -> None:
+        super().stop()
+        loop, self._loop = self._loop, None
+        if loop is not None and loop.running:
+            loop.stop()
+
+
+def udev_running() -> bool:
+    """Whether udev runs here and pyudev can reach it (its control socket is where udevd makes
+    it; inside most containers it is not, and no event would ever come)."""
+    if not os.path.exists("/run/udev/control"):
+        return False
+    try:
+        import pyudev
+
+        pyudev.Context()
+    except Exception:  # no pyudev, or no libudev to load
+        return False
+    return True
+
+
+@implementer(IReadDescriptor)
+class UdevWatcher(PortWatcher):
+    """Lists the ports when udev says a ``tty`` device was added or removed."""
+
+    kind = "udev"
+
+    def __init__(self, reactor: IReactorTime, lister: PortLister = system_ports,
+                 settle: float = 0.3,
+                 safety_interval: float = 30.0) -> None:
+        super().__init__(reactor, lister)
+        self.settle = settle
+        self.safety_interval = safety_interval
+        self._monitor: pyudev.Monitor | None = None
+        self._pending: IDelayedCall | None = None
+        self._safety: task.LoopingCall | None = None
+
+    def start(self) -> None:
+        if self._monitor is not None:
+            return
+        import pyudev
+
+        super().start()
+        monitor = pyudev.Monitor.from_netlink(pyudev.Context())
+        monitor.filter_by("tty")
+        monitor.start()
+        self._monitor = monitor
+        IReactorFDSet(self.reactor).addReader(self)
+        self._safety = task.LoopingCall(self.check)
+        self._safety.clock = self.reactor
+        self._safety.start(self.safety_interval, now=False)
+
+    def stop(self) -> None:
+        super().stop()
+        monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            IReactorFDSet(self.reactor).removeReader(self)
+        if self._pending is not None and self._pending.active():
+            self._pending.cancel()
+        self._pending = None
+        safety, self._safety = self._safety, None
+        if safety is not None and safety.running:
+            safety.stop()
+
+    # -- IReadDescriptor ----------------------------------------------------------------------
+
+    def fileno(self) -> int:
+        return -1 if self._monitor is None else int(self._monitor.fileno())
+
+    def doRead(self) -> None:
+        monitor = self._monitor
+        if monitor is None:
+            return
+        while monitor.poll(timeout=0) is not None:
+            pass  # what changed is read from the ports list; the events only say when
+        if self._pending is None or not self._pending.active():
+            self._pending = self.reactor.callLater(self.settle, self._settled)
+
+    def _settled(self) -> None:
+        self._pending = None
+        self.check()
+
+    def connectionLost(self, reason: failure.Failure) -> None:
+        self._monitor = None
+
+    def logPrefix(self) -> str:
+        return "udev"
+
+
+def system_watcher(reactor: IReactorTime, lister: PortLister = system_ports,
+                   interval: float = 1.0) -> PortWatcher:
+    """udev's events where udev runs, else polling every `interval` seconds."""
+    if udev_running():
+        return UdevWatcher(reactor, lister)
+    return PollingWatcher(reactor, lister, interval)
