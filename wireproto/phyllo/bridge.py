@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -164,10 +164,14 @@ def _add_bottom(totals: dict[str, int], bottom: LayerBase) -> None:
         totals["resyncs"] += health.resyncs
 
 
-def carrier_port(transport: object) -> str | None:
+class _Carrier(Protocol):
+    def getPeer(self) -> object: ...
+
+
+def carrier_port(transport: _Carrier) -> str | None:
     """What a link's carrier is open on: a serial port's device, else the peer's address."""
     try:
-        peer = getattr(transport, "getPeer")()
+        peer = transport.getPeer()
     except Exception:  # a carrier that cannot say is still a carrier
         return None
     device = getattr(peer, "device", None)
