@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from prometheus_client import CollectorRegistry
 from twisted.internet import reactor
 
 from tests.admin.http import http
@@ -22,6 +23,7 @@ from wireproto.config import Config, parse_listen, parse_phyllo
 from wireproto.devices import PollingWatcher
 from wireproto.devices.standin import COMMON_BOARDS, StandInPorts
 from wireproto.hub import HubMessage
+from wireproto.metrics import MergedFamilies
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.service import make_service
 
@@ -206,3 +208,15 @@ async def test_a_board_flooding_garbage_grows_counters_not_memory(broker_with_bo
     page = await scrape(base)
     assert page.value("wireproto_phyllo_resyncs_total", link="uno") == 50
     assert page.value("wireproto_phyllo_framing_errors_total", link="uno") >= 50 * 100
+
+
+def test_in_a_cluster_the_last_frame_total_is_the_latest() -> None:
+    # Summed, two processes' timestamps would be a time far in the future.
+    def rows(link: str, when: float) -> list:
+        return [["wireproto_phyllo_last_frame_timestamp_seconds", "", "gauge", "",
+                 [["wireproto_phyllo_last_frame_timestamp_seconds", {"link": link}, when]]]]
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MergedFamilies([("a", rows("uno", 100.0)), ("b", rows("uno", 250.0))]))
+    assert registry.get_sample_value("wireproto_phyllo_last_frame_timestamp_seconds",
+                                     {"link": "uno", "worker": "total"}) == 250.0

@@ -453,10 +453,11 @@ class HubBridge:
         return totals
 
     def _latest_frame(self, top: BridgeLayer | None) -> float | None:
+        # The connection's own, once it has had a frame: it came after any of an earlier one
+        # (whatever the clock did meanwhile).
         health = None if top is None else getattr(top.bottom, "health", None)
         now = health.last_chunk_at if isinstance(health, BottomHealth) else None
-        kept = self._last_frame
-        return kept if now is None or (kept is not None and kept > now) else now
+        return self._last_frame if now is None else now
 
     @property
     def last_frame(self) -> float | None:
