@@ -116,7 +116,12 @@ async def test_frames_bytes_crc_errors_resyncs_and_reopens_on_metrics_and_status
     last = page.value("wireproto_phyllo_last_frame_timestamp_seconds", link="uno")
     assert before <= last <= after
 
-    # Pulled and plugged back: another device name, the counts carried over.
+    # Pulled mid-frame and plugged back: another device name, the counts carried over, and the
+    # half frame neither a frame nor an error.
+    half = reading(9)[:10]
+    sent.append(half)
+    board.write(half)
+    await eventually(lambda: bridge.health()["bytes_received"] == sum(map(len, sent)))
     again = boards.replug(board)
     await eventually(lambda: bridge.connected and bridge.port == again.device)
     again.write(reading(5))
