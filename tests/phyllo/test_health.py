@@ -13,6 +13,8 @@ import pytest
 import pytest_twisted
 from prometheus_client import CollectorRegistry
 from twisted.internet import reactor
+from twisted.internet.endpoints import TCP4ClientEndpoint
+from twisted.internet.protocol import Factory, Protocol
 
 from tests.admin.http import http
 from tests.support import eventually, sleep, wait_for
@@ -225,3 +227,21 @@ def test_in_a_cluster_the_last_frame_total_is_the_latest() -> None:
     registry.register(MergedFamilies([("a", rows("uno", 100.0)), ("b", rows("uno", 250.0))]))
     assert registry.get_sample_value("wireproto_phyllo_last_frame_timestamp_seconds",
                                      {"link": "uno", "worker": "total"}) == 250.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_over_tcp_the_port_is_the_peers_address(broker_with_board) -> None:
+    service, _, _ = broker_with_board
+    listening = reactor.listenTCP(0, Factory.forProtocol(Protocol), interface="127.0.0.1")
+    bridge = HubBridge(service.hub, "bench")
+    try:
+        address = listening.getHost()
+        bottom = await wait_for(TCP4ClientEndpoint(reactor, "127.0.0.1", address.port).connect(
+            Factory.forProtocol(bridge.build_protocol)))
+        assert bridge.health()["port"] == f"127.0.0.1:{address.port}"
+        bottom.lose_connection()
+        await eventually(lambda: not bridge.connected)
+        assert bridge.health()["port"] is None
+    finally:
+        bridge.close()
+        await wait_for(listening.stopListening())
