@@ -260,6 +260,8 @@ def serial_endpoint_from_string(reactor: Any, description: str,
     for field in fields:
         key, equals, value = field.partition("=")
         if equals:
+            if key in kwargs:  # which one a link would use is not for a parser to guess
+                raise ValueError(f"serial {key} is given twice")
             kwargs[key] = value
         else:
             args.append(field)
