@@ -132,3 +132,16 @@ def test_output_that_cannot_be_written_is_one_line_and_status_1():
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr == "wireproto devices: cannot write the output: No space left on device\n"
+
+
+def test_the_endpoint_shown_opens_that_board_even_with_a_colon_in_its_serial(capsys, boards):
+    from twisted.internet import reactor
+
+    from wireproto.transports.serial import serial_endpoint_from_string
+
+    boards.plug(**COMMON_BOARDS["esp32-s3"], serial_number="F4:12:FA:00:11:23")
+    esp = boards.plug(**COMMON_BOARDS["esp32-s3"], serial_number="F4:12:FA:00:11:22")
+    _, out, _ = run(capsys, boards.ports)
+    hint = "serial:vid=303a:pid=1001:serial_number=F4\\:12\\:FA\\:00\\:11\\:22"
+    assert f"    open with: {hint}" in out.splitlines()
+    assert serial_endpoint_from_string(reactor, hint, lister=boards.ports).resolve() == esp.device

@@ -89,16 +89,22 @@ def _usb_id(port: PortInfo) -> str:
     return f"{port.vid:04x}:{port.pid or 0:04x}"
 
 
+def _escaped(value: str) -> str:
+    """`value` as an endpoint string's field: ``\\`` and ``:`` escaped (an ESP32-S3's serial
+    number is its MAC address, ``F4:12:FA:...``)."""
+    return value.replace("\\", "\\\\").replace(":", "\\:")
+
+
 def _endpoint(port: PortInfo) -> str | None:
     """The ``serial:`` identity that opens this board alone wherever it is plugged, if it has
-    a serial number; else by the USB port it is in."""
+    a serial number (one a terminal can show); else by the USB port it is in."""
     if port.vid is None:
         return None
     identity = f"serial:vid={port.vid:04x}:pid={port.pid or 0:04x}"
-    if port.serial_number and port.serial_number.isprintable() and ":" not in port.serial_number:
-        return f"{identity}:serial_number={port.serial_number}"
-    if port.location and port.location.isprintable() and ":" not in port.location:
-        return f"{identity}:location={port.location}"
+    if port.serial_number and port.serial_number.isprintable():
+        return f"{identity}:serial_number={_escaped(port.serial_number)}"
+    if port.location and port.location.isprintable():
+        return f"{identity}:location={_escaped(port.location)}"
     return identity
 
 
