@@ -145,3 +145,13 @@ def test_the_endpoint_shown_opens_that_board_even_with_a_colon_in_its_serial(cap
     hint = "serial:vid=303a:pid=1001:serial_number=F4\\:12\\:FA\\:00\\:11\\:22"
     assert f"    open with: {hint}" in out.splitlines()
     assert serial_endpoint_from_string(reactor, hint, lister=boards.ports).resolve() == esp.device
+
+
+def test_ports_that_cannot_be_listed_are_one_line_and_status_1(capsys):
+    def broken() -> list:
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    status, out, err = run(capsys, broken)
+    assert (status, out) == (1, "")
+    assert err == ("wireproto devices: cannot list serial ports: 'utf-8' codec can't decode "
+                   "byte 0xff in position 0: invalid start byte\n")

@@ -260,3 +260,27 @@ async def test_a_link_is_loud_again_when_why_it_cannot_open_changes(broker, boar
     assert set(levels[1:levels.index("error")]) <= {"info"}
     assert "no serial port has vid=2341:pid=0043: no serial port is present" in (
         format_event(broker.said("link_open_failed")[0]) or "")
+
+
+@pytest_twisted.ensureDeferred
+async def test_ports_that_cannot_be_listed_keep_the_link_retrying(broker, boards):
+    # pyserial reads each port's USB strings from /sys; a device whose strings it cannot read
+    # (or a /sys that vanished) must cost one failed open, not the link
+    uno = boards.plug(**COMMON_BOARDS["uno"], serial_number="857")
+    broken = {"now": True}
+
+    def lister() -> list:
+        if broken["now"]:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+        return boards.ports()
+
+    config = Config(listeners=(parse_listen("websmq+ws@tcp:0:interface=127.0.0.1"),),
+                    phyllo=(parse_phyllo(f"dev1@serial:{UNO}"),))
+    broker.service = make_service(config, reactor, retry_policy=lambda attempt: 0.05,
+                                  ports=PollingWatcher(reactor, lister, interval=0.05))
+    broker.service.startService()
+    await wait_for(broker.service.when_listening())
+    await eventually(lambda: len(broker.said("link_open_failed")) >= 2, timeout=10)
+    assert "cannot list serial ports" in (format_event(broker.said("link_open_failed")[0]) or "")
+    broken["now"] = False
+    await broker.attached_on(uno)

@@ -157,7 +157,7 @@ def run(args: argparse.Namespace, lister: PortLister = system_ports) -> int:
             return BAD_MATCH
     try:
         ports = lister()
-    except OSError as error:  # /sys or /dev unreadable
+    except Exception as error:  # /sys or /dev unreadable, or a device's strings undecodable
         print(f"{PROG}: cannot list serial ports: {error}", file=sys.stderr, flush=True)
         return 1
     if args.json:
