@@ -155,3 +155,15 @@ def test_ports_that_cannot_be_listed_are_one_line_and_status_1(capsys):
     assert (status, out) == (1, "")
     assert err == ("wireproto devices: cannot list serial ports: 'utf-8' codec can't decode "
                    "byte 0xff in position 0: invalid start byte\n")
+
+
+def test_fifty_boards_are_listed_and_a_match_names_a_bounded_few(capsys, boards):
+    plugged = [boards.plug(**COMMON_BOARDS["nano-ch340"], location=f"1-{n}") for n in range(50)]
+    status, out, _ = run(capsys, boards.ports)
+    assert status == 0
+    assert sum(line.startswith("/dev/") for line in out.splitlines()) == 50
+    status, out, _ = run(capsys, boards.ports, "--match", "vid=1a86")
+    said = out.splitlines()[-1]
+    assert status == devices.NOT_ONE and said.startswith("50 serial ports have vid=1a86: found ")
+    assert "; and 42 more; add serial_number= or location= to choose one" in said
+    assert len(said) < 1000 and sum(board.device + " " in said for board in plugged) == 8
