@@ -24,7 +24,8 @@ from zope.interface import implementer
 from wireproto.authentication import Authentication
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import Attach, Config, PhylloLink
-from wireproto.devices.ports import PortLister, system_ports
+from wireproto.devices.matching import SeveralMatchingPorts
+from wireproto.devices.ports import PortInfo, PortLister, system_ports
 from wireproto.devices.watch import PortWatcher, system_watcher
 from wireproto.hub import Hub
 from wireproto.phyllo.bridge import HubBridge
@@ -43,12 +44,14 @@ log = Logger(namespace="wireproto.service")
 @implementer(IStreamClientEndpoint)
 class _LoggingClientEndpoint:
     """Logs why a link does not open: loudly the first time, quietly while it stays down, so an
-    unplugged device does not flood the log."""
+    unplugged device does not flood the log; and when it opens, the board and the port it
+    found, for a link that finds its board by identity."""
 
     def __init__(self, endpoint: IStreamClientEndpoint, link: Attach | PhylloLink) -> None:
         self.endpoint = endpoint
         self.link = link
-        self._down = False
+        self._down: type[BaseException] | None = None
+        """The kind of failure that keeps the link down, or None while it is open."""
 
     def __repr__(self) -> str:
         return self.shown  # as the reconnector's log lines name it
@@ -58,23 +61,36 @@ class _LoggingClientEndpoint:
         """The link's address as the log shows it: a URL without its credentials."""
         return redact_url(self.link.endpoint)
 
+    def board(self) -> str:
+        """`` (/dev/ttyACM1, 2341:0043 serial 857)``: the port a ``serial:vid=...`` link
+        opened and the board's identity, or "" for a link that names its device."""
+        port = getattr(self.endpoint, "port", None)
+        if not isinstance(port, PortInfo):
+            return ""
+        return f" ({port.device}, {port.identity()})"
+
     def connect(self, factory: IProtocolFactory) -> defer.Deferred[IProtocol]:
         def opened(protocol: IProtocol) -> IProtocol:
-            self._down = False
-            log.info("attached {what} on {endpoint}", event="attached", what=self.link.describe(),
-                     endpoint=self.shown)
+            self._down = None
+            log.info("attached {what} on {endpoint}{board}", event="attached",
+                     what=self.link.describe(), endpoint=self.shown, board=self.board())
             return protocol
 
         def failed(reason: Failure) -> Failure:
             fields = {"endpoint": self.shown, "what": self.link.describe(),
                       "error": redact_text(reason.getErrorMessage().rstrip("."))}
-            if self._down:
+            # Loud the first time, and when the reason changes (no board, then two boards).
+            kind = type(reason.value)
+            if kind is self._down:
                 log.info("cannot open {endpoint} for {what}: {error}; retrying",
                          event="link_open_failed", **fields)
+            elif reason.check(SeveralMatchingPorts):  # a config that must choose a board
+                log.error("cannot open {endpoint} for {what}: {error}; retrying",
+                          event="link_open_failed", **fields)
             else:
                 log.warn("cannot open {endpoint} for {what}: {error}; retrying",
                          event="link_open_failed", **fields)
-            self._down = True
+            self._down = kind
             return reason
 
         return self.endpoint.connect(factory).addCallbacks(opened, failed)
