@@ -4,6 +4,8 @@ played back through the same link code to a real subscriber over a real protocol
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,15 +15,17 @@ import pytest
 import pytest_twisted
 from twisted.internet import protocol, reactor
 from twisted.internet.endpoints import clientFromString
+from twisted.logger import globalLogPublisher
 
 from tests.support import eventually, sleep, wait_for
 from wireproto import capture
-from wireproto.capture.replay import ReplayEndpoint, phyllo_replay
+from wireproto.capture.replay import FramedEncoding, PhylloEncoding, ReplayEndpoint, phyllo_replay
 from wireproto.codecs import websmq
-from wireproto.codecs.phyllo import PubSubMessage, TypeCode, decode, encode_frame
+from wireproto.codecs.phyllo import PubSubMessage, TypeCode, decode, encode, encode_frame
 from wireproto.codecs.phyllo.document import Format, Schema, message_from_document, serialize
 from wireproto.codecs.phyllo.stack import (
     DATAGRAM_LAYER,
+    MINIMAL,
     REDUCED,
     VALIDATED_DATAGRAM_LAYER,
     StackDecoder,
@@ -34,7 +38,9 @@ from wireproto.config import (
     parse_listen,
     parse_phyllo,
 )
+from wireproto.devices import PollingWatcher
 from wireproto.devices.standin import COMMON_BOARDS, StandInPorts
+from wireproto.errors import ProtocolError
 from wireproto.hub import Session
 from wireproto.protocols.websmq.client import connect
 from wireproto.service import make_service
@@ -68,10 +74,10 @@ class Broker:
         self.service: Any = None
         self.clients: list[Any] = []
 
-    async def start(self, **config: Any) -> None:
+    async def start(self, ports: PollingWatcher | None = None, **config: Any) -> None:
         settings = Config(listeners=(parse_listen("websmq+ws@tcp:0:interface=127.0.0.1"),),
                           **config)
-        self.service = make_service(settings, reactor, **FAST_RETRY)
+        self.service = make_service(settings, reactor, ports=ports, **FAST_RETRY)
         self.service.startService()
         (bound,) = await wait_for(self.service.when_listening())
         self.address = bound.address
@@ -127,24 +133,31 @@ class Session_:
 COUNT = 10
 
 
-async def capture_session(boards: StandInPorts, directory: Path) -> Session_:
-    """A live session: the board (on a pty) sends COUNT numbered messages GAP apart, with a
-    frame whose CRC is wrong among them, to a broker capturing everything."""
+async def capture_session(boards: StandInPorts, directory: Path,
+                          replug_at: int | None = None) -> Session_:
+    """A live session: the board (on a pty, found by its USB identity) sends COUNT numbered
+    messages GAP apart, with a frame whose CRC is wrong among them, to a broker capturing
+    everything; with `replug_at`, the board is unplugged and plugged back before that one."""
     board = boards.plug(**COMMON_BOARDS["uno"], serial_number="857")
     live = Broker()
-    await live.start(phyllo=(parse_phyllo(f"dev1@serial:{board.device}"),),
-                     capture=CaptureSettings(directory=str(directory), flush_interval=0.05))
+    await live.start(phyllo=(parse_phyllo("dev1@serial:vid=2341:pid=0043"),),
+                     capture=CaptureSettings(directory=str(directory), flush_interval=0.05),
+                     ports=PollingWatcher(reactor, boards.ports, interval=0.05))
     try:
         bridge = live.service.phyllo["dev1"]
         await eventually(lambda: bridge.top is not None)
         inbox = await live.subscriber("phyllo/dev1/n", "phyllo/dev1/doc")
         for seq in range(COUNT):
+            if seq == replug_at:
+                await eventually(lambda seq=seq: len(inbox) == seq)
+                board = boards.replug(board)
+                await eventually(lambda: bridge.stats.connections == 2 and bridge.connected)
             board.write(REDUCED.encode(numbered(seq)))
             if seq == 4:
                 board.write(bad_crc(PubSubMessage(TypeCode.BYTES_BUFFER, b"n", b"bad")))
             await sleep(GAP)
         await eventually(lambda: len(inbox) == COUNT)
-        assert bridge.counters()["crc_errors"] == 1
+        assert bridge.counters()["crc_errors"] == 1  # the bad frame: dropped, not captured
     finally:
         await live.stop()
     return Session_(directory, [(topic.removeprefix("phyllo/dev1/"), payload)
@@ -311,3 +324,118 @@ async def test_an_attached_link_replays_the_publishes_it_captured(boards, broker
     await eventually(lambda: len(replay_inbox) == 5)
     assert replay_inbox == inbox == [("sensors/t", b"%d" % seq) for seq in range(5)]
     assert os.path.exists(directory)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_link_reopened_in_the_capture_replays_all_its_connections_in_order(
+        boards, broker, tmp_path):
+    session = await capture_session(boards, tmp_path / "capture", replug_at=6)
+    opens = [record for path in capture.capture_files(session.directory)
+             for record in capture.iter_records(path) if record.kind == capture.Kind.OPEN
+             and record.info().get("link") == "dev1"]
+    assert len(opens) == 2
+    got, _ = await replayed(
+        broker, f"replayed@replay:path={session.directory}:link=dev1:speed=max", COUNT)
+    await sleep(0.1)
+    assert got == session.live
+    assert broker.service.phyllo["replayed"].stats.connections == 1  # one carrier for both
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_damaged_record_ends_the_file_there_and_says_so(boards, tmp_path):
+    session = await capture_session(boards, tmp_path / "capture")
+    records, opened = in_records(session.directory, protocol="phyllo")
+    (path,) = capture.capture_files(session.directory)
+    data = bytearray(path.read_bytes())
+    data[records[3].offset + 40] ^= 0xFF  # the fourth in record's data: its CRC fails
+    damaged = tmp_path / "damaged.wpcap"
+    damaged.write_bytes(bytes(data))
+    endpoint = clientFromString(reactor, f"replay:path={damaged}:link=dev1:speed=max")
+    received = bytearray()
+
+    class Collect(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            received.extend(data)
+
+    logged: list[dict] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        await wait_for(endpoint.connect(protocol.Factory.forProtocol(Collect)))
+        stats = await wait_for(endpoint.when_finished())
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    assert StackDecoder(REDUCED).feed(bytes(received)) == [numbered(seq) for seq in range(3)]
+    assert stats["messages"] == 3
+    (stopped,) = [event for event in logged if event.get("event") == "replay_file_stopped"]
+    assert "CRC mismatch" in stopped["problem"]
+    endpoint.carrier.loseConnection()
+
+
+def test_serve_refuses_a_replay_of_nothing_in_one_line(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "wireproto", "serve", "--listen", "websmq+ws@tcp:0",
+         "--phyllo", f"x@replay:path={tmp_path}/none.wpcap:link=dev1"],
+        cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"wireproto serve: --phyllo 'x@replay:path={tmp_path}/none.wpcap:link=dev1': bad client "
+        f"endpoint 'replay:path={tmp_path}/none.wpcap:link=dev1': {tmp_path}/none.wpcap: no "
+        "such file or directory"]
+
+
+def written_capture(directory: Path, others: int) -> None:
+    """A capture written directly: `others` records of a chatty websmq connection, then three
+    messages of Phyllo link dev1 (connection 7), 10 ms apart."""
+    with capture.CaptureWriter(directory) as writer:
+        writer.open_connection(3, "127.0.0.1:1", "websmq", "ws", timestamp_ns=1)
+        writer.open_connection(7, "serial:/dev/ttyACM0", "phyllo", "stream", timestamp_ns=1,
+                               link="dev1", stack="minimal")
+        for index in range(others):
+            writer.message(3, "in", b"x", True, timestamp_ns=2 + index)
+        for seq in range(3):
+            writer.message(7, "in", encode(numbered(seq)), True,
+                           timestamp_ns=10**9 + seq * 10**7)
+
+
+def test_a_reader_pauses_after_many_records_it_does_not_want(tmp_path):
+    from wireproto.capture.replay_source import PASS_BEFORE_PAUSE, RecordCursor
+
+    written_capture(tmp_path, 2 * PASS_BEFORE_PAUSE)
+    cursor = RecordCursor(capture.capture_files(tmp_path))
+    seen = list(cursor.records(lambda kind, connection: connection == 7))
+    assert seen.count(None) == 2
+    assert [decode(record.data) for record in seen if record is not None
+            and record.kind == capture.Kind.IN] == [numbered(seq) for seq in range(3)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_replay_without_a_link_plays_the_captured_stack(tmp_path):
+    written_capture(tmp_path, 10)
+    received = bytearray()
+
+    class Collect(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            received.extend(data)
+
+    endpoint = clientFromString(reactor, f"replay:path={tmp_path}:link=dev1:loop=no")
+    started = time.monotonic()
+    await wait_for(endpoint.connect(protocol.Factory.forProtocol(Collect)))
+    await wait_for(endpoint.when_finished())
+    assert 0.015 < time.monotonic() - started < 1.0  # two gaps of 10 ms
+    assert StackDecoder(MINIMAL).feed(bytes(received)) == [numbered(seq) for seq in range(3)]
+    endpoint.carrier.loseConnection()
+    # Opened again after its end (a reconnector would): open and quiet, never from the start.
+    again = await wait_for(endpoint.connect(protocol.Factory.forProtocol(Collect)))
+    await sleep(0.05)
+    assert len(StackDecoder(MINIMAL).feed(bytes(received))) == 3
+    assert endpoint.stats.connections == 2 and again.transport.connected
+    again.transport.loseConnection()
+
+
+def test_a_message_over_the_links_chunk_limit_is_not_encoded():
+    small = PhylloEncoding("reduced", max_chunk_length=24, max_frame_payload=22)
+    assert small.encode(encode(numbered(1)))  # a short one fits
+    with pytest.raises(ProtocolError):
+        small.encode(encode(numbered(0)))  # the document does not
+    with pytest.raises(ProtocolError):
+        FramedEncoding("cobs", max_message_size=4).encode(b"12345")

@@ -95,6 +95,13 @@ BURST_BYTES = 1 << 20
 MAX_SELECTED = 1024
 
 
+class _Breath:
+    """What `ReplayEndpoint._next_record` says when it has read far without finding one."""
+
+
+BREATH = _Breath()
+
+
 class ReplayOpenFailed(ConnectError):
     """Cannot replay the capture"""
 
@@ -272,7 +279,7 @@ class ReplayEndpoint:
         self.carrier: ReplayTransport | None = None
         self.selection: Captured | None = None
         self._cursor: RecordCursor | None = None
-        self._records: Generator[Record, None, None] | None = None  # while a carrier plays
+        self._records: Generator[Record | None, None, None] | None = None  # while playing
         self._selected: set[int] = set()
         self._pending: Record | None = None
         self._previous_ns: int | None = None
@@ -365,12 +372,15 @@ class ReplayEndpoint:
             return self.options.link is not None or connection == self.options.connection
         return connection in self._selected and kind in (Kind.IN, Kind.CLOSE)
 
-    def _next_record(self) -> Record | None:
-        """The next in record of a selected connection, or None at the end of the capture."""
+    def _next_record(self) -> Record | None | _Breath:
+        """The next in record of a selected connection, None at the end of the capture, or
+        BREATH after many records of other connections (go on next turn)."""
         if self._records is None:
             assert self._cursor is not None
             self._records = self._cursor.records(self._wanted)
         for record in self._records:
+            if record is None:
+                return BREATH
             if record.kind == Kind.IN:
                 return record
             if self.options.link is None:
@@ -395,11 +405,15 @@ class ReplayEndpoint:
         while True:
             record = self._pending
             if record is None:
-                record = self._pending = self._next_record()
-                if record is None:
+                found = self._next_record()
+                if isinstance(found, _Breath):
+                    self._schedule(0.0)
+                    break
+                if found is None:
                     if not self._end_of_pass():
                         break
                     continue
+                record = self._pending = found
             if speed is not None and self._previous_ns is not None:
                 gap = max(0, record.timestamp_ns - self._previous_ns) / 1e9 / speed
                 due = self._anchor + gap

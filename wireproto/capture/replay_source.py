@@ -44,6 +44,8 @@ __all__ = [
 REPLAY_KEYS = ("path", "connection", "link", "speed", "loop", "stack")
 # A record longer than this is skipped, not read: a hostile file cannot make a replay hold more.
 MAX_RECORD_BYTES = 64 << 20
+# A reader passes over at most this many records not wanted before it pauses.
+PASS_BEFORE_PAUSE = 4096
 # How many connection ids and link names an error lists.
 LISTED = 8
 _TRUE, _FALSE = ("yes", "true", "1", "on"), ("no", "false", "0", "off")
@@ -212,6 +214,8 @@ def find_selection(options: ReplayOptions, paths: list[Path]) -> Captured:
     cursor = RecordCursor(paths)
     for record in cursor.records(lambda kind, conn: kind == Kind.OPEN
                                  or conn == options.connection):
+        if record is None:
+            continue
         if record.kind == Kind.OPEN and matches(options, record):
             return Captured.from_open(record)
         if record.kind != Kind.OPEN:
@@ -259,8 +263,9 @@ class RecordCursor:
     def at_end(self) -> bool:
         return self.index >= len(self.paths)
 
-    def records(self, wanted: Wanted) -> Generator[Record, None, None]:
-        """Records from the position on; the position moves past each record yielded."""
+    def records(self, wanted: Wanted) -> Generator[Record | None, None, None]:
+        """Records from the position on; the position moves past each record yielded. None
+        now and then, after many records not wanted: where a caller may pause."""
         while self.index < len(self.paths):
             path = self.paths[self.index]
             try:
@@ -270,10 +275,12 @@ class RecordCursor:
                 self._stopped(path, error.strerror or str(error))
             self.index, self.offset = self.index + 1, None
 
-    def _file(self, file: BinaryIO, path: Path, wanted: Wanted) -> Generator[Record, None, None]:
+    def _file(self, file: BinaryIO, path: Path, wanted: Wanted
+              ) -> Generator[Record | None, None, None]:
         if self.offset is None:
             self.offset = read_header(path).data_offset
         size = os.fstat(file.fileno()).st_size
+        passed = 0
         while True:
             file.seek(self.offset)
             head = file.read(HEADER_SIZE)
@@ -288,7 +295,14 @@ class RecordCursor:
                 return
             if length > MAX_RECORD_BYTES:
                 self.skipped += 1
-            elif wanted(kind, conn):
+            elif not wanted(kind, conn):
+                passed += 1
+                if passed >= PASS_BEFORE_PAUSE:
+                    passed = 0
+                    self.offset = end
+                    yield None  # a breath: a sparse selection does not hold the reactor
+                    continue
+            else:
                 data = file.read(length)
                 try:
                     record, _ = decode_record(head + data)
