@@ -439,3 +439,20 @@ def test_a_message_over_the_links_chunk_limit_is_not_encoded():
         small.encode(encode(numbered(0)))  # the document does not
     with pytest.raises(ProtocolError):
         FramedEncoding("cobs", max_message_size=4).encode(b"12345")
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_docs_sample_capture_replays_both_its_connections():
+    sample = Path(__file__).parents[2] / "examples" / "captures" / "dev1.wpcap"
+    received = bytearray()
+
+    class Collect(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            received.extend(data)
+
+    endpoint = clientFromString(reactor, f"replay:path={sample}:link=dev1:speed=max")
+    await wait_for(endpoint.connect(protocol.Factory.forProtocol(Collect)))
+    await wait_for(endpoint.when_finished())
+    temps = [message.topic for message in StackDecoder(REDUCED).feed(bytes(received))]
+    assert temps == [b"temp"] * 20
+    endpoint.carrier.loseConnection()
