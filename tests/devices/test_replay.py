@@ -456,3 +456,24 @@ async def test_the_docs_sample_capture_replays_both_its_connections():
     temps = [message.topic for message in StackDecoder(REDUCED).feed(bytes(received))]
     assert temps == [b"temp"] * 20
     endpoint.carrier.loseConnection()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_carrier_closed_mid_replay_and_opened_again_goes_on_where_it_was(tmp_path):
+    written_capture(tmp_path, 0)
+    received = bytearray()
+
+    class Collect(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            received.extend(data)
+
+    endpoint = clientFromString(reactor, f"replay:path={tmp_path}:connection=7:speed=0.2")
+    first = await wait_for(endpoint.connect(protocol.Factory.forProtocol(Collect)))
+    await eventually(lambda: received)
+    first.transport.loseConnection()  # 50 ms before the second message
+    await sleep(0.1)
+    assert len(StackDecoder(MINIMAL).feed(bytes(received))) == 1
+    again = await wait_for(endpoint.connect(protocol.Factory.forProtocol(Collect)))
+    await wait_for(endpoint.when_finished())
+    assert StackDecoder(MINIMAL).feed(bytes(received)) == [numbered(seq) for seq in range(3)]
+    again.transport.loseConnection()
