@@ -477,3 +477,18 @@ async def test_a_carrier_closed_mid_replay_and_opened_again_goes_on_where_it_was
     await wait_for(endpoint.when_finished())
     assert StackDecoder(MINIMAL).feed(bytes(received)) == [numbered(seq) for seq in range(3)]
     again.transport.loseConnection()
+
+
+def test_an_open_record_too_long_to_be_one_is_skipped_not_parsed(tmp_path):
+    from wireproto.capture.replay_source import MAX_INFO_BYTES, RecordCursor
+
+    with capture.CaptureWriter(tmp_path) as writer:
+        writer.open_connection(7, "x", "phyllo", "stream", timestamp_ns=1, link="dev1",
+                               padding="x" * MAX_INFO_BYTES)
+        writer.message(7, "in", encode(numbered(1)), True, timestamp_ns=2)
+    cursor = RecordCursor(capture.capture_files(tmp_path))
+    assert [record.kind for record in cursor.records(lambda kind, connection: True)
+            if record is not None] == [capture.Kind.IN]
+    assert cursor.skipped == 1
+    with pytest.raises(ConfigError, match="has no Phyllo link dev1"):
+        parse_phyllo(f"x@replay:path={tmp_path}:link=dev1")

@@ -44,6 +44,8 @@ __all__ = [
 REPLAY_KEYS = ("path", "connection", "link", "speed", "loop", "stack")
 # A record longer than this is skipped, not read: a hostile file cannot make a replay hold more.
 MAX_RECORD_BYTES = 64 << 20
+# An open or close record is a small JSON object: one longer is skipped, never parsed.
+MAX_INFO_BYTES = 64 << 10
 # A reader passes over at most this many records not wanted before it pauses.
 PASS_BEFORE_PAUSE = 4096
 # How many connection ids and link names an error lists.
@@ -293,7 +295,8 @@ class RecordCursor:
             if end > size:
                 self._stopped(path, f"a torn record at offset {self.offset}")
                 return
-            if length > MAX_RECORD_BYTES:
+            if length > (MAX_INFO_BYTES if kind in (Kind.OPEN, Kind.CLOSE)
+                         else MAX_RECORD_BYTES):
                 self.skipped += 1
             elif not wanted(kind, conn):
                 passed += 1
