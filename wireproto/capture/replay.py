@@ -465,7 +465,7 @@ class ReplayEndpoint:
         assert self._cursor is not None
         self.stats.passes += 1
         self.stats.skipped_records = self._cursor.skipped
-        for problem in self._cursor.problems:
+        for problem in self._cursor.problems if self.stats.passes == 1 else ():
             log.warn("replay {what}: {problem}", event="replay_file_stopped",
                      what=self.options.describe(), problem=problem)
         self._cursor.problems.clear()
