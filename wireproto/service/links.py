@@ -24,6 +24,7 @@ from zope.interface import implementer
 from wireproto.authentication import Authentication
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import Attach, Config, PhylloLink
+from wireproto.config.endpoints import endpoint_type
 from wireproto.devices.matching import SeveralMatchingPorts
 from wireproto.devices.ports import PortInfo, PortLister, system_ports
 from wireproto.devices.watch import PortWatcher, system_watcher
@@ -32,6 +33,7 @@ from wireproto.phyllo.bridge import HubBridge
 from wireproto.redaction import redact_text, redact_url
 from wireproto.service.connections import Connections
 from wireproto.service.listeners import stream_options
+from wireproto.service.parts import StartFailed
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.reconnect import ReconnectingService
 from wireproto.transports.stream import stream_client_factory
@@ -128,9 +130,27 @@ class Links(MultiService):
     def _endpoint(self, address: str) -> IStreamClientEndpoint:
         return client_endpoint(self.reactor, address, ports=self.lister)
 
+    def _replay(self, link: Attach | PhylloLink) -> IStreamClientEndpoint | None:
+        """A ``replay:`` link's endpoint, playing its capture in the link's own stack or
+        framing (None for any other address)."""
+        if endpoint_type(link.endpoint) != "replay":
+            return None
+        from wireproto.capture.replay import ReplayError, attach_replay, phyllo_replay
+
+        try:
+            if isinstance(link, PhylloLink):
+                return phyllo_replay(self.reactor, link.endpoint, stack=link.stack,
+                                     **_phyllo_limits(link))
+            return attach_replay(
+                self.reactor, link.endpoint, protocol=link.protocol, framing=link.framing,
+                max_message_size=stream_options(self.config, link.framing).max_message_size)
+        except ReplayError as error:
+            raise StartFailed(link.describe(), str(error)) from None
+
     def attach(self, link: Attach, retry_policy: Callable[[int], float]) -> None:
         """Keep a `link.protocol` client connection open to `link.endpoint`."""
-        endpoint = _LoggingClientEndpoint(self._endpoint(link.endpoint), link)
+        endpoint = _LoggingClientEndpoint(
+            self._replay(link) or self._endpoint(link.endpoint), link)
         factory = stream_client_factory(
             self.connections.factory(link.protocol), stream_options(self.config, link.framing),
             identify=None if self.auth is None else self.auth.identify_stream(
@@ -146,9 +166,9 @@ class Links(MultiService):
         bridge = HubBridge(
             self.hub, link.name, prefix=link.prefix, stack=link.stack,
             send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
-            max_chunk_length=link.max_chunk_length,
-            max_frame_payload=min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2),
-            protocol_wrapper=self.connections.wrapper("phyllo"),
+            **_phyllo_limits(link),
+            protocol_wrapper=self.connections.wrapper("phyllo", link=link.name,
+                                                      stack=link.stack),
             principal=link.principal,
         )
         endpoint: Any
@@ -157,7 +177,7 @@ class Links(MultiService):
                 self.reactor, link.endpoint, bridge.build_message_protocol, self.config.websocket
             )
         else:
-            endpoint = self._endpoint(link.endpoint)
+            endpoint = self._replay(link) or self._endpoint(link.endpoint)
             factory = Factory.forProtocol(bridge.build_protocol)
         ReconnectingService(
             self.reactor, _LoggingClientEndpoint(endpoint, link), factory,
@@ -165,3 +185,9 @@ class Links(MultiService):
         ).setServiceParent(self)
         self.phyllo[link.name] = bridge
         return bridge
+
+
+def _phyllo_limits(link: PhylloLink) -> dict[str, int]:
+    """The chunk and frame limits of a Phyllo link's stack."""
+    return {"max_chunk_length": link.max_chunk_length,
+            "max_frame_payload": min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2)}
