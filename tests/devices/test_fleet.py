@@ -1,0 +1,279 @@
+"""A fleet of boards from one table (``each_board = true``): pty stand-ins plugged and pulled
+while numbered messages flow through a real broker to real WEBSMQ subscribers, the presence
+topics ``$devices/LINK`` at every step, and what flapping, hostile and flooding boards cannot
+do (grow links, timers or kept values, or lose another board's messages)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer, reactor
+from twisted.logger import globalLogPublisher
+
+from tests.support import eventually, sleep, wait_for
+from wireproto.codecs.phyllo.document import Format, Schema, message_from_document, serialize
+from wireproto.codecs.phyllo.stack import REDUCED
+from wireproto.config import config_from_toml
+from wireproto.devices import PollingWatcher
+from wireproto.devices.standin import COMMON_BOARDS, StandInBoard, StandInPorts
+from wireproto.hub import Session
+from wireproto.protocols.websmq.client import connect
+from wireproto.service import make_service
+from wireproto.service.fleet import Fleet
+
+PICO = COMMON_BOARDS["pico"]
+LISTEN = '[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n'
+
+
+def fleet_config(extra: str = "", endpoint: str = "serial:vid=2e8a:pid=000a") -> str:
+    return (f'{LISTEN}[[phyllo]]\nname = "sensors"\nendpoint = "{endpoint}"\n'
+            f"each_board = true\n{extra}")
+
+
+def frame(topic: str, value: Any) -> bytes:
+    return REDUCED.encode(message_from_document(
+        topic, serialize(value, Format.MSGPACK, Schema.SCHEMALESS)))
+
+
+class Broker:
+    """A broker with a fleet table, its port watcher on the stand-ins, and WEBSMQ browsers."""
+
+    def __init__(self, boards: StandInPorts) -> None:
+        self.boards = boards
+        self.service: Any = None
+        self.clients: list[Any] = []
+        self.address = ""
+        self.events: list[dict] = []
+
+    async def start(self, toml: str) -> None:
+        config = config_from_toml(toml, reactor=reactor)
+        watcher = PollingWatcher(reactor, self.boards.ports, 0.05)
+        self.service = make_service(config, reactor, retry_policy=lambda attempt: 0.05,
+                                    ports=watcher)
+        globalLogPublisher.addObserver(self.events.append)
+        self.service.startService()
+        (bound,) = await wait_for(self.service.when_listening())
+        self.address = bound.address
+
+    @property
+    def fleet(self) -> Fleet:
+        (fleet,) = [part for part in self.service.links if isinstance(part, Fleet)]
+        return fleet
+
+    async def browser(self) -> Any:
+        client = await wait_for(connect(reactor, self.address))
+        self.clients.append(client)
+        return client
+
+    async def subscribed(self, client: Any, *topics: str) -> dict[str, list[Any]]:
+        inboxes: dict[str, list[Any]] = {}
+        for topic in topics:
+            inbox = inboxes[topic] = []
+            await client.subscribe(topic, inbox.append)
+        hub = self.service.hub
+        await eventually(lambda: all(
+            any(isinstance(s, Session) for s in hub.subscribers(topic)) for topic in topics))
+        return inboxes
+
+    def up(self, name: str) -> bool:
+        bridge = self.service.phyllo.get(name)
+        return bridge is not None and bridge.connected
+
+    def presence(self, name: str) -> dict | None:
+        kept = self.service.hub.retained.get(f"$devices/{name}")
+        return None if kept is None else json.loads(kept[0].payload)
+
+    def warnings(self, event: str) -> list[dict]:
+        return [e for e in self.events if e.get("event") == event]
+
+    async def close(self) -> None:
+        globalLogPublisher.removeObserver(self.events.append)
+        for client in self.clients:
+            await wait_for(client.disconnect(), timeout=10)
+        if self.service is not None and self.service.running:
+            await wait_for(self.service.stopService(), timeout=10)
+
+
+@pytest.fixture
+def boards():
+    standins = StandInPorts()
+    yield standins
+    standins.close()
+
+
+@pytest_twisted.async_yield_fixture
+async def broker(boards):
+    running = Broker(boards)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+def values(inbox: list[Any]) -> list[Any]:
+    return [json.loads(message.payload) for message in inbox]
+
+
+def no_link_timers() -> list[Any]:
+    """The delayed calls a link's reconnector or a bridge would leave behind."""
+    return [call for call in reactor.getDelayedCalls()
+            if "_retry_due" in repr(call.func) or "Reconnector" in repr(call.func)]
+
+
+class Traffic:
+    """Each board sends numbered messages on ``seq`` while it is marked up; `sent` per board."""
+
+    def __init__(self) -> None:
+        self.up: dict[str, StandInBoard] = {}
+        self.sent: dict[str, list[int]] = {}
+        self.running = True
+
+    async def run(self) -> None:
+        while self.running:
+            for serial, board in list(self.up.items()):
+                numbers = self.sent.setdefault(serial, [])
+                number = len(numbers)
+                board.write(frame("seq", number))
+                numbers.append(number)
+            await sleep(0.003)
+
+
+# -- three boards, plugged and pulled while messages flow --------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_three_boards_plugged_and_pulled_lose_nothing_and_say_where_they_are(
+        broker, boards) -> None:
+    await broker.start(fleet_config())
+    serials = ("A1", "B2", "C3")
+    names = {serial: f"sensors.{serial}" for serial in serials}
+    browser = await broker.browser()
+    inbox = await broker.subscribed(
+        browser, *(f"phyllo/sensors/{s}/seq" for s in serials),
+        *(f"$devices/{names[s]}" for s in serials))
+    plugged = {serial: boards.plug(**PICO, serial_number=serial) for serial in serials}
+    await eventually(lambda: all(broker.up(names[s]) for s in serials))
+    for serial in serials:
+        (online,) = await eventually(lambda: values(inbox[f"$devices/{names[serial]}"]))
+        assert online["online"] is True and online["link"] == names[serial]
+        assert online["port"] == plugged[serial].device
+        assert online["identity"]["serial_number"] == serial
+        assert online["identity"]["vid"] == "2e8a" and "device" not in online["identity"]
+
+    traffic = Traffic()
+    traffic.up.update(plugged)
+    sending = defer.ensureDeferred(traffic.run())
+    try:
+        async def pull(serial: str) -> None:
+            board = traffic.up.pop(serial)
+            topic = f"phyllo/sensors/{serial}/seq"
+            await eventually(lambda: len(inbox[topic]) == len(traffic.sent[serial]), timeout=10)
+            boards.unplug(board)
+            await eventually(lambda: names[serial] not in broker.service.phyllo)
+
+        await eventually(lambda: all(len(traffic.sent.get(s, ())) > 30 for s in serials))
+        await pull("B2")
+        offline = broker.presence(names["B2"])
+        assert offline["online"] is False and offline["port"] is None
+        assert offline["identity"]["serial_number"] == "B2"
+        await sleep(0.2)  # A and C go on alone
+        boards.plug(**COMMON_BOARDS["uno"], serial_number="other")  # takes the freed pty
+        again = boards.plug(**PICO, serial_number="B2")  # back, as another /dev/pts/N
+        assert again.device != plugged["B2"].device
+        await eventually(lambda: broker.up(names["B2"]))
+        assert broker.presence(names["B2"])["port"] == again.device
+        traffic.up["B2"] = again
+        await sleep(0.2)
+        await pull("A1")
+        await sleep(0.1)
+        await pull("B2")
+        await pull("C3")
+    finally:
+        traffic.running = False
+        await sending
+    for serial in serials:
+        received = values(inbox[f"phyllo/sensors/{serial}/seq"])
+        assert received == traffic.sent[serial], serial  # every number, in order
+        states = [(state["online"], state["port"]) for state in
+                  values(inbox[f"$devices/{names[serial]}"])]
+        assert states[-1] == (False, None)
+        assert all(online != previous_online for (online, _), (previous_online, _)
+                   in zip(states[1:], states, strict=False)), states  # each change said once
+    assert len(values(inbox["$devices/sensors.B2"])) == 4  # on, off, on again, off
+
+    # Nothing left of the boards: links, bridges, their hub subscriptions, timers.
+    fleet = broker.fleet
+    assert fleet.boards == {} and list(fleet) == []
+    assert not [name for name in broker.service.phyllo if name.startswith("sensors.")]
+    assert not [p for p in broker.service.hub.patterns() if p.startswith("phyllo/sensors/")]
+    await eventually(lambda: not no_link_timers())
+
+    # A subscriber that comes later, of another connection, gets each board's state at once.
+    late = await broker.browser()
+    kept = await broker.subscribed(late, "$devices/sensors.A1")
+    (state,) = await eventually(lambda: values(kept["$devices/sensors.A1"]))
+    assert state["online"] is False and state["identity"]["serial_number"] == "A1"
+
+
+@pytest_twisted.ensureDeferred
+async def test_boards_that_share_a_serial_number_are_named_by_location(broker, boards) -> None:
+    await broker.start(fleet_config())
+    first = boards.plug(**PICO, serial_number="CLONE", location="1-5")
+    second = boards.plug(**PICO, serial_number="CLONE", location="1-6")
+    await eventually(lambda: broker.up("sensors.1-5") and broker.up("sensors.1-6"))
+    browser = await broker.browser()
+    inbox = await broker.subscribed(browser, "phyllo/sensors/1-5/t", "phyllo/sensors/1-6/t")
+    first.write(frame("t", 5))
+    second.write(frame("t", 6))
+    await eventually(lambda: inbox["phyllo/sensors/1-5/t"] and inbox["phyllo/sensors/1-6/t"])
+    assert values(inbox["phyllo/sensors/1-5/t"]) == [5]
+    assert values(inbox["phyllo/sensors/1-6/t"]) == [6]
+    assert broker.presence("sensors.1-6")["port"] == second.device
+    # One clone left: named by its serial number again.
+    boards.unplug(second)
+    await eventually(lambda: broker.up("sensors.CLONE"))
+    assert set(broker.fleet.boards) == {"sensors.CLONE"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_boards_past_max_boards_are_refused_once_each_then_taken_when_room(
+        broker, boards) -> None:
+    await broker.start(fleet_config("max_boards = 2\n"))
+    plugged = [boards.plug(**PICO, serial_number=f"S{n}") for n in range(3)]
+    await eventually(lambda: len(broker.fleet.boards) == 2
+                     and broker.warnings("fleet_board_refused"))
+    await sleep(0.3)  # several polls: still one warning
+    (refused,) = broker.warnings("fleet_board_refused")
+    assert refused["link"] == "sensors.S2" and refused["device"] == plugged[2].device
+    assert "max_boards is 2" in refused["why"]
+    boards.unplug(plugged[0])
+    await eventually(lambda: broker.up("sensors.S2"))
+    assert set(broker.fleet.boards) == {"sensors.S1", "sensors.S2"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_plain_serial_phyllo_link_has_its_presence_too(broker, boards) -> None:
+    board = boards.plug(**COMMON_BOARDS["uno"], serial_number="857")
+    await broker.start(f'{LISTEN}[[phyllo]]\nname = "uno"\nendpoint = "serial:{board.device}"\n')
+    await eventually(lambda: broker.up("uno") and broker.presence("uno"))
+    state = broker.presence("uno")
+    assert state["online"] and state["port"] == board.device
+    assert state["identity"]["serial_number"] == "857"
+    boards.unplug(board)
+    await eventually(lambda: not broker.presence("uno")["online"])
+    assert broker.presence("uno")["identity"]["serial_number"] == "857"
+
+
+@pytest_twisted.ensureDeferred
+async def test_only_the_broker_publishes_presence_without_rules(broker, boards) -> None:
+    boards.plug(**PICO, serial_number="A1")
+    await broker.start(fleet_config())
+    await eventually(lambda: broker.up("sensors.A1") and broker.presence("sensors.A1"))
+    browser = await broker.browser()
+    await browser.publish("$devices/sensors.A1", b'{"online":false}')
+    hub = broker.service.hub
+    await eventually(lambda: hub.denied.get(("websmq", "publish")))
+    assert broker.presence("sensors.A1")["online"] is True
