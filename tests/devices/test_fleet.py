@@ -433,3 +433,24 @@ async def test_a_ubre_subscriber_that_comes_later_gets_the_presence_as_json(brok
     boards.unplug(board)
     await eventually(lambda: len(bodies) == 2)
     assert bodies[1]["online"] is False and bodies[1]["identity"] == state["identity"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_board_that_reads_nothing_lets_go_of_its_port_when_a_clone_renames_it(
+        broker, boards) -> None:
+    await broker.start(fleet_config())
+    first = boards.plug(**PICO, serial_number="CLONE", location="1-5")
+    await eventually(lambda: broker.on("sensors.CLONE", first))
+    browser = await broker.browser()
+    bridge = broker.service.phyllo["sensors.CLONE"]
+    for number in range(1500):  # far more than the line holds: the board reads none of it
+        await browser.publish("phyllo/sensors/CLONE/led", b'"%d%s"' % (number, b"x" * 180))
+    await eventually(lambda: bridge._paused)  # the port's buffer is full
+    second = boards.plug(**PICO, serial_number="CLONE", location="1-6")
+    # Renamed by location: the first board's old link must let go of its port at once (what
+    # it could not send is dropped), or the new one would share it, or never open.
+    await eventually(lambda: broker.on("sensors.1-5", first) and broker.on("sensors.1-6", second))
+    assert "sensors.CLONE" not in broker.service.phyllo and not broker.fleet.closing
+    inbox = await broker.subscribed(browser, "phyllo/sensors/1-5/t")
+    first.write(frame("t", "after the rename"))
+    await eventually(lambda: values(inbox["phyllo/sensors/1-5/t"]) == ["after the rename"])

@@ -116,6 +116,8 @@ class Fleet(MultiService):
         self.refused: set[str] = set()
         # Boards gone whose offline presence is kept, oldest first.
         self.gone: dict[str, None] = {}
+        # The devices whose detached link is still closing: no new link opens one before.
+        self.closing: dict[str, defer.Deferred[object]] = {}
         self._unsubscribe: Callable[[], None] | None = None
 
     def startService(self) -> None:
@@ -148,6 +150,8 @@ class Fleet(MultiService):
         for name, (port, by_serial) in named.items():
             if name in self.boards:
                 self.boards[name].port = port
+            elif port.device in self.closing:
+                continue  # attached once its old link has let go of the port
             elif len(self.boards) >= self.table.max_boards:
                 self._refuse(name, port, f"max_boards is {self.table.max_boards}")
             elif name in self.links.phyllo:
@@ -155,6 +159,16 @@ class Fleet(MultiService):
             else:
                 self._attach(name, port, by_serial)
         self.refused &= set(named)
+
+    def _closing(self, device: str, closed: defer.Deferred[object]) -> None:
+        def let_go(result: object) -> None:
+            if self.closing.get(device) is closed:
+                del self.closing[device]
+                if self.running:
+                    self.changed(self.links.watcher().ports())
+
+        self.closing[device] = closed
+        closed.addBoth(let_go)
 
     def _refuse(self, name: str, port: PortInfo, why: str) -> None:
         if name in self.refused:
@@ -188,7 +202,14 @@ class Fleet(MultiService):
     def _detach(self, name: str) -> None:
         board = self.boards.pop(name)
         if board.service.parent is self:
-            self.removeService(board.service)
+            opened = board.service.protocol
+            closed = self.removeService(board.service)
+            if opened is not None:
+                # At once, what is still unsent dropped: a board that reads nothing must not
+                # keep its port, and a link renamed (a clone came) must not share it.
+                opened.transport.abortConnection()
+            if isinstance(closed, defer.Deferred) and not closed.called:
+                self._closing(board.port.device, closed)
         if board.bridge is not None:
             board.bridge.close()
             if self.links.phyllo.get(name) is board.bridge:
