@@ -454,3 +454,21 @@ async def test_a_board_that_reads_nothing_lets_go_of_its_port_when_a_clone_renam
     inbox = await broker.subscribed(browser, "phyllo/sensors/1-5/t")
     first.write(frame("t", "after the rename"))
     await eventually(lambda: values(inbox["phyllo/sensors/1-5/t"]) == ["after the rename"])
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_broker_stops_at_once_with_a_board_that_reads_nothing(broker, boards) -> None:
+    await broker.start(fleet_config())
+    board = boards.plug(**PICO, serial_number="DEAF")
+    await eventually(lambda: broker.on("sensors.DEAF", board))
+    browser = await broker.browser()
+    bridge = broker.service.phyllo["sensors.DEAF"]
+    for number in range(1500):
+        await browser.publish("phyllo/sensors/DEAF/led", b'"%d%s"' % (number, b"x" * 180))
+    await eventually(lambda: bridge._paused)
+    await wait_for(browser.disconnect(), timeout=5)
+    broker.clients.remove(browser)
+    await wait_for(broker.service.stopService(), timeout=5)  # as on Ctrl-C
+    assert broker.presence("sensors.DEAF")["online"] is False
+    assert not broker.fleet.boards
+    await eventually(lambda: not no_link_timers())
