@@ -301,6 +301,11 @@ async def test_fifty_fast_flaps_leave_no_link_timer_or_bridge(broker, boards) ->
             await sleep(0.01 * (flap % 4))  # mostly faster than the watcher polls
         previous, board = board, boards.replug(board)
         assert board.device != previous.device
+    for flap in range(50):  # pulled and plugged back, absent a moment or a few polls
+        boards.unplug(board)
+        await sleep(0.02 * (flap % 8))
+        board = boards.plug(**PICO, serial_number="FLAP")
+        await sleep(0.01 * (flap % 3))
     # What a board sends before the host opens its port is lost, as on a real board.
     await eventually(lambda: broker.on("sensors.FLAP", board))
     browser = await broker.browser()
@@ -472,3 +477,23 @@ async def test_the_broker_stops_at_once_with_a_board_that_reads_nothing(broker, 
     assert broker.presence("sensors.DEAF")["online"] is False
     assert not broker.fleet.boards
     await eventually(lambda: not no_link_timers())
+
+
+@pytest_twisted.ensureDeferred
+async def test_access_rules_say_who_may_read_the_presence(broker, boards) -> None:
+    listen = ('[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n'
+              'identity = "anonymous"\n')
+    rules = '[auth]\n[[acl]]\nsubscribe = ["#", "$devices/sensors.OPEN"]\n'
+    await broker.start(listen + rules + '[[phyllo]]\nname = "sensors"\n'
+                       'endpoint = "serial:vid=2e8a:pid=000a"\neach_board = true\n')
+    for serial in ("OPEN", "SHUT"):
+        boards.plug(**PICO, serial_number=serial)
+    await eventually(lambda: broker.presence("sensors.OPEN") and broker.presence("sensors.SHUT"))
+    browser = await broker.browser()
+    inbox: dict[str, list[Any]] = {"$devices/sensors.OPEN": [], "$devices/sensors.SHUT": []}
+    for topic, messages in inbox.items():
+        await browser.subscribe(topic, messages.append)
+    await eventually(lambda: inbox["$devices/sensors.OPEN"])
+    hub = broker.service.hub
+    await eventually(lambda: hub.denied.get(("websmq", "subscribe")))  # "#" does not cover $
+    assert inbox["$devices/sensors.SHUT"] == []
