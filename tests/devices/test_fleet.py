@@ -240,6 +240,9 @@ async def test_boards_that_share_a_serial_number_are_named_by_location(broker, b
     assert values(inbox["phyllo/sensors/1-5/t"]) == [5]
     assert values(inbox["phyllo/sensors/1-6/t"]) == [6]
     assert broker.presence("sensors.1-6")["port"] == second.device
+    listed = broker.service.admin.api.listeners()["links"]  # the admin API lists each board
+    assert [(link["name"], link["prefix"]) for link in listed] == [
+        ("sensors.1-5", "phyllo/sensors/1-5"), ("sensors.1-6", "phyllo/sensors/1-6")]
     # One clone left: named by its serial number again.
     boards.unplug(second)
     await eventually(lambda: broker.up("sensors.CLONE"))

@@ -341,11 +341,15 @@ class AdminApi(Resource):
             for link in service.config.attach
         ]
         for link in service.config.phyllo:
-            bridge = service.phyllo.get(link.name)
-            if bridge is not None:
-                links.append({"kind": "phyllo", "name": link.name, "endpoint": link.endpoint,
-                              "prefix": bridge.prefix, "connected": bridge.connected,
-                              **bridge.stats.as_dict()})
+            # A fleet's boards are links of their own, NAME.BOARD, while plugged in.
+            names = sorted(name for name in service.phyllo if name.startswith(
+                f"{link.name}.")) if link.each_board else [link.name]
+            for name in names:
+                bridge = service.phyllo.get(name)
+                if bridge is not None:
+                    links.append({"kind": "phyllo", "name": name, "endpoint": link.endpoint,
+                                  "prefix": bridge.prefix, "connected": bridge.connected,
+                                  **bridge.stats.as_dict()})
         return {
             "listeners": [
                 {"protocol": bound.listener.protocol, "transport": bound.listener.transport,
