@@ -500,3 +500,17 @@ async def test_access_rules_say_who_may_read_the_presence(broker, boards) -> Non
     hub = broker.service.hub
     await eventually(lambda: hub.denied.get(("websmq", "subscribe")))  # "#" does not cover $
     assert inbox["$devices/sensors.SHUT"] == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_board_whose_name_another_has_is_refused_with_one_warning(broker,
+                                                                         boards) -> None:
+    await broker.start(fleet_config())
+    boards.plug(**PICO, serial_number="a:b")
+    await eventually(lambda: broker.up("sensors.a_b"))
+    twin = boards.plug(**PICO, serial_number="a_b")  # the same name, once made safe
+    await eventually(lambda: broker.warnings("fleet_board_refused"))
+    await sleep(0.2)
+    (refused,) = broker.warnings("fleet_board_refused")
+    assert refused["device"] == twin.device and "another board has its name" in refused["why"]
+    assert set(broker.fleet.boards) == {"sensors.a_b"}

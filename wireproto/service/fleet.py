@@ -142,8 +142,14 @@ class Fleet(MultiService):
     def changed(self, ports: list[PortInfo]) -> None:
         if not self.running:
             return
+        matching = self.match.select(ports)
         named = {f"{self.fleet_name}.{board}": found
-                 for board, found in fleet_names(self.match.select(ports)).items()}
+                 for board, found in fleet_names(matching).items()}
+        kept = {port for port, _ in named.values()}
+        unnamed = [port for port in matching if port not in kept]
+        for port in unnamed:
+            self._refuse(port.device, port, "it has no name of its own: another board has its "
+                         "name, or it has neither a serial number nor a USB location")
         for name in list(self.boards):
             if name not in named:
                 self._detach(name)
@@ -153,12 +159,13 @@ class Fleet(MultiService):
             elif port.device in self.closing:
                 continue  # attached once its old link has let go of the port
             elif len(self.boards) >= self.table.max_boards:
-                self._refuse(name, port, f"max_boards is {self.table.max_boards}")
+                self._refuse(name, port, f"it would be {name}, and max_boards is "
+                             f"{self.table.max_boards}")
             elif name in self.links.phyllo:
-                self._refuse(name, port, "another link has that name")
+                self._refuse(name, port, f"it would be {name}, another link's name")
             else:
                 self._attach(name, port, by_serial)
-        self.refused &= set(named)
+        self.refused &= set(named) | {port.device for port in unnamed}
 
     def _closing(self, device: str, closed: defer.Deferred[object]) -> None:
         def let_go(result: object) -> None:
@@ -170,13 +177,15 @@ class Fleet(MultiService):
         self.closing[device] = closed
         closed.addBoth(let_go)
 
-    def _refuse(self, name: str, port: PortInfo, why: str) -> None:
-        if name in self.refused:
+    def _refuse(self, key: str, port: PortInfo, why: str) -> None:
+        """Warn once that the board on `port` gets no link (`key`: its link name, or its
+        device when it has no name)."""
+        if key in self.refused:
             return
-        self.refused.add(name)
-        log.warn("fleet {fleet}: no link for the board on {device} ({identity}), which would "
-                 "be {link}: {why}", event="fleet_board_refused", fleet=self.fleet_name,
-                 device=port.device, identity=port.identity(), link=name, why=why)
+        self.refused.add(key)
+        log.warn("fleet {fleet}: no link for the board on {device} ({identity}): {why}",
+                 event="fleet_board_refused", fleet=self.fleet_name, device=port.device,
+                 identity=port.identity(), link=key if key != port.device else None, why=why)
 
     def _attach(self, name: str, port: PortInfo, by_serial: bool) -> None:
         board = name[len(self.fleet_name) + 1:]
