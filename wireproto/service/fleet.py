@@ -112,7 +112,8 @@ class Fleet(MultiService):
         self.match = PortMatch.from_options(
             {key: value for key, value in options.items() if key in MATCH_KEYS})
         self.boards: dict[str, _Board] = {}
-        # Boards present but without a link (past max_boards), each warned of once.
+        # Boards present but without a link (past max_boards, or without a name of their own),
+        # each warned of once: by link name, or by device.
         self.refused: set[str] = set()
         # Boards gone whose offline presence is kept, oldest first.
         self.gone: dict[str, None] = {}
@@ -229,7 +230,8 @@ class Fleet(MultiService):
         if presence is None:
             return
         presence.offline(name, board.port)
-        self.gone[name] = None
+        self.gone.pop(name, None)
+        self.gone[name] = None  # the newest gone
         while len(self.gone) > self.table.max_boards:
             oldest = next(iter(self.gone))
             del self.gone[oldest]
