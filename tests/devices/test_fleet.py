@@ -478,7 +478,7 @@ async def test_the_broker_stops_at_once_with_a_board_that_reads_nothing(broker, 
     broker.clients.remove(browser)
     await wait_for(broker.service.stopService(), timeout=5)  # as on Ctrl-C
     assert broker.presence("sensors.DEAF")["online"] is False
-    assert not broker.fleet.boards
+    assert not broker.fleet.boards and not broker.service.links.ports.running
     await eventually(lambda: not no_link_timers())
 
 
