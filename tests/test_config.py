@@ -366,8 +366,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
     [
         ("lsten = []", "lsten: unknown key; use listen, attach, phyllo, acl, hub, websocket, "
                        "http, stream, websmq, ubre, nydus, subble, engineio, log, metrics, "
-                       "capture, auth, limits, cluster, admin, secrets or app (did you mean "
-                       "'listen'?)"),
+                       "capture, auth, limits, cluster, admin, devices, secrets or app (did you "
+                       "mean 'listen'?)"),
         ('[[listen]]\nprotocol="websmq"\ntransport="ws"\nendpoint="tcp:1"\n'
          '[[listen]]\nprotocol="websmq"\ntransport="wss"\nendpoint="tcp:2"',
          "listen[2].transport: unknown transport 'wss'; use ws, engineio, length32, lines or cobs"),
@@ -403,7 +403,8 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
          "attach[1].framing: an attached link needs a framing, not ws; use length32 or cobs"),
         ('[[attach]]\nendpoint="serial:/dev/x"', "attach[1]: missing key 'protocol'"),
         ('[[attach]]\nprotocol="websmq"\nendpoint="serial:/dev/x"\nbaudrate=9600',
-         "attach[1].baudrate: unknown key; use protocol, endpoint, framing or principal"),
+         "attach[1].baudrate: unknown key; use protocol, endpoint, framing, principal, name, "
+         "each_board or max_boards"),
         ("[hub]\nqueue_bytes = 'lots'", 'hub.queue_bytes: expected an integer, got "lots"'),
         ("[hub]\nqueue_bytes = true", "hub.queue_bytes: expected an integer, got true"),
         ("[hub]\nqueue_bytes = 0", "hub.queue_bytes: must be a positive integer, not 0"),

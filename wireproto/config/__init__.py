@@ -61,6 +61,7 @@ _WHERE = {
     "AuthSettings": "wireproto.authentication",
     "LimitSettings": "wireproto.access.quotas",
     "AdminSettings": "wireproto.admin.settings",
+    "DeviceSettings": "wireproto.devices.settings",
     "SecretsSettings": "tables",
     "AppSettings": "tables",
 }

@@ -26,11 +26,20 @@ from wireproto.config.endpoints import (
     server_endpoint_problem,
     with_default_interface,
 )
-from wireproto.config.model import UBRE_ANNOUNCE, Attach, ConfigError, Listener, PhylloLink
+from wireproto.config.model import (
+    DEFAULT_MAX_BOARDS,
+    UBRE_ANNOUNCE,
+    Attach,
+    ConfigError,
+    Listener,
+    PhylloLink,
+)
+from wireproto.devices.matching import MATCH_KEYS
 from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import ProtocolDescriptor, server_protocols
 from wireproto.settings import one_of
+from wireproto.transports.connect import split_endpoint
 from wireproto.transports.stream import FRAMINGS
 
 __all__ = [
@@ -45,6 +54,9 @@ __all__ = [
     "check_listener",
     "check_attach",
     "check_phyllo",
+    "check_fleet",
+    "MAX_BOARDS",
+    "PRESENCE_PREFIX",
     "check_shared_endpoints",
     "check_phyllo_links",
     "parse_listen",
@@ -59,6 +71,10 @@ ENGINEIO_PATH = "/engine.io/"
 LISTEN_SYNTAX = "PROTOCOL+TRANSPORT[/PATH]@ENDPOINT, e.g. websmq+ws@tcp:8765"
 ATTACH_SYNTAX = "PROTOCOL[+FRAMING]@CLIENT_ENDPOINT, e.g. websmq@serial:/dev/ttyACM0"
 PHYLLO_SYNTAX = "NAME[+STACK]@ADDRESS, e.g. dev1@serial:/dev/ttyACM0 or dev1+minimal@tcp:host:2000"
+# The most boards one fleet table may bring links up for.
+MAX_BOARDS = 1024
+# Where the broker keeps each serial link's presence (wireproto.service.fleet): its own.
+PRESENCE_PREFIX = "$devices"
 
 
 class Invalid(Exception):
@@ -160,9 +176,36 @@ def check_principal_name(name: str, key: str = "principal") -> None:
         raise Invalid(key, f"a principal is a printable name, not {name!r}")
 
 
+def _check_link_name(name: str, what: str) -> None:
+    if not name or not all(char.isalnum() or char in "-_." for char in name):
+        raise Invalid("name", f"a {what} name is letters, digits, '-', '_' and '.', not {name!r}")
+
+
+def check_fleet(endpoint: str, each_board: bool, max_boards: int) -> None:
+    """A table with `each_board` brings up one link per board its endpoint matches: it must
+    match by identity (``serial:vid=...``), not name one port."""
+    if not each_board:
+        if max_boards != DEFAULT_MAX_BOARDS:
+            raise Invalid("max_boards", "max_boards bounds the links of each_board = true")
+        return
+    args, kwargs = split_endpoint(endpoint)
+    kind = args[0].lower() if args else ""
+    identity = [key for key in MATCH_KEYS if key in kwargs]
+    if kind != "serial" or not identity or len(args) > 1 or "device" in kwargs:
+        raise Invalid(
+            "each_board", f"each_board needs an endpoint that matches boards by their USB "
+            f"identity, such as serial:vid=2341:pid=0043; {endpoint!r} names "
+            f"{'one port' if kind == 'serial' else f'no serial board (a {kind}: endpoint)'}")
+    if not 1 <= max_boards <= MAX_BOARDS:
+        raise Invalid("max_boards", f"must be 1 to {MAX_BOARDS}, not {max_boards}")
+
+
 def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any,
-                 principal: str | None = None) -> Attach:
+                 principal: str | None = None, name: str | None = None,
+                 each_board: bool = False, max_boards: int = DEFAULT_MAX_BOARDS) -> Attach:
     spec = _protocol_spec(protocol)
+    if name is not None:
+        _check_link_name(name, "link")
     if not endpoint:
         raise Invalid("endpoint", "no endpoint given, e.g. serial:/dev/ttyACM0")
     if framing is None:
@@ -182,17 +225,16 @@ def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any
         raise Invalid("endpoint", problem)
     if principal is not None:
         check_principal_name(principal)
-    return Attach(protocol, endpoint, framing, principal)
+    check_fleet(endpoint, each_board, max_boards)
+    return Attach(protocol, endpoint, framing, principal, name, each_board, max_boards)
 
 
 def check_phyllo(
     name: str, endpoint: str, stack: str | None, prefix: str | None, send_format: str | None,
     reactor: Any, max_chunk_length: int = MAX_CHUNK_LENGTH, principal: str | None = None,
+    each_board: bool = False, max_boards: int = DEFAULT_MAX_BOARDS,
 ) -> PhylloLink:
-    if not name or not all(char.isalnum() or char in "-_." for char in name):
-        raise Invalid(
-            "name", f"a Phyllo link name is letters, digits, '-', '_' and '.', not {name!r}"
-        )
+    _check_link_name(name, "Phyllo link")
     if not endpoint:
         raise Invalid("endpoint", "no endpoint given, e.g. serial:/dev/ttyACM0")
     if endpoint.lower().startswith(("ws://", "wss://")):
@@ -216,6 +258,9 @@ def check_phyllo(
     problem = hub_topic_error(prefix)
     if problem is not None:
         raise Invalid("prefix", f"prefix {prefix!r} cannot be a hub topic: {problem}")
+    if f"{prefix}/".startswith(f"{PRESENCE_PREFIX}/"):
+        raise Invalid("prefix", f"{PRESENCE_PREFIX}/ is where the broker says which devices "
+                      "are present: choose another prefix")
     send_format = send_format or "msgpack"
     if send_format not in SEND_FORMATS:
         raise Invalid(
@@ -227,7 +272,9 @@ def check_phyllo(
         )
     if principal is not None:
         check_principal_name(principal)
-    return PhylloLink(name, endpoint, stack, prefix, send_format, max_chunk_length, principal)
+    check_fleet(endpoint, each_board, max_boards)
+    return PhylloLink(name, endpoint, stack, prefix, send_format, max_chunk_length, principal,
+                      each_board, max_boards)
 
 
 def check_phyllo_links(links: Sequence[PhylloLink], labels: Sequence[str]) -> None:
@@ -238,6 +285,10 @@ def check_phyllo_links(links: Sequence[PhylloLink], labels: Sequence[str]) -> No
             if other.name == link.name:
                 raise Located(index, "name", f"{link.name!r} is already the name of "
                                f"{labels[first]}")
+            for fleet, board in ((other, link), (link, other)):
+                if fleet.each_board and board.name.startswith(f"{fleet.name}."):
+                    raise Located(index, "name", f"{board.name!r} is a name {fleet.name!r}'s "
+                                  "boards may take (each_board): choose another")
             nested = (f"{link.prefix}/".startswith(f"{other.prefix}/")
                       or f"{other.prefix}/".startswith(f"{link.prefix}/"))
             if nested:

@@ -23,8 +23,13 @@ __all__ = [
     "Attach",
     "PhylloLink",
     "DEFAULT_LISTENERS",
+    "DEFAULT_MAX_BOARDS",
     "Config",
 ]
+
+# A fleet table's bound on the boards it brings links up for: a hub of hostile or flapping
+# USB devices must not grow links, timers and memory without end.
+DEFAULT_MAX_BOARDS = 32
 
 
 class ConfigError(ValueError):
@@ -83,8 +88,20 @@ class Attach:
     framing: str
     # With [auth]: the principal the link is (None: anonymous).
     principal: str | None = None
+    # What names the link's boards (NAME.BOARD) when `each_board`; None: the protocol's name.
+    name: str | None = None
+    # One link per board `endpoint` matches (a serial:vid=... endpoint), at most `max_boards`.
+    each_board: bool = False
+    max_boards: int = DEFAULT_MAX_BOARDS
+
+    @property
+    def link_name(self) -> str:
+        return self.name or self.protocol
 
     def describe(self) -> str:
+        if self.each_board:
+            return (f"{self.protocol} over {self.framing}, one link per board (at most "
+                    f"{self.max_boards}), each {self.link_name}.BOARD")
         return f"{self.protocol} over {self.framing}"
 
 
@@ -102,8 +119,16 @@ class PhylloLink:
     max_chunk_length: int = MAX_CHUNK_LENGTH
     # With [auth]: the principal the device is (None: anonymous).
     principal: str | None = None
+    # One link per board `endpoint` matches (a serial:vid=... endpoint), at most `max_boards`:
+    # link NAME.BOARD, hub topics PREFIX/BOARD/... (wireproto.service.fleet).
+    each_board: bool = False
+    max_boards: int = DEFAULT_MAX_BOARDS
 
     def describe(self) -> str:
+        if self.each_board:
+            return (f"phyllo fleet {self.name}: one link per board (at most {self.max_boards}), "
+                    f"each {self.name}.BOARD ({self.stack} stack, hub topics "
+                    f"{self.prefix}/BOARD/...)")
         return f"phyllo link {self.name} ({self.stack} stack, hub topics {self.prefix}/...)"
 
 

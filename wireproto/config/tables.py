@@ -71,6 +71,7 @@ def config_tables() -> dict[str, type]:
     from wireproto.authentication import AuthSettings
     from wireproto.capture.writer import CaptureSettings
     from wireproto.cluster.settings import ClusterSettings
+    from wireproto.devices.settings import DeviceSettings
     from wireproto.hub import HubSettings
     from wireproto.metrics.settings import MetricsSettings
     from wireproto.protocols import PROTOCOLS
@@ -91,6 +92,6 @@ def config_tables() -> dict[str, type]:
             tables[name] = kind
     tables.update(engineio=EngineIOOptions, log=LogSettings, metrics=MetricsSettings,
                   capture=CaptureSettings, auth=AuthSettings, limits=LimitSettings,
-                  cluster=ClusterSettings, admin=AdminSettings, secrets=SecretsSettings,
-                  app=AppSettings)
+                  cluster=ClusterSettings, admin=AdminSettings, devices=DeviceSettings,
+                  secrets=SecretsSettings, app=AppSettings)
     return tables

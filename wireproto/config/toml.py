@@ -36,10 +36,26 @@ from wireproto.config.forms import (
     parse_listen,
     parse_phyllo,
 )
-from wireproto.config.model import Attach, Config, ConfigError, Listener, PhylloLink
+from wireproto.config.model import (
+    DEFAULT_MAX_BOARDS,
+    Attach,
+    Config,
+    ConfigError,
+    Listener,
+    PhylloLink,
+)
 from wireproto.config.tables import config_tables
 from wireproto.errors import InvalidTopic
-from wireproto.settings import integer, one_of, shown, string, strings, table_readers, toml_value
+from wireproto.settings import (
+    boolean,
+    integer,
+    one_of,
+    shown,
+    string,
+    strings,
+    table_readers,
+    toml_value,
+)
 
 __all__ = [
     "config_from_toml",
@@ -52,9 +68,10 @@ __all__ = [
 
 LISTEN_KEYS = ("protocol", "transport", "endpoint", "path", "identity", "principal", "allow",
                "announce")
-ATTACH_KEYS = ("protocol", "endpoint", "framing", "principal")
+ATTACH_KEYS = ("protocol", "endpoint", "framing", "principal", "name", "each_board",
+               "max_boards")
 PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length",
-               "principal")
+               "principal", "each_board", "max_boards")
 ACL_KEYS = ("principal", "role", *(action.value for action in Action))
 
 
@@ -125,11 +142,12 @@ def _read_attach(where: str, label: str, entry: Any, reactor: Any) -> Attach:
             return parse_attach(entry, reactor=reactor)
         except ConfigError as error:
             raise ConfigError(f"{where}: {label}: {str(error).removeprefix('--attach ')}") from None
+    entry, each_board, max_boards = _fleet_fields(where, label, entry)
     values = _string_fields(where, label, entry, ATTACH_KEYS, required=("protocol", "endpoint"))
     try:
         return check_attach(
             values["protocol"], values["endpoint"], values.get("framing"), reactor,
-            values.get("principal"),
+            values.get("principal"), values.get("name"), each_board, max_boards,
         )
     except Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
@@ -149,14 +167,52 @@ def _read_phyllo(where: str, label: str, entry: Any, reactor: Any) -> PhylloLink
             raise ConfigError(f"{where}: {label}.max_chunk_length: {error}") from None
     else:
         max_chunk_length = MAX_CHUNK_LENGTH
+    entry, each_board, max_boards = _fleet_fields(where, label, entry)
     values = _string_fields(where, label, entry, PHYLLO_KEYS, required=("name", "endpoint"))
     try:
         return check_phyllo(
             values["name"], values["endpoint"], values.get("stack"), values.get("prefix"),
             values.get("send_format"), reactor, max_chunk_length, values.get("principal"),
+            each_board, max_boards,
         )
     except Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None
+
+
+def _fleet_fields(where: str, label: str, entry: object) -> tuple[object, bool, int]:
+    """`entry` without its ``each_board`` and ``max_boards`` keys, and their values."""
+    if not isinstance(entry, dict) or not {"each_board", "max_boards"} & set(entry):
+        return entry, False, DEFAULT_MAX_BOARDS
+    entry = dict(entry)
+    each_board, max_boards = False, DEFAULT_MAX_BOARDS
+    try:
+        if "each_board" in entry:
+            each_board = boolean(entry.pop("each_board"))
+    except ValueError as error:
+        raise ConfigError(f"{where}: {label}.each_board: {error}") from None
+    try:
+        if "max_boards" in entry:
+            max_boards = integer(entry.pop("max_boards"))
+    except ValueError as error:
+        raise ConfigError(f"{where}: {label}.max_boards: {error}") from None
+    return entry, each_board, max_boards
+
+
+def check_fleet_names(config: Config, where: str) -> None:
+    """Each fleet's boards are links NAME.BOARD with presence topics $devices/NAME.BOARD:
+    an [[attach]] fleet's name is no other link's, nor the start of one."""
+    names = [(f"phyllo[{number}]", link.name, link.each_board)
+             for number, link in enumerate(config.phyllo, 1)]
+    for number, attach in enumerate(config.attach, 1):
+        if not attach.each_board:
+            continue
+        label, name = f"attach[{number}]", attach.link_name
+        for other_label, other, other_fleet in names:
+            if other == name or other.startswith(f"{name}.") or (
+                    other_fleet and name.startswith(f"{other}.")):
+                raise ConfigError(f"{where}: {label}.name: {name!r} would name links as "
+                                  f"{other_label}'s {other!r} does; give it another name")
+        names.append((label, name, True))
 
 
 def _read_rule(where: str, label: str, entry: Any, reactor: Any) -> AccessRule:
@@ -265,6 +321,7 @@ def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) 
     if problems:
         raise ConfigError(*problems)
     config = Config().replace(**sections)
+    check_fleet_names(config, source)
     check_auth(config, source)
     check_something_to_do(config, source)
     return config
@@ -323,6 +380,14 @@ def check_metrics_path(config: Config, where: str) -> None:
             )
 
 
+def _link_keys(values: dict[str, object]) -> dict[str, object]:
+    """A link's keys as a file writes them: a fleet's two keys only for a fleet."""
+    if not values.get("each_board"):
+        values.pop("each_board", None)
+        values.pop("max_boards", None)
+    return values
+
+
 def config_to_toml(config: Config) -> str:
     """`config` as TOML that `config_from_toml` reads back to an equal `Config`."""
     lines: list[str] = []
@@ -340,9 +405,9 @@ def config_to_toml(config: Config) -> str:
     if not config.listeners:
         lines.extend(["listen = []", ""])
     for link in config.attach:
-        table("[[attach]]", asdict(link))
+        table("[[attach]]", _link_keys(asdict(link)))
     for phyllo in config.phyllo:
-        table("[[phyllo]]", asdict(phyllo))
+        table("[[phyllo]]", _link_keys(asdict(phyllo)))
     for rule in config.acl:
         table("[[acl]]", {key: value for key, value in asdict(rule).items() if value})
     for name, settings in config.tables.items():

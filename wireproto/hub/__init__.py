@@ -146,6 +146,7 @@ class Hub:
         self.subscription_bytes = 0
         # The last value of each topic a retain pattern matches (None: none are kept).
         retain = tuple(retain)
+        self._retained_bounds = (max_retained, max_retained_bytes)
         self.retained: LastValues | None = LastValues(
             retain, max_topics=max_retained, max_bytes=max_retained_bytes,
             path=retain_file or None) if retain else None
@@ -216,6 +217,17 @@ class Hub:
         if self.topic_counts is None:
             self.topic_counts = {}
         self.max_counted_topics = max_topics
+
+    def keep_last_values(self, pattern: str) -> LastValues:
+        """Keep the last value of every topic `pattern` matches, whatever `retain` says (the
+        broker's own, such as the devices' presence), within the [hub] bounds on last values.
+        Called before the parts that read `retained` are made."""
+        if self.retained is None:
+            max_topics, max_bytes = self._retained_bounds
+            self.retained = LastValues((pattern,), max_topics=max_topics, max_bytes=max_bytes)
+        else:
+            self.retained.add_pattern(pattern)
+        return self.retained
 
     def send_last_values(self, session: Session, subscribed: str, pattern: bool) -> None:
         """Send a new subscription's last values to its session: the topic's, or every kept

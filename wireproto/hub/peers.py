@@ -39,14 +39,18 @@ class Subscribing(Identified, Protocol):
     principal: Principal
 
 
+RESERVED = ("$SYS", "$devices")
+
+
 def is_reserved(topic: str) -> bool:
-    """Whether `topic` is one of the broker's own ``$SYS`` topics."""
-    return topic == "$SYS" or topic.startswith("$SYS/")
+    """Whether `topic` is one of the broker's own: ``$SYS/...``, and ``$devices/...`` (the
+    serial devices' presence)."""
+    return topic[:1] == "$" and topic.split("/", 1)[0] in RESERVED
 
 
 def publish_allowed(grants: Grants | None, topic: str) -> bool:
     """Whether a session with `grants` (None: no rules) may publish on `topic`, as its
-    `publish` decides: without rules, anywhere but the broker's own ``$SYS`` topics."""
+    `publish` decides: without rules, anywhere but the broker's own topics (`is_reserved`)."""
     if grants is None:
         return not is_reserved(topic)
     return grants.allows(Action.PUBLISH, topic)

@@ -68,6 +68,16 @@ class LastValues:
         if path is not None:
             self._open(path, mode)
 
+    def add_pattern(self, pattern: str) -> None:
+        """Keep the last values of the topics `pattern` matches too, from now on, within the
+        same bounds."""
+        if pattern in self.patterns:
+            return
+        validate_pattern(pattern)
+        self._tree.add(pattern, pattern)
+        self.patterns += (pattern,)
+        self._wanted.clear()
+
     def _open(self, path: str | os.PathLike, mode: int) -> None:
         # Its directory, made if missing, is its owner's alone, as the file is.
         os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)

@@ -343,7 +343,7 @@ class Session:
         `max_denials` times, so the protocol closes the connection."""
         grants = self.grants
         if grants is None:
-            if action is Action.PUBLISH and topic[:4] == "$SYS":
+            if action is Action.PUBLISH and topic[:1] == "$":
                 self.refuse_reserved(topic)
             return
         if not grants.allows(action, topic):
@@ -365,8 +365,9 @@ class Session:
         raise Forbidden(action.value, topic, name)
 
     def refuse_reserved(self, topic: str) -> None:
-        """Forbidden, counted and logged, for a publish on the broker's own ``$SYS`` topics
-        when no rules say who may (without rules, only the broker publishes there)."""
+        """Forbidden, counted and logged, for a publish on the broker's own ``$SYS`` and
+        ``$devices`` topics when no rules say who may (without rules, only the broker
+        publishes there)."""
         if is_reserved(topic):
             self._deny(Action.PUBLISH, topic)
 
@@ -445,7 +446,7 @@ class Session:
         else:
             if len(topic) > self.hub.max_topic_length:
                 self._check_topic_length(topic)
-            if topic[:4] == "$SYS":
+            if topic[:1] == "$":
                 self.refuse_reserved(topic)
         if encodings is not None:
             cache = dict(encodings)

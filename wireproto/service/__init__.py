@@ -18,7 +18,9 @@ its child services, which start in this order and stop in the reverse one
   protocol at its own path, with ``[metrics]`` (wireproto.metrics) and the admin page on every
   HTTP port;
 - `service.links` (wireproto.service.links): each attached link and each Phyllo link
-  (`service.phyllo[name]` is its bridge), reopened with a backoff whenever it closes.
+  (`service.phyllo[name]` is its bridge), reopened with a backoff whenever it closes; a table
+  with ``each_board`` is a fleet (wireproto.service.fleet), one link per board plugged in,
+  and each serial link's presence is ``$devices/LINK`` (wireproto.service.presence).
 
 The same service runs under `wireproto serve`, under `twistd wireproto`, or inside another Twisted
 application (``make_service(config).setServiceParent(application)``). `when_listening` reports the
@@ -62,6 +64,7 @@ from wireproto.hub import Hub, Session
 from wireproto.metrics import ServiceMetrics
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.service.connections import Connections
+from wireproto.service.fleet import Fleet
 from wireproto.service.links import Links
 from wireproto.service.listeners import (
     AdoptedEndpoint,
@@ -71,6 +74,7 @@ from wireproto.service.listeners import (
     format_address,
 )
 from wireproto.service.parts import OrderedParts, Part, StartFailed, describe_error
+from wireproto.service.presence import PRESENCE_PATTERN, presence_wanted
 from wireproto.service.siblings import Siblings
 from wireproto.transports.base import MessageProtocol, go_away
 from wireproto.transports.http import GuardedSite
@@ -105,6 +109,9 @@ class WireprotoService(OrderedParts):
         self.config = config
         self.hub = hub
         self.reactor = reactor
+        if presence_wanted(config):
+            # Kept before the parts that read the hub's last values are made.
+            hub.keep_last_values(PRESENCE_PATTERN)
         try:
             self.capture = _capture(config.capture, config.cluster, reactor)
         except ValueError as error:  # an upload target pyarrow cannot reach, or no pyarrow
@@ -263,6 +270,13 @@ class WireprotoService(OrderedParts):
     def add_phyllo(self, link: PhylloLink, retry_policy: Callable[[int], float]) -> HubBridge:
         return self.links.add_phyllo(link, retry_policy)
 
+    def add_fleet(self, table: PhylloLink | Attach, retry_policy: Callable[[int], float]
+                  ) -> Fleet:
+        """One link per board `table` (``each_board = true``) matches, as they come and go."""
+        fleet = Fleet(self.links, table, retry_policy)
+        fleet.setServiceParent(self.links)
+        return fleet
+
     # -- what an operator does to it ------------------------------------------------------------
 
     def close_session(self, session: Session, reason: str) -> None:
@@ -388,7 +402,13 @@ def make_service(
                                ports)
     service.add_listeners(config.listeners)
     for link in config.attach:
-        service.add_attach(link, retry_policy)
+        if link.each_board:
+            service.add_fleet(link, retry_policy)
+        else:
+            service.add_attach(link, retry_policy)
     for phyllo in config.phyllo:
-        service.add_phyllo(phyllo, retry_policy)
+        if phyllo.each_board:
+            service.add_fleet(phyllo, retry_policy)
+        else:
+            service.add_phyllo(phyllo, retry_policy)
     return service

@@ -34,6 +34,7 @@ from wireproto.redaction import redact_text, redact_url
 from wireproto.service.connections import Connections
 from wireproto.service.listeners import stream_options
 from wireproto.service.parts import StartFailed
+from wireproto.service.presence import Presence, PresenceEndpoint, presence_wanted
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.reconnect import ReconnectingService
 from wireproto.transports.stream import stream_client_factory
@@ -115,6 +116,9 @@ class Links(MultiService):
         self.auth = auth
         self.phyllo: dict[str, HubBridge] = {}
         self.ports = ports
+        # Each serial link's presence, $devices/LINK (wireproto.service.presence).
+        self.presence = Presence(hub, reactor, lambda: self.lister()) if presence_wanted(
+            config) else None
 
     @property
     def lister(self) -> PortLister:
@@ -124,11 +128,25 @@ class Links(MultiService):
     def watcher(self) -> PortWatcher:
         """The port watcher, made (udev's or polling) the first time a link needs one."""
         if self.ports is None:
-            self.ports = system_watcher(self.reactor, self.lister)
+            self.ports = system_watcher(self.reactor, self.lister,
+                                        self.config.devices.poll_interval)
         return self.ports
 
-    def _endpoint(self, address: str) -> IStreamClientEndpoint:
-        return client_endpoint(self.reactor, address, ports=self.lister)
+    def stopService(self) -> defer.Deferred[None]:
+        stopped = defer.maybeDeferred(super().stopService)
+
+        def stop_watching(result: object) -> object:
+            if self.ports is not None and self.ports.running:
+                self.ports.stop()
+            return result
+
+        return stopped.addBoth(stop_watching)
+
+    def _endpoint(self, address: str, presence_name: str | None = None) -> IStreamClientEndpoint:
+        endpoint = client_endpoint(self.reactor, address, ports=self.lister)
+        if presence_name is None or self.presence is None:
+            return endpoint
+        return PresenceEndpoint(endpoint, self.presence, presence_name)
 
     def _replay(self, link: Attach | PhylloLink) -> IStreamClientEndpoint | None:
         """A ``replay:`` link's endpoint, playing its capture in the link's own stack or
@@ -149,20 +167,33 @@ class Links(MultiService):
 
     def attach(self, link: Attach, retry_policy: Callable[[int], float]) -> None:
         """Keep a `link.protocol` client connection open to `link.endpoint`."""
+        self.attach_service(link, retry_policy).setServiceParent(self)
+
+    def attach_service(self, link: Attach, retry_policy: Callable[[int], float],
+                       presence_name: str | None = None) -> ReconnectingService:
+        """The service that keeps `link` open (its presence published as `presence_name`'s,
+        if given), for its parent to start."""
         endpoint = _LoggingClientEndpoint(
-            self._replay(link) or self._endpoint(link.endpoint), link)
+            self._replay(link) or self._endpoint(link.endpoint, presence_name), link)
         factory = stream_client_factory(
             self.connections.factory(link.protocol), stream_options(self.config, link.framing),
             identify=None if self.auth is None else self.auth.identify_stream(
                 link.principal, None, link.endpoint),
         )
-        ReconnectingService(
-            self.reactor, endpoint, factory, retry_policy=retry_policy
-        ).setServiceParent(self)
+        return ReconnectingService(self.reactor, endpoint, factory, retry_policy=retry_policy)
 
     def add_phyllo(self, link: PhylloLink, retry_policy: Callable[[int], float]) -> HubBridge:
         """Open the Phyllo device at `link.endpoint`, reopening it with `retry_policy` whenever
         it fails or closes, and bridge its topics to the hub under `link.prefix`."""
+        bridge, service = self.phyllo_service(link, retry_policy)
+        service.setServiceParent(self)
+        self.phyllo[link.name] = bridge
+        return bridge
+
+    def phyllo_service(self, link: PhylloLink, retry_policy: Callable[[int], float]
+                       ) -> tuple[HubBridge, ReconnectingService]:
+        """`link`'s bridge and the service that keeps its device open, for its parent to
+        start; a link on ``serial:`` has its presence published."""
         bridge = HubBridge(
             self.hub, link.name, prefix=link.prefix, stack=link.stack,
             send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
@@ -177,14 +208,15 @@ class Links(MultiService):
                 self.reactor, link.endpoint, bridge.build_message_protocol, self.config.websocket
             )
         else:
-            endpoint = self._replay(link) or self._endpoint(link.endpoint)
+            serial = endpoint_type(link.endpoint) == "serial"
+            endpoint = self._replay(link) or self._endpoint(
+                link.endpoint, link.name if serial else None)
             factory = Factory.forProtocol(bridge.build_protocol)
-        ReconnectingService(
+        service = ReconnectingService(
             self.reactor, _LoggingClientEndpoint(endpoint, link), factory,
             retry_policy=retry_policy,
-        ).setServiceParent(self)
-        self.phyllo[link.name] = bridge
-        return bridge
+        )
+        return bridge, service
 
 
 def _phyllo_limits(link: PhylloLink) -> dict[str, int]:
