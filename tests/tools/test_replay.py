@@ -1,0 +1,242 @@
+"""``wireproto replay`` (issue 41, item 5): a real session captured by a broker with [capture] on
+(WEBSMQ with binary payloads, UBRE, SubbleSocket and nydus clients publishing numbered
+messages), replayed by the command into a fresh broker, where a real subscriber gets the same
+(topic, payload) sequence a subscriber of the captured broker got; --speed changes the time
+taken; Ctrl-C mid-replay; and the errors: no such file, not a capture, nothing to replay, an
+unreachable address."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.task import deferLater
+
+from tests.brokers import start_service
+from tests.support import eventually, wait_for
+from tests.tools.served import Processes, one_line
+from wireproto import capture
+from wireproto.config import CaptureSettings, Config, parse_listen
+from wireproto.protocols.nydus import client as nydus_client
+from wireproto.protocols.subble import client as subble_client
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.websmq.client import connect as websmq_connect
+from wireproto.service import WireprotoService
+
+LISTEN = ("websmq+ws@tcp:0:interface=127.0.0.1", "ubre+ws@tcp:0:interface=127.0.0.1",
+          "subble+ws@tcp:0:interface=127.0.0.1", "nydus+engineio@tcp:0:interface=127.0.0.1")
+TOPICS = ("replay/websmq", "replay/ubre", "replay/subble", "replay/nydus")
+
+
+async def broker(directory: Path | None = None) -> tuple[WireprotoService, dict[str, str]]:
+    """A broker on LISTEN (capturing into `directory`, if given): its ws:// URL by protocol."""
+    settings = CaptureSettings(directory=str(directory), flush_interval=0.05) \
+        if directory is not None else CaptureSettings()
+    service, bound = await start_service(Config(
+        listeners=tuple(parse_listen(spec) for spec in LISTEN), capture=settings))
+    return service, {bound_listener.listener.protocol: bound_listener.address
+                     for bound_listener in bound}
+
+
+async def watch(url: str) -> tuple[object, list[tuple[str, bytes]]]:
+    """A WEBSMQ subscriber to every topic of TOPICS at `url`, and what it receives, in order."""
+    received: list[tuple[str, bytes]] = []
+    client = await wait_for(websmq_connect(reactor, url))
+    for topic in TOPICS:
+        client.subscribe(topic, lambda message: received.append((message.topic,
+                                                                  bytes(message.payload))))
+    # WEBSMQ subscribes have no answer: publish on a topic of its own until one comes back.
+    synced: list[bytes] = []
+    client.subscribe("replay/sync", lambda message: synced.append(message.payload))
+    syncing = await wait_for(websmq_connect(reactor, url))
+    try:
+        await eventually(lambda: synced or syncing.publish("replay/sync", b"x") and False,
+                         interval=0.05)
+    finally:
+        await wait_for(syncing.disconnect())
+    return client, received
+
+
+async def capture_a_session(directory: Path, rounds: int) -> list[tuple[str, bytes]]:
+    """`rounds` numbered publishes on each protocol into a capturing broker; what a WEBSMQ
+    subscriber of that broker received."""
+    service, urls = await broker(directory)
+    watcher, received = await watch(urls["websmq"])
+    websmq = await wait_for(websmq_connect(reactor, urls["websmq"]))
+    ubre = await wait_for(ubre_connect(reactor, urls["ubre"]))
+    subble = await wait_for(subble_client.connect(reactor, urls["subble"], produce=[TOPICS[2]]))
+    nydus = await wait_for(nydus_client.connect(reactor, urls["nydus"].removesuffix("/engine.io/")))
+    try:
+        for number in range(rounds):
+            # Binary payloads too: bytes that are not UTF-8 and a NUL.
+            await websmq.publish(TOPICS[0], b"\xff\x00binary-%d" % number)
+            await deferLater(reactor, 0.002)
+            await wait_for(ubre.publish(TOPICS[1], {"n": number, "text": "caf\u00e9"}))
+            await deferLater(reactor, 0.002)
+            await wait_for(subble.produce(TOPICS[2], {"n": number}, timeout=10))
+            await wait_for(nydus.invoke("/_hub/publish", {"path": "/" + TOPICS[3],
+                                                          "data": [number, True]}, timeout=10))
+        await eventually(lambda: len(received) == 4 * rounds, timeout=15)
+    finally:
+        for client in (websmq, watcher):
+            await wait_for(client.disconnect())
+        for other in (ubre, subble, nydus):
+            await wait_for(other.close())
+        await wait_for(service.stopService(), timeout=10)
+    return list(received)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_replayed_session_reaches_a_subscriber_as_it_was_captured(
+        tmp_path: Path, processes: Processes) -> None:
+    expected = await capture_a_session(tmp_path / "capture", rounds=5)
+    assert len(expected) == 20 and expected[0] == (TOPICS[0], b"\xff\x00binary-0")
+    assert (TOPICS[1], b'{"n":0,"text":"caf\xc3\xa9"}') in expected
+    assert (TOPICS[3], b"[0,true]") in expected
+
+    for target in ("websmq", "ubre"):
+        service, urls = await broker()
+        watcher, received = await watch(urls["websmq"])
+        try:
+            replay = processes.run("replay", str(tmp_path / "capture"), "--to", urls[target],
+                                   "--speed", "max", "--json")
+            assert await replay.exit_code(timeout=30) == 0, replay.output()
+            summary = json.loads(replay.stdout[-1])
+            if target == "websmq":
+                await eventually(lambda got=received: len(got) == 20, timeout=15)
+                assert received == expected
+                # And the watcher's syncs, which were real traffic too.
+                assert summary["messages"] > 20 and summary["not_carried"] == 0
+            else:
+                # UBRE carries JSON values: the binary payloads are skipped, and counted.
+                carried = [m for m in expected if m[0] != TOPICS[0]]
+                await eventually(lambda got=received: len(got) == 15, timeout=15)
+                assert received == carried
+                assert summary["messages"] > 15 and summary["not_carried"] == 5
+        finally:
+            await wait_for(watcher.disconnect())
+            await wait_for(service.stopService(), timeout=10)
+
+
+@pytest_twisted.ensureDeferred
+async def test_filters_keep_a_protocol_and_a_topic(tmp_path: Path, processes: Processes) -> None:
+    expected = await capture_a_session(tmp_path, rounds=3)
+    service, urls = await broker()
+    watcher, received = await watch(urls["websmq"])
+    try:
+        replay = processes.run("replay", str(tmp_path), "--to", urls["websmq"], "--speed",
+                               "max", "--from-protocol", "subble", "--from-protocol", "nydus",
+                               "-t", "replay/nydus")
+        assert await replay.exit_code(timeout=30) == 0, replay.output()
+        assert replay.stdout == [] and len(replay.stderr) == 1
+        assert replay.stderr[0].startswith("wireproto replay: 3 messages in ")
+        await eventually(lambda: len(received) == 3, timeout=15)
+        assert received == [m for m in expected if m[0] == TOPICS[3]]
+    finally:
+        await wait_for(watcher.disconnect())
+        await wait_for(service.stopService(), timeout=10)
+
+
+def write_capture(path: Path, gaps: list[float], topic: str = "paced/t") -> None:
+    """A capture of one WEBSMQ client publishing on `topic`, a message after each gap."""
+    from wireproto.codecs import websmq
+
+    now = time.time_ns()
+    with capture.CaptureWriter(path, max_file_bytes=capture.MIN_FILE_BYTES, fsync=False,
+                               clock=lambda: now) as writer:
+        writer.open_connection(1, "127.0.0.1:1", "websmq", "ws", timestamp_ns=now)
+        for number, gap in enumerate(gaps):
+            now += int(gap * 1e9)
+            writer.message(1, "in", websmq.encode(websmq.Publish(topic, b"%d" % number)),
+                           True, now)
+
+
+@pytest_twisted.ensureDeferred
+async def test_speed_changes_the_time_taken(tmp_path: Path, processes: Processes) -> None:
+    write_capture(tmp_path, [0.0] + [0.1] * 20)  # 2 s recorded
+    service, urls = await broker()
+    try:
+        took = {}
+        for speed in ("1", "4", "max"):
+            started = time.monotonic()
+            replay = processes.run("replay", str(tmp_path), "--to", urls["websmq"],
+                                   "--speed", speed, "--json")
+            assert await replay.exit_code(timeout=30) == 0, replay.output()
+            took[speed] = json.loads(replay.stdout[-1])["seconds"]
+            assert json.loads(replay.stdout[-1])["recorded_seconds"] == pytest.approx(2.0)
+            assert time.monotonic() - started >= took[speed]
+        # Loosely: the exact pace is bench/replay.py's.
+        assert 1.8 <= took["1"] <= 4.0
+        assert 0.4 <= took["4"] <= 1.5
+        assert took["max"] < 0.4
+    finally:
+        await wait_for(service.stopService(), timeout=10)
+
+
+@pytest_twisted.ensureDeferred
+async def test_ctrl_c_mid_replay_exits_130_without_a_traceback(
+        tmp_path: Path, processes: Processes) -> None:
+    write_capture(tmp_path, [0.0] + [0.05] * 400)  # 20 s recorded
+    service, urls = await broker()
+    watcher, received = await watch(urls["websmq"])
+    try:
+        watcher.subscribe("paced/t", lambda message: received.append(
+            (message.topic, bytes(message.payload))))
+        await deferLater(reactor, 0.2)
+        replay = processes.run("replay", str(tmp_path), "--to", urls["websmq"])
+        await eventually(lambda: len(received) >= 5, timeout=15)
+        replay.process.send_signal(signal.SIGINT)
+        assert await replay.exit_code(timeout=15) == 130, replay.output()
+        assert replay.stdout == [] and replay.stderr == []
+        assert len(received) < 400
+    finally:
+        await wait_for(watcher.disconnect())
+        await wait_for(service.stopService(), timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_errors_are_one_line_and_a_status(tmp_path: Path, processes: Processes) -> None:
+    url = "ws://127.0.0.1:1/websmq"
+    missing = processes.run("replay", str(tmp_path / "nothing.wpcap"), "--to", url)
+    assert "nothing.wpcap: no such file or directory" in await one_line(missing, 2)
+
+    other = tmp_path / "notes.wpcap"
+    other.write_bytes(b"these are someone's notes\n")
+    line = await one_line(processes.run("replay", str(other), "--to", url), 2)
+    assert "not a capture file" in line and "notes.wpcap" in line
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    line = await one_line(processes.run("replay", str(empty), "--to", url), 2)
+    assert line.startswith("wireproto replay: nothing to replay: no client publishes")
+
+    # A capture of nothing but subscribes is nothing to replay too.
+    from wireproto.codecs import websmq
+
+    quiet = tmp_path / "quiet"
+    with capture.CaptureWriter(quiet, fsync=False) as writer:
+        writer.open_connection(1, "127.0.0.1:1", "websmq", "ws")
+        writer.message(1, "in", websmq.encode(websmq.Subscribe("a/b")), True)
+    line = await one_line(processes.run("replay", str(quiet), "--to", url), 2)
+    assert "nothing to replay" in line and "2 records" in line
+
+    paced = tmp_path / "paced"
+    write_capture(paced, [0.0, 0.01])
+    line = await one_line(processes.run(
+        "replay", str(paced), "--to", f"ws://127.0.0.1:{free_port()}/websmq"), 3)
+    assert line.startswith("wireproto replay: cannot reach ws://127.0.0.1:")
+
+    line = await one_line(processes.run("replay", str(paced), "--to", url, "--speed", "0"), 2)
+    assert "--speed" in line
