@@ -19,15 +19,18 @@ from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
 from tests.brokers import start_service
+from tests.phyllo.test_bridge import Harness, PtyDevice, document
 from tests.support import eventually, wait_for
 from tests.tools.served import Processes, one_line
 from wireproto import capture
-from wireproto.config import CaptureSettings, Config, parse_listen
+from wireproto.codecs.phyllo import PubSubMessage, TypeCode, encode
+from wireproto.config import CaptureSettings, Config, parse_listen, parse_phyllo
 from wireproto.protocols.nydus import client as nydus_client
 from wireproto.protocols.subble import client as subble_client
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect as websmq_connect
 from wireproto.service import WireprotoService
+from wireproto.tools.replay import CapturedPublishes, capture_paths
 
 LISTEN = ("websmq+ws@tcp:0:interface=127.0.0.1", "ubre+ws@tcp:0:interface=127.0.0.1",
           "subble+ws@tcp:0:interface=127.0.0.1", "nydus+engineio@tcp:0:interface=127.0.0.1")
@@ -240,3 +243,57 @@ async def test_errors_are_one_line_and_a_status(tmp_path: Path, processes: Proce
 
     line = await one_line(processes.run("replay", str(paced), "--to", url, "--speed", "0"), 2)
     assert "--speed" in line
+
+
+# -- a Phyllo device's messages ------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_captured_devices_messages_are_what_its_bridge_published(tmp_path: Path) -> None:
+    harness, device = Harness(), PtyDevice(tmp_path / "ttyUSB-dev1")
+    try:
+        await a_device_captured(harness, device, tmp_path)
+    finally:
+        await harness.close()
+        if device.master is not None:
+            device.unplug()
+
+
+async def a_device_captured(harness: Harness, device: PtyDevice, tmp_path: Path) -> None:
+    directory = tmp_path / "capture"
+    address = await harness.start(
+        parse_phyllo(f"dev1@{device.endpoint}"),
+        capture=CaptureSettings(directory=str(directory), flush_interval=0.05))
+    bridge = harness.service.phyllo["dev1"]
+    await eventually(lambda: bridge.top is not None)
+    browser = await harness.browser(address)
+    temps = await harness.subscribed(browser, "phyllo/dev1/temp")
+    device.send(document("temp", {"celsius": 21.5}))
+    device.send(document("temp", b"\x00\xff"))
+    device.send(PubSubMessage(TypeCode.BYTES_BUFFER, b"temp", b"\x00raw"))
+    await eventually(lambda: len(temps) == 3)
+    await harness.close()
+
+    replayed = list(CapturedPublishes(capture_paths([str(directory)])))
+    assert [message.payload for message in replayed] == [bytes(m.payload) for m in temps]
+    assert [message.payload for message in replayed] == [b'{"celsius":21.5}', b"\x00\xff",
+                                                         b"\x00raw"]
+    assert {message.protocol for message in replayed} == {"phyllo"}
+    # Under the prefix its open record names (or its link's default one); "phyllo" for a
+    # capture whose open records name neither.
+    assert {message.topic for message in replayed} <= {"phyllo/dev1/temp", "phyllo/temp"}
+
+
+def test_a_phyllo_link_s_messages_go_under_the_prefix_its_open_record_names(
+        tmp_path: Path) -> None:
+    message = encode(PubSubMessage(TypeCode.BYTES_BUFFER, b"temp", b"21.5"))
+    with capture.CaptureWriter(tmp_path, fsync=False) as writer:
+        for connection, info in ((1, {"link": "dev1", "stack": "reduced"}),
+                                 (2, {"link": "dev2", "prefix": "lab/dev2/"}), (3, {})):
+            writer.open_connection(connection, "/dev/ttyACM0", "phyllo", "stream", **info)
+            writer.message(connection, "in", message, True)
+            writer.message(connection, "out", message, True)  # to the device: not replayed
+        writer.close_connection(1)
+    replayed = list(CapturedPublishes(capture_paths([str(tmp_path)])))
+    assert [(m.topic, m.payload) for m in replayed] == [
+        ("phyllo/dev1/temp", b"21.5"), ("lab/dev2/temp", b"21.5"), ("phyllo/temp", b"21.5")]
