@@ -297,3 +297,45 @@ def test_a_phyllo_link_s_messages_go_under_the_prefix_its_open_record_names(
     replayed = list(CapturedPublishes(capture_paths([str(tmp_path)])))
     assert [(m.topic, m.payload) for m in replayed] == [
         ("phyllo/dev1/temp", b"21.5"), ("lab/dev2/temp", b"21.5"), ("phyllo/temp", b"21.5")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_torn_last_record_ends_its_file_and_a_file_just_begun_is_skipped(
+        tmp_path: Path, processes: Processes) -> None:
+    write_capture(tmp_path, [0.0] * 10)
+    (written,) = capture.capture_files(tmp_path)
+    written.write_bytes(written.read_bytes()[:-5])  # the last record torn
+    (tmp_path / "wirecapture-29991231T235959-000009.wpcap").write_bytes(b"WPC")  # just begun
+    service, urls = await broker()
+    watcher, received = await watch(urls["websmq"])
+    try:
+        watcher.subscribe("paced/t", lambda message: received.append(
+            (message.topic, bytes(message.payload))))
+        await deferLater(reactor, 0.2)
+        replay = processes.run("replay", str(tmp_path), "--to", urls["websmq"], "--speed", "max")
+        assert await replay.exit_code(timeout=30) == 0, replay.output()
+        await eventually(lambda: len(received) == 9, timeout=15)
+        assert received == [("paced/t", b"%d" % number) for number in range(9)]
+    finally:
+        await wait_for(watcher.disconnect())
+        await wait_for(service.stopService(), timeout=10)
+
+
+@pytest_twisted.ensureDeferred
+async def test_someone_elses_file_among_captures_and_a_corrupt_capture_are_errors(
+        tmp_path: Path, processes: Processes) -> None:
+    url = "ws://127.0.0.1:1/websmq"
+    write_capture(tmp_path / "good", [0.0] * 50)
+    (written,) = capture.capture_files(tmp_path / "good")
+    named_like_one = tmp_path / "good" / "wirecapture-29991231T235959-000009.wpcap"
+    named_like_one.write_bytes(b"#!/bin/sh\necho not a capture\n")
+    line = await one_line(processes.run("replay", str(tmp_path / "good"), "--to", url), 2)
+    assert "wirecapture-29991231T235959-000009.wpcap" in line and "not a capture file" in line
+
+    data = bytearray(written.read_bytes())
+    # A flipped byte in a message in the middle: corrupt, not torn.
+    data[list(capture.iter_records(written))[20].offset + capture.HEADER_SIZE + 3] ^= 0xFF
+    corrupt = tmp_path / "corrupt.wpcap"
+    corrupt.write_bytes(bytes(data))
+    line = await one_line(processes.run("replay", str(corrupt), "--to", url), 1)
+    assert "corrupt.wpcap: record at offset" in line and "corrupt, not torn" in line

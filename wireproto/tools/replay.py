@@ -32,6 +32,7 @@ from zope.interface import implementer
 
 from wireproto.capture import (
     CaptureError,
+    IncompleteCapture,
     Kind,
     NotACapture,
     capture_files,
@@ -105,22 +106,35 @@ def capture_paths(names: list[str]) -> list[Path]:
         path = Path(name)
         if path.is_dir():
             try:
-                paths.extend(capture_files(path, recursive=True))
+                found = capture_files(path, recursive=True)
             except OSError as error:
                 raise ToolError(f"{name}: {error.strerror}", EXIT_USAGE) from None
+            # A file with no whole header yet is one a writer has just begun: nothing in it.
+            paths.extend(file for file in found if _checked(file, str(file), partial=True))
             continue
         if not path.exists():
             raise ToolError(f"{name}: no such file or directory", EXIT_USAGE)
-        try:
-            read_header(path)
-        except NotACapture as error:
-            raise ToolError(f"{error} (is it a capture file?)", EXIT_USAGE) from None
-        except CaptureError as error:  # shorter than its header: nothing written yet
-            raise ToolError(str(error), EXIT_USAGE) from None
-        except OSError as error:
-            raise ToolError(f"{name}: {error.strerror}", EXIT_USAGE) from None
-        paths.append(path)
+        if _checked(path, name, partial=False):
+            paths.append(path)
     return paths
+
+
+def _checked(path: Path, name: str, *, partial: bool) -> bool:
+    """Whether `path` is a capture with a whole header (with `partial`, False for one whose
+    header is not whole yet); ToolError (2) for any other file, or one that cannot be read."""
+    try:
+        read_header(path)
+    except NotACapture as error:
+        raise ToolError(f"{error} (is it a capture file?)", EXIT_USAGE) from None
+    except IncompleteCapture as error:
+        if partial:
+            return False
+        raise ToolError(str(error), EXIT_USAGE) from None
+    except CaptureError as error:
+        raise ToolError(str(error), EXIT_USAGE) from None
+    except OSError as error:
+        raise ToolError(f"{name}: {error.strerror}", EXIT_USAGE) from None
+    return True
 
 
 @dataclass
