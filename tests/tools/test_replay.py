@@ -30,7 +30,7 @@ from wireproto.protocols.subble import client as subble_client
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect as websmq_connect
 from wireproto.service import WireprotoService
-from wireproto.tools.replay import CapturedPublishes, capture_paths
+from wireproto.tools.replay import CapturedPublishes, Pace, capture_paths
 
 LISTEN = ("websmq+ws@tcp:0:interface=127.0.0.1", "ubre+ws@tcp:0:interface=127.0.0.1",
           "subble+ws@tcp:0:interface=127.0.0.1", "nydus+engineio@tcp:0:interface=127.0.0.1")
@@ -178,6 +178,14 @@ async def test_speed_changes_the_time_taken(tmp_path: Path, processes: Processes
         assert 1.8 <= took["1"] <= 4.0
         assert 0.4 <= took["4"] <= 1.5
         assert took["max"] < 0.4
+        # --max-gap cuts a quiet hour short: here 3 s to 0.2 s.
+        write_capture(tmp_path / "quiet", [0.0, 0.1, 3.0, 0.1])
+        replay = processes.run("replay", str(tmp_path / "quiet"), "--to", urls["websmq"],
+                               "--max-gap", "0.2", "--json")
+        assert await replay.exit_code(timeout=30) == 0, replay.output()
+        summary = json.loads(replay.stdout[-1])
+        assert summary["recorded_seconds"] == pytest.approx(0.4)
+        assert 0.35 <= summary["seconds"] <= 1.5
     finally:
         await wait_for(service.stopService(), timeout=10)
 
@@ -339,3 +347,16 @@ async def test_someone_elses_file_among_captures_and_a_corrupt_capture_are_error
     corrupt.write_bytes(bytes(data))
     line = await one_line(processes.run("replay", str(corrupt), "--to", url), 1)
     assert "corrupt.wpcap: record at offset" in line and "corrupt, not torn" in line
+
+
+def test_the_pace_never_goes_back_starts_another_run_and_cuts_long_gaps() -> None:
+    second = 1_000_000_000
+    pace = Pace()
+    # A batch stamped a little before the one ahead of it plays at once; a step back of more
+    # than a second is another run (another broker's file), going on from where it stands.
+    assert [pace.offset(at) for at in (10 * second, 11 * second, 11 * second - 5,
+                                       12 * second, 2 * second, 3 * second)] == [
+        0, second, second, 2 * second, 2 * second, 3 * second]
+    cut = Pace(max_gap_ns=second // 2)
+    assert [cut.offset(at) for at in (0, 3600 * second, 3600 * second + 10)] == [
+        0, second // 2, second // 2 + 10]

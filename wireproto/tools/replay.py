@@ -52,6 +52,7 @@ from wireproto.tools._common import (
     add_common_options,
     emit,
     run_tool,
+    seconds,
 )
 from wireproto.tools.explain import ask_protocol, closed_line, explain_refusal
 from wireproto.tools.links import Link, close_link, open_link
@@ -272,28 +273,58 @@ def _message_transport(link: Link) -> IConsumer | None:
     return cast(IConsumer, found) if hasattr(found, "registerProducer") else None
 
 
+# A step back in the records' times longer than this is another run (captures of several
+# runs or brokers given together): the replay goes on from where it is.
+ANOTHER_RUN_NS = 1_000_000_000
+
+
+class Pace:
+    """Each message's recorded offset from the first, in nanoseconds: the records' times, but
+    never going back (a batch stamped a little before the one written ahead of it plays at
+    once), a step back of more than a second starting another run where the replay stands,
+    and, with `max_gap_ns`, no wait between two messages longer than that.
+
+    >>> pace = Pace(max_gap_ns=5_000)
+    >>> [pace.offset(at) for at in (100, 300, 250, 400, 60_000, 60_100)]
+    [0, 200, 200, 300, 5300, 5400]
+    """
+
+    def __init__(self, max_gap_ns: int | None = None) -> None:
+        self.max_gap_ns = max_gap_ns
+        self._latest: int | None = None  # the latest record time seen in this run
+        self._offset = 0
+
+    def offset(self, at_ns: int) -> int:
+        latest = self._latest
+        if latest is None or at_ns < latest - ANOTHER_RUN_NS:
+            self._latest = at_ns
+        elif at_ns > latest:
+            gap = at_ns - latest
+            self._offset += gap if self.max_gap_ns is None else min(gap, self.max_gap_ns)
+            self._latest = at_ns
+        return self._offset
+
+
 @dataclass
 class Outcome:
     published: int = 0
     not_carried: int = 0
-    first_ns: int | None = None
-    last_ns: int | None = None
+    recorded_ns: int = 0
     started: float = field(default_factory=time.monotonic)
 
     def summary(self, reading: CapturedPublishes) -> dict[str, float]:
-        seconds = time.monotonic() - self.started
-        recorded = 0.0 if self.first_ns is None or self.last_ns is None else \
-            (self.last_ns - self.first_ns) / 1e9
-        return {"messages": self.published, "seconds": round(seconds, 3),
-                "rate": round(self.published / seconds, 1) if seconds > 0 else 0.0,
+        elapsed = time.monotonic() - self.started
+        recorded = self.recorded_ns / 1e9
+        return {"messages": self.published, "seconds": round(elapsed, 3),
+                "rate": round(self.published / elapsed, 1) if elapsed > 0 else 0.0,
                 "recorded_seconds": round(recorded, 3), "not_carried": self.not_carried,
                 "undecodable": reading.undecodable, "records": reading.records}
 
 
 async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Captured], speed: float,
-                      outcome: Outcome) -> None:
-    """Publish `messages` on `link`, each at its recorded time over `speed` from the first,
-    never faster than the connection takes them."""
+                      outcome: Outcome, max_gap_ns: int | None = None) -> None:
+    """Publish `messages` on `link`, each at its recorded offset (`Pace`) over `speed`, never
+    faster than the connection takes them."""
     backpressure = _Backpressure()
     transport = _message_transport(link)
     if transport is not None:
@@ -302,16 +333,11 @@ async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Capt
         except RuntimeError:  # a producer of its own: the bursts below still give turns
             transport = None
     began = reactor.seconds()
-    offset_ns = 0  # the recorded time since the first message, never going back
-    previous: int | None = None
+    pace = Pace(max_gap_ns)
     burst = 0
     try:
         for message in messages:
-            if previous is not None:
-                offset_ns += max(0, message.at_ns - previous)
-            else:
-                outcome.first_ns = message.at_ns
-            previous = outcome.last_ns = message.at_ns
+            outcome.recorded_ns = offset_ns = pace.offset(message.at_ns)
             delay = began + offset_ns / 1e9 / speed - reactor.seconds()
             if delay > 0.0005:
                 await task.deferLater(reactor, delay)
@@ -365,7 +391,8 @@ def replay(args: argparse.Namespace) -> int:
                                    ).addErrback(lambda f: explain_refusal(args, protocol, f))
             link.on_lost(lost.append)
             outcome.started = time.monotonic()
-            await replay_into(reactor, link, _chain(first, messages, lost), args.speed, outcome)
+            await replay_into(reactor, link, _chain(first, messages, lost), args.speed, outcome,
+                              None if args.max_gap is None else int(args.max_gap * 1e9))
         finally:
             if link is not None and not lost:
                 closed = await close_link(link, reactor, CLOSE_TIMEOUT)
@@ -420,6 +447,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--speed", type=parse_speed, default=1.0, metavar="S",
                         help="S times the recorded pace (default 1), or 'max': as fast as the "
                              "connection takes them")
+    parser.add_argument("--max-gap", type=seconds, metavar="SECONDS",
+                        help="wait at most SECONDS between two messages (a capture's quiet "
+                             "hours, or the time between captures given together)")
     parser.add_argument("--from-protocol", action="append", default=[],
                         choices=sorted(_publish_readers()), metavar="NAME",
                         help="replay only what clients of NAME published; repeatable")
