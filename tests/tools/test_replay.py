@@ -360,3 +360,24 @@ def test_the_pace_never_goes_back_starts_another_run_and_cuts_long_gaps() -> Non
     cut = Pace(max_gap_ns=second // 2)
     assert [cut.offset(at) for at in (0, 3600 * second, 3600 * second + 10)] == [
         0, second // 2, second // 2 + 10]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_target_going_away_ends_the_replay_at_once_with_3(
+        tmp_path: Path, processes: Processes) -> None:
+    write_capture(tmp_path, [0.0] * 5 + [600.0])  # then ten minutes until the next message
+    service, urls = await broker()
+    watcher, received = await watch(urls["websmq"])
+    try:
+        watcher.subscribe("paced/t", lambda message: received.append(message.topic))
+        await deferLater(reactor, 0.2)
+        replay = processes.run("replay", str(tmp_path), "--to", urls["websmq"])
+        await eventually(lambda: len(received) == 5, timeout=15)
+        await wait_for(watcher.disconnect())
+        await wait_for(service.stopService(), timeout=10)
+        line = await one_line(replay, 3)  # not ten minutes later
+        assert line.startswith("wireproto replay: "), line
+        assert "closed" in line, line
+    finally:
+        if service.running:
+            await wait_for(service.stopService(), timeout=10)

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -55,7 +56,7 @@ from wireproto.tools._common import (
     seconds,
 )
 from wireproto.tools.explain import ask_protocol, closed_line, explain_refusal
-from wireproto.tools.links import Link, close_link, open_link
+from wireproto.tools.links import Link, close_link, open_link, reason_text
 from wireproto.tools.registry import links
 from wireproto.topics import pattern_matches, validate_pattern
 
@@ -322,9 +323,26 @@ class Outcome:
 
 
 async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Captured], speed: float,
-                      outcome: Outcome, max_gap_ns: int | None = None) -> None:
+                      outcome: Outcome, max_gap_ns: int | None = None) -> str | None:
     """Publish `messages` on `link`, each at its recorded offset (`Pace`) over `speed`, never
-    faster than the connection takes them."""
+    faster than the connection takes them. Returns None, or why the connection was lost (which
+    ends the replay at once, whatever it was waiting for)."""
+    lost: list[str] = []
+    waiting: list[defer.Deferred[None]] = []
+
+    def gone(why: str) -> None:
+        lost.append(why)
+        for wait in list(waiting):
+            wait.cancel()
+
+    async def until(wait: defer.Deferred[None]) -> None:
+        waiting.append(wait)
+        try:
+            await wait
+        finally:
+            waiting.remove(wait)
+
+    link.on_lost(gone)
     backpressure = _Backpressure()
     transport = _message_transport(link)
     if transport is not None:
@@ -340,14 +358,16 @@ async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Capt
             outcome.recorded_ns = offset_ns = pace.offset(message.at_ns)
             delay = began + offset_ns / 1e9 / speed - reactor.seconds()
             if delay > 0.0005:
-                await task.deferLater(reactor, delay)
+                await until(task.deferLater(reactor, delay))
                 burst = 0
             elif (burst := burst + 1) >= BURST:
-                await task.deferLater(reactor, 0)
+                await until(task.deferLater(reactor, 0))
                 burst = 0
             paused = backpressure.wait()
             if paused is not None:
-                await paused
+                await until(paused)
+            if lost:
+                break
             try:
                 await link.publish(message.topic, message.payload)
             except ToolError as refused:
@@ -359,9 +379,13 @@ async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Capt
                 outcome.not_carried += 1  # a topic the target's protocol cannot carry
                 continue
             outcome.published += 1
+    except defer.CancelledError:
+        if not lost:
+            raise  # Ctrl-C or SIGTERM: run_tool's
     finally:
-        if transport is not None:
+        if transport is not None and not lost:
             transport.unregisterProducer()
+    return lost[0] if lost else None
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -384,39 +408,29 @@ def replay(args: argparse.Namespace) -> int:
         protocol = await ask_protocol(reactor, args, "replay", list(links()),
                                       args.timeout or DEFAULT_CONNECT_TIMEOUT)
         link: Link | None = None
-        lost: list[str] = []
+        lost: str | None = None
         outcome = Outcome()
         try:
             link = await open_link(reactor, args, links()[protocol], [], args.timeout
                                    ).addErrback(lambda f: explain_refusal(args, protocol, f))
-            link.on_lost(lost.append)
             outcome.started = time.monotonic()
-            await replay_into(reactor, link, _chain(first, messages, lost), args.speed, outcome,
-                              None if args.max_gap is None else int(args.max_gap * 1e9))
+            lost = await replay_into(
+                reactor, link, chain([first], messages), args.speed, outcome,
+                None if args.max_gap is None else int(args.max_gap * 1e9))
         finally:
-            if link is not None and not lost:
+            if link is not None and lost is None and not link.closing:
                 closed = await close_link(link, reactor, CLOSE_TIMEOUT)
                 if closed is not None:
-                    lost.append(str(closed))
-        if lost:
-            why = lost[0]
-            raise ToolError(closed_line(args.address, protocol, why)
+                    lost = reason_text(closed)
+        if lost is not None:
+            raise ToolError(closed_line(args.address, protocol, lost)
                             or f"the connection closed after {outcome.published} messages: "
-                               f"{why}", EXIT_UNREACHABLE)
+                               f"{lost}", EXIT_UNREACHABLE)
         summary = outcome.summary(reading)
         emit(args.json, summary, _summary_line(summary), out=None if args.json else sys.stderr)
         return EXIT_OK
 
     return run_tool("replay", main, address=args.address)
-
-
-def _chain(first: Captured, rest: Iterator[Captured], lost: list[str]) -> Iterator[Captured]:
-    """`first`, then `rest`, until the connection is lost."""
-    yield first
-    for message in rest:
-        if lost:
-            return
-        yield message
 
 
 def _summary_line(summary: dict[str, float]) -> str:
