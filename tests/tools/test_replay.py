@@ -381,3 +381,22 @@ async def test_the_target_going_away_ends_the_replay_at_once_with_3(
     finally:
         if service.running:
             await wait_for(service.stopService(), timeout=10)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_ubre_binary_format_body_is_replayed_as_its_bytes(tmp_path: Path) -> None:
+    service, urls = await broker(tmp_path)
+    watcher, received = await watch(urls["websmq"])
+    binary = await wait_for(ubre_connect(reactor, urls["ubre"], binary=True))
+    try:
+        for body in (b"\x00\xff\x01", b"", b'{"not": "parsed"}'):
+            await wait_for(binary.publish(TOPICS[1], body))
+        await eventually(lambda: len(received) == 3, timeout=15)
+    finally:
+        await wait_for(binary.close())
+        await wait_for(watcher.disconnect())
+        await wait_for(service.stopService(), timeout=10)
+    replayed = [(m.topic, m.payload) for m in CapturedPublishes(capture_paths([str(tmp_path)]))
+                if m.topic == TOPICS[1]]
+    assert replayed == received == [(TOPICS[1], b"\x00\xff\x01"), (TOPICS[1], b""),
+                                    (TOPICS[1], b'{"not": "parsed"}')]
