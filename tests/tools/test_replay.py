@@ -400,3 +400,23 @@ async def test_a_ubre_binary_format_body_is_replayed_as_its_bytes(tmp_path: Path
                 if m.topic == TOPICS[1]]
     assert replayed == received == [(TOPICS[1], b"\x00\xff\x01"), (TOPICS[1], b""),
                                     (TOPICS[1], b'{"not": "parsed"}')]
+
+
+@pytest_twisted.ensureDeferred
+async def test_ctrl_c_while_a_long_capture_is_searched_stops_at_once(
+        tmp_path: Path, processes: Processes) -> None:
+    from wireproto.codecs import websmq
+
+    subscribe = websmq.encode(websmq.Subscribe("a/b"))
+    with capture.CaptureWriter(tmp_path, fsync=False) as writer:
+        writer.open_connection(1, "127.0.0.1:1", "websmq", "ws")
+        for _ in range(1_000_000):  # no publish: the whole capture is searched, for seconds
+            writer.message(1, "in", subscribe, True)
+    replay = processes.run("replay", str(tmp_path), "--to", "ws://127.0.0.1:1/websmq")
+    await deferLater(reactor, 1.5)
+    assert replay.process.poll() is None, replay.output()
+    replay.process.send_signal(signal.SIGINT)
+    signalled = time.monotonic()
+    assert await replay.exit_code(timeout=15) == 130, replay.output()
+    assert time.monotonic() - signalled < 1.5
+    assert replay.stdout == [] and replay.stderr == []

@@ -153,10 +153,15 @@ class CapturedPublishes:
     _prefixes: dict[int, str] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[Captured]:
+        return (message for message in self.with_turns() if message is not None)
+
+    def with_turns(self) -> Iterator[Captured | None]:
+        """The publishes, and None after every READ_AHEAD_RECORDS records read: a turn for
+        the reactor (Ctrl-C, the connection), however few of them are publishes."""
         for path in self.paths:
             yield from self._file(path)
 
-    def _file(self, path: Path) -> Iterator[Captured]:
+    def _file(self, path: Path) -> Iterator[Captured | None]:
         start: int | None = None
         while True:
             try:
@@ -172,6 +177,7 @@ class CapturedPublishes:
                                         batch.flags[index], batch.data[index])
             if batch.stop != "limit":
                 return  # the end, or a torn last record (a file still being written)
+            yield None
             start = batch.end
 
     def _record(self, at_ns: int, connection: int, kind: int, code: int, flags: int,
@@ -322,7 +328,8 @@ class Outcome:
                 "undecodable": reading.undecodable, "records": reading.records}
 
 
-async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Captured], speed: float,
+async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Captured | None],
+                      speed: float,
                       outcome: Outcome, max_gap_ns: int | None = None) -> str | None:
     """Publish `messages` on `link`, each at its recorded offset (`Pace`) over `speed`, never
     faster than the connection takes them. Returns None, or why the connection was lost (which
@@ -355,6 +362,9 @@ async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Capt
     burst = 0
     try:
         for message in messages:
+            if message is None:  # records read without a publish: a turn for the reactor
+                await until(task.deferLater(reactor, 0))
+                continue
             outcome.recorded_ns = offset_ns = pace.offset(message.at_ns)
             delay = began + offset_ns / 1e9 / speed - reactor.seconds()
             if delay > 0.0005:
@@ -397,8 +407,8 @@ def replay(args: argparse.Namespace) -> int:
                 raise ToolError(f"--topic {pattern!r}: {error}", EXIT_USAGE) from None
         reading = CapturedPublishes(capture_paths(args.captures),
                                     frozenset(args.from_protocol), tuple(args.topic))
-        messages = iter(reading)
-        first = next(messages, None)
+        messages = reading.with_turns()
+        first = await _first(reactor, messages)
         if first is None:
             raise ToolError(
                 f"nothing to replay: no client publishes in {reading.records} records of "
@@ -431,6 +441,16 @@ def replay(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return run_tool("replay", main, address=args.address)
+
+
+async def _first(reactor: IReactorTime, messages: Iterator[Captured | None]) -> Captured | None:
+    """The first publish, giving the reactor its turns on the way (Ctrl-C stops a long
+    search)."""
+    for message in messages:
+        if message is not None:
+            return message
+        await task.deferLater(reactor, 0)
+    return None
 
 
 def _summary_line(summary: dict[str, float]) -> str:
