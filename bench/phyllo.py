@@ -18,6 +18,12 @@ port; the other end, the pty master, is a plain process that only writes or read
     ... @115200                  the master end writes at exactly 115200 baud 8N1 (11,520 bytes
                                  a second), as a device's UART would: "line" is the bytes per
                                  second delivered over 11,520, up to the last message decoded
+    ..., by identity             wireproto's row with the pty found by its USB identity
+                                 (`serial:vid=2341:pid=0043:serial_number=BENCH`) among this
+                                 machine's ports (pyserial's list_ports) and a stand-in board's
+                                 (wireproto.devices.standin), with a PollingWatcher listing
+                                 them at its default interval (1 s) in this process all along;
+                                 "polled 20/s" lists them at the fastest interval it allows
 
     .venv/bin/python bench/phyllo.py [--messages N] [--line-messages N] [--rounds R] [--quick]
 
@@ -50,8 +56,12 @@ from typing import Any
 import msgpack
 from twisted.internet import defer, error, protocol, reactor
 
+from wireproto.devices import PollingWatcher, PortInfo, system_ports
+from wireproto.devices.standin import COMMON_BOARDS, StandInPorts
+from wireproto.devices.watch import MIN_INTERVAL
 from wireproto.phyllo import DocumentLink, PubSubDocument, connect_stack, reduced_stack
 from wireproto.transports import SerialEndpoint
+from wireproto.transports.serial import serial_endpoint_from_string
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # for bench/'s shared harness
     sys.path.append(str(Path(__file__).resolve().parent))
@@ -65,6 +75,9 @@ VALUE = {"t": 21.5, "rh": 40}
 LINE_RATE = 115200 // 10  # bytes a second: 8N1 is 10 bits a byte
 SPEED_GOAL = 5.0  # wireproto's rate over phyllo-python's, at least
 LINE_GOAL = 0.95  # of line rate, at least
+BOARD = {**COMMON_BOARDS["uno"], "serial_number": "BENCH"}
+MATCH = "serial:vid=2341:pid=0043:serial_number=BENCH"
+DEFAULT_POLL = PollingWatcher(reactor).interval  # the watcher's own default
 
 
 def wire_of(value: Any = VALUE) -> bytes:
@@ -86,6 +99,7 @@ class Row:
     direction: str  # "receive" or "send"
     paced: bool = False
     reads: str = "adapter"  # phyllo-python: through its adapter, or in bulk
+    poll: float | None = None  # wireproto: found by identity, a watcher polling this often
 
 
 ROWS = [
@@ -96,11 +110,20 @@ ROWS = [
     Row("phyllo-python send", "phyllo-python", "send"),
     Row("wireproto @115200", "wireproto", "receive", paced=True),
     Row("phyllo-python @115200", "phyllo-python", "receive", paced=True),
+    Row("wireproto receive, by identity", "wireproto", "receive", poll=DEFAULT_POLL),
+    Row("wireproto receive, by identity, polled 20/s", "wireproto", "receive",
+        poll=MIN_INTERVAL),
+    Row("wireproto send, by identity", "wireproto", "send", poll=DEFAULT_POLL),
+    Row("wireproto @115200, by identity", "wireproto", "receive", paced=True,
+        poll=DEFAULT_POLL),
 ]
 SPEED_PAIRS = [  # (wireproto's row, phyllo-python's row)
     ("wireproto receive", "phyllo-python receive"),
     ("wireproto receive", "phyllo-python receive, bulk"),
     ("wireproto send", "phyllo-python send"),
+    ("wireproto receive, by identity", "phyllo-python receive"),
+    ("wireproto receive, by identity, polled 20/s", "phyllo-python receive"),
+    ("wireproto send, by identity", "phyllo-python send"),
 ]
 
 
@@ -112,6 +135,8 @@ class Measurement:
     cpu_seconds: float
     cpu_window: float
     """The wall time over which cpu_seconds was taken."""
+    lists: list[float] = field(default_factory=list)
+    """By identity: the seconds each listing of the ports took, while the row ran."""
 
     @property
     def rate(self) -> float:
@@ -218,17 +243,51 @@ def time_limit(count: int) -> float:
 # --- measuring -----------------------------------------------------------------------------------
 
 
+@contextmanager
+def board_by_identity(interval: float) -> Iterator[tuple[int, SerialEndpoint, list[float]]]:
+    """A stand-in board (a pty) found by its USB identity among this machine's ports and its
+    own, with a watcher listing them every `interval` seconds: (the pty master, the endpoint
+    that finds it, the seconds each listing took)."""
+    boards = StandInPorts()
+    lists: list[float] = []
+
+    def lister() -> list[PortInfo]:
+        started = time.perf_counter()
+        ports = system_ports() + boards.ports()
+        lists.append(time.perf_counter() - started)
+        return ports
+
+    try:
+        board = boards.plug(**BOARD)
+        watcher = PollingWatcher(reactor, lister, interval)
+        watcher.start()
+        try:
+            yield board.master, serial_endpoint_from_string(reactor, MATCH, lister=lister), lists
+        finally:
+            watcher.stop()
+    finally:
+        boards.close()
+
+
 async def measure(row: Row, count: int, wire: bytes) -> Measurement:
+    if row.poll is not None:
+        with board_by_identity(row.poll) as (master, endpoint, lists):
+            measured = await _measure_wireproto(row, count, wire, master, endpoint)
+            if not endpoint.port or endpoint.port.serial_number != "BENCH":
+                raise BenchError(f"{row.name}: opened {endpoint.port}, not the stand-in board")
+            measured.lists = list(lists)
+            return measured
     with pty_line() as (master, device):
         if row.stack == "wireproto":
-            return await _measure_wireproto(row, count, wire, master, device)
+            return await _measure_wireproto(row, count, wire, master,
+                                            SerialEndpoint(reactor, device))
         return await _measure_phyllo_python(row, count, wire, master, device)
 
 
-async def _measure_wireproto(row: Row, count: int, wire: bytes, master: int, device: str
-                             ) -> Measurement:
-    top = await within(connect_stack(SerialEndpoint(reactor, device),
-                                     lambda: DocumentLink(reduced_stack())), 10, "opening the pty")
+async def _measure_wireproto(row: Row, count: int, wire: bytes, master: int,
+                             endpoint: SerialEndpoint) -> Measurement:
+    top = await within(connect_stack(endpoint, lambda: DocumentLink(reduced_stack())), 10,
+                       "opening the pty")
     children: list[Child] = []
     try:
         if row.direction == "receive":
@@ -367,7 +426,7 @@ def _median(values: list[float]) -> float:
 
 
 def table(report: Report, rows: list[Row], options: argparse.Namespace) -> list[str]:
-    header = f"{'row':<28} {'messages/s':>11} {'CPU us/msg':>11} {'CPU load':>9} {'line':>8}"
+    header = f"{'row':<44} {'messages/s':>11} {'CPU us/msg':>11} {'CPU load':>9} {'line':>8}"
     lines = ["", header, "-" * len(header)]
     for row in rows:
         runs = report.of(row.name)
@@ -377,7 +436,7 @@ def table(report: Report, rows: list[Row], options: argparse.Namespace) -> list[
         cpu = _median([m.cpu_us for m in runs])
         load = _median([m.cpu_seconds / m.cpu_window for m in runs if m.cpu_window > 0])
         line = f"{_median([m.line(report.wire_length) for m in runs]):.2%}" if row.paced else ""
-        lines.append(f"{row.name:<28} {rate:>11,.0f} {cpu:>11.1f} {load:>9.0%} {line:>8}")
+        lines.append(f"{row.name:<44} {rate:>11,.0f} {cpu:>11.1f} {load:>9.0%} {line:>8}")
     lines.append("")
     lines.append(f"{options.messages} messages ({options.line_messages} at 115200 baud) of"
                  f" {report.wire_length} bytes a measurement, reduced stack; medians of"
@@ -385,6 +444,12 @@ def table(report: Report, rows: list[Row], options: argparse.Namespace) -> list[
                  f" {os.cpu_count()} cores")
     lines.append(f"line: bytes a second delivered over {LINE_RATE:,} (115200 baud 8N1); at most"
                  f" {LINE_RATE / report.wire_length:,.0f} messages/s fit the line")
+    lists = [seconds for m in report.measurements for seconds in m.lists]
+    if any(m.row.poll is not None for m in report.measurements):
+        lines.append(f"by identity: {MATCH} among this machine's ports and a stand-in's; the"
+                     f" watcher listed them {len(lists)} times while those rows ran, a median"
+                     f" {_median(lists) * 1e3:.2f} ms (longest {max(lists, default=0) * 1e3:.2f}"
+                     " ms) each")
     if options.quick:
         lines.append("--quick: a smoke run, too short for its figures to mean much; run without it"
                      " to compare")
@@ -458,6 +523,25 @@ def run_line(argv: list[str]) -> int:
     return 0
 
 
+def row_names(text: str) -> list[str]:
+    """``--rows``' names: split on commas, except those inside a row's name (``phyllo-python
+    receive, bulk``), the longest name first. A piece that is no name is kept to be refused."""
+    known = {row.name for row in ROWS}
+    pieces = text.split(",")
+    names = []
+    start = 0
+    while start < len(pieces):
+        for end in range(len(pieces), start, -1):
+            candidate = ",".join(pieces[start:end]).strip()
+            if candidate in known:
+                break
+        else:
+            end, candidate = start + 1, pieces[start].strip()
+        names.append(candidate)
+        start = end
+    return names
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int,
@@ -466,7 +550,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         " (default 1400, about 4 s; or 100 with --quick)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5, 1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="one short round: a smoke run")
-    parser.add_argument("--rows", type=lambda s: [n.strip() for n in s.split(",")],
+    parser.add_argument("--rows", type=row_names,
                         help="only these rows, comma-separated, e.g. 'wireproto receive'")
     options = parser.parse_args(argv)
     if options.messages is None:

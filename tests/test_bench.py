@@ -69,3 +69,34 @@ async def test_phyllo_bench_moves_every_message_through_every_row():
         assert m.seconds > 0 and m.cpu_seconds >= 0
     table = "\n".join(report.lines)
     assert "wireproto receive" in table and "goals:" in table
+
+
+@pytest_twisted.ensureDeferred
+async def test_phyllo_bench_finds_its_board_by_identity_with_the_watcher_on():
+    by_identity = [row for row in phyllo_bench.ROWS if row.poll is not None]
+    assert {row.direction for row in by_identity} == {"receive", "send"}
+    assert any(row.paced for row in by_identity)
+    assert {row.poll for row in by_identity} == {phyllo_bench.DEFAULT_POLL,
+                                                 phyllo_bench.MIN_INTERVAL}
+    lines: list[str] = []
+    options = phyllo_bench.parse_args(["--quick", "--messages", "60", "--line-messages", "12",
+                                       "--rows", ",".join(row.name for row in by_identity)])
+    report = await wait_for(phyllo_bench.run(options, out=lines.append), timeout=120)
+    assert [m.row for m in report.measurements] == by_identity, lines
+    for m in report.measurements:
+        # run() checked each message arrived once and unchanged, on the stand-in it found
+        assert m.messages == (12 if m.row.paced else 60) and m.seconds > 0
+        assert m.lists and all(seconds >= 0 for seconds in m.lists)
+    assert any(line.startswith("by identity: serial:vid=2341:pid=0043:serial_number=BENCH")
+               for line in report.lines)
+
+
+def test_phyllo_bench_rows_are_chosen_by_their_whole_names():
+    # names with a comma in them, which splitting on every comma could not choose
+    assert phyllo_bench.parse_args(
+        ["--rows", "phyllo-python receive, bulk,wireproto receive, by identity, polled 20/s,"
+                   "wireproto send"]).rows == [
+        "phyllo-python receive, bulk", "wireproto receive, by identity, polled 20/s",
+        "wireproto send"]
+    with pytest.raises(SystemExit):
+        phyllo_bench.parse_args(["--rows", "wireproto receive, bulk"])

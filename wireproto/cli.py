@@ -133,6 +133,8 @@ COMMANDS = {
                       "wireproto.tools.replay", INTERRUPTED),
     "conform": Command("judge an implementation by a protocol's conformance kit",
                        "wireproto.conformance.command", INTERRUPTED),
+    "devices": Command("list serial ports and their USB identity", "wireproto.tools.devices",
+                       INTERRUPTED, handles_interrupt=True, short_lived=True),
     "passwd": Command("set or delete a user's password in a password file",
                       "wireproto.tools.passwd", INTERRUPTED, handles_interrupt=True),
 }

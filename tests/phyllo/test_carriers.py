@@ -121,3 +121,29 @@ async def test_over_tcp_the_chunked_stream_cuts_the_bytes(carriers):
     carriers.stacks.append(top)
     top.send(ECHO)
     assert await received(top, 1) == [ECHO]
+
+
+@pytest_twisted.ensureDeferred
+async def test_over_websocket_the_health_counts_messages_as_chunks(carriers):
+    port = await carriers.listen(websocket_site({"/raw": websocket_resource(carriers.recorder)}))
+
+    def build() -> MessageChunks:
+        top = reduced_stack(MessageChunks())
+        carriers.stacks.append(top)
+        return top.bottom
+
+    bottom = await wait_for(connect(reactor, f"ws://127.0.0.1:{port}/raw", build))
+    await eventually(lambda: carriers.recorders and carriers.recorders[0].connected)
+    server = carriers.recorders[0]
+    assert bottom.health.last_chunk_at is None
+    bottom.top.send(ECHO)
+    await server.received(1)
+    server.transport.sendMessage(b"\x7f" * 300)  # over the 255-byte chunk limit
+    server.transport.sendMessage(b"not a chunk", False)
+    server.transport.sendMessage(MESSAGE_REDUCED_WIRE[1:-1])
+    assert await received(bottom.top, 1) == [ECHO]
+    health = bottom.health
+    assert health.bytes_sent == len(MESSAGE_REDUCED_WIRE) - 2  # no delimiters on a message
+    assert health.bytes_received == 300 + len(b"not a chunk") + len(MESSAGE_REDUCED_WIRE) - 2
+    assert health.resyncs == 1 and bottom.counters.framing_errors == 2
+    assert bottom.counters.received == 1 and health.last_chunk_at is not None

@@ -340,12 +340,20 @@ class AdminApi(Resource):
             {"kind": "attach", "name": link.protocol, "endpoint": link.endpoint}
             for link in service.config.attach
         ]
-        for link in service.config.phyllo:
-            bridge = service.phyllo.get(link.name)
-            if bridge is not None:
-                links.append({"kind": "phyllo", "name": link.name, "endpoint": link.endpoint,
-                              "prefix": bridge.prefix, "connected": bridge.connected,
-                              **bridge.stats.as_dict()})
+        # Every bridge there is now, those a fleet adds as boards come included.
+        endpoints = {link.name: link.endpoint for link in service.config.phyllo}
+        now = time.time()
+        for name, bridge in sorted(service.phyllo.items()):
+            health = bridge.health()
+            last_frame = health["last_frame"]
+            links.append({
+                "kind": "phyllo", "name": name,
+                "endpoint": endpoints.get(name, endpoints.get(name.rpartition(".")[0], "")),
+                "prefix": bridge.prefix, "connected": bridge.connected,
+                **bridge.counters(), **health,
+                "last_frame_age": None if not isinstance(last_frame, float)
+                else round(max(0.0, now - last_frame), 3),
+            })
         return {
             "listeners": [
                 {"protocol": bound.listener.protocol, "transport": bound.listener.transport,

@@ -86,12 +86,20 @@ def _address_problem(endpoint: str) -> str | None:
     return None
 
 
-def client_endpoint_problem(endpoint: str, reactor: Any) -> str | None:
-    """What is wrong with a client endpoint string (``serial:`` included), or None."""
+def client_endpoint_problem(endpoint: str, reactor: Any, *, protocol: str | None = None,
+                            stack: str | None = None) -> str | None:
+    """What is wrong with a client endpoint string (``serial:`` and ``replay:`` included), or
+    None. A ``replay:`` endpoint is checked against its capture: for a link of `protocol`, or
+    a Phyllo link whose stack is `stack`."""
     from twisted.internet.endpoints import clientFromString
 
     from wireproto.transports.serial import serial_endpoint_from_string
 
+    if endpoint_type(endpoint) == "replay":
+        from wireproto.capture.replay import replay_problem
+
+        problem = replay_problem(endpoint, protocol=protocol, stack=stack)
+        return None if problem is None else f"bad client endpoint {endpoint!r}: {problem}"
     try:
         # serial: is parsed directly too, so it works even where Twisted's plugin scan does not.
         if endpoint_type(endpoint) == "serial":

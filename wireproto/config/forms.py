@@ -177,7 +177,7 @@ def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any
         raise Invalid("framing", f"unknown framing {framing!r}; use {one_of(FRAMINGS)}")
     if framing not in spec.transports:
         raise Invalid("framing", f"{protocol} does not run over {framing}; use {one_of(allowed)}")
-    problem = client_endpoint_problem(endpoint, reactor)
+    problem = client_endpoint_problem(endpoint, reactor, protocol=protocol)
     if problem is not None:
         raise Invalid("endpoint", problem)
     if principal is not None:
@@ -203,7 +203,7 @@ def check_phyllo(
         except Exception as error:  # Autobahn raises bare Exception for a bad URL
             raise Invalid("endpoint", f"bad WebSocket URL {endpoint!r}: {error}") from None
     else:
-        problem = client_endpoint_problem(endpoint, reactor)
+        problem = client_endpoint_problem(endpoint, reactor, stack=stack or "reduced")
         if problem is not None:
             raise Invalid("endpoint", problem)
     stack = stack or "reduced"

@@ -74,6 +74,8 @@ GAUGE_TOTALS: dict[str, Callable[[list[float]], float] | None] = {
     "process_start_time_seconds": None,
     "process_max_fds": None,
     "wireproto_build_info": None,
+    # A link is opened by one process: the latest frame of any.
+    "wireproto_phyllo_last_frame_timestamp_seconds": max,
 }
 
 # Handlers on the broker often answer in well under a millisecond: finer buckets than the
@@ -117,6 +119,12 @@ _PHYLLO_COUNTERS = {
     "unmapped": "Messages whose topic has no counterpart on the other side.",
     "unsendable": "Hub payloads the link's send format or frame size cannot carry.",
     "denied": "Device messages on topics the link's principal may not publish on.",
+    "frames": "Frames (chunks) the device sent, those then dropped for a bad CRC included.",
+    "bytes_received": "Bytes the device sent, noise included.",
+    "bytes_sent": "Bytes sent to the device, delimiters included.",
+    "resyncs": "Over-long chunks dropped up to the next delimiter (line noise, a lost "
+               "delimiter).",
+    "reopens": "Times the link's carrier opened again after its first open.",
 }
 
 
@@ -362,10 +370,21 @@ class BrokerCollector(Collector):
             "wireproto_phyllo_connected", "1 while the Phyllo link's carrier is open.",
             labels=["link"],
         )
-        counters = {name: link.counters() for name, link in sorted(links.items())}
+        last_frame = GaugeMetricFamily(
+            "wireproto_phyllo_last_frame_timestamp_seconds",
+            "When the device last sent a frame, in Unix seconds (no sample before the first).",
+            labels=["link"],
+        )
+        # Read at each scrape: links come and go while the broker runs (a fleet's boards).
+        counters: dict[str, dict[str, int]] = {}
         for name, link in sorted(links.items()):
             connected.add_metric([name], 1 if link.top is not None else 0)
+            counts = counters[name] = link.counters()
+            counts["reopens"] = max(0, counts["connections"] - 1)
+            if link.last_frame is not None:
+                last_frame.add_metric([name], link.last_frame)
         yield connected
+        yield last_frame
         for field, documentation in _PHYLLO_COUNTERS.items():
             family = CounterMetricFamily(
                 f"wireproto_phyllo_{field}", documentation, labels=["link"]

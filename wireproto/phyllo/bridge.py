@@ -34,6 +34,9 @@ Payloads, hub to device, by the link's `send_format`:
 - ``json``: a JSON document of the same value (a payload that is not UTF-8 is `unsendable`);
 - ``bytes``: a 0x10 byte buffer holding the payload as it is.
 
+Its health (`health()`: frames, bytes, CRC errors, resyncs, reopens, the last frame's time, the
+port open now) is counted by the stack's bottom and summed here over every connection.
+
 While the device is away, what the hub sends it is dropped and counted in `offline`, as MQTT
 does at QoS 0. While the carrier's buffer is full (a serial line runs at ~11 KB/s), messages wait
 in a queue of at most `queue_bytes`, and the oldest are dropped (`dropped`) to make room.
@@ -44,7 +47,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -70,7 +73,7 @@ from wireproto.payloads import value_from_payload
 from wireproto.transports.base import IMessageTransport, MessageProtocol
 
 from .base import LayerBase
-from .links import ChunkedStream, MessageChunks
+from .links import BottomHealth, ChunkedStream, MessageChunks
 from .presets import build_stack
 
 if TYPE_CHECKING:
@@ -82,7 +85,9 @@ __all__ = [
     "BridgeConnection",
     "LinkTransport",
     "HubBridge",
+    "LinkHealth",
     "SEND_FORMATS",
+    "carrier_port",
     "hub_topic_error",
 ]
 
@@ -127,6 +132,13 @@ class BridgeStats:
     type_errors: int = 0
     stack_dropped: int = 0
     """Units a layer's full receive queue dropped."""
+    # The carrier's, as the stack's bottom counts them (`BottomHealth`).
+    frames: int = 0
+    """Chunks received (those the layers above then dropped included)."""
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    resyncs: int = 0
+    """Over-long chunks dropped up to the next delimiter."""
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -138,6 +150,37 @@ _STACK_COUNTERS = {
     "type_errors": "type_errors",
     "dropped": "stack_dropped",
 }
+
+LinkHealth = dict[str, int | float | str | None]
+
+
+def _add_bottom(totals: dict[str, int], bottom: LayerBase) -> None:
+    """Add what the carrier's bottom layer counted to `totals` (BridgeStats fields)."""
+    health = getattr(bottom, "health", None)
+    if isinstance(health, BottomHealth):
+        totals["frames"] += bottom.counters.received
+        totals["bytes_received"] += health.bytes_received
+        totals["bytes_sent"] += health.bytes_sent
+        totals["resyncs"] += health.resyncs
+
+
+class _Carrier(Protocol):
+    def getPeer(self) -> object: ...
+
+
+def carrier_port(transport: _Carrier) -> str | None:
+    """What a link's carrier is open on: a serial port's device, else the peer's address."""
+    try:
+        peer = transport.getPeer()
+    except Exception:  # a carrier that cannot say is still a carrier
+        return None
+    device = getattr(peer, "device", None)
+    if isinstance(device, str):
+        return device
+    host, port = getattr(peer, "host", None), getattr(peer, "port", None)
+    if host is not None and port is not None:
+        return f"{host}:{port}"
+    return None if peer is None else str(peer)
 
 
 class BridgeLayer(LayerBase):
@@ -288,6 +331,9 @@ class HubBridge:
         self.stack_limits = stack_limits
         self.stats = BridgeStats()
         self.top: BridgeLayer | None = None
+        # The device opened now (None while it is away), and the last frame of a closed one.
+        self.port: str | None = None
+        self._last_frame: float | None = None
         self._queue: deque[PubSubMessage] = deque()
         self._queued_bytes = 0
         self._paused = False
@@ -346,6 +392,7 @@ class HubBridge:
         self.stats.connections += 1
         self._paused = False
         transport = getattr(top.bottom, "transport", None)
+        self.port = None if transport is None else carrier_port(transport)
         if transport is not None:
             transport.registerProducer(self, True)
         if self.protocol_wrapper is not None:
@@ -365,9 +412,15 @@ class HubBridge:
             for field, total in _STACK_COUNTERS.items():
                 value = getattr(layer.counters, field)
                 setattr(self.stats, total, getattr(self.stats, total) + value)
+        carried = dict.fromkeys(("frames", "bytes_received", "bytes_sent", "resyncs"), 0)
+        _add_bottom(carried, top.bottom)
+        for field, value in carried.items():
+            setattr(self.stats, field, getattr(self.stats, field) + value)
+        self._last_frame = self._latest_frame(top)
         if top is not self.top:
             return
         self.top = None
+        self.port = None
         connection, self.connection, self._bridged = self.connection, None, None
         if connection is not None:
             connection.connectionLost(reason)
@@ -396,7 +449,37 @@ class HubBridge:
             for layer in self.top.layers():
                 for field, total in _STACK_COUNTERS.items():
                     totals[total] += getattr(layer.counters, field)
+            _add_bottom(totals, self.top.bottom)
         return totals
+
+    def _latest_frame(self, top: BridgeLayer | None) -> float | None:
+        # The connection's own, once it has had a frame: it came after any of an earlier one
+        # (whatever the clock did meanwhile).
+        health = None if top is None else getattr(top.bottom, "health", None)
+        now = health.last_chunk_at if isinstance(health, BottomHealth) else None
+        return self._last_frame if now is None else now
+
+    @property
+    def last_frame(self) -> float | None:
+        """Unix time of the last frame (chunk) the device sent, over every connection."""
+        return self._latest_frame(self.top)
+
+    def health(self) -> LinkHealth:
+        """The device's health, over every connection the link has had: `frames` (chunks
+        received), `bytes_received`, `bytes_sent`, `crc_errors`, `resyncs` (over-long chunks
+        dropped up to the next delimiter), `reopens` (opens after the first), `last_frame` (Unix
+        time of the last chunk, or None) and `port` (what is open now, or None)."""
+        counts = self.counters()
+        return {
+            "frames": counts["frames"],
+            "bytes_received": counts["bytes_received"],
+            "bytes_sent": counts["bytes_sent"],
+            "crc_errors": counts["crc_errors"],
+            "resyncs": counts["resyncs"],
+            "reopens": max(0, counts["connections"] - 1),
+            "last_frame": self.last_frame,
+            "port": self.port if self.connected else None,
+        }
 
     def close(self) -> None:
         """Stop taking hub messages; the carrier is closed by whoever opened it."""

@@ -7,6 +7,9 @@ decodes them; these classes only join the codecs into layers:
   serial port (the ``serial:`` endpoint), a TCP stream or a pty. It cuts the stream into chunks at
   0x00 delimiters, drops a chunk over `max_length` up to the next delimiter (the resync after line
   noise) and sends each chunk as ``00 chunk 00``.
+
+Both bottoms count the carrier's health (`BottomHealth`): bytes in and out, over-long chunks
+dropped (resyncs), and when the last chunk came; `counters.received` counts the chunks.
 - `MessageChunks`, the bottom over an `IMessageTransport` whose messages are already delimited
   (WebSocket binary): one message is one chunk, so the same stack runs above it.
 - `FrameLayer` (0x20): COBS.
@@ -18,6 +21,7 @@ decodes them; these classes only join the codecs into layers:
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import time as _now
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from twisted.internet.protocol import Protocol, connectionDone
@@ -40,6 +44,7 @@ from wireproto.transports.base import IMessageTransport, MessageProtocol
 from .base import DEFAULT_MAX_QUEUE, Layer, LayerBase, log
 
 __all__ = [
+    "BottomHealth",
     "ChunkedStream",
     "DatagramLayer",
     "FrameLayer",
@@ -48,11 +53,27 @@ __all__ = [
 ]
 
 
+class BottomHealth:
+    """What a bottom saw of its carrier: plain integers and one time, so a device that floods
+    the line makes them larger, never more."""
+
+    __slots__ = ("bytes_received", "bytes_sent", "resyncs", "last_chunk_at")
+
+    def __init__(self) -> None:
+        self.bytes_received = 0
+        self.bytes_sent = 0
+        self.resyncs = 0
+        """Over-long chunks dropped up to the next delimiter (a message, over WebSocket)."""
+        self.last_chunk_at: float | None = None
+        """Unix time of the last chunk received, or None before the first."""
+
+
 class _Bottom(Layer[bytes]):
-    """What both bottoms share: chunks up, chunks down, and the carrier's events."""
+    """What both bottoms share: chunks up, chunks down, the carrier's events and its health."""
 
     connected: Any
     max_length: int
+    health: BottomHealth
 
     def _send_chunk(self, chunk: bytes) -> None:
         raise NotImplementedError
@@ -80,6 +101,7 @@ class ChunkedStream(_Bottom, Protocol):
     ) -> None:
         self.max_length = max_length
         self._splitter = ChunkSplitter(max_length)
+        self.health = BottomHealth()
         super().__init__(None, max_queue=max_queue)
 
     # -- Twisted protocol -------------------------------------------------------------------
@@ -88,11 +110,18 @@ class ChunkedStream(_Bottom, Protocol):
         self.link_made()
 
     def dataReceived(self, data: bytes) -> None:
+        health = self.health
+        health.bytes_received += len(data)
         chunks = self._splitter.feed(data)
-        for error in self._splitter.errors:
-            self._reject(error)
-        for chunk in chunks:
-            self._deliver(chunk)
+        errors = self._splitter.errors
+        if errors:  # each one an over-long chunk dropped: a resync
+            health.resyncs += len(errors)
+            for error in errors:
+                self._reject(error)
+        if chunks:
+            health.last_chunk_at = _now()  # one clock read per read from the carrier
+            for chunk in chunks:
+                self._deliver(chunk)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.connected = 0
@@ -103,6 +132,7 @@ class ChunkedStream(_Bottom, Protocol):
     def _send_chunk(self, chunk: bytes) -> None:
         if self.transport is not None:  # connected: `send` checked
             self.transport.write(chunk)
+            self.health.bytes_sent += len(chunk)
 
     def lose_connection(self) -> None:
         if self.connected and self.transport is not None:
@@ -120,6 +150,7 @@ class MessageChunks(_Bottom, MessageProtocol):
         self, *, max_length: int = MAX_CHUNK_LENGTH, max_queue: int = DEFAULT_MAX_QUEUE
     ) -> None:
         self.max_length = max_length
+        self.health = BottomHealth()
         super().__init__(None, max_queue=max_queue)
 
     # -- message protocol -----------------------------------------------------------------
@@ -128,18 +159,22 @@ class MessageChunks(_Bottom, MessageProtocol):
         self.link_made()
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
+        health = self.health
+        health.bytes_received += len(data)
         if not binary:
             self._reject(
                 BadEncoding(f"Phyllo chunk came as a {len(data)}-byte text message"),
                 "framing_errors",
             )
         elif len(data) > self.max_length:
+            health.resyncs += 1
             self._reject(
                 FrameTooLarge(
                     f"Phyllo chunk of {len(data)} bytes is over the {self.max_length}-byte limit"
                 )
             )
         elif data:  # empty chunks are ignored, as on a stream
+            health.last_chunk_at = _now()
             self._deliver(bytes(data))
 
     def connectionLost(self, reason: Failure) -> None:
@@ -152,6 +187,7 @@ class MessageChunks(_Bottom, MessageProtocol):
         # encode_chunk checked it and added delimiters that a message does not need.
         if self.transport is not None:  # connected: `send` checked
             self.transport.sendMessage(chunk[1:-1], True)
+            self.health.bytes_sent += len(chunk) - 2
 
     def lose_connection(self) -> None:
         if self.connected and self.transport is not None:

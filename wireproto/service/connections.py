@@ -64,12 +64,14 @@ class Connections(Service):
                 self.metrics.instrument(protocol, made)
         return made
 
-    def wrapper(self, protocol: str) -> ProtocolWrapper | None:
-        """What wraps each connection's protocol of `protocol`: capture, when it is on."""
+    def wrapper(self, protocol: str, **described: object) -> ProtocolWrapper | None:
+        """What wraps each connection's protocol of `protocol`: capture, when it is on.
+        `described` goes into each connection's open record too (a Phyllo link's name and
+        stack, by which a replay finds it: wireproto.capture.replay)."""
         capture = self.capture
         if capture is None:
             return None
-        listener = self.captured_listener(protocol)
+        listener = {**self.captured_listener(protocol), **described}
         return lambda wrapped: CapturingProtocol(wrapped, capture, protocol, listener)
 
     def captured_listener(self, protocol: str) -> dict[str, object]:

@@ -24,13 +24,16 @@ from zope.interface import implementer
 from wireproto.authentication import Authentication
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import Attach, Config, PhylloLink
-from wireproto.devices.ports import PortLister, system_ports
+from wireproto.config.endpoints import endpoint_type
+from wireproto.devices.matching import SeveralMatchingPorts
+from wireproto.devices.ports import PortInfo, PortLister, system_ports
 from wireproto.devices.watch import PortWatcher, system_watcher
 from wireproto.hub import Hub
 from wireproto.phyllo.bridge import HubBridge
 from wireproto.redaction import redact_text, redact_url
 from wireproto.service.connections import Connections
 from wireproto.service.listeners import stream_options
+from wireproto.service.parts import StartFailed
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.reconnect import ReconnectingService
 from wireproto.transports.stream import stream_client_factory
@@ -43,12 +46,14 @@ log = Logger(namespace="wireproto.service")
 @implementer(IStreamClientEndpoint)
 class _LoggingClientEndpoint:
     """Logs why a link does not open: loudly the first time, quietly while it stays down, so an
-    unplugged device does not flood the log."""
+    unplugged device does not flood the log; and when it opens, the board and the port it
+    found, for a link that finds its board by identity."""
 
     def __init__(self, endpoint: IStreamClientEndpoint, link: Attach | PhylloLink) -> None:
         self.endpoint = endpoint
         self.link = link
-        self._down = False
+        self._down: type[BaseException] | None = None
+        """The kind of failure that keeps the link down, or None while it is open."""
 
     def __repr__(self) -> str:
         return self.shown  # as the reconnector's log lines name it
@@ -58,23 +63,36 @@ class _LoggingClientEndpoint:
         """The link's address as the log shows it: a URL without its credentials."""
         return redact_url(self.link.endpoint)
 
+    def board(self) -> str:
+        """`` (/dev/ttyACM1, 2341:0043 serial 857)``: the port a ``serial:vid=...`` link
+        opened and the board's identity, or "" for a link that names its device."""
+        port = getattr(self.endpoint, "port", None)
+        if not isinstance(port, PortInfo):
+            return ""
+        return f" ({port.device}, {port.identity()})"
+
     def connect(self, factory: IProtocolFactory) -> defer.Deferred[IProtocol]:
         def opened(protocol: IProtocol) -> IProtocol:
-            self._down = False
-            log.info("attached {what} on {endpoint}", event="attached", what=self.link.describe(),
-                     endpoint=self.shown)
+            self._down = None
+            log.info("attached {what} on {endpoint}{board}", event="attached",
+                     what=self.link.describe(), endpoint=self.shown, board=self.board())
             return protocol
 
         def failed(reason: Failure) -> Failure:
             fields = {"endpoint": self.shown, "what": self.link.describe(),
                       "error": redact_text(reason.getErrorMessage().rstrip("."))}
-            if self._down:
+            # Loud the first time, and when the reason changes (no board, then two boards).
+            kind = type(reason.value)
+            if kind is self._down:
                 log.info("cannot open {endpoint} for {what}: {error}; retrying",
                          event="link_open_failed", **fields)
+            elif reason.check(SeveralMatchingPorts):  # a config that must choose a board
+                log.error("cannot open {endpoint} for {what}: {error}; retrying",
+                          event="link_open_failed", **fields)
             else:
                 log.warn("cannot open {endpoint} for {what}: {error}; retrying",
                          event="link_open_failed", **fields)
-            self._down = True
+            self._down = kind
             return reason
 
         return self.endpoint.connect(factory).addCallbacks(opened, failed)
@@ -112,9 +130,27 @@ class Links(MultiService):
     def _endpoint(self, address: str) -> IStreamClientEndpoint:
         return client_endpoint(self.reactor, address, ports=self.lister)
 
+    def _replay(self, link: Attach | PhylloLink) -> IStreamClientEndpoint | None:
+        """A ``replay:`` link's endpoint, playing its capture in the link's own stack or
+        framing (None for any other address)."""
+        if endpoint_type(link.endpoint) != "replay":
+            return None
+        from wireproto.capture.replay import ReplayError, attach_replay, phyllo_replay
+
+        try:
+            if isinstance(link, PhylloLink):
+                return phyllo_replay(self.reactor, link.endpoint, stack=link.stack,
+                                     **_phyllo_limits(link))
+            return attach_replay(
+                self.reactor, link.endpoint, protocol=link.protocol, framing=link.framing,
+                max_message_size=stream_options(self.config, link.framing).max_message_size)
+        except ReplayError as error:
+            raise StartFailed(link.describe(), str(error)) from None
+
     def attach(self, link: Attach, retry_policy: Callable[[int], float]) -> None:
         """Keep a `link.protocol` client connection open to `link.endpoint`."""
-        endpoint = _LoggingClientEndpoint(self._endpoint(link.endpoint), link)
+        endpoint = _LoggingClientEndpoint(
+            self._replay(link) or self._endpoint(link.endpoint), link)
         factory = stream_client_factory(
             self.connections.factory(link.protocol), stream_options(self.config, link.framing),
             identify=None if self.auth is None else self.auth.identify_stream(
@@ -130,9 +166,9 @@ class Links(MultiService):
         bridge = HubBridge(
             self.hub, link.name, prefix=link.prefix, stack=link.stack,
             send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
-            max_chunk_length=link.max_chunk_length,
-            max_frame_payload=min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2),
-            protocol_wrapper=self.connections.wrapper("phyllo"),
+            **_phyllo_limits(link),
+            protocol_wrapper=self.connections.wrapper("phyllo", link=link.name,
+                                                      stack=link.stack),
             principal=link.principal,
         )
         endpoint: Any
@@ -141,7 +177,7 @@ class Links(MultiService):
                 self.reactor, link.endpoint, bridge.build_message_protocol, self.config.websocket
             )
         else:
-            endpoint = self._endpoint(link.endpoint)
+            endpoint = self._replay(link) or self._endpoint(link.endpoint)
             factory = Factory.forProtocol(bridge.build_protocol)
         ReconnectingService(
             self.reactor, _LoggingClientEndpoint(endpoint, link), factory,
@@ -149,3 +185,9 @@ class Links(MultiService):
         ).setServiceParent(self)
         self.phyllo[link.name] = bridge
         return bridge
+
+
+def _phyllo_limits(link: PhylloLink) -> dict[str, int]:
+    """The chunk and frame limits of a Phyllo link's stack."""
+    return {"max_chunk_length": link.max_chunk_length,
+            "max_frame_payload": min(MAX_FRAME_PAYLOAD, link.max_chunk_length - 2)}

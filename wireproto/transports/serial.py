@@ -158,7 +158,9 @@ class SerialEndpoint:
             device = self.resolve()
         except ConnectError as exc:
             return defer.fail(exc)
-        except OSError as exc:  # the ports could not be listed
+        except Exception as exc:
+            # The ports could not be listed (pyserial reads each one's USB strings from /sys,
+            # which a device can make unreadable): this open fails, and the link retries.
             return defer.fail(SerialOpenFailed(string=f"cannot list serial ports: {exc}"))
         protocol = protocolFactory.buildProtocol(SerialAddress(device))
         if protocol is None:
@@ -260,6 +262,8 @@ def serial_endpoint_from_string(reactor: Any, description: str,
     for field in fields:
         key, equals, value = field.partition("=")
         if equals:
+            if key in kwargs:  # which one a link would use is not for a parser to guess
+                raise ValueError(f"serial {key} is given twice")
             kwargs[key] = value
         else:
             args.append(field)

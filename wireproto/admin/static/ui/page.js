@@ -74,7 +74,20 @@ const links = new RowsInPlace($("#links"), {
     integer(l.to_device)],
 });
 
+// Each Phyllo link's device: its health, over every time it was opened.
+const devices = new RowsInPlace($("#devices"), {
+  key: (l) => `${l.node} ${l.name}`,
+  cells: (l) => [l.name, l.port ?? "", l.connected ? "yes" : "no", integer(l.frames),
+    integer(l.bytes_received), integer(l.bytes_sent), integer(l.crc_errors), integer(l.resyncs),
+    integer(l.reopens), lastFrame(l.last_frame_age)],
+});
+
 const charts = new Charts();
+
+// How long ago a device's last frame came, as the broker counted it: "3 s ago", or "never".
+function lastFrame(age) {
+  return typeof age === "number" ? `${duration(age)} ago` : "never";
+}
 
 // A last value as it was sent when it is text (as the tap shows it); bytes that are msgpack
 // decoded, since their hex says little; other bytes as hex.
@@ -161,6 +174,9 @@ function show(status) {
   listeners.show(status.listeners);
   links.show(status.links);
   $("#links").hidden = status.links.length === 0;
+  const phyllo = status.links.filter((l) => l.kind === "phyllo");
+  devices.show(phyllo);
+  $("#devices-section").hidden = phyllo.length === 0;
   showSysToggle(pages.topics?.sys);
   if (!partialFigures(status.nodes)) charts.poll(status, connections);
   charts.draw();
