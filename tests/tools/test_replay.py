@@ -24,7 +24,7 @@ from tests.support import eventually, wait_for
 from tests.tools.served import Processes, one_line
 from wireproto import capture
 from wireproto.codecs.phyllo import PubSubMessage, TypeCode, encode
-from wireproto.config import CaptureSettings, Config, parse_listen, parse_phyllo
+from wireproto.config import CaptureSettings, Config, PhylloLink, parse_listen
 from wireproto.protocols.nydus import client as nydus_client
 from wireproto.protocols.subble import client as subble_client
 from wireproto.protocols.ubre.client import connect as ubre_connect
@@ -269,13 +269,14 @@ async def test_a_captured_devices_messages_are_what_its_bridge_published(tmp_pat
 
 async def a_device_captured(harness: Harness, device: PtyDevice, tmp_path: Path) -> None:
     directory = tmp_path / "capture"
+    # A prefix of its own: the open record names it, and the replay puts the messages there.
     address = await harness.start(
-        parse_phyllo(f"dev1@{device.endpoint}"),
+        PhylloLink("dev1", device.endpoint, "reduced", "lab/dev1", "msgpack"),
         capture=CaptureSettings(directory=str(directory), flush_interval=0.05))
     bridge = harness.service.phyllo["dev1"]
     await eventually(lambda: bridge.top is not None)
     browser = await harness.browser(address)
-    temps = await harness.subscribed(browser, "phyllo/dev1/temp")
+    temps = await harness.subscribed(browser, "lab/dev1/temp")
     device.send(document("temp", {"celsius": 21.5}))
     device.send(document("temp", b"\x00\xff"))
     device.send(PubSubMessage(TypeCode.BYTES_BUFFER, b"temp", b"\x00raw"))
@@ -287,9 +288,7 @@ async def a_device_captured(harness: Harness, device: PtyDevice, tmp_path: Path)
     assert [message.payload for message in replayed] == [b'{"celsius":21.5}', b"\x00\xff",
                                                          b"\x00raw"]
     assert {message.protocol for message in replayed} == {"phyllo"}
-    # Under the prefix its open record names (or its link's default one); "phyllo" for a
-    # capture whose open records name neither.
-    assert {message.topic for message in replayed} <= {"phyllo/dev1/temp", "phyllo/temp"}
+    assert {message.topic for message in replayed} == {"lab/dev1/temp"}
 
 
 def test_a_phyllo_link_s_messages_go_under_the_prefix_its_open_record_names(
