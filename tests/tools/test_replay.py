@@ -13,6 +13,7 @@ import socket
 import time
 from pathlib import Path
 
+import msgpack
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
@@ -419,3 +420,28 @@ async def test_ctrl_c_while_a_long_capture_is_searched_stops_at_once(
     assert await replay.exit_code(timeout=15) == 130, replay.output()
     assert time.monotonic() - signalled < 1.5
     assert replay.stdout == [] and replay.stderr == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_replay_into_a_phyllo_device_sends_what_a_device_topic_can_carry(
+        tmp_path: Path, processes: Processes) -> None:
+    from wireproto.codecs import websmq
+
+    now = time.time_ns()
+    with capture.CaptureWriter(tmp_path / "capture", fsync=False) as writer:
+        writer.open_connection(1, "127.0.0.1:1", "websmq", "ws", timestamp_ns=now)
+        for number, topic in enumerate(("led", "a/topic/over/15/bytes", "led")):
+            writer.message(1, "in", websmq.encode(websmq.Publish(topic, b'{"on":%d}' % number)),
+                           True, now + number * 1000)
+    device = PtyDevice(tmp_path / "ttyACM-replay")
+    try:
+        replay = processes.run("replay", str(tmp_path / "capture"), "--to", device.endpoint,
+                               "--json")
+        assert await replay.exit_code(timeout=30) == 0, replay.output()
+        summary = json.loads(replay.stdout[-1])
+        assert (summary["messages"], summary["not_carried"]) == (2, 1)
+        await eventually(lambda: len(device.poll()) == 2, timeout=10)
+        assert [(m.topic, msgpack.unpackb(m.payload[2:])) for m in device.received] == [
+            (b"led", {"on": 0}), (b"led", {"on": 2})]
+    finally:
+        device.unplug()
