@@ -445,3 +445,31 @@ async def test_a_replay_into_a_phyllo_device_sends_what_a_device_topic_can_carry
             (b"led", {"on": 0}), (b"led", {"on": 2})]
     finally:
         device.unplug()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_publish_the_broker_refused_on_a_pattern_is_not_replayed(
+        tmp_path: Path, processes: Processes) -> None:
+    from wireproto.codecs import ubre
+
+    with capture.CaptureWriter(tmp_path, fsync=False) as writer:
+        writer.open_connection(1, "127.0.0.1:1", "ubre", "ws")
+        for number, topic in enumerate(("paced/+", "paced/t", "paced/#", "paced/t")):
+            writer.message(1, "in", ubre.encode(ubre.Publish(topic, number)), False)
+    service, urls = await broker()
+    watcher, received = await watch(urls["websmq"])
+    try:
+        watcher.subscribe("paced/t", lambda message: received.append(
+            (message.topic, bytes(message.payload))))
+        await deferLater(reactor, 0.2)
+        # The broker closed the connection of a publish on a pattern: replayed, it would end
+        # the replay there.
+        replay = processes.run("replay", str(tmp_path), "--to", urls["websmq"], "--json")
+        assert await replay.exit_code(timeout=30) == 0, replay.output()
+        summary = json.loads(replay.stdout[-1])
+        assert (summary["messages"], summary["refused"]) == (2, 2)
+        await eventually(lambda: len(received) == 2, timeout=15)
+        assert received == [("paced/t", b"1"), ("paced/t", b"3")]
+    finally:
+        await wait_for(watcher.disconnect())
+        await wait_for(service.stopService(), timeout=10)

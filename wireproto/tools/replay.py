@@ -58,7 +58,7 @@ from wireproto.tools._common import (
 from wireproto.tools.explain import ask_protocol, closed_line, explain_refusal
 from wireproto.tools.links import Link, close_link, open_link, reason_text
 from wireproto.tools.registry import links
-from wireproto.topics import pattern_matches, validate_pattern
+from wireproto.topics import is_pattern, pattern_matches, validate_pattern
 
 __all__ = ["Captured", "CapturedPublishes", "capture_paths", "parse_speed", "register"]
 
@@ -149,6 +149,7 @@ class CapturedPublishes:
     topics: tuple[str, ...] = ()
     records: int = 0
     undecodable: int = 0
+    refused: int = 0
     _readers: dict[str, _PublishReader] = field(default_factory=_publish_readers)
     _prefixes: dict[int, str] = field(default_factory=dict)
 
@@ -204,6 +205,11 @@ class CapturedPublishes:
             topic, payload = found
             if protocol == "phyllo":
                 topic = f"{self._prefixes.get(connection, 'phyllo')}/{topic}"
+            if is_pattern(topic):
+                # Refused by the broker when captured (it closes a connection for it), so it
+                # never reached the hub: replayed, it would end the replay the same way.
+                self.refused += 1
+                continue
             if self.topics and not any(pattern_matches(p, topic) for p in self.topics):
                 continue
             yield Captured(at_ns, protocol, topic, payload)
@@ -325,7 +331,8 @@ class Outcome:
         return {"messages": self.published, "seconds": round(elapsed, 3),
                 "rate": round(self.published / elapsed, 1) if elapsed > 0 else 0.0,
                 "recorded_seconds": round(recorded, 3), "not_carried": self.not_carried,
-                "undecodable": reading.undecodable, "records": reading.records}
+                "undecodable": reading.undecodable, "refused": reading.refused,
+                "records": reading.records}
 
 
 async def replay_into(reactor: IReactorTime, link: Link, messages: Iterator[Captured | None],
@@ -458,7 +465,8 @@ def _summary_line(summary: dict[str, float]) -> str:
             f"({summary['rate']:g}/s), recorded over {summary['recorded_seconds']:g} s")
     skipped = [f"{summary[key]} {what}" for key, what in (
         ("not_carried", "the target's protocol cannot carry"),
-        ("undecodable", "that could not be decoded")) if summary[key]]
+        ("undecodable", "that could not be decoded"),
+        ("refused", "the broker refused when captured")) if summary[key]]
     return redact_text(line + (f"; skipped {', '.join(skipped)}" if skipped else ""))
 
 
