@@ -300,6 +300,10 @@ def test_a_phyllo_link_s_messages_go_under_the_prefix_its_open_record_names(
                                  (2, {"link": "dev2", "prefix": "lab/dev2/"}), (3, {})):
             writer.open_connection(connection, "/dev/ttyACM0", "phyllo", "stream", **info)
             writer.message(connection, "in", message, True)
+            # Topics the bridge did not publish on: not UTF-8, a wildcard in them.
+            for topic in (b"\xfftemp", b"a+b", b"t#"):
+                writer.message(connection, "in", encode(PubSubMessage(
+                    TypeCode.BYTES_BUFFER, topic, b"x")), True)
             writer.message(connection, "out", message, True)  # to the device: not replayed
         writer.close_connection(1)
     replayed = list(CapturedPublishes(capture_paths([str(tmp_path)])))

@@ -59,10 +59,14 @@ def document_value(document: bytes) -> Any:
 def published(data: bytes, binary: bool) -> tuple[str, bytes] | None:
     """A device's message as its bridge put it into the hub (bridge.py, hub_payload): the
     device's topic (the bridge puts it under its link's prefix) and the payload, a msgpack or
-    JSON document as JSON text; None for a message that is not a pub-sub message."""
-    from wireproto.phyllo.bridge import hub_payload
+    JSON document as JSON text; None for a message that is not a pub-sub message or whose topic
+    the bridge did not publish on (bridge.py, from_device)."""
+    from wireproto.phyllo.bridge import hub_payload, hub_topic_error
 
     received = phyllo_codec.decode(data)
     if not isinstance(received, phyllo_codec.PubSubMessage):
         return None
-    return received.topic.decode("utf-8"), hub_payload(received)
+    topic = received.topic.decode("utf-8")  # a topic that is not UTF-8 was not published
+    if hub_topic_error(topic) is not None:
+        return None
+    return topic, hub_payload(received)
