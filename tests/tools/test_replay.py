@@ -297,7 +297,9 @@ def test_a_phyllo_link_s_messages_go_under_the_prefix_its_open_record_names(
     message = encode(PubSubMessage(TypeCode.BYTES_BUFFER, b"temp", b"21.5"))
     with capture.CaptureWriter(tmp_path, fsync=False) as writer:
         for connection, info in ((1, {"link": "dev1", "stack": "reduced"}),
-                                 (2, {"link": "dev2", "prefix": "lab/dev2/"}), (3, {})):
+                                 (2, {"link": "dev2", "prefix": "lab/dev2/"}), (3, {}),
+                                 # What no link's prefix can be: ignored.
+                                 (4, {"prefix": "lab/#"}), (5, {"link": "x" * 1000})):
             writer.open_connection(connection, "/dev/ttyACM0", "phyllo", "stream", **info)
             writer.message(connection, "in", message, True)
             # Topics the bridge did not publish on: not UTF-8, a wildcard in them.
@@ -308,7 +310,8 @@ def test_a_phyllo_link_s_messages_go_under_the_prefix_its_open_record_names(
         writer.close_connection(1)
     replayed = list(CapturedPublishes(capture_paths([str(tmp_path)])))
     assert [(m.topic, m.payload) for m in replayed] == [
-        ("phyllo/dev1/temp", b"21.5"), ("lab/dev2/temp", b"21.5"), ("phyllo/temp", b"21.5")]
+        ("phyllo/dev1/temp", b"21.5"), ("lab/dev2/temp", b"21.5"), ("phyllo/temp", b"21.5"),
+        ("phyllo/temp", b"21.5"), ("phyllo/temp", b"21.5")]
 
 
 @pytest_twisted.ensureDeferred

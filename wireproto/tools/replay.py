@@ -70,6 +70,7 @@ READ_AHEAD_RECORDS = 256
 BURST = 64
 # Phyllo links whose prefix is remembered at once (one per open connection of protocol phyllo).
 MAX_PHYLLO_LINKS = 4096
+MAX_PREFIX_LENGTH = 256
 _DECODE_ERRORS = (ProtocolError, ValueError, TypeError, KeyError, IndexError,
                   UnicodeDecodeError)
 
@@ -216,22 +217,29 @@ class CapturedPublishes:
 
     def _phyllo_link(self, connection: int, kind: int, data: bytes) -> None:
         """Where a Phyllo link's messages went in the hub: its open record's ``prefix``, else
-        ``phyllo/LINK`` (a link's default prefix) from its ``link``."""
+        ``phyllo/LINK`` (a link's default prefix) from its ``link``; neither if what the record
+        says could not be a link's prefix (a hostile capture's)."""
         if kind == Kind.CLOSE:
             self._prefixes.pop(connection, None)
             return
         from wireproto.codecs.serialization import json_parse
+        from wireproto.phyllo.bridge import hub_topic_error
 
         try:
             info = json_parse(data) if data else {}
         except (ProtocolError, ValueError):
             return
-        prefix = info.get("prefix") if isinstance(info, dict) else None
-        if not isinstance(prefix, str) and isinstance(info, dict) and isinstance(
-                info.get("link"), str):
-            prefix = f"phyllo/{info['link']}"
-        if isinstance(prefix, str) and len(self._prefixes) < MAX_PHYLLO_LINKS:
-            self._prefixes[connection] = prefix.rstrip("/")
+        if not isinstance(info, dict):
+            return
+        prefix, link = info.get("prefix"), info.get("link")
+        if not isinstance(prefix, str) and isinstance(link, str):
+            prefix = f"phyllo/{link}"
+        if not isinstance(prefix, str):
+            return
+        prefix = prefix.rstrip("/")
+        if len(prefix) <= MAX_PREFIX_LENGTH and hub_topic_error(prefix) is None and \
+                len(self._prefixes) < MAX_PHYLLO_LINKS:
+            self._prefixes[connection] = prefix
 
 
 def parse_speed(text: str) -> float:
