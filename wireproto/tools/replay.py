@@ -60,7 +60,8 @@ from wireproto.tools.links import Link, close_link, open_link, reason_text
 from wireproto.tools.registry import links
 from wireproto.topics import is_pattern, pattern_matches, validate_pattern
 
-__all__ = ["Captured", "CapturedPublishes", "capture_paths", "parse_speed", "register"]
+__all__ = ["Captured", "CapturedPublishes", "Pace", "Outcome", "capture_paths", "parse_speed",
+           "replay_into", "register"]
 
 CLOSE_TIMEOUT = 10.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
