@@ -480,3 +480,17 @@ async def test_a_publish_the_broker_refused_on_a_pattern_is_not_replayed(
     finally:
         await wait_for(watcher.disconnect())
         await wait_for(service.stopService(), timeout=10)
+
+
+def test_a_batch_that_does_not_split_is_counted_and_the_rest_replayed(tmp_path: Path) -> None:
+    from wireproto.codecs import websmq
+
+    publish = websmq.encode(websmq.Publish("a/b", b"1"))
+    with capture.CaptureWriter(tmp_path, fsync=False) as writer:
+        writer.open_connection(1, "127.0.0.1:1", "websmq", "ws")
+        # A whole record (its CRC right) whose batch claims more than it holds.
+        writer.message(1, "in", b"\x00\x00\x01\x00" + publish, True, batch=True)
+        writer.message(1, "in", capture.encode_batch([publish, publish]), True, batch=True)
+    reading = CapturedPublishes(capture_paths([str(tmp_path)]))
+    assert [(m.topic, m.payload) for m in reading] == [("a/b", b"1"), ("a/b", b"1")]
+    assert reading.undecodable == 1

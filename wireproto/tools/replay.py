@@ -196,7 +196,12 @@ class CapturedPublishes:
         if reader is None:
             return
         binary = bool(flags & FLAG_BINARY)
-        for message in record_messages(flags, data):
+        try:
+            messages = record_messages(flags, data)
+        except CaptureError:  # a batch that does not split into its messages
+            self.undecodable += 1
+            return
+        for message in messages:
             try:
                 found = reader(message, binary)
             except _DECODE_ERRORS:
