@@ -129,6 +129,8 @@ COMMANDS = {
     "produce": Command("produce SubbleSocket events", "wireproto.tools.rpc", INTERRUPTED,
                        short_lived=True),
     "events": Command("print SubbleSocket events", "wireproto.tools.rpc", 0),
+    "replay": Command("publish again what clients published in captures, at their pace",
+                      "wireproto.tools.replay", INTERRUPTED),
     "conform": Command("judge an implementation by a protocol's conformance kit",
                        "wireproto.conformance.command", INTERRUPTED),
     "devices": Command("list serial ports and their USB identity", "wireproto.tools.devices",

@@ -12,7 +12,7 @@ from wireproto.codecs import phyllo as phyllo_codec
 from wireproto.codecs.serialization import json_parse
 from wireproto.payloads import NO_VALUE, whole_msgpack
 
-__all__ = ["columns", "value", "document_value"]
+__all__ = ["columns", "value", "document_value", "published"]
 
 _MSGPACK = 0x11
 _CBOR = 0x12
@@ -54,3 +54,19 @@ def document_value(document: bytes) -> Any:
 
         return cbor2.loads(body)
     return NO_VALUE
+
+
+def published(data: bytes, binary: bool) -> tuple[str, bytes] | None:
+    """A device's message as its bridge put it into the hub (bridge.py, hub_payload): the
+    device's topic (the bridge puts it under its link's prefix) and the payload, a msgpack or
+    JSON document as JSON text; None for a message that is not a pub-sub message or whose topic
+    the bridge did not publish on (bridge.py, from_device)."""
+    from wireproto.phyllo.bridge import hub_payload, hub_topic_error
+
+    received = phyllo_codec.decode(data)
+    if not isinstance(received, phyllo_codec.PubSubMessage):
+        return None
+    topic = received.topic.decode("utf-8")  # a topic that is not UTF-8 was not published
+    if hub_topic_error(topic) is not None:
+        return None
+    return topic, hub_payload(received)

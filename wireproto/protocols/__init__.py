@@ -85,7 +85,9 @@ class ProtocolDescriptor:
       ``cobs``); `default_framing` for attached links, `default_path` for ``ws``.
     - `analysis`: a module with ``columns(data, binary, incoming)`` -> (message_type, topic,
       request_id, body_size), and ``value(data, binary, incoming)`` -> the decoded document a
-      message carries, or `wireproto.payloads.NO_VALUE`.
+      message carries, or `wireproto.payloads.NO_VALUE`; optionally ``published(data,
+      binary)`` -> (topic, payload) of a client's publish as the broker put it into its hub, or
+      None for another message (what ``wireproto replay`` publishes again).
     - `decoding_reads`: what its `columns` read besides a message's bytes: ``"binary"`` (the
       record's binary flag) and ``"direction"`` (in or out), so the pipeline decodes a message
       once per distinct bytes and these.

@@ -199,7 +199,7 @@ class Links(MultiService):
             send_format=link.send_format, queue_bytes=self.config.hub.queue_bytes,
             **_phyllo_limits(link),
             protocol_wrapper=self.connections.wrapper("phyllo", link=link.name,
-                                                      stack=link.stack),
+                                                      stack=link.stack, prefix=link.prefix),
             principal=link.principal,
         )
         endpoint: Any

@@ -77,10 +77,17 @@ class ToolError(Exception):
         self.code = code
 
 
-def add_common_options(parser: argparse.ArgumentParser, protocols: Sequence[str]) -> None:
-    parser.add_argument("address", metavar="ADDRESS",
-                        help="ws://host:port/path URL or a client endpoint string "
-                             "(tcp:host:port, serial:/dev/ttyACM0...)")
+def add_common_options(parser: argparse.ArgumentParser, protocols: Sequence[str], *,
+                       address_flag: str | None = None) -> None:
+    """The options every client tool takes; ADDRESS is the first argument, or with
+    `address_flag` (``--to``) that option's value, required."""
+    address_help = ("ws://host:port/path URL or a client endpoint string "
+                    "(tcp:host:port, serial:/dev/ttyACM0...)")
+    if address_flag is None:
+        parser.add_argument("address", metavar="ADDRESS", help=address_help)
+    else:
+        parser.add_argument(address_flag, dest="address", metavar="ADDRESS", required=True,
+                            help=address_help)
     parser.add_argument("-p", "--protocol", choices=protocols,
                         help="the protocol at ADDRESS (default: from the URL's path)")
     parser.add_argument("--json", action="store_true",

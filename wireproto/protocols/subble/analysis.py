@@ -12,7 +12,7 @@ from wireproto.codecs import subble
 from wireproto.codecs.serialization import json_parse
 from wireproto.payloads import NO_VALUE, whole_msgpack
 
-__all__ = ["columns", "value"]
+__all__ = ["columns", "value", "published"]
 
 _TYPES = {
     subble.HandshakeRequest: "handshake_request", subble.HandshakeResponse: "handshake_response",
@@ -41,3 +41,14 @@ def value(data: bytes, binary: bool, incoming: bool) -> Any:
     if message.format == subble.SerializationFormat.JSON:
         return json_parse(message.payload)
     return NO_VALUE  # an implementor's own format
+
+
+def published(data: bytes, binary: bool) -> tuple[str, bytes] | None:
+    """A client's produce as the broker put it into the hub (connection.py, hub_payload): the
+    event type and the payload, JSON text where JSON can say it; None for any other message."""
+    from wireproto.protocols.subble.connection import hub_payload
+
+    message = _decode(data, incoming=True)
+    if not isinstance(message, subble.ProduceEvent):
+        return None
+    return message.event_type, hub_payload(message.payload, message.format)

@@ -8,7 +8,7 @@ from wireproto.codecs import ubre
 from wireproto.codecs.serialization import json_dumps
 from wireproto.payloads import NO_VALUE, sniff_value
 
-__all__ = ["columns", "value"]
+__all__ = ["columns", "value", "published"]
 
 _TYPES = {
     ubre.Subscribe: "subscribe", ubre.Publish: "publish", ubre.Unsubscribe: "unsubscribe",
@@ -47,3 +47,17 @@ def value(data: bytes, binary: bool, incoming: bool) -> Any:
             return sniff_value(bytes(body))
         return body
     return NO_VALUE
+
+
+def published(data: bytes, binary: bool) -> tuple[str, bytes] | None:
+    """A client's publish as the broker put it into the hub (server.py, publishReceived): a
+    binary-format body's bytes as they are, a JSON body as its compact JSON text; None for any
+    other message."""
+    from wireproto.protocols.ubre.peer import payload_from_body
+
+    message = _decode(data, binary)
+    if not isinstance(message, ubre.Publish):
+        return None
+    if binary:
+        return message.topic, b"" if message.body is ubre.NO_BODY else bytes(message.body)
+    return message.topic, payload_from_body(message.body)

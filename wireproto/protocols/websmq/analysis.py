@@ -8,7 +8,7 @@ from wireproto.codecs import websmq
 from wireproto.payloads import NO_VALUE, sniff_value
 from wireproto.protocols.websmq.patterns import pattern_subscription
 
-__all__ = ["columns", "wildcard_columns", "value"]
+__all__ = ["columns", "wildcard_columns", "value", "published"]
 
 _TYPES = {
     websmq.Publish: "publish", websmq.Subscribe: "subscribe",
@@ -54,3 +54,13 @@ def value(data: bytes, binary: bool, incoming: bool) -> Any:
     if isinstance(message, (websmq.Publish, websmq.LastWill)):
         return sniff_value(message.payload)
     return NO_VALUE
+
+
+def published(data: bytes, binary: bool) -> tuple[str, bytes] | None:
+    """A client's publish as the broker put it into the hub: (topic, payload), the payload's
+    bytes as they are; None for any other message (a last will is published only when its
+    connection is lost)."""
+    message = websmq.decode(data)
+    if isinstance(message, websmq.Publish):
+        return message.topic, bytes(message.payload)
+    return None
