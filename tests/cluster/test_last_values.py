@@ -9,11 +9,13 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.logger import globalLogPublisher
 
+from tests.brokers import LOCAL
 from tests.cluster.test_link import cluster_broker
 from tests.support import Inbox, eventually, sleep, wait_for
 from wireproto.cluster.client import NatsClient, NatsOptions
 from wireproto.cluster.lastvalues import key_of_topic, topic_of_key
-from wireproto.hub import HubSettings
+from wireproto.cluster.settings import ClusterSettings
+from wireproto.hub import HubMessage, HubSettings
 
 RETAIN = HubSettings(retain=("sensors/#",))
 
@@ -94,3 +96,21 @@ def test_any_topic_is_one_key_token() -> None:
         key = key_of_topic(topic)
         assert key.startswith("v.") and "." not in key[2:] and " " not in key
         assert topic_of_key(key) == topic
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_value_kept_before_the_process_reached_the_cluster_is_shared_once_it_does(
+        broker, nats):
+    """A serial link's presence is published as its broker starts, before it has reached NATS:
+    that last value reaches the other processes once it has, where it was dropped."""
+    second, _ = await cluster_broker(broker, nats, hub=RETAIN)
+    await eventually(lambda: second.cluster.last_values.available, timeout=10)
+    first, _ = await broker.start(
+        f"websmq+length32@tcp:0:{LOCAL}", hub=RETAIN,
+        cluster=ClusterSettings(url=nats.url, heartbeat_interval=0.2, lease=1.0))
+    assert not first.cluster.last_values.available
+    first.hub.publish(HubMessage("sensors/early", b"1", protocol="websmq"))
+    first.hub.publish(HubMessage("sensors/early", b"2", protocol="websmq"))
+    await eventually(lambda: second.hub.retained.get("sensors/early") is not None
+                     and second.hub.retained.get("sensors/early")[0].payload == b"2",
+                     timeout=10)

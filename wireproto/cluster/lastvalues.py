@@ -94,6 +94,10 @@ class SharedLastValues:
         # Keys of values on patterns logged already: the consumer sends them again each time
         # it is made, and each is logged once.
         self._ignored: set[str] = set()
+        # The latest value of each topic published while the bucket could not be written
+        # (before this process reached the cluster, or while NATS was away), written once it
+        # can be: at most [hub] max_retained topics, the oldest dropped first.
+        self._unshared: dict[str, tuple[bytes, str, dict]] = {}
 
     @property
     def available(self) -> bool:
@@ -113,6 +117,7 @@ class SharedLastValues:
             return
         self.following.stop()
         if (yield self.store.ensure()):
+            self._share_what_waited()
             self.following.run(self._follow)
 
     @defer.inlineCallbacks
@@ -171,6 +176,11 @@ class SharedLastValues:
     def put(self, topic: str, payload: bytes, protocol: str, encodings: dict) -> None:
         """`payload` is `topic`'s last value now (empty: it has none), as published here."""
         if not self.available:
+            if self.retained is not None:
+                self._unshared.pop(topic, None)
+                if len(self._unshared) >= self.retained.max_topics:
+                    self._unshared.pop(next(iter(self._unshared)))
+                self._unshared[topic] = (payload, protocol, encodings)
             return
         if not payload:
             self.client.publish(self.subject(topic), b"", headers=PURGE)
@@ -180,6 +190,11 @@ class SharedLastValues:
             self.client.publish(self.subject(topic),
                                 msgpack.packb([topic, payload, protocol, carried]))
         self.written += 1
+
+    def _share_what_waited(self) -> None:
+        waited, self._unshared = self._unshared, {}
+        for topic, (payload, protocol, encodings) in waited.items():
+            self.put(topic, payload, protocol, encodings)
 
     # -- reading ----------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ def main() -> int:
     from wireproto.program import start_logging
     from wireproto.service import Siblings, describe_error, make_service, reload_on_sighup
     from wireproto.service.app import run_app
+    from wireproto.service.presence import PRESENCE_PATTERN, presence_wanted
     from wireproto.supervisor.natsserver import die_with_parent
 
     spec = json.loads(os.environ[WORKER_ENVIRONMENT])
@@ -81,6 +82,14 @@ def main() -> int:
             # The supervisor's private nats-server: its key, and no other credentials.
             cluster = replace(cluster, user="", password_file="", token_file="", creds_file="",
                               nkey_seed_file=spec["nkey_seed_file"])
+        if index != 0:
+            # A device is opened by one process: two reading one serial port would each get
+            # part of its bytes. Worker 0 holds every link (started again, it opens them again);
+            # the others keep the links' presence, which the cluster shares with them.
+            hub = config.hub
+            if presence_wanted(config):
+                hub = replace(hub, retain=(*hub.retain, PRESENCE_PATTERN))
+            return config.replace(cluster=cluster, hub=hub, attach=(), phyllo=())
         return config.replace(cluster=cluster)
 
     def supervisor_name(config: Config) -> str:
