@@ -305,7 +305,8 @@ async def test_an_attached_link_replays_the_publishes_it_captured(boards, broker
     try:
         inbox = await live.subscriber("sensors/t")
         await eventually(lambda: live.service.hub.subscribers("sensors/t"))
-        await sleep(0.2)  # the attached link is open
+        # What the board writes before the link opens its port is flushed away: wait for it.
+        await eventually(lambda: all(link.protocol is not None for link in live.service.links))
         from cobs import cobs
 
         for seq in range(5):
