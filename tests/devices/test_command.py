@@ -167,3 +167,25 @@ def test_fifty_boards_are_listed_and_a_match_names_a_bounded_few(capsys, boards)
     assert status == devices.NOT_ONE and said.startswith("50 serial ports have vid=1a86: found ")
     assert "; and 42 more; add serial_number= or location= to choose one" in said
     assert len(said) < 1000 and sum(board.device + " " in said for board in plugged) == 8
+
+
+def test_match_takes_the_endpoint_the_table_says_opens_a_board(capsys, boards):
+    esp = boards.plug(**COMMON_BOARDS["esp32-s3"], serial_number="F4:12:FA:00:11:22")
+    clone = boards.plug(**COMMON_BOARDS["nano-ch340"], location="1-1.3:1.0")
+    _, out, _ = run(capsys, boards.ports)
+    hints = [line.removeprefix("    open with: ") for line in out.splitlines()
+             if line.startswith("    open with: ")]
+    assert len(hints) == 2
+    for hint, board in zip(hints, (esp, clone) if esp.device < clone.device else (clone, esp),
+                           strict=True):
+        status, out, _ = run(capsys, boards.ports, "--match", hint)
+        assert status == 0, out
+        assert f" opens {board.device} (" in out.splitlines()[-1]
+
+
+def test_the_port_a_match_opens_is_said_without_its_strings_raw(capsys, boards):
+    boards.plug(0x2341, 0x0043, serial_number="\x1b[2J\x1b]0;owned\x07", location="1-1.\x1b[K")
+    status, out, _ = run(capsys, boards.ports, "--match", "vid=2341")
+    assert status == 0
+    assert "\x1b" not in out and "\x07" not in out
+    assert "serial \\x1b[2J\\x1b]0;owned\\x07 at 1-1.\\x1b[K)" in out.splitlines()[-1]

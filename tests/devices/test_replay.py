@@ -305,7 +305,8 @@ async def test_an_attached_link_replays_the_publishes_it_captured(boards, broker
     try:
         inbox = await live.subscriber("sensors/t")
         await eventually(lambda: live.service.hub.subscribers("sensors/t"))
-        await sleep(0.2)  # the attached link is open
+        # What the board writes before the link opens its port is flushed away: wait for it.
+        await eventually(lambda: all(link.protocol is not None for link in live.service.links))
         from cobs import cobs
 
         for seq in range(5):
@@ -492,3 +493,29 @@ def test_an_open_record_too_long_to_be_one_is_skipped_not_parsed(tmp_path):
     assert cursor.skipped == 1
     with pytest.raises(ConfigError, match="has no Phyllo link dev1"):
         parse_phyllo(f"x@replay:path={tmp_path}:link=dev1")
+
+
+def test_a_looped_capture_of_a_moment_plays_a_pass_a_second_not_in_a_spin(tmp_path):
+    from twisted.internet.task import Clock
+
+    with capture.CaptureWriter(str(tmp_path)) as writer:
+        writer.open_connection(7, "serial:/dev/ttyACM0", "phyllo", "stream", timestamp_ns=0,
+                               link="dev1", stack="reduced")
+        writer.message(7, "in", encode(PubSubMessage(0x10, b"temp", b"20")), True,
+                       timestamp_ns=5 * 10**9)
+    clock = Clock()
+    delivered: list[float] = []
+
+    class Board(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            delivered.append(clock.seconds())
+            if len(delivered) > 50:  # the Clock would run the spin for ever
+                raise AssertionError(f"{len(delivered)} passes by {clock.seconds()} s")
+
+    endpoint = clientFromString(clock, f"replay:path={tmp_path}:link=dev1:loop=yes")
+    endpoint.connect(protocol.Factory.forProtocol(Board))
+    clock.advance(0)
+    for _ in range(10):
+        clock.advance(0.5)
+    assert delivered == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert endpoint.stats.passes == 6  # each pass played has ended

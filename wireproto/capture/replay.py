@@ -11,6 +11,8 @@ through the same code as the live link (docs/phyllo.md, "Replaying a capture").
   link's stack and chunk limits into the byte stream the device sent (`PhylloEncoding`); an
   attached protocol's messages are framed with the link's framing (`FramedEncoding`).
 - ``link=NAME`` plays every connection of that link, in capture order (the link's reopens).
+- ``loop=yes`` plays the capture again from the start, each pass taking at least
+  `MIN_LOOP_PASS` recorded seconds.
 - At the end, without ``loop=yes``, the carrier stays open and quiet, like a device with
   nothing more to say: the dashboard keeps its last values and the link reads as up. A carrier
   closed and opened again (the link's reconnector) goes on from where the replay was, never
@@ -93,6 +95,9 @@ BURST_RECORDS = 512
 BURST_BYTES = 1 << 20
 # link=NAME: at most this many of its connections open at once in the capture.
 MAX_SELECTED = 1024
+# With loop=yes, each pass takes at least this many recorded seconds (over speed): a capture of
+# a moment (one message, or a burst stamped alike) plays once a second, not in a spin.
+MIN_LOOP_PASS = 1.0
 
 
 class _Breath:
@@ -284,6 +289,8 @@ class ReplayEndpoint:
         self._pending: Record | None = None
         self._previous_ns: int | None = None
         self._anchor = 0.0  # when the previous record was due (reactor seconds)
+        self._pass_began = 0.0  # when this pass's first record was due
+        self._next_pass_due: float | None = None  # loop=yes: when the next pass may begin
         self._in_pass = 0
         self._timer: IDelayedCall | None = None
         self._finish_waiters: list[defer.Deferred[dict[str, int]]] = []
@@ -421,8 +428,14 @@ class ReplayEndpoint:
                     self._schedule(due - now)
                     break
                 self._anchor = due
+            elif speed is not None and self._next_pass_due is not None:
+                if self._next_pass_due > now:
+                    self._schedule(self._next_pass_due - now)
+                    break
+                self._anchor = self._pass_began = self._next_pass_due
+                self._next_pass_due = None
             else:
-                self._anchor = now
+                self._anchor = self._pass_began = now
             self._pending = None
             self._previous_ns = record.timestamp_ns
             part = self._encoded(record)
@@ -473,6 +486,8 @@ class ReplayEndpoint:
         if self.options.loop and played:
             self._cursor.rewind()
             self._previous_ns = None
+            if self.options.speed is not None:
+                self._next_pass_due = self._pass_began + MIN_LOOP_PASS / self.options.speed
             if self.options.link is not None:
                 self._selected.clear()
             return True

@@ -16,6 +16,7 @@ that list changes. `check()` lists again; what calls it is the watcher's own:
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -213,8 +214,16 @@ class UdevWatcher(PortWatcher):
         monitor = self._monitor
         if monitor is None:
             return
-        while monitor.poll(timeout=0) is not None:
-            pass  # what changed is read from the ports list; the events only say when
+        try:
+            while monitor.poll(timeout=0) is not None:
+                pass  # what changed is read from the ports list; the events only say when
+        except OSError as error:
+            if error.errno != errno.ENOBUFS:
+                raise  # the monitor is broken: connectionLost says so
+            # The kernel dropped events, its socket's buffer full (a burst of devices): which
+            # ones does not matter, the ports are listed again all the same.
+            log.info("udev events were lost: the serial ports are listed again",
+                     event="udev_events_lost")
         if self._pending is None or not self._pending.active():
             self._pending = self.reactor.callLater(self.settle, self._settled)
 
@@ -223,6 +232,11 @@ class UdevWatcher(PortWatcher):
         self.check()
 
     def connectionLost(self, reason: failure.Failure) -> None:
+        """The reactor stopped reading udev's events (reading them failed)."""
+        if self._monitor is not None:
+            log.failure("udev's events can no longer be read: the serial ports are listed "
+                        "every {interval} s only", reason, event="udev_watch_failed",
+                        interval=self.safety_interval)
         self._monitor = None
 
     def logPrefix(self) -> str:

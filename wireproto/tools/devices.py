@@ -20,7 +20,9 @@ from wireproto.devices.matching import (
     resolve,
 )
 from wireproto.devices.ports import PortInfo, PortLister, system_ports
+from wireproto.logs import escape_controls
 from wireproto.output import write_output
+from wireproto.transports.serial import split_fields
 
 __all__ = ["register", "run", "table", "parse_match"]
 
@@ -56,9 +58,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def parse_match(text: str) -> PortMatch:
-    """``vid=2341:pid=0043`` (or a whole ``serial:vid=...`` endpoint) as a PortMatch; line
-    settings (``baudrate=``) are ignored, a device is refused. Raises ValueError."""
-    fields = text.split(":")
+    """``vid=2341:pid=0043`` (or a whole ``serial:vid=...`` endpoint, such as the table's
+    "open with", ``\\:`` escapes included) as a PortMatch; line settings (``baudrate=``) are
+    ignored, a device is refused. Raises ValueError."""
+    fields = split_fields(text)
     if fields[0] == "serial":
         fields = fields[1:]
     identity: dict[str, str] = {}
@@ -144,7 +147,8 @@ def choice(ports: list[PortInfo], match: PortMatch) -> tuple[str, bool]:
     except (NoMatchingPort, SeveralMatchingPorts) as error:
         said = str(error.args[0])  # without ConnectError's "An error occurred while connecting"
         return "".join(c if c.isprintable() else "?" for c in said), False
-    return f"{match.describe()} opens {port.device} ({port.identity()})", True
+    # The board's own strings (its serial number) may hold a terminal's control sequences.
+    return escape_controls(f"{match.describe()} opens {port.device} ({port.identity()})"), True
 
 
 def run(args: argparse.Namespace, lister: PortLister = system_ports) -> int:

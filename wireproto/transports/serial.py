@@ -42,6 +42,7 @@ __all__ = [
     "SerialOpenFailed",
     "SerialEndpointParser",
     "serial_endpoint_from_string",
+    "split_fields",
 ]
 
 BYTESIZES = (5, 6, 7, 8)
@@ -229,8 +230,9 @@ def _endpoint_from_args(
     return SerialEndpoint(reactor, device or None, **settings, match=match, lister=lister)
 
 
-def _split_description(description: str) -> list[str]:
-    """Split an endpoint string on ':' the way Twisted does, honouring backslash escapes."""
+def split_fields(description: str) -> list[str]:
+    """Split an endpoint string on ':' the way Twisted does, honouring backslash escapes; in
+    order, a key given twice kept twice."""
     fields: list[str] = []
     current: list[str] = []
     escaped = False
@@ -254,7 +256,7 @@ def serial_endpoint_from_string(reactor: Any, description: str,
     """Parse ``serial:DEVICE[:key=value...]`` or ``serial:vid=...[:key=value...]`` without
     needing Twisted's plugin discovery; `lister` lists the ports identity fields are matched
     against (the system's by default)."""
-    prefix, *fields = _split_description(description)
+    prefix, *fields = split_fields(description)
     if prefix != "serial":
         raise ValueError(f"not a serial endpoint string: {description!r}")
     args: list[str] = []
