@@ -198,11 +198,15 @@ async def test_two_matching_boards_are_an_error_naming_both_and_a_serial_number_
     await eventually(lambda: temps)
     assert [json.loads(message.payload) for message in temps] == [858]
 
-    # One board unplugged: the ambiguous link is retried and now opens the one left.
+    # One board unplugged: the ambiguous link now finds the one left, which the other link
+    # holds; a port is opened by one link at a time, so it says so and keeps trying.
     boards.unplug(first)
+    await eventually(lambda: any(f"{second.device} is in use" in (format_event(event) or "")
+                                 for event in broker.said("link_open_failed")), timeout=10)
     assert "phyllo link any" not in " ".join(broker.lines("attached"))
-    await eventually(lambda: sum(f"({second.device}, " in line
-                                 for line in broker.lines("attached")) == 2, timeout=10)
+    second.write(reading("temp", 859))
+    await eventually(lambda: len(temps) == 2)
+    assert [json.loads(message.payload) for message in temps] == [858, 859]
 
 
 @pytest_twisted.ensureDeferred

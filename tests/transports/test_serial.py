@@ -85,6 +85,23 @@ async def test_a_port_that_cannot_be_opened_fails_with_its_name():
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_port_is_opened_by_one_endpoint_at_a_time(net, pty_pair):
+    # Two readers of one serial port (two links matching one board, two brokers) would each
+    # get part of its bytes: the second open fails, saying why, and succeeds once it is free.
+    master, device = pty_pair
+    first = await wait_for(connect(reactor, f"serial:{device}", net.factory(Recorder)))
+    with pytest.raises(SerialOpenFailed, match=f"{device}.*(lock|in use)"):
+        await wait_for(SerialEndpoint(reactor, device).connect(stream_client_factory(Echo)))
+    first.transport.loseConnection()
+    await wait_for(first.lost)
+    again = await wait_for(connect(reactor, f"serial:{device}", net.factory(Recorder)))
+    os.write(master, cobs.encode(b"mine") + b"\x00")
+    assert await again.received(1) == [(b"mine", True)]
+    again.transport.loseConnection()
+    await wait_for(again.lost)
+
+
+@pytest_twisted.ensureDeferred
 async def test_bad_cobs_frame_from_the_line_closes_the_port(net, pty_pair):
     master, device = pty_pair
     port_end = await wait_for(connect(reactor, f"serial:{device}", net.factory(Recorder)))

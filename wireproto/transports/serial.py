@@ -63,8 +63,20 @@ class SerialOpenFailed(ConnectError):
     """Cannot open serial port"""
 
 
+class _ExclusiveSerial(serial.Serial):
+    """pyserial's port, locked (flock, as pyserial's ``exclusive`` takes it) when it opens."""
+
+    def open(self) -> None:
+        self.exclusive = True
+        super().open()
+
+
 class _SerialTransport(SerialPort):
-    """Twisted's SerialPort with the addresses and abortConnection a message transport needs."""
+    """Twisted's SerialPort with the addresses and abortConnection a message transport needs,
+    opening its port exclusively (an advisory lock, as pyserial takes it): two readers of one
+    port, two links matching one board or two brokers, would each get part of its bytes."""
+
+    _serialFactory = _ExclusiveSerial
 
     def __init__(self, protocol: Any, device: str, reactor: Any, **settings: Any) -> None:
         # Set first: SerialPort.__init__ connects the protocol, which may ask for the address.
@@ -171,6 +183,9 @@ class SerialEndpoint:
         try:
             _SerialTransport(protocol, device, self.reactor, **self.settings)
         except (serial.SerialException, OSError, ValueError) as exc:
+            if "exclusively lock" in str(exc):
+                return defer.fail(SerialOpenFailed(
+                    string=f"{device} is in use: another link or process has it open"))
             return defer.fail(SerialOpenFailed(string=f"{device}: {exc}"))
         return defer.succeed(protocol)
 
