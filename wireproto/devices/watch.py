@@ -156,8 +156,9 @@ def udev_running() -> bool:
     try:
         import pyudev
 
-        pyudev.Context()
-    except Exception:  # no pyudev, or no libudev to load
+        # A netlink socket too: a sandbox may refuse it (EPERM), and polling then does.
+        pyudev.Monitor.from_netlink(pyudev.Context())
+    except Exception:  # no pyudev, no libudev to load, or no netlink socket
         return False
     return True
 
