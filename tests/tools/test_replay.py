@@ -8,6 +8,7 @@ unreachable address."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import time
@@ -354,6 +355,21 @@ async def test_someone_elses_file_among_captures_and_a_corrupt_capture_are_error
     corrupt.write_bytes(bytes(data))
     line = await one_line(processes.run("replay", str(corrupt), "--to", url), 1)
     assert "corrupt.wpcap: record at offset" in line and "corrupt, not torn" in line
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_fifo_or_a_device_given_as_a_capture_is_refused_at_once(
+        tmp_path: Path, processes: Processes) -> None:
+    # A FIFO's open blocks until a writer comes: the replay hung, silent, until Ctrl-C.
+    fifo = tmp_path / "fifo.wpcap"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    line = await one_line(processes.run("replay", str(fifo), "--to", "ws://127.0.0.1:1/websmq"),
+                          2)
+    assert "fifo.wpcap: not a regular file" in line and time.monotonic() - started < 20
+    line = await one_line(processes.run("replay", "/dev/zero", "--to",
+                                        "ws://127.0.0.1:1/websmq"), 2)
+    assert "/dev/zero: not a regular file" in line
 
 
 def test_the_pace_never_goes_back_starts_another_run_and_cuts_long_gaps() -> None:

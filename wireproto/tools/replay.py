@@ -118,6 +118,10 @@ def capture_paths(names: list[str]) -> list[Path]:
             continue
         if not path.exists():
             raise ToolError(f"{name}: no such file or directory", EXIT_USAGE)
+        if not path.is_file():
+            # A FIFO would block the open until a writer came, Ctrl-C aside; a device is no
+            # capture either.
+            raise ToolError(f"{name}: not a regular file (is it a capture file?)", EXIT_USAGE)
         if _checked(path, name, partial=False):
             paths.append(path)
     return paths
