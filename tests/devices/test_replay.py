@@ -4,6 +4,7 @@ played back through the same link code to a real subscriber over a real protocol
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -406,6 +407,27 @@ def test_a_reader_pauses_after_many_records_it_does_not_want(tmp_path):
     assert seen.count(None) == 2
     assert [decode(record.data) for record in seen if record is not None
             and record.kind == capture.Kind.IN] == [numbered(seq) for seq in range(3)]
+
+
+def test_a_reader_pauses_after_opening_a_few_files(tmp_path):
+    # A directory of thousands of small files (a broker rotating often): a replay opened 512
+    # of them (a burst of records) in one reactor turn, the broker's reactor held a second.
+    from wireproto.capture.replay_source import FILES_BEFORE_PAUSE, RecordCursor
+
+    written_capture(tmp_path, 0)
+    (first,) = capture.capture_files(tmp_path)
+    for number in range(2, 4 * FILES_BEFORE_PAUSE + 2):
+        shutil.copy(first, tmp_path / f"wirecapture-20260101T000000-{number:06d}.wpcap")
+    cursor = RecordCursor(capture.capture_files(tmp_path))
+    files_between_pauses, files = [], set()
+    for record in cursor.records(lambda kind, connection: connection == 7):
+        if record is None:
+            files_between_pauses.append(len(files))
+            files.clear()
+        else:
+            files.add(cursor.index)
+    assert files_between_pauses and max(files_between_pauses) <= FILES_BEFORE_PAUSE
+    assert sum(files_between_pauses) + len(files) == 4 * FILES_BEFORE_PAUSE + 1
 
 
 @pytest_twisted.ensureDeferred

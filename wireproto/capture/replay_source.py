@@ -32,6 +32,7 @@ from wireproto.transports.connect import split_endpoint
 __all__ = [
     "REPLAY_KEYS",
     "MAX_RECORD_BYTES",
+    "FILES_BEFORE_PAUSE",
     "ReplayError",
     "ReplayOptions",
     "Captured",
@@ -48,6 +49,8 @@ MAX_RECORD_BYTES = 64 << 20
 MAX_INFO_BYTES = 64 << 10
 # A reader passes over at most this many records not wanted before it pauses.
 PASS_BEFORE_PAUSE = 4096
+# A reader opens at most this many files before it pauses (a directory of many small files).
+FILES_BEFORE_PAUSE = 16
 # How many connection ids and link names an error lists.
 LISTED = 8
 _TRUE, _FALSE = ("yes", "true", "1", "on"), ("no", "false", "0", "off")
@@ -268,6 +271,7 @@ class RecordCursor:
     def records(self, wanted: Wanted) -> Generator[Record | None, None, None]:
         """Records from the position on; the position moves past each record yielded. None
         now and then, after many records not wanted: where a caller may pause."""
+        opened = 0
         while self.index < len(self.paths):
             path = self.paths[self.index]
             try:
@@ -276,6 +280,9 @@ class RecordCursor:
             except OSError as error:
                 self._stopped(path, error.strerror or str(error))
             self.index, self.offset = self.index + 1, None
+            opened += 1
+            if opened % FILES_BEFORE_PAUSE == 0 and self.index < len(self.paths):
+                yield None
 
     def _file(self, file: BinaryIO, path: Path, wanted: Wanted
               ) -> Generator[Record | None, None, None]:
