@@ -409,6 +409,29 @@ def test_a_reader_pauses_after_many_records_it_does_not_want(tmp_path):
             and record.kind == capture.Kind.IN] == [numbered(seq) for seq in range(3)]
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_replay_captured_into_the_directory_it_plays_is_not_played_again(tmp_path):
+    # A broker capturing into the directory its replay: link plays captured the replay as
+    # another connection of the link, and the next run played that too: each run more, with
+    # loop=yes without end.
+    written_capture(tmp_path, 0)  # link dev1, minimal stack: three messages
+    settings = CaptureSettings(directory=str(tmp_path), flush_interval=0.05)
+    for run in range(3):
+        broker = Broker()
+        try:
+            await broker.start(capture=settings)
+            inbox = await broker.subscriber("phyllo/dev1/n", "phyllo/dev1/doc")
+            broker.service.add_phyllo(parse_phyllo(
+                f"dev1+minimal@replay:path={tmp_path}/:link=dev1:speed=max"),
+                FAST_RETRY["retry_policy"])
+            await eventually(lambda inbox=inbox: len(inbox) >= 3)
+            await sleep(0.2)
+            assert len(inbox) == 3, f"run {run}"
+        finally:
+            await broker.stop()
+    assert len(capture.capture_files(tmp_path)) == 4  # each run captured its replay
+
+
 def test_a_reader_pauses_after_opening_a_few_files(tmp_path):
     # A directory of thousands of small files (a broker rotating often): a replay opened 512
     # of them (a burst of records) in one reactor turn, the broker's reactor held a second.

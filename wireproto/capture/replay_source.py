@@ -207,7 +207,16 @@ def matches(options: ReplayOptions, record: Record) -> bool:
     """Whether the open `record` is of a connection `options` select."""
     if options.connection is not None:
         return record.connection == options.connection
-    return _info(record).get("link") == options.link
+    info = _info(record)
+    return info.get("link") == options.link and not _this_replay(options.path, info.get("peer"))
+
+
+def _this_replay(path: str, peer: object) -> bool:
+    """Whether a connection whose peer was `peer` is a replay of `path` itself, captured by a
+    broker capturing into the directory it replays: played too, each run would play more."""
+    if not (isinstance(peer, str) and peer.startswith("replay:")):
+        return False
+    return os.path.realpath(peer.removeprefix("replay:")) == os.path.realpath(path)
 
 
 def find_selection(options: ReplayOptions, paths: list[Path]) -> Captured:
