@@ -266,6 +266,8 @@ async def test_a_torn_capture_replays_what_is_whole_through_the_plugin(boards, t
 def test_bad_replay_endpoints_are_one_line_config_errors(tmp_path):
     not_a_capture = tmp_path / "notes.txt"
     not_a_capture.write_text("hello\n")
+    fifo = tmp_path / "fifo.wpcap"
+    os.mkfifo(fifo)
     for spec, problem in [
         (f"x@replay:path={tmp_path}/missing:link=dev1", "missing: no such file or directory"),
         (f"x@replay:path={not_a_capture}:link=dev1", "not a capture file"),
@@ -274,6 +276,12 @@ def test_bad_replay_endpoints_are_one_line_config_errors(tmp_path):
         (f"x@replay:path={not_a_capture}:link=dev1:speed=fast", "or max"),
         (f"x@replay:path={not_a_capture}:link=dev1:pace=2", "unknown replay: option(s) pace"),
         (f"x@replay:path={not_a_capture}", "needs connection=ID or link=NAME"),
+        # there, but no file to read: not "no such file"
+        (f"x@replay:path={fifo}:link=dev1", "fifo.wpcap: not a regular file"),
+        ("x@replay:path=/dev/zero:link=dev1", "/dev/zero: not a regular file"),
+        (f"x@replay:path={not_a_capture}:link=dev1:speed=nan", "speed='nan'"),
+        (f"x@replay:path={not_a_capture}:link=dev1:speed=-1", "speed='-1'"),
+        (f"x@replay:path={not_a_capture}:link=dev1:speed=1e308", "speed='1e308'"),
     ]:
         with pytest.raises(ConfigError) as error:
             parse_phyllo(spec)

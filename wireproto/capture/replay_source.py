@@ -159,6 +159,9 @@ def capture_paths(path: str) -> list[Path]:
             raise ReplayError(f"replay: {path} holds no capture files (wirecapture-*.wpcap)")
     elif where.is_file():
         files = [where]
+    elif where.exists():  # a FIFO (its open would wait for a writer), a device
+        raise ReplayError(f"replay: {path}: not a regular file (a capture file, or a "
+                          "directory of them)")
     else:
         raise ReplayError(f"replay: {path}: no such file or directory")
     for file in files:
