@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,6 +287,33 @@ def test_bad_replay_endpoints_are_one_line_config_errors(tmp_path):
         with pytest.raises(ConfigError) as error:
             parse_phyllo(spec)
         assert problem in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_capture_this_user_may_not_read_is_a_one_line_config_error(tmp_path):
+    # Another user's capture directory, or a file in it: a PermissionError, not a config
+    # error, came out of reading the config.
+    top = Path(tempfile.mkdtemp(prefix="wireproto-replay-"))
+    try:
+        top.chmod(0o755)
+        written_capture(top / "theirs", 0)
+        (their_file,) = capture.capture_files(top / "theirs")
+        (top / "theirs").chmod(0)
+        user = (65534, 65534) if os.geteuid() == 0 else None  # root: as nobody
+        if user is not None:
+            os.setegid(user[1])
+            os.seteuid(user[0])
+        try:
+            for path in (top / "theirs", their_file):
+                with pytest.raises(ConfigError) as error:
+                    parse_phyllo(f"x@replay:path={path}:link=dev1")
+                assert "Permission denied" in str(error.value), path
+        finally:
+            if user is not None:
+                os.seteuid(0)
+                os.setegid(0)
+    finally:
+        (top / "theirs").chmod(0o700)
+        shutil.rmtree(top)
 
 
 @pytest_twisted.ensureDeferred

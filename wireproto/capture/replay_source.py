@@ -152,6 +152,13 @@ def _stack(text: str | None) -> str | None:
 def capture_paths(path: str) -> list[Path]:
     """The capture files at `path` (a file, or a directory's files oldest first), each with a
     capture header; a `ReplayError` naming the problem otherwise."""
+    try:
+        return _capture_paths(path)
+    except OSError as error:  # a directory this user may not read or enter
+        raise ReplayError(f"replay: {error.filename or path}: {error.strerror}") from None
+
+
+def _capture_paths(path: str) -> list[Path]:
     where = Path(path)
     if where.is_dir():
         files = capture_files(where)
