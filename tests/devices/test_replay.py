@@ -468,6 +468,28 @@ async def test_a_replay_captured_into_the_directory_it_plays_is_not_played_again
     assert len(capture.capture_files(tmp_path)) == 4  # each run captured its replay
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_looped_capture_without_a_pace_of_its_own_is_not_a_flood(tmp_path):
+    # One record (a capture cut short, or records all stamped alike) looped at speed=10 played
+    # as fast as the reactor turned: 15,000 messages a second, a core busy, at "the pace".
+    with capture.CaptureWriter(tmp_path) as writer:
+        writer.open_connection(7, "serial:/dev/ttyACM0", "phyllo", "stream", timestamp_ns=1,
+                               link="dev1", stack="minimal")
+        writer.message(7, "in", encode(numbered(1)), True, timestamp_ns=5)
+    endpoint = clientFromString(reactor, f"replay:path={tmp_path}:link=dev1:speed=10:loop=yes")
+    received = bytearray()
+
+    class Collect(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            received.extend(data)
+
+    connected = await wait_for(endpoint.connect(protocol.Factory.forProtocol(Collect)))
+    await sleep(0.55)  # a pass each tenth of a second (one second over speed 10)
+    connected.transport.loseConnection()
+    assert 3 <= endpoint.stats.messages <= 8, endpoint.stats
+    assert StackDecoder(MINIMAL).feed(bytes(received)) == [numbered(1)] * endpoint.stats.messages
+
+
 def test_a_reader_pauses_after_opening_a_few_files(tmp_path):
     # A directory of thousands of small files (a broker rotating often): a replay opened 512
     # of them (a burst of records) in one reactor turn, the broker's reactor held a second.

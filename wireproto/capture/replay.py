@@ -91,6 +91,9 @@ log = Logger(namespace="wireproto.capture")
 # At speed=max, or catching up, one reactor turn delivers at most this much.
 BURST_RECORDS = 512
 BURST_BYTES = 1 << 20
+# With loop=yes, a pass starts at least this long (over speed) after the one before began: a
+# capture of one record, or of records all stamped alike, has no pace of its own to keep.
+MIN_PASS_SECONDS = 1.0
 # link=NAME: at most this many of its connections open at once in the capture.
 MAX_SELECTED = 1024
 
@@ -284,6 +287,8 @@ class ReplayEndpoint:
         self._pending: Record | None = None
         self._previous_ns: int | None = None
         self._anchor = 0.0  # when the previous record was due (reactor seconds)
+        self._pass_began: float | None = None  # when this pass played its first record
+        self._not_before = 0.0  # the next pass's first record, not sooner (loop=yes)
         self._in_pass = 0
         self._timer: IDelayedCall | None = None
         self._finish_waiters: list[defer.Deferred[dict[str, int]]] = []
@@ -422,7 +427,12 @@ class ReplayEndpoint:
                     break
                 self._anchor = due
             else:
+                if speed is not None and self._not_before > now:
+                    self._schedule(self._not_before - now)
+                    break
                 self._anchor = now
+            if self._pass_began is None:
+                self._pass_began = now
             self._pending = None
             self._previous_ns = record.timestamp_ns
             part = self._encoded(record)
@@ -473,6 +483,9 @@ class ReplayEndpoint:
         if self.options.loop and played:
             self._cursor.rewind()
             self._previous_ns = None
+            if self.options.speed is not None and self._pass_began is not None:
+                self._not_before = self._pass_began + MIN_PASS_SECONDS / self.options.speed
+            self._pass_began = None
             if self.options.link is not None:
                 self._selected.clear()
             return True
