@@ -408,6 +408,32 @@ async def test_a_damaged_record_ends_the_file_there_and_says_so(boards, tmp_path
     endpoint.carrier.loseConnection()
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_capture_replaced_under_a_looped_replay_ends_it_with_a_warning(tmp_path):
+    # The file replaced by one that is not a capture between two passes: the reader's error
+    # escaped the replay's timer (a traceback in the log) and the replay stopped in silence,
+    # neither playing nor ended.
+    written_capture(tmp_path, 0)
+    (path,) = capture.capture_files(tmp_path)
+    endpoint = clientFromString(reactor, f"replay:path={tmp_path}:link=dev1:speed=max:loop=yes")
+    logged: list[dict] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        connected = await wait_for(endpoint.connect(protocol.Factory.forProtocol(
+            protocol.Protocol)))
+        await eventually(lambda: endpoint.stats.passes >= 2)
+        path.unlink()
+        path.write_bytes(b"#!/bin/sh\necho not a capture\n")
+        stats = await wait_for(endpoint.when_finished())
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    assert stats["messages"] % 3 == 0 and endpoint._timer is None
+    (stopped,) = [event for event in logged if event.get("event") == "replay_file_stopped"]
+    assert "not a capture file" in stopped["problem"]
+    assert not [event for event in logged if event.get("log_failure") is not None]
+    connected.transport.loseConnection()
+
+
 def test_serve_refuses_a_replay_of_nothing_in_one_line(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "wireproto", "serve", "--listen", "websmq+ws@tcp:0",

@@ -94,6 +94,8 @@ BURST_BYTES = 1 << 20
 # With loop=yes, a pass starts at least this long (over speed) after the one before began: a
 # capture of one record, or of records all stamped alike, has no pace of its own to keep.
 MIN_PASS_SECONDS = 1.0
+# A file's problems (damage, a file replaced) logged at most, over every pass.
+MAX_SAID = 64
 # link=NAME: at most this many of its connections open at once in the capture.
 MAX_SELECTED = 1024
 
@@ -289,6 +291,7 @@ class ReplayEndpoint:
         self._anchor = 0.0  # when the previous record was due (reactor seconds)
         self._pass_began: float | None = None  # when this pass played its first record
         self._not_before = 0.0  # the next pass's first record, not sooner (loop=yes)
+        self._said: set[str] = set()  # the files' problems logged
         self._in_pass = 0
         self._timer: IDelayedCall | None = None
         self._finish_waiters: list[defer.Deferred[dict[str, int]]] = []
@@ -475,7 +478,10 @@ class ReplayEndpoint:
         assert self._cursor is not None
         self.stats.passes += 1
         self.stats.skipped_records = self._cursor.skipped
-        for problem in self._cursor.problems if self.stats.passes == 1 else ():
+        for problem in self._cursor.problems:  # each said once, a looped pass's too
+            if problem in self._said or len(self._said) >= MAX_SAID:
+                continue
+            self._said.add(problem)
             log.warn("replay {what}: {problem}", event="replay_file_stopped",
                      what=self.options.describe(), problem=problem)
         self._cursor.problems.clear()

@@ -298,6 +298,8 @@ class RecordCursor:
                     yield from self._file(file, path, wanted)
             except OSError as error:
                 self._stopped(path, error.strerror or str(error))
+            except CaptureError as error:  # replaced or cut since the replay began
+                self._stopped(path, str(error).removeprefix(f"{path}: "))
             self.index, self.offset = self.index + 1, None
             opened += 1
             if opened % FILES_BEFORE_PAUSE == 0 and self.index < len(self.paths):
