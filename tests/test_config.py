@@ -178,6 +178,12 @@ def test_attach_forms(spec: str, expected: Attach) -> None:
         ("websmq@serial:/dev/x:baudrate=fast",
          "--attach 'websmq@serial:/dev/x:baudrate=fast': bad client endpoint "
          "'serial:/dev/x:baudrate=fast': serial baudrate must be a number, not 'fast'"),
+        # Over a C int: each open raised OverflowError, past the link's error handling, out
+        # of the service's start (a fleet's board: out of the port watcher's listener).
+        ("websmq@serial:vid=2e8a:baudrate=2147483648",
+         "--attach 'websmq@serial:vid=2e8a:baudrate=2147483648': bad client endpoint "
+         "'serial:vid=2e8a:baudrate=2147483648': serial baudrate must be at most 2147483647, "
+         "not 2147483648"),
         ("websmq@tcp:h",
          "--attach 'websmq@tcp:h': bad client endpoint 'tcp:h': missing 1 required positional "
          "argument: 'port'"),

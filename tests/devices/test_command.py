@@ -126,6 +126,18 @@ def test_a_hostile_devices_strings_do_not_reach_the_terminal_raw(capsys, boards)
     assert "\x1b" not in out
 
 
+def test_a_match_that_opens_a_hostile_board_does_not_echo_its_strings_raw(capsys, boards):
+    # The line saying which port a link would open named the board's identity raw: its
+    # serial number cleared the screen and set the terminal's title, 10 KB long.
+    boards.plug(0x2341, 0x0043, serial_number="\x1b[2J\x1b]0;owned\x07" + "S" * 10_000,
+                location="1-1\x1b[31m")
+    status, out, _ = run(capsys, boards.ports, "--match", "vid=2341")
+    assert status == 0
+    assert "\x1b" not in out and "\x07" not in out and "S" * 100 not in out
+    (said,) = [line for line in out.splitlines() if " opens " in line]
+    assert "serial \\x1b[2J\\x1b]0;owned\\x07SSS" in said and "at 1-1\\x1b[31m" in said
+
+
 def test_output_that_cannot_be_written_is_one_line_and_status_1():
     with open("/dev/full", "w") as full:
         done = subprocess.run([sys.executable, "-m", "wireproto", "devices", "--json"],

@@ -503,14 +503,22 @@ async def test_access_rules_say_who_may_read_the_presence(broker, boards) -> Non
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_board_whose_name_another_has_is_refused_with_one_warning(broker,
-                                                                         boards) -> None:
+async def test_a_board_cannot_take_another_boards_name_and_leave_it_without_a_link(
+        broker, boards) -> None:
+    # A device's serial number is its own string: "a:b" is "a_b" once made safe, so the board
+    # plugged first took the name and the real "a_b" got no link at all. Both are named by
+    # their USB location, as two boards sharing a serial number are.
     await broker.start(fleet_config())
-    boards.plug(**PICO, serial_number="a:b")
+    boards.plug(**PICO, serial_number="a:b", location="1-5")
     await eventually(lambda: broker.up("sensors.a_b"))
-    twin = boards.plug(**PICO, serial_number="a_b")  # the same name, once made safe
-    await eventually(lambda: broker.warnings("fleet_board_refused"))
+    twin = boards.plug(**PICO, serial_number="a_b", location="1-6")
+    await eventually(lambda: broker.on("sensors.1-6", twin) and broker.up("sensors.1-5"))
+    assert set(broker.fleet.boards) == {"sensors.1-5", "sensors.1-6"}
+    # A serial number that is another board's location name: the board without a serial
+    # number keeps its link, named by where it is.
+    clone = boards.plug(**PICO, location="1-7")
+    await eventually(lambda: broker.on("sensors.1-7", clone))
+    boards.plug(**PICO, serial_number="1-7", location="1-8")
+    await eventually(lambda: broker.up("sensors.1-8"))
     await sleep(0.2)
-    (refused,) = broker.warnings("fleet_board_refused")
-    assert refused["device"] == twin.device and "another board has its name" in refused["why"]
-    assert set(broker.fleet.boards) == {"sensors.a_b"}
+    assert broker.on("sensors.1-7", clone) and not broker.warnings("fleet_board_refused")

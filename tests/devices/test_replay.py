@@ -4,8 +4,10 @@ played back through the same link code to a real subscriber over a real protocol
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,6 +267,8 @@ async def test_a_torn_capture_replays_what_is_whole_through_the_plugin(boards, t
 def test_bad_replay_endpoints_are_one_line_config_errors(tmp_path):
     not_a_capture = tmp_path / "notes.txt"
     not_a_capture.write_text("hello\n")
+    fifo = tmp_path / "fifo.wpcap"
+    os.mkfifo(fifo)
     for spec, problem in [
         (f"x@replay:path={tmp_path}/missing:link=dev1", "missing: no such file or directory"),
         (f"x@replay:path={not_a_capture}:link=dev1", "not a capture file"),
@@ -273,10 +277,43 @@ def test_bad_replay_endpoints_are_one_line_config_errors(tmp_path):
         (f"x@replay:path={not_a_capture}:link=dev1:speed=fast", "or max"),
         (f"x@replay:path={not_a_capture}:link=dev1:pace=2", "unknown replay: option(s) pace"),
         (f"x@replay:path={not_a_capture}", "needs connection=ID or link=NAME"),
+        # there, but no file to read: not "no such file"
+        (f"x@replay:path={fifo}:link=dev1", "fifo.wpcap: not a regular file"),
+        ("x@replay:path=/dev/zero:link=dev1", "/dev/zero: not a regular file"),
+        (f"x@replay:path={not_a_capture}:link=dev1:speed=nan", "speed='nan'"),
+        (f"x@replay:path={not_a_capture}:link=dev1:speed=-1", "speed='-1'"),
+        (f"x@replay:path={not_a_capture}:link=dev1:speed=1e308", "speed='1e308'"),
     ]:
         with pytest.raises(ConfigError) as error:
             parse_phyllo(spec)
         assert problem in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_capture_this_user_may_not_read_is_a_one_line_config_error(tmp_path):
+    # Another user's capture directory, or a file in it: a PermissionError, not a config
+    # error, came out of reading the config.
+    top = Path(tempfile.mkdtemp(prefix="wireproto-replay-"))
+    try:
+        top.chmod(0o755)
+        written_capture(top / "theirs", 0)
+        (their_file,) = capture.capture_files(top / "theirs")
+        (top / "theirs").chmod(0)
+        user = (65534, 65534) if os.geteuid() == 0 else None  # root: as nobody
+        if user is not None:
+            os.setegid(user[1])
+            os.seteuid(user[0])
+        try:
+            for path in (top / "theirs", their_file):
+                with pytest.raises(ConfigError) as error:
+                    parse_phyllo(f"x@replay:path={path}:link=dev1")
+                assert "Permission denied" in str(error.value), path
+        finally:
+            if user is not None:
+                os.seteuid(0)
+                os.setegid(0)
+    finally:
+        (top / "theirs").chmod(0o700)
+        shutil.rmtree(top)
 
 
 @pytest_twisted.ensureDeferred
@@ -372,6 +409,32 @@ async def test_a_damaged_record_ends_the_file_there_and_says_so(boards, tmp_path
     endpoint.carrier.loseConnection()
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_capture_replaced_under_a_looped_replay_ends_it_with_a_warning(tmp_path):
+    # The file replaced by one that is not a capture between two passes: the reader's error
+    # escaped the replay's timer (a traceback in the log) and the replay stopped in silence,
+    # neither playing nor ended.
+    written_capture(tmp_path, 0)
+    (path,) = capture.capture_files(tmp_path)
+    endpoint = clientFromString(reactor, f"replay:path={tmp_path}:link=dev1:speed=max:loop=yes")
+    logged: list[dict] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        connected = await wait_for(endpoint.connect(protocol.Factory.forProtocol(
+            protocol.Protocol)))
+        await eventually(lambda: endpoint.stats.passes >= 2)
+        path.unlink()
+        path.write_bytes(b"#!/bin/sh\necho not a capture\n")
+        stats = await wait_for(endpoint.when_finished())
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    assert stats["messages"] % 3 == 0 and endpoint._timer is None
+    (stopped,) = [event for event in logged if event.get("event") == "replay_file_stopped"]
+    assert "not a capture file" in stopped["problem"]
+    assert not [event for event in logged if event.get("log_failure") is not None]
+    connected.transport.loseConnection()
+
+
 def test_serve_refuses_a_replay_of_nothing_in_one_line(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "wireproto", "serve", "--listen", "websmq+ws@tcp:0",
@@ -407,6 +470,72 @@ def test_a_reader_pauses_after_many_records_it_does_not_want(tmp_path):
     assert seen.count(None) == 2
     assert [decode(record.data) for record in seen if record is not None
             and record.kind == capture.Kind.IN] == [numbered(seq) for seq in range(3)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_replay_captured_into_the_directory_it_plays_is_not_played_again(tmp_path):
+    # A broker capturing into the directory its replay: link plays captured the replay as
+    # another connection of the link, and the next run played that too: each run more, with
+    # loop=yes without end.
+    written_capture(tmp_path, 0)  # link dev1, minimal stack: three messages
+    settings = CaptureSettings(directory=str(tmp_path), flush_interval=0.05)
+    for run in range(3):
+        broker = Broker()
+        try:
+            await broker.start(capture=settings)
+            inbox = await broker.subscriber("phyllo/dev1/n", "phyllo/dev1/doc")
+            broker.service.add_phyllo(parse_phyllo(
+                f"dev1+minimal@replay:path={tmp_path}/:link=dev1:speed=max"),
+                FAST_RETRY["retry_policy"])
+            await eventually(lambda inbox=inbox: len(inbox) >= 3)
+            await sleep(0.2)
+            assert len(inbox) == 3, f"run {run}"
+        finally:
+            await broker.stop()
+    assert len(capture.capture_files(tmp_path)) == 4  # each run captured its replay
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_looped_capture_without_a_pace_of_its_own_is_not_a_flood(tmp_path):
+    # One record (a capture cut short, or records all stamped alike) looped at speed=10 played
+    # as fast as the reactor turned: 15,000 messages a second, a core busy, at "the pace".
+    with capture.CaptureWriter(tmp_path) as writer:
+        writer.open_connection(7, "serial:/dev/ttyACM0", "phyllo", "stream", timestamp_ns=1,
+                               link="dev1", stack="minimal")
+        writer.message(7, "in", encode(numbered(1)), True, timestamp_ns=5)
+    endpoint = clientFromString(reactor, f"replay:path={tmp_path}:link=dev1:speed=10:loop=yes")
+    received = bytearray()
+
+    class Collect(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            received.extend(data)
+
+    connected = await wait_for(endpoint.connect(protocol.Factory.forProtocol(Collect)))
+    await sleep(0.55)  # a pass each tenth of a second (one second over speed 10)
+    connected.transport.loseConnection()
+    assert 3 <= endpoint.stats.messages <= 8, endpoint.stats
+    assert StackDecoder(MINIMAL).feed(bytes(received)) == [numbered(1)] * endpoint.stats.messages
+
+
+def test_a_reader_pauses_after_opening_a_few_files(tmp_path):
+    # A directory of thousands of small files (a broker rotating often): a replay opened 512
+    # of them (a burst of records) in one reactor turn, the broker's reactor held a second.
+    from wireproto.capture.replay_source import FILES_BEFORE_PAUSE, RecordCursor
+
+    written_capture(tmp_path, 0)
+    (first,) = capture.capture_files(tmp_path)
+    for number in range(2, 4 * FILES_BEFORE_PAUSE + 2):
+        shutil.copy(first, tmp_path / f"wirecapture-20260101T000000-{number:06d}.wpcap")
+    cursor = RecordCursor(capture.capture_files(tmp_path))
+    files_between_pauses, files = [], set()
+    for record in cursor.records(lambda kind, connection: connection == 7):
+        if record is None:
+            files_between_pauses.append(len(files))
+            files.clear()
+        else:
+            files.add(cursor.index)
+    assert files_between_pauses and max(files_between_pauses) <= FILES_BEFORE_PAUSE
+    assert sum(files_between_pauses) + len(files) == 4 * FILES_BEFORE_PAUSE + 1
 
 
 @pytest_twisted.ensureDeferred

@@ -7,10 +7,15 @@ unreachable address."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
@@ -31,6 +36,7 @@ from wireproto.protocols.subble import client as subble_client
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect as websmq_connect
 from wireproto.service import WireprotoService
+from wireproto.tools._common import ToolError
 from wireproto.tools.replay import CapturedPublishes, Pace, capture_paths
 
 LISTEN = ("websmq+ws@tcp:0:interface=127.0.0.1", "ubre+ws@tcp:0:interface=127.0.0.1",
@@ -354,6 +360,66 @@ async def test_someone_elses_file_among_captures_and_a_corrupt_capture_are_error
     corrupt.write_bytes(bytes(data))
     line = await one_line(processes.run("replay", str(corrupt), "--to", url), 1)
     assert "corrupt.wpcap: record at offset" in line and "corrupt, not torn" in line
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_fifo_or_a_device_given_as_a_capture_is_refused_at_once(
+        tmp_path: Path, processes: Processes) -> None:
+    # A FIFO's open blocks until a writer comes: the replay hung, silent, until Ctrl-C.
+    fifo = tmp_path / "fifo.wpcap"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    line = await one_line(processes.run("replay", str(fifo), "--to", "ws://127.0.0.1:1/websmq"),
+                          2)
+    assert "fifo.wpcap: not a regular file" in line and time.monotonic() - started < 20
+    line = await one_line(processes.run("replay", "/dev/zero", "--to",
+                                        "ws://127.0.0.1:1/websmq"), 2)
+    assert "/dev/zero: not a regular file" in line
+
+
+@contextlib.contextmanager
+def another_user() -> Iterator[None]:
+    """This process as another local user for a while (as root: nobody, 65534; else itself,
+    whom a mode of 000 keeps out as well)."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(65534)
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+def test_captures_another_user_may_not_read_are_one_line_errors_not_nothing() -> None:
+    # Another user's capture directory listed as holding no capture files ("nothing to
+    # replay"), its subdirectories skipped without a word, and a file of it that could not
+    # be read ended the command with a traceback's last line and exit 1.
+    top = Path(tempfile.mkdtemp(prefix="wireproto-replay-"))
+    try:
+        top.chmod(0o755)
+        write_capture(top / "theirs", [0.0] * 3)
+        (their_file,) = capture.capture_files(top / "theirs")
+        write_capture(top / "mixed", [0.0] * 3)
+        write_capture(top / "mixed" / "private", [0.0] * 3)
+        (top / "mixed").chmod(0o755)
+        for path in (*capture.capture_files(top / "mixed"), their_file):
+            path.chmod(0o644)
+        (top / "theirs").chmod(0)
+        (top / "mixed" / "private").chmod(0)
+        with another_user():
+            for name, problem in ((top / "theirs", "theirs: Permission denied"),
+                                  (their_file, "Permission denied"),
+                                  (top / "mixed", "private: Permission denied")):
+                with pytest.raises(ToolError) as refused:
+                    capture_paths([str(name)])
+                assert problem in str(refused.value) and refused.value.code == 2, name
+    finally:
+        for directory in (top / "theirs", top / "mixed" / "private"):
+            directory.chmod(0o700)
+        shutil.rmtree(top)
 
 
 def test_the_pace_never_goes_back_starts_another_run_and_cuts_long_gaps() -> None:

@@ -11,8 +11,8 @@ through the same code as the live link (docs/phyllo.md, "Replaying a capture").
   link's stack and chunk limits into the byte stream the device sent (`PhylloEncoding`); an
   attached protocol's messages are framed with the link's framing (`FramedEncoding`).
 - ``link=NAME`` plays every connection of that link, in capture order (the link's reopens).
-- ``loop=yes`` plays the capture again from the start, each pass taking at least
-  `MIN_LOOP_PASS` recorded seconds.
+- ``loop=yes`` plays the capture again from the start, each pass starting at least
+  `MIN_PASS_SECONDS` (over the speed) after the one before began.
 - At the end, without ``loop=yes``, the carrier stays open and quiet, like a device with
   nothing more to say: the dashboard keeps its last values and the link reads as up. A carrier
   closed and opened again (the link's reconnector) goes on from where the replay was, never
@@ -93,11 +93,13 @@ log = Logger(namespace="wireproto.capture")
 # At speed=max, or catching up, one reactor turn delivers at most this much.
 BURST_RECORDS = 512
 BURST_BYTES = 1 << 20
+# With loop=yes, a pass starts at least this long (over speed) after the one before began: a
+# capture of one record, or of records all stamped alike, has no pace of its own to keep.
+MIN_PASS_SECONDS = 1.0
+# A file's problems (damage, a file replaced) logged at most, over every pass.
+MAX_SAID = 64
 # link=NAME: at most this many of its connections open at once in the capture.
 MAX_SELECTED = 1024
-# With loop=yes, each pass takes at least this many recorded seconds (over speed): a capture of
-# a moment (one message, or a burst stamped alike) plays once a second, not in a spin.
-MIN_LOOP_PASS = 1.0
 
 
 class _Breath:
@@ -289,8 +291,9 @@ class ReplayEndpoint:
         self._pending: Record | None = None
         self._previous_ns: int | None = None
         self._anchor = 0.0  # when the previous record was due (reactor seconds)
-        self._pass_began = 0.0  # when this pass's first record was due
-        self._next_pass_due: float | None = None  # loop=yes: when the next pass may begin
+        self._pass_began: float | None = None  # when this pass played its first record
+        self._not_before = 0.0  # the next pass's first record, not sooner (loop=yes)
+        self._said: set[str] = set()  # the files' problems logged
         self._in_pass = 0
         self._timer: IDelayedCall | None = None
         self._finish_waiters: list[defer.Deferred[dict[str, int]]] = []
@@ -428,14 +431,13 @@ class ReplayEndpoint:
                     self._schedule(due - now)
                     break
                 self._anchor = due
-            elif speed is not None and self._next_pass_due is not None:
-                if self._next_pass_due > now:
-                    self._schedule(self._next_pass_due - now)
-                    break
-                self._anchor = self._pass_began = self._next_pass_due
-                self._next_pass_due = None
             else:
-                self._anchor = self._pass_began = now
+                if speed is not None and self._not_before > now:
+                    self._schedule(self._not_before - now)
+                    break
+                self._anchor = now
+            if self._pass_began is None:
+                self._pass_began = now
             self._pending = None
             self._previous_ns = record.timestamp_ns
             part = self._encoded(record)
@@ -478,7 +480,10 @@ class ReplayEndpoint:
         assert self._cursor is not None
         self.stats.passes += 1
         self.stats.skipped_records = self._cursor.skipped
-        for problem in self._cursor.problems if self.stats.passes == 1 else ():
+        for problem in self._cursor.problems:  # each said once, a looped pass's too
+            if problem in self._said or len(self._said) >= MAX_SAID:
+                continue
+            self._said.add(problem)
             log.warn("replay {what}: {problem}", event="replay_file_stopped",
                      what=self.options.describe(), problem=problem)
         self._cursor.problems.clear()
@@ -486,8 +491,9 @@ class ReplayEndpoint:
         if self.options.loop and played:
             self._cursor.rewind()
             self._previous_ns = None
-            if self.options.speed is not None:
-                self._next_pass_due = self._pass_began + MIN_LOOP_PASS / self.options.speed
+            if self.options.speed is not None and self._pass_began is not None:
+                self._not_before = self._pass_began + MIN_PASS_SECONDS / self.options.speed
+            self._pass_began = None
             if self.options.link is not None:
                 self._selected.clear()
             return True

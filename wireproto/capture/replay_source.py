@@ -32,6 +32,7 @@ from wireproto.transports.connect import split_endpoint
 __all__ = [
     "REPLAY_KEYS",
     "MAX_RECORD_BYTES",
+    "FILES_BEFORE_PAUSE",
     "ReplayError",
     "ReplayOptions",
     "Captured",
@@ -48,6 +49,8 @@ MAX_RECORD_BYTES = 64 << 20
 MAX_INFO_BYTES = 64 << 10
 # A reader passes over at most this many records not wanted before it pauses.
 PASS_BEFORE_PAUSE = 4096
+# A reader opens at most this many files before it pauses (a directory of many small files).
+FILES_BEFORE_PAUSE = 16
 # How many connection ids and link names an error lists.
 LISTED = 8
 _TRUE, _FALSE = ("yes", "true", "1", "on"), ("no", "false", "0", "off")
@@ -149,6 +152,13 @@ def _stack(text: str | None) -> str | None:
 def capture_paths(path: str) -> list[Path]:
     """The capture files at `path` (a file, or a directory's files oldest first), each with a
     capture header; a `ReplayError` naming the problem otherwise."""
+    try:
+        return _capture_paths(path)
+    except OSError as error:  # a directory this user may not read or enter
+        raise ReplayError(f"replay: {error.filename or path}: {error.strerror}") from None
+
+
+def _capture_paths(path: str) -> list[Path]:
     where = Path(path)
     if where.is_dir():
         files = capture_files(where)
@@ -156,6 +166,9 @@ def capture_paths(path: str) -> list[Path]:
             raise ReplayError(f"replay: {path} holds no capture files (wirecapture-*.wpcap)")
     elif where.is_file():
         files = [where]
+    elif where.exists():  # a FIFO (its open would wait for a writer), a device
+        raise ReplayError(f"replay: {path}: not a regular file (a capture file, or a "
+                          "directory of them)")
     else:
         raise ReplayError(f"replay: {path}: no such file or directory")
     for file in files:
@@ -204,7 +217,16 @@ def matches(options: ReplayOptions, record: Record) -> bool:
     """Whether the open `record` is of a connection `options` select."""
     if options.connection is not None:
         return record.connection == options.connection
-    return _info(record).get("link") == options.link
+    info = _info(record)
+    return info.get("link") == options.link and not _this_replay(options.path, info.get("peer"))
+
+
+def _this_replay(path: str, peer: object) -> bool:
+    """Whether a connection whose peer was `peer` is a replay of `path` itself, captured by a
+    broker capturing into the directory it replays: played too, each run would play more."""
+    if not (isinstance(peer, str) and peer.startswith("replay:")):
+        return False
+    return os.path.realpath(peer.removeprefix("replay:")) == os.path.realpath(path)
 
 
 def find_selection(options: ReplayOptions, paths: list[Path]) -> Captured:
@@ -268,6 +290,7 @@ class RecordCursor:
     def records(self, wanted: Wanted) -> Generator[Record | None, None, None]:
         """Records from the position on; the position moves past each record yielded. None
         now and then, after many records not wanted: where a caller may pause."""
+        opened = 0
         while self.index < len(self.paths):
             path = self.paths[self.index]
             try:
@@ -275,7 +298,12 @@ class RecordCursor:
                     yield from self._file(file, path, wanted)
             except OSError as error:
                 self._stopped(path, error.strerror or str(error))
+            except CaptureError as error:  # replaced or cut since the replay began
+                self._stopped(path, str(error).removeprefix(f"{path}: "))
             self.index, self.offset = self.index + 1, None
+            opened += 1
+            if opened % FILES_BEFORE_PAUSE == 0 and self.index < len(self.paths):
+                yield None
 
     def _file(self, file: BinaryIO, path: Path, wanted: Wanted
               ) -> Generator[Record | None, None, None]:

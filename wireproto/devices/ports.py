@@ -15,6 +15,8 @@ from dataclasses import dataclass
 __all__ = ["BY_ID", "PortInfo", "PortLister", "system_ports"]
 
 BY_ID = "/dev/serial/by-id"
+# Characters of a serial number or location `PortInfo.identity` shows; USB strings hold 126.
+SHOWN_LENGTH = 80
 
 
 @dataclass(frozen=True)
@@ -55,15 +57,22 @@ class PortInfo:
         }
 
     def identity(self) -> str:
-        """``2341:0043 serial 85735313 at 1-1.2``: what a log line says of the board."""
+        """``2341:0043 serial 85735313 at 1-1.2``: what a log line, an error and a terminal say
+        of the board. Its serial number is the device's own string: shown with what cannot be
+        printed escaped, and cut, so it cannot drive a terminal or make a line of any length."""
         parts = []
         if self.vid is not None:
             parts.append(f"{self.vid:04x}:{self.pid or 0:04x}")
         if self.serial_number:
-            parts.append(f"serial {self.serial_number}")
+            parts.append(f"serial {_shown(self.serial_number)}")
         if self.location:
-            parts.append(f"at {self.location}")
+            parts.append(f"at {_shown(self.location)}")
         return " ".join(parts) or "no USB identity"
+
+
+def _shown(value: str) -> str:
+    text = "".join(char if char.isprintable() else ascii(char)[1:-1] for char in value)
+    return text if len(text) <= SHOWN_LENGTH else text[:SHOWN_LENGTH - 3] + "..."
 
 
 PortLister = Callable[[], list[PortInfo]]

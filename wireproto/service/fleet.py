@@ -59,19 +59,33 @@ def _usable_serial(port: PortInfo) -> str | None:
     return None
 
 
+def _serial_name(port: PortInfo) -> str | None:
+    serial = _usable_serial(port)
+    return None if serial is None else board_name(replace(port, serial_number=serial))
+
+
+def _location_name(port: PortInfo) -> str | None:
+    return board_name(replace(port, serial_number=None)) if port.location else None
+
+
 def fleet_names(ports: list[PortInfo]) -> dict[str, tuple[PortInfo, bool]]:
     """Each port's board name, and whether it is named by its serial number: by its serial
-    number when no other port has it, else by its location. Ports with neither, and a second
-    port with a name already taken, are left out."""
-    shared = Counter(_usable_serial(port) for port in ports)
+    number when no other port's serial number or location makes the same name (``a:b`` and
+    ``a_b`` do, once made safe), else by its location. A device's serial number is its own
+    string: were the first to take a name kept, a board could take another's and leave it
+    without a link. Ports with neither, and a second port with a name already taken, are left
+    out."""
+    serial_names = Counter(_serial_name(port) for port in ports)
+    location_names = Counter(_location_name(port) for port in ports)
     names: dict[str, tuple[PortInfo, bool]] = {}
     for port in ports:
-        serial = _usable_serial(port)
-        by_serial = serial is not None and shared[serial] == 1
-        if not by_serial and not port.location:
-            continue
-        name = board_name(replace(port, serial_number=serial if by_serial else None))
-        names.setdefault(name, (port, by_serial))
+        name = _serial_name(port)
+        by_serial = name is not None and serial_names[name] == 1 and (
+            location_names[name] == (1 if _location_name(port) == name else 0))
+        if not by_serial:
+            name = _location_name(port)
+        if name is not None:
+            names.setdefault(name, (port, by_serial))
     return names
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -107,20 +108,35 @@ def capture_paths(names: list[str]) -> list[Path]:
     capture."""
     paths: list[Path] = []
     for name in names:
-        path = Path(name)
-        if path.is_dir():
-            try:
-                found = capture_files(path, recursive=True)
-            except OSError as error:
-                raise ToolError(f"{name}: {error.strerror}", EXIT_USAGE) from None
-            # A file with no whole header yet is one a writer has just begun: nothing in it.
-            paths.extend(file for file in found if _checked(file, str(file), partial=True))
-            continue
-        if not path.exists():
-            raise ToolError(f"{name}: no such file or directory", EXIT_USAGE)
-        if _checked(path, name, partial=False):
-            paths.append(path)
+        try:
+            paths.extend(_captures_at(name))
+        except OSError as error:  # a directory on the way that this user may not enter
+            where = error.filename or name
+            raise ToolError(f"{where}: {error.strerror}", EXIT_USAGE) from None
     return paths
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _captures_at(name: str) -> list[Path]:
+    path = Path(name)
+    if path.is_dir():
+        # A directory this user cannot read is an error, not a directory without captures
+        # (which is what capture_files, through Path.rglob, would make of it).
+        for _ in os.walk(path, onerror=_raise):
+            pass
+        found = capture_files(path, recursive=True)
+        # A file with no whole header yet is one a writer has just begun: nothing in it.
+        return [file for file in found if _checked(file, str(file), partial=True)]
+    if not path.exists():
+        raise ToolError(f"{name}: no such file or directory", EXIT_USAGE)
+    if not path.is_file():
+        # A FIFO would block the open until a writer came, Ctrl-C aside; a device is no
+        # capture either.
+        raise ToolError(f"{name}: not a regular file (is it a capture file?)", EXIT_USAGE)
+    return [path] if _checked(path, name, partial=False) else []
 
 
 def _checked(path: Path, name: str, *, partial: bool) -> bool:

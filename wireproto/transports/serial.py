@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 BYTESIZES = (5, 6, 7, 8)
+MAX_BAUDRATE = 2**31 - 1
 PARITIES = ("N", "E", "O", "M", "S")
 STOPBITS = (1, 1.5, 2)
 
@@ -131,6 +132,8 @@ class SerialEndpoint:
                              "identity fields, e.g. serial:vid=2341:pid=0043")
         if not isinstance(baudrate, int) or baudrate <= 0:
             raise ValueError(f"serial baudrate must be a positive integer, not {baudrate!r}")
+        if baudrate > MAX_BAUDRATE:  # termios takes a C int: more fails each open
+            raise ValueError(f"serial baudrate must be at most {MAX_BAUDRATE}, not {baudrate}")
         if bytesize not in BYTESIZES:
             raise ValueError(f"serial bytesize must be one of {BYTESIZES}, not {bytesize!r}")
         if parity not in PARITIES:
@@ -182,7 +185,7 @@ class SerialEndpoint:
             )
         try:
             _SerialTransport(protocol, device, self.reactor, **self.settings)
-        except (serial.SerialException, OSError, ValueError) as exc:
+        except (serial.SerialException, OSError, ValueError, OverflowError) as exc:
             if "exclusively lock" in str(exc):
                 return defer.fail(SerialOpenFailed(
                     string=f"{device} is in use: another link or process has it open"))
