@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 
 import pytest_twisted
 
 from tests.brokers import LOCAL
-from tests.cluster.conftest import _need_nats_server
-from tests.cluster.test_workers import WIREPROTO, Supervised, stop_supervised
+from tests.cluster.test_workers import start_supervised, stop_supervised
 from tests.support import eventually, sleep, wait_for
-from tests.test_cli import Child
 from wireproto.devices.standin import COMMON_BOARDS, StandInPorts
 
 
@@ -36,21 +33,6 @@ def holders(device: str, pids: list[int]) -> list[int]:
             except OSError:
                 continue
     return found
-
-
-async def start_supervised(*arguments: str) -> Supervised:
-    """`wireproto serve --workers 2` with `arguments`, once both workers are ready."""
-    _need_nats_server()
-    child = Child(WIREPROTO, "serve", "--workers", "2", *arguments)
-    try:
-        ready = await child.line(re.compile(r"wireproto: 2 workers, pids (\d+) (\d+)"), 60)
-        await child.line(re.compile(r"wireproto: ready"))
-    except BaseException:
-        await stop_supervised(child)
-        raise
-    listening = (re.match(r"wireproto: \S+ over \S+ on (\S+)", line) for line in child.stdout)
-    addresses = [match.group(1) for match in listening if match]
-    return Supervised(child, addresses, [int(ready.group(1)), int(ready.group(2))])
 
 
 @pytest_twisted.ensureDeferred

@@ -88,11 +88,13 @@ async def start_supervised(*arguments: str) -> Supervised:
     try:
         ready = await child.line(re.compile(r"wireproto: 2 workers, pids (\d+) (\d+)"), 60)
         await child.line(re.compile(r"wireproto: ready"))
-    except BaseException:
+        # Listeners only: an attached link's line ("... attached to serial:...") is no address.
+        listening = (re.match(r"wireproto: \S+ over \S+ on (\S+)", line)
+                     for line in child.stdout)
+        addresses = [match.group(1) for match in listening if match]
+    except BaseException:  # a broker left running would hold its ports and devices for ever
         await stop_supervised(child)
         raise
-    addresses = [re.match(r"wireproto: \S+ over \S+ on (\S+)", line).group(1)
-                 for line in child.stdout if " over " in line]
     return Supervised(child, addresses, [int(ready.group(1)), int(ready.group(2))])
 
 
