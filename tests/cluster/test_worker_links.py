@@ -7,32 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import pytest_twisted
 
 from tests.brokers import LOCAL
-from tests.cluster.test_workers import start_supervised, stop_supervised
+from tests.cluster.test_workers import holding, start_supervised, stop_supervised, workers_of
 from tests.support import eventually, sleep, wait_for
 from wireproto.devices.standin import COMMON_BOARDS, StandInPorts
 
 
 def holders(device: str, pids: list[int]) -> list[int]:
     """Which of `pids` have `device` open."""
-    found = []
-    for pid in pids:
-        try:
-            descriptors = os.listdir(f"/proc/{pid}/fd")
-        except FileNotFoundError:
-            continue
-        for descriptor in descriptors:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{descriptor}") == device:
-                    found.append(pid)
-                    break
-            except OSError:
-                continue
-    return found
+    return holding({device}, pids)
 
 
 @pytest_twisted.ensureDeferred
@@ -63,6 +51,15 @@ async def test_worker_0_alone_opens_the_links_and_every_worker_keeps_their_prese
                 presence = json.loads(seen[-1].payload)
                 assert presence["online"] is True and presence["port"] == phyllo.device
                 await wait_for(client.disconnect())
+            # Worker 0 killed outright: its port is let go, and the worker started in its
+            # place opens it again, alone.
+            os.kill(pids[0], signal.SIGKILL)
+            supervisor = running.child.process.pid
+            restarted = await eventually(
+                lambda: [pid for pid in workers_of(supervisor) if pid not in pids], 20)
+            await eventually(lambda: holders(phyllo.device, [*restarted, pids[1]]) == restarted
+                             and holders(attached.device, [*restarted, pids[1]]) == restarted,
+                             timeout=20)
         finally:
             await stop_supervised(running.child)
     finally:

@@ -36,6 +36,13 @@ def socket_owner(local_port: int, server_port: int, pids: list[int]) -> int | No
                 if (int(local.rsplit(":", 1)[1], 16) == server_port
                         and int(remote.rsplit(":", 1)[1], 16) == local_port):
                     inodes.add(f"socket:[{inode}]")
+    owners = holding(inodes, pids)
+    return owners[0] if owners else None
+
+
+def holding(targets: set[str], pids: list[int]) -> list[int]:
+    """Which of `pids` have one of `targets` (what /proc/PID/fd links name) open."""
+    found = []
     for pid in pids:
         try:
             descriptors = os.listdir(f"/proc/{pid}/fd")
@@ -43,11 +50,12 @@ def socket_owner(local_port: int, server_port: int, pids: list[int]) -> int | No
             continue
         for descriptor in descriptors:
             try:
-                if os.readlink(f"/proc/{pid}/fd/{descriptor}") in inodes:
-                    return pid
-            except FileNotFoundError:
+                if os.readlink(f"/proc/{pid}/fd/{descriptor}") in targets:
+                    found.append(pid)
+                    break
+            except OSError:
                 continue
-    return None
+    return found
 
 
 class Supervised:
