@@ -66,18 +66,21 @@ class JetStream:
         """The answer to `request` once JetStream gives one (a NATS cluster just started, or
         just lost a node, refuses or says nothing for a few seconds)."""
         answers: list[dict] = []
+        errors: list[str] = []
 
         async def answered() -> bool:
             try:
                 answers.append(await self.ask(request, body, timeout=2))
-            except (JetStreamError, TimeoutError):
+            except (JetStreamError, TimeoutError) as error:
+                errors.append(repr(error))
                 await sleep(0.2)
             return bool(answers)
 
         for _ in range(int(timeout / 2.2) + 1):
             if await answered():
                 return answers[0]
-        raise TimeoutError(f"JetStream gave no answer to {request} within {timeout} s")
+        raise TimeoutError(f"JetStream gave no answer to {request} within {timeout} s "
+                           f"(the last: {errors[-3:]})")
 
     async def replicas(self, stream: str) -> int:
         return (await self.eventually(f"STREAM.INFO.{stream}"))["config"]["num_replicas"]
@@ -414,15 +417,11 @@ async def test_wills_and_last_values_outlive_the_nats_node_that_leads_the_wills(
     await eventually(lambda: survivor.cluster.wills.store.replicas == 3
                      and survivor.cluster.last_values.store.replicas == 3, timeout=30)
     async with JetStream(nats_cluster[0].url) as jetstream:
-        # Just after its replicas changed, the stream may be between leaders for a moment.
-        leader = None
-        for _ in range(30):
-            leader = (await jetstream.eventually(f"STREAM.INFO.{WILLS}")).get(
-                "cluster", {}).get("leader")
-            if leader:
-                break
-            await sleep(0.5)
-        assert leader, "the wills bucket has no leader"
+        # Just after its replicas changed, a stream may be between leaders for a moment, and
+        # its new replicas catching up: a bucket whose followers have not caught up does not
+        # outlive its leader (JetStream's promise, not wireproto's), so both must have.
+        leader = await replicated(jetstream, WILLS)
+        await replicated(jetstream, RETAINED)
     doomed_node = next(node for node in nats_cluster if node.server_name == leader)
     elsewhere = next(node for node in nats_cluster if node is not doomed_node)
 
@@ -463,7 +462,7 @@ async def test_wills_and_last_values_outlive_the_nats_node_that_leads_the_wills(
         # consumer may have been lost with the node: it is made again), and a newcomer reads
         # the values from before and after.
         async with JetStream(elsewhere.url) as jetstream:
-            await jetstream.eventually(f"STREAM.INFO.{RETAINED}")
+            await jetstream.eventually(f"STREAM.INFO.{RETAINED}", timeout=60)
         publisher = await broker.client(at_survivor)
         await wait_for(publisher.publish("sensors/after", b"2"))
         await eventually(lambda: watcher.hub.retained.get("sensors/after"), timeout=30)
@@ -473,6 +472,20 @@ async def test_wills_and_last_values_outlive_the_nats_node_that_leads_the_wills(
         assert newcomer.hub.retained.get("sensors/before")[0].payload == b"1"
     finally:
         doomed.kill()
+
+
+async def replicated(jetstream: JetStream, stream: str, timeout: float = 60) -> str:
+    """The leader of `stream` once it has one and both its other replicas are current."""
+    deadline = time.monotonic() + timeout
+    cluster: dict = {}
+    while time.monotonic() < deadline:
+        cluster = (await jetstream.eventually(f"STREAM.INFO.{stream}")).get("cluster") or {}
+        followers = cluster.get("replicas") or []
+        if (cluster.get("leader") and len(followers) == 2
+                and all(follower.get("current") for follower in followers)):
+            return cluster["leader"]
+        await sleep(0.5)
+    raise TimeoutError(f"{stream} has no leader and two current replicas: {cluster}")
 
 
 async def will_keys(jetstream: JetStream) -> list[str]:
