@@ -7,12 +7,13 @@ BIN    := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 STAMP  := $(VENV)/.installed
 NPM_STAMP := tests/interop/node_modules/.installed
+SPEEDUPS_STAMP := $(VENV)/.speedups-built
 
-.PHONY: serve install test lint bench fuzz java mosquitto chromium clean
+.PHONY: serve install speedups test lint bench fuzz java mosquitto chromium clean
 
 # The package, editable, and a .pth naming this checkout: twistd finds plugins in the
 # twisted/plugins directories of sys.path entries, and this checkout's is at its top.
-$(SERVE_STAMP): setup.cfg pyproject.toml
+$(SERVE_STAMP): setup.cfg pyproject.toml setup.py
 	@echo "make: creating $(VENV) and installing wireproto (what serving needs)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --progress-bar on --upgrade pip
@@ -22,6 +23,17 @@ $(SERVE_STAMP): setup.cfg pyproject.toml
 	touch $(SERVE_STAMP)
 
 install: $(SERVE_STAMP)
+
+# The compiled fast path (wireproto/speedups/_compiled.pyx), built again whenever it changes:
+# pip builds it in place, with Cython in its build environment. Without a C compiler the broker
+# runs the plain-Python twin; said here, and a failure of `make test` under CI=true.
+$(SPEEDUPS_STAMP): $(SERVE_STAMP) wireproto/speedups/_compiled.pyx
+	$(BIN)/pip install --progress-bar off --no-deps -e .
+	@$(BIN)/python -c "import wireproto.speedups as s; print('make: the fast path is', \
+	  'compiled' if s.compiled_available() else 'NOT compiled (no C compiler?): plain Python')"
+	touch $(SPEEDUPS_STAMP)
+
+speedups: $(SPEEDUPS_STAMP)
 
 $(STAMP): $(SERVE_STAMP)
 	@echo "make: installing the test, bench and spark extras (about 1 GB)"
@@ -34,7 +46,7 @@ $(NPM_STAMP): tests/interop/package.json tests/interop/package-lock.json
 	touch $(NPM_STAMP)
 
 # The broker on built-in defaults: WEBSMQ on ws://127.0.0.1:8765/websmq and tcp:127.0.0.1:8766.
-serve: $(SERVE_STAMP)
+serve: $(SERVE_STAMP) $(SPEEDUPS_STAMP)
 	$(BIN)/wireproto serve
 
 # Debian packages: installed when missing and root, else named, and the target fails.
@@ -66,7 +78,7 @@ mosquitto:
 chromium:
 	$(call debian_package,chromium,chromium chromium-driver,the browser tests)
 
-test: $(STAMP) $(NPM_STAMP) java mosquitto chromium
+test: $(STAMP) $(SPEEDUPS_STAMP) $(NPM_STAMP) java mosquitto chromium
 	$(BIN)/ruff check wireproto tests bench twisted examples
 	$(BIN)/mypy wireproto
 	@# pytest exits 5 when it collects nothing: a suite that tests nothing must fail loudly.
@@ -77,7 +89,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check wireproto tests bench twisted examples
 	$(BIN)/mypy wireproto
 
-bench: $(STAMP) mosquitto chromium
+bench: $(STAMP) $(SPEEDUPS_STAMP) mosquitto chromium
 	$(BIN)/python bench/codecs.py
 	$(BIN)/python bench/cli.py
 	$(BIN)/python bench/pubsub.py

@@ -625,14 +625,15 @@ class RunningBroker:
 def start_broker(name: str, command: list[str], dialect: Callable[[str], Dialect],
                  ready: re.Pattern = ADDRESS_LINE, address: str | None = None,
                  timeout: float = 15.0, cleanup: Callable[[], None] = lambda: None,
-                 ) -> RunningBroker:
+                 env: dict[str, str] | None = None) -> RunningBroker:
     """Start a broker and wait for the line that says it listens (its address, after " on ").
 
     Raises BrokerUnavailable, with the broker's last lines of output, if it exits or stays
     silent; its output is drained for as long as it runs, so a chatty broker never blocks."""
     try:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, cwd=BENCH.parent)
+                                   stderr=subprocess.STDOUT, cwd=BENCH.parent,
+                                   env=None if env is None else {**os.environ, **env})
     except OSError as e:
         cleanup()
         raise BrokerUnavailable(name, f"cannot run {command[0]}: {e}") from None
@@ -707,11 +708,11 @@ class System:
     goal: float | None = None
 
 
-def _python_broker(args: list[str], dialect: Callable[[str], Dialect]
-                   ) -> Callable[[str], RunningBroker]:
+def _python_broker(args: list[str], dialect: Callable[[str], Dialect],
+                   env: dict[str, str] | None = None) -> Callable[[str], RunningBroker]:
     """A broker run by this Python, told where to listen through "LISTEN" in its arguments."""
     command = [sys.executable, *(arg.replace("LISTEN", LISTEN) for arg in args)]
-    return lambda name: start_broker(name, command, dialect)
+    return lambda name: start_broker(name, command, dialect, env=env)
 
 
 def start_wireproto_capturing(name: str) -> RunningBroker:
@@ -771,6 +772,10 @@ SYSTEMS = [
            _python_broker(["-m", "wireproto", "serve", "--listen", "websmq+length32@LISTEN"],
                           lambda _: Length32Websmq()),
            baseline="bare forwarder tcp", goal=1.5),
+    # The same broker with its fast path in plain Python (wireproto.speedups._pure).
+    System("wireproto tcp pure",
+           _python_broker(["-m", "wireproto", "serve", "--listen", "websmq+length32@LISTEN"],
+                          lambda _: Length32Websmq(), env={"WIREPROTO_PURE_PYTHON": "1"})),
     System("wireproto tcp capture", start_wireproto_capturing),
     # [auth] on: every publish is checked against the access rules.
     System("wireproto tcp auth", _wireproto_with_config(AUTH_CONFIG)),

@@ -167,6 +167,24 @@ def full_log_budget():
     BUDGET.reset()
 
 
+@pytest.fixture(params=["compiled", "pure"])
+def fast_path(request):
+    """Run the test on each fast path in turn (wireproto.speedups): the compiled one, and its
+    plain-Python twin. A module whose promises the fast path must keep says
+    `pytestmark = pytest.mark.usefixtures("fast_path")`. Without the compiled path built, its
+    runs are skipped (tests/speedups/test_build.py fails them under CI=true instead)."""
+    from wireproto import speedups
+
+    if request.param == "compiled" and not speedups.compiled_available():
+        pytest.skip("the compiled fast path is not built (make speedups)")
+    before = speedups.implementation
+    speedups.use(request.param)
+    try:
+        yield request.param
+    finally:
+        speedups.use(before)
+
+
 @pytest_twisted.async_yield_fixture
 async def broker():
     """A `tests.brokers.Broker`: the services and clients a test starts, all stopped after it."""

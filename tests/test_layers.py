@@ -131,6 +131,7 @@ def within(name: str, *packages: str) -> bool:
 FOUNDATION = (
     "wireproto.errors", "wireproto.peerlog", "wireproto.topics", "wireproto.settings",
     "wireproto.payloads", "wireproto.redaction", "wireproto.logs", "wireproto.lazy",
+    "wireproto.speedups",
 )
 TRANSPORT_INTERFACE = (
     "wireproto.transports",  # the package's public names
@@ -146,6 +147,11 @@ def _allowed(*prefixes: str, exact: Iterable[str] = ()) -> Callable[[str], bool]
 RULES: dict[str, tuple[str, Callable[[str], bool]]] = {
     **{module: ("the foundation imports only the foundation and the codecs",
                 _allowed("wireproto.codecs", exact=FOUNDATION)) for module in FOUNDATION},
+    "wireproto.speedups": (
+        "the fast path (compiled, or its plain-Python twin) imports only itself: any layer "
+        "may run on it",
+        _allowed("wireproto.speedups"),
+    ),
     "wireproto.access": (
         "the access policy is sans-IO: it imports only itself, topics, errors and settings "
         "(which declare its [limits] table and import nothing of wireproto)",

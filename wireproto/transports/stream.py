@@ -40,7 +40,7 @@ from twisted.protocols.basic import LineOnlyReceiver
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto import peerlog
+from wireproto import peerlog, speedups
 from wireproto.errors import BadEncoding, CredentialEnded, FrameTooLarge, ProtocolError
 from wireproto.peerlog import address_key, describe_address
 from wireproto.settings import seconds_or_never, setting
@@ -168,6 +168,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     _active = False
     _idleCheck: IDelayedCall | None = None
     _gone = False
+    outbox: speedups.Outbox | None = None
 
     def __init__(self, max_message_size: int) -> None:
         self.max_message_size = max_message_size
@@ -199,9 +200,10 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
                 return
         self.kind = _carrier_kind(self.transport)
         set_keepalive(self.transport, factory.options)
-        # A prepared message is the framed bytes: the fan-out path writes them with no frame of
-        # Python in between.
-        self.sendPrepared = self.transport.write  # type: ignore[method-assign]
+        # A prepared message is the framed bytes: the fan-out path writes them to the outbox,
+        # which holds them while a read is handled and writes them as one at its end.
+        self.outbox = speedups.Outbox(self.transport.write)
+        self.sendPrepared = self.outbox.write  # type: ignore[method-assign]
         if factory.identify is not None and ISSLTransport.providedBy(self.transport):
             # A TLS peer's certificate is known once the handshake is done: until then no
             # message can arrive, and the protocol is not connected.
@@ -259,6 +261,8 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._gone = True
+        if self.outbox is not None:
+            self.outbox.discard()
         check = self._idleCheck
         if check is not None and check.active():
             check.cancel()
@@ -292,12 +296,13 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     # -- IMessageTransport -------------------------------------------------------------------
 
     def sendMessage(self, data: bytes, binary: bool = True) -> None:
-        self.transport.write(self.prepareMessage(data, binary))
+        self.sendPrepared(self.prepareMessage(data, binary))
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         raise NotImplementedError
 
     def sendPrepared(self, prepared: bytes) -> None:
+        # Until connectionMade puts the outbox's write here.
         self.transport.write(prepared)
 
     def loseConnection(self, error: ProtocolError | None = None) -> None:
@@ -305,10 +310,14 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         if error is not None and self._error is None:
             self._error = error
         self._stopDelivery()
+        if self.outbox is not None:
+            self.outbox.flush()  # what was accepted goes out before the close
         self.transport.loseConnection()
         self.release_producer()
 
     def abortConnection(self) -> None:
+        if self.outbox is not None:
+            self.outbox.discard()
         if self._gone:  # TLS's abort would raise, its state torn down; TCP's does nothing
             return
         self._stopDelivery()
@@ -328,7 +337,6 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
 
 _length32 = struct.Struct(">I")
 _pack_length32 = _length32.pack
-_unpack_length32 = _length32.unpack_from
 
 
 @implementer(ILengthPrefixedFrames)
@@ -354,31 +362,23 @@ class Length32MessageTransport(StreamMessageTransport):
         observer = self._observer
         if observer is not None:
             observer.readStarting()
-        end = len(buffer)
-        offset = 0
         limit = self.max_message_size
-        while end - offset >= 4 and not self.paused:
-            (length,) = _unpack_length32(buffer, offset)
-            if length > limit:
+        speedups.batch_begin()
+        try:
+            offset, too_large = speedups.length32_deliver(buffer, limit,
+                                                          wrapped.messageReceived, self)
+            if too_large >= 0:
                 self._buffer = b""
                 self._frameError(FrameTooLarge(
-                    f"length32 frame of {length} bytes is over the limit of {limit} bytes "
+                    f"length32 frame of {too_large} bytes is over the limit of {limit} bytes "
                     "(StreamOptions.max_message_size)"
                 ))
-                break
-            frame_end = offset + 4 + length
-            if frame_end > end:
-                break
-            message = buffer[offset + 4:frame_end]
-            offset = frame_end
-            wrapped.messageReceived(message, True)
+        finally:
+            speedups.batch_end()
         if observer is not None and offset:
             observer.framesReceived(buffer[:offset])
         if not self.paused:
             self._buffer = buffer[offset:]
-
-    def sendMessage(self, data: bytes, binary: bool = True) -> None:
-        self.transport.write(_pack_length32(len(data)) + data)
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         return _pack_length32(len(data)) + data

@@ -1,0 +1,69 @@
+"""The broker's per-delivery work, compiled when it can be: `_compiled` (Cython, built by
+`make serve`, `make test` and every wheel) or its plain-Python twin `_pure`, which behave the same
+(tests/speedups holds them to it, and the tests of what the fast path must keep run on both).
+docs/performance.md, "The compiled fast path", says what each piece is for and what it saves.
+
+Callers read the pieces from this module when they use them (`speedups.deliver_frames(...)`),
+or once per connection (`speedups.Outbox`), so `use` switches every later connection.
+WIREPROTO_PURE_PYTHON=1 in the environment chooses the plain-Python path at start."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+from wireproto.speedups import _pure
+
+__all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available", "Outbox",
+           "batch_begin", "batch_end", "batching", "deliver_frames", "length32_deliver"]
+
+
+def _load_compiled() -> ModuleType | None:
+    try:
+        return importlib.import_module("wireproto.speedups._compiled")
+    except ImportError:  # not built: the plain-Python path serves
+        return None
+
+
+IMPLEMENTATIONS: dict[str, ModuleType | None] = {"compiled": _load_compiled(), "pure": _pure}
+PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
+          "length32_deliver")
+
+# The pieces, typed as the plain-Python twin's; `use` puts the chosen path's here.
+implementation = "pure"
+Outbox = _pure.Outbox
+batch_begin = _pure.batch_begin
+batch_end = _pure.batch_end
+batching = _pure.batching
+deliver_frames = _pure.deliver_frames
+length32_deliver = _pure.length32_deliver
+
+
+def compiled_available() -> bool:
+    """Whether the compiled fast path was built for this Python."""
+    return IMPLEMENTATIONS["compiled"] is not None
+
+
+def use(name: str) -> None:
+    """Run the fast path `name` ("compiled" or "pure") from now on. Connections made before
+    keep their outboxes, which write straight through once their path's reads are over.
+    ValueError for an unknown name; ImportError for "compiled" when it is not built;
+    RuntimeError while a read is being handled."""
+    global implementation
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"no fast path named {name!r}: 'compiled' or 'pure'")
+    module = IMPLEMENTATIONS[name]
+    if module is None:
+        raise ImportError("the compiled fast path is not built (make serve or make test "
+                          "builds it; pip install needs Cython and a C compiler)")
+    if batching():
+        raise RuntimeError("cannot change the fast path while a read is being handled")
+    namespace = globals()
+    for piece in PIECES:
+        namespace[piece] = getattr(module, piece)
+    implementation = name
+
+
+if os.environ.get("WIREPROTO_PURE_PYTHON") != "1" and compiled_available():
+    use("compiled")
