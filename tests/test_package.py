@@ -91,7 +91,8 @@ async def test_the_wheel_installs_into_a_fresh_venv_and_serves(tmp_path: Path) -
                            capture_output=True, text=True, timeout=420,
                            stdin=subprocess.DEVNULL)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    (wheel,) = dist.glob(f"wireproto-{__version__}-py3-none-any.whl")
+    # A wheel for this Python and platform: it carries the compiled fast path.
+    (wheel,) = dist.glob(f"wireproto-{__version__}-cp3*-cp3*-*.whl")
     (sdist,) = dist.glob(f"wireproto-{__version__}.tar.gz")
 
     with zipfile.ZipFile(wheel) as archive:
@@ -105,10 +106,13 @@ async def test_the_wheel_installs_into_a_fresh_venv_and_serves(tmp_path: Path) -
     for name in tracked("wireproto/admin/static") | tracked("twisted/plugins"):
         assert name in names, f"{name} is not in the wheel"
     assert not any(name.startswith("tests/") for name in names)
+    assert any(re.fullmatch(r"wireproto/speedups/_compiled\..*\.so", name) for name in names), \
+        "the compiled fast path is not in the wheel"
     with tarfile.open(sdist) as archive:
         in_sdist = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     # The docs link the examples (examples/app.py, examples/wireproto.tac ...).
-    for name in ("LICENSE", "CHANGELOG.md", "README.md", "setup.cfg", "docs/quickstart.md",
+    for name in ("LICENSE", "CHANGELOG.md", "README.md", "setup.cfg", "setup.py",
+                 "wireproto/speedups/_compiled.pyx", "docs/quickstart.md",
                  *tracked("wireproto/admin/static"), *tracked("twisted/plugins"),
                  *tracked("examples")):
         assert name in in_sdist, f"{name} is not in the sdist"
@@ -128,6 +132,10 @@ async def test_the_wheel_installs_into_a_fresh_venv_and_serves(tmp_path: Path) -
                             "print(wireproto.__file__)"], capture_output=True, text=True,
                            cwd=tmp_path, env=environment, check=True, timeout=60)
     assert where.stdout.startswith(str(venv / "lib")), where.stdout
+    path = subprocess.run([venv / "bin" / "python", "-c", "import wireproto.speedups as s; "
+                           "print(s.implementation)"], capture_output=True, text=True,
+                          cwd=tmp_path, env=environment, check=True, timeout=60)
+    assert path.stdout.strip() == "compiled", path.stdout
 
     # Each from another directory, through `env -u`: Child passes on this process's
     # environment, whose PYTHONPATH names the checkout.
