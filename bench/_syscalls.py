@@ -173,17 +173,20 @@ class StraceCounter:
         self.folder.cleanup()
 
 
-def choose_method() -> str:
-    """"perf" where perf counts syscall tracepoints for this user, else "strace" if installed."""
+def choose_method(wanted: str = "auto") -> str:
+    """"perf" where perf counts syscall tracepoints for this user, else "strace" if installed;
+    `wanted` "perf" or "strace" takes that one or none."""
     perf = shutil.which("perf")
-    if perf is not None:
+    if perf is not None and wanted in ("auto", "perf"):
         probe = subprocess.run([perf, "stat", "-e", TOTAL, "--", "true"], capture_output=True,
                                timeout=30, check=False)
         if probe.returncode == 0:
             return "perf"
-    if shutil.which("strace") is not None:
+    if shutil.which("strace") is not None and wanted in ("auto", "strace"):
         return "strace"
-    raise SyscallsUnavailable("neither perf (with syscall tracepoints) nor strace works here")
+    raise SyscallsUnavailable({"auto": "neither perf (with syscall tracepoints) nor strace",
+                               "perf": "perf (with syscall tracepoints)",
+                               "strace": "strace"}[wanted] + " cannot count system calls here")
 
 
 def counter(pid: int, method: str) -> PerfCounter | StraceCounter:

@@ -469,7 +469,10 @@ class DeliveryCounter:
             self.error = f"after {self.received // self.size} deliveries: {e}"
             return None
         if found is None:
-            self.held = bytes(rest)
+            if len(rest) > len(self.pattern):  # no such packet is this long: not one to wait for
+                self.error = f"after {self.received // self.size} deliveries: {bytes(rest[:80])!r}"
+            else:
+                self.held = bytes(rest)
             return None
         payload, end = found
         if payload is not None:
@@ -1150,7 +1153,7 @@ async def run(options: argparse.Namespace, out: Callable[[str], None] = print) -
         counting = None
         if options.syscalls:
             try:
-                counting = _syscalls.choose_method()
+                counting = _syscalls.choose_method(options.syscalls)
             except _syscalls.SyscallsUnavailable as e:
                 raise BenchError(f"--syscalls: {e}") from None
             out(f"counting system calls with {counting}")
@@ -1305,9 +1308,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", metavar="DIR", type=Path,
                         help="sample each Python broker with py-spy into DIR/*.folded and print"
                         " where its time goes (slows the brokers: compare no figures then)")
-    parser.add_argument("--syscalls", action="store_true",
+    parser.add_argument("--syscalls", nargs="?", const="auto", choices=("auto", "perf", "strace"),
                         help="count each broker's system calls in the measured window (perf"
-                        " stat, or strace -c where perf cannot) and print them per delivery")
+                        " stat, or strace -c where perf cannot: auto) and print them per delivery")
     options = parser.parse_args(argv)
     if options.messages is None:
         options.messages = 2000 if options.quick else 50000

@@ -184,15 +184,16 @@ async def test_a_slow_consumer_cut_off_by_nats_server_fails_the_run():
     assert re.search(r"cut off [12] slow consumer\(s\) during the measurement", reason), reason
 
 
+@pytest.mark.parametrize("method", ["perf", "strace"])
 @pytest_twisted.ensureDeferred
-async def test_system_calls_are_counted_per_measurement_for_every_kind_of_broker():
+async def test_system_calls_are_counted_per_measurement_for_every_kind_of_broker(method):
     try:
-        method = pubsub._syscalls.choose_method()
+        pubsub._syscalls.choose_method(method)
     except pubsub._syscalls.SyscallsUnavailable as e:
         pytest.skip(str(e))
     lines: list[str] = []
-    options = pubsub.parse_args(["--messages", "500", "--quick", "--syscalls", "--systems",
-                                 "wireproto tcp,nats-server tcp"])
+    options = pubsub.parse_args(["--messages", "500", "--quick", f"--syscalls={method}",
+                                 "--systems", "wireproto tcp,nats-server tcp"])
     report = await wait_for(pubsub.run(options, out=lines.append), timeout=120)
     assert report.syscalls == method
     for m in report.measurements:
@@ -201,6 +202,18 @@ async def test_system_calls_are_counted_per_measurement_for_every_kind_of_broker
         assert m.syscalls["sends"] >= 1 and m.syscalls["polls"] >= 1, m
     table = "\n".join(report.lines)
     assert "system calls per delivery" in table and "nats-server tcp" in table
+    assert ("not comparable" in table) == (method == "strace")
+
+
+def test_a_long_packet_that_is_not_a_delivery_is_not_held_forever():
+    delivery = pubsub.Length32Websmq().delivery(pubsub.PAYLOAD)
+    counter = pubsub.DeliveryCounter(delivery, pubsub.Length32Websmq())
+    counter.feed(delivery + b"\x7f\xff\xff\xff")  # a 2 GiB frame announced
+    assert (counter.error, counter.held) == (None, b"\x7f\xff\xff\xff")
+    for _ in range(3):
+        counter.feed(b"\x00" * 60000)
+    assert counter.error.startswith("after 1 deliveries: ")
+    assert counter.held == b""
 
 
 def test_a_broker_that_cannot_start_is_skipped_with_its_reason():
