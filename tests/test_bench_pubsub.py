@@ -7,6 +7,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,17 @@ def test_a_long_packet_that_is_not_a_delivery_is_not_held_forever():
         counter.feed(b"\x00" * 60000)
     assert counter.error.startswith("after 1 deliveries: ")
     assert counter.held == b""
+
+
+def test_cpu_is_counted_per_thread_to_the_nanosecond_unless_a_thread_ended():
+    before = pubsub.CpuSnapshot(seconds=1.0, threads={10: 100, 11: 50})
+    grown = pubsub.CpuSnapshot(seconds=1.5, threads={10: 300, 11: 50, 12: 10})
+    assert pubsub.cpu_spent(before, grown) == 210 / 1e9  # a new thread's time all counts
+    ended = pubsub.CpuSnapshot(seconds=1.25, threads={10: 300})
+    assert pubsub.cpu_spent(before, ended) == 0.25  # thread 11's last run is only in the ticks
+
+    here = pubsub.cpu_snapshot(os.getpid())
+    assert threading.get_native_id() in here.threads and here.threads[threading.get_native_id()] > 0
 
 
 def test_a_broker_that_cannot_start_is_skipped_with_its_reason():
