@@ -6,8 +6,9 @@ needs perf and tracepoints readable by this user (root, or kernel.perf_event_par
 Without them `strace -c -f` counts instead: it stops the broker on every call, so the CPU figures
 of such a run are not comparable with any other run's.
 
-A count is a dict: "total", "sends" (send*, write*), "recvs" (recv*, read*), "polls" (epoll_*,
-poll, select); writes and reads to files count as sends and recvs.
+A count is a dict: "total", "sends" (send*, write*), "recvs" (recv*, read*), "waits"
+(epoll_wait, epoll_pwait, poll, select), "ctls" (epoll_ctl); writes and reads to files count as
+sends and recvs.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from pathlib import Path
 KINDS = {
     "sends": ("sendto", "sendmsg", "sendmmsg", "write", "writev"),
     "recvs": ("recvfrom", "recvmsg", "recvmmsg", "read", "readv"),
-    "polls": ("epoll_wait", "epoll_pwait", "epoll_pwait2", "epoll_ctl", "poll", "ppoll",
-              "select", "pselect6"),
+    "waits": ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select",
+              "pselect6"),
+    # Twisted asks epoll to watch a socket for writability while its buffer waits, and stops.
+    "ctls": ("epoll_ctl",),
 }
 TOTAL = "raw_syscalls:sys_enter"
 

@@ -38,9 +38,9 @@ This is a benchmark, not a test: tests/test_bench_pubsub.py only checks that it 
 
 `--syscalls` counts each broker's system calls in the measured window (bench/_syscalls.py: perf
 stat on the syscall tracepoints, or strace -c where perf cannot, which slows the brokers) and
-prints them per delivery: all, sends, recvs, polls. `--profile DIR` samples the Python brokers
-with py-spy and prints where their time goes. To weigh a change to the hub,
-bench/_pubsub_inprocess.py times the same fan-out without sockets, with ratios that hold from
+prints them per delivery: all, sends, recvs, epoll waits and epoll_ctl calls. `--profile DIR`
+samples the Python brokers with py-spy and prints where their time goes. To weigh a change to the
+hub, bench/_pubsub_inprocess.py times the same fan-out without sockets, with ratios that hold from
 run to run.
 """
 
@@ -1332,7 +1332,8 @@ def syscall_lines(report: Report, systems: list[System], measured: set[str]) -> 
                            for kind in kinds]
                 lines.append(f"  {system.name:<22} {subscribers:>4}"
                              + "".join(f" {figure:>7.3f}" for figure in figures))
-    lines.append("  sends: send*, write*; recvs: recv*, read*; polls: epoll_*, poll, select")
+    lines.append("  sends: send*, write*; recvs: recv*, read*; waits: epoll_wait, epoll_pwait,"
+                 " poll, select; ctls: epoll_ctl")
     if report.syscalls == "strace":
         lines.append("  strace stops the broker on every call: this run's CPU figures are not"
                      " comparable with another run's")
