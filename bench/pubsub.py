@@ -1235,7 +1235,7 @@ def _paired_ratio(report: Report, system: str, baseline: str, subscribers: int,
 
 
 def table(report: Report, systems: list[System], options: argparse.Namespace) -> list[str]:
-    lines = ["", f"{'system':<20} {'subs':>4} {'deliveries/s':>13} {'CPU us/delivery':>16}"
+    lines = ["", f"{'system':<22} {'subs':>4} {'deliveries/s':>13} {'CPU us/delivery':>16}"
                  f" {'busy':>5}  {'CPU vs baseline':<28}"]
     lines.append("-" * len(lines[1]))
     measured = {m.system for m in report.measurements}
@@ -1249,7 +1249,7 @@ def table(report: Report, systems: list[System], options: argparse.Namespace) ->
                 value = _paired_ratio(report, system.name, system.baseline, subscribers,
                                       lambda m: m.cpu_us)
                 ratio = f"{value:.2f}x {system.baseline}"
-            lines.append(f"{system.name:<20} {subscribers:>4}"
+            lines.append(f"{system.name:<22} {subscribers:>4}"
                          f" {_median([m.rate for m in runs]):>13,.0f}"
                          f" {_median([m.cpu_us for m in runs]):>16.2f}"
                          f" {_median([m.busy for m in runs]):>5.0%}  {ratio}")
