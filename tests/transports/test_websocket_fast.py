@@ -65,6 +65,17 @@ def test_unmasking_is_xor_with_the_repeating_mask_on_both(size):
     assert all(module.ws_unmask(payload, MASK) == expected for module in twins)
 
 
+@pytest.mark.parametrize("module", twins, ids=lambda module: module.__name__.rsplit(".")[-1])
+def test_the_frame_pieces_take_any_bytes_like_payload_and_refuse_text_and_short_masks(module):
+    for payload in (bytearray(b"abc"), memoryview(b"xyz" * 100)):
+        assert module.ws_frame(payload, True) == speedups.ws_frame(bytes(payload), True)
+        assert module.ws_unmask(payload, MASK) == speedups.ws_unmask(bytes(payload), MASK)
+    with pytest.raises(TypeError):
+        module.ws_frame("text", False)
+    with pytest.raises(ValueError, match="four bytes"):
+        module.ws_unmask(b"abc", b"12")
+
+
 def test_whole_frames_are_read_one_after_another_with_their_flags():
     data = (client_frame(2, b"A") + client_frame(1, b"text") + client_frame(2, b"")
             + client_frame(2, b"L" * 300) + client_frame(1, "ü".encode() * 100))

@@ -134,7 +134,9 @@ cdef class FrameGate:
         self.open = False
 
 
-def ws_frame(bytes payload, bint binary):
+def ws_frame(payload, bint binary):
+    if type(payload) is not bytes:  # a bytearray or memoryview, as the twin takes them
+        payload = bytes(payload)
     cdef Py_ssize_t size = len(payload)
     cdef Py_ssize_t header = 2 if size < 126 else (4 if size < 0x10000 else 10)
     cdef bytes result = PyBytes_FromStringAndSize(NULL, header + size)
@@ -175,7 +177,11 @@ cdef bytes _unmask(const unsigned char* data, Py_ssize_t size, const unsigned ch
     return result
 
 
-def ws_unmask(bytes payload, bytes mask):
+def ws_unmask(payload, mask):
+    if type(payload) is not bytes:
+        payload = bytes(payload)
+    if type(mask) is not bytes:
+        mask = bytes(mask)
     if len(mask) != 4:
         raise ValueError("a WebSocket mask is four bytes")
     return _unmask(<const unsigned char*>PyBytes_AS_STRING(payload), len(payload),

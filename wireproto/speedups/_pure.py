@@ -4,6 +4,7 @@ behaves the same; docs/performance.md ("The compiled fast path") says what each 
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
@@ -204,9 +205,32 @@ def ws_frame(payload: bytes, binary: bool) -> bytes:
     return _ws_header64.pack(first, 127, size) + payload
 
 
+# From this many bytes Autobahn's native masker (its NVX code, when built) beats the big integer.
+_NATIVE_UNMASK_FROM = 1024
+
+
+@functools.cache
+def _native_masker() -> Callable[[bytes, int], XorMasker] | None:
+    from autobahn.websocket import USES_NVX
+    from autobahn.websocket.xormasker import create_xor_masker
+
+    return create_xor_masker if USES_NVX else None
+
+
+class XorMasker(Protocol):
+    def process(self, data: bytes) -> bytes: ...
+
+
 def ws_unmask(payload: bytes, mask: bytes) -> bytes:
-    """`payload` XORed with the repeating four-byte `mask` (masking and unmasking are one)."""
+    """`payload` XORed with the repeating four-byte `mask` (masking and unmasking are one);
+    ValueError for a mask of another length."""
+    if len(mask) != 4:
+        raise ValueError("a WebSocket mask is four bytes")
     size = len(payload)
+    if size >= _NATIVE_UNMASK_FROM:
+        native = _native_masker()
+        if native is not None:
+            return native(mask, size).process(payload)
     key = (mask * ((size >> 2) + 1))[:size]
     return (int.from_bytes(payload, "little") ^ int.from_bytes(key, "little")).to_bytes(
         size, "little")
