@@ -20,6 +20,7 @@ from tests.transports.conftest import Echo, RawClient, Recorder
 from tests.transports.test_websocket import serve, upgrade_request
 from tests.transports.test_websocket_frames import MASK, client_frame, handshake
 from wireproto import speedups
+from wireproto.hub import HubSettings
 from wireproto.speedups import _pure
 from wireproto.transports import WebSocketOptions, websocket_resource, websocket_site
 
@@ -311,3 +312,30 @@ async def test_over_tls_a_peer_closing_mid_read_gets_the_echoes_then_the_close_r
     await wait_for(raw.closed)
     assert raw.received == (speedups.ws_frame(b"A", True) + speedups.ws_frame(b"B", True)
                             + bytes([0x88, 2]) + (1000).to_bytes(2, "big"))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_websocket_subscriber_that_stops_reading_is_held_to_its_queue_limit(broker):
+    # Fan-out inside a publisher's reads: what waits in the stalled subscriber's outbox is at
+    # most one read's, then Twisted pauses its session, whose queue drops past its limit.
+    limit = 200_000
+    service, bound = await broker.start("websmq+ws@tcp:0:interface=127.0.0.1", hub=HubSettings(
+        queue_bytes=limit, overflow="drop-oldest"))
+    (address,) = (entry.address for entry in bound)
+    stalled, healthy, publisher = [await broker.client(address) for _ in range(3)]
+    received: list = []
+    stalled.subscribe("t")
+    healthy.subscribe("t", received.append)
+    await eventually(lambda: len(service.hub.subscribers("t")) == 2)
+    stalled.transport.transport.pauseProducing()  # reads nothing more
+    (session,) = [s for s in service.hub.sessions if s.protocol is not None
+                  and s.transport.getPeer().port == stalled.transport.getHost().port]
+    payload = b"p" * 30_000
+    for sent in range(20, 241, 20):
+        for _ in range(20):
+            publisher.publish("t", payload)
+        await eventually(lambda sent=sent: len(received) == sent, timeout=10)
+        assert session.queued_bytes <= limit
+        assert session.transport.outbox.waiting == 0  # written (or queued) at each read's end
+    assert session.dropped_messages > 0
+    assert len(received) == 240
