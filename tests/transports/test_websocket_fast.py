@@ -260,6 +260,10 @@ CLOSE_CODES = {
     "reserved bit": 1002,
     "no mask": 1002,
     "64-bit length of 5": 1002,
+    "64-bit length with the top bit": 1002,
+    "first fragment": 1002,  # then a new message before the last fragment
+    "compressed bit": 1002,
+    "reserved control opcode": 1002,
     "over the limit": 1009,
     "64-bit length": 1009,
     "bad UTF-8": 1007,
