@@ -23,6 +23,8 @@ from wireproto.transports import (
     websocket_site,
 )
 
+pytestmark = pytest.mark.usefixtures("fast_path")
+
 UPGRADE = (
     "GET {path} HTTP/1.1\r\n"
     "Host: 127.0.0.1\r\n"

@@ -1,5 +1,6 @@
-"""Whole WebSocket frames read and written beside Autobahn (websocket_frames.py): the same bytes
-as Autobahn's framing, and every other frame still Autobahn's, on real sockets."""
+"""Whole WebSocket frames read and written beside Autobahn (websocket_frames.py, and the fast
+path's `ws_deliver`): the same bytes as Autobahn's framing, and every other frame still
+Autobahn's, on real sockets, on both fast paths."""
 
 from __future__ import annotations
 
@@ -13,9 +14,31 @@ from autobahn.websocket.protocol import PreparedMessage
 from tests.support import eventually, wait_for
 from tests.transports.conftest import Echo, Recorder
 from tests.transports.test_websocket import client, serve, upgrade_request
-from wireproto.transports.websocket_frames import frame, unmask, whole_frame
+from wireproto import speedups
+from wireproto.transports.websocket_frames import frame, unmask
+
+pytestmark = pytest.mark.usefixtures("fast_path")
 
 MASK = b"\x37\xfa\x21\x3d"
+
+
+class Open:
+    open = True
+
+
+def whole_frame(data: bytes, start: int, masked: bool, limit: int,
+                check_utf8: bool) -> tuple[bytes, bool, int] | None:
+    """The frame at `data[start:]` as the fast path reads it: (payload, binary, end), or None
+    when it leaves the frame to Autobahn."""
+    delivered: list[tuple[bytes, bool]] = []
+
+    def deliver(payload: bytes, binary: bool) -> None:
+        delivered.append((payload, binary))
+        gate.open = False  # one frame
+
+    gate = Open()
+    end = speedups.ws_deliver(data, start, masked, limit, check_utf8, deliver, gate)
+    return (*delivered[0], end) if delivered else None
 
 
 def client_frame(opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0,

@@ -16,7 +16,13 @@ from types import ModuleType
 from wireproto.speedups import _pure
 
 __all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available", "Outbox",
-           "batch_begin", "batch_end", "batching", "deliver_frames", "length32_deliver"]
+           "batch_begin", "batch_end", "batching", "deliver_frames", "length32_deliver",
+           # websocket
+           "FrameGate",
+           "ws_frame",
+           "ws_unmask",
+           "ws_deliver",
+           ]
 
 
 def _load_compiled() -> ModuleType | None:
@@ -28,7 +34,13 @@ def _load_compiled() -> ModuleType | None:
 
 IMPLEMENTATIONS: dict[str, ModuleType | None] = {"compiled": _load_compiled(), "pure": _pure}
 PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
-          "length32_deliver")
+          "length32_deliver",
+          # websocket
+          "FrameGate",
+          "ws_frame",
+          "ws_unmask",
+          "ws_deliver",
+          )
 
 # The pieces, typed as the plain-Python twin's; `use` puts the chosen path's here.
 implementation = "pure"
@@ -38,6 +50,11 @@ batch_end = _pure.batch_end
 batching = _pure.batching
 deliver_frames = _pure.deliver_frames
 length32_deliver = _pure.length32_deliver
+# websocket
+FrameGate = _pure.FrameGate
+ws_frame = _pure.ws_frame
+ws_unmask = _pure.ws_unmask
+ws_deliver = _pure.ws_deliver
 
 
 def compiled_available() -> bool:

@@ -3,6 +3,10 @@
 (tests/speedups holds them to it). docs/performance.md ("The compiled fast path") says what each
 piece is for; the docstrings are in `_pure.py`."""
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memcpy
 from twisted.logger import Logger
 
 log = Logger(namespace="wireproto.speedups")
@@ -110,3 +114,124 @@ def length32_deliver(bytes buffer, Py_ssize_t limit, deliver, reader):
         offset = frame_end
         deliver(message, True)
     return offset, -1
+
+
+# -- websocket: the frames of a WebSocket connection (wireproto/transports/websocket.py) --------
+
+cdef class FrameGate:
+    cdef object _write
+    cdef public bint open
+
+    def __init__(self, write):
+        self._write = write
+        self.open = True
+
+    def write(self, prepared):
+        if self.open:
+            self._write(prepared)
+
+    def close(self):
+        self.open = False
+
+
+def ws_frame(payload, bint binary):
+    if type(payload) is not bytes:  # a bytearray or memoryview, as the twin takes them
+        payload = bytes(payload)
+    cdef Py_ssize_t size = len(payload)
+    cdef Py_ssize_t header = 2 if size < 126 else (4 if size < 0x10000 else 10)
+    cdef bytes result = PyBytes_FromStringAndSize(NULL, header + size)
+    cdef unsigned char* out = <unsigned char*>PyBytes_AS_STRING(result)
+    cdef int shift
+    out[0] = 0x82 if binary else 0x81
+    if size < 126:
+        out[1] = <unsigned char>size
+    elif size < 0x10000:
+        out[1] = 126
+        out[2] = <unsigned char>(size >> 8)
+        out[3] = <unsigned char>size
+    else:
+        out[1] = 127
+        for shift in range(8):
+            out[2 + shift] = <unsigned char>((<uint64_t>size) >> (56 - 8 * shift))
+    if size:
+        memcpy(out + header, PyBytes_AS_STRING(payload), size)
+    return result
+
+
+cdef bytes _unmask(const unsigned char* data, Py_ssize_t size, const unsigned char* mask):
+    cdef bytes result = PyBytes_FromStringAndSize(NULL, size)
+    cdef unsigned char* out = <unsigned char*>PyBytes_AS_STRING(result)
+    cdef uint32_t key32
+    cdef uint64_t key64, word
+    cdef Py_ssize_t i = 0
+    memcpy(&key32, mask, 4)
+    key64 = (<uint64_t>key32 << 32) | key32
+    while i + 8 <= size:
+        memcpy(&word, data + i, 8)
+        word ^= key64
+        memcpy(out + i, &word, 8)
+        i += 8
+    while i < size:
+        out[i] = data[i] ^ mask[i & 3]
+        i += 1
+    return result
+
+
+def ws_unmask(payload, mask):
+    if type(payload) is not bytes:
+        payload = bytes(payload)
+    if type(mask) is not bytes:
+        mask = bytes(mask)
+    if len(mask) != 4:
+        raise ValueError("a WebSocket mask is four bytes")
+    return _unmask(<const unsigned char*>PyBytes_AS_STRING(payload), len(payload),
+                   <const unsigned char*>PyBytes_AS_STRING(mask))
+
+
+def ws_deliver(bytes buffer, Py_ssize_t start, bint masked, Py_ssize_t limit, bint check_utf8,
+               deliver, gate):
+    cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(buffer)
+    cdef Py_ssize_t end = len(buffer)
+    cdef Py_ssize_t length, at, frame_end
+    cdef unsigned char first, second
+    cdef bytes payload
+    while gate.open and end - start >= 2:
+        first = data[start]
+        if first != 0x82 and first != 0x81:
+            break
+        second = data[start + 1]
+        if ((second & 0x80) != 0) != masked:
+            break
+        length = second & 0x7F
+        at = start + 2
+        if length == 126:
+            if end - start < 4:
+                break
+            length = (<Py_ssize_t>data[at] << 8) | data[at + 1]
+            if length < 126:
+                break
+            at += 2
+        elif length == 127:
+            break
+        if limit and length > limit:
+            break
+        if masked:
+            if at + 4 > end:
+                break
+            frame_end = at + 4 + length
+            if frame_end > end:
+                break
+            payload = _unmask(data + at + 4, length, data + at)
+        else:
+            frame_end = at + length
+            if frame_end > end:
+                break
+            payload = PyBytes_FromStringAndSize(<const char*>data + at, length)
+        if first == 0x81 and check_utf8:
+            try:
+                PyUnicode_DecodeUTF8(PyBytes_AS_STRING(payload), length, NULL)
+            except UnicodeDecodeError:
+                break
+        start = frame_end
+        deliver(payload, first == 0x82)
+    return start

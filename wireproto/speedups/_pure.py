@@ -4,6 +4,7 @@ behaves the same; docs/performance.md ("The compiled fast path") says what each 
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
@@ -11,7 +12,9 @@ from typing import Protocol, TypeVar
 from twisted.logger import Logger
 
 __all__ = ["Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
-           "length32_deliver"]
+           "length32_deliver",
+           # websocket
+           "FrameGate", "ws_frame", "ws_unmask", "ws_deliver"]
 
 log = Logger(namespace="wireproto.speedups")
 
@@ -153,3 +156,129 @@ def length32_deliver(buffer: bytes, limit: int, deliver: Callable[[bytes, bool],
         offset = frame_end
         deliver(message, True)
     return offset, -1
+
+
+# -- websocket: the frames of a WebSocket connection (wireproto/transports/websocket.py) --------
+
+_WS_FIN_TEXT, _WS_FIN_BINARY = 0x81, 0x82
+_ws_length16 = struct.Struct("!H")
+_ws_header16 = struct.Struct("!BBH")
+_ws_header64 = struct.Struct("!BBQ")
+
+
+class Gate(Protocol):
+    """What stops `ws_deliver`: the connection's `FrameGate`, closed once it stops being open."""
+
+    open: bool
+
+
+class FrameGate:
+    """A WebSocket connection's data frames on their way to its outbox, while it is open.
+
+    `close` (the close frame went out, or the connection was dropped) turns every later `write`
+    into nothing, as RFC 6455 asks: no data frame follows a close frame."""
+
+    __slots__ = ("_write", "open")
+
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+        self.open = True
+
+    def write(self, prepared: bytes) -> None:
+        """Pass a framed message on, unless the gate is closed."""
+        if self.open:
+            self._write(prepared)
+
+    def close(self) -> None:
+        """Drop every later write."""
+        self.open = False
+
+
+def ws_frame(payload: bytes, binary: bool) -> bytes:
+    """`payload` as one whole, unfragmented, unmasked frame (a server's)."""
+    first = _WS_FIN_BINARY if binary else _WS_FIN_TEXT
+    size = len(payload)
+    if size < 126:
+        return bytes((first, size)) + payload
+    if size < 0x10000:
+        return _ws_header16.pack(first, 126, size) + payload
+    return _ws_header64.pack(first, 127, size) + payload
+
+
+# From this many bytes Autobahn's native masker (its NVX code, when built) beats the big integer.
+_NATIVE_UNMASK_FROM = 1024
+
+
+@functools.cache
+def _native_masker() -> Callable[[bytes, int], XorMasker] | None:
+    from autobahn.websocket import USES_NVX
+    from autobahn.websocket.xormasker import create_xor_masker
+
+    return create_xor_masker if USES_NVX else None
+
+
+class XorMasker(Protocol):
+    def process(self, data: bytes) -> bytes: ...
+
+
+def ws_unmask(payload: bytes, mask: bytes) -> bytes:
+    """`payload` XORed with the repeating four-byte `mask` (masking and unmasking are one);
+    ValueError for a mask of another length."""
+    if len(mask) != 4:
+        raise ValueError("a WebSocket mask is four bytes")
+    size = len(payload)
+    if size >= _NATIVE_UNMASK_FROM:
+        native = _native_masker()
+        if native is not None:
+            return native(mask, size).process(payload)
+    key = (mask * ((size >> 2) + 1))[:size]
+    return (int.from_bytes(payload, "little") ^ int.from_bytes(key, "little")).to_bytes(
+        size, "little")
+
+
+def ws_deliver(buffer: bytes, start: int, masked: bool, limit: int, check_utf8: bool,
+               deliver: Callable[[bytes, bool], object], gate: Gate) -> int:
+    """Hand `deliver` the payload of each whole frame from `buffer[start:]` while `gate` is
+    open and the frames are whole, unfragmented, uncompressed text or binary frames, masked
+    exactly when `masked`, with a length under 64 KiB in its shortest encoding and of at most
+    `limit` bytes (0: no limit), and if text and `check_utf8`, valid UTF-8. Return where the
+    first frame not delivered starts: what is there (a control frame, a fragment, a frame cut
+    short, a bad one) is the caller's to read."""
+    end = len(buffer)
+    while gate.open and end - start >= 2:
+        first = buffer[start]
+        if first != _WS_FIN_BINARY and first != _WS_FIN_TEXT:
+            break
+        second = buffer[start + 1]
+        if bool(second & 0x80) is not masked:
+            break
+        length = second & 0x7F
+        at = start + 2
+        if length == 126:
+            if end - start < 4:
+                break
+            (length,) = _ws_length16.unpack_from(buffer, at)
+            if length < 126:  # not the shortest encoding: a protocol error, the caller's
+                break
+            at += 2
+        elif length == 127:
+            break
+        if limit and length > limit:
+            break
+        if masked:
+            mask = buffer[at:at + 4]
+            at += 4
+        frame_end = at + length
+        if frame_end > end:
+            break
+        payload = buffer[at:frame_end]
+        if masked and length:
+            payload = ws_unmask(payload, mask)
+        if first == _WS_FIN_TEXT and check_utf8:
+            try:
+                payload.decode("utf-8")
+            except UnicodeDecodeError:
+                break
+        start = frame_end
+        deliver(payload, first == _WS_FIN_BINARY)
+    return start
