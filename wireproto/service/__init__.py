@@ -41,7 +41,7 @@ from twisted.internet import defer, task
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from wireproto import peerlog
+from wireproto import peerlog, speedups
 from wireproto.access import AccessRule
 from wireproto.access.quotas import PrincipalLimits
 from wireproto.admin import AdminConsole
@@ -129,6 +129,9 @@ class WireprotoService(OrderedParts):
             hub.max_denials = config.auth.close_after_denials
             hub.expiry_leeway = config.auth.expiry_leeway
         hub.clock = reactor
+        if speedups.compiled_problem:
+            log.warn("the fast path runs in plain Python, slower: the compiled one is {problem}",
+                     event="fast_path_pure", problem=speedups.compiled_problem)
         hub.limits = PrincipalLimits(config.limits)
         peerlog.count_ipv6_by(config.limits.ipv6_prefix)
         # With [cluster] url: the other broker processes, through NATS.

@@ -9,13 +9,16 @@ WIREPROTO_PURE_PYTHON=1 in the environment chooses the plain-Python path at star
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+from pathlib import Path
 from types import ModuleType
 
 from wireproto.speedups import _pure
 
-__all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available", "Outbox",
+__all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available",
+           "compiled_problem", "Outbox",
            "batch_begin", "batch_end", "batching", "deliver_frames", "length32_deliver",
            # websocket
            "FrameGate",
@@ -25,14 +28,32 @@ __all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available", "Ou
            ]
 
 
+# Why the compiled path is not run, when it is not: "" when it is available.
+compiled_problem = ""
+
+
 def _load_compiled() -> ModuleType | None:
+    """The compiled path, if it is built from the source beside it (a build older than its
+    source, after a pull or an edit without `make speedups`, would run other code)."""
+    global compiled_problem
     try:
-        return importlib.import_module("wireproto.speedups._compiled")
+        module = importlib.import_module("wireproto.speedups._compiled")
     except ImportError:  # not built: the plain-Python path serves
+        compiled_problem = "not built (make speedups; pip needs Cython and a C compiler)"
         return None
+    source = Path(__file__).with_name("_compiled.pyx")
+    built_from = getattr(module, "SOURCE_DIGEST", "")
+    if built_from and source.exists() and \
+            hashlib.sha256(source.read_bytes()).hexdigest() != built_from:
+        compiled_problem = "built from an older _compiled.pyx (make speedups builds it again)"
+        return None
+    missing = [piece for piece in PIECES if not hasattr(module, piece)]
+    if missing:
+        compiled_problem = f"lacks {', '.join(missing)} (make speedups builds it again)"
+        return None
+    return module
 
 
-IMPLEMENTATIONS: dict[str, ModuleType | None] = {"compiled": _load_compiled(), "pure": _pure}
 PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
           "length32_deliver",
           # websocket
@@ -41,6 +62,8 @@ PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
           "ws_unmask",
           "ws_deliver",
           )
+
+IMPLEMENTATIONS: dict[str, ModuleType | None] = {"compiled": _load_compiled(), "pure": _pure}
 
 # The pieces, typed as the plain-Python twin's; `use` puts the chosen path's here.
 implementation = "pure"
@@ -72,8 +95,7 @@ def use(name: str) -> None:
         raise ValueError(f"no fast path named {name!r}: 'compiled' or 'pure'")
     module = IMPLEMENTATIONS[name]
     if module is None:
-        raise ImportError("the compiled fast path is not built (make serve or make test "
-                          "builds it; pip install needs Cython and a C compiler)")
+        raise ImportError(f"the compiled fast path is {compiled_problem}")
     if batching():
         raise RuntimeError("cannot change the fast path while a read is being handled")
     namespace = globals()

@@ -11,6 +11,18 @@ from twisted.logger import Logger
 
 log = Logger(namespace="wireproto.speedups")
 
+# The SHA-256 of this file as setup.py compiled it (empty when built another way): the facade
+# runs the plain-Python twin instead of a build older than its source.
+cdef extern from *:
+    """
+    #ifndef WIREPROTO_SOURCE_DIGEST
+    #define WIREPROTO_SOURCE_DIGEST ""
+    #endif
+    """
+    const char* WIREPROTO_SOURCE_DIGEST
+
+SOURCE_DIGEST = WIREPROTO_SOURCE_DIGEST.decode("ascii")
+
 cdef Py_ssize_t _depth = 0
 cdef list _dirty = []
 
