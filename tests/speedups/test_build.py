@@ -71,3 +71,12 @@ def test_wireproto_pure_python_chooses_the_plain_path_at_start():
     assert implementation_in_a_fresh_interpreter() == "compiled True"
     # Only "1" asks for the plain path.
     assert implementation_in_a_fresh_interpreter(WIREPROTO_PURE_PYTHON="0") == "compiled True"
+
+
+def test_a_broker_process_started_by_a_fast_path_test_runs_that_path(fast_path):
+    """fast_path sets WIREPROTO_PURE_PYTHON, so brokers a test starts as processes follow."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import wireproto.speedups as s; print(s.implementation)"],
+        cwd=Path(speedups.__file__).parents[2], capture_output=True, text=True, timeout=60,
+        check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, fast_path), done.stderr
