@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 import pytest_twisted
+from cobs import cobs
 from twisted.internet import reactor, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, wrapClientTLS
 from twisted.internet.protocol import Factory
@@ -101,6 +102,28 @@ async def test_one_read_of_many_publishes_reaches_every_subscriber_whole_and_in_
     for reader in readers:
         assert published(reader.received) == expected
     assert publisher.received == b""  # a publish never goes back to its sender
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_cobs_subscriber_gets_a_length32_reads_fan_out_whole_and_in_order(broker, net):
+    service, bound = await broker.start(f"websmq+length32@tcp:0:{LOCAL}",
+                                        f"websmq+cobs@tcp:0:{LOCAL}")
+    length32_port, cobs_port = (int(b.address.rsplit(":", 1)[1].split("/")[0]) for b in bound)
+    (plain,) = await subscribers(net, service, length32_port, "t", 1)
+    cobs_reader = await net.raw_connect(cobs_port)
+    cobs_reader.transport.write(cobs.encode(websmq.encode(Subscribe("t"))) + b"\x00")
+    await eventually(lambda: len(service.hub.subscribers("t")) == 2)
+    publisher = await net.raw_connect(length32_port)
+    payloads = [bytes([n % 256]) * (n % 50) for n in range(500)]  # zero bytes included
+    publisher.transport.write(pub("t", *payloads))
+
+    def cobs_frames() -> list[bytes]:
+        return [cobs.decode(f) for f in cobs_reader.received.split(b"\x00")[:-1] if f]
+
+    await eventually(lambda: len(cobs_frames()) == 500 and len(frames(plain.received)) == 500)
+    expected = [("t", p) for p in payloads]
+    assert [(m.topic, m.payload) for m in map(websmq.decode, cobs_frames())] == expected
+    assert published(plain.received) == expected
 
 
 @pytest_twisted.ensureDeferred
