@@ -168,15 +168,20 @@ def full_log_budget():
 
 
 @pytest.fixture(params=["compiled", "pure"])
-def fast_path(request):
+def fast_path(request, monkeypatch):
     """Run the test on each fast path in turn (wireproto.speedups): the compiled one, and its
     plain-Python twin. A module whose promises the fast path must keep says
     `pytestmark = pytest.mark.usefixtures("fast_path")`. Without the compiled path built, its
-    runs are skipped (tests/speedups/test_build.py fails them under CI=true instead)."""
+    runs are skipped (tests/speedups/test_build.py fails them under CI=true instead).
+    Brokers the test starts as processes take the same path (WIREPROTO_PURE_PYTHON)."""
     from wireproto import speedups
 
     if request.param == "compiled" and not speedups.compiled_available():
         pytest.skip("the compiled fast path is not built (make speedups)")
+    if request.param == "pure":
+        monkeypatch.setenv("WIREPROTO_PURE_PYTHON", "1")
+    else:
+        monkeypatch.delenv("WIREPROTO_PURE_PYTHON", raising=False)
     before = speedups.implementation
     speedups.use(request.param)
     try:

@@ -19,6 +19,9 @@ from wireproto.transports import MessageProtocol
 from wireproto.transports.connect import connect
 from wireproto.transports.stream import StreamOptions, stream_server_factory
 
+# Every test on both fast paths: the fan-out loop is theirs (speedups.deliver_frames).
+pytestmark = pytest.mark.usefixtures("fast_path")
+
 
 def collect(hub, topic):
     got = []

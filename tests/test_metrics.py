@@ -25,6 +25,10 @@ from wireproto.protocols.nydus.client import connect as nydus_connect
 from wireproto.protocols.rpc import RequestFailed
 from wireproto.protocols.ubre.client import connect as ubre_connect
 
+# Tests whose promises the fast path must keep run on both of its paths.
+on_both_fast_paths = pytest.mark.usefixtures("fast_path")
+
+
 LOCAL = "interface=127.0.0.1"
 
 
@@ -198,6 +202,7 @@ async def test_a_nydus_clients_hub_publishes_are_counted_as_received(broker: Bro
         await wait_for(nydus.close())
 
 
+@on_both_fast_paths
 @pytest_twisted.ensureDeferred
 async def test_queue_depth_drops_and_wills(broker: Broker) -> None:
     frame_size = len(websmq.encode(websmq.Publish("t", b"x" * 20)))
@@ -234,6 +239,7 @@ async def test_queue_depth_drops_and_wills(broker: Broker) -> None:
     assert page.value("wireproto_hub_published_total") == 6
 
 
+@on_both_fast_paths
 @pytest_twisted.ensureDeferred
 async def test_overflow_disconnects_are_counted(broker: Broker) -> None:
     service, bound = await broker.start(

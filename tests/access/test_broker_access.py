@@ -29,6 +29,10 @@ from wireproto.protocols.ubre.client import UbreClient
 from wireproto.protocols.ubre.peer import FORBIDDEN
 from wireproto.protocols.websmq.client import connect
 
+# Tests whose promises the fast path must keep run on both of its paths.
+on_both_fast_paths = pytest.mark.usefixtures("fast_path")
+
+
 LISTEN = """
 [[listen]]
 protocol = "websmq"
@@ -157,6 +161,7 @@ async def test_anonymous_connections_get_in_only_when_the_auth_table_says_so(
     assert client.connected
 
 
+@on_both_fast_paths
 @pytest_twisted.ensureDeferred
 async def test_the_token_never_reaches_the_log_or_a_capture(
     broker: Any, auth_files: AuthFiles, tmp_path: Path
@@ -192,6 +197,7 @@ async def test_the_token_never_reaches_the_log_or_a_capture(
 # -- WEBSMQ ------------------------------------------------------------------------------------
 
 
+@on_both_fast_paths
 @pytest_twisted.ensureDeferred
 async def test_websmq_does_only_what_the_rules_allow(broker: Any, auth_files: AuthFiles) -> None:
     running = await start(broker, auth_files)
@@ -224,6 +230,7 @@ async def test_websmq_does_only_what_the_rules_allow(broker: Any, auth_files: Au
     assert alice.connected and alice_wide.connected
 
 
+@on_both_fast_paths
 @pytest_twisted.ensureDeferred
 async def test_a_repeat_offender_is_closed_after_close_after_denials(
     broker: Any, auth_files: AuthFiles
@@ -242,6 +249,7 @@ async def test_a_repeat_offender_is_closed_after_close_after_denials(
 # -- UBRE ---------------------------------------------------------------------------------------
 
 
+@on_both_fast_paths
 @pytest_twisted.ensureDeferred
 async def test_ubre_requests_and_subscriptions_follow_the_rules(
     broker: Any, auth_files: AuthFiles
@@ -351,6 +359,7 @@ async def test_an_engineio_handshake_takes_the_token_in_the_query_too(
 # -- SubbleSocket ------------------------------------------------------------------------------
 
 
+@on_both_fast_paths
 @pytest_twisted.ensureDeferred
 async def test_subble_handshake_and_events_follow_the_rules(
     broker: Any, auth_files: AuthFiles
@@ -390,6 +399,7 @@ async def in_output(child: Any, pattern: str) -> None:
 TWISTD = str(Path(sys.executable).parent / "twistd")
 
 
+@on_both_fast_paths
 @pytest.mark.parametrize("runner", ["serve", "twistd"])
 @pytest_twisted.ensureDeferred
 async def test_sighup_rereads_the_rules_and_ends_a_revoked_subscription(
@@ -462,6 +472,7 @@ async def test_metrics_count_authentications_and_denials(
                                                ("protocol", "websmq")))] == 1
 
 
+@on_both_fast_paths
 @pytest_twisted.ensureDeferred
 async def test_a_listener_admits_only_the_principals_it_allows_403_for_the_others(
     broker: Any, auth_files: AuthFiles

@@ -20,6 +20,9 @@ from wireproto.protocols.nydus.client import connect as nydus_connect
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect
 
+# Every test on both fast paths: what the limits promise must hold on each.
+pytestmark = pytest.mark.usefixtures("fast_path")
+
 # -- the buckets and the book, sans-IO -----------------------------------------------------------
 
 

@@ -842,6 +842,8 @@ async def test_a_handler_gets_the_peer_that_asked_and_can_ask_it_back(launch: La
     assert await lines.read() == [b'{"success":"q","body":42}']
 
 
+# A limit the fast path must keep: on both of its paths.
+@pytest.mark.usefixtures("fast_path")
 @pytest_twisted.ensureDeferred
 async def test_requests_past_max_pending_requests_fail_with_too_many_requests(
     launch: Launch,

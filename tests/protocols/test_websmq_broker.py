@@ -24,6 +24,9 @@ from wireproto.transports.stream import (
 from wireproto.transports.websocket import WebSocketOptions
 from wireproto.transports.websocket_http import websocket_resource, websocket_site
 
+# Every test on both fast paths: slow-consumer policies and length32 fan-out must hold on each.
+pytestmark = pytest.mark.usefixtures("fast_path")
+
 
 class Broker:
     """A broker with a WebSocket listener and a length32 TCP listener on 127.0.0.1."""

@@ -19,6 +19,9 @@ from tests.transports.conftest import CHUNK, CHUNKS, Echo, Flooder, Net, Recorde
 from wireproto.errors import InvalidField
 from wireproto.transports import FRAMINGS, StreamOptions, connect, stream_server_factory
 
+# Every test on both fast paths: the length32 cut and its frame limit are theirs.
+pytestmark = pytest.mark.usefixtures("fast_path")
+
 
 def length32(*messages: bytes) -> bytes:
     return b"".join(struct.pack(">I", len(m)) + m for m in messages)
