@@ -35,18 +35,39 @@ def test_ci_runs_the_compiled_path():
 
 
 def test_the_build_is_not_older_than_its_source():
+    """The build carries the SHA-256 of the source it was compiled from (setup.py puts it
+    there), so the tests never run old code as the compiled path."""
     module = compiled_or_skip()
-    built = Path(module.__file__)
-    # A digest of the .pyx put in the module at build time says it exactly; until the build
-    # embeds one, the build's time stands in (what make's own rule compares too).
-    digest = getattr(module, "source_sha256", None)
-    if digest is not None:
-        assert digest == hashlib.sha256(SOURCE.read_bytes()).hexdigest(), (
-            f"{built.name} was built from another {SOURCE.name}: {REBUILD}")
-        return
-    # Whole seconds: an in-place build copies the extension keeping its time, to the second.
-    assert int(built.stat().st_mtime) >= int(SOURCE.stat().st_mtime), (
-        f"{built.name} is older than {SOURCE.name}, so the tests would run old code: {REBUILD}")
+    assert module.SOURCE_DIGEST == hashlib.sha256(SOURCE.read_bytes()).hexdigest(), (
+        f"{Path(module.__file__).name} was built from another {SOURCE.name}: {REBUILD}")
+
+
+def test_a_build_older_than_its_source_is_not_run(tmp_path):
+    """A copy of the package whose _compiled.pyx changed after the build (a pull, an edit
+    without `make speedups`) runs the plain-Python twin, and says why; the same copy with its
+    source as built runs the compiled path."""
+    module = compiled_or_skip()
+    package = tmp_path / "wireproto"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    copy = package / "speedups"
+    copy.mkdir()
+    for name in ("__init__.py", "_pure.py", "_compiled.pyx", Path(module.__file__).name):
+        (copy / name).write_bytes((SOURCE.parent / name).read_bytes())
+    ask = (f"import wireproto.speedups as s; assert s.__file__.startswith({str(tmp_path)!r}); "
+           "print(s.implementation, '|', s.compiled_problem)")
+
+    def implementation() -> str:
+        done = subprocess.run([sys.executable, "-c", ask], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60, check=False,
+                              env={**os.environ, "PYTHONPATH": str(tmp_path)})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert implementation() == "compiled |"
+    (copy / "_compiled.pyx").write_text(SOURCE.read_text() + "\n# changed after the build\n")
+    assert implementation() == (
+        "pure | built from an older _compiled.pyx (make speedups builds it again)")
 
 
 def implementation_in_a_fresh_interpreter(**env: str) -> str:

@@ -95,7 +95,7 @@ def use(name: str) -> None:
         raise ValueError(f"no fast path named {name!r}: 'compiled' or 'pure'")
     module = IMPLEMENTATIONS[name]
     if module is None:
-        raise ImportError(f"the compiled fast path is {compiled_problem}")
+        raise ImportError(f"the compiled fast path is {compiled_problem or 'not built'}")
     if batching():
         raise RuntimeError("cannot change the fast path while a read is being handled")
     namespace = globals()

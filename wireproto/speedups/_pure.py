@@ -119,6 +119,8 @@ def deliver_frames(targets: Iterable[Target], sender: object, cache: dict
     """The hub's fan-out loop: write the prepared frame to every target but `sender` whose
     transport takes writes now. Return how many targets there were and those that need the
     message itself (another format not yet encoded, a queue, a host callback), or None."""
+    if type(cache) is not dict:  # as the compiled twin, which takes a dict exactly
+        raise TypeError(f"deliver_frames takes a dict as its cache, not {type(cache).__name__}")
     delivered = 0
     rest: list[Target] | None = None
     for subscriber in targets:
@@ -143,6 +145,8 @@ def length32_deliver(buffer: bytes, limit: int, deliver: Callable[[bytes, bool],
     """Hand `deliver` the message of each whole length32 frame at the start of `buffer`, until
     the frames end or `reader.paused` is set. Return where the first frame not delivered
     starts, and the length of a frame over `limit` that stopped it (else -1)."""
+    if type(buffer) is not bytes:  # as the compiled twin, which reads its bytes in place
+        raise TypeError(f"length32_deliver reads bytes, not {type(buffer).__name__}")
     end = len(buffer)
     offset = 0
     while end - offset >= 4 and not reader.paused:
