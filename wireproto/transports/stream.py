@@ -202,8 +202,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         set_keepalive(self.transport, factory.options)
         # A prepared message is the framed bytes: the fan-out path writes them to the outbox,
         # which holds them while a read is handled and writes them as one at its end.
-        self.outbox = speedups.Outbox(self.transport.write)
-        self.sendPrepared = self.outbox.write  # type: ignore[method-assign]
+        self._writeThrough(self.transport.write)
         if factory.identify is not None and ISSLTransport.providedBy(self.transport):
             # A TLS peer's certificate is known once the handshake is done: until then no
             # message can arrive, and the protocol is not connected.
@@ -212,6 +211,13 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
             self._connectWrapped()
         if factory.options.idle_timeout:
             self._watchIdle(factory.options.idle_timeout)
+
+    def _writeThrough(self, write: Callable[[bytes], object]) -> None:
+        """Write through a new outbox to `write`, what waits in the old one written first."""
+        if self.outbox is not None:
+            self.outbox.flush()
+        self.outbox = speedups.Outbox(write)
+        self.sendPrepared = self.outbox.write  # type: ignore[method-assign]
 
     def handshakeCompleted(self) -> None:
         """IHandshakeListener: TLS is up, so the peer's certificate can be read."""
@@ -385,6 +391,16 @@ class Length32MessageTransport(StreamMessageTransport):
 
     def observeFrames(self, observer: IFrameObserver) -> None:
         self._observer = observer
+        # The observer sees what is written, when it is written: frames gathered while a read
+        # is handled are told once, joined, and those an abort discards never.
+        write = self.transport.write
+        sent = observer.framesSent
+
+        def write_observed(frames: bytes) -> None:
+            write(frames)
+            sent(frames)
+
+        self._writeThrough(write_observed)
 
 
 class LinesMessageTransport(StreamMessageTransport, LineOnlyReceiver):
