@@ -16,7 +16,12 @@ from types import ModuleType
 from wireproto.speedups import _pure
 
 __all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available", "Outbox",
-           "batch_begin", "batch_end", "batching", "deliver_frames", "length32_deliver"]
+           "batch_begin", "batch_end", "batching", "deliver_frames", "length32_deliver",
+           # readers: the lines and COBS cuts
+           "lines_deliver",
+           "cobs_deliver",
+           "COBS_TOO_LARGE",
+           "COBS_UNDECODABLE"]
 
 
 def _load_compiled() -> ModuleType | None:
@@ -28,7 +33,12 @@ def _load_compiled() -> ModuleType | None:
 
 IMPLEMENTATIONS: dict[str, ModuleType | None] = {"compiled": _load_compiled(), "pure": _pure}
 PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
-          "length32_deliver")
+          "length32_deliver",
+          # readers: the lines and COBS cuts
+          "lines_deliver",
+          "cobs_deliver",
+          "COBS_TOO_LARGE",
+          "COBS_UNDECODABLE")
 
 # The pieces, typed as the plain-Python twin's; `use` puts the chosen path's here.
 implementation = "pure"
@@ -38,6 +48,11 @@ batch_end = _pure.batch_end
 batching = _pure.batching
 deliver_frames = _pure.deliver_frames
 length32_deliver = _pure.length32_deliver
+# readers: the lines and COBS cuts
+lines_deliver = _pure.lines_deliver
+cobs_deliver = _pure.cobs_deliver
+COBS_TOO_LARGE = _pure.COBS_TOO_LARGE
+COBS_UNDECODABLE = _pure.COBS_UNDECODABLE
 
 
 def compiled_available() -> bool:
