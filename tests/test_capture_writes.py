@@ -6,9 +6,12 @@ capture, and one it sends is, once, in order. Run on both fast paths."""
 from __future__ import annotations
 
 import struct
+import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet.testing import StringTransport
 
 from tests.transports.conftest import Recorder
@@ -120,3 +123,11 @@ def test_what_a_read_brings_in_and_what_it_sends_are_recorded_in_order(recording
     connection.adapter.dataReceived(frame(b"a") + frame(b"b"))
     assert connection.bytes.value() == frame(b"re: a") + frame(b"re: b")
     assert recorded(recording, tmp_path) == [("IN", [b"a", b"b"]), ("OUT", [b"re: a", b"re: b"])]
+
+
+@given(data=st.binary(max_size=3000), covered=st.binary(min_size=28, max_size=28))
+def test_the_records_crc_is_zlibs_crc32(data, covered):
+    """Records are stamped with anycrc's CRC-32 and checked by readers with zlib's."""
+    from wireproto.capture.log import _crc32
+
+    assert _crc32(data, _crc32(covered)) == zlib.crc32(data, zlib.crc32(covered))
