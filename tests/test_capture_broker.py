@@ -41,6 +41,9 @@ from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect as websmq_connect
 from wireproto.service import WireprotoService
 
+# Capture records every message in and out, in order, on either fast path.
+pytestmark = pytest.mark.usefixtures("fast_path")
+
 TOPIC = "room/temp"
 COUNT = 7
 

@@ -301,3 +301,31 @@ async def test_a_message_over_max_payload_is_refused_alone_and_its_batch_goes_on
         await wait_for(subscriber.stop())
     finally:
         server.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_one_read_brings_from_nats_costs_each_local_connection_one_write(
+        nats, fast_path):
+    """The messages of one read from NATS are handled as one read of the fast path
+    (wireproto.speedups): each connection they are written to gets them as one write, in
+    order."""
+    from wireproto import speedups
+
+    publisher = await nats_client(nats.url)
+    subscriber = await nats_client(nats.url)
+    try:
+        writes: list[bytes] = []
+        outbox = speedups.Outbox(writes.append)
+        subscriber.subscribe("fan", lambda subject, reply, headers, payload:
+                             outbox.write(payload + b";"))
+        await wait_for(subscriber.flush())
+        sent = [b"%d" % number for number in range(200)]
+        for payload in sent:  # one turn: one write to the server
+            publisher.publish("fan", payload)
+        await eventually(lambda: b"".join(writes).count(b";") == len(sent), 10)
+        assert b"".join(writes) == b"".join(payload + b";" for payload in sent)
+        # Without the batch, one write per message.
+        assert len(writes) < len(sent) / 4, len(writes)
+    finally:
+        await wait_for(publisher.stop())
+        await wait_for(subscriber.stop())

@@ -78,7 +78,7 @@ def implementation_in_a_fresh_interpreter(**env: str) -> str:
         [sys.executable, "-c",
          "import wireproto.speedups as s, wireproto.speedups._pure as p\n"
          "assert all((getattr(s, n) is getattr(p, n)) == (s.implementation == 'pure')"
-         " for n in s.PIECES)\n"
+         " for n in s.PIECES if callable(getattr(p, n)))\n"
          "print(s.implementation, s.compiled_available())"],
         cwd=checkout, env=environment, capture_output=True, text=True, timeout=60, check=False,
     )

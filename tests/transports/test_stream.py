@@ -245,12 +245,16 @@ class FrameLog:
     def __init__(self) -> None:
         self.reads = 0
         self.frames: list[bytes] = []
+        self.sent: list[bytes] = []
 
     def readStarting(self) -> None:
         self.reads += 1
 
     def framesReceived(self, frames: bytes) -> None:
         self.frames.append(frames)
+
+    def framesSent(self, frames: bytes) -> None:
+        self.sent.append(frames)
 
 
 class Messages:

@@ -190,6 +190,14 @@ class ConnectionCapture:
         """The whole frames of the read just handled: a batch's parts already."""
         self.parts[IN].append(frames)
 
+    def framesSent(self, frames: bytes) -> None:
+        """Whole frames just written: a batch's parts already."""
+        parts = self.parts[OUT]
+        if not parts:  # (over such a transport nothing adds a text message out)
+            self.binary[OUT] = True
+            self.capture.begin(self, OUT)
+        parts.append(frames)
+
     def record(self, direction: int) -> None:
         parts = self.parts[direction]
         if parts:
@@ -208,19 +216,21 @@ class CapturingTransport:
     it to `inner`.
 
     A prepared message is made once for all subscribers, so its batch part is made there too:
-    over a transport whose frames are length-prefixed (`ILengthPrefixedFrames`) the inner
-    prepared message (the frame) is that part already, and `sendPrepared` is a closure that
-    appends it and writes it; elsewhere the prepared message is (inner's, part, binary). Since
-    every connection of a capturing service is wrapped, the prepareKey stays the inner one."""
+    the prepared message is (inner's, part, binary). Over a transport whose frames are
+    length-prefixed (`ILengthPrefixedFrames`) its frames are the parts already and it tells the
+    connection's capture (its frame observer) what it writes, as it writes it: then this wrapper
+    adds nothing to sending, and a read's fan-out costs each subscriber one append, at its one
+    write. Since every connection of a capturing service is wrapped, the prepareKey stays the
+    inner one."""
 
     def __init__(self, inner: IMessageTransport, connection: ConnectionCapture) -> None:
         self.inner = inner
         self.connection = connection
         self.connection_id = connection.connection_id
         self._framed = ILengthPrefixedFrames.providedBy(inner)
-        if self._framed:
+        if self._framed:  # the inner's frame observer is told what it writes
             self.prepareMessage = inner.prepareMessage  # type: ignore[method-assign]
-            self.sendPrepared = self._framed_sender()  # type: ignore[method-assign]
+            self.sendPrepared = inner.sendPrepared  # type: ignore[method-assign]
 
     @property
     def prepareKey(self) -> Any:
@@ -229,7 +239,8 @@ class CapturingTransport:
     def sendMessage(self, data: bytes, binary: bool = True) -> None:
         # Recorded once sent: a message the transport refuses (too large) is not in the capture.
         self.inner.sendMessage(data, binary)
-        self.connection.add(OUT, data, binary)
+        if not self._framed:
+            self.connection.add(OUT, data, binary)
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> Any:
         return self.inner.prepareMessage(data, binary), _pack_length(len(data)) + data, binary
@@ -245,22 +256,6 @@ class CapturingTransport:
             connection.capture.begin(connection, OUT)
         parts.append(part)
         self.inner.sendPrepared(inner)
-
-    def _framed_sender(self) -> Any:
-        connection = self.connection
-        parts = connection.parts[OUT]
-        append = parts.append
-        begin = connection.capture.begin
-        write = self.inner.sendPrepared
-
-        def send_framed(prepared: bytes) -> None:
-            # The broker's hot path with capture on: one append per delivery.
-            if not parts:
-                begin(connection, OUT)
-            append(prepared)
-            write(prepared)
-
-        return send_framed
 
     def __getattr__(self, name: str) -> Any:
         # Everything else (loseConnection, getPeer, kind, framing, producers...) is the inner's.
@@ -291,12 +286,12 @@ class CapturingProtocol:
     def makeConnection(self, transport: IMessageTransport) -> None:
         conn_id = self.connection_id = self.capture.next_id()
         self.connection = ConnectionCapture(self.capture, conn_id)
-        self.transport = CapturingTransport(transport, self.connection)
         if ILengthPrefixedFrames.providedBy(transport):
-            # Its frames are a batch's parts already: they are recorded as they came, and
-            # deliveries skip this wrapper.
+            # Its frames are a batch's parts already: they are recorded as they came in and
+            # as they are written, and deliveries both ways skip this wrapper.
             transport.observeFrames(self.connection)
             self.messageReceived = self.wrapped.messageReceived  # type: ignore[method-assign]
+        self.transport = CapturingTransport(transport, self.connection)
         self.connectionMade()
         # The protocol's own connectionMade runs in here, and may already send.
         self.wrapped.makeConnection(self.transport)

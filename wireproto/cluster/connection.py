@@ -28,6 +28,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto import speedups
 from wireproto.codecs.nats import (
     PING_COMMAND,
     PONG_COMMAND,
@@ -39,6 +40,7 @@ from wireproto.codecs.nats import (
     Ok,
     Ping,
     Pong,
+    ServerEvent,
     encode,
 )
 from wireproto.errors import ProtocolError
@@ -307,6 +309,15 @@ class NatsConnection(Protocol):
             self.aborted_because = f"it broke the NATS protocol: {error}"
             self.wire.abortConnection()
             return
+        # Messages from the other processes are published to this one's subscribers: what a
+        # read brings costs each of them one write (wireproto.speedups).
+        speedups.batch_begin()
+        try:
+            self._handle(events)
+        finally:
+            speedups.batch_end()
+
+    def _handle(self, events: list[ServerEvent]) -> None:
         client = self.client
         for event in events:
             if type(event) is Msg:

@@ -25,6 +25,11 @@ __all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available",
            "ws_frame",
            "ws_unmask",
            "ws_deliver",
+           # readers: the lines and COBS cuts
+           "lines_deliver",
+           "cobs_deliver",
+           "COBS_TOO_LARGE",
+           "COBS_UNDECODABLE",
            ]
 
 
@@ -61,6 +66,11 @@ PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
           "ws_frame",
           "ws_unmask",
           "ws_deliver",
+          # readers: the lines and COBS cuts
+          "lines_deliver",
+          "cobs_deliver",
+          "COBS_TOO_LARGE",
+          "COBS_UNDECODABLE",
           )
 
 IMPLEMENTATIONS: dict[str, ModuleType | None] = {"compiled": _load_compiled(), "pure": _pure}
@@ -78,6 +88,11 @@ FrameGate = _pure.FrameGate
 ws_frame = _pure.ws_frame
 ws_unmask = _pure.ws_unmask
 ws_deliver = _pure.ws_deliver
+# readers: the lines and COBS cuts
+lines_deliver = _pure.lines_deliver
+cobs_deliver = _pure.cobs_deliver
+COBS_TOO_LARGE = _pure.COBS_TOO_LARGE
+COBS_UNDECODABLE = _pure.COBS_UNDECODABLE
 
 
 def compiled_available() -> bool:

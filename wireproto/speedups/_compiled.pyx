@@ -4,9 +4,10 @@
 piece is for; the docstrings are in `_pure.py`."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memchr, memcpy
 from twisted.logger import Logger
 
 log = Logger(namespace="wireproto.speedups")
@@ -247,3 +248,97 @@ def ws_deliver(bytes buffer, Py_ssize_t start, bint masked, Py_ssize_t limit, bi
         start = frame_end
         deliver(payload, first == 0x82)
     return start
+
+
+# -- readers: the lines and COBS cuts ------------------------------------------------------------
+
+def lines_deliver(bytes buffer, Py_ssize_t limit, deliver, reader):
+    cdef const unsigned char* data = buffer
+    cdef Py_ssize_t end = len(buffer)
+    cdef Py_ssize_t offset = 0
+    cdef Py_ssize_t newline
+    cdef Py_ssize_t stop
+    cdef const unsigned char* found
+    while not reader.paused:
+        found = <const unsigned char*>memchr(data + offset, 10, end - offset)
+        if found == NULL:
+            if end - offset > limit + 1:
+                return offset, end - offset
+            break
+        newline = found - data
+        stop = newline - 1 if newline > offset and data[newline - 1] == 13 else newline
+        if stop - offset > limit:
+            return offset, stop - offset
+        message = buffer[offset:stop]
+        offset = newline + 1
+        deliver(message, False)
+    return offset, -1
+
+
+COBS_TOO_LARGE = 1
+COBS_UNDECODABLE = 2
+
+
+cdef Py_ssize_t _cobs_decode(const unsigned char* data, Py_ssize_t start, Py_ssize_t stop,
+                             unsigned char* out) noexcept:
+    """Decode data[start:stop] (no zero byte in it) into `out`; its length, or -1 when a
+    length code runs past the frame (as cobs.decode refuses it)."""
+    cdef Py_ssize_t index = start
+    cdef Py_ssize_t written = 0
+    cdef Py_ssize_t group_end
+    cdef unsigned char code
+    while True:
+        code = data[index]
+        index += 1
+        group_end = index + code - 1
+        if group_end > stop:
+            return -1
+        memcpy(out + written, data + index, code - 1)
+        written += code - 1
+        index = group_end
+        if index < stop:
+            if code < 0xFF:
+                out[written] = 0
+                written += 1
+        else:
+            return written
+
+
+def cobs_deliver(bytes buffer, Py_ssize_t max_frame, Py_ssize_t limit, deliver, reader):
+    cdef const unsigned char* data = buffer
+    cdef Py_ssize_t end = len(buffer)
+    cdef Py_ssize_t offset = 0
+    cdef Py_ssize_t zero
+    cdef Py_ssize_t size
+    cdef Py_ssize_t length
+    cdef const unsigned char* found
+    cdef unsigned char* scratch = NULL
+    try:
+        while not reader.paused:
+            found = <const unsigned char*>memchr(data + offset, 0, end - offset)
+            if found == NULL:
+                if end - offset > max_frame:
+                    return offset, COBS_TOO_LARGE, end - offset
+                break
+            zero = found - data
+            size = zero - offset
+            if size == 0:
+                offset = zero + 1
+                continue
+            if size > max_frame:
+                return offset, COBS_TOO_LARGE, size
+            if scratch == NULL:  # a decoded frame is shorter than the read it came in
+                scratch = <unsigned char*>PyMem_Malloc(end)
+                if scratch == NULL:
+                    raise MemoryError()
+            length = _cobs_decode(data, offset, zero, scratch)
+            if length < 0:
+                return offset, COBS_UNDECODABLE, size
+            if length > limit:
+                return offset, COBS_TOO_LARGE, length
+            message = PyBytes_FromStringAndSize(<char*>scratch, length)
+            offset = zero + 1
+            deliver(message, True)
+        return offset, 0, 0
+    finally:
+        PyMem_Free(scratch)

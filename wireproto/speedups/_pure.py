@@ -9,12 +9,18 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
+from cobs import cobs
 from twisted.logger import Logger
 
 __all__ = ["Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
            "length32_deliver",
            # websocket
-           "FrameGate", "ws_frame", "ws_unmask", "ws_deliver"]
+           "FrameGate", "ws_frame", "ws_unmask", "ws_deliver",
+           # readers: the lines and COBS cuts
+           "lines_deliver",
+           "cobs_deliver",
+           "COBS_TOO_LARGE",
+           "COBS_UNDECODABLE"]
 
 log = Logger(namespace="wireproto.speedups")
 
@@ -286,3 +292,69 @@ def ws_deliver(buffer: bytes, start: int, masked: bool, limit: int, check_utf8: 
         start = frame_end
         deliver(payload, first == _WS_FIN_BINARY)
     return start
+# -- readers: the lines and COBS cuts ------------------------------------------------------------
+
+_CR = 13
+
+
+def lines_deliver(buffer: bytes, limit: int, deliver: Callable[[bytes, bool], object],
+                  reader: Reader) -> tuple[int, int]:
+    """Hand `deliver` each whole line at the start of `buffer` (ended by b"\\n", a b"\\r"
+    before it dropped) as a text message, until the lines end or `reader.paused` is set.
+    Return where the first line not delivered starts, and the length of a line over `limit`
+    that stopped it, or of what follows the last line when no line that long could be legal
+    (over `limit` + 1 bytes, the room of a b"\\r"), else -1."""
+    lines = buffer.split(b"\n")
+    rest = lines.pop()
+    offset = 0
+    for line in lines:
+        if reader.paused:
+            return offset, -1
+        length = len(line)
+        message = line[:-1] if length and line[-1] == _CR else line
+        if len(message) > limit:
+            return offset, len(message)
+        offset += length + 1
+        deliver(message, False)
+    if not reader.paused and len(rest) > limit + 1:
+        return offset, len(rest)
+    return offset, -1
+
+
+# What stopped `cobs_deliver`: a frame (or message) over the limit, or one that does not decode.
+COBS_TOO_LARGE = 1
+COBS_UNDECODABLE = 2
+
+
+def cobs_deliver(buffer: bytes, max_frame: int, limit: int,
+                 deliver: Callable[[bytes, bool], object], reader: Reader
+                 ) -> tuple[int, int, int]:
+    """Hand `deliver` the decoded message of each whole COBS frame (ended by a zero byte) at the
+    start of `buffer`, skipping empty ones, until the frames end or `reader.paused` is set.
+    Return where the first frame not delivered starts, what stopped it (0, `COBS_TOO_LARGE`:
+    a frame over `max_frame`, a message over `limit`, or over `max_frame` bytes with no end;
+    `COBS_UNDECODABLE`) and the size at fault (the frame's, the message's, what waits)."""
+    frames = buffer.split(b"\x00")
+    rest = frames.pop()
+    offset = 0
+    decode = cobs.decode
+    for frame in frames:
+        if reader.paused:
+            return offset, 0, 0
+        size = len(frame)
+        if not size:
+            offset += 1
+            continue
+        if size > max_frame:
+            return offset, COBS_TOO_LARGE, size
+        try:
+            message = decode(frame)
+        except cobs.DecodeError:
+            return offset, COBS_UNDECODABLE, size
+        if len(message) > limit:
+            return offset, COBS_TOO_LARGE, len(message)
+        offset += size + 1
+        deliver(message, True)
+    if not reader.paused and len(rest) > max_frame:
+        return offset, COBS_TOO_LARGE, len(rest)
+    return offset, 0, 0

@@ -69,7 +69,8 @@ class IMessageTransport(IConsumer, IPushProducer):
 
 
 class IFrameObserver(Interface):
-    """Sees the frames an `ILengthPrefixedFrames` transport receives, as they came."""
+    """Sees the frames an `ILengthPrefixedFrames` transport receives, as they came, and the
+    frames it writes, as it writes them."""
 
     def readStarting() -> None:
         """A read is about to be handled: the messages it holds are delivered next."""
@@ -77,6 +78,10 @@ class IFrameObserver(Interface):
     def framesReceived(frames: bytes) -> None:
         """The whole frames that read delivered, as received: each a 4-byte big-endian length
         and the message."""
+
+    def framesSent(frames: bytes) -> None:
+        """Whole frames just written to the connection, as written (one frame, or what a read's
+        handling gathered): what was handed over but never written is not told."""
 
 
 class ILengthPrefixedFrames(IMessageTransport):
@@ -86,7 +91,8 @@ class ILengthPrefixedFrames(IMessageTransport):
     files store is the same layout."""
 
     def observeFrames(observer: IFrameObserver) -> None:
-        """From now on, tell `observer` of each read and of the whole frames it delivered."""
+        """From now on, tell `observer` of each read, of the whole frames it delivered, and of
+        the frames written."""
 
 
 class IMessageProtocol(Interface):

@@ -36,7 +36,6 @@ from twisted.internet.protocol import (
     connectionDone,
 )
 from twisted.logger import Logger
-from twisted.protocols.basic import LineOnlyReceiver
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -202,8 +201,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         set_keepalive(self.transport, factory.options)
         # A prepared message is the framed bytes: the fan-out path writes them to the outbox,
         # which holds them while a read is handled and writes them as one at its end.
-        self.outbox = speedups.Outbox(self.transport.write)
-        self.sendPrepared = self.outbox.write  # type: ignore[method-assign]
+        self._writeThrough(self.transport.write)
         if factory.identify is not None and ISSLTransport.providedBy(self.transport):
             # A TLS peer's certificate is known once the handshake is done: until then no
             # message can arrive, and the protocol is not connected.
@@ -212,6 +210,13 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
             self._connectWrapped()
         if factory.options.idle_timeout:
             self._watchIdle(factory.options.idle_timeout)
+
+    def _writeThrough(self, write: Callable[[bytes], object]) -> None:
+        """Write through a new outbox to `write`, what waits in the old one written first."""
+        if self.outbox is not None:
+            self.outbox.flush()
+        self.outbox = speedups.Outbox(write)
+        self.sendPrepared = self.outbox.write  # type: ignore[method-assign]
 
     def handshakeCompleted(self) -> None:
         """IHandshakeListener: TLS is up, so the peer's certificate can be read."""
@@ -385,43 +390,48 @@ class Length32MessageTransport(StreamMessageTransport):
 
     def observeFrames(self, observer: IFrameObserver) -> None:
         self._observer = observer
+        # The observer sees what is written, when it is written: frames gathered while a read
+        # is handled are told once, joined, and those an abort discards never.
+        write = self.transport.write
+        sent = observer.framesSent
+
+        def write_observed(frames: bytes) -> None:
+            write(frames)
+            sent(frames)
+
+        self._writeThrough(write_observed)
 
 
-class LinesMessageTransport(StreamMessageTransport, LineOnlyReceiver):
+class LinesMessageTransport(StreamMessageTransport):
     """Frames: one message per line, ended by b"\\n"; a b"\\r" before it is dropped."""
 
     framing = "lines"
     prepareKey = ("stream", "lines")
     delimiter = b"\n"
     textOnly = True
-
-    def __init__(self, max_message_size: int) -> None:
-        super().__init__(max_message_size)
-        # Room for the b"\r" of a CRLF line; the message itself is checked in lineReceived.
-        self.MAX_LENGTH = max_message_size + 1
+    _buffer = b""
 
     def dataReceived(self, data: bytes) -> None:
-        if not self.paused:
-            LineOnlyReceiver.dataReceived(self, data)
-
-    def lineReceived(self, line: bytes) -> None:
         wrapped = self.wrapped
         if self.paused or wrapped is None:
             return
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if len(line) > self.max_message_size:
-            self.lineLengthExceeded(line)
-            return
-        wrapped.messageReceived(line, False)
-
-    def lineLengthExceeded(self, line: bytes) -> None:
-        self._frameError(
-            FrameTooLarge(
-                f"line of {len(line)} bytes or more is over the limit of "
-                f"{self.max_message_size} bytes (StreamOptions.max_message_size)"
-            )
-        )
+        buffer = self._buffer + data if self._buffer else data
+        limit = self.max_message_size
+        # What the read's lines publish is written as one write to each connection.
+        speedups.batch_begin()
+        try:
+            offset, too_large = speedups.lines_deliver(buffer, limit, wrapped.messageReceived,
+                                                       self)
+            if too_large >= 0:
+                self._buffer = b""
+                self._frameError(FrameTooLarge(
+                    f"line of {too_large} bytes or more is over the limit of {limit} bytes "
+                    "(StreamOptions.max_message_size)"
+                ))
+        finally:
+            speedups.batch_end()
+        if not self.paused:
+            self._buffer = buffer[offset:]
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         if b"\n" in data:
@@ -448,33 +458,21 @@ class CobsMessageTransport(StreamMessageTransport):
         wrapped = self.wrapped
         if self.paused or wrapped is None:
             return
-        frames = (self._buffer + data).split(b"\x00")
-        rest = frames.pop()
-        max_frame = self._max_frame
-        deliver = wrapped.messageReceived
-        for frame in frames:
-            if not frame:
-                continue
-            if len(frame) > max_frame:
-                self._frameError(self._tooLarge(len(frame)))
-                return
-            try:
-                message = cobs.decode(frame)
-            except cobs.DecodeError as exc:
-                self._frameError(
-                    BadEncoding(f"COBS frame of {len(frame)} bytes does not decode: {exc}")
-                )
-                return
-            if len(message) > self.max_message_size:
-                self._frameError(self._tooLarge(len(message)))
-                return
-            deliver(message, True)
-            if self.paused:
-                return
-        if len(rest) > max_frame:
-            self._frameError(self._tooLarge(len(rest)))
-            return
-        self._buffer = rest
+        buffer = self._buffer + data if self._buffer else data
+        # What the read's frames publish is written as one write to each connection.
+        speedups.batch_begin()
+        try:
+            offset, problem, size = speedups.cobs_deliver(
+                buffer, self._max_frame, self.max_message_size, wrapped.messageReceived, self)
+            if problem:
+                self._buffer = b""
+                self._frameError(self._tooLarge(size) if problem == speedups.COBS_TOO_LARGE
+                                 else BadEncoding(f"COBS frame of {size} bytes does not decode: "
+                                                  "not enough input bytes for length code"))
+        finally:
+            speedups.batch_end()
+        if not self.paused:
+            self._buffer = buffer[offset:]
 
     def _tooLarge(self, size: int) -> FrameTooLarge:
         return FrameTooLarge(
