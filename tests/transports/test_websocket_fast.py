@@ -67,10 +67,14 @@ def test_unmasking_is_xor_with_the_repeating_mask_on_both(size):
 
 
 @pytest.mark.parametrize("module", twins, ids=lambda module: module.__name__.rsplit(".")[-1])
-def test_the_frame_pieces_take_any_bytes_like_payload_and_refuse_text_and_short_masks(module):
-    for payload in (bytearray(b"abc"), memoryview(b"xyz" * 100)):
-        assert module.ws_frame(payload, True) == speedups.ws_frame(bytes(payload), True)
-        assert module.ws_unmask(payload, MASK) == speedups.ws_unmask(bytes(payload), MASK)
+def test_the_frame_pieces_take_bytes_alone_and_refuse_text_and_short_masks(module):
+    """What the transports hand them is bytes: both twins refuse anything else alike (a
+    memoryview of wider items framed by its item count would be a malformed frame)."""
+    for payload in (bytearray(b"abc"), memoryview(b"xyz" * 100), 3):
+        with pytest.raises(TypeError):
+            module.ws_frame(payload, True)
+        with pytest.raises(TypeError):
+            module.ws_unmask(payload, MASK)
     with pytest.raises(TypeError):
         module.ws_frame("text", False)
     with pytest.raises(ValueError, match="four bytes"):

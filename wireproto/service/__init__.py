@@ -129,7 +129,7 @@ class WireprotoService(OrderedParts):
             hub.max_denials = config.auth.close_after_denials
             hub.expiry_leeway = config.auth.expiry_leeway
         hub.clock = reactor
-        if speedups.compiled_problem:
+        if speedups.compiled_problem and os.environ.get("WIREPROTO_PURE_PYTHON") != "1":
             log.warn("the fast path runs in plain Python, slower: the compiled one is {problem}",
                      event="fast_path_pure", problem=speedups.compiled_problem)
         hub.limits = PrincipalLimits(config.limits)

@@ -28,26 +28,43 @@ cdef Py_ssize_t _depth = 0
 cdef list _dirty = []
 
 
+FLUSH_AT = 65536
+cdef Py_ssize_t _FLUSH_AT = FLUSH_AT
+
+
 cdef class Outbox:
     cdef object _write
     cdef list _pending
+    cdef Py_ssize_t _waiting
+    cdef bint _listed
+    cdef bint _closed
 
     def __init__(self, write):
         self._write = write
         self._pending = []
+        self._waiting = 0
+        self._listed = False
+        self._closed = False
 
     cpdef write(self, prepared):
+        if self._closed:
+            return
         if _depth == 0:
             self._write(prepared)
             return
-        if not self._pending:
-            _dirty.append(self)
         self._pending.append(prepared)
+        self._waiting += len(prepared)
+        if not self._listed:
+            self._listed = True
+            _dirty.append(self)
+        if self._waiting > _FLUSH_AT:
+            self.flush()
 
     cpdef flush(self):
         cdef list pending = self._pending
         if pending:
             self._pending = []
+            self._waiting = 0
             if len(pending) == 1:
                 self._write(pending[0])
             else:
@@ -55,13 +72,15 @@ cdef class Outbox:
 
     cpdef discard(self):
         self._pending = []
+        self._waiting = 0
+
+    cpdef close(self):
+        self.discard()
+        self._closed = True
 
     @property
     def waiting(self):
-        cdef Py_ssize_t total = 0
-        for data in self._pending:
-            total += len(<bytes>data)
-        return total
+        return self._waiting
 
 
 def batch_begin():
@@ -70,28 +89,36 @@ def batch_begin():
 
 
 def batch_end():
-    global _depth, _dirty
-    _depth -= 1
-    if _depth or not _dirty:
+    global _depth
+    if _depth <= 0:
+        raise RuntimeError("batch_end without batch_begin")
+    if _depth > 1 or not _dirty:
+        _depth -= 1
         return
-    cdef list dirty = _dirty
-    _dirty = []
+    cdef list dirty
     cdef Outbox outbox
-    for outbox in dirty:
-        try:
-            outbox.flush()
-        except Exception:
-            log.failure("writing a connection's waiting frames failed", event="write_failed")
+    try:
+        while _dirty:
+            dirty = _dirty[:]
+            del _dirty[:]
+            for outbox in dirty:
+                outbox._listed = False
+                try:
+                    outbox.flush()
+                except Exception:
+                    log.failure("writing a connection's waiting frames failed",
+                                event="write_failed")
+    finally:
+        _depth -= 1
 
 
 def batching():
     return _depth > 0
 
 
-def deliver_frames(targets, sender, dict cache):
+def deliver_frames(targets, sender, dict cache not None):
     cdef Py_ssize_t delivered = 0
     cdef list rest = None
-    cdef tuple prepared
     for subscriber in targets:
         if subscriber is sender:
             continue
@@ -99,9 +126,10 @@ def deliver_frames(targets, sender, dict cache):
         if subscriber.writes_now:
             prepared = cache.get(subscriber.frame_key) or subscriber.frame_from_cache(cache)
             if prepared is not None:
+                frame, size = prepared
                 subscriber.sent += 1
-                subscriber.sent_bytes += prepared[1]
-                subscriber.write_frame(prepared[0])
+                subscriber.sent_bytes += size
+                subscriber.write_frame(frame)
                 continue
         if rest is None:
             rest = []
@@ -109,7 +137,7 @@ def deliver_frames(targets, sender, dict cache):
     return delivered, rest
 
 
-def length32_deliver(bytes buffer, Py_ssize_t limit, deliver, reader):
+def length32_deliver(bytes buffer not None, Py_ssize_t limit, deliver, reader):
     cdef const unsigned char* data = buffer
     cdef Py_ssize_t end = len(buffer)
     cdef Py_ssize_t offset = 0
@@ -147,9 +175,7 @@ cdef class FrameGate:
         self.open = False
 
 
-def ws_frame(payload, bint binary):
-    if type(payload) is not bytes:  # a bytearray or memoryview, as the twin takes them
-        payload = bytes(payload)
+def ws_frame(bytes payload not None, bint binary):
     cdef Py_ssize_t size = len(payload)
     cdef Py_ssize_t header = 2 if size < 126 else (4 if size < 0x10000 else 10)
     cdef bytes result = PyBytes_FromStringAndSize(NULL, header + size)
@@ -190,19 +216,17 @@ cdef bytes _unmask(const unsigned char* data, Py_ssize_t size, const unsigned ch
     return result
 
 
-def ws_unmask(payload, mask):
-    if type(payload) is not bytes:
-        payload = bytes(payload)
-    if type(mask) is not bytes:
-        mask = bytes(mask)
+def ws_unmask(bytes payload not None, bytes mask not None):
     if len(mask) != 4:
         raise ValueError("a WebSocket mask is four bytes")
     return _unmask(<const unsigned char*>PyBytes_AS_STRING(payload), len(payload),
                    <const unsigned char*>PyBytes_AS_STRING(mask))
 
 
-def ws_deliver(bytes buffer, Py_ssize_t start, bint masked, Py_ssize_t limit, bint check_utf8,
-               deliver, gate):
+def ws_deliver(bytes buffer not None, Py_ssize_t start, bint masked, Py_ssize_t limit,
+               bint check_utf8, deliver, gate):
+    if start < 0:
+        raise ValueError("ws_deliver starts within the buffer")
     cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(buffer)
     cdef Py_ssize_t end = len(buffer)
     cdef Py_ssize_t length, at, frame_end
@@ -252,7 +276,7 @@ def ws_deliver(bytes buffer, Py_ssize_t start, bint masked, Py_ssize_t limit, bi
 
 # -- readers: the lines and COBS cuts ------------------------------------------------------------
 
-def lines_deliver(bytes buffer, Py_ssize_t limit, deliver, reader):
+def lines_deliver(bytes buffer not None, Py_ssize_t limit, deliver, reader):
     cdef const unsigned char* data = buffer
     cdef Py_ssize_t end = len(buffer)
     cdef Py_ssize_t offset = 0
@@ -304,7 +328,8 @@ cdef Py_ssize_t _cobs_decode(const unsigned char* data, Py_ssize_t start, Py_ssi
             return written
 
 
-def cobs_deliver(bytes buffer, Py_ssize_t max_frame, Py_ssize_t limit, deliver, reader):
+def cobs_deliver(bytes buffer not None, Py_ssize_t max_frame, Py_ssize_t limit, deliver,
+                 reader):
     cdef const unsigned char* data = buffer
     cdef Py_ssize_t end = len(buffer)
     cdef Py_ssize_t offset = 0

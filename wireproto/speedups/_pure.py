@@ -51,47 +51,68 @@ _unpack_length32 = struct.Struct(">I").unpack_from
 # outboxes holding frames until the outermost ends.
 _depth = 0
 _dirty: list[Outbox] = []
+# Twisted's own buffer size (FileDescriptor.bufferSize): an outbox holding more writes it to
+# its transport at once, whose producer check then pauses the session, so what one read makes
+# the broker send to a peer that does not read goes to the session's queue, under its limit
+# and overflow policy, and never waits here past this.
+FLUSH_AT = 65536
 
 
 class Outbox:
     """A connection's writes, gathered while a read is handled and written as one at its end.
 
     Outside a read (`batch_begin`..`batch_end`) a write goes straight through. Inside one,
-    frames wait here in order and are joined into one write when the outermost read ends, so a
-    publish read with many messages costs each subscriber one write instead of one per message.
-    Every write of the connection goes through here, so nothing overtakes what waits."""
+    frames wait here in order and are joined into one write when the outermost read ends (or
+    once more than FLUSH_AT bytes wait), so a publish read with many messages costs each
+    subscriber one write instead of one per message. Every write of the connection goes
+    through here, so nothing overtakes what waits. Once `close`d, writes are dropped."""
 
-    __slots__ = ("_write", "_pending")
+    __slots__ = ("_write", "_pending", "_waiting", "_listed", "_closed")
 
     def __init__(self, write: Callable[[bytes], object]) -> None:
         self._write = write
         self._pending: list[bytes] = []
+        self._waiting = 0
+        self._listed = False
+        self._closed = False
 
     def write(self, prepared: bytes) -> None:
         """Write a framed message now, or when the read being handled ends."""
+        if self._closed:
+            return
         if not _depth:
             self._write(prepared)
             return
-        pending = self._pending
-        if not pending:
+        self._pending.append(prepared)
+        self._waiting += len(prepared)
+        if not self._listed:
+            self._listed = True
             _dirty.append(self)
-        pending.append(prepared)
+        if self._waiting > FLUSH_AT:
+            self.flush()
 
     def flush(self) -> None:
         """Write what waits, as one write."""
         pending = self._pending
         if pending:
             self._pending = []
+            self._waiting = 0
             self._write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def discard(self) -> None:
-        """Forget what waits (the connection is aborted)."""
+        """Forget what waits."""
         self._pending = []
+        self._waiting = 0
+
+    def close(self) -> None:
+        """Forget what waits and drop every later write (the connection is aborted or lost)."""
+        self.discard()
+        self._closed = True
 
     @property
     def waiting(self) -> int:
         """Bytes waiting for the end of the read."""
-        return sum(map(len, self._pending))
+        return self._waiting
 
 
 def batch_begin() -> None:
@@ -101,18 +122,28 @@ def batch_begin() -> None:
 
 
 def batch_end() -> None:
-    """A read's handling ended: when it is the outermost, every outbox written to is flushed."""
+    """A read's handling ended: when it is the outermost, every outbox written to is flushed,
+    the batch held open meanwhile, so that a write made while one is flushed (a transport that
+    calls back) waits its turn behind what waits already. RuntimeError without a batch."""
     global _depth
-    _depth -= 1
-    if _depth or not _dirty:
+    if _depth <= 0:
+        raise RuntimeError("batch_end without batch_begin")
+    if _depth > 1 or not _dirty:
+        _depth -= 1
         return
-    dirty = _dirty[:]
-    del _dirty[:]
-    for outbox in dirty:
-        try:
-            outbox.flush()
-        except Exception:  # one connection's failure leaves the others' frames written
-            log.failure("writing a connection's waiting frames failed", event="write_failed")
+    try:
+        while _dirty:
+            dirty = _dirty[:]
+            del _dirty[:]
+            for outbox in dirty:
+                outbox._listed = False
+                try:
+                    outbox.flush()
+                except Exception:  # one connection's failure leaves the others' frames written
+                    log.failure("writing a connection's waiting frames failed",
+                                event="write_failed")
+    finally:
+        _depth -= 1
 
 
 def batching() -> bool:
@@ -136,9 +167,10 @@ def deliver_frames(targets: Iterable[Target], sender: object, cache: dict
         if subscriber.writes_now:
             prepared = cache.get(subscriber.frame_key) or subscriber.frame_from_cache(cache)
             if prepared is not None:
+                frame, size = prepared
                 subscriber.sent += 1
-                subscriber.sent_bytes += prepared[1]
-                subscriber.write_frame(prepared[0])
+                subscriber.sent_bytes += size
+                subscriber.write_frame(frame)
                 continue
         if rest is None:
             rest = []
@@ -206,6 +238,8 @@ class FrameGate:
 
 def ws_frame(payload: bytes, binary: bool) -> bytes:
     """`payload` as one whole, unfragmented, unmasked frame (a server's)."""
+    if type(payload) is not bytes:  # as the compiled twin
+        raise TypeError(f"ws_frame frames bytes, not {type(payload).__name__}")
     first = _WS_FIN_BINARY if binary else _WS_FIN_TEXT
     size = len(payload)
     if size < 126:
@@ -234,6 +268,8 @@ class XorMasker(Protocol):
 def ws_unmask(payload: bytes, mask: bytes) -> bytes:
     """`payload` XORed with the repeating four-byte `mask` (masking and unmasking are one);
     ValueError for a mask of another length."""
+    if type(payload) is not bytes or type(mask) is not bytes:  # as the compiled twin
+        raise TypeError("ws_unmask takes bytes")
     if len(mask) != 4:
         raise ValueError("a WebSocket mask is four bytes")
     size = len(payload)
@@ -254,13 +290,18 @@ def ws_deliver(buffer: bytes, start: int, masked: bool, limit: int, check_utf8: 
     `limit` bytes (0: no limit), and if text and `check_utf8`, valid UTF-8. Return where the
     first frame not delivered starts: what is there (a control frame, a fragment, a frame cut
     short, a bad one) is the caller's to read."""
+    if type(buffer) is not bytes or type(limit) is not int:  # as the compiled twin
+        raise TypeError("ws_deliver reads bytes, with an int limit")
+    if start < 0:
+        raise ValueError("ws_deliver starts within the buffer")
+    masked = bool(masked)
     end = len(buffer)
     while gate.open and end - start >= 2:
         first = buffer[start]
         if first != _WS_FIN_BINARY and first != _WS_FIN_TEXT:
             break
         second = buffer[start + 1]
-        if bool(second & 0x80) is not masked:
+        if bool(second & 0x80) != masked:
             break
         length = second & 0x7F
         at = start + 2
@@ -304,6 +345,8 @@ def lines_deliver(buffer: bytes, limit: int, deliver: Callable[[bytes, bool], ob
     Return where the first line not delivered starts, and the length of a line over `limit`
     that stopped it, or of what follows the last line when no line that long could be legal
     (over `limit` + 1 bytes, the room of a b"\\r"), else -1."""
+    if type(buffer) is not bytes:  # as the compiled twin, which reads its bytes in place
+        raise TypeError(f"lines_deliver reads bytes, not {type(buffer).__name__}")
     lines = buffer.split(b"\n")
     rest = lines.pop()
     offset = 0
@@ -334,6 +377,8 @@ def cobs_deliver(buffer: bytes, max_frame: int, limit: int,
     Return where the first frame not delivered starts, what stopped it (0, `COBS_TOO_LARGE`:
     a frame over `max_frame`, a message over `limit`, or over `max_frame` bytes with no end;
     `COBS_UNDECODABLE`) and the size at fault (the frame's, the message's, what waits)."""
+    if type(buffer) is not bytes:  # as the compiled twin, which reads its bytes in place
+        raise TypeError(f"cobs_deliver reads bytes, not {type(buffer).__name__}")
     frames = buffer.split(b"\x00")
     rest = frames.pop()
     offset = 0

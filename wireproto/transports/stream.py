@@ -267,7 +267,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._gone = True
         if self.outbox is not None:
-            self.outbox.discard()
+            self.outbox.close()
         check = self._idleCheck
         if check is not None and check.active():
             check.cancel()
@@ -322,7 +322,7 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
 
     def abortConnection(self) -> None:
         if self.outbox is not None:
-            self.outbox.discard()
+            self.outbox.close()  # nothing more is written, not even what this read still sends
         if self._gone:  # TLS's abort would raise, its state torn down; TCP's does nothing
             return
         self._stopDelivery()

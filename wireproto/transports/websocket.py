@@ -320,7 +320,7 @@ class DirectFrames(_AutobahnProtocol):
         outbox = self.outbox
         if outbox is not None:
             if abort:
-                outbox.discard()
+                outbox.close()
             else:
                 outbox.flush()
         super()._closeConnection(abort)
@@ -328,7 +328,7 @@ class DirectFrames(_AutobahnProtocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._close_gate()
         if self.outbox is not None:
-            self.outbox.discard()
+            self.outbox.close()
         super().connectionLost(reason)
 
     def send_whole(self, data: bytes, binary: bool) -> None:

@@ -10,7 +10,6 @@ from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerPr
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.python.failure import Failure
 
-from wireproto import speedups
 from wireproto.codecs.engineio import Packet, decode_packet
 from wireproto.errors import FrameTooLarge
 from wireproto.transports.engineio.packets import Outgoing, close_websocket
@@ -60,14 +59,6 @@ class ServerWebSocket(DirectFrames, WebSocketServerProtocol):
     def onOpen(self) -> None:
         self.start_direct_frames()
         self._opened(self)
-
-    def dataReceived(self, data: bytes) -> None:
-        # What the read's messages publish costs each connection they reach one write.
-        speedups.batch_begin()
-        try:
-            super().dataReceived(data)
-        finally:
-            speedups.batch_end()
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         if self._owner is not None:
