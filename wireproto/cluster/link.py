@@ -112,6 +112,8 @@ class ClusterLink:
     """The hub's link to the other broker processes of its cluster: the hub's `Federation`,
     and the `ProcessGroup` the admin API and the metrics see (wireproto.hub.federation)."""
 
+    joined = True  # publishes made here go to the other processes
+
     def __init__(self, hub: Hub, settings: ClusterSettings, reactor: IReactorTime) -> None:
         self.hub = hub
         self.settings = settings

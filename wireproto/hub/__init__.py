@@ -563,7 +563,8 @@ class Hub:
             stats.published += 1
             if will:
                 stats.wills_published += 1
-            if not federation.forward(topic, payload, will, protocol, cache):
+            if federation.joined and not federation.forward(topic, payload, will, protocol,
+                                                            cache):
                 return 0
         counts = self.topic_counts
         if counts is not None:

@@ -57,6 +57,9 @@ class Federation(Protocol):
     """What the hub, its sessions and the protocol servers may tell and ask of the processes
     the hub is joined to."""
 
+    # False when nothing leaves this process: the fan-out then tells it of no publish.
+    joined: bool
+
     def forward(self, topic: str, payload: bytes, will: bool, protocol: str,
                 encodings: Encodings) -> bool:
         """A message published in this process (the hub's fan-out calls this once per
@@ -94,6 +97,7 @@ class Alone:
     """The federation of a hub joined to no other process: nothing leaves this process."""
 
     _nothing = ServedElsewhere(0, [])
+    joined = False
 
     def forward(self, topic: str, payload: bytes, will: bool, protocol: str,
                 encodings: Encodings) -> bool:
