@@ -347,3 +347,26 @@ async def test_a_websocket_subscriber_that_stops_reading_is_held_to_its_queue_li
         assert session.transport.outbox.waiting == 0  # written (or queued) at each read's end
     assert session.dropped_messages > 0
     assert len(received) == 240
+
+
+@pytest_twisted.ensureDeferred
+async def test_after_a_read_that_ends_mid_frame_the_next_frames_are_read_directly_again(net):
+    """A flood's reads seldom end on a frame's end: Autobahn finishes the frame cut short, and
+    the frames after it are the fast path's again (it took none once a read ended mid-frame)."""
+    port = await serve(net, Recorder)
+    raw = await handshake(net, port)
+    messages = [b"message %d " % n + b"x" * (n % 300) for n in range(400)]
+    frames = [client_frame(2, m) for m in messages]
+    (server,) = net.protocols
+    start = 0
+    for part in range(10):
+        # Each read ends inside the next one's first frame: in its header, or in its payload.
+        whole = len(b"".join(frames[:40 * (part + 1)]))
+        cut = whole + (1 if part % 2 else 9) if part < 9 else whole
+        raw.transport.write(b"".join(frames)[start:cut])
+        start = cut
+        await eventually(lambda part=part: len(server.messages) >= 40 * (part + 1))
+    assert server.messages == [(m, True) for m in messages]
+    # Autobahn read only the five frames cut in their payload (a header cut short is the
+    # fast path's again).
+    assert server.transport.trafficStats.incomingWebSocketMessages == 5

@@ -34,13 +34,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError, ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.protocol import connectionDone
-from twisted.logger import Logger, formatEvent
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto import peerlog, speedups
+from wireproto import speedups
 from wireproto.errors import CredentialEnded, FrameTooLarge, ProtocolError
-from wireproto.peerlog import address_key, describe_address
 from wireproto.redaction import redact_url
 from wireproto.settings import seconds_or_never, setting, strings
 from wireproto.transports.base import (
@@ -50,6 +48,7 @@ from wireproto.transports.base import (
     close_reason,
 )
 from wireproto.transports.websocket_frames import frame
+from wireproto.transports.websocket_log import AutobahnLog
 
 __all__ = [
     "WebSocketOptions",
@@ -65,7 +64,6 @@ __all__ = [
     "DirectFrames",
 ]
 
-log = Logger()
 
 CLOSE_NORMAL = WebSocketProtocol.CLOSE_STATUS_CODE_NORMAL
 CLOSE_GOING_AWAY = WebSocketProtocol.CLOSE_STATUS_CODE_GOING_AWAY
@@ -200,35 +198,6 @@ else:
     _AutobahnProtocol = object
 
 
-class _AutobahnLog:
-    """Autobahn's logger for one WebSocket: its warnings and errors (a handshake it drops, an
-    unclean close, a TLS failure), which a peer can cause at will, logged as
-    ``websocket_error`` with the peer, within the peers' log budget; its debug and info lines
-    passed on to its own logger, as before."""
-
-    def __init__(self, connection: Any) -> None:
-        self.connection = connection
-        self._own = WebSocketServerProtocol.log  # Autobahn's, as its connections have it
-
-    def warn(self, format: str = "", **fields: Any) -> None:
-        transport = getattr(self.connection, "transport", None)
-        peer = transport.getPeer() if transport is not None else None
-        peerlog.warn(log, address_key(peer) if peer is not None else "websocket",
-                     "WebSocket from {peer}: {error}", event="websocket_error",
-                     peer=describe_address(peer) if peer is not None else None,
-                     error=formatEvent({"log_format": format, **fields}))
-
-    error = critical = warn
-
-    def debug(self, format: str = "", **fields: Any) -> None:
-        self._own.debug(format, **fields)
-
-    def info(self, format: str = "", **fields: Any) -> None:
-        self._own.info(format, **fields)
-
-    trace = debug
-
-
 class DirectFrames(_AutobahnProtocol):
     """Mixed into an Autobahn WebSocket protocol: whole text and binary frames are read and written
     here (`speedups.ws_deliver`, `speedups.ws_frame`), at a fraction of Autobahn's cost per frame,
@@ -241,15 +210,15 @@ class DirectFrames(_AutobahnProtocol):
 
     _direct_frames = False
     _frame_limit = 0
-    _log: _AutobahnLog | None = None
+    _log: AutobahnLog | None = None
     outbox: speedups.Outbox | None = None
     gate: speedups.FrameGate | None = None
 
     @property
-    def log(self) -> _AutobahnLog:
-        """Autobahn's logger, for this connection (`_AutobahnLog`)."""
+    def log(self) -> AutobahnLog:
+        """Autobahn's logger, for this connection (`AutobahnLog`)."""
         if self._log is None:
-            self._log = _AutobahnLog(self)
+            self._log = AutobahnLog(self)
         return self._log
 
     def connectionMade(self) -> None:
@@ -278,11 +247,23 @@ class DirectFrames(_AutobahnProtocol):
 
     def _read(self, data: bytes) -> None:
         gate = self.gate
-        if not (
-            self._direct_frames and gate is not None and gate.open
-            and self.current_frame is None and not self.data and not self.inside_message
-        ):
+        if not (self._direct_frames and gate is not None and gate.open):
             super().dataReceived(data)
+            return
+        # A flood's reads seldom end where a frame does: Autobahn reads the rest of the frame
+        # it holds the start of, a frame's header cut short is taken back, and the fast path
+        # reads on from there (else it would read nothing more once a read ended mid-frame).
+        frame = self.current_frame
+        if frame is not None and not self.data:
+            rest = frame.length - self.current_frame_masker.pointer()
+            if rest < len(data):
+                self._dataReceived(data[:rest])
+                data = data[rest:]
+        elif self.data and not self.inside_message:
+            data, self.data = self.data + data, b""
+        if not (gate.open and self.current_frame is None and not self.data
+                and not self.inside_message):
+            self._dataReceived(data)
             return
         start = speedups.ws_deliver(data, 0, self.factory.isServer, self._frame_limit,
                                     self.utf8validateIncoming, self.onMessage, gate)
