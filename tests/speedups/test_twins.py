@@ -446,3 +446,39 @@ def test_length32_refuses_other_bytes_like_buffers_on_both_paths(kind):
         with pytest.raises(TypeError):
             module.length32_deliver(kind(frame(b"a")), LIMIT, reader.deliver, reader)
         assert reader.delivered == []
+
+
+def test_deliver_frames_refuses_no_cache_on_both_paths():
+    """None is not a dict either: the compiled loop took it when there was no one to deliver to."""
+    for module in both():
+        with pytest.raises(TypeError):
+            module.deliver_frames([], None, None)
+
+
+class OpenGate:
+    open = True
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_ws_deliver_refuses_other_bytes_like_buffers_on_both_paths(kind):
+    """As the length32 cut: the compiled reader takes bytes alone, and the twin read these."""
+    for module in both():
+        delivered: list[bytes] = []
+        with pytest.raises(TypeError):
+            module.ws_deliver(kind(b"\x82\x01a"), 0, False, 0, True,
+                              lambda payload, binary, into=delivered: into.append(payload),
+                              OpenGate())
+        assert delivered == []
+
+
+@pytest.mark.parametrize("start", [-3, -1, 4])
+def test_ws_deliver_refuses_a_start_outside_the_buffer_on_both_paths(start):
+    """The compiled reader read the bytes before its buffer for a negative start (the twin read
+    from its end): both refuse it, and a start past the end."""
+    for module in both():
+        delivered: list[bytes] = []
+        with pytest.raises(ValueError):
+            module.ws_deliver(b"\x82\x01a", start, False, 0, True,
+                              lambda payload, binary, into=delivered: into.append(payload),
+                              OpenGate())
+        assert delivered == []

@@ -225,10 +225,10 @@ def ws_unmask(bytes payload not None, bytes mask not None):
 
 def ws_deliver(bytes buffer not None, Py_ssize_t start, bint masked, Py_ssize_t limit,
                bint check_utf8, deliver, gate):
-    if start < 0:
-        raise ValueError("ws_deliver starts within the buffer")
     cdef const unsigned char* data = <const unsigned char*>PyBytes_AS_STRING(buffer)
     cdef Py_ssize_t end = len(buffer)
+    if start < 0 or start > end:  # never read outside the buffer
+        raise ValueError(f"ws_deliver starts within its buffer of {end} bytes, not at {start}")
     cdef Py_ssize_t length, at, frame_end
     cdef unsigned char first, second
     cdef bytes payload

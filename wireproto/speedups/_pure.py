@@ -289,13 +289,16 @@ def ws_deliver(buffer: bytes, start: int, masked: bool, limit: int, check_utf8: 
     exactly when `masked`, with a length under 64 KiB in its shortest encoding and of at most
     `limit` bytes (0: no limit), and if text and `check_utf8`, valid UTF-8. Return where the
     first frame not delivered starts: what is there (a control frame, a fragment, a frame cut
-    short, a bad one) is the caller's to read."""
-    if type(buffer) is not bytes or type(limit) is not int:  # as the compiled twin
-        raise TypeError("ws_deliver reads bytes, with an int limit")
-    if start < 0:
-        raise ValueError("ws_deliver starts within the buffer")
+    short, a bad one) is the caller's to read. TypeError for a buffer not of bytes, ValueError
+    for a `start` outside it."""
+    if type(buffer) is not bytes:  # as the compiled twin, which reads its bytes in place
+        raise TypeError(f"ws_deliver reads bytes, not {type(buffer).__name__}")
+    if type(limit) is not int:  # as the compiled twin
+        raise TypeError("ws_deliver takes an int limit")
     masked = bool(masked)
     end = len(buffer)
+    if not 0 <= start <= end:
+        raise ValueError(f"ws_deliver starts within its buffer of {end} bytes, not at {start}")
     while gate.open and end - start >= 2:
         first = buffer[start]
         if first != _WS_FIN_BINARY and first != _WS_FIN_TEXT:
