@@ -406,3 +406,52 @@ async def test_a_message_too_large_for_one_subscribers_connection_is_counted_not
                                                  ("t", b"last")]
     narrow_session = next(s for s in hub.subscribers("t") if s.max_frame == 100)
     assert (narrow_session.too_large, narrow_session.sent) == (2, 3)
+
+
+class BatchWitness(Recorder):
+    """Answers each message, noting whether its read's writes wait (`speedups.batching()`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batched: list[bool] = []
+
+    def messageReceived(self, data: bytes, binary: bool) -> None:
+        super().messageReceived(data, binary)
+        self.batched.append(speedups.batching())
+        self.transport.sendMessage(b"echo " + data)
+
+
+FRAMED: dict[str, Any] = {
+    "length32": lambda messages: length32(*messages),
+    "lines": lambda messages: b"".join(m + b"\n" for m in messages),
+    "cobs": lambda messages: b"".join(cobs.encode(m) + b"\x00" for m in messages),
+}
+UNFRAMED: dict[str, Any] = {
+    "length32": frames,
+    "lines": lambda stream: stream.split(b"\n")[:-1],
+    "cobs": lambda stream: [cobs.decode(f) for f in stream.split(b"\x00")[:-1] if f],
+}
+
+
+@pytest.mark.parametrize("framing", ["length32", "lines", "cobs"])
+@pytest_twisted.ensureDeferred
+async def test_every_framings_read_is_handled_as_one_batch(net, framing):
+    """docs/performance.md: the length32, lines and COBS readers handle a read between
+    batch_begin and batch_end, so what it writes goes out as one write at its end (the lines
+    and COBS readers wrote each message's answer straight through)."""
+    witnesses: list[BatchWitness] = []
+
+    def build() -> BatchWitness:
+        witnesses.append(BatchWitness())
+        return witnesses[-1]
+
+    port = await net.listen_tcp(stream_server_factory(net.factory(build), StreamOptions(
+        framing=framing)))
+    peer = await net.raw_connect(port)
+    messages = [b"message %d" % n for n in range(200)]
+    peer.transport.write(FRAMED[framing](messages))
+    await eventually(lambda: len(UNFRAMED[framing](peer.received)) == len(messages))
+    assert UNFRAMED[framing](peer.received) == [b"echo " + m for m in messages]
+    (witness,) = witnesses
+    assert witness.batched == [True] * len(messages)
+    assert not speedups.batching()
