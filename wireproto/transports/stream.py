@@ -168,6 +168,14 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
     _idleCheck: IDelayedCall | None = None
     _gone = False
     outbox: speedups.Outbox | None = None
+    # What a cut left, when it is short: joined to the next read.
+    _buffer = b""
+    # The start of a large frame still coming, kept as the reads that bring it and joined once
+    # it can be whole (`_pieces_until` bytes, or a read holding the framing's end), so that a
+    # peer sending a large frame in small pieces costs one copy of it, not one per piece.
+    _pieces: list[bytes] | None = None
+    _pieces_size = 0
+    _pieces_until = 0
 
     def __init__(self, max_message_size: int) -> None:
         self.max_message_size = max_message_size
@@ -291,6 +299,37 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         """
         self.paused = True
 
+    def _take(self, data: bytes) -> bytes | None:
+        """The bytes to cut now: what was kept and `data`; None while a large frame gathers."""
+        pieces = self._pieces
+        if pieces is None:
+            return self._buffer + data if self._buffer else data
+        pieces.append(data)
+        self._pieces_size += len(data)
+        if self._pieces_size < self._pieces_until and not self._ends_frame(data):
+            return None
+        self._pieces = None
+        return b"".join(pieces)
+
+    def _keep(self, rest: bytes) -> None:
+        """Keep what the cut left, for the reads to come."""
+        if len(rest) < GATHER_FROM:
+            self._buffer = rest
+            return
+        self._buffer = b""
+        self._pieces = [rest]
+        self._pieces_size = len(rest)
+        self._pieces_until = self._frame_needs(rest)
+
+    def _ends_frame(self, data: bytes) -> bool:
+        """Whether `data` holds the end of a frame (the framing's delimiter)."""
+        return False
+
+    def _frame_needs(self, start: bytes) -> int:
+        """How many bytes the frame beginning `start` needs before a cut can take it, or find
+        it over the limit."""
+        raise NotImplementedError
+
     def _frameError(self, error: ProtocolError) -> None:
         """A bad frame: nothing more is delivered and this connection alone closes."""
         peer = self.transport.getPeer()
@@ -342,6 +381,8 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
 
 _length32 = struct.Struct(">I")
 _pack_length32 = _length32.pack
+# A frame's start kept from a read at least this long is gathered as pieces (see `_take`).
+GATHER_FROM = 65536
 
 
 @implementer(ILengthPrefixedFrames)
@@ -363,7 +404,9 @@ class Length32MessageTransport(StreamMessageTransport):
         wrapped = self.wrapped
         if wrapped is None:  # refused (so paused), or not connected yet: nothing is delivered
             return
-        buffer = self._buffer + data if self._buffer else data
+        buffer = self._take(data)
+        if buffer is None:
+            return
         observer = self._observer
         if observer is not None:
             observer.readStarting()
@@ -383,7 +426,10 @@ class Length32MessageTransport(StreamMessageTransport):
         if observer is not None and offset:
             observer.framesReceived(buffer[:offset])
         if not self.paused:
-            self._buffer = buffer[offset:]
+            self._keep(buffer[offset:])
+
+    def _frame_needs(self, start: bytes) -> int:
+        return 4 + _length32.unpack_from(start)[0]
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         return _pack_length32(len(data)) + data
@@ -415,7 +461,9 @@ class LinesMessageTransport(StreamMessageTransport):
         wrapped = self.wrapped
         if self.paused or wrapped is None:
             return
-        buffer = self._buffer + data if self._buffer else data
+        buffer = self._take(data)
+        if buffer is None:
+            return
         limit = self.max_message_size
         # What the read's lines publish is written as one write to each connection.
         speedups.batch_begin()
@@ -431,7 +479,13 @@ class LinesMessageTransport(StreamMessageTransport):
         finally:
             speedups.batch_end()
         if not self.paused:
-            self._buffer = buffer[offset:]
+            self._keep(buffer[offset:])
+
+    def _ends_frame(self, data: bytes) -> bool:
+        return b"\n" in data
+
+    def _frame_needs(self, start: bytes) -> int:
+        return self.max_message_size + 2  # past the room of a b"\r": over the limit
 
     def prepareMessage(self, data: bytes, binary: bool = True) -> bytes:
         if b"\n" in data:
@@ -458,7 +512,9 @@ class CobsMessageTransport(StreamMessageTransport):
         wrapped = self.wrapped
         if self.paused or wrapped is None:
             return
-        buffer = self._buffer + data if self._buffer else data
+        buffer = self._take(data)
+        if buffer is None:
+            return
         # What the read's frames publish is written as one write to each connection.
         speedups.batch_begin()
         try:
@@ -472,7 +528,13 @@ class CobsMessageTransport(StreamMessageTransport):
         finally:
             speedups.batch_end()
         if not self.paused:
-            self._buffer = buffer[offset:]
+            self._keep(buffer[offset:])
+
+    def _ends_frame(self, data: bytes) -> bool:
+        return b"\x00" in data
+
+    def _frame_needs(self, start: bytes) -> int:
+        return self._max_frame + 1  # past it, over the limit
 
     def _tooLarge(self, size: int) -> FrameTooLarge:
         return FrameTooLarge(
