@@ -1,9 +1,9 @@
-"""The slow-consumer bound: one read of small requests must not make the broker hold more for a
-peer than Twisted's buffer, one read and the session's queue limit. SUB then UNSUB of a
-retained topic re-sends its last value each time; inside one read's batch the session's
-`writes_now` stays true (Twisted cannot pause it until the outbox is flushed), so every copy
-goes into the outbox, past queue_bytes and the overflow policy. Before issue 42 (559231a) the
-first write past Twisted's buffer paused the session and the rest went to its queue."""
+"""The slow-consumer bound holds inside a read: one read of small requests must not make the
+broker hold more for a peer than Twisted's buffer, one read and the session's queue limit. A
+SUB then UNSUB of a kept topic sends its last value again each time; inside a read's batch the
+session's `writes_now` stays true (Twisted cannot pause it before the outbox writes), so the
+outbox writes once it holds more than 64 KiB, and the rest goes to the session's queue, under
+its limit and overflow policy. Without that, 200 pairs (a 4 KB read) held 50 MB for the peer."""
 
 from __future__ import annotations
 
@@ -55,7 +55,6 @@ async def test_one_read_of_resubscribes_to_a_retained_topic_stays_within_the_que
                                     for m in (Subscribe("kept"), Unsubscribe("kept"))]))
         await sleep(0.5)
         held = max(buffered(s) + s.queued_bytes for s in service.hub.sessions)
-        # main: 200 x 256 KiB = 50 MB from a 4 KB read; 559231a: about 330 KB.
         assert held <= TWISTED_BUFFER + ONE_READ + RETAINED + QUEUE, held
     finally:
         attacker.close()

@@ -1,8 +1,7 @@
-"""Re-entrancy: batch_end sets the depth to 0 before it flushes, so a write made while one
-outbox is being flushed (a transport's write that calls back: a producer's pauseProducing that
-sends a notice, an in-memory or loopback transport, a log observer that publishes) goes
-straight through, ahead of the frames still waiting in an outbox later in the list. The
-Outbox's promise, "nothing overtakes what waits", breaks on both paths."""
+"""Re-entrancy: a write made while one outbox is being flushed (a transport's write that calls
+back: a producer's pauseProducing that sends a notice, an in-memory or loopback transport, a log
+observer that publishes) waits behind the frames still waiting in another outbox, since the
+batch stays open until every outbox is empty: nothing overtakes what waits, on both paths."""
 
 from __future__ import annotations
 
