@@ -9,6 +9,7 @@ import signal
 import time
 
 import msgpack
+import pytest
 import pytest_twisted
 
 from tests.cluster.processes import (
@@ -25,7 +26,8 @@ LEASE = float(os.environ.get("ATTACK_LEASE", "1.0"))
 HEARTBEAT = LEASE / 4
 
 
-@pytest_twisted.ensureDeferred
+@pytest.mark.alone  # 2000 clients, three brokers, three NATS nodes: the suite's load overran
+@pytest_twisted.ensureDeferred  # its 60 s for the wills to reach the bucket once (13 s alone)
 async def test_the_many_wills_of_a_killed_process_are_each_published_once(tmp_path,
                                                                          nats_cluster):
     """Fixed: a takeover that lasts longer than a lease (2000 wills on a three-node NATS
