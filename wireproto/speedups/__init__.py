@@ -17,20 +17,23 @@ from types import ModuleType
 
 from wireproto.speedups import _pure
 
+# What each path provides, name for name.
+PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
+          "length32_deliver",
+          # websocket
+          "FrameGate",
+          "ws_frame",
+          "ws_unmask",
+          "ws_deliver",
+          # readers: the lines and COBS cuts
+          "lines_deliver",
+          "cobs_deliver",
+          "COBS_TOO_LARGE",
+          "COBS_UNDECODABLE",
+          )
+
 __all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available",
-           "compiled_problem", "Outbox",
-           "batch_begin", "batch_end", "batching", "deliver_frames", "length32_deliver",
-           # websocket
-           "FrameGate",
-           "ws_frame",
-           "ws_unmask",
-           "ws_deliver",
-           # readers: the lines and COBS cuts
-           "lines_deliver",
-           "cobs_deliver",
-           "COBS_TOO_LARGE",
-           "COBS_UNDECODABLE",
-           ]
+           "compiled_problem", *PIECES]
 
 
 # Why the compiled path is not run, when it is not: "" when it is available.
@@ -58,20 +61,6 @@ def _load_compiled() -> ModuleType | None:
         return None
     return module
 
-
-PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
-          "length32_deliver",
-          # websocket
-          "FrameGate",
-          "ws_frame",
-          "ws_unmask",
-          "ws_deliver",
-          # readers: the lines and COBS cuts
-          "lines_deliver",
-          "cobs_deliver",
-          "COBS_TOO_LARGE",
-          "COBS_UNDECODABLE",
-          )
 
 IMPLEMENTATIONS: dict[str, ModuleType | None] = {"compiled": _load_compiled(), "pure": _pure}
 
