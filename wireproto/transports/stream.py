@@ -299,6 +299,40 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         """
         self.paused = True
 
+    def dataReceived(self, data: bytes) -> None:
+        wrapped = self.wrapped
+        if self.paused or wrapped is None:  # refused, closing, or not connected yet
+            return
+        buffer = self._take(data)
+        if buffer is None:
+            return
+        self._readStarting()
+        # What the read's messages publish is written as one write to each connection.
+        speedups.batch_begin()
+        try:
+            offset, error = self._cut(buffer, wrapped.messageReceived)
+            if error is not None:
+                self._buffer = b""
+                self._frameError(error)
+        finally:
+            speedups.batch_end()
+        if offset:
+            self._framesRead(buffer[:offset])
+        if not self.paused:
+            self._keep(buffer[offset:])
+
+    def _cut(self, buffer: bytes, deliver: Callable[[bytes, bool], object]
+             ) -> tuple[int, ProtocolError | None]:
+        """Deliver the whole frames at the start of `buffer` (the framing's part): where the
+        first frame not delivered starts, and the error that stopped the cut, if one did."""
+        raise NotImplementedError
+
+    def _readStarting(self) -> None:
+        """A read is about to be cut (Length32's frame observer hears of it)."""
+
+    def _framesRead(self, frames: bytes) -> None:
+        """The whole frames a read delivered, as they came."""
+
     def _take(self, data: bytes) -> bytes | None:
         """The bytes to cut now: what was kept and `data`; None while a large frame gathers."""
         pieces = self._pieces
@@ -376,9 +410,6 @@ class StreamMessageTransport(ByteTransportDelegate, Protocol):
         self.sendMessage(data)
 
 
-
-
-
 _length32 = struct.Struct(">I")
 _pack_length32 = _length32.pack
 # A frame's start kept from a read at least this long is gathered as pieces (see `_take`).
@@ -397,36 +428,24 @@ class Length32MessageTransport(StreamMessageTransport):
 
     def __init__(self, max_message_size: int) -> None:
         super().__init__(max_message_size)
-        self._buffer = b""
         self._observer: IFrameObserver | None = None
 
-    def dataReceived(self, data: bytes) -> None:
-        wrapped = self.wrapped
-        if wrapped is None:  # refused (so paused), or not connected yet: nothing is delivered
-            return
-        buffer = self._take(data)
-        if buffer is None:
-            return
-        observer = self._observer
-        if observer is not None:
-            observer.readStarting()
+    def _cut(self, buffer: bytes, deliver: Callable[[bytes, bool], object]
+             ) -> tuple[int, ProtocolError | None]:
         limit = self.max_message_size
-        speedups.batch_begin()
-        try:
-            offset, too_large = speedups.length32_deliver(buffer, limit,
-                                                          wrapped.messageReceived, self)
-            if too_large >= 0:
-                self._buffer = b""
-                self._frameError(FrameTooLarge(
-                    f"length32 frame of {too_large} bytes is over the limit of {limit} bytes "
-                    "(StreamOptions.max_message_size)"
-                ))
-        finally:
-            speedups.batch_end()
-        if observer is not None and offset:
-            observer.framesReceived(buffer[:offset])
-        if not self.paused:
-            self._keep(buffer[offset:])
+        offset, too_large = speedups.length32_deliver(buffer, limit, deliver, self)
+        if too_large < 0:
+            return offset, None
+        return offset, FrameTooLarge(f"length32 frame of {too_large} bytes is over the limit of "
+                                     f"{limit} bytes (StreamOptions.max_message_size)")
+
+    def _readStarting(self) -> None:
+        if self._observer is not None:
+            self._observer.readStarting()
+
+    def _framesRead(self, frames: bytes) -> None:
+        if self._observer is not None:
+            self._observer.framesReceived(frames)
 
     def _frame_needs(self, start: bytes) -> int:
         return 4 + _length32.unpack_from(start)[0]
@@ -453,33 +472,16 @@ class LinesMessageTransport(StreamMessageTransport):
 
     framing = "lines"
     prepareKey = ("stream", "lines")
-    delimiter = b"\n"
     textOnly = True
-    _buffer = b""
 
-    def dataReceived(self, data: bytes) -> None:
-        wrapped = self.wrapped
-        if self.paused or wrapped is None:
-            return
-        buffer = self._take(data)
-        if buffer is None:
-            return
+    def _cut(self, buffer: bytes, deliver: Callable[[bytes, bool], object]
+             ) -> tuple[int, ProtocolError | None]:
         limit = self.max_message_size
-        # What the read's lines publish is written as one write to each connection.
-        speedups.batch_begin()
-        try:
-            offset, too_large = speedups.lines_deliver(buffer, limit, wrapped.messageReceived,
-                                                       self)
-            if too_large >= 0:
-                self._buffer = b""
-                self._frameError(FrameTooLarge(
-                    f"line of {too_large} bytes or more is over the limit of {limit} bytes "
-                    "(StreamOptions.max_message_size)"
-                ))
-        finally:
-            speedups.batch_end()
-        if not self.paused:
-            self._keep(buffer[offset:])
+        offset, too_large = speedups.lines_deliver(buffer, limit, deliver, self)
+        if too_large < 0:
+            return offset, None
+        return offset, FrameTooLarge(f"line of {too_large} bytes or more is over the limit of "
+                                     f"{limit} bytes (StreamOptions.max_message_size)")
 
     def _ends_frame(self, data: bytes) -> bool:
         return b"\n" in data
@@ -501,34 +503,22 @@ class CobsMessageTransport(StreamMessageTransport):
 
     framing = "cobs"
     prepareKey = ("stream", "cobs")
-    _buffer = b""
 
     def __init__(self, max_message_size: int) -> None:
         super().__init__(max_message_size)
         # COBS adds one byte per 254 and one more; a longer frame cannot decode to a legal message.
         self._max_frame = max_message_size + max_message_size // 254 + 1
 
-    def dataReceived(self, data: bytes) -> None:
-        wrapped = self.wrapped
-        if self.paused or wrapped is None:
-            return
-        buffer = self._take(data)
-        if buffer is None:
-            return
-        # What the read's frames publish is written as one write to each connection.
-        speedups.batch_begin()
-        try:
-            offset, problem, size = speedups.cobs_deliver(
-                buffer, self._max_frame, self.max_message_size, wrapped.messageReceived, self)
-            if problem:
-                self._buffer = b""
-                self._frameError(self._tooLarge(size) if problem == speedups.COBS_TOO_LARGE
-                                 else BadEncoding(f"COBS frame of {size} bytes does not decode: "
-                                                  "not enough input bytes for length code"))
-        finally:
-            speedups.batch_end()
-        if not self.paused:
-            self._keep(buffer[offset:])
+    def _cut(self, buffer: bytes, deliver: Callable[[bytes, bool], object]
+             ) -> tuple[int, ProtocolError | None]:
+        offset, problem, size = speedups.cobs_deliver(buffer, self._max_frame,
+                                                      self.max_message_size, deliver, self)
+        if not problem:
+            return offset, None
+        if problem == speedups.COBS_TOO_LARGE:
+            return offset, self._tooLarge(size)
+        return offset, BadEncoding(f"COBS frame of {size} bytes does not decode: not enough "
+                                   "input bytes for length code")
 
     def _ends_frame(self, data: bytes) -> bool:
         return b"\x00" in data
