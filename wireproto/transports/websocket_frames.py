@@ -15,46 +15,29 @@ from __future__ import annotations
 import os
 import struct
 
-from autobahn.websocket import USES_NVX
-from autobahn.websocket.xormasker import create_xor_masker
+from wireproto import speedups
 
-__all__ = ["frame", "unmask"]
+__all__ = ["frame"]
 
 TEXT, BINARY = 0x1, 0x2
 _FIN = 0x80
 _MASK_BIT = 0x80
-_LENGTH16 = struct.Struct("!H")
 _HEADER16 = struct.Struct("!BBH")
 _HEADER64 = struct.Struct("!BBQ")
-# Below this many bytes, one big-integer XOR beats creating Autobahn's (native) masker; without
-# its native code (AUTOBAHN_USE_NVX=0, as the short-lived tools run), Autobahn's masker goes byte
-# by byte, and the big integer is faster at any size.
-_NATIVE_UNMASK_FROM = 1024 if USES_NVX else float("inf")
-
-
-def unmask(payload: bytes, mask: bytes) -> bytes:
-    """`payload` XORed with the repeating four-byte `mask` (masking and unmasking are one)."""
-    size = len(payload)
-    if size >= _NATIVE_UNMASK_FROM:
-        return create_xor_masker(mask, size).process(payload)
-    key = (mask * ((size >> 2) + 1))[:size]
-    return (int.from_bytes(payload, "little") ^ int.from_bytes(key, "little")).to_bytes(
-        size, "little"
-    )
 
 
 def frame(payload: bytes, binary: bool, masked: bool) -> bytes:
-    """`payload` as one whole unfragmented frame; a client's (`masked`) gets a fresh random mask."""
+    """`payload` as one whole unfragmented frame; a client's (`masked`) gets a fresh random mask
+    (a server's is the fast path's `ws_frame`)."""
+    if not masked:
+        return speedups.ws_frame(payload, binary)
     first = _FIN | (BINARY if binary else TEXT)
     size = len(payload)
-    mask_bit = _MASK_BIT if masked else 0
     if size < 126:
-        header = bytes((first, mask_bit | size))
+        header = bytes((first, _MASK_BIT | size))
     elif size < 0x10000:
-        header = _HEADER16.pack(first, mask_bit | 126, size)
+        header = _HEADER16.pack(first, _MASK_BIT | 126, size)
     else:
-        header = _HEADER64.pack(first, mask_bit | 127, size)
-    if not masked:
-        return header + payload
+        header = _HEADER64.pack(first, _MASK_BIT | 127, size)
     mask = os.urandom(4)
-    return header + mask + unmask(payload, mask)
+    return header + mask + speedups.ws_unmask(payload, mask)
