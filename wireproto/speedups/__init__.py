@@ -17,20 +17,8 @@ from types import ModuleType
 
 from wireproto.speedups import _pure
 
-# What each path provides, name for name.
-PIECES = ("Outbox", "batch_begin", "batch_end", "batching", "deliver_frames",
-          "length32_deliver",
-          # websocket
-          "FrameGate",
-          "ws_frame",
-          "ws_unmask",
-          "ws_deliver",
-          # readers: the lines and COBS cuts
-          "lines_deliver",
-          "cobs_deliver",
-          "COBS_TOO_LARGE",
-          "COBS_UNDECODABLE",
-          )
+# What each path provides, name for name: the plain twin's names.
+PIECES = tuple(_pure.__all__)
 
 __all__ = ["IMPLEMENTATIONS", "implementation", "use", "compiled_available",
            "compiled_problem", *PIECES]

@@ -10,6 +10,8 @@ from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memchr, memcpy
 from twisted.logger import Logger
 
+from wireproto.speedups._pure import FLUSH_AT
+
 log = Logger(namespace="wireproto.speedups")
 
 # The SHA-256 of this file as setup.py compiled it (empty when built another way): the facade
@@ -28,8 +30,7 @@ cdef Py_ssize_t _depth = 0
 cdef list _dirty = []
 
 
-FLUSH_AT = 65536
-cdef Py_ssize_t _FLUSH_AT = FLUSH_AT
+cdef Py_ssize_t _FLUSH_AT = FLUSH_AT  # the twin's bound, one for both
 
 
 cdef class Outbox:
