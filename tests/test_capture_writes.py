@@ -29,8 +29,8 @@ def frame(message: bytes) -> bytes:
 class Connection:
     """A capturing length32 connection over an in-memory byte transport."""
 
-    def __init__(self, recording: BrokerCapture) -> None:
-        self.protocol = Recorder()
+    def __init__(self, recording: BrokerCapture, protocol: Recorder | None = None) -> None:
+        self.protocol = protocol or Recorder()
         factory = stream_server_factory(
             lambda: CapturingProtocol(self.protocol, recording, "websmq"), StreamOptions())
         self.adapter = factory.buildProtocol(None)
@@ -113,13 +113,7 @@ def test_what_a_read_brings_in_and_what_it_sends_are_recorded_in_order(recording
             super().messageReceived(data, binary)
             self.transport.sendMessage(b"re: " + data)
 
-    connection = Connection.__new__(Connection)
-    connection.protocol = Answer()
-    factory = stream_server_factory(
-        lambda: CapturingProtocol(connection.protocol, recording, "websmq"), StreamOptions())
-    connection.adapter = factory.buildProtocol(None)
-    connection.bytes = StringTransport()
-    connection.adapter.makeConnection(connection.bytes)
+    connection = Connection(recording, Answer())
     connection.adapter.dataReceived(frame(b"a") + frame(b"b"))
     assert connection.bytes.value() == frame(b"re: a") + frame(b"re: b")
     assert recorded(recording, tmp_path) == [("IN", [b"a", b"b"]), ("OUT", [b"re: a", b"re: b"])]
