@@ -410,7 +410,7 @@ def test_an_empty_file_is_the_defaults(tmp_path: Path) -> None:
         ('[[attach]]\nendpoint="serial:/dev/x"', "attach[1]: missing key 'protocol'"),
         ('[[attach]]\nprotocol="websmq"\nendpoint="serial:/dev/x"\nbaudrate=9600',
          "attach[1].baudrate: unknown key; use protocol, endpoint, framing, principal, name, "
-         "each_board or max_boards"),
+         "each_board, max_boards or prefix"),
         ("[hub]\nqueue_bytes = 'lots'", 'hub.queue_bytes: expected an integer, got "lots"'),
         ("[hub]\nqueue_bytes = true", "hub.queue_bytes: expected an integer, got true"),
         ("[hub]\nqueue_bytes = 0", "hub.queue_bytes: must be a positive integer, not 0"),

@@ -21,7 +21,7 @@ LOGGERS = frozenset({"log", "logger", "_log", "peerlog"})
 DYNAMIC = {
     "wireproto/cluster/jetstream.py": {"cluster_no_jetstream", "cluster_jetstream_refused",
                                        "cluster_jetstream_timeout", "cluster_jetstream_failed"},
-    "wireproto/hub/session.py": {"credential_expired", "credential_withdrawn"},
+    "wireproto/hub/peers.py": {"credential_expired", "credential_withdrawn"},
     "wireproto/peerlog.py": set(),
 }
 SNAKE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")

@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 
 from wireproto.errors import InvalidTopic
 
-__all__ = ["validate_pattern", "is_pattern", "refuse_pattern", "pattern_matches", "pattern_covers",
-           "PatternTree", "TopicTree"]
+__all__ = ["validate_pattern", "is_pattern", "refuse_pattern", "mount_error", "pattern_matches",
+           "pattern_covers", "PatternTree", "TopicTree"]
 
 
 def validate_pattern(pattern: str) -> None:
@@ -43,6 +43,21 @@ def refuse_pattern(topic: str) -> None:
     (`tt/a+b` is a topic)."""
     if is_pattern(topic):
         raise InvalidTopic(f"{topic[:100]!r} is a pattern: publish on a topic, not a pattern")
+
+
+def mount_error(prefix: str) -> str | None:
+    """Why `prefix` cannot be where a connection's topics are mounted (``PREFIX/topic``), or
+    None: it must be a hub topic that is no pattern and not one of the broker's own (``$``)."""
+    if not prefix:
+        return "it is empty"
+    for char in ("+", "#", "\x00"):
+        if char in prefix:
+            return f"it holds {char!r}"
+    if prefix.startswith("$"):
+        return "topics starting with '$' are the broker's own"
+    if prefix.endswith("/"):
+        return "it ends with '/'"
+    return None
 
 
 def pattern_matches(pattern: str, topic: str) -> bool:

@@ -412,14 +412,34 @@ async def test_an_attach_fleet_gives_each_board_a_link_and_a_presence(broker, bo
                              for name in ("meters.M1", "meters.M2")))
     assert broker.presence("meters.M2")["port"] == second.device
     browser = await broker.browser()
-    inbox = await broker.subscribed(browser, "meters/kwh")
-    first.write(cobs.encode(encode_publish("meters/kwh", b"1")) + b"\0")
-    second.write(cobs.encode(encode_publish("meters/kwh", b"2")) + b"\0")
-    await eventually(lambda: len(inbox["meters/kwh"]) == 2)
-    assert sorted(message.payload for message in inbox["meters/kwh"]) == [b"1", b"2"]
+    # One firmware, one topic name: each board's is its own on the hub, under NAME/BOARD.
+    inbox = await broker.subscribed(browser, "meters/M1/kwh", "meters/M2/kwh")
+    first.write(cobs.encode(encode_publish("kwh", b"1")) + b"\0")
+    second.write(cobs.encode(encode_publish("kwh", b"2")) + b"\0")
+    await eventually(lambda: inbox["meters/M1/kwh"] and inbox["meters/M2/kwh"])
+    assert [m.payload for m in inbox["meters/M1/kwh"] + inbox["meters/M2/kwh"]] == [b"1", b"2"]
     boards.unplug(first)
     await eventually(lambda: set(broker.fleet.boards) == {"meters.M2"})
     assert broker.presence("meters.M1")["online"] is False
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_attach_fleet_with_an_empty_prefix_leaves_its_boards_topics_as_they_are(
+        broker, boards) -> None:
+    from cobs import cobs
+
+    from wireproto.codecs.websmq import encode_publish
+
+    await broker.start(f'{LISTEN}[[attach]]\nprotocol = "websmq"\nname = "meters"\n'
+                       'endpoint = "serial:vid=0403:pid=6001"\neach_board = true\n'
+                       'prefix = ""\n')
+    board = boards.plug(**COMMON_BOARDS["ftdi"], serial_number="M1")
+    await eventually(lambda: (broker.presence("meters.M1") or {}).get("online"))
+    browser = await broker.browser()
+    inbox = await broker.subscribed(browser, "meters/M1/kwh")
+    board.write(cobs.encode(encode_publish("meters/M1/kwh", b"1")) + b"\0")
+    await eventually(lambda: inbox["meters/M1/kwh"])
+    assert [message.payload for message in inbox["meters/M1/kwh"]] == [b"1"]
 
 
 @pytest_twisted.ensureDeferred

@@ -39,6 +39,7 @@ from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import ProtocolDescriptor, server_protocols
 from wireproto.settings import one_of
+from wireproto.topics import mount_error
 from wireproto.transports.connect import split_endpoint
 from wireproto.transports.stream import FRAMINGS
 
@@ -202,7 +203,8 @@ def check_fleet(endpoint: str, each_board: bool, max_boards: int) -> None:
 
 def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any,
                  principal: str | None = None, name: str | None = None,
-                 each_board: bool = False, max_boards: int = DEFAULT_MAX_BOARDS) -> Attach:
+                 each_board: bool = False, max_boards: int = DEFAULT_MAX_BOARDS,
+                 prefix: str | None = None) -> Attach:
     spec = _protocol_spec(protocol)
     if name is not None:
         _check_link_name(name, "link")
@@ -226,7 +228,12 @@ def check_attach(protocol: str, endpoint: str, framing: str | None, reactor: Any
     if principal is not None:
         check_principal_name(principal)
     check_fleet(endpoint, each_board, max_boards)
-    return Attach(protocol, endpoint, framing, principal, name, each_board, max_boards)
+    if prefix is not None:
+        prefix = prefix.rstrip("/")
+        problem = mount_error(prefix) if prefix else None
+        if problem is not None:
+            raise Invalid("prefix", f"prefix {prefix!r} cannot hold the link's topics: {problem}")
+    return Attach(protocol, endpoint, framing, principal, name, each_board, max_boards, prefix)
 
 
 def check_phyllo(

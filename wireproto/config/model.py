@@ -93,15 +93,28 @@ class Attach:
     # One link per board `endpoint` matches (a serial:vid=... endpoint), at most `max_boards`.
     each_board: bool = False
     max_boards: int = DEFAULT_MAX_BOARDS
+    # Where the link's topics are on the hub: its topic `t` is PREFIX/t (wireproto.hub.mount).
+    # None or "": as they are; a fleet's board is mounted at PREFIX/BOARD, PREFIX being the
+    # link's name when None, and not mounted when "".
+    prefix: str | None = None
 
     @property
     def link_name(self) -> str:
         return self.name or self.protocol
 
+    def board_prefix(self, board: str) -> str | None:
+        """Where a fleet's `board` has its topics on the hub (None: as they are)."""
+        base = self.link_name if self.prefix is None else self.prefix
+        return f"{base}/{board}" if base else None
+
     def describe(self) -> str:
         if self.each_board:
+            mounted = self.board_prefix("BOARD")
             return (f"{self.protocol} over {self.framing}, one link per board (at most "
-                    f"{self.max_boards}), each {self.link_name}.BOARD")
+                    f"{self.max_boards}), each {self.link_name}.BOARD"
+                    + (f" with hub topics {mounted}/..." if mounted else ""))
+        if self.prefix:
+            return f"{self.protocol} over {self.framing}, hub topics {self.prefix}/..."
         return f"{self.protocol} over {self.framing}"
 
 

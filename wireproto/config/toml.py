@@ -69,7 +69,7 @@ __all__ = [
 LISTEN_KEYS = ("protocol", "transport", "endpoint", "path", "identity", "principal", "allow",
                "announce")
 ATTACH_KEYS = ("protocol", "endpoint", "framing", "principal", "name", "each_board",
-               "max_boards")
+               "max_boards", "prefix")
 PHYLLO_KEYS = ("name", "endpoint", "stack", "prefix", "send_format", "max_chunk_length",
                "principal", "each_board", "max_boards")
 ACL_KEYS = ("principal", "role", *(action.value for action in Action))
@@ -148,6 +148,7 @@ def _read_attach(where: str, label: str, entry: Any, reactor: Any) -> Attach:
         return check_attach(
             values["protocol"], values["endpoint"], values.get("framing"), reactor,
             values.get("principal"), values.get("name"), each_board, max_boards,
+            values.get("prefix"),
         )
     except Invalid as problem:
         raise ConfigError(f"{where}: {label}.{problem.key}: {problem.message}") from None

@@ -15,7 +15,7 @@ from wireproto.peerlog import address_key, describe_address
 from wireproto.transports.base import IMessageTransport
 
 __all__ = ["Identified", "is_reserved", "publish_allowed", "transport_name", "log_protocol_error",
-           "log_subscription", "log_revoked"]
+           "log_subscription", "log_revoked", "log_credential_ended", "log_will", "log_too_large"]
 
 log = Logger(namespace="wireproto.hub")
 
@@ -37,6 +37,15 @@ class Subscribing(Identified, Protocol):
     transport_name: str
     peer: str
     principal: Principal
+
+
+class Sending(Subscribing, Protocol):
+    """A connection as the log lines of what it sends name it (a Session is one)."""
+
+    max_frame: int | None
+
+    @property
+    def transport(self) -> IMessageTransport: ...
 
 
 RESERVED = ("$SYS", "$devices")
@@ -99,4 +108,50 @@ def log_revoked(session: Subscribing, topic: str) -> None:
         "rules no longer allow it", event="subscription_revoked", protocol=session.protocol,
         peer=session.peer, session=session.id, client=session.client,
         principal=session.principal.name, topic=topic,
+    )
+
+
+def log_credential_ended(session: Subscribing, event: str, why: str | None) -> None:
+    """Log that `session` closes because its credential expired (`why` None) or was
+    withdrawn, as `event`: never with the credential itself."""
+    credential = session.principal.credential
+    log.info(
+        "{protocol} session {session} from {peer}: the {credential} of {principal!r} "
+        + ("expired" if why is None else "was withdrawn: {why}") + "; closing",
+        event=event, protocol=session.protocol, transport=session.transport_name,
+        peer=session.peer, session=session.id, client=session.client,
+        principal=session.principal.name,
+        credential=None if credential is None else credential.kind,
+        key_id=None if credential is None else credential.key_id, why=why,
+    )
+
+
+def log_will(session: Subscribing, topic: str, delivered: int | None) -> None:
+    """Log `session`'s will on `topic`: published to `delivered` subscribers, or (None) not
+    published because the rules no longer allow it."""
+    if delivered is None:
+        log.info(
+            "{protocol} session {session} from {peer}: its will on {topic!r} is no longer "
+            "allowed; not published", event="will_forbidden", protocol=session.protocol,
+            peer=session.peer, session=session.id, principal=session.principal.name,
+            topic=topic,
+        )
+        return
+    log.info(
+        "{protocol} session {session} from {peer}: will published on {topic!r} to "
+        "{delivered} subscribers",
+        event="will", protocol=session.protocol, peer=session.peer, session=session.id,
+        client=session.client, topic=topic, delivered=delivered,
+    )
+
+
+def log_too_large(session: Sending, topic: str, size: int) -> None:
+    """Log a message on `topic` not sent to `session`: `size` bytes in its format, over what
+    its connection takes (within the peers' log budget)."""
+    peerlog.warn(
+        log, address_key(session.transport.getPeer()),
+        "{protocol} session {session} to {peer}: a message on {topic!r} of {size} bytes "
+        "in its format is over the {limit} its connection takes; not sent",
+        event="too_large", protocol=session.protocol, peer=session.peer, session=session.id,
+        topic=topic, size=size, limit=session.max_frame,
     )

@@ -14,14 +14,16 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from wireproto import peerlog
 from wireproto.access import ANONYMOUS, Action, Grants, Principal
 from wireproto.errors import CredentialEnded, Forbidden, LimitExceeded
 from wireproto.hub.message import Encoder, HubMessage, Overflow, SessionStats
 from wireproto.hub.peers import (
     is_reserved,
+    log_credential_ended,
     log_revoked,
     log_subscription,
+    log_too_large,
+    log_will,
     publish_allowed,
     transport_name,
 )
@@ -189,6 +191,25 @@ class Session:
         totals.too_large += self.too_large
 
     # -- what the protocol asks of the hub ------------------------------------------------------
+    # Topics here are the protocol's own. They are the hub's too, but for a connection whose
+    # topics are mounted under a prefix (wireproto.hub.mount), which overrides what takes one;
+    # so where these methods call each other they call Session's own, on the hub's topics.
+
+    def hub_topic(self, topic: str) -> str:
+        """The hub's name for this connection's `topic`."""
+        return topic
+
+    def own_topic(self, hub_topic: str) -> str | None:
+        """This connection's name for the hub's `hub_topic`; None if it has none."""
+        return hub_topic
+
+    def subscribed(self, topic: str) -> bool:
+        """Whether this connection subscribes to its exact `topic`."""
+        return topic in self.topics
+
+    def own_topics(self) -> Iterable[str]:
+        """The exact topics this connection subscribes to, in its own names."""
+        return self.topics
 
     def subscribe(self, topic: str) -> bool:
         """Subscribe to one exact topic. False if this session already was. LimitExceeded past
@@ -196,7 +217,7 @@ class Session:
         if topic in self.topics:
             return False
         if self.grants is not None:
-            self.check(Action.SUBSCRIBE, topic)
+            Session.check(self, Action.SUBSCRIBE, topic)
         self._hold(topic)
         self.topics.add(topic)
         subscribed = self.hub.subscribe(self, topic)
@@ -231,7 +252,7 @@ class Session:
             return False
         validate_pattern(pattern)
         if self.grants is not None:
-            self.check(Action.SUBSCRIBE, pattern)
+            Session.check(self, Action.SUBSCRIBE, pattern)
         self._hold(pattern)
         self.hub.subscribe_pattern(self, pattern)
         self.patterns.add(pattern)
@@ -271,12 +292,12 @@ class Session:
         ended = 0
         for topic in tuple(self.topics):
             if not self.grants.allows(Action.SUBSCRIBE, topic):
-                self.unsubscribe(topic)
+                Session.unsubscribe(self, topic)
                 ended += 1
                 log_revoked(self, topic)
         for pattern in tuple(self.patterns):
             if not self.grants.allows(Action.SUBSCRIBE, pattern):
-                self.unsubscribe_pattern(pattern)
+                Session.unsubscribe_pattern(self, pattern)
                 ended += 1
                 log_revoked(self, pattern)
         return ended
@@ -311,15 +332,7 @@ class Session:
         with the credential."""
         if self.closed:
             return
-        credential = self.principal.credential
-        log.info(
-            "{protocol} session {session} from {peer}: the {credential} of {principal!r} "
-            + ("expired" if why is None else "was withdrawn: {why}") + "; closing",
-            event=event, protocol=self.protocol, transport=self.transport_name, peer=self.peer,
-            session=self.id, client=self.client, principal=self.principal.name,
-            credential=None if credential is None else credential.kind,
-            key_id=None if credential is None else credential.key_id, why=why,
-        )
+        log_credential_ended(self, event, why)
         self.close(str(error))
         self.transport.loseConnection(error)
 
@@ -442,7 +455,7 @@ class Session:
         if decided is not None:
             if not decided.get(topic):  # a topic remembered as allowed was checked before
                 self._check_topic_length(topic)
-                self.check(Action.PUBLISH, topic)
+                Session.check(self, Action.PUBLISH, topic)
         else:
             if len(topic) > self.hub.max_topic_length:
                 self._check_topic_length(topic)
@@ -475,7 +488,7 @@ class Session:
     def set_will(self, topic: str, payload: bytes) -> None:
         self._check_topic_length(topic)
         refuse_pattern(topic)  # published by the hub at the close, which would refuse it then
-        self.check(Action.PUBLISH, topic)
+        Session.check(self, Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
         self.hub.federation.hold_will(self.id, self.will)
 
@@ -525,21 +538,10 @@ class Session:
         if will is not None and self.grants is not None and not self.grants.allows(
             Action.PUBLISH, will.topic
         ):
-            log.info(
-                "{protocol} session {session} from {peer}: its will on {topic!r} is no longer "
-                "allowed; not published", event="will_forbidden", protocol=self.protocol,
-                peer=self.peer, session=self.id, principal=self.principal.name,
-                topic=will.topic,
-            )
+            log_will(self, will.topic, None)
             will = None
         if will is not None:
-            delivered = self.hub.publish(will)
-            log.info(
-                "{protocol} session {session} from {peer}: will published on {topic!r} to "
-                "{delivered} subscribers",
-                event="will", protocol=self.protocol, peer=self.peer, session=self.id,
-                client=self.client, topic=will.topic, delivered=delivered,
-            )
+            log_will(self, will.topic, self.hub.publish(will))
 
     # -- delivery -------------------------------------------------------------------------------
 
@@ -552,19 +554,9 @@ class Session:
                 prepared = self._prepare(message, cache)
             if prepared is None:
                 if key in cache:  # None there: larger than this transport takes
-                    self._not_sent_too_large(message.topic, len(cache[self.wire_format][0]))
+                    log_too_large(self, message.topic, len(cache[self.wire_format][0]))
                 return
         self._send_prepared(prepared)
-
-    def _not_sent_too_large(self, topic: str, size: int) -> None:
-        self.too_large += 1
-        peerlog.warn(
-            log, address_key(self.transport.getPeer()),
-            "{protocol} session {session} to {peer}: a message on {topic!r} of {size} bytes "
-            "in its format is over the {limit} its connection takes; not sent",
-            event="too_large", protocol=self.protocol, peer=self.peer, session=self.id,
-            topic=topic, size=size, limit=self.max_frame,
-        )
 
     def _prepare(self, message: HubMessage, cache: dict) -> tuple[Any, int] | None:
         if self.wire_format not in cache:

@@ -84,16 +84,23 @@ class Connections(Service):
                                               False))}
         return {}
 
-    def factory(self, protocol: str,
-                listener: Listener | None = None) -> Callable[[], IMessageProtocol]:
+    def factory(self, protocol: str, listener: Listener | None = None, *,
+                link: str | None = None, mount: str | None = None,
+                ) -> Callable[[], IMessageProtocol]:
         """Each connection's protocol of `protocol`, with what `listener` tells it: counted
-        against its principal's [limits] outermost, then captured when capture is on."""
+        against its principal's [limits] outermost, then captured when capture is on. An
+        attached `link` names its connections in the capture; with `mount`, their topics are
+        the hub's under it (wireproto.hub.mount)."""
         make = self.server(protocol)
         options = {} if listener is None else listener.connection_options()
+        if mount is not None:
+            options["mount"] = mount
         if options:
             make = functools.partial(make, **options)
         connections = self.open
-        capture = self.wrapper(protocol)
+        described = {key: value for key, value in (("link", link), ("prefix", mount))
+                     if value is not None}
+        capture = self.wrapper(protocol, **described)
         limits, reactor = self.hub.limits, self.reactor
         last_values, examined = self.hub.retained, self.hub.retained_examined_per_second
 

@@ -213,7 +213,8 @@ class Fleet(MultiService):
             self.links.phyllo[name] = bridge
         else:
             service = self.links.attach_service(
-                replace(self.table, endpoint=endpoint, each_board=False), self.retry_policy,
+                replace(self.table, endpoint=endpoint, each_board=False,
+                        prefix=self.table.board_prefix(board)), self.retry_policy,
                 presence_name=name)
         self.boards[name] = _Board(port, service, bridge)
         self.refused.discard(name)

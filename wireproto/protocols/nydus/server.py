@@ -1,7 +1,6 @@
 """nydus over any message transport: the server role, on the hub.
 
-Implements the server side of nydus as docs/nydus.md describes it, and behaves as the reference
-server, nydus 5.3.2 (npm), does:
+The server side of nydus as docs/nydus.md describes it, behaving as nydus 5.3.2 (npm) does:
 
 - each connection gets WELCOME (``0|3``) at once;
 - only INVOKE from a client is acted on; a client's WELCOME, RESULT, ERROR or PUBLISH is ignored;
@@ -14,22 +13,14 @@ server, nydus 5.3.2 (npm), does:
   development mode); a handler that returns None answers ``2$id|``, RESULT with no data;
 - `subscribe_client`, `unsubscribe_client`, `unsubscribe_all` and `publish` work as nydus's do.
 
-**Hub routes** (`hub_routes=True`, on in `wireproto serve`): with no application code to
-subscribe them, nydus clients of a plain broker use three routes of wireproto's own:
-``/_hub/subscribe`` and ``/_hub/unsubscribe`` with a path as data (``"/chat/room"``), and
-``/_hub/publish`` with ``{"path": "/chat/room", "data": ...}``, whose result is
-``{"delivered": N, "processes": P}`` (this process's deliveries, of P). Bad data is ERROR 400.
+**Hub routes** (`hub_routes=True`, on in `wireproto serve`), for nydus clients of a plain broker:
+``/_hub/subscribe`` and ``/_hub/unsubscribe`` take a path, ``/_hub/publish`` ``{"path", "data"}``
+and answers ``{"delivered": N, "processes": P}`` (docs/nydus.md); bad data is ERROR 400.
 
-nydus is carried by Engine.IO 4 for the JavaScript client (wireproto.transports.engineio), and,
-as wireproto's extension for clients that are not JavaScript, by raw WebSocket text frames (one
-nydus message per frame) and by TCP with the ``lines`` framing (one message per line). This
-module does not care which.
-
-**Paths and hub topics** and **None and no data** (docs/nydus.md has both): a path that starts
-with ``/`` is the hub topic without it, so WEBSMQ and UBRE clients of ``chat/room`` and nydus
-clients of ``/chat/room`` hear each other; data goes into the hub as compact JSON text. What
-code returns is "no data" when it is None, as JavaScript's undefined; a value passed in is JSON
-null when it is None, and no data only when it is `NO_DATA`.
+Any message transport carries it: Engine.IO 4, WebSocket text frames, or ``lines`` on a stream.
+**Paths and hub topics** and **None and no data** are in docs/nydus.md: a path ``/chat/room`` is
+the hub topic ``chat/room``; what code returns is no data when it is None, as undefined in
+JavaScript, and a value passed in is JSON null when it is None (no data: `NO_DATA`).
 """
 
 from __future__ import annotations
@@ -144,8 +135,10 @@ class NydusServerProtocol(MessageProtocol):
     session: Session | None = None  # its place in the hub, from connectionMade on
     _failed = False
 
-    def __init__(self, server: NydusServer) -> None:
+    def __init__(self, server: NydusServer, mount: str | None = None) -> None:
         self.server = server
+        # Where this connection's topics are on the hub (None: as they are): wireproto.hub.mount.
+        self.mount = mount
         self.id = nanoid()
         self._answering = 0
 
@@ -156,7 +149,7 @@ class NydusServerProtocol(MessageProtocol):
     def subscriptions(self) -> frozenset[str]:
         if self.session is None:
             return frozenset()
-        return frozenset(path_of_topic(topic) for topic in self.session.topics)
+        return frozenset(path_of_topic(topic) for topic in self.session.own_topics())
 
     def close(self) -> None:
         """Close this connection."""
@@ -169,7 +162,7 @@ class NydusServerProtocol(MessageProtocol):
         server = self.server
         session = self.session = server.hub.attach(
             self.transport, protocol="nydus", wire_format=WIRE_FORMAT, encode=encode_for_nydus,
-            client=self.id,
+            client=self.id, mount=self.mount,
         )
         server.clients[self.id] = self
         server._sessions[session] = self
@@ -516,7 +509,9 @@ class NydusServer:
             raise InvokeError(403, "Forbidden") from None
         except (ValueError, ProtocolError) as error:
             raise InvokeError(400, str(error)) from None
-        return {"delivered": self.hub.reached(topic_of_path(path), sender and sender.session),
+        session, topic = sender and sender.session, topic_of_path(path)
+        return {"delivered": self.hub.reached(session.hub_topic(topic) if session else topic,
+                                              session),
                 "processes": self.hub.federation.processes()}
 
     # -- subscriptions ---------------------------------------------------------------------------
@@ -548,7 +543,7 @@ class NydusServer:
         if not client.connected or session is None or session.closed:
             _discard(initial_data)
             return False
-        if topic in session.topics:
+        if session.subscribed(topic):
             _discard(initial_data)
             return False
         pending = isinstance(initial_data, defer.Deferred) or iscoroutine(initial_data)
@@ -595,8 +590,10 @@ class NydusServer:
         Subscribers on other protocols keep their subscriptions."""
         topic = topic_of_path(path)
         found = False
-        for subscriber in self.hub.subscribers(topic):
-            if subscriber in self._sessions and subscriber.unsubscribe(topic):
+        for session in [s for s in self.hub.subscribers(topic) if s in self._sessions]:
+            # A mounted client's own name for the topic (wireproto.hub.mount).
+            own = session.own_topic(topic)
+            if own is not None and session.unsubscribe(own):
                 found = True
         return found
 
@@ -615,17 +612,20 @@ class NydusServer:
         if session is not None:
             session.received += 1  # as Session.publish counts another protocol's
             session.check(Action.PUBLISH, topic)
+        hub_topic = topic if session is None else session.hub_topic(topic)
         payload = b"" if data is NO_DATA else payload_from_value(data)
         cache = {}
-        if not isinstance(data, (bytes, bytearray, memoryview)):
+        # The frame as it goes out names the path: only for subscribers that name it alike.
+        if hub_topic == topic and not isinstance(data, (bytes, bytearray, memoryview)):
             cache[WIRE_FORMAT] = (head + payload, False)
-        return self.hub.publish(HubMessage(topic, payload, sender=session, protocol="nydus"), cache)
+        message = HubMessage(hub_topic, payload, sender=session, protocol="nydus")
+        return self.hub.publish(message, cache)
 
     # -- connections -----------------------------------------------------------------------------
 
-    def __call__(self) -> NydusServerProtocol:
-        """A new connection's protocol: the server is the factory the transports take."""
-        return NydusServerProtocol(self)
+    def __call__(self, mount: str | None = None) -> NydusServerProtocol:
+        """A new connection's protocol (topics under `mount`, if given): the server is a factory."""
+        return NydusServerProtocol(self, mount)
 
     def close(self) -> None:
         """Close every connection (as nydus's close does); listeners are stopped by their owner."""

@@ -140,8 +140,11 @@ class SubbleHostProtocol(MessageProtocol):
     state: HandshakeState = HandshakeState.AWAITING
     _timeout: IDelayedCall | None = None
 
-    def __init__(self, host: ConnectionHost) -> None:
+    def __init__(self, host: ConnectionHost, mount: str | None = None) -> None:
         self.host = host
+        # Where this connection's event types are on the hub (None: as they are):
+        # wireproto.hub.mount. Its client ID is not mounted.
+        self.mount = mount
 
     def __repr__(self) -> str:
         return f"<SubbleHostProtocol {self.client_id!r}>"
@@ -228,7 +231,7 @@ class SubbleHostProtocol(MessageProtocol):
         subscribe = tuple(dict.fromkeys(request.subscribe))
         session = host.hub.attach(
             self.transport, protocol="subble", wire_format=WIRE_FORMAT,
-            encode=host._encode_hub_message, client=client_id,
+            encode=host._encode_hub_message, client=client_id, mount=self.mount,
         )
         older = host.clients.get(client_id)
         refusal = self._access_refusal(session, subscribe, older)

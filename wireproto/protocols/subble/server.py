@@ -421,9 +421,10 @@ class SubbleHost:
 
     # -- connections -----------------------------------------------------------------------------
 
-    def __call__(self) -> SubbleHostProtocol:
-        """A new connection's protocol: the host is the factory the transports take."""
-        return SubbleHostProtocol(self)
+    def __call__(self, mount: str | None = None) -> SubbleHostProtocol:
+        """A new connection's protocol (its event types under `mount` on the hub, if given):
+        the host is the factory the transports take."""
+        return SubbleHostProtocol(self, mount)
 
     def close(self) -> None:
         """Close the registry if the host opened it (connections are closed by their

@@ -117,9 +117,13 @@ class UbreServerProtocol(UbrePeer):
     session: Session | None = None
     serves = "ubre"
 
-    def __init__(self, server: UbreServer, announce: str = ANNOUNCE_SUBSCRIBED) -> None:
+    def __init__(self, server: UbreServer, announce: str = ANNOUNCE_SUBSCRIBED,
+                 mount: str | None = None) -> None:
         super().__init__(server)
         self.server = server
+        # Where this connection's topics are on the hub (None: as they are): wireproto.hub.mount.
+        self.mount = mount
+        self.wire_format: Hashable = JSON_FORMAT
         if announce not in ANNOUNCE_MODES:
             raise ValueError(f"announce {announce!r}: use {' or '.join(ANNOUNCE_MODES)}")
         self.announces_own = announce == ANNOUNCE_OWN
@@ -128,17 +132,17 @@ class UbreServerProtocol(UbrePeer):
         self.announced: set[str] = set()
 
     def connectionMade(self) -> None:
-        wire_format = JSON_TEXT_FORMAT if self.text_only else JSON_FORMAT
-        session = self.session = self.server.hub.attach(
+        wire_format = self.wire_format = JSON_TEXT_FORMAT if self.text_only else JSON_FORMAT
+        self.session = self.server.hub.attach(
             self.transport, protocol="ubre", wire_format=wire_format,
-            encode=HUB_ENCODERS[wire_format],
+            encode=HUB_ENCODERS[wire_format], mount=self.mount,
         )
         self.server.peers[self] = None
         if self.server.announce_topics and not self.announces_own:
-            may_publish = session.may_publish
             for topic in self.server.hub.topics():
-                if may_publish(topic):
-                    self.announce(Subscribe, topic)
+                own = self.hears_of_others(topic)
+                if own is not None:
+                    self.announce(Subscribe, own)
         self.server._hook("on_connect", self)
 
     def _write(self, data: bytes, binary: bool) -> None:
@@ -229,7 +233,7 @@ class UbreServerProtocol(UbrePeer):
         if binary_format == self.binary_format:
             return
         self.binary_format = binary_format
-        wire_format = BINARY_FORMAT if binary_format else JSON_FORMAT
+        wire_format = self.wire_format = BINARY_FORMAT if binary_format else JSON_FORMAT
         session = self.session
         assert session is not None
         session.set_wire_format(wire_format, HUB_ENCODERS[wire_format])
@@ -241,11 +245,11 @@ class UbreServerProtocol(UbrePeer):
         `ubre(target).publish`); False if it does not. Good for a topic's current value in an
         `on_subscribe` hook."""
         session = self.session
-        if session is None or topic not in session.topics:
+        if session is None or not session.subscribed(topic):
             return False
         payload = payload_from_body(body)
         message = HubMessage(topic, payload, protocol="ubre")
-        encoded = HUB_ENCODERS[session.wire_format](message)
+        encoded = HUB_ENCODERS[self.wire_format](message)
         if encoded is None:
             return False
         session.send(*encoded)
@@ -259,19 +263,23 @@ class UbreServerProtocol(UbrePeer):
         except ProtocolError:
             pass  # a hub topic this format cannot name (longer than 65535 bytes)
 
-    def hears_of_others(self, topic: str) -> bool:
-        """Whether this client is told when `topic` gains its first subscriber or loses its
-        last one: a topic it may publish on, unless it is told of its own topics only."""
+    def hears_of_others(self, topic: str) -> str | None:
+        """The name under which this client is told when the hub's `topic` gains its first
+        subscriber or loses its last one (None: it is not): a topic it may publish on, unless
+        it is told of its own topics only, and, for a mounted client, one under its mount."""
         session = self.session
         assert session is not None
-        return not self.announces_own and session.may_publish(topic)
+        if self.announces_own:
+            return None
+        own = session.own_topic(topic)
+        return own if own is not None and session.may_publish(own) else None
 
     def _announce_own_topics_again(self) -> None:
         """With announce "own", after the rules changed: announce each topic this client
         subscribes to and now may publish on, and withdraw those it no longer does or may."""
         session = self.session
         assert session is not None
-        wanted = {topic for topic in session.topics if session.may_publish(topic)}
+        wanted = {topic for topic in session.own_topics() if session.may_publish(topic)}
         for topic in self.announced - wanted:
             self.announce(Unsubscribe, topic)
         for topic in wanted - self.announced:
@@ -293,9 +301,12 @@ class UbreServerProtocol(UbrePeer):
         elif current.same_as(previous, Action.PUBLISH):
             return
         for topic in topics:
-            now = session.may_publish(topic)
+            own = session.own_topic(topic)
+            if own is None:
+                continue
+            now = session.may_publish(own)
             if now != publish_allowed(previous, topic):
-                self.announce(Subscribe if now else Unsubscribe, topic)
+                self.announce(Subscribe if now else Unsubscribe, own)
 
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)
@@ -391,15 +402,17 @@ class UbreServer(HandlerRegistry):
         self._hook("on_topic_start", topic)
         if self.announce_topics:
             for peer in tuple(self.peers):
-                if peer.hears_of_others(topic):
-                    peer.announce(Subscribe, topic)
+                own = peer.hears_of_others(topic)
+                if own is not None:
+                    peer.announce(Subscribe, own)
 
     def topic_ended(self, topic: str) -> None:
         self._hook("on_topic_end", topic)
         if self.announce_topics:
             for peer in tuple(self.peers):
-                if peer.hears_of_others(topic):
-                    peer.announce(Unsubscribe, topic)
+                own = peer.hears_of_others(topic)
+                if own is not None:
+                    peer.announce(Unsubscribe, own)
 
     def grants_changed(self, previous: dict[Session, Grants | None]) -> None:
         """The rules changed: each client is told of the topics it may now publish on, and
@@ -478,10 +491,12 @@ class UbreServer(HandlerRegistry):
 
     # -- connections -----------------------------------------------------------------------------
 
-    def __call__(self, announce: str = ANNOUNCE_SUBSCRIBED) -> UbreServerProtocol:
+    def __call__(self, announce: str = ANNOUNCE_SUBSCRIBED,
+                 mount: str | None = None) -> UbreServerProtocol:
         """A new connection's protocol: the server is the factory the transports take.
-        `announce` is the listener's: which topics the connection is told of."""
-        return UbreServerProtocol(self, announce)
+        `announce` is the listener's: which topics the connection is told of; `mount`, where
+        its topics are on the hub."""
+        return UbreServerProtocol(self, announce, mount)
 
     def close(self) -> None:
         """Stop following the hub's topics (connections are closed by their listeners)."""

@@ -82,14 +82,17 @@ class WebsmqServerProtocol(MessageProtocol):
     # None until connectionMade, so for a connection lost before it was made
     session: Session | None = None
 
-    def __init__(self, hub: Hub, *, wildcards: bool = False) -> None:
+    def __init__(self, hub: Hub, *, wildcards: bool = False, mount: str | None = None) -> None:
         self.hub = hub
         self.wildcards = wildcards
+        # Where this connection's topics are on the hub (None: as they are): wireproto.hub.mount.
+        self.mount = mount
         self._failed = False
 
     def connectionMade(self) -> None:
         self.session = self.hub.attach(
-            self.transport, protocol="websmq", wire_format=WIRE_FORMAT, encode=encode_for_websmq
+            self.transport, protocol="websmq", wire_format=WIRE_FORMAT, encode=encode_for_websmq,
+            mount=self.mount,
         )
 
     def messageReceived(self, data: bytes, binary: bool) -> None:
@@ -169,11 +172,12 @@ class WebsmqServerProtocol(MessageProtocol):
             self.session.close(reason)
 
 
-def server_factory(hub: Hub, *, wildcards: bool = False) -> Callable[[], WebsmqServerProtocol]:
-    """The zero-argument protocol factory the transport adapters take."""
-    return lambda: WebsmqServerProtocol(hub, wildcards=wildcards)
+def server_factory(hub: Hub, *, wildcards: bool = False) -> Callable[..., WebsmqServerProtocol]:
+    """The protocol factory the transport adapters take: called with no argument, or with a
+    connection's `mount`."""
+    return lambda mount=None: WebsmqServerProtocol(hub, wildcards=wildcards, mount=mount)
 
 
-def serve(hub: Hub, settings: WebsmqSettings) -> Callable[[], WebsmqServerProtocol]:
+def serve(hub: Hub, settings: WebsmqSettings) -> Callable[..., WebsmqServerProtocol]:
     """The broker's factory for WEBSMQ connections, as its [websmq] table says."""
     return server_factory(hub, wildcards=settings.wildcards)

@@ -1,0 +1,432 @@
+"""Mounted connections: an attached link with a `prefix` has its topics under it on the hub,
+both ways, in every protocol (wireproto.hub.mount). Each device is wireproto's own client of its
+protocol, joined to the broker's attached link through a relay on real sockets, so the broker
+dials it as it dials a board."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import protocol, reactor
+
+from tests.brokers import LOCAL, Broker
+from tests.support import eventually, sleep, wait_for
+from wireproto.access import Action
+from wireproto.codecs import websmq
+from wireproto.config import (
+    Attach,
+    ConfigError,
+    HubSettings,
+    WebsmqSettings,
+    config_from_toml,
+    config_to_toml,
+)
+from wireproto.hub import Hub, HubMessage, MountedSession
+from wireproto.protocols.nydus.client import connect as nydus_connect
+from wireproto.protocols.subble.client import connect as subble_connect
+from wireproto.protocols.ubre.client import connect as ubre_connect
+from wireproto.protocols.websmq.client import connect as websmq_connect
+
+
+class _End(protocol.Protocol):
+    """One end of the relay: what it reads goes to the other end once both are there."""
+
+    def connectionMade(self) -> None:
+        self.factory.relay.arrived(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.factory.relay.forward(self, data)
+
+    def connectionLost(self, reason: object) -> None:
+        self.factory.relay.left(self)
+
+
+class Relay:
+    """Two listeners on 127.0.0.1 whose connections are joined byte for byte: the broker's
+    attached link dials one, a device's client dials the other."""
+
+    def __init__(self) -> None:
+        self.ends: dict[str, _End | None] = {"broker": None, "device": None}
+        self.waiting: dict[str, list[bytes]] = {"broker": [], "device": []}
+        self.ports: dict[str, Any] = {}
+        for side in self.ends:
+            factory = protocol.ServerFactory.forProtocol(_End)
+            factory.relay = self
+            factory.side = side
+            self.ports[side] = reactor.listenTCP(0, factory, interface="127.0.0.1")
+
+    def address(self, side: str) -> str:
+        return f"tcp:127.0.0.1:{self.ports[side].getHost().port}"
+
+    def _side(self, end: _End) -> str:
+        return end.factory.side
+
+    def _other(self, side: str) -> str:
+        return "device" if side == "broker" else "broker"
+
+    def arrived(self, end: _End) -> None:
+        side = self._side(end)
+        self.ends[side] = end
+        for data in self.waiting[self._other(side)]:
+            end.transport.write(data)
+        self.waiting[self._other(side)].clear()
+
+    def forward(self, end: _End, data: bytes) -> None:
+        other = self.ends[self._other(self._side(end))]
+        if other is None:
+            self.waiting[self._side(end)].append(data)
+        else:
+            other.transport.write(data)
+
+    def left(self, end: _End) -> None:
+        side = self._side(end)
+        if self.ends[side] is end:
+            self.ends[side] = None
+            other = self.ends[self._other(side)]
+            if other is not None:
+                other.transport.loseConnection()
+
+    async def close(self) -> None:
+        for end in self.ends.values():
+            if end is not None:
+                end.transport.abortConnection()
+        for port in self.ports.values():
+            await wait_for(port.stopListening())
+
+
+@pytest_twisted.async_yield_fixture
+async def relay():
+    joined = Relay()
+    try:
+        yield joined
+    finally:
+        await joined.close()
+
+
+async def mounted_broker(broker: Broker, relay: Relay, protocol_name: str, framing: str,
+                         prefix: str = "lab/dev1", **config: Any) -> Any:
+    link = Attach(protocol_name, relay.address("broker"), framing, prefix=prefix)
+    service, bound = await broker.start(f"websmq+ws@tcp:0:{LOCAL}", attach=(link,),
+                                        retry_policy=lambda attempt: 0.05, **config)
+    await eventually(lambda: relay.ends["broker"] is not None)
+    return service, bound[0].address
+
+
+def subscribed(service: Any, topic: str) -> bool:
+    return any(True for _ in service.hub.subscribers(topic))
+
+
+# -- WEBSMQ ------------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_websmq_device_has_its_topics_under_the_prefix(broker: Broker,
+                                                                      relay: Relay) -> None:
+    service, address = await mounted_broker(broker, relay, "websmq", "length32",
+                                            websmq=WebsmqSettings(wildcards=True))
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32", wildcards=True))
+    broker.clients.append(device)
+    browser = await broker.client(address, wildcards=True)
+    at_device: list = []
+    device.subscribe("in", at_device.append)
+    device.subscribe("pattern/#", at_device.append)
+    await eventually(lambda: subscribed(service, "lab/dev1/in")
+                     and "lab/dev1/pattern/#" in service.hub.patterns())
+    assert not subscribed(service, "in")
+    at_browser: list = []
+    browser.subscribe("lab/dev1/#", at_browser.append)
+    await eventually(lambda: "lab/dev1/#" in service.hub.patterns())
+
+    browser.publish("in", b"not the device's")
+    browser.publish("lab/dev1/in", b"blink")
+    browser.publish("lab/dev1/pattern/a/b", b"deep")
+    device.publish("out", b"pressed")
+    await eventually(lambda: len(at_device) == 2 and len(at_browser) == 1)
+    assert at_device == [websmq.Publish("in", b"blink"), websmq.Publish("pattern/a/b", b"deep")]
+    assert at_browser == [websmq.Publish("lab/dev1/out", b"pressed")]
+
+    # Its will is the hub's under the prefix too, published when the device goes away.
+    device.set_will("status", b"gone")
+    await eventually(lambda: any(session.will is not None for session in service.hub.sessions))
+    (session,) = [s for s in service.hub.sessions if isinstance(s, MountedSession)]
+    assert session.will.topic == "lab/dev1/status"
+    relay.ends["device"].transport.loseConnection()
+    await eventually(lambda: len(at_browser) == 2)
+    assert at_browser[1] == websmq.LastWill("lab/dev1/status", b"gone")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_device_never_hears_of_topics_outside_its_mount(broker: Broker,
+                                                                       relay: Relay) -> None:
+    service, address = await mounted_broker(broker, relay, "websmq", "length32",
+                                            websmq=WebsmqSettings(wildcards=True))
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32", wildcards=True))
+    broker.clients.append(device)
+    at_device: list = []
+    device.subscribe("#", at_device.append)
+    await eventually(lambda: "lab/dev1/#" in service.hub.patterns())
+    browser = await broker.client(address)
+    # The prefix itself is matched by PREFIX/#, but the device has no name for it.
+    for topic in ("lab/dev1", "lab/dev2/x", "lab/dev10/x", "lab", "x"):
+        browser.publish(topic, b"no")
+    browser.publish("lab/dev1/x", b"yes")
+    await eventually(lambda: at_device)
+    await sleep(0.2)
+    assert at_device == [websmq.Publish("x", b"yes")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_device_gets_last_values_under_its_own_names(broker: Broker,
+                                                                    relay: Relay) -> None:
+    service, address = await mounted_broker(broker, relay, "websmq", "length32",
+                                            hub=HubSettings(retain=("lab/#",)))
+    browser = await broker.client(address)
+    browser.publish("lab/dev1/config", b'{"rate":5}')
+    await eventually(lambda: service.hub.retained.get("lab/dev1/config") is not None)
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32"))
+    broker.clients.append(device)
+    at_device: list = []
+    device.subscribe("config", at_device.append)
+    await eventually(lambda: at_device)
+    assert at_device == [websmq.Publish("config", b'{"rate":5}')]
+
+
+@pytest_twisted.ensureDeferred
+async def test_rules_judge_a_mounted_device_by_the_hub_topics(broker: Broker,
+                                                             relay: Relay) -> None:
+    toml = f"""
+[[listen]]
+protocol = "websmq"
+transport = "ws"
+endpoint = "tcp:0:{LOCAL}"
+[[attach]]
+protocol = "websmq"
+endpoint = "{relay.address('broker')}"
+framing = "length32"
+principal = "board"
+prefix = "lab/dev1"
+[auth]
+anonymous = true
+[[acl]]
+principal = "board"
+publish = ["lab/dev1/out"]
+[[acl]]
+subscribe = ["#"]
+"""
+    service, bound = await broker.start_config(config_from_toml(toml, reactor=reactor),
+                                               retry_policy=lambda attempt: 0.05)
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32"))
+    broker.clients.append(device)
+    browser = await broker.client(bound[0].address)
+    at_browser: list = []
+    browser.subscribe("lab/dev1/out", at_browser.append)
+    (session,) = await eventually(lambda: [s for s in service.hub.sessions
+                                           if isinstance(s, MountedSession)])
+    assert session.may(Action.PUBLISH, "out") and not session.may(Action.PUBLISH, "in")
+    assert session.may_publish("out") and not session.may_publish("lab/dev1/out")
+    at_device: list = []
+    device.subscribe("in", at_device.append)
+    await eventually(lambda: subscribed(service, "lab/dev1/in"))
+    device.publish("out", b"allowed")
+    await eventually(lambda: at_browser)
+    assert at_browser == [websmq.Publish("lab/dev1/out", b"allowed")]
+    # A topic the rules do not give it is refused by its hub name.
+    device.publish("in", b"forbidden")
+    await eventually(lambda: session.denials == 1)
+    await sleep(0.1)
+    assert at_device == [] and at_browser == [websmq.Publish("lab/dev1/out", b"allowed")]
+
+
+# -- UBRE ----------------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_ubre_device_is_told_of_the_topics_under_its_mount_only(
+        broker: Broker, relay: Relay) -> None:
+    service, address = await mounted_broker(broker, relay, "ubre", "lines")
+    told: list = []
+    device = await wait_for(ubre_connect(reactor, relay.address("device")))
+    device.on_subscribe = lambda topic, body: told.append(topic)
+    # A WEBSMQ browser's subscriptions make the hub's topics; the UBRE device hears of its own.
+    websmq_browser = await broker.client(address)
+    websmq_browser.subscribe("elsewhere/temp", lambda message: None)
+    at_browser: list = []
+    websmq_browser.subscribe("lab/dev1/temp", at_browser.append)
+    await eventually(lambda: "temp" in told)
+    await sleep(0.2)
+    assert told == ["temp"]
+    await wait_for(device.publish("temp", 21.5))
+    await eventually(lambda: at_browser)
+    assert at_browser == [websmq.Publish("lab/dev1/temp", b"21.5")]
+    at_device: list = []
+    device.subscribe("set", lambda message: at_device.append((message.topic, message.body)))
+    await eventually(lambda: subscribed(service, "lab/dev1/set"))
+    websmq_browser.publish("lab/dev1/set", b'{"on":true}')
+    await eventually(lambda: at_device)
+    assert at_device == [("set", {"on": True})]
+    # Host code speaks to the device in its own names too.
+    (peer,) = service.server("ubre").peers
+    assert peer.publish("set", {"from": "host"}) and not peer.publish("lab/dev1/set", 1)
+    await eventually(lambda: len(at_device) == 2)
+    assert at_device[1] == ("set", {"from": "host"})
+    await wait_for(device.close())
+
+
+# -- nydus ---------------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_nydus_device_subscribes_and_publishes_under_its_mount(
+        broker: Broker, relay: Relay) -> None:
+    service, address = await mounted_broker(broker, relay, "nydus", "lines")
+    device = await wait_for(nydus_connect(reactor, relay.address("device")))
+    at_device: list = []
+    device.register_route("/in/:what", lambda match, data: at_device.append(
+        (match.params["what"], data)))
+    await wait_for(device.invoke("/_hub/subscribe", "/in/led"))
+    assert subscribed(service, "lab/dev1/in/led") and not subscribed(service, "in/led")
+    browser = await broker.client(address)
+    at_browser: list = []
+    browser.subscribe("lab/dev1/out", at_browser.append)
+    await eventually(lambda: subscribed(service, "lab/dev1/out"))
+    answer = await wait_for(device.invoke("/_hub/publish", {"path": "/out", "data": {"v": 1}}))
+    assert answer["delivered"] == 1
+    await eventually(lambda: at_browser)
+    assert [(m.topic, json.loads(m.payload)) for m in at_browser] == [("lab/dev1/out", {"v": 1})]
+    browser.publish("lab/dev1/in/led", b'"on"')
+    await eventually(lambda: at_device)
+    assert at_device == [("led", "on")]
+    # Host code names the hub's topic; the device's subscription is its own name for it.
+    server = service.server("nydus")
+    (client,) = server.clients.values()
+    assert client.subscriptions == {"/in/led"}
+    assert server.unsubscribe_all("/lab/dev1/in/led") and not subscribed(service,
+                                                                         "lab/dev1/in/led")
+    assert client.subscriptions == frozenset()
+    await wait_for(device.close())
+
+
+# -- SubbleSocket --------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_subble_device_has_its_event_types_under_its_mount(
+        broker: Broker, relay: Relay) -> None:
+    service, address = await mounted_broker(broker, relay, "subble", "length32")
+    at_device: list = []
+    device = await wait_for(subble_connect(
+        reactor, relay.address("device"), client_id="board", subscribe=["in"], produce=["out"],
+        on_event=at_device.append, framing="length32"))
+    await eventually(lambda: subscribed(service, "lab/dev1/in"))
+    browser = await broker.client(address)
+    at_browser: list = []
+    browser.subscribe("lab/dev1/out", at_browser.append)
+    await eventually(lambda: subscribed(service, "lab/dev1/out"))
+    await wait_for(device.produce("out", {"kwh": 3}))
+    await eventually(lambda: at_browser)
+    assert [(m.topic, json.loads(m.payload)) for m in at_browser] == [
+        ("lab/dev1/out", {"kwh": 3})]
+    browser.publish("lab/dev1/in", b'{"reset":true}')
+    await eventually(lambda: at_device)
+    assert [(event.type, event.payload) for event in at_device] == [("in", {"reset": True})]
+    await wait_for(device.close())
+
+
+# -- the session and the config ------------------------------------------------------------------
+
+
+class _Transport:
+    """Just enough of a message transport for a session made without a connection."""
+
+    kind = "test"
+    prepareKey = None
+    maxMessageSize = 1 << 20
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def getPeer(self) -> Any:
+        from twisted.internet.address import IPv4Address
+
+        return IPv4Address("TCP", "127.0.0.1", 1)
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        pass
+
+    def prepareMessage(self, data: bytes, binary: bool) -> bytes:
+        return data
+
+    def sendPrepared(self, prepared: bytes) -> None:
+        self.sent.append(prepared)
+
+
+def _encode(message: HubMessage) -> tuple[bytes, bool]:
+    return f"{message.topic}={message.payload.decode()}".encode(), False
+
+
+def test_a_mounted_session_maps_its_topics_both_ways_and_refuses_bad_prefixes() -> None:
+    hub = Hub()
+    transport = _Transport()
+    session = hub.attach(transport, protocol="test", wire_format="t", encode=_encode,
+                         mount="a/b")
+    plain = hub.attach(_Transport(), protocol="test", wire_format="t", encode=_encode)
+    assert isinstance(session, MountedSession) and not isinstance(plain, MountedSession)
+    assert session.hub_topic("x/y") == "a/b/x/y"
+    assert [session.own_topic(t) for t in ("a/b/x", "a/b", "a/b/", "a/bc/x", "x")] == [
+        "x", None, None, None, None]
+    session.subscribe("x")
+    session.subscribe_pattern("p/+")
+    assert hub.topics() == ["a/b/x"] and hub.patterns() == ["a/b/p/+"]
+    assert session.subscribed("x") and not session.subscribed("a/b/x")
+    assert list(session.own_topics()) == ["x"]
+    hub.publish(HubMessage("a/b/x", b"1"))
+    hub.publish(HubMessage("a/b/p/q", b"2"))
+    assert transport.sent == [b"x=1", b"p/q=2"]
+    # Its own publishes are the hub's under the prefix; an unmounted subscriber sees that name.
+    plain.subscribe("a/b/out")
+    session.publish("out", b"3", (b"out=3", False))
+    assert plain.transport.sent == [b"a/b/out=3"]
+    assert session.unsubscribe("x") and hub.topics() == ["a/b/out"]
+    for prefix in ("", "a/#", "a/+/b", "$SYS/x", "a/", "a\x00b"):
+        with pytest.raises(ValueError, match="cannot mount"):
+            hub.attach(_Transport(), protocol="test", wire_format="t", encode=_encode,
+                       mount=prefix)
+
+
+def _attach_toml(extra: str) -> str:
+    return ('[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n'
+            f'[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:9"\n{extra}')
+
+
+def test_an_attach_table_takes_a_prefix_and_writes_it_back() -> None:
+    config = config_from_toml(_attach_toml('prefix = "lab/dev1/"\n'), reactor=reactor)
+    (link,) = config.attach
+    assert link.prefix == "lab/dev1" and "hub topics lab/dev1/..." in link.describe()
+    assert config_from_toml(config_to_toml(config), reactor=reactor) == config
+    (unmounted,) = config_from_toml(_attach_toml(""), reactor=reactor).attach
+    assert unmounted.prefix is None and unmounted.describe() == "websmq over length32"
+
+
+@pytest.mark.parametrize("prefix, problem", [
+    ("a/#", "holds '#'"), ("$devices/x", "the broker's own"), ("a/+/b", "holds '+'"),
+])
+def test_an_attach_prefix_that_cannot_hold_topics_is_refused(prefix: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=rf"attach\[1\]\.prefix: .*{problem.replace('+', '[+]')}"):
+        config_from_toml(_attach_toml(f'prefix = "{prefix}"\n'), reactor=reactor)
+
+
+def test_a_fleet_board_is_mounted_under_the_table_name_or_prefix() -> None:
+    fleet = Attach("websmq", "serial:vid=0403:pid=6001", "cobs", name="meters", each_board=True)
+    assert fleet.board_prefix("M1") == "meters/M1"
+    assert Attach("websmq", "serial:vid=0403", "cobs", each_board=True,
+                  prefix="site/meters").board_prefix("M1") == "site/meters/M1"
+    assert Attach("websmq", "serial:vid=0403", "cobs", each_board=True,
+                  prefix="").board_prefix("M1") is None
+
