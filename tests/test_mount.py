@@ -107,12 +107,14 @@ async def relay():
 
 
 async def mounted_broker(broker: Broker, relay: Relay, protocol_name: str, framing: str,
-                         prefix: str = "lab/dev1", **config: Any) -> Any:
+                         prefix: str = "lab/dev1", also: str | None = None,
+                         **config: Any) -> Any:
     link = Attach(protocol_name, relay.address("broker"), framing, prefix=prefix)
-    service, bound = await broker.start(f"websmq+ws@tcp:0:{LOCAL}", attach=(link,),
+    listeners = (f"websmq+ws@tcp:0:{LOCAL}",) + (() if also is None else (also,))
+    service, bound = await broker.start(*listeners, attach=(link,),
                                         retry_policy=lambda attempt: 0.05, **config)
     await eventually(lambda: relay.ends["broker"] is not None)
-    return service, bound[0].address
+    return service, [entry.address for entry in bound]
 
 
 def subscribed(service: Any, topic: str) -> bool:
@@ -125,7 +127,7 @@ def subscribed(service: Any, topic: str) -> bool:
 @pytest_twisted.ensureDeferred
 async def test_a_mounted_websmq_device_has_its_topics_under_the_prefix(broker: Broker,
                                                                       relay: Relay) -> None:
-    service, address = await mounted_broker(broker, relay, "websmq", "length32",
+    service, (address, *_) = await mounted_broker(broker, relay, "websmq", "length32",
                                             websmq=WebsmqSettings(wildcards=True))
     device = await wait_for(websmq_connect(reactor, relay.address("device"),
                                            framing="length32", wildcards=True))
@@ -162,7 +164,7 @@ async def test_a_mounted_websmq_device_has_its_topics_under_the_prefix(broker: B
 @pytest_twisted.ensureDeferred
 async def test_a_mounted_device_never_hears_of_topics_outside_its_mount(broker: Broker,
                                                                        relay: Relay) -> None:
-    service, address = await mounted_broker(broker, relay, "websmq", "length32",
+    service, (address, *_) = await mounted_broker(broker, relay, "websmq", "length32",
                                             websmq=WebsmqSettings(wildcards=True))
     device = await wait_for(websmq_connect(reactor, relay.address("device"),
                                            framing="length32", wildcards=True))
@@ -183,7 +185,7 @@ async def test_a_mounted_device_never_hears_of_topics_outside_its_mount(broker: 
 @pytest_twisted.ensureDeferred
 async def test_a_mounted_device_gets_last_values_under_its_own_names(broker: Broker,
                                                                     relay: Relay) -> None:
-    service, address = await mounted_broker(broker, relay, "websmq", "length32",
+    service, (address, *_) = await mounted_broker(broker, relay, "websmq", "length32",
                                             hub=HubSettings(retain=("lab/#",)))
     browser = await broker.client(address)
     browser.publish("lab/dev1/config", b'{"rate":5}')
@@ -250,7 +252,7 @@ subscribe = ["#"]
 @pytest_twisted.ensureDeferred
 async def test_a_mounted_ubre_device_is_told_of_the_topics_under_its_mount_only(
         broker: Broker, relay: Relay) -> None:
-    service, address = await mounted_broker(broker, relay, "ubre", "lines")
+    service, (address, *_) = await mounted_broker(broker, relay, "ubre", "lines")
     told: list = []
     device = await wait_for(ubre_connect(reactor, relay.address("device")))
     device.on_subscribe = lambda topic, body: told.append(topic)
@@ -285,7 +287,7 @@ async def test_a_mounted_ubre_device_is_told_of_the_topics_under_its_mount_only(
 @pytest_twisted.ensureDeferred
 async def test_a_mounted_nydus_device_subscribes_and_publishes_under_its_mount(
         broker: Broker, relay: Relay) -> None:
-    service, address = await mounted_broker(broker, relay, "nydus", "lines")
+    service, (address, *_) = await mounted_broker(broker, relay, "nydus", "lines")
     device = await wait_for(nydus_connect(reactor, relay.address("device")))
     at_device: list = []
     device.register_route("/in/:what", lambda match, data: at_device.append(
@@ -319,7 +321,8 @@ async def test_a_mounted_nydus_device_subscribes_and_publishes_under_its_mount(
 @pytest_twisted.ensureDeferred
 async def test_a_mounted_subble_device_has_its_event_types_under_its_mount(
         broker: Broker, relay: Relay) -> None:
-    service, address = await mounted_broker(broker, relay, "subble", "length32")
+    service, (address, subble_address) = await mounted_broker(
+        broker, relay, "subble", "length32", also=f"subble+ws@tcp:0:{LOCAL}")
     at_device: list = []
     device = await wait_for(subble_connect(
         reactor, relay.address("device"), client_id="board", subscribe=["in"], produce=["out"],
@@ -329,10 +332,18 @@ async def test_a_mounted_subble_device_has_its_event_types_under_its_mount(
     at_browser: list = []
     browser.subscribe("lab/dev1/out", at_browser.append)
     await eventually(lambda: subscribed(service, "lab/dev1/out"))
+    other: list = []
+    listener = await wait_for(subble_connect(
+        reactor, subble_address, subscribe=["lab/dev1/out"],
+        on_event=other.append))
     await wait_for(device.produce("out", {"kwh": 3}))
-    await eventually(lambda: at_browser)
+    await eventually(lambda: at_browser and other)
     assert [(m.topic, json.loads(m.payload)) for m in at_browser] == [
         ("lab/dev1/out", {"kwh": 3})]
+    # Another SubbleSocket client sees the event under the hub's name, from the board's ID.
+    assert [(event.type, event.payload, event.source) for event in other] == [
+        ("lab/dev1/out", {"kwh": 3}, "board")]
+    await wait_for(listener.close())
     browser.publish("lab/dev1/in", b'{"reset":true}')
     await eventually(lambda: at_device)
     assert [(event.type, event.payload) for event in at_device] == [("in", {"reset": True})]
