@@ -265,7 +265,7 @@ class RecordCursor:
             head = file.read(HEADER_SIZE)
             if len(head) < HEADER_SIZE:
                 if size - offset >= HEADER_SIZE:
-                    self._cut(path, offset + len(head), size)
+                    self._cut(path, file, size)
                 elif head:
                     self._stopped(path, f"a torn record at offset {offset}", torn=True)
                 return
@@ -289,7 +289,7 @@ class RecordCursor:
                 continue
             data = file.read(length)
             if len(data) < length:
-                self._cut(path, offset + HEADER_SIZE + len(data), size)
+                self._cut(path, file, size)
                 return
             if zlib.crc32(data, zlib.crc32(head[8:])) != crc:
                 torn = yield from self._only_zeros_after(file, end, size)
@@ -320,9 +320,10 @@ class RecordCursor:
                 yield None
         return True
 
-    def _cut(self, path: Path, at: int, size: int) -> None:
+    def _cut(self, path: Path, file: BinaryIO, size: int) -> None:
         """A short read where the size seen at the open promised more: the file was cut."""
-        self._stopped(path, f"cut to {at} bytes under the replay (it had {size})")
+        now = os.fstat(file.fileno()).st_size
+        self._stopped(path, f"cut to {now} bytes under the replay (it had {size})")
 
     def _stopped(self, path: Path, why: str, *, torn: bool = False) -> None:
         if not torn:

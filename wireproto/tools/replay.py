@@ -34,7 +34,7 @@ from zope.interface import implementer
 
 from wireproto.capture import CaptureError, Kind, record_messages
 from wireproto.capture.format import FLAG_BINARY, PROTOCOL_NAMES
-from wireproto.capture.walk import CaptureRefused, RecordCursor, capture_at, to_the_end
+from wireproto.capture.walk import CaptureRefused, RecordCursor, Stop, capture_at, to_the_end
 from wireproto.errors import ProtocolError
 from wireproto.protocols import PROTOCOLS
 from wireproto.redaction import redact_text
@@ -119,6 +119,8 @@ class CapturedPublishes:
     records: int = 0
     undecodable: int = 0
     refused: int = 0
+    stops: list[Stop] = field(default_factory=list)
+    """The first few files that ended early (`capture/walk.py`), once read through."""
     _readers: dict[str, _PublishReader] = field(default_factory=_publish_readers)
     _prefixes: dict[int, str] = field(default_factory=dict)
 
@@ -143,6 +145,7 @@ class CapturedPublishes:
             if read >= READ_AHEAD_RECORDS:
                 read = 0
                 yield None
+        self.stops = cursor.stops
         if cursor.damaged:
             first = next(stop for stop in cursor.stops if not stop.torn)
             more = f" (and {cursor.damaged - 1} more files)" if cursor.damaged > 1 else ""
