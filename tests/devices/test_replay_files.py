@@ -353,3 +353,47 @@ def test_a_directory_refused_is_refused_alike(tmp_path):
     (tmp_path / "sub" / "wirecapture-29991231T235959-000009.wpcap").write_bytes(b"WPC")
     assert len(capture_paths([str(tmp_path)])) == 1
     assert replay_endpoint(reactor, f"replay:path={tmp_path}:connection=1").prepare()
+
+
+@pytest.mark.parametrize("change", ["replaced", "cut"])
+def test_a_file_changed_while_the_carrier_was_closed_ends_there_on_reopening(tmp_path, change):
+    # The carrier closed mid-file (an attached protocol closes it on bad input) and opened
+    # again goes on at the offset it had: in another file put in that one's place, or past the
+    # end of one cut short, it read whatever lay there as records.
+    first, _ = two_files(tmp_path)
+    clock = Clock()
+    endpoint = ReplayEndpoint(clock, parse_replay(f"replay:path={tmp_path}:connection=1"),
+                              FramedEncoding("length32"))
+    received = bytearray()
+
+    class Collect(protocol.Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            received.extend(data)
+
+    logged: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        endpoint.prepare()
+        connected = endpoint.connect(protocol.Factory.forProtocol(Collect))
+        clock.advance(0)
+        clock.advance(1)
+        assert len(frames(received)) == 2
+        connected.result.transport.loseConnection()
+        clock.advance(0)
+        if change == "replaced":
+            first.unlink()
+            publishes(tmp_path / "elsewhere", range(100, 105), size=BIG).rename(first)
+        else:
+            os.truncate(first, in_offsets(first)[1])
+        endpoint.connect(protocol.Factory.forProtocol(Collect))
+        for _ in range(10):
+            clock.advance(1)
+        assert endpoint.finished
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    endpoint.carrier.loseConnection()
+    played = [websmq.decode(frame).payload for frame in frames(received)]
+    assert played == [payload(n, BIG) for n in (0, 1, 2, 5, 6, 7)]  # the third was read ahead
+    (stopped,) = [event["problem"] for event in logged
+                  if event.get("event") == "replay_file_stopped"]
+    assert ("replaced since the replay began" if change == "replaced" else "cut to") in stopped

@@ -329,6 +329,8 @@ class ReplayEndpoint:
             raise ReplayError(
                 f"replay: connection {selection.connection} of {self.options.path} spoke "
                 f"{selection.protocol}; this link serves {self.protocol}")
+        if self.selection is not None:  # found meanwhile by prepare(): keep its position
+            return
         if self.encoding is None:
             self.encoding = default_encoding(self.options, selection)
         self.selection = selection

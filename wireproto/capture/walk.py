@@ -133,7 +133,7 @@ def _walk(top: str) -> Steps[list[Path]]:
     """The files named as a writer names them under `top`, at any depth (symbolic links to
     directories are not followed), ordered as `capture_at` says."""
     pattern = file_name_pattern("wirecapture")
-    found: list[Path] = []
+    found: list[tuple[str, str]] = []  # (directory, name): the order
     pending = [top]
     listed = 0
     while pending:
@@ -147,11 +147,16 @@ def _walk(top: str) -> Steps[list[Path]]:
                     if entry.is_dir(follow_symlinks=False):
                         pending.append(entry.path)
                     elif pattern.match(entry.name) and entry.is_file():
-                        found.append(Path(entry.path))
+                        found.append((directory, entry.name))
         except OSError as error:  # a directory this user may not read: not an empty one
             raise CaptureRefused(_os_text(error, directory)) from None
-    found.sort(key=lambda file: os.path.split(file))
-    return found
+    found.sort()
+    paths = []
+    for number, (directory, name) in enumerate(found, 1):
+        if number % NAMES_BEFORE_PAUSE == 0:
+            yield None
+        paths.append(Path(directory, name))
+    return paths
 
 
 def _checked(files: list[Path], in_directory: bool) -> Steps[list[Path]]:
