@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 from twisted.internet import defer, protocol, reactor
-from twisted.internet.task import Clock
+from twisted.internet.task import Clock, deferLater
 from twisted.logger import globalLogPublisher
 
 from tests.support import wait_for
@@ -397,3 +397,38 @@ def test_a_file_changed_while_the_carrier_was_closed_ends_there_on_reopening(tmp
     (stopped,) = [event["problem"] for event in logged
                   if event.get("event") == "replay_file_stopped"]
     assert ("replaced since the replay began" if change == "replaced" else "cut to") in stopped
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_stopped_while_its_replay_link_opens_leaves_nothing_running(tmp_path):
+    from wireproto.config import Config, parse_listen, parse_phyllo
+    from wireproto.service import make_service
+
+    many_files(tmp_path, 2000)
+    service = make_service(Config(
+        listeners=(parse_listen("websmq+ws@tcp:0:interface=127.0.0.1"),),
+        phyllo=(parse_phyllo(f"dev1+minimal@replay:path={tmp_path / 'all'}:link=dev1"),)),
+        reactor, retry_policy=lambda attempt: 0.05)
+    service.startService()
+    try:
+        await wait_for(service.when_listening())
+        opening = [call for call in reactor.getDelayedCalls()
+                   if getattr(call.func, "__qualname__", "").startswith("in_turns")]
+        assert opening, "the link's replay is searching its capture"
+    finally:
+        await wait_for(service.stopService(), timeout=10)
+    await wait_for(deferLater(reactor, 0.05))
+    assert [call for call in reactor.getDelayedCalls()
+            if getattr(call.func, "__qualname__", "").startswith("in_turns")] == []
+
+
+def test_a_file_gone_between_the_listing_and_its_header_is_left_out(tmp_path):
+    # A capture directory whose shipper uploads and removes closed files: one removed while
+    # the headers were being read refused the whole replay ("No such file or directory").
+    many_files(tmp_path, HEADERS_BEFORE_PAUSE + 8)
+    steps = capture_at(str(tmp_path / "all"))
+    next(steps)  # listed, and a breath in the headers
+    gone = tmp_path / "all" / f"wirecapture-20260101T000000-{HEADERS_BEFORE_PAUSE + 4:06d}.wpcap"
+    gone.unlink()
+    found = to_the_end(steps)
+    assert len(found) == HEADERS_BEFORE_PAUSE + 7 and gone not in found

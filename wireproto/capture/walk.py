@@ -171,6 +171,10 @@ def _checked(files: list[Path], in_directory: bool) -> Steps[list[Path]]:
             if in_directory:
                 continue  # a file a writer has just begun: nothing in it yet
             raise CaptureRefused(str(error)) from None
+        except FileNotFoundError as error:
+            if in_directory:
+                continue  # gone since it was listed (shipped, say): not part of the capture
+            raise CaptureRefused(_os_text(error, file)) from None
         except CaptureError as error:
             raise CaptureRefused(str(error).replace("\n", " ")) from None
         except OSError as error:
