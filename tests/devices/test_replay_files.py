@@ -432,3 +432,18 @@ def test_a_file_gone_between_the_listing_and_its_header_is_left_out(tmp_path):
     gone.unlink()
     found = to_the_end(steps)
     assert len(found) == HEADERS_BEFORE_PAUSE + 7 and gone not in found
+
+
+def test_a_directory_gone_while_the_capture_is_listed_is_left_out(tmp_path):
+    from wireproto.capture.walk import NAMES_BEFORE_PAUSE
+
+    kept = publishes(tmp_path, range(2))
+    for name in ("d1", "d2"):
+        (tmp_path / name).mkdir()
+        for number in range(NAMES_BEFORE_PAUSE + 10):
+            (tmp_path / name / f"notes-{number}").touch()
+    steps = capture_at(str(tmp_path))
+    next(steps)  # inside d1 or d2, the other listed and waiting
+    for name in ("d1", "d2"):
+        shutil.rmtree(tmp_path / name)
+    assert to_the_end(steps) == [kept]

@@ -148,6 +148,10 @@ def _walk(top: str) -> Steps[list[Path]]:
                         pending.append(entry.path)
                     elif pattern.match(entry.name) and entry.is_file():
                         found.append((directory, entry.name))
+        except FileNotFoundError as error:
+            if directory == top:
+                raise CaptureRefused(_os_text(error, directory)) from None
+            # gone since it was listed: none of its files are part of the capture
         except OSError as error:  # a directory this user may not read: not an empty one
             raise CaptureRefused(_os_text(error, directory)) from None
     found.sort()
