@@ -148,8 +148,9 @@ class CapturedPublishes:
         self.stops = cursor.stops
         if cursor.damaged:
             first = next(stop for stop in cursor.stops if not stop.torn)
-            more = f" (and {cursor.damaged - 1} more files)" if cursor.damaged > 1 else ""
-            raise ToolError(f"{first}{more}: the rest of it was not replayed")
+            more = (f", nor the rest of {cursor.damaged - 1} more files that ended early"
+                    if cursor.damaged > 1 else "")
+            raise ToolError(f"{first}; the rest of that file was not replayed{more}")
 
     def _record(self, at_ns: int, connection: int, kind: int, code: int, flags: int,
                 data: bytes) -> Iterator[Captured]:
