@@ -18,6 +18,9 @@ through the same code as the live link (docs/phyllo.md, "Replaying a capture").
   closed and opened again (the link's reconnector) goes on from where the replay was, never
   from the start: an ended replay gives a quiet carrier.
 - What is written to the carrier is discarded and counted; closing it cancels every timer.
+- The capture is found and read as ``wireproto replay`` reads it (`capture/walk.py`): the first
+  connect searches it a bounded part each reactor turn, and a file that ends early (damage, a
+  file replaced or cut short) ends there with a warning, the replay going on with the next.
 """
 
 from __future__ import annotations
