@@ -16,6 +16,11 @@ the last. "pace" is recorded / achieved (1.00 is exact, under 1 is slower); "lat
 "late p99" are how far behind its recorded offset the median and the 99th percentile message
 arrived, offsets counted from the arrival the earliest message allows. Every
 message must arrive, once, in order, or the run fails. The goal: pace within 10% at speed 1.
+
+Then a ``replay:`` link opens on a directory of many small capture files (5,000; --files), its
+link in the last: how long until it is connected, and the longest the reactor went without
+turning meanwhile (a LoopingCall every millisecond notes each turn). The goal: no stall over
+50 ms.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,10 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twisted.internet import reactor, threads
-from twisted.internet.task import deferLater
+from twisted.internet import protocol, reactor, threads
+from twisted.internet.task import LoopingCall, deferLater
 
 from wireproto import capture
+from wireproto.capture.replay import replay_endpoint
 from wireproto.codecs import websmq
 from wireproto.config import Attach, Config, parse_listen
 from wireproto.protocols.websmq.client import connect as websmq_connect
@@ -47,6 +54,7 @@ from _harness import BenchError  # noqa: E402
 
 TOPIC = "bench/replay"
 GOAL = 0.10
+STALL_GOAL = 0.050
 WORKLOADS = ("steady", "bursty", "jittery")
 KINDS = ("command", "endpoint")
 CONNECTION = 1
@@ -179,9 +187,52 @@ async def by_endpoint(row: Row, directory: Path, times: list[int], limit: float)
         await service.stopService()
 
 
+def many_files(directory: Path, count: int) -> None:
+    """`count` small capture files in `directory`: connection 1 of link dev1 only in the last."""
+    with capture.CaptureWriter(directory / "seed", fsync=False) as writer:
+        writer.open_connection(2, "127.0.0.1:1", "websmq", "length32", timestamp_ns=1)
+        for number in range(5):
+            writer.message(2, "in", websmq.encode(websmq.Publish(TOPIC, b"%d" % number)), True,
+                           timestamp_ns=2 + number)
+    with capture.CaptureWriter(directory / "last", fsync=False) as writer:
+        writer.open_connection(CONNECTION, "serial:/dev/ttyACM0", "phyllo", "stream",
+                               timestamp_ns=1, link="dev1", stack="minimal")
+    (seed,), (last,) = (capture.capture_files(directory / name) for name in ("seed", "last"))
+    (directory / "all").mkdir()
+    for number in range(1, count + 1):
+        shutil.copy(seed if number < count else last,
+                    directory / "all" / f"wirecapture-20260101T000000-{number:06d}.wpcap")
+
+
+async def opening(directory: Path, count: int) -> tuple[float, float]:
+    """Seconds until a replay: link on `count` files is connected, and the longest the reactor
+    went without a turn meanwhile."""
+    many_files(directory, count)
+    turns: list[float] = []
+    ticking = LoopingCall(lambda: turns.append(time.perf_counter()))
+    ticking.start(0.001)
+    endpoint = replay_endpoint(reactor, f"replay:path={directory / 'all'}:link=dev1")
+    began = time.perf_counter()
+    try:
+        await endpoint.connect(protocol.Factory.forProtocol(protocol.Protocol))
+        connected = time.perf_counter() - began
+        await deferLater(reactor, 0.01)
+    finally:
+        ticking.stop()
+    if endpoint.carrier is not None:
+        endpoint.carrier.loseConnection()
+    marks = [began] + [turn for turn in turns if turn >= began]
+    gaps = [later - earlier for earlier, later in zip(marks, marks[1:], strict=False)]
+    return connected, max(gaps)
+
+
 async def run(options: argparse.Namespace, out: Any = print) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as scratch:
+        connected, stall = await opening(Path(scratch) / "opening", options.files)
+        out(f"a replay: link opening on {options.files} capture files: connected in "
+            f"{connected * 1000:.0f} ms, the longest reactor stall {stall * 1000:.1f} ms (goal: "
+            f"at most {STALL_GOAL * 1000:.0f} ms: {'met' if stall <= STALL_GOAL else 'missed'})")
         for workload in WORKLOADS:
             directory = Path(scratch) / workload
             times = write_capture(directory, gaps(workload, options.seconds, options.rate))
@@ -207,10 +258,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the recorded span of each workload (default 10)")
     parser.add_argument("--rate", type=int, default=500,
                         help="messages a second, on average (default 500)")
+    parser.add_argument("--files", type=int, default=5000,
+                        help="capture files a replay: link opens on (default 5000)")
     parser.add_argument("--quick", action="store_true", help="a short run (for the tests)")
     options = parser.parse_args(argv)
     if options.quick:
-        options.seconds, options.rate = 0.5, 40
+        options.seconds, options.rate, options.files = 0.5, 40, 200
     return options
 
 

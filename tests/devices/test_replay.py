@@ -462,7 +462,7 @@ def written_capture(directory: Path, others: int) -> None:
 
 
 def test_a_reader_pauses_after_many_records_it_does_not_want(tmp_path):
-    from wireproto.capture.replay_source import PASS_BEFORE_PAUSE, RecordCursor
+    from wireproto.capture.walk import PASS_BEFORE_PAUSE, RecordCursor
 
     written_capture(tmp_path, 2 * PASS_BEFORE_PAUSE)
     cursor = RecordCursor(capture.capture_files(tmp_path))
@@ -520,7 +520,7 @@ async def test_a_looped_capture_without_a_pace_of_its_own_is_not_a_flood(tmp_pat
 def test_a_reader_pauses_after_opening_a_few_files(tmp_path):
     # A directory of thousands of small files (a broker rotating often): a replay opened 512
     # of them (a burst of records) in one reactor turn, the broker's reactor held a second.
-    from wireproto.capture.replay_source import FILES_BEFORE_PAUSE, RecordCursor
+    from wireproto.capture.walk import FILES_BEFORE_PAUSE, RecordCursor
 
     written_capture(tmp_path, 0)
     (first,) = capture.capture_files(tmp_path)
@@ -610,7 +610,7 @@ async def test_a_carrier_closed_mid_replay_and_opened_again_goes_on_where_it_was
 
 
 def test_an_open_record_too_long_to_be_one_is_skipped_not_parsed(tmp_path):
-    from wireproto.capture.replay_source import MAX_INFO_BYTES, RecordCursor
+    from wireproto.capture.walk import MAX_INFO_BYTES, RecordCursor
 
     with capture.CaptureWriter(tmp_path) as writer:
         writer.open_connection(7, "x", "phyllo", "stream", timestamp_ns=1, link="dev1",

@@ -353,13 +353,33 @@ async def test_someone_elses_file_among_captures_and_a_corrupt_capture_are_error
     line = await one_line(processes.run("replay", str(tmp_path / "good"), "--to", url), 2)
     assert "wirecapture-29991231T235959-000009.wpcap" in line and "not a capture file" in line
 
+    # A flipped byte in a message in the middle: corrupt, not torn. The file ends there and the
+    # replay goes on with the next (a subdirectory's), as the replay: endpoint does; the exit
+    # is 1, naming the damage.
     data = bytearray(written.read_bytes())
-    # A flipped byte in a message in the middle: corrupt, not torn.
     data[list(capture.iter_records(written))[20].offset + capture.HEADER_SIZE + 3] ^= 0xFF
-    corrupt = tmp_path / "corrupt.wpcap"
+    corrupt = tmp_path / "damaged" / written.name
+    corrupt.parent.mkdir()
     corrupt.write_bytes(bytes(data))
-    line = await one_line(processes.run("replay", str(corrupt), "--to", url), 1)
-    assert "corrupt.wpcap: record at offset" in line and "corrupt, not torn" in line
+    write_capture(tmp_path / "damaged" / "later", [0.0] * 3, topic="paced/later")
+    service, urls = await broker()
+    watcher, received = await watch(urls["websmq"])
+    try:
+        for topic in ("paced/t", "paced/later"):
+            watcher.subscribe(topic, lambda message: received.append(
+                (message.topic, bytes(message.payload))))
+        await deferLater(reactor, 0.2)
+        replay = processes.run("replay", str(corrupt.parent), "--to", urls["websmq"],
+                               "--speed", "max")
+        line = await one_line(replay, 1)
+        assert f"{corrupt}: record at offset" in line and "corrupt, not torn" in line
+        expected = [("paced/t", b"%d" % number) for number in range(19)] + [
+            ("paced/later", b"%d" % number) for number in range(3)]
+        await eventually(lambda: len(received) == len(expected), timeout=15)
+        assert received == expected
+    finally:
+        await wait_for(watcher.disconnect())
+        await wait_for(service.stopService(), timeout=10)
 
 
 @pytest_twisted.ensureDeferred

@@ -1,9 +1,11 @@
 """Capture files: every message a broker sees, in append-only, rotated, self-describing files.
 
-docs/pipeline.md, "Capture files", describes the format. The package has five parts:
+docs/pipeline.md, "Capture files", describes the format. Its parts:
 
 - `format`: the file header, records and batches, encoded and decoded (sans-IO);
 - `reader`: reading files, stopping cleanly at a torn last record;
+- `walk`: a capture as both replays read it (its files found and ordered, records read with
+  plain reads, a file that ends early said), a bounded amount of work at a time;
 - `log`: the writers' sans-IO core, which batches records and cuts them into chunks for files;
 - `writer`: `CaptureWriter` and `ThreadedCaptureWriter`, which rotate files;
 - `wrapper`: the broker's side, which wraps each connection's protocol and transport and writes

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from wireproto.capture.format import (
     HEADER_SIZE,
@@ -36,6 +36,7 @@ __all__ = [
     "Batch",
     "Segment",
     "read_header",
+    "read_header_from",
     "scan_offsets",
     "segments",
     "iter_records",
@@ -156,18 +157,23 @@ def read_header(path: str | os.PathLike[str]) -> CaptureHeader:
     reads of about its size, not by mapping the file: a fault in a mapping may read ahead
     megabytes of records that a reader after the header alone never wanted."""
     with open(path, "rb") as file:
-        data = file.read(_HEADER_READ)
+        return read_header_from(file, os.fspath(path))
+
+
+def read_header_from(file: BinaryIO, name: str) -> CaptureHeader:
+    """`read_header` of a file open at its start; `name` names it in an error."""
+    data = file.read(_HEADER_READ)
+    try:
         try:
-            try:
-                return decode_file_header(data)
-            except IncompleteCapture:
-                if len(data) < _HEADER_READ:
-                    raise
-                # A longer header: decode_file_header checked its announced length.
-                length = PREAMBLE.unpack_from(data)[3]
-                return decode_file_header(data + file.read(PREAMBLE.size + length - len(data)))
-        except CaptureError as error:
-            raise type(error)(f"{os.fspath(path)}: {error}") from None
+            return decode_file_header(data)
+        except IncompleteCapture:
+            if len(data) < _HEADER_READ:
+                raise
+            # A longer header: decode_file_header checked its announced length.
+            length = PREAMBLE.unpack_from(data)[3]
+            return decode_file_header(data + file.read(PREAMBLE.size + length - len(data)))
+    except CaptureError as error:
+        raise type(error)(f"{name}: {error}") from None
 
 
 def scan_offsets(path: str | os.PathLike[str], start: int | None = None,

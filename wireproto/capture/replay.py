@@ -18,6 +18,9 @@ through the same code as the live link (docs/phyllo.md, "Replaying a capture").
   closed and opened again (the link's reconnector) goes on from where the replay was, never
   from the start: an ended replay gives a quiet carrier.
 - What is written to the carrier is discarded and counted; closing it cancels every timer.
+- The capture is found and read as ``wireproto replay`` reads it (`capture/walk.py`): the first
+  connect searches it a bounded part each reactor turn, and a file that ends early (damage, a
+  file replaced or cut short) ends there with a warning, the replay going on with the next.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ from zope.interface import implementer
 from wireproto.capture.format import Kind, Record
 from wireproto.capture.replay_source import (
     Captured,
-    RecordCursor,
     ReplayError,
     ReplayOptions,
     capture_paths,
@@ -57,6 +59,7 @@ from wireproto.capture.replay_source import (
     options_from_fields,
     parse_replay,
 )
+from wireproto.capture.walk import RecordCursor, Steps, in_turns, to_the_end
 from wireproto.codecs import phyllo as phyllo_codec
 from wireproto.codecs.phyllo.chunks import MAX_CHUNK_LENGTH
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
@@ -296,6 +299,7 @@ class ReplayEndpoint:
         self._said: set[str] = set()  # the files' problems logged
         self._in_pass = 0
         self._timer: IDelayedCall | None = None
+        self._opening: defer.Deferred[None] | None = None  # the first connect's search
         self._finish_waiters: list[defer.Deferred[dict[str, int]]] = []
 
     def __repr__(self) -> str:
@@ -312,30 +316,55 @@ class ReplayEndpoint:
     # -- opening --------------------------------------------------------------------------------
 
     def prepare(self) -> Captured:
-        """Find the capture's files and the selected connection (once); `ReplayError` if
-        they cannot be played as asked."""
-        if self._cursor is None:
-            paths = capture_paths(self.options.path)
-            selection = find_selection(self.options, paths)
-            if (self.protocol is not None and selection.protocol is not None
-                    and selection.protocol != self.protocol):
-                raise ReplayError(
-                    f"replay: connection {selection.connection} of {self.options.path} spoke "
-                    f"{selection.protocol}; this link serves {self.protocol}")
-            if self.encoding is None:
-                self.encoding = default_encoding(self.options, selection)
-            self.selection = selection
-            self._cursor = RecordCursor(paths)
-            if self.options.connection is not None:
-                self._selected = {self.options.connection}
+        """Find the capture's files and the selected connection (once), all at once; a
+        `ReplayError` if they cannot be played as asked. `connect` does it a reactor turn at a
+        time."""
+        if self.selection is None:
+            to_the_end(self._preparing())
         assert self.selection is not None
         return self.selection
 
+    def _preparing(self) -> Steps[None]:
+        paths = yield from capture_paths(self.options.path)
+        selection = yield from find_selection(self.options, paths)
+        if (self.protocol is not None and selection.protocol is not None
+                and selection.protocol != self.protocol):
+            raise ReplayError(
+                f"replay: connection {selection.connection} of {self.options.path} spoke "
+                f"{selection.protocol}; this link serves {self.protocol}")
+        if self.selection is not None:  # found meanwhile by prepare(): keep its position
+            return
+        if self.encoding is None:
+            self.encoding = default_encoding(self.options, selection)
+        self.selection = selection
+        self._cursor = RecordCursor(paths)
+        if self.options.connection is not None:
+            self._selected = {self.options.connection}
+
     def connect(self, protocolFactory: IProtocolFactory) -> defer.Deferred[IProtocol]:
-        try:
-            self.prepare()
-        except ReplayError as error:
-            return defer.fail(ReplayOpenFailed(string=str(error)))
+        """The carrier, once the capture's files and the selected connection are found: on
+        the first connect, a bounded part of the search each reactor turn (a directory of
+        thousands of files does not hold the reactor)."""
+        if self.selection is not None:
+            return self._connected(protocolFactory)
+        if self._opening is not None:
+            return defer.fail(ReplayOpenFailed(
+                string=f"{self.options.describe()} is opening on another carrier"))
+        opening = self._opening = in_turns(self.reactor, self._preparing())
+
+        def opened(_: None) -> defer.Deferred[IProtocol]:
+            self._opening = None
+            return self._connected(protocolFactory)
+
+        def refused(failure: Failure) -> Failure:
+            self._opening = None
+            if failure.check(ReplayError):
+                return Failure(ReplayOpenFailed(string=str(failure.value)))
+            return failure
+
+        return opening.addCallbacks(opened, refused)
+
+    def _connected(self, protocolFactory: IProtocolFactory) -> defer.Deferred[IProtocol]:
         if self.carrier is not None:
             return defer.fail(ReplayOpenFailed(
                 string=f"{self.options.describe()} is playing on another carrier"))
@@ -486,7 +515,7 @@ class ReplayEndpoint:
             self._said.add(problem)
             log.warn("replay {what}: {problem}", event="replay_file_stopped",
                      what=self.options.describe(), problem=problem)
-        self._cursor.problems.clear()
+        self._cursor.stops.clear()
         played, self._in_pass = self._in_pass, 0
         if self.options.loop and played:
             self._cursor.rewind()

@@ -1,56 +1,33 @@
-"""What a ``replay:`` endpoint plays, read from capture files: its options, the files, the
-connection it names, and that connection's records one by one (docs/phyllo.md, "Replaying a
-capture").
-
-Records are read with plain reads, one at a time, never by mapping a file: a capture truncated
-under a long replay must give an error, not a SIGBUS. Only what is played is held: the next
-record, and the ids of the selected connections still open.
+"""What a ``replay:`` endpoint plays: its options, and the connection they select in a
+capture, found by reading the capture through `capture/walk.py` as ``wireproto replay`` reads
+it (docs/phyllo.md, "Replaying a capture"). The search is done a breath at a time: a reactor
+runs it a turn at a time, a check of the config through.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Iterable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-from wireproto.capture.format import (
-    HEADER_SIZE,
-    RECORD_HEADER,
-    CaptureError,
-    CorruptCapture,
-    IncompleteCapture,
-    Kind,
-    Record,
-    decode_record,
-)
-from wireproto.capture.reader import capture_files, read_header
+from wireproto.capture.format import Kind, Record
+from wireproto.capture.walk import CaptureRefused, RecordCursor, Steps, capture_at
 from wireproto.transports.connect import split_endpoint
 
 __all__ = [
     "REPLAY_KEYS",
-    "MAX_RECORD_BYTES",
-    "FILES_BEFORE_PAUSE",
     "ReplayError",
     "ReplayOptions",
     "Captured",
     "parse_replay",
     "capture_paths",
     "find_selection",
-    "RecordCursor",
 ]
 
 REPLAY_KEYS = ("path", "connection", "link", "speed", "loop", "stack")
-# A record longer than this is skipped, not read: a hostile file cannot make a replay hold more.
-MAX_RECORD_BYTES = 64 << 20
-# An open or close record is a small JSON object: one longer is skipped, never parsed.
-MAX_INFO_BYTES = 64 << 10
-# A reader passes over at most this many records not wanted before it pauses.
-PASS_BEFORE_PAUSE = 4096
-# A reader opens at most this many files before it pauses (a directory of many small files).
-FILES_BEFORE_PAUSE = 16
 # How many connection ids and link names an error lists.
 LISTED = 8
 _TRUE, _FALSE = ("yes", "true", "1", "on"), ("no", "false", "0", "off")
@@ -149,33 +126,15 @@ def _stack(text: str | None) -> str | None:
     return text
 
 
-def capture_paths(path: str) -> list[Path]:
-    """The capture files at `path` (a file, or a directory's files oldest first), each with a
-    capture header; a `ReplayError` naming the problem otherwise."""
+def capture_paths(path: str) -> Steps[list[Path]]:
+    """The capture files at `path` (a file, or a directory's and its subdirectories' files, as
+    `capture_at` orders them), their headers read; a `ReplayError` naming the problem."""
     try:
-        return _capture_paths(path)
-    except OSError as error:  # a directory this user may not read or enter
-        raise ReplayError(f"replay: {error.filename or path}: {error.strerror}") from None
-
-
-def _capture_paths(path: str) -> list[Path]:
-    where = Path(path)
-    if where.is_dir():
-        files = capture_files(where)
-        if not files:
-            raise ReplayError(f"replay: {path} holds no capture files (wirecapture-*.wpcap)")
-    elif where.is_file():
-        files = [where]
-    elif where.exists():  # a FIFO (its open would wait for a writer), a device
-        raise ReplayError(f"replay: {path}: not a regular file (a capture file, or a "
-                          "directory of them)")
-    else:
-        raise ReplayError(f"replay: {path}: no such file or directory")
-    for file in files:
-        try:
-            read_header(file)
-        except (CaptureError, OSError) as error:
-            raise ReplayError(f"replay: {error}".replace("\n", " ")) from None
+        files = yield from capture_at(path)
+    except CaptureRefused as error:
+        raise ReplayError(f"replay: {error}") from None
+    if not files:
+        raise ReplayError(f"replay: {path} holds no capture files (wirecapture-*.wpcap)")
     return files
 
 
@@ -229,26 +188,28 @@ def _this_replay(path: str, peer: object) -> bool:
     return os.path.realpath(peer.removeprefix("replay:")) == os.path.realpath(path)
 
 
-def find_selection(options: ReplayOptions, paths: list[Path]) -> Captured:
+def find_selection(options: ReplayOptions, paths: list[Path]) -> Steps[Captured]:
     """The first connection `options` select, from its open record; for ``connection=ID``
     without one, a record of it in the capture will do. A `ReplayError` lists (bounded) the
     connections and links the capture has when there is none."""
     ids: dict[int, None] = {}
     links: dict[str, None] = {}
-    cursor = RecordCursor(paths)
-    for record in cursor.records(lambda kind, conn: kind == Kind.OPEN
-                                 or conn == options.connection):
-        if record is None:
-            continue
-        if record.kind == Kind.OPEN and matches(options, record):
-            return Captured.from_open(record)
-        if record.kind != Kind.OPEN:
-            return Captured(record.connection)  # opened in an earlier file
-        if len(ids) <= LISTED:
-            ids[record.connection] = None
-        link = _info(record).get("link")
-        if isinstance(link, str) and len(links) <= LISTED:
-            links[link] = None
+    records = RecordCursor(paths).records(lambda kind, conn: kind == Kind.OPEN
+                                          or conn == options.connection)
+    with closing(records):  # the file it has open, when found
+        for record in records:
+            if record is None:
+                yield None
+                continue
+            if record.kind == Kind.OPEN and matches(options, record):
+                return Captured.from_open(record)
+            if record.kind != Kind.OPEN:
+                return Captured(record.connection)  # opened in an earlier file
+            if len(ids) <= LISTED:
+                ids[record.connection] = None
+            link = _info(record).get("link")
+            if isinstance(link, str) and len(links) <= LISTED:
+                links[link] = None
     has = (f"Phyllo links {_listed(links)}; " if links else "no Phyllo link; ")
     asked = (f"connection {options.connection}" if options.connection is not None
              else f"Phyllo link {options.link}")
@@ -261,93 +222,3 @@ def _listed(names: Iterable[object]) -> str:
     shown = [str(name) for name in names[:LISTED]]
     more = ", ..." if len(names) > LISTED else ""
     return ", ".join(shown) + more
-
-
-# wanted(kind, connection): whether a record's data is read, or it is skipped by its length.
-Wanted = Callable[[int, int], bool]
-
-
-class RecordCursor:
-    """A position in a capture's files, and the records from it on. `records(wanted)` reads the
-    data only of records `wanted(kind, connection)` says it wants, checking their CRCs; the
-    rest are skipped by their length. A file ends at its end, at a torn last record, or at
-    damage (`problems` says which files stopped early, and why)."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
-        self.index = 0
-        self.offset: int | None = None  # None: the first record of paths[index]
-        self.skipped = 0  # records over MAX_RECORD_BYTES
-        self.problems: list[str] = []
-
-    def rewind(self) -> None:
-        self.index, self.offset = 0, None
-
-    @property
-    def at_end(self) -> bool:
-        return self.index >= len(self.paths)
-
-    def records(self, wanted: Wanted) -> Generator[Record | None, None, None]:
-        """Records from the position on; the position moves past each record yielded. None
-        now and then, after many records not wanted: where a caller may pause."""
-        opened = 0
-        while self.index < len(self.paths):
-            path = self.paths[self.index]
-            try:
-                with open(path, "rb") as file:
-                    yield from self._file(file, path, wanted)
-            except OSError as error:
-                self._stopped(path, error.strerror or str(error))
-            except CaptureError as error:  # replaced or cut since the replay began
-                self._stopped(path, str(error).removeprefix(f"{path}: "))
-            self.index, self.offset = self.index + 1, None
-            opened += 1
-            if opened % FILES_BEFORE_PAUSE == 0 and self.index < len(self.paths):
-                yield None
-
-    def _file(self, file: BinaryIO, path: Path, wanted: Wanted
-              ) -> Generator[Record | None, None, None]:
-        if self.offset is None:
-            self.offset = read_header(path).data_offset
-        size = os.fstat(file.fileno()).st_size
-        passed = 0
-        while True:
-            file.seek(self.offset)
-            head = file.read(HEADER_SIZE)
-            if len(head) < HEADER_SIZE:
-                if head:
-                    self._stopped(path, f"a torn record at offset {self.offset}")
-                return
-            length, _, _, conn, kind, *_ = RECORD_HEADER.unpack(head)
-            end = self.offset + HEADER_SIZE + length
-            if end > size:
-                self._stopped(path, f"a torn record at offset {self.offset}")
-                return
-            if length > (MAX_INFO_BYTES if kind in (Kind.OPEN, Kind.CLOSE)
-                         else MAX_RECORD_BYTES):
-                self.skipped += 1
-            elif not wanted(kind, conn):
-                passed += 1
-                if passed >= PASS_BEFORE_PAUSE:
-                    passed = 0
-                    self.offset = end
-                    yield None  # a breath: a sparse selection does not hold the reactor
-                    continue
-            else:
-                data = file.read(length)
-                try:
-                    record, _ = decode_record(head + data)
-                except IncompleteCapture:
-                    self._stopped(path, f"a torn record at offset {self.offset}")
-                    return
-                except CorruptCapture as error:
-                    self._stopped(path, f"{error}".replace("offset 0", f"offset {self.offset}"))
-                    return
-                self.offset = end
-                yield record
-                continue
-            self.offset = end
-
-    def _stopped(self, path: Path, why: str) -> None:
-        if len(self.problems) < LISTED:
-            self.problems.append(f"{path}: {why}")

@@ -10,16 +10,16 @@ gets what a subscriber got when it was captured. A Phyllo device's messages go u
 link's prefix, as its open record names it. Other messages (subscribes, answers, what the
 broker sent) are not replayed.
 
-Captures are read lazily, a bounded number of records at a time; a torn last record is the end of
-its file. Publishing respects the connection's backpressure: a full socket buffer pauses the
-reading. The end prints one summary line on stderr (``--json``: one JSON object on stdout).
+Captures are found and read as the ``replay:`` endpoint reads them (`capture/walk.py`), lazily,
+with plain reads; a torn last record is the end of its file, damage ends its file too.
+Publishing respects the connection's backpressure: a full socket buffer pauses the reading.
+The end prints one summary line on stderr (``--json``: one JSON object on stdout).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -32,17 +32,9 @@ from twisted.internet import defer, task
 from twisted.internet.interfaces import IConsumer, IPushProducer, IReactorTime
 from zope.interface import implementer
 
-from wireproto.capture import (
-    CaptureError,
-    IncompleteCapture,
-    Kind,
-    NotACapture,
-    capture_files,
-    read_batch,
-    read_header,
-    record_messages,
-)
+from wireproto.capture import CaptureError, Kind, record_messages
 from wireproto.capture.format import FLAG_BINARY, PROTOCOL_NAMES
+from wireproto.capture.walk import CaptureRefused, RecordCursor, Stop, capture_at, to_the_end
 from wireproto.errors import ProtocolError
 from wireproto.protocols import PROTOCOLS
 from wireproto.redaction import redact_text
@@ -66,7 +58,7 @@ __all__ = ["Captured", "CapturedPublishes", "Pace", "Outcome", "capture_paths", 
 
 CLOSE_TIMEOUT = 10.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
-# Records read at a time from a file: what replay holds ahead of the connection.
+# Records read between two turns for the reactor.
 READ_AHEAD_RECORDS = 256
 # Publishes in a row without giving the reactor a turn (writes flushed, Ctrl-C seen).
 BURST = 64
@@ -103,58 +95,17 @@ def _publish_readers() -> dict[str, _PublishReader]:
 
 
 def capture_paths(names: list[str]) -> list[Path]:
-    """The capture files CAPTURES names: each file, each directory's (and its subdirectories')
-    files oldest first. ToolError (2) for a name that is not there or a file that is not a
-    capture."""
+    """The capture files CAPTURES names, each name's as the ``replay:`` endpoint finds them
+    (`capture_at`: a file, or a directory's and its subdirectories' files oldest first, every
+    header read). ToolError (2) for a name that is not there, cannot be read, or holds a file
+    that is not a capture."""
     paths: list[Path] = []
     for name in names:
         try:
-            paths.extend(_captures_at(name))
-        except OSError as error:  # a directory on the way that this user may not enter
-            where = error.filename or name
-            raise ToolError(f"{where}: {error.strerror}", EXIT_USAGE) from None
+            paths.extend(to_the_end(capture_at(name)))
+        except CaptureRefused as error:
+            raise ToolError(str(error), EXIT_USAGE) from None
     return paths
-
-
-def _raise(error: OSError) -> None:
-    raise error
-
-
-def _captures_at(name: str) -> list[Path]:
-    path = Path(name)
-    if path.is_dir():
-        # A directory this user cannot read is an error, not a directory without captures
-        # (which is what capture_files, through Path.rglob, would make of it).
-        for _ in os.walk(path, onerror=_raise):
-            pass
-        found = capture_files(path, recursive=True)
-        # A file with no whole header yet is one a writer has just begun: nothing in it.
-        return [file for file in found if _checked(file, str(file), partial=True)]
-    if not path.exists():
-        raise ToolError(f"{name}: no such file or directory", EXIT_USAGE)
-    if not path.is_file():
-        # A FIFO would block the open until a writer came, Ctrl-C aside; a device is no
-        # capture either.
-        raise ToolError(f"{name}: not a regular file (is it a capture file?)", EXIT_USAGE)
-    return [path] if _checked(path, name, partial=False) else []
-
-
-def _checked(path: Path, name: str, *, partial: bool) -> bool:
-    """Whether `path` is a capture with a whole header (with `partial`, False for one whose
-    header is not whole yet); ToolError (2) for any other file, or one that cannot be read."""
-    try:
-        read_header(path)
-    except NotACapture as error:
-        raise ToolError(f"{error} (is it a capture file?)", EXIT_USAGE) from None
-    except IncompleteCapture as error:
-        if partial:
-            return False
-        raise ToolError(str(error), EXIT_USAGE) from None
-    except CaptureError as error:
-        raise ToolError(str(error), EXIT_USAGE) from None
-    except OSError as error:
-        raise ToolError(f"{name}: {error.strerror}", EXIT_USAGE) from None
-    return True
 
 
 @dataclass
@@ -168,6 +119,8 @@ class CapturedPublishes:
     records: int = 0
     undecodable: int = 0
     refused: int = 0
+    stops: list[Stop] = field(default_factory=list)
+    """The first few files that ended early (`capture/walk.py`), once read through."""
     _readers: dict[str, _PublishReader] = field(default_factory=_publish_readers)
     _prefixes: dict[int, str] = field(default_factory=dict)
 
@@ -175,29 +128,29 @@ class CapturedPublishes:
         return (message for message in self.with_turns() if message is not None)
 
     def with_turns(self) -> Iterator[Captured | None]:
-        """The publishes, and None after every READ_AHEAD_RECORDS records read: a turn for
-        the reactor (Ctrl-C, the connection), however few of them are publishes."""
-        for path in self.paths:
-            yield from self._file(path)
-
-    def _file(self, path: Path) -> Iterator[Captured | None]:
-        start: int | None = None
-        while True:
-            try:
-                batch = read_batch(path, start, READ_AHEAD_RECORDS)
-            except CaptureError as error:
-                raise ToolError(str(error)) from None
-            except OSError as error:
-                raise ToolError(f"{path}: {error.strerror}") from None
-            for index in range(len(batch)):
-                self.records += 1
-                yield from self._record(batch.timestamp_ns[index], batch.connection[index],
-                                        batch.kind[index], batch.protocol[index],
-                                        batch.flags[index], batch.data[index])
-            if batch.stop != "limit":
-                return  # the end, or a torn last record (a file still being written)
-            yield None
-            start = batch.end
+        """The publishes, and None after every READ_AHEAD_RECORDS records read, and where the
+        reader pauses: a turn for the reactor (Ctrl-C, the connection), however few of them
+        are publishes. A file that ends early ends there and the replay goes on with the next;
+        at the end, a ToolError (1) names the first that was damaged, replaced or cut short."""
+        cursor = RecordCursor(self.paths)
+        read = 0
+        for record in cursor.records(lambda kind, connection: kind != Kind.OUT):
+            if record is None:
+                yield None
+                continue
+            self.records += 1
+            yield from self._record(record.timestamp_ns, record.connection, record.kind,
+                                    record.protocol, record.flags, record.data)
+            read += 1
+            if read >= READ_AHEAD_RECORDS:
+                read = 0
+                yield None
+        self.stops = cursor.stops
+        if cursor.damaged:
+            first = next(stop for stop in cursor.stops if not stop.torn)
+            more = (f", nor the rest of {cursor.damaged - 1} more files that ended early"
+                    if cursor.damaged > 1 else "")
+            raise ToolError(f"{first}; the rest of that file was not replayed{more}")
 
     def _record(self, at_ns: int, connection: int, kind: int, code: int, flags: int,
                 data: bytes) -> Iterator[Captured]:
