@@ -6,6 +6,7 @@ dials it as it dials a board."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,10 +15,12 @@ from twisted.internet import protocol, reactor
 
 from tests.brokers import LOCAL, Broker
 from tests.support import eventually, sleep, wait_for
+from wireproto import capture
 from wireproto.access import Action
 from wireproto.codecs import websmq
 from wireproto.config import (
     Attach,
+    CaptureSettings,
     ConfigError,
     HubSettings,
     WebsmqSettings,
@@ -29,6 +32,7 @@ from wireproto.protocols.nydus.client import connect as nydus_connect
 from wireproto.protocols.subble.client import connect as subble_connect
 from wireproto.protocols.ubre.client import connect as ubre_connect
 from wireproto.protocols.websmq.client import connect as websmq_connect
+from wireproto.tools.replay import CapturedPublishes, capture_paths
 
 
 class _End(protocol.Protocol):
@@ -244,6 +248,33 @@ subscribe = ["#"]
     await eventually(lambda: session.denials == 1)
     await sleep(0.1)
     assert at_device == [] and at_browser == [websmq.Publish("lab/dev1/out", b"allowed")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_link_s_capture_replays_on_the_hub_topics(broker: Broker, relay: Relay,
+                                                                  tmp_path: Path) -> None:
+    service, (address, *_) = await mounted_broker(
+        broker, relay, "websmq", "length32",
+        capture=CaptureSettings(directory=str(tmp_path), flush_interval=0.05))
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32"))
+    browser = await broker.client(address)
+    at_browser: list = []
+    browser.subscribe("lab/dev1/out", at_browser.append)
+    await eventually(lambda: subscribed(service, "lab/dev1/out"))
+    device.publish("out", b"1")
+    device.publish("out", b"2")
+    await eventually(lambda: len(at_browser) == 2)
+    await wait_for(device.disconnect())
+    await wait_for(service.stopService(), timeout=10)
+    # The device's connection's open record says its mount; the browser's has none.
+    opened = [json.loads(record.data) for path in capture.capture_files(tmp_path)
+              for record in capture.iter_records(path)
+              if record.kind == capture.Kind.OPEN and record.protocol_name == "websmq"]
+    assert sorted(info.get("prefix", "") for info in opened) == ["", "lab/dev1"]
+    replayed = list(CapturedPublishes(capture_paths([str(tmp_path)])))
+    assert [(m.topic, m.payload) for m in replayed] == [("lab/dev1/out", b"1"),
+                                                        ("lab/dev1/out", b"2")]
 
 
 # -- UBRE ----------------------------------------------------------------------------------------

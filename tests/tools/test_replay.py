@@ -320,6 +320,23 @@ def test_a_phyllo_link_s_messages_go_under_the_prefix_its_open_record_names(
         ("phyllo/temp", b"21.5"), ("phyllo/temp", b"21.5")]
 
 
+def test_a_mounted_connection_s_publishes_go_under_the_prefix_its_open_record_names(
+        tmp_path: Path) -> None:
+    from wireproto.codecs import websmq
+
+    publish = websmq.encode_publish("temp", b"21.5")
+    with capture.CaptureWriter(tmp_path, fsync=False) as writer:
+        for connection, info in ((1, {"link": "meters.M1", "prefix": "meters/M1"}), (2, {}),
+                                 # What no mount can be: ignored, the topic kept as it came.
+                                 (3, {"prefix": "lab/#"}), (4, {"prefix": "$SYS"}),
+                                 (5, {"prefix": ["a"]}), (6, {"prefix": "x" * 1000})):
+            writer.open_connection(connection, "serial", "websmq", "stream", **info)
+            writer.message(connection, "in", publish, True)
+        writer.close_connection(1)
+    replayed = list(CapturedPublishes(capture_paths([str(tmp_path)])))
+    assert [m.topic for m in replayed] == ["meters/M1/temp"] + ["temp"] * 5
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_torn_last_record_ends_its_file_and_a_file_just_begun_is_skipped(
         tmp_path: Path, processes: Processes) -> None:

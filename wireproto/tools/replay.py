@@ -7,8 +7,9 @@ traffic. See docs/tools.md.
 What is replayed: each incoming publish of a capture, as the broker put it into its hub (each
 protocol's analysis module reads it: ``published(data, binary)``), so a subscriber of the target
 gets what a subscriber got when it was captured. A Phyllo device's messages go under their
-link's prefix, as its open record names it. Other messages (subscribes, answers, what the
-broker sent) are not replayed.
+link's prefix, and a mounted connection's (an attached link's ``prefix``) under its mount, as
+their open records name them (docs/hub.md, "Mounted connections"). Other messages (subscribes,
+answers, what the broker sent) are not replayed.
 
 Captures are found and read as the ``replay:`` endpoint reads them (`capture/walk.py`), lazily,
 with plain reads; a torn last record is the end of its file, damage ends its file too.
@@ -62,8 +63,8 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 READ_AHEAD_RECORDS = 256
 # Publishes in a row without giving the reactor a turn (writes flushed, Ctrl-C seen).
 BURST = 64
-# Phyllo links whose prefix is remembered at once (one per open connection of protocol phyllo).
-MAX_PHYLLO_LINKS = 4096
+# Phyllo links and mounted connections whose prefix is remembered at once (one per open one).
+MAX_PREFIXED_CONNECTIONS = 4096
 MAX_PREFIX_LENGTH = 256
 _DECODE_ERRORS = (ProtocolError, ValueError, TypeError, KeyError, IndexError,
                   UnicodeDecodeError)
@@ -155,8 +156,8 @@ class CapturedPublishes:
     def _record(self, at_ns: int, connection: int, kind: int, code: int, flags: int,
                 data: bytes) -> Iterator[Captured]:
         protocol = PROTOCOL_NAMES.get(code)
-        if protocol == "phyllo" and kind in (Kind.OPEN, Kind.CLOSE):
-            self._phyllo_link(connection, kind, data)
+        if kind in (Kind.OPEN, Kind.CLOSE):
+            self._prefix(connection, kind, data, protocol)
             return
         if kind != Kind.IN or protocol is None or (
                 self.protocols and protocol not in self.protocols):
@@ -179,8 +180,9 @@ class CapturedPublishes:
             if found is None:
                 continue
             topic, payload = found
-            if protocol == "phyllo":
-                topic = f"{self._prefixes.get(connection, 'phyllo')}/{topic}"
+            prefix = self._prefixes.get(connection, "phyllo" if protocol == "phyllo" else None)
+            if prefix is not None:
+                topic = f"{prefix}/{topic}"
             if is_pattern(topic):
                 # Refused by the broker when captured (it closes a connection for it), so it
                 # never reached the hub: replayed, it would end the replay the same way.
@@ -190,15 +192,19 @@ class CapturedPublishes:
                 continue
             yield Captured(at_ns, protocol, topic, payload)
 
-    def _phyllo_link(self, connection: int, kind: int, data: bytes) -> None:
-        """Where a Phyllo link's messages went in the hub: its open record's ``prefix``, else
-        ``phyllo/LINK`` (a link's default prefix) from its ``link``; neither if what the record
-        says could not be a link's prefix (a hostile capture's)."""
+    def _prefix(self, connection: int, kind: int, data: bytes, protocol: str | None) -> None:
+        """Where a connection's messages went in the hub: a Phyllo link's under its open
+        record's ``prefix``, else ``phyllo/LINK`` (a link's default prefix) from its ``link``;
+        a mounted connection's under its ``prefix``; neither if what the record says could not
+        be a prefix (a hostile capture's)."""
         if kind == Kind.CLOSE:
             self._prefixes.pop(connection, None)
             return
+        if protocol is None:
+            return
         from wireproto.codecs.serialization import json_parse
         from wireproto.phyllo.bridge import hub_topic_error
+        from wireproto.topics import mount_error
 
         try:
             info = json_parse(data) if data else {}
@@ -207,13 +213,15 @@ class CapturedPublishes:
         if not isinstance(info, dict):
             return
         prefix, link = info.get("prefix"), info.get("link")
-        if not isinstance(prefix, str) and isinstance(link, str):
+        phyllo = protocol == "phyllo"
+        if phyllo and not isinstance(prefix, str) and isinstance(link, str):
             prefix = f"phyllo/{link}"
         if not isinstance(prefix, str):
             return
-        prefix = prefix.rstrip("/")
-        if len(prefix) <= MAX_PREFIX_LENGTH and hub_topic_error(prefix) is None and \
-                len(self._prefixes) < MAX_PHYLLO_LINKS:
+        prefix = prefix.rstrip("/") if phyllo else prefix
+        problem = hub_topic_error(prefix) if phyllo else mount_error(prefix)
+        if len(prefix) <= MAX_PREFIX_LENGTH and problem is None and \
+                len(self._prefixes) < MAX_PREFIXED_CONNECTIONS:
             self._prefixes[connection] = prefix
 
 
