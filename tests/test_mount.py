@@ -113,7 +113,7 @@ async def relay():
 async def mounted_broker(broker: Broker, relay: Relay, protocol_name: str, framing: str,
                          prefix: str = "lab/dev1", also: str | None = None,
                          **config: Any) -> Any:
-    link = Attach(protocol_name, relay.address("broker"), framing, prefix=prefix)
+    link = Attach(protocol_name, relay.address("broker"), framing, name="dev1", prefix=prefix)
     listeners = (f"websmq+ws@tcp:0:{LOCAL}",) + (() if also is None else (also,))
     service, bound = await broker.start(*listeners, attach=(link,),
                                         retry_policy=lambda attempt: 0.05, **config)
@@ -271,10 +271,23 @@ async def test_a_mounted_link_s_capture_replays_on_the_hub_topics(broker: Broker
     opened = [json.loads(record.data) for path in capture.capture_files(tmp_path)
               for record in capture.iter_records(path)
               if record.kind == capture.Kind.OPEN and record.protocol_name == "websmq"]
-    assert sorted(info.get("prefix", "") for info in opened) == ["", "lab/dev1"]
+    assert sorted((info.get("link", ""), info.get("prefix", "")) for info in opened) == [
+        ("", ""), ("dev1", "lab/dev1")]
     replayed = list(CapturedPublishes(capture_paths([str(tmp_path)])))
     assert [(m.topic, m.payload) for m in replayed] == [("lab/dev1/out", b"1"),
                                                         ("lab/dev1/out", b"2")]
+    # Played again by link name into a broker whose replay link has the same mount.
+    link = Attach("websmq", f"replay:path={tmp_path}:link=dev1:speed=max:loop=yes",
+                  "length32", prefix="lab/dev1")
+    _, bound = await broker.start(f"websmq+ws@tcp:0:{LOCAL}", attach=(link,))
+    watcher = await broker.client(bound[0].address)
+    at_watcher: list = []
+    watcher.subscribe("lab/dev1/out", at_watcher.append)
+    # Looped (a pass a second at most), so a pass begins after the watcher subscribed.
+    whole_pass = [websmq.Publish("lab/dev1/out", b"1"), websmq.Publish("lab/dev1/out", b"2")]
+    await eventually(lambda: any(at_watcher[at:at + 2] == whole_pass
+                                 for at in range(len(at_watcher))), timeout=10)
+    assert {message.topic for message in at_watcher} == {"lab/dev1/out"}
 
 
 # -- UBRE ----------------------------------------------------------------------------------------
