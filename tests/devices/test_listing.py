@@ -254,6 +254,28 @@ async def test_a_stopped_listing_fails_its_callers_and_its_thread_is_not_waited_
     await eventually(lambda: listing.hung == 0)
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_lister_that_exits_its_thread_fails_its_callers_at_once(boards):
+    def lister() -> list[PortInfo]:
+        raise SystemExit("a lister's sys.exit()")
+
+    listing = PortListing(reactor, lister, timeout=60)
+    with pytest.raises(PortsNotListed, match="a lister's sys.exit"):
+        await wait_for(listing.fresh(), timeout=10)
+    assert listing.hung == 0 and not listing.in_flight
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_stops_while_a_link_waits_on_a_hung_listing(started, boards):
+    broker, lister = started()
+    lister.hang = True
+    await broker.start(f"dev1@serial:{UNO}")
+    await eventually(lambda: lister.hanging == 1, timeout=10)
+    assert broker.service is not None
+    await wait_for(broker.service.stopService(), timeout=10)
+    assert lister.hanging == 1 and not broker.watcher.listing.in_flight
+
+
 STOPPED_WHILE_HUNG = textwrap.dedent("""
     import time
     from twisted.internet import reactor

@@ -71,8 +71,6 @@ class PortListing:
         self.lister = lister
         self.timeout = timeout
         self.threaded = IReactorThreads.providedBy(reactor)
-        self.latest: list[PortInfo] | None = None
-        """The ports the last listing that worked found; None before one has."""
         self.listings = 0
         """Listings started: what listing costs."""
         self.duration = 0.0
@@ -147,7 +145,10 @@ class PortListing:
             return None, error
 
     def _in_thread(self, listing: _Listing) -> None:
-        ports, error = self._list()
+        try:
+            ports, error = self._list()
+        except BaseException as exc:  # SystemExit: told to the callers, not left to the timeout
+            ports, error = None, exc
         try:
             IReactorThreads(self.reactor).callFromThread(self._returned, listing, ports, error)
         except RuntimeError:  # the interpreter is shutting down
@@ -172,7 +173,6 @@ class PortListing:
             _fail(listing.callers, PortsNotListed(string=f"cannot list serial ports: {error}"))
         else:
             self._worked()
-            self.latest = ports
             for asked in listing.callers:
                 if not asked.called:
                     asked.callback(list(ports))
