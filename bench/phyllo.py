@@ -22,7 +22,8 @@ port; the other end, the pty master, is a plain process that only writes or read
                                  (`serial:vid=2341:pid=0043:serial_number=BENCH`) among this
                                  machine's ports (pyserial's list_ports) and a stand-in board's
                                  (wireproto.devices.standin), with a PollingWatcher listing
-                                 them at its default interval (1 s) in this process all along;
+                                 them at its default interval (1 s) in this process all along,
+                                 in a thread of its own as a broker does;
                                  "polled 20/s" lists them at the fastest interval it allows
 
     .venv/bin/python bench/phyllo.py [--messages N] [--line-messages N] [--rounds R] [--quick]
@@ -262,7 +263,9 @@ def board_by_identity(interval: float) -> Iterator[tuple[int, SerialEndpoint, li
         watcher = PollingWatcher(reactor, lister, interval)
         watcher.start()
         try:
-            yield board.master, serial_endpoint_from_string(reactor, MATCH, lister=lister), lists
+            # the endpoint lists through the watcher's listing, as a broker's links do
+            endpoint = serial_endpoint_from_string(reactor, MATCH, lister=watcher.listing)
+            yield board.master, endpoint, lists
         finally:
             watcher.stop()
     finally:

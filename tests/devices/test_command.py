@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from wireproto.devices import system_ports
+from wireproto.devices import resolve, system_ports
 from wireproto.devices.standin import COMMON_BOARDS, StandInPorts
 from wireproto.tools import devices
 
@@ -156,7 +156,8 @@ def test_the_endpoint_shown_opens_that_board_even_with_a_colon_in_its_serial(cap
     _, out, _ = run(capsys, boards.ports)
     hint = "serial:vid=303a:pid=1001:serial_number=F4\\:12\\:FA\\:00\\:11\\:22"
     assert f"    open with: {hint}" in out.splitlines()
-    assert serial_endpoint_from_string(reactor, hint, lister=boards.ports).resolve() == esp.device
+    match = serial_endpoint_from_string(reactor, hint, lister=boards.ports).match
+    assert match is not None and resolve(match, boards.ports()).device == esp.device
 
 
 def test_ports_that_cannot_be_listed_are_one_line_and_status_1(capsys):

@@ -3,10 +3,12 @@ for boards plugged in and pulled out (docs/phyllo.md, "Boards by identity").
 
 - `ports`: `PortInfo` and `system_ports()`, what pyserial's list_ports knows of each port;
 - `matching`: `PortMatch` (``serial:vid=2341:pid=0043``) and `resolve`, its clear errors;
+- `listing`: `PortListing`, which runs a lister off the reactor's thread, one at a time;
 - `watch`: `PortWatcher`, told of changes by udev or by polling;
 - `standin`: pty pairs that stand in for boards in tests and benchmarks.
 """
 
+from wireproto.devices.listing import PortListing, PortsNotListed
 from wireproto.devices.matching import (
     MATCH_KEYS,
     NoMatchingPort,
@@ -24,8 +26,10 @@ __all__ = [
     "PollingWatcher",
     "PortInfo",
     "PortLister",
+    "PortListing",
     "PortMatch",
     "PortWatcher",
+    "PortsNotListed",
     "SeveralMatchingPorts",
     "UdevWatcher",
     "board_name",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 import time
 import tty
 from dataclasses import replace
@@ -107,11 +108,16 @@ class StandInBoard:
 
 
 class StandInPorts:
-    """The boards plugged in; `ports` is their lister. Close it to unplug them all."""
+    """The boards plugged in; `ports` is their lister. Close it to unplug them all.
+
+    A watcher lists in a thread of its own while a test plugs and pulls boards in the reactor's:
+    each listing sees the boards before or after a change, never half of one (a board replugged
+    is never seen twice, nor missing)."""
 
     def __init__(self) -> None:
         self.boards: list[StandInBoard] = []
         self._next_location = 1
+        self._changing = threading.RLock()
 
     def plug(self, vid: int | None = None, pid: int | None = None, *,
              serial_number: str | None = None, location: str | None = None,
@@ -131,14 +137,16 @@ class StandInPorts:
             manufacturer=manufacturer, product=product, location=location,
             description=description,
         ), master)
-        self.boards.append(board)
+        with self._changing:
+            self.boards.append(board)
         return board
 
     def unplug(self, board: StandInBoard) -> None:
         """Pull the board: it leaves the list, and the host's open port fails."""
-        if board in self.boards:
-            self.boards.remove(board)
-        board.close()
+        with self._changing:
+            if board in self.boards:
+                self.boards.remove(board)
+            board.close()
 
     def replug(self, board: StandInBoard) -> StandInBoard:
         """Pull the board and plug it back: same identity, another device name (the new pty
@@ -148,13 +156,16 @@ class StandInPorts:
         os.set_blocking(fresh_master, False)
         device = os.ttyname(slave)
         os.close(slave)
-        self.unplug(board)
         again = StandInBoard(replace(board.info, device=device), fresh_master)
-        self.boards.append(again)
+        with self._changing:
+            self.unplug(board)
+            self.boards.append(again)
         return again
 
     def ports(self) -> list[PortInfo]:
-        return sorted((board.info for board in self.boards), key=lambda port: port.device)
+        with self._changing:
+            plugged = [board.info for board in self.boards]
+        return sorted(plugged, key=lambda port: port.device)
 
     def close(self) -> None:
         for board in list(self.boards):

@@ -1,14 +1,17 @@
 """Knowing when boards come and go: one small interface, two ways to learn it.
 
 A `PortWatcher` holds the latest list of ports from its lister and tells its subscribers when
-that list changes. `check()` lists again; what calls it is the watcher's own:
+that list changes. The lister runs off the reactor's thread, one listing at a time, bounded by
+a timeout (`wireproto.devices.listing`). `check()` lists again; what calls it is the watcher's
+own:
 
 - `UdevWatcher` wakes on udev's events for the ``tty`` subsystem (pyudev's monitor, read by the
   reactor), lists once the burst of events has settled (udev makes the /dev/serial/by-id links
   just after the device appears), and lists every `safety_interval` seconds too, since a
   netlink socket can drop events when its buffer fills;
 - `PollingWatcher` lists every `interval` seconds (1 by default, never more often than
-  `MIN_INTERVAL`): where udev is not running (a container, another OS).
+  `MIN_INTERVAL`, nor sooner after a listing than it took): where udev is not running (a
+  container, another OS).
 
 `system_watcher()` picks one. Tests hand either watcher a stand-in's lister
 (`wireproto.devices.standin`), so plugging a pty-backed board goes through the real watcher.
@@ -21,7 +24,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.internet.interfaces import (
     IDelayedCall,
     IReactorFDSet,
@@ -32,6 +35,7 @@ from twisted.logger import Logger
 from twisted.python import failure
 from zope.interface import implementer
 
+from .listing import PortListing
 from .ports import PortInfo, PortLister, system_ports
 
 if TYPE_CHECKING:
@@ -55,25 +59,34 @@ PortListener = Callable[[list[PortInfo]], object]
 
 class PortWatcher:
     """The ports `lister` lists, watched: `ports` is the latest list, and each subscriber is
-    called with the new list whenever it changes. Started and stopped by its owner."""
+    called with the new list whenever it changes. Started and stopped by its owner.
+
+    The listings run off the reactor's thread (`PortListing`); `lister` may be one already
+    shared with the endpoints that match boards, and every listing it makes, for whoever asked,
+    updates `ports`."""
 
     kind = "manual"
 
-    def __init__(self, reactor: IReactorTime, lister: PortLister = system_ports) -> None:
+    def __init__(self, reactor: IReactorTime,
+                 lister: PortLister | PortListing = system_ports) -> None:
         self.reactor = reactor
-        self.lister = lister
+        self.listing = lister if isinstance(lister, PortListing) else PortListing(
+            reactor, lister)
+        self.lister = self.listing.lister
         self._ports: list[PortInfo] | None = None
         self._listeners: list[PortListener] = []
-        self._failing = False
+        self.changes = 0
         self.running = False
-        self.checks = 0
+        self.listing.observe(self._listed)
+
+    @property
+    def checks(self) -> int:
         """How many times the ports were listed: what the watcher costs."""
+        return self.listing.listings
 
     def ports(self) -> list[PortInfo]:
-        """The ports as last listed (listed now if never yet)."""
-        if self._ports is None:
-            self._ports = self._list() or []
-        return list(self._ports)
+        """The ports as last listed: none until a first listing has returned."""
+        return list(self._ports or [])
 
     def subscribe(self, listener: PortListener) -> Callable[[], None]:
         """Call `listener(ports)` on every change from now on; returns what unsubscribes."""
@@ -85,67 +98,79 @@ class PortWatcher:
 
         return unsubscribe
 
-    def _list(self) -> list[PortInfo] | None:
-        self.checks += 1
-        try:
-            ports = self.lister()
-        except Exception:  # a lister reads /sys and /dev: keep the last list, say it once
-            if not self._failing:
-                log.failure("cannot list serial ports", event="ports_list_failed")
-            self._failing = True
-            return None
-        self._failing = False
-        return ports
-
-    def check(self) -> bool:
-        """List the ports again; tell the subscribers if they changed. True if they did."""
-        ports = self._list()
-        if ports is None or ports == self._ports:
-            return False
+    def _listed(self, ports: list[PortInfo]) -> None:
+        if ports == (self._ports or []):
+            self._ports = ports
+            return
         self._ports = ports
+        self.changes += 1
         for listener in list(self._listeners):
             try:
                 listener(list(ports))
             except Exception:
                 log.failure("a port listener failed", event="port_listener_failed")
-        return True
+
+    def check(self) -> defer.Deferred[bool]:
+        """List the ports again, off the reactor's thread; tell the subscribers if they
+        changed. Fires with True if they did, False if not or if they could not be listed
+        (the listing says why, once)."""
+        before = self.changes
+        return self.listing.fresh().addCallbacks(
+            lambda ports: self.changes != before, lambda reason: False)
 
     def start(self) -> None:
         self.running = True
         if self._ports is None:
-            self._ports = self._list() or []
+            self.check()
 
     def stop(self) -> None:
         self.running = False
 
 
 class PollingWatcher(PortWatcher):
-    """Lists the ports every `interval` seconds."""
+    """Lists the ports every `interval` seconds after the last listing returned, or after as
+    long as that listing took if that is longer: the ports are never listed more than half of
+    the time, however slow a listing is."""
 
     kind = "polling"
 
-    def __init__(self, reactor: IReactorTime, lister: PortLister = system_ports,
+    def __init__(self, reactor: IReactorTime, lister: PortLister | PortListing = system_ports,
                  interval: float = 1.0) -> None:
         super().__init__(reactor, lister)
         if not interval >= MIN_INTERVAL:
             raise ValueError(f"a port poll interval is at least {MIN_INTERVAL} s, not {interval}")
         self.interval = interval
-        self._loop: task.LoopingCall | None = None
+        self._next: IDelayedCall | None = None
+        self._round = 0  # a poll of an earlier start() schedules no other
+        self._slow = False
 
     def start(self) -> None:
-        if self._loop is not None:
+        if self.running:
             return
-        super().start()
-        self._loop = task.LoopingCall(self.check)
-        self._loop.clock = self.reactor
-        self._loop.start(self.interval, now=False).addErrback(
-            lambda reason: log.failure("port polling stopped", reason, event="ports_poll_failed"))
+        self.running = True
+        self._round += 1
+        self._poll(self._round)
+
+    def _poll(self, round_: int) -> None:
+        self._next = None
+        self.check().addBoth(lambda _: self._schedule(round_))
+
+    def _schedule(self, round_: int) -> None:
+        if not self.running or round_ != self._round:
+            return
+        took = self.listing.duration
+        if took > self.interval and not self._slow:  # said once
+            self._slow = True
+            log.warn("listing the serial ports took {took:.3f} s, longer than the poll "
+                     "interval of {interval} s: they are listed as often as that allows",
+                     event="ports_poll_slowed", took=took, interval=self.interval)
+        self._next = self.reactor.callLater(max(self.interval, took), self._poll, round_)
 
     def stop(self) -> None:
         super().stop()
-        loop, self._loop = self._loop, None
-        if loop is not None and loop.running:
-            loop.stop()
+        pending, self._next = self._next, None
+        if pending is not None and pending.active():
+            pending.cancel()
 
 
 def udev_running() -> bool:
@@ -169,7 +194,7 @@ class UdevWatcher(PortWatcher):
 
     kind = "udev"
 
-    def __init__(self, reactor: IReactorTime, lister: PortLister = system_ports,
+    def __init__(self, reactor: IReactorTime, lister: PortLister | PortListing = system_ports,
                  settle: float = 0.3,
                  safety_interval: float = 30.0) -> None:
         super().__init__(reactor, lister)
@@ -244,7 +269,7 @@ class UdevWatcher(PortWatcher):
         return "udev"
 
 
-def system_watcher(reactor: IReactorTime, lister: PortLister = system_ports,
+def system_watcher(reactor: IReactorTime, lister: PortLister | PortListing = system_ports,
                    interval: float = 1.0) -> PortWatcher:
     """udev's events where udev runs, else polling every `interval` seconds."""
     if udev_running():

@@ -25,8 +25,9 @@ from wireproto.authentication import Authentication
 from wireproto.codecs.phyllo.frame import MAX_FRAME_PAYLOAD
 from wireproto.config import Attach, Config, PhylloLink
 from wireproto.config.endpoints import endpoint_type
+from wireproto.devices.listing import PortListing
 from wireproto.devices.matching import SeveralMatchingPorts
-from wireproto.devices.ports import PortInfo, PortLister, system_ports
+from wireproto.devices.ports import PortInfo, system_ports
 from wireproto.devices.watch import PortWatcher, system_watcher
 from wireproto.hub import Hub
 from wireproto.phyllo.bridge import HubBridge
@@ -102,7 +103,8 @@ class _LoggingClientEndpoint:
 class Links(MultiService):
     """The attached links and Phyllo links of one broker; `phyllo` is each Phyllo link's
     bridge to the hub, by its name. `ports` watches the serial ports (made when a link first
-    needs it: `watcher()`); a ``serial:vid=...`` link lists them afresh each time it opens."""
+    needs it: `watcher()`); a ``serial:vid=...`` link lists them afresh each time it opens.
+    Both list through one `listing`, off the reactor's thread, one listing at a time."""
 
     def __init__(self, config: Config, hub: Hub, reactor: IReactorTime,
                  connections: Connections, auth: Authentication | None,
@@ -116,19 +118,25 @@ class Links(MultiService):
         self.auth = auth
         self.phyllo: dict[str, HubBridge] = {}
         self.ports = ports
+        self._listing: PortListing | None = None
         # Each serial link's presence, $devices/LINK (wireproto.service.presence).
-        self.presence = Presence(hub, reactor, lambda: self.lister()) if presence_wanted(
+        self.presence = Presence(hub, reactor, lambda: self.listing) if presence_wanted(
             config) else None
 
     @property
-    def lister(self) -> PortLister:
-        """What lists the serial ports a link matches by identity."""
-        return system_ports if self.ports is None else self.ports.lister
+    def listing(self) -> PortListing:
+        """What lists the serial ports, for the watcher and for each link that matches by
+        identity: the watcher's, or the system's."""
+        if self.ports is not None:
+            return self.ports.listing
+        if self._listing is None:
+            self._listing = PortListing(self.reactor, system_ports)
+        return self._listing
 
     def watcher(self) -> PortWatcher:
         """The port watcher, made (udev's or polling) the first time a link needs one."""
         if self.ports is None:
-            self.ports = system_watcher(self.reactor, self.lister,
+            self.ports = system_watcher(self.reactor, self.listing,
                                         self.config.devices.poll_interval)
         return self.ports
 
@@ -138,12 +146,14 @@ class Links(MultiService):
         def stop_watching(result: object) -> object:
             if self.ports is not None and self.ports.running:
                 self.ports.stop()
+            if self.ports is not None or self._listing is not None:
+                self.listing.stop()  # a hung listing is not waited for
             return result
 
         return stopped.addBoth(stop_watching)
 
     def _endpoint(self, address: str, presence_name: str | None = None) -> IStreamClientEndpoint:
-        endpoint = client_endpoint(self.reactor, address, ports=self.lister)
+        endpoint = client_endpoint(self.reactor, address, ports=self.listing)
         if presence_name is None or self.presence is None:
             return endpoint
         return PresenceEndpoint(endpoint, self.presence, presence_name)

@@ -9,7 +9,9 @@ when it closes or the board goes, as compact JSON::
      "identity": {"by_id": ..., "vid": "2e8a", "pid": "000a", "serial_number": ...},
      "since": 1764240000.5}
 
-Offline, ``online`` is false and ``port`` null; the identity last seen is kept. The hub keeps
+Offline, ``online`` is false and ``port`` null; the identity last seen is kept. A link that
+names its device (``serial:/dev/ttyACM0``) is said online once the ports are listed (off the
+reactor's thread), with the identity found there, or none if they cannot be. The hub keeps
 each topic's last value whatever ``[hub] retain`` says (`Hub.keep_last_values`, within its
 bounds on last values), so a subscriber that comes later, of any protocol, gets the state at
 once. Only the broker publishes there unless access rules say otherwise.
@@ -18,6 +20,7 @@ once. Only the broker publishes there unless access rules say otherwise.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TypedDict, cast
 
 from twisted.internet import defer
@@ -36,7 +39,8 @@ from wireproto.codecs.serialization import json_utf8
 from wireproto.config import Attach, Config, PhylloLink
 from wireproto.config.endpoints import endpoint_type
 from wireproto.config.forms import PRESENCE_PREFIX
-from wireproto.devices.ports import PortInfo, PortLister
+from wireproto.devices.listing import PortListing
+from wireproto.devices.ports import PortInfo
 from wireproto.hub import Hub, HubMessage
 
 __all__ = ["PRESENCE_PATTERN", "Presence", "PresenceEndpoint", "presence_wanted"]
@@ -69,41 +73,54 @@ def _identity(port: PortInfo | None) -> dict[str, str | None]:
     return identity
 
 
+def port_of(device: str, ports: list[PortInfo]) -> PortInfo | None:
+    """The port of `ports` that `device` is (a path may be a /dev/serial/by-id link)."""
+    real = os.path.realpath(device)
+    for port in ports:
+        if device in (port.device, port.by_id) or port.device == real:
+            return port
+    return None
+
+
 class Presence:
     """The presence topics of one broker's serial links: `state` is each link's last
-    payload."""
+    payload. `listing()` is what lists the ports, for a link that names its device."""
 
-    def __init__(self, hub: Hub, clock: IReactorTime, lister: PortLister) -> None:
+    def __init__(self, hub: Hub, clock: IReactorTime,
+                 listing: Callable[[], PortListing]) -> None:
         self.hub = hub
         self.clock = clock
-        self._lister = lister
+        self._listing = listing
         self.state: dict[str, PresencePayload] = {}
+        # Each link whose port opened and is being looked up in a listing: what says so.
+        self._looking: dict[str, object] = {}
 
     def topic(self, link: str) -> str:
         return f"{PRESENCE_PREFIX}/{link}"
 
-    def port_of(self, device: str) -> PortInfo | None:
-        """The listed port `device` is (a path may be a /dev/serial/by-id link)."""
-        real = os.path.realpath(device)
-        try:
-            ports = self._lister()
-        except Exception:  # a lister reads /sys: the identity is then unknown, nothing else
-            return None
-        for port in ports:
-            if device in (port.device, port.by_id) or port.device == real:
-                return port
-        return None
-
     def online(self, link: str, device: str, port: PortInfo | None) -> None:
-        """`link`'s port `device` is open now; `port` is what matched it, if known."""
-        if port is None:
-            port = self.port_of(device)
+        """`link`'s port `device` is open now; `port` is what matched it, if known (else the
+        ports are listed to find it, and the link is said online then)."""
+        if port is not None:
+            self._online(link, device, port)
+            return
+        looking = self._looking[link] = object()
+
+        def found(ports: list[PortInfo] | None) -> None:
+            if self._looking.get(link) is looking:  # not closed since
+                del self._looking[link]
+                self._online(link, device, None if ports is None else port_of(device, ports))
+
+        self._listing().fresh().addErrback(lambda _: None).addCallback(found)
+
+    def _online(self, link: str, device: str, port: PortInfo | None) -> None:
         self._publish(link, {"link": link, "online": True, "port": device,
                              "identity": _identity(port), "since": self.clock.seconds()})
 
     def offline(self, link: str, identity: PortInfo | None = None) -> None:
         """`link`'s port closed, or its board went (said once: a second time changes
         nothing)."""
+        self._looking.pop(link, None)
         last = self.state.get(link)
         if last is not None and not last["online"]:
             return
@@ -113,6 +130,7 @@ class Presence:
 
     def forget(self, link: str) -> None:
         """Clear `link`'s kept presence (an empty publish, as clears any last value)."""
+        self._looking.pop(link, None)
         if self.state.pop(link, None) is not None:
             self.hub.publish(HubMessage(self.topic(link), b"", protocol="sys"))
 

@@ -21,6 +21,7 @@ from wireproto.transports.base import IMessageProtocol
 from wireproto.transports.websocket import WebSocketOptions, websocket_client_factory
 
 if TYPE_CHECKING:
+    from wireproto.devices.listing import PortListing
     from wireproto.devices.ports import PortLister
     from wireproto.transports.stream import StreamOptions
 
@@ -160,11 +161,12 @@ def default_framing(address: str) -> str:
 
 def client_endpoint(
     reactor: Any, address: str, *, cafile: str | None = None, insecure: bool = False,
-    certfile: str | None = None, keyfile: str | None = None, ports: PortLister | None = None,
+    certfile: str | None = None, keyfile: str | None = None,
+    ports: PortLister | PortListing | None = None,
 ) -> Any:
     """The Twisted client endpoint for a stream address, with a clear error for a bad one.
-    `ports` lists the serial ports a ``serial:vid=...`` address is matched against (the
-    system's by default).
+    `ports` lists the serial ports a ``serial:vid=...`` address is matched against, off the
+    reactor's thread (the system's by default).
 
     ``serial:`` is parsed here as well as by the endpoint plugin, so connecting to a serial
     port does not depend on Twisted finding the plugin. ``ssl:`` verifies the server by default

@@ -10,7 +10,8 @@ into a message transport. The ``serial:`` endpoint string (registered by
     clientFromString(reactor, "serial:vid=2341:pid=0043:baudrate=115200")
 
 The last finds the board by its USB identity (`wireproto.devices.matching`) each time it opens,
-so a board plugged back in as another ``/dev/ttyACMn`` is found again.
+so a board plugged back in as another ``/dev/ttyACMn`` is found again: from a listing of the ports
+made for that open, off the reactor's thread (`wireproto.devices.listing`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from twisted.plugin import IPlugin
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from wireproto.devices.listing import PortListing
 from wireproto.devices.matching import MATCH_KEYS, PortMatch, resolve
 from wireproto.devices.ports import PortInfo, PortLister, system_ports
 
@@ -107,7 +109,9 @@ class _SerialTransport(SerialPort):
 @implementer(IStreamClientEndpoint)
 class SerialEndpoint:
     """A serial port as a client endpoint (8N1 at 115200 baud unless told otherwise): the port
-    `device`, or the one port that `match` finds among those `lister` lists when it opens."""
+    `device`, or the one port that `match` finds among those `lister` lists when it opens (a
+    `PortListing` shared with others, or a lister this endpoint lists through one of its
+    own)."""
 
     def __init__(
         self,
@@ -121,7 +125,7 @@ class SerialEndpoint:
         rtscts: bool = False,
         *,
         match: PortMatch | None = None,
-        lister: PortLister | None = None,
+        lister: PortLister | PortListing | None = None,
     ) -> None:
         if device and match is not None:
             raise ValueError(
@@ -143,7 +147,9 @@ class SerialEndpoint:
         self.reactor = reactor
         self.device = device
         self.match = match
-        self.lister: PortLister = lister or system_ports
+        self.listing = lister if isinstance(lister, PortListing) else PortListing(
+            reactor, lister or system_ports)
+        self.lister: PortLister = self.listing.lister
         # The port the last open found by `match`, for whoever reports on the board.
         self.port: PortInfo | None = None
         self.settings = {
@@ -159,38 +165,34 @@ class SerialEndpoint:
         where = repr(self.device) if self.match is None else self.match.describe()
         return f"SerialEndpoint({where}, baudrate={self.settings['baudrate']})"
 
-    def resolve(self) -> str:
-        """The device to open now: `device`, or the one port `match` finds (raising
-        NoMatchingPort or SeveralMatchingPorts, which name what was asked and found)."""
-        if self.match is None:
-            assert self.device
-            return self.device
-        self.port = resolve(self.match, self.lister())
-        return self.port.device
-
     def connect(self, protocolFactory: IProtocolFactory) -> defer.Deferred:
-        """Open the port now; the Deferred fires with the connected protocol."""
-        try:
-            device = self.resolve()
-        except ConnectError as exc:
-            return defer.fail(exc)
-        except Exception as exc:
-            # The ports could not be listed (pyserial reads each one's USB strings from /sys,
-            # which a device can make unreadable): this open fails, and the link retries.
-            return defer.fail(SerialOpenFailed(string=f"cannot list serial ports: {exc}"))
+        """Open the port (once the ports are listed, for one found by identity); the Deferred
+        fires with the connected protocol. A match that finds no port, or several, fails with
+        NoMatchingPort or SeveralMatchingPorts, naming what was asked and found; ports that
+        cannot be listed, with PortsNotListed."""
+        match = self.match
+        if match is None:
+            assert self.device
+            return defer.maybeDeferred(self._open, protocolFactory, self.device)
+
+        def found(ports: list[PortInfo]) -> object:
+            self.port = resolve(match, ports)
+            return self._open(protocolFactory, self.port.device)
+
+        return self.listing.fresh().addCallback(found)
+
+    def _open(self, protocolFactory: IProtocolFactory, device: str) -> object:
         protocol = protocolFactory.buildProtocol(SerialAddress(device))
         if protocol is None:
-            return defer.fail(
-                SerialOpenFailed(string=f"{device}: the protocol factory refused to connect")
-            )
+            raise SerialOpenFailed(string=f"{device}: the protocol factory refused to connect")
         try:
             _SerialTransport(protocol, device, self.reactor, **self.settings)
         except (serial.SerialException, OSError, ValueError, OverflowError) as exc:
             if "exclusively lock" in str(exc):
-                return defer.fail(SerialOpenFailed(
-                    string=f"{device} is in use: another link or process has it open"))
-            return defer.fail(SerialOpenFailed(string=f"{device}: {exc}"))
-        return defer.succeed(protocol)
+                raise SerialOpenFailed(
+                    string=f"{device} is in use: another link or process has it open") from None
+            raise SerialOpenFailed(string=f"{device}: {exc}") from None
+        return protocol
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -216,7 +218,7 @@ def _number(name: str, value: str, convert: Any) -> Any:
 
 def _endpoint_from_args(
     reactor: Any, args: tuple[str, ...], kwargs: dict[str, str],
-    lister: PortLister | None = None,
+    lister: PortLister | PortListing | None = None,
 ) -> SerialEndpoint:
     kwargs = dict(kwargs)
     device = kwargs.pop("device", None)
@@ -270,7 +272,8 @@ def split_fields(description: str) -> list[str]:
 
 
 def serial_endpoint_from_string(reactor: Any, description: str,
-                                lister: PortLister | None = None) -> SerialEndpoint:
+                                lister: PortLister | PortListing | None = None
+                                ) -> SerialEndpoint:
     """Parse ``serial:DEVICE[:key=value...]`` or ``serial:vid=...[:key=value...]`` without
     needing Twisted's plugin discovery; `lister` lists the ports identity fields are matched
     against (the system's by default)."""
