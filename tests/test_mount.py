@@ -350,6 +350,32 @@ async def test_a_mounted_subble_device_has_its_event_types_under_its_mount(
     await wait_for(device.close())
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_subble_devices_event_is_one_event_for_every_subble_client(
+        broker: Broker, relay: Relay) -> None:
+    # As from an unmounted producer: another SubbleSocket client gets the event the producer's
+    # echo names (its GUID, date time and format, the payload's bytes), under the hub's name.
+    service, (_, subble_address) = await mounted_broker(
+        broker, relay, "subble", "length32", also=f"subble+ws@tcp:0:{LOCAL}")
+    device = await wait_for(subble_connect(
+        reactor, relay.address("device"), client_id="board", produce=["out"],
+        framing="length32"))
+    other: list = []
+    listener = await wait_for(subble_connect(
+        reactor, subble_address, subscribe=["lab/dev1/out"], on_event=other.append))
+    await eventually(lambda: subscribed(service, "lab/dev1/out"))
+    echoes = [await wait_for(device.produce("out", {"kwh": 3})),
+              await wait_for(device.produce("out", b"\x01raw", format=60))]
+    await eventually(lambda: len(other) == 2)
+    assert [(event.type, event.guid, event.datetime, event.format, event.raw_payload,
+             event.source)
+            for event in other] == [
+        ("lab/dev1/out", echo.guid, echo.datetime, echo.format, echo.raw_payload, "board")
+        for echo in echoes]
+    await wait_for(listener.close())
+    await wait_for(device.close())
+
+
 # -- the session and the config ------------------------------------------------------------------
 
 
