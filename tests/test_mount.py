@@ -467,3 +467,51 @@ def test_a_fleet_board_is_mounted_under_the_table_name_or_prefix() -> None:
     assert Attach("websmq", "serial:vid=0403", "cobs", each_board=True,
                   prefix="").board_prefix("M1") is None
 
+
+
+@pytest.mark.parametrize("tables, problem", [
+    # Two boards at one prefix would share their topics: each hears what the other says.
+    ('[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:9"\nprefix = "lab/dev1"\n'
+     '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nname = "b"\n'
+     'prefix = "lab/dev1/"\n', r"attach\[2\]\.prefix: .*'lab/dev1'.* attach\[1\]'s 'lab/dev1'"),
+    ('[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:9"\nprefix = "lab"\n'
+     '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nname = "b"\n'
+     'prefix = "lab/dev1"\n', r"attach\[2\]\.prefix: .*'lab/dev1'.* attach\[1\]'s 'lab'"),
+    # A fleet's boards are under its name when it gives no prefix.
+    ('[[attach]]\nprotocol = "websmq"\nendpoint = "serial:vid=0403"\nframing = "cobs"\n'
+     'name = "meters"\neach_board = true\n'
+     '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nname = "m1"\n'
+     'prefix = "meters/M1"\n', r"attach\[2\]\.prefix: .*'meters/M1'.* attach\[1\]'s 'meters'"),
+    ('[[phyllo]]\nname = "dev1"\nendpoint = "tcp:127.0.0.1:11"\n'
+     '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nprefix = "phyllo/dev1"\n',
+     r"attach\[1\]\.prefix: .*'phyllo/dev1'.* phyllo\[1\]'s 'phyllo/dev1'"),
+])
+def test_attach_prefixes_that_meet_another_links_are_refused(tables: str, problem: str) -> None:
+    toml = '[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n' + tables
+    with pytest.raises(ConfigError, match=problem):
+        config_from_toml(toml, reactor=reactor)
+
+
+def test_attach_prefixes_apart_and_unmounted_links_are_taken() -> None:
+    config = config_from_toml(
+        '[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n'
+        '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:9"\nprefix = "lab/dev1"\n'
+        '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nname = "b"\n'
+        'prefix = "lab/dev10"\n'
+        '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:12"\nname = "c"\n'
+        '[[attach]]\nprotocol = "websmq"\nendpoint = "serial:vid=0403"\nframing = "cobs"\n'
+        'name = "d"\neach_board = true\nprefix = ""\n'
+        '[[phyllo]]\nname = "lab"\nendpoint = "tcp:127.0.0.1:11"\n', reactor=reactor)
+    assert [link.prefix for link in config.attach] == ["lab/dev1", "lab/dev10", None, ""]
+
+
+def test_a_phyllo_option_whose_prefix_meets_the_files_attach_prefix_is_refused(
+        tmp_path: Any) -> None:
+    from wireproto.config.options import build_config
+
+    path = tmp_path / "wireproto.toml"
+    path.write_text(_attach_toml('prefix = "phyllo/dev1/x"\n'))
+    with pytest.raises(ConfigError, match=r"attach\[1\]\.prefix: .*phyllo\[1\]'s 'phyllo/dev1'"):
+        build_config(phyllo=["dev1@tcp:127.0.0.1:11"], config_file=path, reactor=reactor)
+    assert build_config(phyllo=["dev2@tcp:127.0.0.1:11"], config_file=path,
+                        reactor=reactor).attach[0].prefix == "phyllo/dev1/x"
