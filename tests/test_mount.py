@@ -15,9 +15,11 @@ from twisted.internet import protocol, reactor
 from tests.brokers import LOCAL, Broker
 from tests.support import eventually, sleep, wait_for
 from wireproto.access import Action
+from wireproto.capture import Kind, capture_files, iter_records
 from wireproto.codecs import websmq
 from wireproto.config import (
     Attach,
+    CaptureSettings,
     ConfigError,
     HubSettings,
     WebsmqSettings,
@@ -244,6 +246,30 @@ subscribe = ["#"]
     await eventually(lambda: session.denials == 1)
     await sleep(0.1)
     assert at_device == [] and at_browser == [websmq.Publish("lab/dev1/out", b"allowed")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_links_capture_opens_with_its_link_name_and_prefix(
+        broker: Broker, relay: Relay, tmp_path: Any) -> None:
+    # The table has no name: its link is named by its protocol, as everywhere else.
+    directory = tmp_path / "capture"
+    service, (address, *_) = await mounted_broker(
+        broker, relay, "websmq", "length32",
+        capture=CaptureSettings(directory=str(directory), flush_interval=0.05))
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32"))
+    broker.clients.append(device)
+    await wait_for(broker.client(address))
+
+    def opened() -> list[dict]:
+        return [json.loads(record.data) for path in capture_files(directory)
+                for record in iter_records(path) if record.kind == Kind.OPEN]
+
+    records = await eventually(lambda: len(opened()) == 2 and opened())
+    mounted = [record for record in records if "prefix" in record]
+    assert [(record.get("link"), record["prefix"]) for record in mounted] == [
+        ("websmq", "lab/dev1")]
+    assert [record for record in records if "link" in record] == mounted
 
 
 # -- UBRE ----------------------------------------------------------------------------------------
