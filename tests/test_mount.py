@@ -272,6 +272,25 @@ async def test_a_mounted_links_capture_opens_with_its_link_name_and_prefix(
     assert [record for record in records if "link" in record] == mounted
 
 
+@pytest_twisted.ensureDeferred
+async def test_the_admin_api_says_where_a_session_is_mounted(broker: Broker,
+                                                             relay: Relay) -> None:
+    from tests.admin.http import base_of, http
+
+    service, (address, *_) = await mounted_broker(broker, relay, "websmq", "length32")
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32"))
+    broker.clients.append(device)
+    device.subscribe("in", lambda message: None)
+    await eventually(lambda: subscribed(service, "lab/dev1/in"))
+    await broker.client(address)
+    await eventually(lambda: len(service.hub.sessions) == 2)
+    sessions = (await http(base_of(address), "/api/sessions")).json["items"]
+    # Its subscriptions are the hub's topics; the mount says what the device calls them.
+    assert sorted((row["transport"], row["mount"], row["subscriptions"]) for row in sessions) \
+        == [("length32", "lab/dev1", ["lab/dev1/in"]), ("ws", None, [])]
+
+
 # -- UBRE ----------------------------------------------------------------------------------------
 
 
