@@ -560,3 +560,21 @@ def test_a_phyllo_option_whose_prefix_meets_the_files_attach_prefix_is_refused(
         build_config(phyllo=["dev1@tcp:127.0.0.1:11"], config_file=path, reactor=reactor)
     assert build_config(phyllo=["dev2@tcp:127.0.0.1:11"], config_file=path,
                         reactor=reactor).attach[0].prefix == "phyllo/dev1/x"
+
+
+def test_boards_mounted_and_gone_leave_the_hub_no_bigger() -> None:
+    # A fleet's boards come and go, each at a prefix of its own (a hostile device can take a
+    # new serial number each time): what the hub keeps per wire format must not grow with them.
+    hub = Hub()
+    hub.attach(_Transport(), protocol="test", wire_format="t", encode=_encode).close()
+    kept = len(hub._prepared_keys)
+    sessions = [hub.attach(_Transport(), protocol="test", wire_format="t", encode=_encode,
+                           mount=f"lab/board{number}") for number in range(200)]
+    for session in sessions:
+        session.set_wire_format("u", _encode)
+        session.subscribe("in")
+    hub.publish(HubMessage("lab/board7/in", b"1"))
+    assert [session.transport.sent for session in sessions[6:9]] == [[], [b"in=1"], []]
+    for session in sessions:
+        session.close()
+    assert len(hub._prepared_keys) == kept

@@ -128,7 +128,7 @@ class Session:
         # The largest message the transport takes: frames are prepared per limit too, and
         # one over it is not sent.
         self.max_frame: int | None = getattr(transport, "maxMessageSize", None)
-        self.frame_key = hub.prepared_key(wire_format, (transport.prepareKey, self.max_frame))
+        self.frame_key = self.new_frame_key(wire_format)
         self.write_frame = transport.sendPrepared
         self.topics: set[str] = set()
         self.patterns: set[str] = set()
@@ -472,8 +472,12 @@ class Session:
         of its latest subscribe)."""
         self.wire_format = wire_format
         self._encode = encode
-        self.frame_key = self.hub.prepared_key(wire_format,
-                                               (self.transport.prepareKey, self.max_frame))
+        self.frame_key = self.new_frame_key(wire_format)
+
+    def new_frame_key(self, wire_format: Hashable) -> object:
+        """The fan-out cache key of this session's frames in `wire_format`: the hub's, shared by
+        every session whose transports prepare frames alike."""
+        return self.hub.prepared_key(wire_format, (self.transport.prepareKey, self.max_frame))
 
     def send(self, data: bytes, binary: bool) -> None:
         """Send one message of this connection's own (an announcement, not a publish) through
