@@ -558,6 +558,7 @@ class Session:
                 prepared = self._prepare(message, cache)
             if prepared is None:
                 if key in cache:  # None there: larger than this transport takes
+                    self.too_large += 1
                     log_too_large(self, message.topic, len(cache[self.wire_format][0]))
                 return
         self._send_prepared(prepared)
