@@ -360,6 +360,24 @@ async def test_a_mounted_nydus_device_subscribes_and_publishes_under_its_mount(
     await wait_for(device.close())
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_nydus_devices_publish_is_held_to_max_topic_length_by_its_hub_topic(
+        broker: Broker, relay: Relay) -> None:
+    from tests.support import failure_of
+    from wireproto.protocols.nydus.server import InvokeError
+
+    service, _ = await mounted_broker(broker, relay, "nydus", "lines",
+                                      hub=HubSettings(max_topic_length=20))
+    device = await wait_for(nydus_connect(reactor, relay.address("device")))
+    # lab/dev1/ and 11 characters: 20 on the hub.
+    assert await wait_for(device.invoke("/_hub/publish", {"path": "/" + "x" * 11,
+                                                          "data": 1})) is not None
+    failure = await failure_of(device.invoke("/_hub/publish", {"path": "/" + "x" * 12,
+                                                               "data": 1}))
+    assert isinstance(failure, InvokeError) and "topic of 21 characters" in failure.message
+    await eventually(lambda: not service.server("nydus").clients)
+
+
 # -- SubbleSocket --------------------------------------------------------------------------------
 
 

@@ -384,7 +384,8 @@ class Session:
         if is_reserved(topic):
             self._deny(Action.PUBLISH, topic)
 
-    def _check_topic_length(self, topic: str) -> None:
+    def check_topic_length(self, topic: str) -> None:
+        """LimitExceeded for a hub topic longer than [hub] max_topic_length."""
         problem = self._topic_length_problem(topic)
         if problem is not None:
             raise LimitExceeded(problem)
@@ -454,11 +455,11 @@ class Session:
         decided = self.publish_decisions
         if decided is not None:
             if not decided.get(topic):  # a topic remembered as allowed was checked before
-                self._check_topic_length(topic)
+                self.check_topic_length(topic)
                 Session.check(self, Action.PUBLISH, topic)
         else:
             if len(topic) > self.hub.max_topic_length:
-                self._check_topic_length(topic)
+                self.check_topic_length(topic)
             if topic[:1] == "$":
                 self.refuse_reserved(topic)
         if encodings is not None:
@@ -490,7 +491,7 @@ class Session:
         return RemoteCaller(self.protocol, self.peer, self.id, self.client, self.principal, "")
 
     def set_will(self, topic: str, payload: bytes) -> None:
-        self._check_topic_length(topic)
+        self.check_topic_length(topic)
         refuse_pattern(topic)  # published by the hub at the close, which would refuse it then
         Session.check(self, Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
