@@ -17,6 +17,7 @@ from tests.brokers import LOCAL, Broker
 from tests.support import eventually, sleep, wait_for
 from wireproto import capture
 from wireproto.access import Action
+from wireproto.capture import Kind, capture_files, iter_records
 from wireproto.codecs import websmq
 from wireproto.config import (
     Attach,
@@ -112,8 +113,8 @@ async def relay():
 
 async def mounted_broker(broker: Broker, relay: Relay, protocol_name: str, framing: str,
                          prefix: str = "lab/dev1", also: str | None = None,
-                         **config: Any) -> Any:
-    link = Attach(protocol_name, relay.address("broker"), framing, name="dev1", prefix=prefix)
+                         name: str | None = "dev1", **config: Any) -> Any:
+    link = Attach(protocol_name, relay.address("broker"), framing, name=name, prefix=prefix)
     listeners = (f"websmq+ws@tcp:0:{LOCAL}",) + (() if also is None else (also,))
     service, bound = await broker.start(*listeners, attach=(link,),
                                         retry_policy=lambda attempt: 0.05, **config)
@@ -290,6 +291,49 @@ async def test_a_mounted_link_s_capture_replays_on_the_hub_topics(broker: Broker
     assert {message.topic for message in at_watcher} == {"lab/dev1/out"}
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_links_capture_opens_with_its_link_name_and_prefix(
+        broker: Broker, relay: Relay, tmp_path: Any) -> None:
+    # The table has no name: its link is named by its protocol, as everywhere else.
+    directory = tmp_path / "capture"
+    service, (address, *_) = await mounted_broker(
+        broker, relay, "websmq", "length32", name=None,
+        capture=CaptureSettings(directory=str(directory), flush_interval=0.05))
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32"))
+    broker.clients.append(device)
+    await wait_for(broker.client(address))
+
+    def opened() -> list[dict]:
+        return [json.loads(record.data) for path in capture_files(directory)
+                for record in iter_records(path) if record.kind == Kind.OPEN]
+
+    records = await eventually(lambda: len(opened()) == 2 and opened())
+    mounted = [record for record in records if "prefix" in record]
+    assert [(record.get("link"), record["prefix"]) for record in mounted] == [
+        ("websmq", "lab/dev1")]
+    assert [record for record in records if "link" in record] == mounted
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_admin_api_says_where_a_session_is_mounted(broker: Broker,
+                                                             relay: Relay) -> None:
+    from tests.admin.http import base_of, http
+
+    service, (address, *_) = await mounted_broker(broker, relay, "websmq", "length32")
+    device = await wait_for(websmq_connect(reactor, relay.address("device"),
+                                           framing="length32"))
+    broker.clients.append(device)
+    device.subscribe("in", lambda message: None)
+    await eventually(lambda: subscribed(service, "lab/dev1/in"))
+    await broker.client(address)
+    await eventually(lambda: len(service.hub.sessions) == 2)
+    sessions = (await http(base_of(address), "/api/sessions")).json["items"]
+    # Its subscriptions are the hub's topics; the mount says what the device calls them.
+    assert sorted((row["transport"], row["mount"], row["subscriptions"]) for row in sessions) \
+        == [("length32", "lab/dev1", ["lab/dev1/in"]), ("ws", None, [])]
+
+
 # -- UBRE ----------------------------------------------------------------------------------------
 
 
@@ -359,6 +403,24 @@ async def test_a_mounted_nydus_device_subscribes_and_publishes_under_its_mount(
     await wait_for(device.close())
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_nydus_devices_publish_is_held_to_max_topic_length_by_its_hub_topic(
+        broker: Broker, relay: Relay) -> None:
+    from tests.support import failure_of
+    from wireproto.protocols.nydus.server import InvokeError
+
+    service, _ = await mounted_broker(broker, relay, "nydus", "lines",
+                                      hub=HubSettings(max_topic_length=20))
+    device = await wait_for(nydus_connect(reactor, relay.address("device")))
+    # lab/dev1/ and 11 characters: 20 on the hub.
+    assert await wait_for(device.invoke("/_hub/publish", {"path": "/" + "x" * 11,
+                                                          "data": 1})) is not None
+    failure = await failure_of(device.invoke("/_hub/publish", {"path": "/" + "x" * 12,
+                                                               "data": 1}))
+    assert isinstance(failure, InvokeError) and "topic of 21 characters" in failure.message
+    await eventually(lambda: not service.server("nydus").clients)
+
+
 # -- SubbleSocket --------------------------------------------------------------------------------
 
 
@@ -391,6 +453,32 @@ async def test_a_mounted_subble_device_has_its_event_types_under_its_mount(
     browser.publish("lab/dev1/in", b'{"reset":true}')
     await eventually(lambda: at_device)
     assert [(event.type, event.payload) for event in at_device] == [("in", {"reset": True})]
+    await wait_for(device.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_mounted_subble_devices_event_is_one_event_for_every_subble_client(
+        broker: Broker, relay: Relay) -> None:
+    # As from an unmounted producer: another SubbleSocket client gets the event the producer's
+    # echo names (its GUID, date time and format, the payload's bytes), under the hub's name.
+    service, (_, subble_address) = await mounted_broker(
+        broker, relay, "subble", "length32", also=f"subble+ws@tcp:0:{LOCAL}")
+    device = await wait_for(subble_connect(
+        reactor, relay.address("device"), client_id="board", produce=["out"],
+        framing="length32"))
+    other: list = []
+    listener = await wait_for(subble_connect(
+        reactor, subble_address, subscribe=["lab/dev1/out"], on_event=other.append))
+    await eventually(lambda: subscribed(service, "lab/dev1/out"))
+    echoes = [await wait_for(device.produce("out", {"kwh": 3})),
+              await wait_for(device.produce("out", b"\x01raw", format=60))]
+    await eventually(lambda: len(other) == 2)
+    assert [(event.type, event.guid, event.datetime, event.format, event.raw_payload,
+             event.source)
+            for event in other] == [
+        ("lab/dev1/out", echo.guid, echo.datetime, echo.format, echo.raw_payload, "board")
+        for echo in echoes]
+    await wait_for(listener.close())
     await wait_for(device.close())
 
 
@@ -485,3 +573,69 @@ def test_a_fleet_board_is_mounted_under_the_table_name_or_prefix() -> None:
     assert Attach("websmq", "serial:vid=0403", "cobs", each_board=True,
                   prefix="").board_prefix("M1") is None
 
+
+
+@pytest.mark.parametrize("tables, problem", [
+    # Two boards at one prefix would share their topics: each hears what the other says.
+    ('[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:9"\nprefix = "lab/dev1"\n'
+     '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nname = "b"\n'
+     'prefix = "lab/dev1/"\n', r"attach\[2\]\.prefix: .*'lab/dev1'.* attach\[1\]'s 'lab/dev1'"),
+    ('[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:9"\nprefix = "lab"\n'
+     '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nname = "b"\n'
+     'prefix = "lab/dev1"\n', r"attach\[2\]\.prefix: .*'lab/dev1'.* attach\[1\]'s 'lab'"),
+    # A fleet's boards are under its name when it gives no prefix.
+    ('[[attach]]\nprotocol = "websmq"\nendpoint = "serial:vid=0403"\nframing = "cobs"\n'
+     'name = "meters"\neach_board = true\n'
+     '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nname = "m1"\n'
+     'prefix = "meters/M1"\n', r"attach\[2\]\.prefix: .*'meters/M1'.* attach\[1\]'s 'meters'"),
+    ('[[phyllo]]\nname = "dev1"\nendpoint = "tcp:127.0.0.1:11"\n'
+     '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nprefix = "phyllo/dev1"\n',
+     r"attach\[1\]\.prefix: .*'phyllo/dev1'.* phyllo\[1\]'s 'phyllo/dev1'"),
+])
+def test_attach_prefixes_that_meet_another_links_are_refused(tables: str, problem: str) -> None:
+    toml = '[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n' + tables
+    with pytest.raises(ConfigError, match=problem):
+        config_from_toml(toml, reactor=reactor)
+
+
+def test_attach_prefixes_apart_and_unmounted_links_are_taken() -> None:
+    config = config_from_toml(
+        '[[listen]]\nprotocol = "websmq"\ntransport = "ws"\nendpoint = "tcp:0"\n'
+        '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:9"\nprefix = "lab/dev1"\n'
+        '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:10"\nname = "b"\n'
+        'prefix = "lab/dev10"\n'
+        '[[attach]]\nprotocol = "websmq"\nendpoint = "tcp:127.0.0.1:12"\nname = "c"\n'
+        '[[attach]]\nprotocol = "websmq"\nendpoint = "serial:vid=0403"\nframing = "cobs"\n'
+        'name = "d"\neach_board = true\nprefix = ""\n'
+        '[[phyllo]]\nname = "lab"\nendpoint = "tcp:127.0.0.1:11"\n', reactor=reactor)
+    assert [link.prefix for link in config.attach] == ["lab/dev1", "lab/dev10", None, ""]
+
+
+def test_a_phyllo_option_whose_prefix_meets_the_files_attach_prefix_is_refused(
+        tmp_path: Any) -> None:
+    from wireproto.config.options import build_config
+
+    path = tmp_path / "wireproto.toml"
+    path.write_text(_attach_toml('prefix = "phyllo/dev1/x"\n'))
+    with pytest.raises(ConfigError, match=r"attach\[1\]\.prefix: .*phyllo\[1\]'s 'phyllo/dev1'"):
+        build_config(phyllo=["dev1@tcp:127.0.0.1:11"], config_file=path, reactor=reactor)
+    assert build_config(phyllo=["dev2@tcp:127.0.0.1:11"], config_file=path,
+                        reactor=reactor).attach[0].prefix == "phyllo/dev1/x"
+
+
+def test_boards_mounted_and_gone_leave_the_hub_no_bigger() -> None:
+    # A fleet's boards come and go, each at a prefix of its own (a hostile device can take a
+    # new serial number each time): what the hub keeps per wire format must not grow with them.
+    hub = Hub()
+    hub.attach(_Transport(), protocol="test", wire_format="t", encode=_encode).close()
+    kept = len(hub._prepared_keys)
+    sessions = [hub.attach(_Transport(), protocol="test", wire_format="t", encode=_encode,
+                           mount=f"lab/board{number}") for number in range(200)]
+    for session in sessions:
+        session.set_wire_format("u", _encode)
+        session.subscribe("in")
+    hub.publish(HubMessage("lab/board7/in", b"1"))
+    assert [session.transport.sent for session in sessions[6:9]] == [[], [b"in=1"], []]
+    for session in sessions:
+        session.close()
+    assert len(hub._prepared_keys) == kept

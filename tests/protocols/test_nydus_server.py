@@ -794,6 +794,32 @@ async def test_without_hub_routes_they_are_not_found(host: NydusHost) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_publish_on_a_topic_past_max_topic_length_is_answered_then_closes() -> None:
+    # As every protocol's: [hub] max_topic_length counts a published topic, and a longer one
+    # closes the connection (a nydus path was held to nydus's 1024 characters only).
+    from wireproto.protocols.nydus.client import connect
+    from wireproto.protocols.nydus.server import InvokeError
+
+    running = await NydusHost(Hub(max_topic_length=20), hub_routes=True).start()
+    client = await wait_for(connect(reactor, running.lines))
+    at_hub: list[Any] = []
+    running.hub.subscribe_callback("#", at_hub.append)
+    try:
+        path = "/" + "x" * 20
+        assert await wait_for(client.invoke("/_hub/publish", {"path": path, "data": 1})) == {
+            "delivered": 0, "processes": 1}
+        failure = await failure_of(client.invoke("/_hub/publish", {"path": path + "x",
+                                                                   "data": 2}))
+        assert isinstance(failure, InvokeError) and failure.status == 400
+        assert "topic of 21 characters" in failure.message
+        await eventually(lambda: not running.server.clients)
+        assert [message.payload for message in at_hub] == [b"1"]
+    finally:
+        client.close()
+        await running.stop()
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_subscription_past_the_limit_is_answered_then_closes_the_connection() -> None:
     # docs/security.md's limits table: past max_subscriptions, the connection is closed.
     from wireproto.protocols.nydus.client import connect

@@ -48,7 +48,7 @@ from wireproto.admin.rates import TopicRates
 from wireproto.admin.tap import Tap
 from wireproto.broker import BrokerView
 from wireproto.errors import InvalidTopic
-from wireproto.hub import HubMessage, Session
+from wireproto.hub import HubMessage, MountedSession, Session
 from wireproto.hub.federation import ProcessGroup, Reply
 from wireproto.peerlog import describe_address
 from wireproto.protocols.calls import NO_BODY, Answer, RemoteCaller
@@ -392,6 +392,8 @@ class AdminApi(Resource):
             "sent_bytes": session.sent_bytes,
             "dropped": session.dropped_messages,
             "will": None if session.will is None else session.will.topic,
+            # Where its topics are on the hub (wireproto.hub.mount), or None.
+            "mount": session.mount if isinstance(session, MountedSession) else None,
         }
 
     def _session(self, number: str) -> Session:

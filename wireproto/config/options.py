@@ -146,7 +146,7 @@ def build_config(
     )
     from wireproto.config.model import Config, ConfigError
     from wireproto.config.tables import app_setup
-    from wireproto.config.toml import check_metrics_path, load_config
+    from wireproto.config.toml import check_metrics_path, check_mounts, load_config
     from wireproto.settings import table_readers
 
     reactor = default_reactor(reactor)
@@ -170,6 +170,8 @@ def build_config(
         except Located as problem:
             raise ConfigError(f"{labels[problem.index]}: {problem.message}") from None
         config = config.replace(phyllo=phyllo_links)
+    if phyllo and config_file is not None:  # the file's [[attach]] prefixes meet these links'
+        check_mounts(config, str(config_file))
     hub = config.hub
     if queue_bytes is not None:
         if isinstance(queue_bytes, bool) or queue_bytes <= 0:

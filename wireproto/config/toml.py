@@ -216,6 +216,26 @@ def check_fleet_names(config: Config, where: str) -> None:
         names.append((label, name, True))
 
 
+def check_mounts(config: Config, where: str) -> None:
+    """An [[attach]] link's topics are under its prefix on the hub (a fleet's boards under its
+    prefix, or name): as a Phyllo link's prefix, none may equal or lie under another's, an
+    [[attach]]'s or a [[phyllo]]'s, or two links would share topics."""
+    mounts = [(f"phyllo[{number}]", link.prefix) for number, link in enumerate(config.phyllo, 1)]
+    for number, attach in enumerate(config.attach, 1):
+        label = f"attach[{number}]"
+        prefix = attach.board_prefix("BOARD") if attach.each_board else attach.prefix
+        if not prefix:
+            continue
+        if attach.each_board:
+            prefix = prefix.removesuffix("/BOARD")
+        for other_label, other in mounts:
+            if f"{prefix}/".startswith(f"{other}/") or f"{other}/".startswith(f"{prefix}/"):
+                raise ConfigError(f"{where}: {label}.prefix: its topics would be under "
+                                  f"{prefix!r}, which overlaps {other_label}'s {other!r}; "
+                                  "give it another prefix")
+        mounts.append((label, prefix))
+
+
 def _read_rule(where: str, label: str, entry: Any, reactor: Any) -> AccessRule:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: {label}: expected a table ([[acl]]), got {shown(entry)}")
@@ -323,6 +343,7 @@ def config_from_toml(text: str, *, source: str = "<toml>", reactor: Any = None) 
         raise ConfigError(*problems)
     config = Config().replace(**sections)
     check_fleet_names(config, source)
+    check_mounts(config, source)
     check_auth(config, source)
     check_something_to_do(config, source)
     return config

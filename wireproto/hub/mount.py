@@ -108,6 +108,11 @@ class MountedSession(Session):
     def set_will(self, topic: str, payload: bytes) -> None:
         super().set_will(self._below + topic, payload)
 
+    def new_frame_key(self, wire_format: Hashable) -> object:
+        # Its own, not the hub's: one kept by the hub for each prefix would grow with every
+        # board ever mounted (a fleet's boards come and go, each at a prefix of its own).
+        return object()
+
     def set_wire_format(self, wire_format: Hashable, encode: Encoder) -> None:
         super().set_wire_format(("mount", self.mount, wire_format),
                                 mounted_encoder(self.mount, encode))

@@ -128,7 +128,7 @@ class Session:
         # The largest message the transport takes: frames are prepared per limit too, and
         # one over it is not sent.
         self.max_frame: int | None = getattr(transport, "maxMessageSize", None)
-        self.frame_key = hub.prepared_key(wire_format, (transport.prepareKey, self.max_frame))
+        self.frame_key = self.new_frame_key(wire_format)
         self.write_frame = transport.sendPrepared
         self.topics: set[str] = set()
         self.patterns: set[str] = set()
@@ -384,7 +384,8 @@ class Session:
         if is_reserved(topic):
             self._deny(Action.PUBLISH, topic)
 
-    def _check_topic_length(self, topic: str) -> None:
+    def check_topic_length(self, topic: str) -> None:
+        """LimitExceeded for a hub topic longer than [hub] max_topic_length."""
         problem = self._topic_length_problem(topic)
         if problem is not None:
             raise LimitExceeded(problem)
@@ -454,11 +455,11 @@ class Session:
         decided = self.publish_decisions
         if decided is not None:
             if not decided.get(topic):  # a topic remembered as allowed was checked before
-                self._check_topic_length(topic)
+                self.check_topic_length(topic)
                 Session.check(self, Action.PUBLISH, topic)
         else:
             if len(topic) > self.hub.max_topic_length:
-                self._check_topic_length(topic)
+                self.check_topic_length(topic)
             if topic[:1] == "$":
                 self.refuse_reserved(topic)
         if encodings is not None:
@@ -472,8 +473,12 @@ class Session:
         of its latest subscribe)."""
         self.wire_format = wire_format
         self._encode = encode
-        self.frame_key = self.hub.prepared_key(wire_format,
-                                               (self.transport.prepareKey, self.max_frame))
+        self.frame_key = self.new_frame_key(wire_format)
+
+    def new_frame_key(self, wire_format: Hashable) -> object:
+        """The fan-out cache key of this session's frames in `wire_format`: the hub's, shared by
+        every session whose transports prepare frames alike."""
+        return self.hub.prepared_key(wire_format, (self.transport.prepareKey, self.max_frame))
 
     def send(self, data: bytes, binary: bool) -> None:
         """Send one message of this connection's own (an announcement, not a publish) through
@@ -486,7 +491,7 @@ class Session:
         return RemoteCaller(self.protocol, self.peer, self.id, self.client, self.principal, "")
 
     def set_will(self, topic: str, payload: bytes) -> None:
-        self._check_topic_length(topic)
+        self.check_topic_length(topic)
         refuse_pattern(topic)  # published by the hub at the close, which would refuse it then
         Session.check(self, Action.PUBLISH, topic)
         self.will = HubMessage(topic, payload, will=True, protocol=self.protocol)
@@ -554,6 +559,7 @@ class Session:
                 prepared = self._prepare(message, cache)
             if prepared is None:
                 if key in cache:  # None there: larger than this transport takes
+                    self.too_large += 1
                     log_too_large(self, message.topic, len(cache[self.wire_format][0]))
                 return
         self._send_prepared(prepared)

@@ -186,7 +186,7 @@ class Links(MultiService):
         endpoint = _LoggingClientEndpoint(
             self._replay(link) or self._endpoint(link.endpoint, presence_name), link)
         factory = stream_client_factory(
-            self.connections.factory(link.protocol, link=presence_name or link.name,
+            self.connections.factory(link.protocol, link=presence_name or link.link_name,
                                      mount=link.prefix or None),
             stream_options(self.config, link.framing),
             identify=None if self.auth is None else self.auth.identify_stream(

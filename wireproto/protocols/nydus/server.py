@@ -602,24 +602,24 @@ class NydusServer:
         """Publish `data` on `path` to every subscriber of its hub topic, on every protocol
         (but `sender`, a client publishing through the server). Returns how many got it.
         Raises InvalidField for data that is not JSON (bytes go into the hub as they are),
-        ValueError or InvalidTopic for a path without a topic, Forbidden if `sender` may
-        not publish there, and TypeError for a sender on another process (it can publish
-        itself, with /_hub/publish)."""
+        ValueError or InvalidTopic for a path without a topic, Forbidden if `sender` may not
+        publish there, LimitExceeded past [hub] max_topic_length, TypeError for a sender on
+        another process (it can publish itself, with /_hub/publish)."""
         if isinstance(sender, RemoteCaller):
             raise TypeError(f"{sender!r} is connected to another broker process")
         topic, head = topic_of_path(path), publish_head(path)
         session = sender.session if sender is not None else None
+        hub_topic = topic if session is None else session.hub_topic(topic)
         if session is not None:
             session.received += 1  # as Session.publish counts another protocol's
+            session.check_topic_length(hub_topic)
             session.check(Action.PUBLISH, topic)
-        hub_topic = topic if session is None else session.hub_topic(topic)
         payload = b"" if data is NO_DATA else payload_from_value(data)
-        cache = {}
-        # The frame as it goes out names the path: only for subscribers that name it alike.
+        cache = {}  # the frame as it goes out names the path: for subscribers naming it alike
         if hub_topic == topic and not isinstance(data, (bytes, bytearray, memoryview)):
             cache[WIRE_FORMAT] = (head + payload, False)
-        message = HubMessage(hub_topic, payload, sender=session, protocol="nydus")
-        return self.hub.publish(message, cache)
+        return self.hub.publish(HubMessage(hub_topic, payload, sender=session, protocol="nydus"),
+                                cache)
 
     # -- connections -----------------------------------------------------------------------------
 

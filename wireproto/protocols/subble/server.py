@@ -66,7 +66,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from twisted.internet import task
@@ -355,10 +355,11 @@ class SubbleHost:
         payload = hub_payload(request.payload, request.format)
         self.on_event(client, request.event_type, request.payload, request.format)
         # The request's client ID is the connection's own (SubbleHostProtocol._produce).
-        data = encode(Event(
+        event = Event(
             MessageCode.SERVER_EVENT, request.format, self._now_ms(), request.event_type,
             str(uuid.uuid4()), request.client_id, request.payload,
-        ))
+        )
+        data = encode(event)
         # The producer's copy differs only in its code (the first byte) and the request data.
         own = CLIENT_EVENT_CODE + data[1:] + request.request_data
         limit = client.transport.maxMessageSize
@@ -366,7 +367,12 @@ class SubbleHost:
             raise LimitExceeded(
                 f"the event would be {len(own)} bytes, over this connection's limit of {limit}"
             )
-        session.publish(request.event_type, payload, encodings={WIRE_FORMAT: (data, True)})
+        topic = session.hub_topic(request.event_type)
+        if topic != request.event_type:
+            # A mounted connection (wireproto.hub.mount): the same event for everyone else,
+            # under the hub's name for its type; Session.publish, as the encoding names it.
+            data = encode(replace(event, event_type=topic))
+        Session.publish(session, topic, payload, encodings={WIRE_FORMAT: (data, True)})
         client._send(own)
 
     def _encode_hub_message(self, message: HubMessage) -> tuple[bytes, bool] | None:
