@@ -384,15 +384,10 @@ class SubbleHost:
             format, data = SerializationFormat.JSON, payload
         except ProtocolError:
             format, data = SerializationFormat.MSGPACK, msgpack_dumps(payload)
-        # A SubbleSocket client's event made afresh (it was produced on a mounted connection,
-        # whose own encoding names its own event type) keeps the client's ID as its source.
-        sender = message.sender
-        client = sender.client if isinstance(sender, Session) and sender.protocol == "subble" \
-            else None
         try:
             return encode(Event(
                 MessageCode.SERVER_EVENT, format, self._now_ms(), message.topic,
-                str(uuid.uuid4()), client or message.protocol or "host", data,
+                str(uuid.uuid4()), message.protocol or "host", data,
             )), True
         except ProtocolError:
             return None
