@@ -148,7 +148,8 @@ class WireprotoService(OrderedParts):
         # Engine.IO requests passed to the worker that holds their session, and taken from the
         # others, by outcome; None when it is no worker of a supervisor.
         self.engineio_handovers: Counter[str] | None = None if siblings is None else Counter()
-        self.links = Links(config, hub, reactor, self.connections, self.auth, ports)
+        self.links = Links(config, hub, reactor, self.connections, self.auth, ports,
+                           None if self.cluster is None else self.cluster.when_ready)
         # Read at once: the registry asks its collectors what they show.
         self.metrics = ServiceMetrics(self, supervisor) if config.metrics.enabled else None
         self.connections.metrics = self.metrics

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twisted.application.service import MultiService
+from twisted.application.service import MultiService, Service
 from twisted.internet import defer
 from twisted.internet.interfaces import (
+    IDelayedCall,
     IProtocol,
     IProtocolFactory,
     IReactorTime,
@@ -40,7 +41,10 @@ from wireproto.transports.connect import client_endpoint, is_websocket_address, 
 from wireproto.transports.reconnect import ReconnectingService
 from wireproto.transports.stream import stream_client_factory
 
-__all__ = ["Links"]
+__all__ = ["Links", "CLUSTER_WAIT"]
+
+# How long the links to devices wait for the cluster before they open anyway (seconds).
+CLUSTER_WAIT = 10.0
 
 log = Logger(namespace="wireproto.service")
 
@@ -108,7 +112,8 @@ class Links(MultiService):
 
     def __init__(self, config: Config, hub: Hub, reactor: IReactorTime,
                  connections: Connections, auth: Authentication | None,
-                 ports: PortWatcher | None = None) -> None:
+                 ports: PortWatcher | None = None,
+                 cluster_ready: Callable[[], defer.Deferred[object]] | None = None) -> None:
         super().__init__()
         self.setName("links")
         self.config = config
@@ -122,6 +127,36 @@ class Links(MultiService):
         # Each serial link's presence, $devices/LINK (wireproto.service.presence).
         self.presence = Presence(hub, reactor, lambda: self.listing) if presence_wanted(
             config) else None
+        # With a cluster, the links open once it is reachable, or after `cluster_wait` s: what
+        # a device says as its port opens would otherwise reach this process's subscribers
+        # alone (a worker started again opens its links before it has reached NATS).
+        self.cluster_ready = cluster_ready
+        self.cluster_wait = CLUSTER_WAIT
+        self.opened = False
+        self._waiting: IDelayedCall | None = None
+
+    def startService(self) -> None:
+        if self.cluster_ready is None:
+            self.opened = True
+            super().startService()
+            return
+        Service.startService(self)  # its links wait: `_open` starts them
+        self._waiting = self.reactor.callLater(self.cluster_wait, self._open, False)
+        self.cluster_ready().addCallback(lambda _: self._open(True))
+
+    def _open(self, reachable: bool) -> None:
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None and waiting.active():
+            waiting.cancel()
+        if self.opened or not self.running:
+            return
+        self.opened = True
+        if not reachable:
+            log.warn("the cluster is not reachable after {wait:g} s; opening the links to "
+                     "devices now: until it is, what they publish reaches this process alone",
+                     event="links_opened_without_cluster", wait=self.cluster_wait)
+        for service in self:
+            service.startService()
 
     @property
     def listing(self) -> PortListing:
@@ -141,7 +176,14 @@ class Links(MultiService):
         return self.ports
 
     def stopService(self) -> defer.Deferred[None]:
-        stopped = defer.maybeDeferred(super().stopService)
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None and waiting.active():
+            waiting.cancel()
+        opened, self.opened = self.opened, False
+        if opened:
+            stopped = defer.maybeDeferred(super().stopService)
+        else:  # its links never started
+            stopped = defer.maybeDeferred(Service.stopService, self)
 
         def stop_watching(result: object) -> object:
             if self.ports is not None and self.ports.running:
