@@ -565,6 +565,19 @@ def test_an_attach_prefix_that_cannot_hold_topics_is_refused(prefix: str, proble
         config_from_toml(_attach_toml(f'prefix = "{prefix}"\n'), reactor=reactor)
 
 
+def test_a_prefix_that_leaves_no_room_under_max_topic_length_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"attach\[1\]\.prefix: .*leaves no room"):
+        config_from_toml(_attach_toml(f'prefix = "{"p" * 20}"\n[hub]\nmax_topic_length = 21\n'),
+                         reactor=reactor)
+    config_from_toml(_attach_toml(f'prefix = "{"p" * 19}"\n[hub]\nmax_topic_length = 21\n'),
+                     reactor=reactor)
+    fleet = ('name = "m"\nendpoint = "serial:vid=0403"\neach_board = true\n'
+             '[hub]\nmax_topic_length = 4\n')
+    with pytest.raises(ConfigError, match="leaves no room"):
+        config_from_toml(_attach_toml(fleet).replace('endpoint = "tcp:127.0.0.1:9"\n', ""),
+                         reactor=reactor)
+
+
 def test_a_fleet_board_is_mounted_under_the_table_name_or_prefix() -> None:
     fleet = Attach("websmq", "serial:vid=0403:pid=6001", "cobs", name="meters", each_board=True)
     assert fleet.board_prefix("M1") == "meters/M1"

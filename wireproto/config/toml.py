@@ -228,6 +228,12 @@ def check_mounts(config: Config, where: str) -> None:
             continue
         if attach.each_board:
             prefix = prefix.removesuffix("/BOARD")
+        # The shortest hub topic under it: PREFIX/t, or PREFIX/BOARD/t with a one-letter BOARD.
+        shortest = len(prefix) + (4 if attach.each_board else 2)
+        if shortest > config.hub.max_topic_length:
+            raise ConfigError(f"{where}: {label}.prefix: {prefix[:40]!r}... leaves no room for "
+                              f"a topic under [hub] max_topic_length "
+                              f"({config.hub.max_topic_length}): shorten it")
         for other_label, other in mounts:
             if f"{prefix}/".startswith(f"{other}/") or f"{other}/".startswith(f"{prefix}/"):
                 raise ConfigError(f"{where}: {label}.prefix: its topics would be under "
