@@ -479,6 +479,27 @@ async def test_a_mounted_subble_devices_event_is_one_event_for_every_subble_clie
         ("lab/dev1/out", echo.guid, echo.datetime, echo.format, echo.raw_payload, "board")
         for echo in echoes]
     await wait_for(listener.close())
+    old_end = relay.ends["broker"]
+    await wait_for(device.close())
+    # The broker's link opened again (the relay closed it with the device).
+    await eventually(lambda: relay.ends["broker"] not in (None, old_end))
+    # The other way: the board gets an unmounted client's event as every client does, under
+    # its own name for the type.
+    at_device: list = []
+    device = await wait_for(subble_connect(
+        reactor, relay.address("device"), client_id="board", subscribe=["in"],
+        on_event=at_device.append, framing="length32"))
+    await eventually(lambda: subscribed(service, "lab/dev1/in"))
+    producer = await wait_for(subble_connect(reactor, subble_address, client_id="prod",
+                                             produce=["lab/dev1/in"]))
+    echoes = [await wait_for(producer.produce("lab/dev1/in", {"on": 1})),
+              await wait_for(producer.produce("lab/dev1/in", b"\x01raw", format=60))]
+    await eventually(lambda: len(at_device) == 2)
+    assert [(event.type, event.guid, event.datetime, event.format, event.raw_payload,
+             event.source) for event in at_device] == [
+        ("in", echo.guid, echo.datetime, echo.format, echo.raw_payload, "prod")
+        for echo in echoes]
+    await wait_for(producer.close())
     await wait_for(device.close())
 
 

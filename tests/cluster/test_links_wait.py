@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import protocol, reactor
+from twisted.application.service import Service
+from twisted.internet import defer, protocol, reactor
 
 from tests.brokers import LOCAL, Broker
 from tests.cluster.conftest import _need_nats_server
@@ -27,6 +28,15 @@ class _Device(protocol.Protocol):
     def connectionMade(self) -> None:
         # Whether this broker had reached NATS when it opened the link.
         self.factory.opened.append(self.factory.reached())
+
+
+class _Broken(Service):
+    """A link that cannot start."""
+
+    name = "broken"
+
+    def startService(self) -> None:
+        raise OSError("no such device")
 
 
 class Device:
@@ -57,13 +67,17 @@ def late_nats(tmp_path) -> Iterator[NatsServer]:
         server.stop()
 
 
-async def broker_with_link(broker: Broker, device: Device, url: str, wait: float | None = None
-                           ) -> Any:
+async def broker_with_link(broker: Broker, device: Device, url: str, wait: float | None = None,
+                           ready: defer.Deferred | None = None, broken: bool = False) -> Any:
     config = Config(listeners=(parse_listen(f"websmq+ws@tcp:0:{LOCAL}"),),
                     attach=(device.link(),), cluster=ClusterSettings(url=url))
     service = make_service(config, reactor, retry_policy=lambda attempt: 0.05)
     if wait is not None:
         service.links.cluster_wait = wait
+    if ready is not None:  # the cluster is reached when the test says
+        service.links.cluster_ready = lambda: ready
+    if broken:
+        _Broken().setServiceParent(service.links)
     device.factory.reached = lambda: service.cluster.client.connected
     broker.services.append(service)
     service.startService()
@@ -115,5 +129,45 @@ async def test_a_broker_stopped_while_its_links_wait_leaves_nothing_behind(
         assert service.links._waiting is None and not service.links.opened
         await sleep(2.5)  # past the wait: nothing opens a link of a stopped broker
         assert device.opened == []
+    finally:
+        await wait_for(device.port.stopListening())
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_link_that_cannot_start_is_said_and_the_others_open(broker: Broker) -> None:
+    device = Device()
+    ready: defer.Deferred = defer.Deferred()
+    try:
+        with logged() as events:
+            service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
+                                             ready=ready, broken=True)
+            assert device.opened == []
+            ready.callback(None)
+            await eventually(lambda: device.opened, timeout=10)
+        (said,) = named(events, "links_open_failed")
+        assert said["link"] == "broken" and service.links.opened
+    finally:
+        await wait_for(device.port.stopListening())
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_cluster_reached_after_a_stop_opens_nothing(broker: Broker) -> None:
+    device = Device()
+    ready: defer.Deferred = defer.Deferred()
+    try:
+        service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
+                                         ready=ready)
+        late = Device()
+        try:
+            # A link added while the others wait starts at once, and stops with them.
+            service.add_attach(late.link(), lambda attempt: 0.05)
+            await eventually(lambda: late.opened, timeout=10)
+            await wait_for(service.stopService(), timeout=10)
+            assert not any(child.running for child in service.links)
+            ready.callback(None)
+            await sleep(0.3)
+            assert device.opened == [] and not service.links.opened
+        finally:
+            await wait_for(late.port.stopListening())
     finally:
         await wait_for(device.port.stopListening())

@@ -70,7 +70,7 @@ from wireproto.hub.message import (
     SessionStats,
     new_message,
 )
-from wireproto.hub.mount import MountedSession
+from wireproto.hub.mount import MountedSession, Retopic
 from wireproto.hub.peers import log_protocol_error, publish_allowed, transport_name
 from wireproto.hub.retained import LastValues
 from wireproto.hub.session import Session
@@ -288,16 +288,18 @@ class Hub:
         encode: Encoder,
         client: str | None = None,
         mount: str | None = None,
+        retopic: Retopic | None = None,
     ) -> Session:
         """Give a new connection its session. `wire_format` names what `encode` produces, so
         sessions that share it share one encoding per published message. `client` is the
         protocol's own name for the peer (a nydus id, a SubbleSocket client ID), for the log.
-        With `mount`, the connection's topics are the hub's under it (`MountedSession`)."""
+        With `mount`, the connection's topics are the hub's under it (`MountedSession`), and
+        `retopic` says a message encoded for the others under the connection's own topic."""
         session = Session(
             self, transport, protocol=protocol, wire_format=wire_format, encode=encode
         ) if mount is None else MountedSession(
             self, transport, protocol=protocol, wire_format=wire_format, encode=encode,
-            mount=mount)
+            mount=mount, retopic=retopic)
         session.client = client
         session.identify(session.principal)
         self.sessions[session] = None

@@ -11,7 +11,7 @@ rules, limits, last values and wills all see the hub's topics.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from wireproto.access import Action
 from wireproto.hub.message import Encoder, HubMessage, new_message
@@ -19,7 +19,14 @@ from wireproto.hub.session import Session, SessionHub
 from wireproto.topics import mount_error
 from wireproto.transports.base import IMessageTransport
 
-__all__ = ["MountedSession", "mounted_encoder"]
+__all__ = ["MountedSession", "mounted_encoder", "Retopic"]
+
+# What is mounted: topics. A call's or a served route's name is not one.
+_TOPICAL = frozenset({Action.PUBLISH, Action.SUBSCRIBE})
+
+# retopic(encoded, own_topic): a message already encoded in a protocol's own format (for the
+# connections that are not mounted), said again under `own_topic`; None if it cannot be.
+Retopic = Callable[[tuple[bytes, bool], str], "tuple[bytes, bool] | None"]
 
 
 def mounted_encoder(prefix: str, encode: Encoder) -> Encoder:
@@ -41,15 +48,20 @@ def mounted_encoder(prefix: str, encode: Encoder) -> Encoder:
 class MountedSession(Session):
     """A session whose protocol's topics are the hub's under `mount`."""
 
-    __slots__ = ("mount", "_below")
+    __slots__ = ("mount", "_below", "_retopic", "_own_format")
 
     def __init__(self, hub: SessionHub, transport: IMessageTransport, *, protocol: str,
-                 wire_format: Hashable, encode: Encoder, mount: str) -> None:
+                 wire_format: Hashable, encode: Encoder, mount: str,
+                 retopic: Retopic | None = None) -> None:
         problem = mount_error(mount)
         if problem is not None:
             raise ValueError(f"cannot mount a connection at {mount!r}: {problem}")
         self.mount = mount
         self._below = mount + "/"
+        # With `retopic`, a message its protocol's other connections got already encoded is
+        # said again under its own topic (a SubbleSocket event keeps its GUID and format).
+        self._retopic = retopic
+        self._own_format = wire_format
         # Its own format: an encoding made for it names its own topics, no other session's.
         super().__init__(hub, transport, protocol=protocol, wire_format=("mount", mount,
                          wire_format), encode=mounted_encoder(mount, encode))
@@ -89,16 +101,13 @@ class MountedSession(Session):
         return super().room_for([self._below + topic for topic in topics])
 
     def may(self, action: Action, topic: str) -> bool:
-        return super().may(action, topic if action is Action.CALL else self._below + topic)
+        return super().may(action, self._below + topic if action in _TOPICAL else topic)
 
     def may_publish(self, topic: str) -> bool:
         return super().may_publish(self._below + topic)
 
     def check(self, action: Action, topic: str) -> None:
-        if action is Action.CALL:  # a call's name is not a topic: not mounted
-            super().check(action, topic)
-        else:
-            super().check(action, self._below + topic)
+        super().check(action, self._below + topic if action in _TOPICAL else topic)
 
     def publish(self, topic: str, payload: bytes, encoded: tuple[bytes, bool] | None = None, *,
                 encodings: dict[Hashable, tuple[bytes, bool]] | None = None) -> int:
@@ -114,5 +123,15 @@ class MountedSession(Session):
         return object()
 
     def set_wire_format(self, wire_format: Hashable, encode: Encoder) -> None:
+        self._own_format = wire_format
         super().set_wire_format(("mount", self.mount, wire_format),
                                 mounted_encoder(self.mount, encode))
+
+    def _prepare(self, message: HubMessage, cache: dict) -> tuple[object, int] | None:
+        retopic = self._retopic
+        if retopic is not None and self.wire_format not in cache:
+            encoded = cache.get(self._own_format)
+            own = self.own_topic(message.topic)
+            if encoded is not None and own is not None:
+                cache[self.wire_format] = retopic(encoded, own)
+        return super()._prepare(message, cache)

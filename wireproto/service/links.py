@@ -37,6 +37,7 @@ from wireproto.service.connections import Connections
 from wireproto.service.listeners import stream_options
 from wireproto.service.parts import StartFailed
 from wireproto.service.presence import Presence, PresenceEndpoint, presence_wanted
+from wireproto.topics import mount_error
 from wireproto.transports.connect import client_endpoint, is_websocket_address, websocket_client
 from wireproto.transports.reconnect import ReconnectingService
 from wireproto.transports.stream import stream_client_factory
@@ -142,7 +143,10 @@ class Links(MultiService):
             return
         Service.startService(self)  # its links wait: `_open` starts them
         self._waiting = self.reactor.callLater(self.cluster_wait, self._open, False)
-        self.cluster_ready().addCallback(lambda _: self._open(True))
+        ready = self.cluster_ready()
+        ready.addCallback(lambda _: self._open(True))
+        ready.addErrback(lambda failure: log.failure(
+            "opening the links to devices failed", failure, event="links_open_failed"))
 
     def _open(self, reachable: bool) -> None:
         waiting, self._waiting = self._waiting, None
@@ -156,7 +160,12 @@ class Links(MultiService):
                      "devices now: until it is, what they publish reaches this process alone",
                      event="links_opened_without_cluster", wait=self.cluster_wait)
         for service in self:
-            service.startService()
+            if service.running:  # added while the links waited: started then
+                continue
+            try:
+                service.startService()
+            except Exception:  # the others open all the same
+                log.failure("cannot open {link}", event="links_open_failed", link=service.name)
 
     @property
     def listing(self) -> PortListing:
@@ -182,8 +191,10 @@ class Links(MultiService):
         opened, self.opened = self.opened, False
         if opened:
             stopped = defer.maybeDeferred(super().stopService)
-        else:  # its links never started
-            stopped = defer.maybeDeferred(Service.stopService, self)
+        else:  # its links never started, but those added while they waited
+            stopped = defer.DeferredList([defer.maybeDeferred(service.stopService)
+                                          for service in self if service.running])
+            Service.stopService(self)
 
         def stop_watching(result: object) -> object:
             if self.ports is not None and self.ports.running:
@@ -225,6 +236,9 @@ class Links(MultiService):
                        presence_name: str | None = None) -> ReconnectingService:
         """The service that keeps `link` open (its presence published as `presence_name`'s,
         if given), for its parent to start."""
+        problem = mount_error(link.prefix) if link.prefix else None
+        if problem is not None:  # an Attach made in code, not read from a config
+            raise StartFailed(link.describe(), f"prefix {link.prefix!r}: {problem}")
         endpoint = _LoggingClientEndpoint(
             self._replay(link) or self._endpoint(link.endpoint, presence_name), link)
         factory = stream_client_factory(

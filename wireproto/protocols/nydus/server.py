@@ -586,8 +586,8 @@ class NydusServer:
         return client.session.unsubscribe(topic)
 
     def unsubscribe_all(self, path: str) -> bool:
-        """Unsubscribe every client of this server from `path`; False if none was subscribed.
-        Subscribers on other protocols keep their subscriptions."""
+        """Unsubscribe every client of this server from `path` (the hub's, unlike a client's
+        own); False if none was subscribed. Other protocols' subscribers keep theirs."""
         topic = topic_of_path(path)
         found = False
         for session in [s for s in self.hub.subscribers(topic) if s in self._sessions]:
@@ -599,8 +599,8 @@ class NydusServer:
 
     def publish(self, path: str, data: Any = NO_DATA, *,
                 sender: NydusServerProtocol | RemoteCaller | None = None) -> int:
-        """Publish `data` on `path` to every subscriber of its hub topic, on every protocol
-        (but `sender`, a client publishing through the server). Returns how many got it.
+        """Publish `data` on `path` (`sender`'s own, under its mount if it has one) to every
+        subscriber of its hub topic, on every protocol, but `sender`. Returns how many got it.
         Raises InvalidField for data that is not JSON (bytes go into the hub as they are),
         ValueError or InvalidTopic for a path without a topic, Forbidden if `sender` may not
         publish there, LimitExceeded past [hub] max_topic_length, TypeError for a sender on

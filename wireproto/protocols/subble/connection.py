@@ -121,6 +121,9 @@ class ConnectionHost(Protocol):
 
     def _encode_hub_message(self, message: HubMessage) -> tuple[bytes, bool] | None: ...
 
+    def _event_under(self, encoded: tuple[bytes, bool], event_type: str
+                     ) -> tuple[bytes, bool] | None: ...
+
 
 class SubbleHostProtocol(MessageProtocol):
     """The host's side of one SubbleSocket connection; the `client` that hooks get.
@@ -232,6 +235,7 @@ class SubbleHostProtocol(MessageProtocol):
         session = host.hub.attach(
             self.transport, protocol="subble", wire_format=WIRE_FORMAT,
             encode=host._encode_hub_message, client=client_id, mount=self.mount,
+            retopic=host._event_under,
         )
         older = host.clients.get(client_id)
         refusal = self._access_refusal(session, subscribe, older)

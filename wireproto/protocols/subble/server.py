@@ -85,6 +85,7 @@ from wireproto.codecs.subble import (
     encode,
     pack_payload,
 )
+from wireproto.codecs.subble import decode as subble_decode
 from wireproto.errors import (
     InvalidField,
     InvalidTopic,
@@ -374,6 +375,18 @@ class SubbleHost:
             data = encode(replace(event, event_type=topic))
         Session.publish(session, topic, payload, encodings={WIRE_FORMAT: (data, True)})
         client._send(own)
+
+    @staticmethod
+    def _event_under(encoded: tuple[bytes, bool], event_type: str) -> tuple[bytes, bool] | None:
+        """An event as encoded for other clients, for a mounted connection: the same event
+        (GUID, format, payload) under its own name for the type (wireproto.hub.mount)."""
+        try:
+            event = subble_decode(encoded[0], sender="server")
+            if not isinstance(event, Event):
+                return None
+            return encode(replace(event, event_type=event_type)), True
+        except (ProtocolError, ValueError):
+            return None
 
     def _encode_hub_message(self, message: HubMessage) -> tuple[bytes, bool] | None:
         """A hub message from another protocol as a server event. The hub calls this once per

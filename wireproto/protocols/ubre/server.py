@@ -140,7 +140,7 @@ class UbreServerProtocol(UbrePeer):
         self.server.peers[self] = None
         if self.server.announce_topics and not self.announces_own:
             for topic in self.server.hub.topics():
-                own = self.hears_of_others(topic)
+                own = self.announced_name(topic)
                 if own is not None:
                     self.announce(Subscribe, own)
         self.server._hook("on_connect", self)
@@ -263,7 +263,7 @@ class UbreServerProtocol(UbrePeer):
         except ProtocolError:
             pass  # a hub topic this format cannot name (longer than 65535 bytes)
 
-    def hears_of_others(self, topic: str) -> str | None:
+    def announced_name(self, topic: str) -> str | None:
         """The name under which this client is told when the hub's `topic` gains its first
         subscriber or loses its last one (None: it is not): a topic it may publish on, unless
         it is told of its own topics only, and, for a mounted client, one under its mount."""
@@ -402,7 +402,7 @@ class UbreServer(HandlerRegistry):
         self._hook("on_topic_start", topic)
         if self.announce_topics:
             for peer in tuple(self.peers):
-                own = peer.hears_of_others(topic)
+                own = peer.announced_name(topic)
                 if own is not None:
                     peer.announce(Subscribe, own)
 
@@ -410,7 +410,7 @@ class UbreServer(HandlerRegistry):
         self._hook("on_topic_end", topic)
         if self.announce_topics:
             for peer in tuple(self.peers):
-                own = peer.hears_of_others(topic)
+                own = peer.announced_name(topic)
                 if own is not None:
                     peer.announce(Unsubscribe, own)
 
