@@ -15,7 +15,8 @@ from typing import Generic, TypeVar
 
 from wireproto.errors import InvalidTopic
 
-__all__ = ["validate_pattern", "is_pattern", "refuse_pattern", "mount_error", "pattern_matches",
+__all__ = ["validate_pattern", "is_pattern", "refuse_pattern", "hub_topic_error", "mount_error",
+           "pattern_matches",
            "pattern_covers", "PatternTree", "TopicTree"]
 
 
@@ -45,14 +46,23 @@ def refuse_pattern(topic: str) -> None:
         raise InvalidTopic(f"{topic[:100]!r} is a pattern: publish on a topic, not a pattern")
 
 
-def mount_error(prefix: str) -> str | None:
-    """Why `prefix` cannot be where a connection's topics are mounted (``PREFIX/topic``), or
-    None: it must be a hub topic that is no pattern and not one of the broker's own (``$``)."""
-    if not prefix:
+def hub_topic_error(topic: str) -> str | None:
+    """Why `topic` cannot be one a link publishes on in the hub (a Phyllo device's, a link's
+    prefix), or None: it is empty, or holds ``+``, ``#`` or NUL."""
+    if not topic:
         return "it is empty"
     for char in ("+", "#", "\x00"):
-        if char in prefix:
+        if char in topic:
             return f"it holds {char!r}"
+    return None
+
+
+def mount_error(prefix: str) -> str | None:
+    """Why `prefix` cannot be where a connection's topics are mounted (``PREFIX/topic``), or
+    None: a `hub_topic_error`, or one of the broker's own (``$``), or ending with ``/``."""
+    problem = hub_topic_error(prefix)
+    if problem is not None:
+        return problem
     if prefix.startswith("$"):
         return "topics starting with '$' are the broker's own"
     if prefix.endswith("/"):

@@ -35,11 +35,11 @@ from wireproto.config.model import (
     PhylloLink,
 )
 from wireproto.devices.matching import MATCH_KEYS
-from wireproto.phyllo.bridge import SEND_FORMATS, hub_topic_error
+from wireproto.phyllo.bridge import SEND_FORMATS
 from wireproto.phyllo.presets import PRESETS
 from wireproto.protocols import ProtocolDescriptor, server_protocols
 from wireproto.settings import one_of
-from wireproto.topics import mount_error
+from wireproto.topics import hub_topic_error, mount_error
 from wireproto.transports.connect import split_endpoint
 from wireproto.transports.stream import FRAMINGS
 

@@ -102,9 +102,14 @@ class Attach:
     def link_name(self) -> str:
         return self.name or self.protocol
 
+    @property
+    def fleet_prefix(self) -> str:
+        """What a fleet's boards are mounted under ("": not mounted)."""
+        return self.link_name if self.prefix is None else self.prefix
+
     def board_prefix(self, board: str) -> str | None:
         """Where a fleet's `board` has its topics on the hub (None: as they are)."""
-        base = self.link_name if self.prefix is None else self.prefix
+        base = self.fleet_prefix
         return f"{base}/{board}" if base else None
 
     def describe(self) -> str:

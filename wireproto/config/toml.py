@@ -223,11 +223,9 @@ def check_mounts(config: Config, where: str) -> None:
     mounts = [(f"phyllo[{number}]", link.prefix) for number, link in enumerate(config.phyllo, 1)]
     for number, attach in enumerate(config.attach, 1):
         label = f"attach[{number}]"
-        prefix = attach.board_prefix("BOARD") if attach.each_board else attach.prefix
+        prefix = attach.fleet_prefix if attach.each_board else attach.prefix
         if not prefix:
             continue
-        if attach.each_board:
-            prefix = prefix.removesuffix("/BOARD")
         # The shortest hub topic under it: PREFIX/t, or PREFIX/BOARD/t with a one-letter BOARD.
         shortest = len(prefix) + (4 if attach.each_board else 2)
         if shortest > config.hub.max_topic_length:

@@ -29,18 +29,25 @@ _TOPICAL = frozenset({Action.PUBLISH, Action.SUBSCRIBE})
 Retopic = Callable[[tuple[bytes, bool], str], "tuple[bytes, bool] | None"]
 
 
+def topic_below(below: str, hub_topic: str) -> str | None:
+    """`hub_topic` without `below` (a prefix and its ``/``), or None if it is not under it (the
+    prefix itself included)."""
+    if len(hub_topic) <= len(below) or not hub_topic.startswith(below):
+        return None
+    return hub_topic[len(below):]
+
+
 def mounted_encoder(prefix: str, encode: Encoder) -> Encoder:
     """`encode` for a connection mounted at `prefix`: each message under its own topic, and
     None (not sent) for one outside the mount."""
-    start = len(prefix) + 1
     below = prefix + "/"
 
     def encode_mounted(message: HubMessage) -> tuple[bytes, bool] | None:
-        topic = message.topic
-        if len(topic) <= start or not topic.startswith(below):
+        topic = topic_below(below, message.topic)
+        if topic is None:
             return None
-        return encode(new_message(topic[start:], message.payload, message.will,
-                                  message.sender, message.protocol))
+        return encode(new_message(topic, message.payload, message.will, message.sender,
+                                  message.protocol))
 
     return encode_mounted
 
@@ -73,10 +80,7 @@ class MountedSession(Session):
         return self._below + topic
 
     def own_topic(self, hub_topic: str) -> str | None:
-        below = self._below
-        if len(hub_topic) <= len(below) or not hub_topic.startswith(below):
-            return None
-        return hub_topic[len(below):]
+        return topic_below(self._below, hub_topic)
 
     def subscribed(self, topic: str) -> bool:
         return self._below + topic in self.topics

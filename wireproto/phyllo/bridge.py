@@ -70,6 +70,7 @@ from wireproto.codecs.serialization import json_utf8
 from wireproto.errors import ProtocolError
 from wireproto.hub import DEFAULT_QUEUE_BYTES, Hub, HubMessage
 from wireproto.payloads import value_from_payload
+from wireproto.topics import hub_topic_error
 from wireproto.transports.base import IMessageTransport, MessageProtocol
 
 from .base import LayerBase
@@ -95,16 +96,6 @@ log = Logger(namespace="wireproto.phyllo")
 
 SEND_FORMATS = ("msgpack", "json", "bytes")
 PROTOCOL_NAME = "phyllo"
-
-
-def hub_topic_error(topic: str) -> str | None:
-    """Why `topic` cannot be a hub topic that a Phyllo link publishes on, or None."""
-    if not topic:
-        return "it is empty"
-    for char in ("+", "#", "\x00"):
-        if char in topic:
-            return f"it holds {char!r}"
-    return None
 
 
 @dataclass

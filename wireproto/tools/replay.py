@@ -203,8 +203,7 @@ class CapturedPublishes:
         if protocol is None:
             return
         from wireproto.codecs.serialization import json_parse
-        from wireproto.phyllo.bridge import hub_topic_error
-        from wireproto.topics import mount_error
+        from wireproto.topics import hub_topic_error, mount_error
 
         try:
             info = json_parse(data) if data else {}
