@@ -122,6 +122,15 @@ async def mounted_broker(broker: Broker, relay: Relay, protocol_name: str, frami
     return service, [entry.address for entry in bound]
 
 
+async def websmq_device(broker: Broker, relay: Relay, wildcards: bool = False) -> Any:
+    """A WEBSMQ device on the relay's far end (the broker's attached link), closed with the
+    test's broker."""
+    device = await wait_for(websmq_connect(reactor, relay.address("device"), framing="length32",
+                                           wildcards=wildcards))
+    broker.clients.append(device)
+    return device
+
+
 def subscribed(service: Any, topic: str) -> bool:
     return any(True for _ in service.hub.subscribers(topic))
 
@@ -134,9 +143,7 @@ async def test_a_mounted_websmq_device_has_its_topics_under_the_prefix(broker: B
                                                                       relay: Relay) -> None:
     service, (address, *_) = await mounted_broker(broker, relay, "websmq", "length32",
                                             websmq=WebsmqSettings(wildcards=True))
-    device = await wait_for(websmq_connect(reactor, relay.address("device"),
-                                           framing="length32", wildcards=True))
-    broker.clients.append(device)
+    device = await websmq_device(broker, relay, wildcards=True)
     browser = await broker.client(address, wildcards=True)
     at_device: list = []
     device.subscribe("in", at_device.append)
@@ -171,9 +178,7 @@ async def test_a_mounted_device_never_hears_of_topics_outside_its_mount(broker: 
                                                                        relay: Relay) -> None:
     service, (address, *_) = await mounted_broker(broker, relay, "websmq", "length32",
                                             websmq=WebsmqSettings(wildcards=True))
-    device = await wait_for(websmq_connect(reactor, relay.address("device"),
-                                           framing="length32", wildcards=True))
-    broker.clients.append(device)
+    device = await websmq_device(broker, relay, wildcards=True)
     at_device: list = []
     device.subscribe("#", at_device.append)
     await eventually(lambda: "lab/dev1/#" in service.hub.patterns())
@@ -195,9 +200,7 @@ async def test_a_mounted_device_gets_last_values_under_its_own_names(broker: Bro
     browser = await broker.client(address)
     browser.publish("lab/dev1/config", b'{"rate":5}')
     await eventually(lambda: service.hub.retained.get("lab/dev1/config") is not None)
-    device = await wait_for(websmq_connect(reactor, relay.address("device"),
-                                           framing="length32"))
-    broker.clients.append(device)
+    device = await websmq_device(broker, relay)
     at_device: list = []
     device.subscribe("config", at_device.append)
     await eventually(lambda: at_device)
@@ -228,9 +231,7 @@ subscribe = ["#"]
 """
     service, bound = await broker.start_config(config_from_toml(toml, reactor=reactor),
                                                retry_policy=lambda attempt: 0.05)
-    device = await wait_for(websmq_connect(reactor, relay.address("device"),
-                                           framing="length32"))
-    broker.clients.append(device)
+    device = await websmq_device(broker, relay)
     browser = await broker.client(bound[0].address)
     at_browser: list = []
     browser.subscribe("lab/dev1/out", at_browser.append)
@@ -299,9 +300,7 @@ async def test_a_mounted_links_capture_opens_with_its_link_name_and_prefix(
     service, (address, *_) = await mounted_broker(
         broker, relay, "websmq", "length32", name=None,
         capture=CaptureSettings(directory=str(directory), flush_interval=0.05))
-    device = await wait_for(websmq_connect(reactor, relay.address("device"),
-                                           framing="length32"))
-    broker.clients.append(device)
+    await websmq_device(broker, relay)
     await wait_for(broker.client(address))
 
     def opened() -> list[dict]:
@@ -321,9 +320,7 @@ async def test_the_admin_api_says_where_a_session_is_mounted(broker: Broker,
     from tests.admin.http import base_of, http
 
     service, (address, *_) = await mounted_broker(broker, relay, "websmq", "length32")
-    device = await wait_for(websmq_connect(reactor, relay.address("device"),
-                                           framing="length32"))
-    broker.clients.append(device)
+    device = await websmq_device(broker, relay)
     device.subscribe("in", lambda message: None)
     await eventually(lambda: subscribed(service, "lab/dev1/in"))
     await broker.client(address)

@@ -61,7 +61,8 @@ def published(data: bytes, binary: bool) -> tuple[str, bytes] | None:
     device's topic (the bridge puts it under its link's prefix) and the payload, a msgpack or
     JSON document as JSON text; None for a message that is not a pub-sub message or whose topic
     the bridge did not publish on (bridge.py, from_device)."""
-    from wireproto.phyllo.bridge import hub_payload, hub_topic_error
+    from wireproto.phyllo.bridge import hub_payload
+    from wireproto.topics import hub_topic_error
 
     received = phyllo_codec.decode(data)
     if not isinstance(received, phyllo_codec.PubSubMessage):
