@@ -56,6 +56,21 @@ class Device:
         return Attach("websmq", f"tcp:127.0.0.1:{self.port.getHost().port}", "length32")
 
 
+@pytest_twisted.async_yield_fixture
+async def device():
+    made = Device()
+    yield made
+    await wait_for(made.port.stopListening())
+
+
+@pytest_twisted.async_yield_fixture
+async def late_device():
+    """A second device, for a link added later."""
+    made = Device()
+    yield made
+    await wait_for(made.port.stopListening())
+
+
 @pytest.fixture
 def late_nats(tmp_path) -> Iterator[NatsServer]:
     """A nats-server on a port of its own, not started yet."""
@@ -86,88 +101,66 @@ async def broker_with_link(broker: Broker, device: Device, url: str, wait: float
 
 
 @pytest_twisted.ensureDeferred
-async def test_the_links_open_once_the_cluster_is_reachable(broker: Broker,
+async def test_the_links_open_once_the_cluster_is_reachable(broker: Broker, device: Device,
                                                             late_nats: NatsServer) -> None:
-    device = Device()
-    try:
-        url = f"nats://127.0.0.1:{late_nats.port}"
-        service = await broker_with_link(broker, device, url)
-        await sleep(1.0)
-        assert device.opened == [] and not service.links.opened
-        late_nats.start()
-        await eventually(lambda: device.opened, timeout=15)
-        assert device.opened == [True]
-    finally:
-        await wait_for(device.port.stopListening())
+    url = f"nats://127.0.0.1:{late_nats.port}"
+    service = await broker_with_link(broker, device, url)
+    await sleep(1.0)
+    assert device.opened == [] and not service.links.opened
+    late_nats.start()
+    await eventually(lambda: device.opened, timeout=15)
+    assert device.opened == [True]
 
 
 @pytest_twisted.ensureDeferred
 async def test_without_the_cluster_the_links_open_after_the_wait_said_once(
-        broker: Broker) -> None:
-    device = Device()
-    try:
-        with logged() as events:
-            service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
-                                             wait=0.5)
-            await eventually(lambda: device.opened, timeout=10)
-        assert device.opened == [False]
-        (said,) = named(events, "links_opened_without_cluster")
-        assert said["wait"] == 0.5
-        assert service.links.opened
-    finally:
-        await wait_for(device.port.stopListening())
+        broker: Broker, device: Device) -> None:
+    with logged() as events:
+        service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
+                                         wait=0.5)
+        await eventually(lambda: device.opened, timeout=10)
+    assert device.opened == [False]
+    (said,) = named(events, "links_opened_without_cluster")
+    assert said["wait"] == 0.5
+    assert service.links.opened
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_broker_stopped_while_its_links_wait_leaves_nothing_behind(
-        broker: Broker) -> None:
-    device = Device()
-    try:
+        broker: Broker, device: Device) -> None:
+    service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
+                                     wait=2.0)
+    await wait_for(service.stopService(), timeout=10)
+    assert service.links._waiting is None and not service.links.opened
+    await sleep(2.5)  # past the wait: nothing opens a link of a stopped broker
+    assert device.opened == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_link_that_cannot_start_is_said_and_the_others_open(broker: Broker,
+                                                                    device: Device) -> None:
+    ready: defer.Deferred = defer.Deferred()
+    with logged() as events:
         service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
-                                         wait=2.0)
-        await wait_for(service.stopService(), timeout=10)
-        assert service.links._waiting is None and not service.links.opened
-        await sleep(2.5)  # past the wait: nothing opens a link of a stopped broker
+                                         ready=ready, broken=True)
         assert device.opened == []
-    finally:
-        await wait_for(device.port.stopListening())
+        ready.callback(None)
+        await eventually(lambda: device.opened, timeout=10)
+    (said,) = named(events, "links_open_failed")
+    assert said["link"] == "broken" and service.links.opened
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_link_that_cannot_start_is_said_and_the_others_open(broker: Broker) -> None:
-    device = Device()
+async def test_the_cluster_reached_after_a_stop_opens_nothing(broker: Broker, device: Device,
+                                                              late_device: Device) -> None:
     ready: defer.Deferred = defer.Deferred()
-    try:
-        with logged() as events:
-            service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
-                                             ready=ready, broken=True)
-            assert device.opened == []
-            ready.callback(None)
-            await eventually(lambda: device.opened, timeout=10)
-        (said,) = named(events, "links_open_failed")
-        assert said["link"] == "broken" and service.links.opened
-    finally:
-        await wait_for(device.port.stopListening())
-
-
-@pytest_twisted.ensureDeferred
-async def test_the_cluster_reached_after_a_stop_opens_nothing(broker: Broker) -> None:
-    device = Device()
-    ready: defer.Deferred = defer.Deferred()
-    try:
-        service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
-                                         ready=ready)
-        late = Device()
-        try:
-            # A link added while the others wait starts at once, and stops with them.
-            service.add_attach(late.link(), lambda attempt: 0.05)
-            await eventually(lambda: late.opened, timeout=10)
-            await wait_for(service.stopService(), timeout=10)
-            assert not any(child.running for child in service.links)
-            ready.callback(None)
-            await sleep(0.3)
-            assert device.opened == [] and not service.links.opened
-        finally:
-            await wait_for(late.port.stopListening())
-    finally:
-        await wait_for(device.port.stopListening())
+    service = await broker_with_link(broker, device, f"nats://127.0.0.1:{quiet_port()}",
+                                     ready=ready)
+    # A link added while the others wait starts at once, and stops with them.
+    service.add_attach(late_device.link(), lambda attempt: 0.05)
+    await eventually(lambda: late_device.opened, timeout=10)
+    await wait_for(service.stopService(), timeout=10)
+    assert not any(child.running for child in service.links)
+    ready.callback(None)
+    await sleep(0.3)
+    assert device.opened == [] and not service.links.opened

@@ -164,10 +164,9 @@ def by_the_command(top: Path, change: Callable[[], None], before: bool
     return played, [str(stop) for stop in reading.stops], error
 
 
-def by_the_endpoint(top: Path, change: Callable[[], None], before: bool
-                    ) -> tuple[list[bytes], list[str]]:
-    """The payloads the endpoint plays (at speed 1 on a Clock, a message a second), and the
-    stops it logged."""
+def collecting(top: Path) -> tuple[Clock, ReplayEndpoint, bytearray, protocol.Factory]:
+    """An endpoint replaying connection 1 of `top` at speed 1 on a Clock, what it plays, and a
+    factory of protocols that collect it there."""
     clock = Clock()
     endpoint = ReplayEndpoint(clock, parse_replay(f"replay:path={top}:connection=1"),
                               FramedEncoding("length32"))
@@ -177,10 +176,18 @@ def by_the_endpoint(top: Path, change: Callable[[], None], before: bool
         def dataReceived(self, data: bytes) -> None:
             received.extend(data)
 
+    return clock, endpoint, received, protocol.Factory.forProtocol(Collect)
+
+
+def by_the_endpoint(top: Path, change: Callable[[], None], before: bool
+                    ) -> tuple[list[bytes], list[str]]:
+    """The payloads the endpoint plays (at speed 1 on a Clock, a message a second), and the
+    stops it logged."""
+    clock, endpoint, received, collect = collecting(top)
     logged: list[dict[str, Any]] = []
     globalLogPublisher.addObserver(logged.append)
     try:
-        connecting = endpoint.connect(protocol.Factory.forProtocol(Collect))
+        connecting = endpoint.connect(collect)
         if before:
             change()
         for _ in range(1000):  # the search, a breath a turn
@@ -361,20 +368,12 @@ def test_a_file_changed_while_the_carrier_was_closed_ends_there_on_reopening(tmp
     # again goes on at the offset it had: in another file put in that one's place, or past the
     # end of one cut short, it read whatever lay there as records.
     first, _ = two_files(tmp_path)
-    clock = Clock()
-    endpoint = ReplayEndpoint(clock, parse_replay(f"replay:path={tmp_path}:connection=1"),
-                              FramedEncoding("length32"))
-    received = bytearray()
-
-    class Collect(protocol.Protocol):
-        def dataReceived(self, data: bytes) -> None:
-            received.extend(data)
-
+    clock, endpoint, received, collect = collecting(tmp_path)
     logged: list[dict[str, Any]] = []
     globalLogPublisher.addObserver(logged.append)
     try:
         endpoint.prepare()
-        connected = endpoint.connect(protocol.Factory.forProtocol(Collect))
+        connected = endpoint.connect(collect)
         clock.advance(0)
         clock.advance(1)
         assert len(frames(received)) == 2
@@ -385,7 +384,7 @@ def test_a_file_changed_while_the_carrier_was_closed_ends_there_on_reopening(tmp
             publishes(tmp_path / "elsewhere", range(100, 105), size=BIG).rename(first)
         else:
             os.truncate(first, in_offsets(first)[1])
-        endpoint.connect(protocol.Factory.forProtocol(Collect))
+        endpoint.connect(collect)
         for _ in range(10):
             clock.advance(1)
         assert endpoint.finished
